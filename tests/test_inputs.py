@@ -57,7 +57,6 @@ def test_overlong_prompt_is_truncated_from_the_middle():
         scores = judge.score("para-fs", source=["a", "a"], hypothesis=["short", long_text])
     assert all(math.isfinite(s) for s in scores)
     bound = judge.bind("para-fs")
-    item = bound.encode_items({"source": ["a"], "hypothesis": [long_text]}, 1, truncate=True) if False else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         items = bound.encode_items({"source": ["a"], "hypothesis": [long_text]}, 1)
