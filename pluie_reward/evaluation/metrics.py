@@ -1,0 +1,329 @@
+"""Metrics of the seeds: classification at a threshold (natural 0 or a posteriori), and alignment
+with human pairwise preferences (pairwise accuracy with tie calibration, Cramér's V, Cohen's κ).
+
+Conventions (the same as :meth:`pluie_reward.Judge.score`): an item is predicted positive when
+``score > threshold``; a preference instance is predicted ``"tie"`` when ``|score_a - score_b| <= epsilon``.
+Precision, recall and F1 are 0 when their denominator is 0 (no predicted / no actual positives).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+METRICS = ("accuracy", "precision", "recall", "f1")
+PREFERENCES = ("A", "B", "tie")
+_TRUE = {"true", "1", "yes", "y", "t", "paraphrase", "positive", "pos"}
+_FALSE = {"false", "0", "no", "n", "f", "non-paraphrase", "not paraphrase", "negative", "neg"}
+
+
+# input checks ---------------------------------------------------------------------------------
+def as_scores(scores: Iterable[float], name: str = "scores") -> np.ndarray:
+    """Scores as a float array; raises on empty input, non-numbers, NaN or infinities.
+
+    Example:
+        >>> as_scores([1, -2.5]).tolist()
+        [1.0, -2.5]
+    """
+    try:
+        array = np.asarray(list(scores), dtype=float)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be numbers ({err}).") from None
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"{name} must be a non-empty flat list of numbers.")
+    bad = np.flatnonzero(~np.isfinite(array))
+    if bad.size:
+        raise ValueError(f"{name} has {bad.size} NaN/infinite value(s), first at index {bad[0]}; drop or fix them first.")
+    return array
+
+
+def as_labels(labels: Iterable[Any], name: str = "labels") -> np.ndarray:
+    """Binary labels from bools, 0/1 or strings such as "true"/"false", "yes"/"no".
+
+    Example:
+        >>> as_labels([True, 0, "yes", "False"]).tolist()
+        [True, False, True, False]
+    """
+    out = []
+    for i, value in enumerate(labels):
+        if isinstance(value, (bool, np.bool_)):
+            out.append(bool(value))
+        elif isinstance(value, (int, np.integer)) and value in (0, 1):
+            out.append(bool(value))
+        elif isinstance(value, float) and value in (0.0, 1.0):
+            out.append(bool(value))
+        elif isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            out.append(value.strip().lower() in _TRUE)
+        else:
+            raise ValueError(f"{name}[{i}] = {value!r} is not a binary label; use true/false, 1/0 or yes/no.")
+    if not out:
+        raise ValueError(f"{name} is empty.")
+    return np.asarray(out, dtype=bool)
+
+
+def as_preferences(choices: Iterable[Any], name: str = "preferences") -> list[str]:
+    """Human (or metric) choices normalised to "A", "B" or "tie" (case-insensitive; "=" and "equal" mean tie).
+
+    Example:
+        >>> as_preferences(["a", "B", "Tie", "="])
+        ['A', 'B', 'tie', 'tie']
+    """
+    out = []
+    for i, value in enumerate(choices):
+        key = str(value).strip().lower()
+        if key == "a":
+            out.append("A")
+        elif key == "b":
+            out.append("B")
+        elif key in {"tie", "=", "equal", "same", "none"}:
+            out.append("tie")
+        else:
+            raise ValueError(f"{name}[{i}] = {value!r} is not a preference; use A, B or tie.")
+    if not out:
+        raise ValueError(f"{name} is empty.")
+    return out
+
+
+def _same_length(**arrays: Any) -> int:
+    lengths = {k: len(v) for k, v in arrays.items()}
+    if len(set(lengths.values())) != 1:
+        raise ValueError(f"inputs must have the same length, got {lengths}.")
+    return next(iter(lengths.values()))
+
+
+
+# classification -------------------------------------------------------------------------------
+def metrics_at(scores: Iterable[float], labels: Iterable[Any], thresholds: Iterable[float]) -> dict[str, np.ndarray]:
+    """Accuracy, precision, recall and F1 of ``score > t`` for every threshold ``t`` (vectorised).
+
+    Example:
+        >>> metrics_at([-1.0, 2.0], [False, True], [0.0])["accuracy"].tolist()
+        [1.0]
+    """
+    s, y = as_scores(scores), as_labels(labels)
+    _same_length(scores=s, labels=y)
+    t = np.atleast_1d(np.asarray(list(thresholds), dtype=float))
+    n, positives = s.size, int(y.sum())
+    # items with score <= t are predicted negative
+    neg_pred = np.searchsorted(np.sort(s), t, side="right")
+    fn = np.searchsorted(np.sort(s[y]), t, side="right")
+    tp = positives - fn
+    fp = (n - neg_pred) - tp
+    tn = (n - positives) - fp
+    with np.errstate(divide="ignore", invalid="ignore"):
+        precision = np.where(tp + fp > 0, tp / np.maximum(tp + fp, 1), 0.0)
+        recall = np.where(positives > 0, tp / max(positives, 1), 0.0)
+        f1 = np.where(precision + recall > 0, 2 * precision * recall / np.where(precision + recall > 0, precision + recall, 1), 0.0)
+    return {
+        "threshold": t,
+        "accuracy": (tp + tn) / n,
+        "precision": precision.astype(float),
+        "recall": recall.astype(float),
+        "f1": f1.astype(float),
+        "tp": tp, "fp": fp, "tn": tn, "fn": fn,
+    }
+
+
+def classification_metrics(scores: Iterable[float], labels: Iterable[Any], threshold: float = 0.0) -> dict[str, float]:
+    """Accuracy, precision, recall, F1 (and the confusion counts) at one threshold.
+
+    Example:
+        >>> classification_metrics([-2, 1, 3], [False, False, True])["precision"]
+        0.5
+    """
+    m = metrics_at(scores, labels, [threshold])
+    out: dict[str, float] = {"threshold": float(threshold)}
+    out.update({k: float(m[k][0]) for k in METRICS})
+    out.update({k: int(m[k][0]) for k in ("tp", "fp", "tn", "fn")})
+    return out
+
+
+def candidate_thresholds(scores: Iterable[float]) -> np.ndarray:
+    """Every distinct decision: ``min - 1`` (all positive), the midpoints between consecutive distinct
+    scores, and ``max + 1`` (all negative).
+
+    Example:
+        >>> candidate_thresholds([0.0, 1.0, 1.0, 3.0]).tolist()
+        [-1.0, 0.5, 2.0, 4.0]
+    """
+    u = np.unique(as_scores(scores))
+    return np.concatenate([[u[0] - 1.0], (u[:-1] + u[1:]) / 2.0, [u[-1] + 1.0]])
+
+
+def best_threshold(scores: Iterable[float], labels: Iterable[Any], by: str = "f1") -> dict[str, float]:
+    """The a posteriori threshold maximising ``by`` ("f1" or "accuracy"); ties go to the lowest threshold.
+
+    Example:
+        >>> best_threshold([1, 2, 3, 4], [True, False, False, False], by="accuracy")["threshold"]
+        5.0
+    """
+    if by not in METRICS:
+        raise ValueError(f"by must be one of {METRICS}, got {by!r}.")
+    s = as_scores(scores)
+    m = metrics_at(s, labels, candidate_thresholds(s))
+    i = int(np.argmax(m[by]))  # first maximum = lowest threshold
+    out = {"threshold": float(m["threshold"][i])}
+    out.update({k: float(m[k][i]) for k in METRICS})
+    out.update({k: int(m[k][i]) for k in ("tp", "fp", "tn", "fn")})
+    return out
+
+
+def classification_report(
+    scores: Iterable[float],
+    labels: Iterable[Any],
+    natural_threshold: float | None = 0.0,
+    optimise: Sequence[str] = ("f1", "accuracy"),
+) -> dict[str, Any]:
+    """The seeds' Table 1/3 row: metrics at the natural threshold and at the a posteriori best ones.
+
+    Set ``natural_threshold=None`` for metrics without a natural threshold (BLEU, Levenshtein...).
+
+    Example:
+        >>> r = classification_report([-1.0, 2.0, 0.5], [False, True, False])
+        >>> r["natural"]["accuracy"], r["best_f1"]["threshold"]
+        (0.6666666666666666, 1.25)
+    """
+    s, y = as_scores(scores), as_labels(labels)
+    _same_length(scores=s, labels=y)
+    report: dict[str, Any] = {"n": int(s.size), "positives": int(y.sum())}
+    if natural_threshold is not None:
+        report["natural"] = classification_metrics(s, y, natural_threshold)
+    for by in optimise:
+        report[f"best_{by}"] = best_threshold(s, y, by)
+    return report
+
+
+# preference -----------------------------------------------------------------------------------
+def preference_predictions(scores_a: Iterable[float], scores_b: Iterable[float], epsilon: float = 0.0) -> list[str]:
+    """"A" if ``a - b > epsilon``, "B" if ``b - a > epsilon``, else "tie".
+
+    Example:
+        >>> preference_predictions([3, 1, 2], [1, 2, 2.1], epsilon=0.5)
+        ['A', 'B', 'tie']
+    """
+    if not (epsilon >= 0 and math.isfinite(epsilon)):
+        raise ValueError(f"epsilon must be a finite number >= 0, got {epsilon!r}.")
+    a, b = as_scores(scores_a, "scores_a"), as_scores(scores_b, "scores_b")
+    _same_length(scores_a=a, scores_b=b)
+    d = a - b
+    return ["tie" if abs(x) <= epsilon else ("A" if x > 0 else "B") for x in d]
+
+
+def tie_calibrated_accuracy(
+    scores_a: Iterable[float], scores_b: Iterable[float], human: Iterable[Any]
+) -> tuple[float, float]:
+    """Pairwise accuracy with tie calibration (Deutsch et al., 2023): the best agreement (ties
+    included) over tie thresholds ``epsilon`` in {0} ∪ {|a - b|}; ties go to the smallest epsilon.
+
+    Returns ``(accuracy, epsilon)``.
+
+    Example:
+        >>> tie_calibrated_accuracy([3, 1, 2], [1, 2, 2.1], ["A", "B", "tie"])
+        (1.0, 0.1...)
+    """
+    a, b = as_scores(scores_a, "scores_a"), as_scores(scores_b, "scores_b")
+    h = as_preferences(human, "human")
+    _same_length(scores_a=a, scores_b=b, human=h)
+    d = a - b
+    absd = np.abs(d)
+    candidates = np.unique(np.concatenate([[0.0], absd]))
+    h_arr = np.asarray(h)
+    # a human A/B is matched when the sign agrees and |d| > eps; a human tie when |d| <= eps
+    right_sign = ((h_arr == "A") & (d > 0)) | ((h_arr == "B") & (d < 0))
+    decided = np.sort(absd[right_sign])
+    ties = np.sort(absd[h_arr == "tie"])
+    correct = (decided.size - np.searchsorted(decided, candidates, side="right")) + np.searchsorted(ties, candidates, side="right")
+    i = int(np.argmax(correct))
+    return float(correct[i] / d.size), float(candidates[i])
+
+
+def confusion_table(x: Sequence[str], y: Sequence[str]) -> tuple[list[str], list[str], np.ndarray]:
+    """Contingency table of two labelings over the categories that occur (rows: x, columns: y).
+
+    Example:
+        >>> confusion_table(["A", "B"], ["A", "A"])[2].tolist()
+        [[1.0], [1.0]]
+    """
+    _same_length(x=x, y=y)
+    rows = sorted(set(x), key=str)
+    cols = sorted(set(y), key=str)
+    table = np.zeros((len(rows), len(cols)), dtype=float)
+    ri, ci = {r: i for i, r in enumerate(rows)}, {c: j for j, c in enumerate(cols)}
+    for u, v in zip(x, y):
+        table[ri[u], ci[v]] += 1
+    return rows, cols, table
+
+
+def cramers_v(x: Sequence[Any], y: Sequence[Any]) -> float | None:
+    """Cramér's V = sqrt(chi² / (n (min(r, c) - 1))) over the observed categories (no bias
+    correction); ``None`` (N/A) when one labeling has a single category.
+
+    Example:
+        >>> cramers_v(["A", "B", "A", "B"], ["A", "B", "A", "B"])
+        1.0
+    """
+    _, _, table = confusion_table(list(x), list(y))
+    r, c = table.shape
+    if min(r, c) < 2:
+        return None
+    n = table.sum()
+    expected = table.sum(axis=1, keepdims=True) * table.sum(axis=0, keepdims=True) / n
+    chi2 = float(((table - expected) ** 2 / expected).sum())
+    return math.sqrt(chi2 / (n * (min(r, c) - 1)))
+
+
+def cohens_kappa(x: Sequence[Any], y: Sequence[Any]) -> float | None:
+    """Cohen's κ = (p_o - p_e) / (1 - p_e); ``None`` (N/A) when p_e = 1 (both raters constant and equal).
+
+    Example:
+        >>> cohens_kappa(["A", "B", "A", "B"], ["A", "B", "B", "B"])
+        0.5
+    """
+    _same_length(x=x, y=y)
+    n = len(x)
+    if n == 0:
+        raise ValueError("cohens_kappa needs at least one item.")
+    p_o = sum(u == v for u, v in zip(x, y)) / n
+    cx, cy = Counter(x), Counter(y)
+    p_e = sum(cx[k] * cy[k] for k in cx) / (n * n)
+    if p_e >= 1.0:
+        return None
+    return (p_o - p_e) / (1.0 - p_e)
+
+
+def preference_metrics(
+    scores_a: Iterable[float],
+    scores_b: Iterable[float],
+    human: Iterable[Any],
+    epsilon: float | None = None,
+) -> dict[str, Any]:
+    """The seeds' Table 2 row: pairwise accuracy (tie-calibrated unless ``epsilon`` is given), and
+    Cramér's V and Cohen's κ between the human choices and the metric's A/B/tie at that epsilon.
+
+    Example:
+        >>> m = preference_metrics([3, 1, 2], [1, 2, 2.1], ["A", "B", "tie"])
+        >>> m["pairwise_accuracy"], m["cohens_kappa"]
+        (1.0, 1.0)
+    """
+    a, b = as_scores(scores_a, "scores_a"), as_scores(scores_b, "scores_b")
+    h = as_preferences(human, "human")
+    _same_length(scores_a=a, scores_b=b, human=h)
+    if epsilon is None:
+        _, eps = tie_calibrated_accuracy(a, b, h)
+    else:
+        eps = float(epsilon)
+    predicted = preference_predictions(a, b, eps)
+    accuracy = sum(p == q for p, q in zip(predicted, h)) / len(h)
+    return {
+        "n": len(h),
+        "pairwise_accuracy": accuracy,
+        "epsilon": eps,
+        "tie_calibrated": epsilon is None,
+        "cramers_v": cramers_v(h, predicted),
+        "cohens_kappa": cohens_kappa(h, predicted),
+        "human_counts": {k: h.count(k) for k in PREFERENCES},
+        "predicted_counts": {k: predicted.count(k) for k in PREFERENCES},
+    }
