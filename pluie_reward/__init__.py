@@ -9,6 +9,9 @@ Example:
 from .judge import Judge, sigmoid
 from .prompt import AnswerTokenError, BoundTemplate
 from .template import Template, builtin_template_names, load_template
+from .loading import load_trainable_embedded
+from .placement import OffloadedJudge, SharedJudge
+from .reward import NoveltyReward, PluieReward, novelty
 
 __all__ = [
     "AnswerTokenError",
@@ -18,5 +21,11 @@ __all__ = [
     "builtin_template_names",
     "load_template",
     "sigmoid",
+    "PluieReward",
+    "NoveltyReward",
+    "novelty",
+    "SharedJudge",
+    "OffloadedJudge",
+    "load_trainable_embedded",
 ]
 __version__ = "0.1.0"

@@ -97,6 +97,18 @@ class Judge:
         """
         return cls(model, tokenizer, **judge_kwargs)
 
+    @classmethod
+    def from_peft(cls, policy_model: Any, tokenizer: Any, adapter_name: str | None = None, **judge_kwargs: Any) -> "Judge":
+        """A judge sharing a PEFT policy's weights: its base model with adapters disabled while scoring,
+        or the frozen adapter ``adapter_name`` (a fine-tuned judge on the same base). No weight copy.
+
+        Example:
+            >>> judge = Judge.from_peft(policy, tokenizer)  # doctest: +SKIP
+        """
+        from .placement import SharedJudge
+
+        return SharedJudge(policy_model, tokenizer, adapter_name=adapter_name, **judge_kwargs)
+
     # templates -------------------------------------------------------------------------------
     @property
     def max_length(self) -> int | None:
