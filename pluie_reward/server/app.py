@@ -1,0 +1,229 @@
+"""The FastAPI application of the judge server.
+
+Endpoints:
+- ``POST /score``: ``{"source": [...], "hypothesis": [...]}`` (the template's fields, lists of
+  strings, or one string shared by all items) -> ``{"logratio": [...], "p_yes": [...], "verdict": [...]}``.
+- ``POST /get_reward``: OpenRLHF's remote reward model protocol,
+  ``{"query": [...], "prompts": [...], "labels": [...]}`` -> ``{"rewards": [...], "scores": [...], "extra_logs": {...}}``.
+- ``GET /health``: liveness plus the template's fields (no token needed).
+- ``GET /metrics``: requests, items, batches and batch sizes, latency percentiles.
+
+FastAPI and uvicorn are imported here, so import this module only where they are installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import secrets
+import time
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Mapping
+
+from fastapi import Body, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .batcher import Batcher, ScoringError, ShuttingDown
+from .mapping import RewardMapping
+from .metrics import ServerMetrics
+
+PUBLIC_PATHS = frozenset({"/health"})
+KNOWN_PATHS = frozenset({"/score", "/get_reward", "/health", "/metrics", "/docs", "/openapi.json"})
+
+
+class RewardRequest(BaseModel):
+    """OpenRLHF's request body (other keys some OpenRLHF versions add are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+    query: list[str]
+    prompts: list[str] | None = None
+    labels: list[Any] | None = None
+
+
+class _BearerAuth:
+    """Reject requests without ``Authorization: Bearer <token>`` before their body is read."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode() if token else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.expected is None or scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+            return await self.app(scope, receive, send)
+        given = Headers(scope=scope).get("authorization", "").encode()
+        if not secrets.compare_digest(given, self.expected):
+            response = JSONResponse(
+                {"detail": "missing or wrong bearer token: send the header 'Authorization: Bearer <token>'."},
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+            return await response(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
+class _Timing:
+    """Count every request by path and status, with its latency."""
+
+    def __init__(self, app: ASGIApp, metrics: ServerMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, status = time.perf_counter(), [500]
+
+        async def send_and_note(message: Mapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            path = scope["path"] if scope["path"] in KNOWN_PATHS else "other"
+            self.metrics.record_request(path, status[0], time.perf_counter() - start)
+
+
+def create_app(
+    judge: Any,
+    template: Any = None,
+    *,
+    mapping: RewardMapping | None = None,
+    token: str | None = None,
+    max_body_bytes: int = 4 * 1024 * 1024,
+    max_items_per_request: int = 1024,
+    max_batch_items: int = 256,
+    max_batch_tokens: int = 32_768,
+    max_wait_ms: float = 5.0,
+    threshold: float | None = None,
+    truncate: bool = True,
+) -> FastAPI:
+    """A FastAPI app serving ``judge`` with one template; run it with uvicorn (or :mod:`.runner`).
+
+    The batcher starts with the app's lifespan and, at shutdown, finishes the queued requests.
+
+    Example:
+        >>> app = create_app(Judge.load(), "para-fs", token="s3cret", max_wait_ms=10)   # doctest: +SKIP
+        >>> uvicorn.run(app, host="127.0.0.1", port=8000)                               # doctest: +SKIP
+    """
+    if "max_body_size" not in inspect.signature(FastAPI).parameters:
+        raise ImportError("the judge server needs FastAPI's request body limits (max_body_size): pip install -U fastapi")
+    if max_items_per_request < 1 or max_body_bytes < 1:
+        raise ValueError("max_items_per_request and max_body_bytes must be at least 1.")
+    metrics = ServerMetrics()
+    batcher = Batcher(
+        judge,
+        template,
+        max_batch_items=max_batch_items,
+        max_batch_tokens=max_batch_tokens,
+        max_wait_ms=max_wait_ms,
+        threshold=threshold,
+        truncate=truncate,
+        on_batch=metrics.record_batch,
+    )
+    rm_mapping, rm_problem = mapping, ""
+    if rm_mapping is None:
+        try:
+            rm_mapping = RewardMapping.for_template(batcher.bound.template)
+        except ValueError as err:  # e.g. 'rev' needs an explicit mapping; /score still works
+            rm_problem = f"/get_reward is not configured on this server: {err}"
+    template_name = batcher.bound.template.name
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        batcher.start()
+        try:
+            yield
+        finally:  # uvicorn has let in-flight requests finish; drain whatever is still queued
+            await asyncio.to_thread(batcher.close)
+
+    app = FastAPI(
+        title="PLUIE judge server",
+        description=f"PLUIE scores (log p(yes) - log p(no)) from {judge.name}, template {template_name!r}.",
+        lifespan=lifespan,
+        max_body_size=max_body_bytes,
+    )
+    app.state.batcher = batcher
+    app.state.metrics = metrics
+    app.state.mapping = rm_mapping
+    app.add_middleware(_BearerAuth, token=token)
+    app.add_middleware(_Timing, metrics=metrics)
+
+    async def score_items(fields: Mapping[str, Any]) -> list[dict[str, Any]]:
+        try:
+            future = batcher.submit(fields)
+        except (ValueError, TypeError) as err:
+            raise HTTPException(422, str(err)) from None
+        except ShuttingDown as err:
+            raise HTTPException(503, str(err)) from None
+        try:
+            results = await asyncio.wrap_future(future)
+        except ScoringError as err:
+            raise HTTPException(422 if err.client_error else 500, str(err)) from None
+        metrics.record_items(len(results))
+        return results
+
+    def check_size(n: int) -> None:
+        if n > max_items_per_request:
+            raise HTTPException(
+                413, f"{n} items in one request; this server takes at most {max_items_per_request}: split the request."
+            )
+
+    @app.post("/score")
+    async def score(body: dict[str, Any] = Body(..., examples=[{"source": ["The cat sleeps."], "hypothesis": ["The cat is asleep."]}])) -> dict[str, Any]:
+        """Score items given as template fields (lists of strings, or one string for all items)."""
+        lengths = [len(v) for v in body.values() if isinstance(v, list)]
+        check_size(max(lengths, default=1))
+        results = await score_items(body)
+        return {
+            "logratio": [r["logratio"] for r in results],
+            "p_yes": [r["p_yes"] for r in results],
+            "verdict": [r["verdict"] for r in results],
+        }
+
+    @app.post("/get_reward")
+    async def get_reward(body: RewardRequest) -> dict[str, Any]:
+        """OpenRLHF remote reward model: rewards (the configured score), scores (p_yes, in [0, 1]), extra_logs."""
+        if rm_mapping is None:
+            raise HTTPException(501, rm_problem)
+        check_size(len(body.query))
+        try:
+            columns = rm_mapping.columns(body.query, body.prompts, body.labels)
+        except ValueError as err:
+            raise HTTPException(422, str(err)) from None
+        results = await score_items(columns)
+        return {
+            "rewards": rm_mapping.reward_values(results),
+            "scores": [r["p_yes"] for r in results],
+            "extra_logs": {
+                "pluie_logratio": [r["logratio"] for r in results],
+                "pluie_p_yes": [r["p_yes"] for r in results],
+                "pluie_verdict": [float(r["verdict"]) for r in results],
+            },
+        }
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        """Liveness and what the server scores."""
+        return {
+            "status": "ok",
+            "judge": judge.name,
+            "template": template_name,
+            "fields": list(batcher.fields),
+            "optional_fields": list(batcher.optional_fields),
+        }
+
+    @app.get("/metrics")
+    async def get_metrics() -> dict[str, Any]:
+        """Counters since start: requests, items, batches, batch sizes, latency (ms)."""
+        snapshot = metrics.snapshot()
+        queued_requests, queued_items = batcher.pending
+        snapshot["queue"] = {"requests": queued_requests, "items": queued_items}
+        snapshot["judge"] = {"name": judge.name, "template": template_name, **dict(judge.scorer.stats)}
+        return snapshot
+
+    return app

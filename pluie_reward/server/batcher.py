@@ -1,0 +1,219 @@
+"""Coalesce concurrent scoring requests into batches run by one worker thread with ``Judge.score``.
+
+Requests are queued in arrival order. The worker takes the oldest request, waits up to
+``max_wait_ms`` for more to arrive (or until the batch is full by item count or by token
+estimate), concatenates their fields, calls ``Judge.score`` once and hands each request its own
+slice of the results, in order. One worker owns the judge, so the judge's result cache and the
+scorer's prefix/group key-value caches are shared by all requests.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from ..template import normalize_fields
+
+
+class ShuttingDown(RuntimeError):
+    """The batcher no longer accepts requests (the server is stopping)."""
+
+
+class ScoringError(Exception):
+    """``Judge.score`` failed on a request; ``client_error`` says whether the request was at fault."""
+
+    def __init__(self, message: str, client_error: bool) -> None:
+        super().__init__(message)
+        self.client_error = client_error
+
+
+@dataclass
+class _Job:
+    columns: dict[str, list[str | None]]
+    n: int
+    tokens: int
+    future: Future = field(default_factory=Future)
+    enqueued: float = field(default_factory=time.monotonic)
+
+
+class Batcher:
+    """One judge, one template, one worker thread; many concurrent callers.
+
+    Args:
+        judge: a :class:`~pluie_reward.Judge`; only this batcher's worker may use it while running.
+        template: template name, YAML path or Template (validated against the judge at construction).
+        max_batch_items: coalesce at most this many items into one ``Judge.score`` call.
+        max_batch_tokens: ... and at most about this many field tokens (a request larger than the
+            limits is run alone; the judge splits it further by its own ``batch_tokens``).
+        max_wait_ms: how long the oldest queued request may wait for company.
+        threshold: verdict = logratio > threshold (default: the judge's).
+        truncate: passed to ``Judge.score`` (False: over-long items fail their request).
+        on_batch: called with (items, requests) after each ``Judge.score`` call (metrics).
+
+    Example:
+        >>> batcher = Batcher(judge, "para-fs", max_wait_ms=5).start()        # doctest: +SKIP
+        >>> batcher.submit({"source": ["a"], "hypothesis": ["b"]}).result()  # doctest: +SKIP
+        [{'logratio': 0.4, 'p_yes': 0.6, 'verdict': True}]
+        >>> batcher.close()                                                 # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        judge: Any,
+        template: Any = None,
+        *,
+        max_batch_items: int = 256,
+        max_batch_tokens: int = 32_768,
+        max_wait_ms: float = 5.0,
+        threshold: float | None = None,
+        truncate: bool = True,
+        on_batch: Callable[[int, int], None] | None = None,
+    ) -> None:
+        if max_batch_items < 1 or max_batch_tokens < 1:
+            raise ValueError("max_batch_items and max_batch_tokens must be at least 1.")
+        if max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms must be >= 0, got {max_wait_ms}.")
+        self.judge = judge
+        self.template = template
+        self.bound = judge.bind(template)  # fails now (not on the first request) for a bad template
+        self.max_batch_items = max_batch_items
+        self.max_batch_tokens = max_batch_tokens
+        self.max_wait = max_wait_ms / 1000.0
+        self.threshold = threshold
+        self.truncate = truncate
+        self.on_batch = on_batch
+        self._pending: deque[_Job] = deque()
+        self._cond = threading.Condition()
+        self._closing = False
+        self._thread: threading.Thread | None = None
+
+    # callers ---------------------------------------------------------------------------------
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """Required template fields."""
+        return self.bound.template.fields
+
+    @property
+    def optional_fields(self) -> tuple[str, ...]:
+        """Optional template fields."""
+        return self.bound.template.optional_fields
+
+    @property
+    def pending(self) -> tuple[int, int]:
+        """(requests, items) waiting in the queue."""
+        with self._cond:
+            return len(self._pending), sum(job.n for job in self._pending)
+
+    def submit(self, fields: Mapping[str, Any]) -> Future:
+        """Queue one request; its future resolves to one ``{"logratio", "p_yes", "verdict"}`` per item.
+
+        Bad fields raise ``ValueError``/``TypeError`` here, before queueing. The future fails with
+        :class:`ScoringError` if the judge rejects the request (e.g. too long with ``truncate=False``).
+        """
+        columns, n = normalize_fields(self.bound.template, fields)
+        job = _Job(columns, n, self._estimate_tokens(columns))
+        if n == 0:
+            job.future.set_result([])
+            return job.future
+        with self._cond:
+            if self._closing or self._thread is None:
+                raise ShuttingDown("the judge server is not running (shutting down); retry on another server.")
+            self._pending.append(job)
+            self._cond.notify()
+        return job.future
+
+    def _estimate_tokens(self, columns: Mapping[str, list[str | None]]) -> int:
+        # field characters / 4 + the prompt's own tokens: cheap, only used to bound batch sizes
+        chars = sum(len(v) for column in columns.values() for v in column if v)
+        n = len(next(iter(columns.values()), []))
+        return chars // 4 + n * (len(self.bound.prefix_ids) + 16)
+
+    # lifecycle -------------------------------------------------------------------------------
+    def start(self) -> "Batcher":
+        """Start the worker thread (idempotent)."""
+        with self._cond:
+            if self._thread is None:
+                self._closing = False
+                self._thread = threading.Thread(target=self._work, name="pluie-batcher", daemon=True)
+                self._thread.start()
+        return self
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop accepting requests, finish every queued one, then stop the worker."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            if not thread.is_alive():
+                self._thread = None
+
+    # worker ----------------------------------------------------------------------------------
+    def _next_batch(self) -> list[_Job] | None:
+        with self._cond:
+            while not self._pending and not self._closing:
+                self._cond.wait()
+            if not self._pending:
+                return None  # closing and drained
+            deadline = self._pending[0].enqueued + self.max_wait
+            while True:
+                count, full = self._fitting()
+                remaining = deadline - time.monotonic()
+                if full or self._closing or remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            return [self._pending.popleft() for _ in range(count)]
+
+    def _fitting(self) -> tuple[int, bool]:
+        """How many queued jobs (from the oldest) fit in one batch, and whether the batch is full."""
+        items = tokens = count = 0
+        for job in self._pending:
+            if count and (items + job.n > self.max_batch_items or tokens + job.tokens > self.max_batch_tokens):
+                return count, True
+            items, tokens, count = items + job.n, tokens + job.tokens, count + 1
+        return count, items >= self.max_batch_items or tokens >= self.max_batch_tokens
+
+    def _work(self) -> None:
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            self._run(batch)
+
+    def _score(self, columns: Mapping[str, list[str | None]], n_requests: int) -> list[dict[str, Any]]:
+        results = self.judge.score(
+            self.template, details=True, threshold=self.threshold, truncate=self.truncate, **columns
+        )
+        if self.on_batch is not None:
+            self.on_batch(len(results), n_requests)
+        return results
+
+    def _run(self, batch: list[_Job]) -> None:
+        names = [f for f in self.bound.template.all_fields if any(f in job.columns for job in batch)]
+        merged = {f: [v for job in batch for v in job.columns.get(f, [None] * job.n)] for f in names}
+        try:
+            results = self._score(merged, len(batch))
+        except Exception:  # noqa: BLE001 - find the guilty request: run each alone
+            if len(batch) == 1:
+                self._run_alone(batch[0])
+            else:
+                for job in batch:
+                    self._run_alone(job)
+            return
+        start = 0
+        for job in batch:
+            job.future.set_result(results[start : start + job.n])
+            start += job.n
+
+    def _run_alone(self, job: _Job) -> None:
+        try:
+            job.future.set_result(self._score(job.columns, 1))
+        except (ValueError, TypeError) as err:
+            job.future.set_exception(ScoringError(str(err), client_error=True))
+        except Exception as err:  # noqa: BLE001 - reported to the caller as a server error, never kills the worker
+            job.future.set_exception(ScoringError(f"{type(err).__name__}: {err}", client_error=False))

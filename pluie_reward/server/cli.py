@@ -1,0 +1,121 @@
+"""``pluie-reward serve``: run the judge server (FastAPI + uvicorn, imported only when serving)."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+from pathlib import Path
+
+from ..cli import UsageError, add_judge_arguments, command, judge_from_args
+from ..template import load_template
+from .mapping import DEFAULT_STRIP, REWARDS, SOURCES, RewardMapping
+
+TOKEN_ENV = "PLUIE_REWARD_TOKEN"
+
+
+def _configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--template", "-t", default="para-fs", help="template name or YAML path (default para-fs)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--threshold", type=float, default=0.0, help="verdict = logratio > threshold (default 0)")
+    p.add_argument("--no-truncate", action="store_true", help="reject over-long items (422) instead of cutting them")
+    g = p.add_argument_group("batching")
+    g.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a request may wait for others to batch with (default 5)")
+    g.add_argument("--max-batch-items", type=int, default=256, help="items per Judge.score call (default 256)")
+    g.add_argument("--max-batch-tokens", type=int, default=32768, help="estimated field tokens per Judge.score call (default 32768)")
+    g = p.add_argument_group("safety")
+    g.add_argument("--token-file", type=Path, help=f"file holding the bearer token clients must send (default: ${TOKEN_ENV} if set, else none)")
+    g.add_argument("--max-items-per-request", type=int, default=1024, help="larger requests get 413 (default 1024)")
+    g.add_argument("--max-body-mb", type=float, default=4.0, help="larger request bodies get 413 (default 4 MiB)")
+    g.add_argument("--graceful-timeout", type=float, default=None, help="seconds to wait for in-flight requests at shutdown (default: all)")
+    g = p.add_argument_group("OpenRLHF /get_reward")
+    g.add_argument("--rm-field", action="append", default=[], metavar="FIELD=SOURCE",
+                   help=f"fill template FIELD from SOURCE, one of {list(SOURCES)} (default: source=label, hypothesis=response)")
+    g.add_argument("--rm-reward", choices=REWARDS, default="logratio", help="what 'rewards' holds (default logratio)")
+    g.add_argument("--rm-strip", action="append", default=[], metavar="TEXT",
+                   help="also strip TEXT from the end of responses (end-of-turn markers like <|im_end|> are stripped already)")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    add_judge_arguments(p)
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    if args.token_file is not None:
+        if not args.token_file.is_file():
+            raise UsageError(f"--token-file {str(args.token_file)!r} does not exist.")
+        token = args.token_file.read_text(encoding="utf-8").strip()
+        if not token:
+            raise UsageError(f"--token-file {str(args.token_file)!r} is empty.")
+        return token
+    return os.environ.get(TOKEN_ENV) or None
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def mapping_from_args(args: argparse.Namespace) -> RewardMapping | None:
+    """The OpenRLHF field mapping the ``--rm-*`` options describe (checked against the template).
+
+    ``None`` when no ``--rm-field`` is given and the template has no default mapping (``/get_reward``
+    then answers 501 with the reason; ``/score`` works).
+    """
+    overrides = {}
+    for spec in args.rm_field:
+        if "=" not in spec:
+            raise UsageError(f"--rm-field expects FIELD=SOURCE, got {spec!r}.")
+        name, source = spec.split("=", 1)
+        overrides[name.strip()] = source.strip()
+    try:
+        return RewardMapping.for_template(
+            load_template(args.template), overrides, reward=args.rm_reward, strip=DEFAULT_STRIP + tuple(args.rm_strip)
+        )
+    except ValueError as err:
+        if not overrides and "no source for field" in str(err):
+            return None
+        raise UsageError(str(err)) from None
+
+
+@command("serve", _configure)
+def serve_command(args: argparse.Namespace) -> int:
+    """Serve a judge over HTTP for RL frameworks (POST /score, /get_reward; GET /health, /metrics)."""
+    mapping = mapping_from_args(args)  # fail on bad options before loading a model
+    token = _token(args)
+    for name in ("max_items_per_request", "max_batch_items", "max_batch_tokens"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1.")
+    if args.max_body_mb <= 0 or args.max_wait_ms < 0:
+        raise UsageError("--max-body-mb must be > 0 and --max-wait-ms >= 0.")
+    try:
+        from .app import create_app
+        from .runner import run
+    except ModuleNotFoundError as err:
+        raise UsageError(f"the server needs {err.name}: pip install 'pluie-reward[serve]'") from None
+    if not _is_loopback(args.host) and token is None:
+        print(
+            f"pluie-reward serve: warning: listening on {args.host} without a token; anyone who can reach this "
+            f"port can use the judge. Set ${TOKEN_ENV} or --token-file.",
+            file=sys.stderr,
+        )
+    judge = judge_from_args(args)
+    app = create_app(
+        judge,
+        args.template,
+        mapping=mapping,
+        token=token,
+        max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+        max_items_per_request=args.max_items_per_request,
+        max_batch_items=args.max_batch_items,
+        max_batch_tokens=args.max_batch_tokens,
+        max_wait_ms=args.max_wait_ms,
+        threshold=args.threshold,
+        truncate=not args.no_truncate,
+    )
+    run(app, host=args.host, port=args.port, log_level=args.log_level, graceful_timeout=args.graceful_timeout)
+    return 0
