@@ -1,0 +1,269 @@
+"""PluieCallback: real Trainer / Seq2SeqTrainer runs on tiny random models, checked against
+independent generations and independent Judge.score calls."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import (
+    EarlyStoppingCallback,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    T5Config,
+    T5ForConditionalGeneration,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
+
+from pluie_reward import Judge
+from pluie_reward.callbacks import PluieCallback
+from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
+
+SOURCES = [
+    "The cat sleeps on the mat.",
+    "The dog barks at night.",
+    "A cat is sleeping.",
+    "Paraphrase this sentence.",
+    "The dog is on the mat.",
+]
+KEYS = {"eval_pluie_mean", "eval_pluie_accept_rate", "eval_pluie_p10", "eval_pluie_p50", "eval_pluie_p90"}
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return make_tiny_tokenizer()
+
+
+def chat_items(sources=SOURCES):
+    return [{"prompt": [{"role": "user", "content": f"Paraphrase: {s}"}], "source": s} for s in sources]
+
+
+def lm_dataset(tok, width=6):
+    """A tiny tokenized dataset for the trainer's own loss (train and eval)."""
+    rows = [tok(s)["input_ids"][:width] for s in SOURCES]
+    return Dataset.from_dict(
+        {
+            "input_ids": [r + [tok.pad_token_id] * (width - len(r)) for r in rows],
+            "attention_mask": [[1] * len(r) + [0] * (width - len(r)) for r in rows],
+            "labels": [r + [-100] * (width - len(r)) for r in rows],
+        }
+    )
+
+
+def training_args(tmp_path, **kw):
+    base = dict(report_to=[], use_cpu=True, disable_tqdm=True, per_device_eval_batch_size=8)
+    base.update(kw)
+    return TrainingArguments(str(tmp_path), **base)
+
+
+def read_table(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def lerp_quantile(sorted_values, q):
+    """Hand-written linear interpolation (numpy's default), independent of the module's helper."""
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] * (1 - (pos - lo)) + sorted_values[hi] * (pos - lo)
+
+
+def greedy_one(model, ids, max_new_tokens, encoder_decoder=False):
+    """Reference generation: one unpadded prompt at a time, a plain greedy loop."""
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=model.config.pad_token_id,
+        )
+    return out[0] if encoder_decoder else out[0, len(ids):]
+
+
+def test_evaluate_logs_pluie_metrics_matching_independent_scores(tok, tiny_judge, tmp_path):
+    model = make_tiny_causal_lm(tok, seed=1)
+    # batch_size=2 forces left padding of prompts of different lengths
+    callback = PluieCallback(tiny_judge, "para-fs", chat_items(), batch_size=2, max_new_tokens=6, threshold=0.0)
+    trainer = Trainer(model=model, args=training_args(tmp_path), eval_dataset=lm_dataset(tok), processing_class=tok, callbacks=[callback])
+    metrics = trainer.evaluate()
+
+    logged = [entry for entry in trainer.state.log_history if "eval_pluie_mean" in entry]
+    assert len(logged) == 1 and KEYS <= set(logged[0])
+    assert {k: metrics[k] for k in KEYS} == {k: logged[0][k] for k in KEYS}
+    rows = read_table(tmp_path / "pluie" / "step-000000.jsonl")
+    assert [r["source"] for r in rows] == SOURCES
+
+    # generations: the same as greedy decoding of each prompt alone, without padding
+    for row, item in zip(rows, chat_items()):
+        text = tok.apply_chat_template(item["prompt"], tokenize=False, add_generation_prompt=True)
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert row["generation"] == tok.decode(greedy_one(model, ids, 6), skip_special_tokens=True).strip()
+
+    # scores: an independent Judge.score call on the table's generations, summarised by hand
+    scores = tiny_judge.score("para-fs", source=SOURCES, hypothesis=[r["generation"] for r in rows], use_cache=False)
+    assert [r["score"] for r in rows] == pytest.approx(scores, abs=1e-5)
+    ordered = sorted(scores)
+    assert logged[0]["eval_pluie_mean"] == pytest.approx(sum(scores) / 5, abs=1e-5)
+    assert logged[0]["eval_pluie_accept_rate"] == pytest.approx(sum(s > 0 for s in scores) / 5)
+    assert logged[0]["eval_pluie_p50"] == pytest.approx(ordered[2], abs=1e-5)
+    assert logged[0]["eval_pluie_p10"] == pytest.approx(lerp_quantile(ordered, 0.1), abs=1e-5)
+    assert logged[0]["eval_pluie_p90"] == pytest.approx(ordered[3] + 0.6 * (ordered[4] - ordered[3]), abs=1e-5)
+
+
+def test_accept_rate_follows_threshold(tok, tiny_judge):
+    model = make_tiny_causal_lm(tok, seed=1)
+    probe = PluieCallback(tiny_judge, "para-fs", chat_items(), max_new_tokens=4)
+    records = probe.generate_and_score(model, tok)
+    cut = sorted(r["score"] for r in records)[2]  # the median: two items are strictly above it
+    callback = PluieCallback(tiny_judge, "para-fs", chat_items(), max_new_tokens=4, threshold=cut, write_table=False)
+    assert callback.evaluate(model, tok)["eval_pluie_accept_rate"] == pytest.approx(2 / 5)
+
+
+class MetricsSpy(TrainerCallback):
+    """Records the metrics dict that callbacks placed before PluieCallback would see."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        self.seen.append(dict(metrics))
+
+
+def test_best_model_selection_and_early_stopping_use_pluie_mean(tok, tiny_judge, tmp_path):
+    model = make_tiny_causal_lm(tok, seed=2)
+    callback = PluieCallback(tiny_judge, "para-fs", chat_items(), max_new_tokens=5)
+    spy = MetricsSpy()
+    args = training_args(
+        tmp_path, max_steps=4, eval_strategy="steps", eval_steps=2, save_strategy="steps", save_steps=2,
+        load_best_model_at_end=True, metric_for_best_model="eval_pluie_mean", greater_is_better=True,
+        learning_rate=0.05, per_device_train_batch_size=5, logging_steps=100,
+    )
+    data = lm_dataset(tok)
+    trainer = Trainer(
+        model=model, args=args, train_dataset=data, eval_dataset=data, processing_class=tok,
+        # given before PluieCallback: it must still see the PLUIE metrics
+        callbacks=[spy, EarlyStoppingCallback(early_stopping_patience=10), callback],
+    )
+    trainer.train()
+
+    means = {e["step"]: e["eval_pluie_mean"] for e in trainer.state.log_history if "eval_pluie_mean" in e}
+    assert sorted(means) == [2, 4]
+    best_step = max(means, key=means.get)
+    assert trainer.state.best_metric == pytest.approx(means[best_step])
+    assert trainer.state.best_global_step == best_step
+    assert trainer.state.best_model_checkpoint.endswith(f"checkpoint-{best_step}")
+    assert all("eval_pluie_mean" in seen for seen in spy.seen) and len(spy.seen) >= 2
+    assert (tmp_path / "pluie" / "step-000002.jsonl").is_file() and (tmp_path / "pluie" / "step-000004.jsonl").is_file()
+
+
+def test_seq2seq_generator(tiny_judge, tmp_path):
+    tok = make_tiny_tokenizer(chat=False)
+    config = T5Config(
+        vocab_size=len(tok), d_model=32, d_ff=64, d_kv=8, num_layers=2, num_decoder_layers=2, num_heads=4,
+        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, decoder_start_token_id=tok.pad_token_id,
+        initializer_factor=1.0,
+    )
+    torch.manual_seed(0)
+    model = T5ForConditionalGeneration(config).eval()
+    items = [{"prompt": f"paraphrase: {s}", "source": s} for s in SOURCES]
+    callback = PluieCallback(tiny_judge, "para-fs", items, batch_size=3, max_new_tokens=5)
+    args = Seq2SeqTrainingArguments(str(tmp_path), report_to=[], use_cpu=True, disable_tqdm=True, per_device_eval_batch_size=8)
+    trainer = Seq2SeqTrainer(model=model, args=args, eval_dataset=lm_dataset(tok), processing_class=tok, callbacks=[callback])
+    metrics = trainer.evaluate()
+
+    assert KEYS <= set(metrics)
+    assert any("eval_pluie_mean" in e for e in trainer.state.log_history)
+    rows = read_table(tmp_path / "pluie" / "step-000000.jsonl")
+    for row, item in zip(rows, items):
+        ids = tok(item["prompt"])["input_ids"]
+        assert row["generation"] == tok.decode(greedy_one(model, ids, 5, encoder_decoder=True), skip_special_tokens=True).strip()
+    scores = tiny_judge.score("para-fs", source=SOURCES, hypothesis=[r["generation"] for r in rows], use_cache=False)
+    assert metrics["eval_pluie_mean"] == pytest.approx(sum(scores) / len(scores), abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"eval_set": []}, ValueError, "empty"),
+        ({"eval_set": Dataset.from_dict({"prompt": [], "source": []})}, ValueError, "empty"),
+        ({"eval_set": [{"prompt": "p"}]}, ValueError, r"lacks \['source'\]"),
+        ({"eval_set": [{"source": "s"}]}, ValueError, r"lacks \['prompt'\]"),
+        ({"eval_set": [{"prompt": "p", "original": "o"}], "template": "rev"}, ValueError, "instruction"),
+        ({"template": "no-such-template"}, ValueError, "unknown template"),
+        ({"eval_set": [{"prompt": "p", "source": 3}]}, TypeError, "source"),
+        ({"eval_set": [{"prompt": 3, "source": "s"}]}, TypeError, "prompt"),
+        ({"judge": "tiny"}, TypeError, "judge"),
+        ({"every_n_steps": 0}, ValueError, "every_n_steps"),
+        ({"hypothesis_field": "answer"}, ValueError, "hypothesis_field"),
+    ],
+)
+def test_bad_configuration_fails_at_construction(tiny_judge, kwargs, error, match):
+    config = {"judge": tiny_judge, "template": "para-fs", "eval_set": [{"prompt": "p", "source": "s"}], **kwargs}
+    with pytest.raises(error, match=match):
+        PluieCallback(config.pop("judge"), config.pop("template"), config.pop("eval_set"), **config)
+
+
+def test_every_n_steps_conflicts_with_metric_for_best_model(tok, tiny_judge, tmp_path):
+    callback = PluieCallback(tiny_judge, "para-fs", chat_items(), every_n_steps=2)
+    args = training_args(tmp_path, eval_strategy="steps", eval_steps=2, save_steps=2, load_best_model_at_end=True,
+                         metric_for_best_model="eval_pluie_mean")
+    with pytest.raises(ValueError, match="every_n_steps=None"):
+        callback.attach(Trainer(model=make_tiny_causal_lm(tok), args=args, eval_dataset=lm_dataset(tok), processing_class=tok))
+
+
+def test_every_n_steps_logs_during_training_with_lazy_judge_factory(tok, tiny_judge, tmp_path):
+    calls = []
+
+    def factory():
+        calls.append(1)
+        return tiny_judge
+
+    callback = PluieCallback(factory, "para-fs", chat_items(SOURCES[:2]), every_n_steps=2, max_new_tokens=3)
+    assert calls == []  # built lazily
+    model = make_tiny_causal_lm(tok, seed=3)
+    args = training_args(tmp_path, max_steps=4, per_device_train_batch_size=5, logging_steps=100, save_strategy="no")
+    trainer = Trainer(model=model, args=args, train_dataset=lm_dataset(tok), processing_class=tok)
+    callback.attach(trainer)  # explicit attach also adds the callback
+    trainer.train()
+    steps = [e["step"] for e in trainer.state.log_history if "eval_pluie_mean" in e]
+    assert steps == [2, 4] and calls == [1]
+
+
+def _training_flags(model):
+    return [m.training for m in model.modules()]
+
+
+def test_shared_judge_restores_training_state(tok):
+    model = make_tiny_causal_lm(tok, seed=4)
+    model.activation_checkpointing_enable()  # gradient checkpointing (renamed in transformers 5.x)
+    model.config.use_cache = False
+    model.train()
+    model.model.layers[0].eval()  # a mixed state must come back exactly
+    before = _training_flags(model)
+    judge = Judge(model, tok)  # shares the generator's weights
+    callback = PluieCallback(judge, "para-fs", chat_items(SOURCES[:3]), max_new_tokens=4, write_table=False)
+    metrics = callback.evaluate(model, tok)
+    assert _training_flags(model) == before
+    assert model.is_activation_checkpointing and model.config.use_cache is False
+    assert all(p.requires_grad for p in model.parameters())
+    # the model still trains after the callback ran (no inference tensors left behind)
+    out = model(input_ids=torch.tensor([[5, 6, 7]]), labels=torch.tensor([[5, 6, 7]]))
+    out.loss.backward()
+    assert metrics["eval_pluie_mean"] == pytest.approx(sum(r["score"] for r in callback.generate_and_score(model, tok)) / 3, abs=1e-5)
+
+
+def test_peft_generator_with_adapter_disabled_judge(tok):
+    peft = pytest.importorskip("peft")
+    base = make_tiny_causal_lm(tok, seed=5)
+    model = peft.get_peft_model(base, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    model.train()
+    before = _training_flags(model)
+    judge = Judge(model, tok, disable_adapters=True)
+    callback = PluieCallback(judge, "para-fs", chat_items(SOURCES[:3]), max_new_tokens=4, write_table=False)
+    records = callback.generate_and_score(model, tok)
+    assert _training_flags(model) == before and model.active_adapter == "default"
+    # the judge scored with the base weights: same as a judge over the base model alone
+    with model.disable_adapter():
+        reference = Judge(base, tok).score("para-fs", source=SOURCES[:3], hypothesis=[r["generation"] for r in records])
+    assert [r["score"] for r in records] == pytest.approx(reference, abs=1e-5)
