@@ -1,0 +1,58 @@
+"""Small formatting helpers for result tables (Markdown) and JSON files.
+
+Example:
+    >>> print(markdown_table(["a", "b"], [["1", "2"]]))
+    | a | b |
+    |---|---|
+    | 1 | 2 |
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub-flavoured Markdown table (``|`` inside cells is escaped)."""
+
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def number(value: float | None, digits: int = 2) -> str:
+    """A rounded number, or "N/A" for a metric that is undefined.
+
+    Example:
+        >>> number(0.7058), number(None)
+        ('0.71', 'N/A')
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "N/A"
+    return f"{value:.{digits}f}"
+
+
+def percent(value: float | None) -> str:
+    """A fraction as a percentage with one decimal, or "–" when absent.
+
+    Example:
+        >>> percent(0.1234), percent(None)
+        ('12.3%', '–')
+    """
+    return "–" if value is None else f"{100 * value:.1f}%"
+
+
+def write_outputs(directory: str | Path, results: dict[str, Any], markdown: str) -> tuple[Path, Path]:
+    """Write ``results.json`` and ``results.md`` into ``directory`` (created if needed)."""
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = folder / "results.json", folder / "results.md"
+    json_path.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    md_path.write_text(markdown + "\n", encoding="utf-8")
+    return json_path, md_path

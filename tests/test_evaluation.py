@@ -1,0 +1,317 @@
+"""pluie_reward.evaluation: hand-computed metrics, baselines, plots, the PARAPHRASUS protocol, the CLI."""
+
+import json
+import math
+
+import pytest
+
+from pluie_reward.cli import main
+from pluie_reward.evaluation import baselines as bl
+from pluie_reward.evaluation.metrics import (
+    as_labels,
+    as_preferences,
+    as_scores,
+    best_threshold,
+    classification_metrics,
+    classification_report,
+    cohens_kappa,
+    cramers_v,
+    preference_metrics,
+    tie_calibrated_accuracy,
+)
+from pluie_reward.evaluation.paraphrasus import load_pairs, markdown_report, peer_results, run_paraphrasus, summarise
+from pluie_reward.evaluation.plots import plot_score_histograms, plot_threshold_curves
+from pluie_reward.evaluation.tasks import evaluate_classification, evaluate_preference
+
+from conftest import PARAPHRASUS
+
+# ---------------------------------------------------------------------------------------------
+# classification, hand-computed
+#   scores  -2.0  -0.5  0.5  1.0  3.0  -1.0
+#   labels    F     T    T    F    T     F         (3 positives, 3 negatives)
+# threshold 0 (score > 0 is positive): predicted positive = {0.5, 1.0, 3.0}
+#   TP = 2 (0.5, 3.0), FP = 1 (1.0), FN = 1 (-0.5), TN = 2 (-2.0, -1.0)
+#   accuracy 4/6, precision 2/3, recall 2/3, F1 2/3
+# candidate thresholds: -3 (min-1), -1.5, -0.75, 0.0, 0.75, 2.0, 4 (max+1)
+#   -0.75: positives {-0.5, 0.5, 1.0, 3.0}: TP 3, FP 1, TN 2 -> acc 5/6, P 3/4, R 1, F1 = 1.5/1.75 = 6/7
+#   (-3: F1 2/3, -1.5: F1 0.75, 0: 2/3, 0.75: 0.4, 2: 0.5, 4: 0) -> best F1 and best accuracy at -0.75
+SCORES = [-2.0, -0.5, 0.5, 1.0, 3.0, -1.0]
+LABELS = [False, True, True, False, True, False]
+
+
+def test_classification_at_natural_threshold_hand_computed():
+    m = classification_metrics(SCORES, LABELS, 0.0)
+    assert m["accuracy"] == pytest.approx(4 / 6)
+    assert m["precision"] == pytest.approx(2 / 3)
+    assert m["recall"] == pytest.approx(2 / 3)
+    assert m["f1"] == pytest.approx(2 / 3)
+    assert (m["tp"], m["fp"], m["tn"], m["fn"]) == (2, 1, 2, 1)
+
+
+def test_a_posteriori_thresholds_hand_computed():
+    r = classification_report(SCORES, LABELS)
+    assert r["n"] == 6 and r["positives"] == 3
+    assert r["best_f1"]["threshold"] == pytest.approx(-0.75)
+    assert r["best_f1"]["f1"] == pytest.approx(6 / 7)
+    assert r["best_f1"]["accuracy"] == pytest.approx(5 / 6)
+    assert r["best_f1"]["precision"] == pytest.approx(0.75)
+    assert r["best_f1"]["recall"] == pytest.approx(1.0)
+    assert r["best_accuracy"]["threshold"] == pytest.approx(-0.75)
+
+
+def test_best_accuracy_and_best_f1_can_differ():
+    # scores 1 2 3 4, labels T F F F.
+    # all positive (threshold 0 = min-1): acc 1/4, P 1/4, R 1, F1 = 2*(1/4)/(5/4) = 0.4  <- best F1
+    # all negative (threshold 5 = max+1): acc 3/4, F1 0 (P, R defined as 0)              <- best accuracy
+    scores, labels = [1, 2, 3, 4], [True, False, False, False]
+    f1 = best_threshold(scores, labels, "f1")
+    acc = best_threshold(scores, labels, "accuracy")
+    assert (f1["threshold"], f1["f1"], f1["accuracy"]) == (0.0, pytest.approx(0.4), pytest.approx(0.25))
+    assert (acc["threshold"], acc["accuracy"], acc["f1"], acc["precision"]) == (5.0, pytest.approx(0.75), 0.0, 0.0)
+    # natural threshold None (a baseline): no "natural" entry
+    assert "natural" not in classification_report(scores, labels, natural_threshold=None)
+
+
+def test_score_equal_to_threshold_is_negative():
+    # verdict is score > threshold, like Judge.score: 0.0 at threshold 0 is a negative
+    m = classification_metrics([0.0, 1.0], [True, True], 0.0)
+    assert (m["tp"], m["fn"]) == (1, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# preference, hand-computed
+#   a     = 3   1   2    0    5
+#   b     = 1   2   2    0.5  4.8
+#   d=a-b = 2  -1   0   -0.5  0.2
+#   human = A   B  tie  tie   A
+# epsilon candidates 0, 0.2, 0.5, 1, 2 (tie when |d| <= eps):
+#   0   -> A B tie B A       : 4/5 correct        <- best (smallest of the ties)
+#   0.2 -> A B tie B tie     : 3/5
+#   0.5 -> A B tie tie tie   : 4/5
+#   1   -> A tie tie tie tie : 3/5
+#   2   -> all tie           : 2/5
+# At eps 0: contingency human x predicted (A, B, tie):
+#   A: 2 0 0 | B: 0 1 0 | tie: 0 1 1 ; row sums 2 1 2, column sums 2 2 1, n 5
+#   chi2 = 3.0 + 1.5 + 1.75 = 6.25 ; V = sqrt(6.25 / (5 * 2)) = sqrt(0.625) = 0.790569...
+#   kappa: p_o = 0.8, p_e = (2*2 + 1*2 + 2*1)/25 = 0.32 -> 0.48/0.68 = 0.705882...
+# At fixed eps 0.5: predicted A B tie tie tie
+#   A: 1 0 1 | B: 0 1 0 | tie: 0 0 2 ; column sums 1 1 3
+#   chi2 = 1.3333 + 4.0 + 1.3333 = 6.6667 ; V = sqrt(0.66667) = 0.816497
+#   kappa: p_e = (2*1 + 1*1 + 2*3)/25 = 0.36 -> (0.8-0.36)/0.64 = 0.6875
+A = [3, 1, 2, 0, 5]
+B = [1, 2, 2, 0.5, 4.8]
+HUMAN = ["A", "B", "tie", "tie", "A"]
+
+
+def test_tie_calibrated_pairwise_accuracy_hand_computed():
+    assert tie_calibrated_accuracy(A, B, HUMAN) == (pytest.approx(0.8), 0.0)
+    m = preference_metrics(A, B, HUMAN)
+    assert m["pairwise_accuracy"] == pytest.approx(0.8)
+    assert m["epsilon"] == 0.0 and m["tie_calibrated"]
+    assert m["cramers_v"] == pytest.approx(0.7905694150)
+    assert m["cohens_kappa"] == pytest.approx(0.7058823529)
+    assert m["predicted_counts"] == {"A": 2, "B": 2, "tie": 1}
+    assert m["human_counts"] == {"A": 2, "B": 1, "tie": 2}
+
+
+def test_preference_at_fixed_epsilon_hand_computed():
+    m = preference_metrics(A, B, HUMAN, epsilon=0.5)
+    assert m["pairwise_accuracy"] == pytest.approx(0.8)
+    assert m["cramers_v"] == pytest.approx(0.8164965809)
+    assert m["cohens_kappa"] == pytest.approx(0.6875)
+
+
+def test_tie_calibration_picks_a_positive_epsilon_when_it_helps():
+    # d = 0.1, 3, -0.2 ; human tie, A, tie -> eps 0.2 makes all three right (eps 0: only the A)
+    assert tie_calibrated_accuracy([1.1, 4, 0.8], [1, 1, 1], ["tie", "A", "tie"]) == (1.0, pytest.approx(0.2))
+
+
+def test_undefined_association_is_none_not_nan():
+    # metric always says tie (like BLEU = 0 for both candidates): V has one column -> N/A;
+    # kappa: p_o = 1/2 (the human tie), p_e = (1/2)(1) = 1/2 -> 0
+    m = preference_metrics([0.0, 0.0], [0.0, 0.0], ["A", "tie"])
+    assert m["cramers_v"] is None
+    assert m["cohens_kappa"] == pytest.approx(0.0)
+    assert cohens_kappa(["A", "A"], ["A", "A"]) is None
+    # perfect association on two categories
+    assert cramers_v(["A", "B", "A"], ["B", "A", "B"]) == pytest.approx(1.0)
+
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(ValueError, match="NaN/infinite"):
+        as_scores([1.0, float("nan")])
+    with pytest.raises(ValueError, match="not a binary label"):
+        as_labels(["maybe"])
+    with pytest.raises(ValueError, match="A, B or tie"):
+        as_preferences(["C"])
+    with pytest.raises(ValueError, match="same length"):
+        classification_metrics([1.0, 2.0], [True])
+    with pytest.raises(ValueError, match="epsilon"):
+        preference_metrics(A, B, HUMAN, epsilon=-1.0)
+    with pytest.raises(ValueError, match="by must be"):
+        best_threshold([1.0], [True], by="auc")
+
+
+# ---------------------------------------------------------------------------------------------
+def test_baselines_hand_computed():
+    # kitten -> sitting: 3 edits, longer string 7 characters -> 1 - 3/7
+    assert bl.levenshtein_similarity("kitten", "sitting") == pytest.approx(4 / 7)
+    assert bl._edit_distance("kitten", "sitting") == 3
+    assert bl._edit_distance("flaw", "lawn") == 2
+    assert bl.levenshtein_similarity("", "") == 1.0
+    assert bl.bleu("the cat sat on the mat", "the cat sat on the mat") == pytest.approx(1.0)
+    assert bl.bleu("the cat sat on the mat", "dogs bark loudly") == pytest.approx(0.0)
+    assert bl.parse_baselines("none") == [] and "levenshtein" in bl.parse_baselines("all")
+    with pytest.raises(ValueError, match="unknown baseline"):
+        bl.parse_baselines("rouge")
+
+
+def test_embedding_baseline_when_installed():
+    pytest.importorskip(bl.EMBEDDING_PACKAGE)
+    same, other = bl.embedding_cosine(["A cat sleeps on the mat.", "A cat sleeps on the mat."],
+                                      ["A cat sleeps on the mat.", "Stock markets fell sharply today."])
+    assert same == pytest.approx(1.0, abs=1e-4)
+    assert other < 0.5
+
+
+# ---------------------------------------------------------------------------------------------
+def test_plots_are_written(tmp_path):
+    curves = plot_threshold_curves(SCORES, LABELS, tmp_path / "a" / "curves.png", title="t")
+    hist = plot_score_histograms(SCORES, LABELS, tmp_path / "hist.png", label_names=("no", "yes"))
+    for path in (curves, hist):
+        data = path.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_evaluate_tasks_score_through_the_judge(tiny_judge, tmp_path):
+    src = ["The cat sleeps.", "The dog barks.", "A man walks.", "Rain falls."]
+    hyp = ["A cat is asleep.", "The dog is silent.", "A man is walking.", "The sun shines."]
+    labels = [True, False, True, False]
+    r = evaluate_classification(tiny_judge, {"source": src, "hypothesis": hyp}, labels, plots_dir=tmp_path, progress=False)
+    direct = tiny_judge.score("para-fs", source=src, hypothesis=hyp)
+    assert r["scores"]["PLUIE"] == pytest.approx(direct)
+    assert r["scores"]["levenshtein"] == pytest.approx([bl.levenshtein_similarity(s, h) for s, h in zip(src, hyp)])
+    expected_acc = sum((s > 0) == y for s, y in zip(direct, labels)) / 4
+    assert r["metrics"]["PLUIE"]["natural"]["accuracy"] == pytest.approx(expected_acc)
+    assert len(r["plots"]) == 6 and all((tmp_path / p).exists() for p in r["plots"])
+
+    p = evaluate_preference(tiny_judge, {"source": src}, hyp, src[::-1], ["A", "B", "tie", "A"], progress=False)
+    assert p["scores"]["PLUIE"]["A"] == pytest.approx(direct)
+    assert p["scores"]["PLUIE"]["B"] == pytest.approx(tiny_judge.score(source=src, hypothesis=src[::-1]))
+
+
+# ---------------------------------------------------------------------------------------------
+# PARAPHRASUS protocol (counts from the data folder's README)
+def _raw(name):
+    return json.loads((PARAPHRASUS / name).read_text())
+
+
+def test_paraphrasus_pair_selection_follows_the_readme():
+    pairs = load_pairs(PARAPHRASUS)
+    counts = {k: len(v) for k, v in pairs.items()}
+    assert counts["MRPC"] == 1725 and counts["STS-H"] == 338 and counts["STS"] == 706
+    assert counts["SICK"] == 2305 and counts["TRUE"] == 167 and counts["SIMP"] == 600
+    assert counts["SNLI"] == len(_raw("stannlp-snli-pre-hyp.json")) + len(_raw("stannlp-snli-hyp-pre.json"))
+    assert counts["ANLI"] == 2 * 798
+    sts = _raw("stsbenchmark-test-sts.json")
+    assert all("label" in sts[p.pair_id] and p.expected == sts[p.pair_id]["label"] for p in pairs["STS-H"])
+    assert all(0 <= sts[p.pair_id]["score"] < 3 and not p.expected for p in pairs["STS"])
+    sick = _raw("sickr-sts.json")
+    assert all(1 <= sick[p.pair_id]["score"] < 3 and not p.expected for p in pairs["SICK"])
+    assert all(p.expected for p in pairs["TRUE"] + pairs["SIMP"])
+    assert not any(p.expected for p in pairs["SNLI"] + pairs["ANLI"])
+    mrpc = _raw("ms-mrpc.json")
+    assert sum(p.expected for p in pairs["MRPC"]) == sum(e["label"] for e in mrpc.values())
+
+
+def test_paraphrasus_limit_keeps_both_directions():
+    pairs = load_pairs(PARAPHRASUS, limit=5, seed=1)
+    assert all(len(v) == 5 for v in pairs.values())
+    for name in ("SNLI", "ANLI"):
+        files = [p.file for p in pairs[name]]
+        assert files.count(files[0]) == 3 and len(set(files)) == 2  # 5 shared as 3 + 2
+    with pytest.raises(ValueError, match="unknown PARAPHRASUS dataset"):
+        load_pairs(PARAPHRASUS, datasets=["PAWSX"])
+
+
+def test_summary_hand_computed():
+    # Classify: MRPC 1/4, STS-H 1/2 -> 0.375 ; Minimize: SNLI 0/5 -> 0 ; Maximize: TRUE 2/2 -> 1
+    # overall (0.375 + 0 + 1) / 3 = 0.458333...
+    s = summarise({"MRPC": (1, 4), "STS-H": (1, 2), "SNLI": (0, 5), "TRUE": (2, 2)})
+    assert s["challenges"] == {"Classify!": 0.375, "Minimize!": 0.0, "Maximize!": 1.0}
+    assert s["overall"] == pytest.approx(1.375 / 3)
+
+
+def test_peer_figures_are_read_as_fractions():
+    peers = peer_results(PARAPHRASUS, "llama3")
+    assert peers["llama_3_8b_ins_q4_k_m"]["MRPC"] == pytest.approx(0.241)
+    assert peers["llama_3_3_70b_ins_q8"]["averages"]["Overall Average"] == pytest.approx(0.158)
+
+
+def test_paraphrasus_runner_with_a_tiny_judge(tiny_judge):
+    results = run_paraphrasus(tiny_judge, PARAPHRASUS, limit=3, progress=False, keep_pairs=True, peers="llama3")
+    pairs = load_pairs(PARAPHRASUS, limit=3)
+    for name, items in pairs.items():
+        # independent recomputation: score each pair as (source=sentence1, hypothesis=sentence2)
+        scores = tiny_judge.score("para-fs", source=[p.sentence1 for p in items], hypothesis=[p.sentence2 for p in items])
+        wrong = sum((s > 0) != p.expected for s, p in zip(scores, items))
+        assert results["datasets"][name]["errors"] == wrong
+        assert results["datasets"][name]["error_rate"] == pytest.approx(wrong / 3)
+    rates = {k: v["error_rate"] for k, v in results["datasets"].items()}
+    classify = (rates["MRPC"] + rates["STS-H"]) / 2
+    minimize = (rates["SNLI"] + rates["ANLI"] + rates["STS"] + rates["SICK"]) / 4
+    maximize = (rates["TRUE"] + rates["SIMP"]) / 2
+    assert results["overall"] == pytest.approx((classify + minimize + maximize) / 3)
+    # the Llama 3 8B means over the same datasets: Classify (24.1 + 55.6) / 2 = 39.85 %
+    assert results["peers"]["llama_3_8b_ins_q4_k_m"]["challenges_same_datasets"]["Classify!"] == pytest.approx(0.3985)
+    table = markdown_report(results)
+    assert "| Classify! | MRPC | 3 |" in table and "24.1%" in table and "**overall**" in table
+
+
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture
+def cli_tiny_judge(monkeypatch, tiny_judge):
+    import pluie_reward.evaluation.cli as ecli
+
+    monkeypatch.setattr(ecli, "judge_from_args", lambda args: tiny_judge)
+    return tiny_judge
+
+
+def test_cli_classification_and_preference(cli_tiny_judge, tmp_path, capsys):
+    rows = [
+        {"src": "The cat sleeps.", "hypothesis": "A cat is asleep.", "label": True, "b": "Dogs bark.", "human": "A"},
+        {"src": "The dog barks.", "hypothesis": "Cats sleep.", "label": False, "b": "A dog barks.", "human": "B"},
+        {"src": "Rain falls.", "hypothesis": "It rains.", "label": "yes", "b": "It is raining.", "human": "tie"},
+    ]
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "cls"
+    code = main(["eval", "classification", "-i", str(data), "--column", "source=src", "-o", str(out), "--plots", "--no-progress"])
+    assert code == 0
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["n"] == 3 and saved["positives"] == 2 and set(saved["metrics"]) == {"PLUIE", "levenshtein", "bleu"}
+    assert (out / "results.md").read_text().startswith("3 pairs")
+    assert (out / "plots" / "PLUIE_thresholds.png").exists()
+    assert "| PLUIE | natural threshold | 0.00 |" in capsys.readouterr().out
+
+    code = main(["eval", "preference", "-i", str(data), "--column", "source=src", "--a-column", "hypothesis",
+                 "--baselines", "none", "--no-progress", "-o", str(tmp_path / "pref")])
+    assert code == 0
+    saved = json.loads((tmp_path / "pref" / "results.json").read_text())
+    assert saved["metrics"]["PLUIE"]["human_counts"] == {"A": 1, "B": 1, "tie": 1}
+    # a missing column is a usage error (exit 2) that names the columns
+    assert main(["eval", "classification", "-i", str(data), "--no-progress"]) == 2
+    assert "no column(s) ['source']" in capsys.readouterr().err
+
+
+def test_cli_paraphrasus(cli_tiny_judge, tmp_path, capsys):
+    out = tmp_path / "para"
+    code = main(["eval", "paraphrasus", "--data-dir", str(PARAPHRASUS), "--limit", "2", "--datasets", "MRPC,SNLI",
+                 "--peers", "llama3", "--plots", "-o", str(out), "--no-progress"])
+    assert code == 0
+    saved = json.loads((out / "results.json").read_text())
+    assert set(saved["datasets"]) == {"MRPC", "SNLI"} and saved["limit_per_dataset"] == 2
+    assert (out / "plots" / "SNLI_histogram.png").exists()
+    printed = capsys.readouterr().out
+    assert "llama_3_8b_ins_q4_k_m" in printed and "| Minimize! | SNLI | 2 |" in printed
+    assert main(["eval", "paraphrasus", "--data-dir", str(tmp_path), "--no-progress"]) == 2
