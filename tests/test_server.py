@@ -1,0 +1,336 @@
+"""The judge server: a real uvicorn server on 127.0.0.1 (free port, background thread), tiny judge.
+
+References are computed in the test with ``Judge.score`` on a separate judge instance built with the
+same seed (same weights), never with the server's own output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import pickle
+import random
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+from conftest import mrpc_pairs  # noqa: E402
+
+from pluie_reward.cli import main  # noqa: E402
+from pluie_reward.server import RemoteJudgeError, RemotePluieReward, background, compute_score, compute_score_batch, create_app  # noqa: E402
+from pluie_reward.server.batcher import Batcher, ScoringError, ShuttingDown  # noqa: E402
+from pluie_reward.server.client import post_json  # noqa: E402
+from pluie_reward.testing import make_tiny_judge  # noqa: E402
+
+TOKEN = "test-token-7"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+TOL = 1e-3
+
+
+def sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+@pytest.fixture(scope="module")
+def pairs() -> tuple[list[str], list[str]]:
+    sources, hypotheses, _ = mrpc_pairs(40)
+    return sources, hypotheses
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_judge, pairs) -> list[float]:
+    """Judge.score on the pairs, one call, on a judge the server does not use."""
+    return tiny_judge.score("para-fs", source=pairs[0], hypothesis=pairs[1], use_cache=False)
+
+
+@pytest.fixture(scope="module")
+def server():
+    app = create_app(
+        make_tiny_judge(), "para-fs", token=TOKEN, max_wait_ms=100, max_items_per_request=64, max_body_bytes=64_000
+    )
+    with background(app, host="127.0.0.1", port=0) as srv:
+        srv.app = app
+        yield srv
+
+
+def metrics(server) -> dict:
+    return httpx.get(server.url + "/metrics", headers=AUTH, timeout=30).json()
+
+
+async def post_all(url: str, bodies: list[dict], concurrency: int | None = None, headers: dict = AUTH) -> list[httpx.Response]:
+    limit = asyncio.Semaphore(concurrency or len(bodies))
+    async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=64)) as client:
+
+        async def one(body: dict) -> httpx.Response:
+            async with limit:
+                return await client.post(url, json=body, headers=headers)
+
+        return await asyncio.gather(*(one(b) for b in bodies))
+
+
+# scoring ---------------------------------------------------------------------------------------
+def test_concurrent_clients_get_judge_scores_in_fewer_batches(server, pairs, reference):
+    sources, hypotheses = pairs
+    spans = [(i, i + 1 + i % 3) for i in range(0, 36, 3)]  # 12 requests of 1-3 items
+    bodies = [{"source": sources[a:b], "hypothesis": hypotheses[a:b]} for a, b in spans]
+    before = metrics(server)
+    responses = asyncio.run(post_all(server.url + "/score", bodies))
+    after = metrics(server)
+    for (a, b), response in zip(spans, responses):
+        assert response.status_code == 200, response.text
+        got = response.json()
+        assert set(got) == {"logratio", "p_yes", "verdict"}
+        assert len(got["logratio"]) == b - a
+        for k, i in enumerate(range(a, b)):
+            assert abs(got["logratio"][k] - reference[i]) <= TOL
+            assert abs(got["p_yes"][k] - sigmoid(reference[i])) <= TOL
+            assert got["verdict"][k] == (reference[i] > 0)
+    batches = after["batches"] - before["batches"]
+    assert 1 <= batches < len(bodies)
+    assert after["batch_requests"]["recent"]["max"] > 1
+    assert after["items"] - before["items"] == sum(b - a for a, b in spans)
+    assert after["requests"]["by_path"]["/score"] - before["requests"]["by_path"].get("/score", 0) == len(bodies)
+    assert after["latency_ms"]["count"] >= len(bodies) and after["latency_ms"]["max"] > 0
+
+
+def test_broadcast_string_field(server, pairs, tiny_judge):
+    source, hyps = pairs[0][0], pairs[1][:3]
+    want = tiny_judge.score("para-fs", source=[source] * 3, hypothesis=hyps, use_cache=False)
+    got = httpx.post(server.url + "/score", json={"source": source, "hypothesis": hyps}, headers=AUTH, timeout=60).json()
+    assert all(abs(g - w) <= TOL for g, w in zip(got["logratio"], want))
+
+
+def test_health_needs_no_token_and_names_the_fields(server):
+    health = httpx.get(server.url + "/health", timeout=30).json()
+    assert health["status"] == "ok" and health["template"] == "para-fs"
+    assert health["fields"] == ["source", "hypothesis"]
+    assert httpx.get(server.url + "/metrics", timeout=30).status_code == 401
+
+
+# bad requests ----------------------------------------------------------------------------------
+BAD = [
+    ("malformed json", "/score", '{"source": ["a"], "hypothesis": ', AUTH, 422, "JSON"),
+    ("wrong field name", "/score", {"src": ["a"], "hypothesis": ["b"]}, AUTH, 422, "unknown field(s) ['src']"),
+    ("missing field", "/score", {"hypothesis": ["b"]}, AUTH, 422, "missing field(s) ['source']"),
+    ("not an object", "/score", [1, 2], AUTH, 422, "dictionary"),
+    ("non-string item", "/score", {"source": [1], "hypothesis": ["b"]}, AUTH, 422, "expected a string"),
+    ("null item", "/score", {"source": ["a"], "hypothesis": [None]}, AUTH, 422, "item 0"),
+    ("unequal lengths", "/score", {"source": ["a", "b"], "hypothesis": ["c"]}, AUTH, 422, "different lengths"),
+    ("too many items", "/score", {"source": ["a"] * 65, "hypothesis": ["b"] * 65}, AUTH, 413, "at most 64"),
+    ("body too large", "/score", {"source": ["a" * 70_000], "hypothesis": ["b"]}, AUTH, 413, "Too Large"),
+    ("no token", "/score", {"source": ["a"], "hypothesis": ["b"]}, {}, 401, "bearer token"),
+    ("wrong token", "/score", {"source": ["a"], "hypothesis": ["b"]}, {"Authorization": "Bearer nope"}, 401, "bearer token"),
+    ("token, bad body", "/get_reward", "{oops", {"Authorization": "Bearer nope"}, 401, "bearer token"),
+    ("rm: wrong key", "/get_reward", {"queries": ["x"]}, AUTH, 422, "query"),
+    ("rm: unequal prompts", "/get_reward", {"query": ["ab"], "prompts": ["a", "b"], "labels": ["s"]}, AUTH, 422, "one per query"),
+    ("rm: prompt not in query", "/get_reward", {"query": ["xyz"], "prompts": ["abc"], "labels": ["s"]}, AUTH, 422, "not contained"),
+    ("rm: no labels", "/get_reward", {"query": ["abc"], "prompts": ["a"]}, AUTH, 422, "--label_key"),
+    ("rm: label not text", "/get_reward", {"query": ["abc"], "prompts": ["a"], "labels": [3]}, AUTH, 422, "labels[0]"),
+]
+
+
+@pytest.mark.parametrize("path, body, headers, status, message", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_requests_get_4xx_with_a_message(server, path, body, headers, status, message):
+    content = body if isinstance(body, str) else json.dumps(body)
+    response = httpx.post(
+        server.url + path, content=content, headers={**headers, "content-type": "application/json"}, timeout=60
+    )
+    assert response.status_code == status, response.text
+    assert message in response.text
+
+
+def test_server_still_serves_after_bad_requests(server, pairs, reference):
+    got = httpx.post(
+        server.url + "/score", json={"source": pairs[0][:1], "hypothesis": pairs[1][:1]}, headers=AUTH, timeout=60
+    ).json()
+    assert abs(got["logratio"][0] - reference[0]) <= TOL
+    assert metrics(server)["requests"]["by_status"].get("500", 0) == 0
+
+
+# OpenRLHF --------------------------------------------------------------------------------------
+def test_get_reward_matches_openrlhf_protocol(server, pairs, reference, tiny_judge):
+    sources, hypotheses = pairs
+    n = 5
+    prompts = [
+        tiny_judge.tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"Paraphrase: {s}"}], tokenize=False, add_generation_prompt=True
+        )
+        for s in sources[:n]
+    ]
+    # what OpenRLHF sends: decoded prompt + response (+ end-of-turn and padding), prompts, labels
+    queries = ["<pad><pad>" * (i % 2) + p + h + "<|im_end|>" + "<pad>" * i for i, (p, h) in enumerate(zip(prompts, hypotheses))]
+    body = {"query": queries, "prompts": prompts, "labels": sources[:n]}
+    answer = httpx.post(server.url + "/get_reward", json=body, headers=AUTH, timeout=60)
+    assert answer.status_code == 200, answer.text
+    answer = answer.json()
+    assert set(answer) == {"rewards", "scores", "extra_logs"}
+    assert all(abs(r - reference[i]) <= TOL for i, r in enumerate(answer["rewards"]))
+    assert all(abs(s - sigmoid(reference[i])) <= TOL for i, s in enumerate(answer["scores"]))
+    logs = answer["extra_logs"]
+    assert set(logs) == {"pluie_logratio", "pluie_p_yes", "pluie_verdict"}
+    assert all(len(v) == n for v in logs.values())
+    assert logs["pluie_verdict"] == [float(reference[i] > 0) for i in range(n)]
+
+
+# clients ---------------------------------------------------------------------------------------
+def test_remote_pluie_reward_for_trl(server, pairs, reference):
+    from trl.trainer.utils import get_callable_name, is_async_callable
+
+    sources, hypotheses = pairs
+    reward = RemotePluieReward(server.url, token=TOKEN, chunk_size=3, name="pluie_server")
+    assert is_async_callable(reward) and get_callable_name(reward) == "pluie_server"
+    assert pickle.loads(pickle.dumps(reward)).url == reward.url
+    logged = {}
+    n = 7
+    conversational = [[{"role": "assistant", "content": h}] for h in hypotheses[:n]]
+    for completions in (hypotheses[:n], conversational):
+        got = asyncio.run(reward(prompts=["p"] * n, completions=completions, source=sources[:n], log_metric=logged.__setitem__))
+        assert len(got) == n and all(abs(g - reference[i]) <= TOL for i, g in enumerate(got))
+    assert logged["pluie_server/accept_rate"] == pytest.approx(sum(r > 0 for r in reference[:n]) / n)
+    p_yes = RemotePluieReward(server.url, token=TOKEN, output="p_yes")
+    got = asyncio.run(p_yes(prompts=["p"], completions=hypotheses[:1], source=sources[:1]))
+    assert abs(got[0] - sigmoid(reference[0])) <= TOL
+    with pytest.raises(ValueError, match=r"column 'source'.*\['src'\]"):
+        asyncio.run(reward(prompts=["p"], completions=["x"], src=["s"]))
+    with pytest.raises(ValueError, match="completion 0 is NoneType"):
+        asyncio.run(reward(prompts=["p"], completions=[None], source=["s"]))
+    with pytest.raises(RemoteJudgeError, match="401"):
+        asyncio.run(RemotePluieReward(server.url, token="bad")(prompts=["p"], completions=["x"], source=["s"]))
+
+
+def test_compute_score_for_verl(server, pairs, reference, monkeypatch):
+    sources, hypotheses = pairs
+    got = compute_score("mrpc", hypotheses[0], sources[0], None, url=server.url, token=TOKEN)
+    assert isinstance(got, float) and abs(got - reference[0]) <= TOL
+    monkeypatch.setenv("PLUIE_REWARD_URL", server.url)
+    monkeypatch.setenv("PLUIE_REWARD_TOKEN", TOKEN)
+    records = compute_score_batch(
+        ["mrpc"] * 3, hypotheses[:3], [None] * 3, [{"src": s} for s in sources[:3]],
+        fields={"source": "extra_info.src"}, return_dict=True,
+    )
+    for i, record in enumerate(records):
+        assert abs(record["score"] - reference[i]) <= TOL and abs(record["p_yes"] - sigmoid(reference[i])) <= TOL
+    with pytest.raises(ValueError, match="extra_info keys"):
+        compute_score("mrpc", "h", "s", {"other": 1}, fields={"source": "extra_info.src"})
+    with pytest.raises(RemoteJudgeError, match="422"):
+        compute_score("mrpc", "h", None)  # no ground truth for 'source'
+
+
+def _dead_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def test_client_retries_transient_failures_then_fails_clearly():
+    calls = []
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) < 3:
+            return httpx.Response(503, json={"detail": "busy"})
+        return httpx.Response(200, json={"logratio": [1.0]})
+
+    with httpx.Client(transport=httpx.MockTransport(flaky)) as client:
+        assert post_json("http://judge/score", {}, retries=3, backoff=0.001, client=client) == {"logratio": [1.0]}
+    assert len(calls) == 3
+    calls.clear()
+    with httpx.Client(transport=httpx.MockTransport(lambda r: calls.append(r) or httpx.Response(422, json={"detail": "bad field"}))) as client:
+        with pytest.raises(RemoteJudgeError, match="HTTP 422: bad field"):
+            post_json("http://judge/score", {}, retries=3, backoff=0.001, client=client)
+    assert len(calls) == 1  # client errors are not retried
+    with pytest.raises(RemoteJudgeError, match="after 2 attempts"):
+        compute_score("d", "h", "s", url=_dead_url(), retries=1, timeout=5)
+
+
+# load ------------------------------------------------------------------------------------------
+def test_bounded_load_loses_no_request(server, pairs, reference):
+    sources, hypotheses = pairs
+    rng = random.Random(0)
+    spans = []
+    for _ in range(200):
+        a = rng.randrange(len(sources))
+        spans.append((a, min(len(sources), a + rng.randint(1, 3))))
+    bodies = [{"source": sources[a:b], "hypothesis": hypotheses[a:b]} for a, b in spans]
+    before = metrics(server)
+    responses = asyncio.run(asyncio.wait_for(post_all(server.url + "/score", bodies, concurrency=24), timeout=300))
+    after = metrics(server)
+    assert [r.status_code for r in responses] == [200] * len(bodies)
+    for (a, b), response in zip(spans, responses):
+        got = response.json()["logratio"]
+        assert len(got) == b - a and all(abs(g - reference[i]) <= TOL for g, i in zip(got, range(a, b)))
+    assert after["requests"]["by_path"]["/score"] - before["requests"]["by_path"]["/score"] == len(bodies)
+    assert after["items"] - before["items"] == sum(b - a for a, b in spans)
+    assert after["batches"] - before["batches"] < len(bodies)
+    assert after["queue"] == {"requests": 0, "items": 0}
+
+
+# shutdown and batcher --------------------------------------------------------------------------
+def test_graceful_shutdown_finishes_in_flight_requests(pairs, reference):
+    app = create_app(make_tiny_judge(), "para-fs", max_wait_ms=1500)
+    batcher = app.state.batcher
+    result = {}
+    with background(app) as srv:
+        def client() -> None:
+            result["response"] = httpx.post(
+                srv.url + "/score", json={"source": pairs[0][:2], "hypothesis": pairs[1][:2]}, timeout=60
+            )
+
+        thread = threading.Thread(target=client)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while batcher.pending[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert batcher.pending[0] == 1  # queued, waiting for company, when the server is told to stop
+    thread.join(60)
+    response = result["response"]
+    assert response.status_code == 200
+    assert all(abs(g - reference[i]) <= TOL for i, g in enumerate(response.json()["logratio"]))
+    with pytest.raises(ShuttingDown):
+        batcher.submit({"source": ["a"], "hypothesis": ["b"]})
+
+
+def test_batcher_isolates_a_failing_request(pairs, reference):
+    batcher = Batcher(make_tiny_judge(), "para-fs", max_wait_ms=300, truncate=False).start()
+    try:
+        rng = random.Random(1)
+        huge = "".join(rng.choice("qxzjkvwy ") for _ in range(30_000))
+        good = batcher.submit({"source": pairs[0][:2], "hypothesis": pairs[1][:2]})
+        bad = batcher.submit({"source": ["a"], "hypothesis": [huge]})
+        later = batcher.submit({"source": pairs[0][2:3], "hypothesis": pairs[1][2:3]})
+        assert [r["logratio"] for r in good.result(60)] == pytest.approx(reference[:2], abs=TOL)
+        assert later.result(60)[0]["logratio"] == pytest.approx(reference[2], abs=TOL)
+        with pytest.raises(ScoringError, match="longer than the judge's context") as err:
+            bad.result(60)
+        assert err.value.client_error
+        with pytest.raises(ValueError, match="unknown field"):
+            batcher.submit({"src": ["a"], "hypothesis": ["b"]})
+    finally:
+        batcher.close()
+
+
+# CLI -------------------------------------------------------------------------------------------
+def test_serve_cli_rejects_bad_options_before_loading_a_model(capsys, tmp_path):
+    assert main(["serve", "--rm-field", "nope=label"]) == 2
+    assert "not a field of template 'para-fs'" in capsys.readouterr().err
+    assert main(["serve", "--rm-field", "source=labels"]) == 2
+    assert "must be one of" in capsys.readouterr().err
+    assert main(["serve", "--token-file", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_template_without_default_mapping_serves_score_only(pairs):
+    app = create_app(make_tiny_judge(), "rev", max_wait_ms=0)
+    with background(app) as srv:
+        got = httpx.post(srv.url + "/get_reward", json={"query": ["q"]}, timeout=30)
+        assert got.status_code == 501 and "--rm-field" in got.text
+        ok = httpx.post(srv.url + "/score", json={"original": ["a"], "instruction": ["b"], "hypothesis": ["c"]}, timeout=60)
+        assert ok.status_code == 200 and len(ok.json()["logratio"]) == 1
