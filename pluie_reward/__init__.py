@@ -27,5 +27,17 @@ __all__ = [
     "SharedJudge",
     "OffloadedJudge",
     "load_trainable_embedded",
+    "PluieCallback",
 ]
+
+
+def __getattr__(name: str):
+    """Heavy parts imported on first use: ``PluieCallback`` pulls in transformers' Trainer (seconds)."""
+    if name == "PluieCallback":
+        from .callbacks import PluieCallback
+
+        return PluieCallback
+    raise AttributeError(f"module 'pluie_reward' has no attribute {name!r}")
+
+
 __version__ = "0.1.0"
