@@ -146,6 +146,13 @@ def test_bad_requests_get_4xx_with_a_message(server, path, body, headers, status
     assert message in response.text
 
 
+def test_body_without_json_content_type_gets_a_hint(server):
+    response = httpx.post(
+        server.url + "/score", content='{"source": ["a"], "hypothesis": ["b"]}', headers={**AUTH, "content-type": "text/plain"}, timeout=30
+    )
+    assert response.status_code == 422 and "Content-Type: application/json" in response.json()["hint"]
+
+
 def test_server_still_serves_after_bad_requests(server, pairs, reference):
     got = httpx.post(
         server.url + "/score", json={"source": pairs[0][:1], "hypothesis": pairs[1][:1]}, headers=AUTH, timeout=60

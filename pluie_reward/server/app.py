@@ -21,6 +21,8 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Mapping
 
 from fastapi import Body, FastAPI, HTTPException, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.datastructures import Headers
@@ -152,6 +154,13 @@ def create_app(
     app.state.mapping = rm_mapping
     app.add_middleware(_BearerAuth, token=token)
     app.add_middleware(_Timing, metrics=metrics)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        body: dict[str, Any] = {"detail": jsonable_encoder(exc.errors())}
+        if "json" not in request.headers.get("content-type", ""):
+            body["hint"] = "send the body as JSON with the header 'Content-Type: application/json'."
+        return JSONResponse(body, status_code=422)
 
     async def score_items(fields: Mapping[str, Any]) -> list[dict[str, Any]]:
         try:
