@@ -267,3 +267,64 @@ def test_peft_generator_with_adapter_disabled_judge(tok):
     with model.disable_adapter():
         reference = Judge(base, tok).score("para-fs", source=SOURCES[:3], hypothesis=[r["generation"] for r in records])
     assert [r["score"] for r in records] == pytest.approx(reference, abs=1e-5)
+
+
+def test_processes_score_disjoint_slices_covering_the_set(tok, tiny_judge):
+    model = make_tiny_causal_lm(tok, seed=1)
+    callback = PluieCallback(tiny_judge, "para-fs", chat_items(), max_new_tokens=3)
+    slices = [callback.generate_and_score(model, tok, process_index=r, num_processes=2) for r in range(2)]
+    assert [r["index"] for r in slices[0]] == [0, 1, 2] and [r["index"] for r in slices[1]] == [3, 4]
+    whole = callback.generate_and_score(model, tok)
+    assert [r["score"] for r in slices[0] + slices[1]] == pytest.approx([r["score"] for r in whole], abs=1e-5)
+
+
+def _conversations(tok):
+    return Dataset.from_dict(
+        {"messages": [[{"role": "user", "content": f"Paraphrase: {s}"}, {"role": "assistant", "content": s}] for s in SOURCES]}
+    )
+
+
+def test_trl_sft_trainer(tok, tiny_judge, tmp_path):
+    trl = pytest.importorskip("trl")
+    callback = PluieCallback(tiny_judge, "para-fs", chat_items(), max_new_tokens=4)
+    args = trl.SFTConfig(
+        str(tmp_path), max_steps=2, eval_strategy="steps", eval_steps=2, save_strategy="no", report_to=[],
+        use_cpu=True, disable_tqdm=True, per_device_train_batch_size=5, max_length=64, bf16=False,
+    )
+    data = _conversations(tok)
+    trainer = trl.SFTTrainer(model=make_tiny_causal_lm(tok, seed=6), args=args, train_dataset=data, eval_dataset=data,
+                             processing_class=tok, callbacks=[callback])
+    trainer.train()
+    logged = [e for e in trainer.state.log_history if "eval_pluie_mean" in e]
+    assert [e["step"] for e in logged] == [2]
+    rows = read_table(tmp_path / "pluie" / "step-000002.jsonl")
+    scores = tiny_judge.score("para-fs", source=SOURCES, hypothesis=[r["generation"] for r in rows], use_cache=False)
+    assert logged[0]["eval_pluie_mean"] == pytest.approx(sum(scores) / len(scores), abs=1e-5)
+
+
+def test_trl_grpo_trainer_with_shared_judge(tok, tmp_path):
+    trl = pytest.importorskip("trl")
+    model = make_tiny_causal_lm(tok, seed=7)
+    shared = Judge(model, tok)  # the policy is its own judge: its state must survive both uses
+
+    def pluie_reward(completions, source, **kwargs):
+        return shared.score("para-fs", source=source, hypothesis=[c[-1]["content"] for c in completions])
+
+    callback = PluieCallback(shared, "para-fs", chat_items(SOURCES[:4]), max_new_tokens=4)
+    prompts = Dataset.from_list([{"prompt": item["prompt"], "source": item["source"]} for item in chat_items(SOURCES[:4])])
+    args = trl.GRPOConfig(
+        str(tmp_path), max_steps=2, eval_strategy="steps", eval_steps=2, save_strategy="no", report_to=[], use_cpu=True,
+        disable_tqdm=True, per_device_train_batch_size=4, per_device_eval_batch_size=4, num_generations=2,
+        max_completion_length=4, gradient_checkpointing=True, bf16=False, logging_steps=100,
+    )
+    trainer = trl.GRPOTrainer(model=model, args=args, reward_funcs=pluie_reward, train_dataset=prompts, eval_dataset=prompts,
+                              processing_class=tok, callbacks=[callback])
+    trainer.train()
+    logged = [e for e in trainer.state.log_history if "eval_pluie_mean" in e]
+    assert len(logged) == 1 and KEYS <= set(logged[0])
+    rows = read_table(tmp_path / "pluie" / "step-000002.jsonl")
+    assert len(rows) == 4
+    # evaluation ran at the last step: the weights are those that generated and scored the table
+    scores = shared.score("para-fs", source=SOURCES[:4], hypothesis=[r["generation"] for r in rows], use_cache=False)
+    assert logged[0]["eval_pluie_mean"] == pytest.approx(sum(scores) / 4, abs=1e-4)
+    assert model.is_activation_checkpointing
