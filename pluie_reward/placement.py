@@ -125,12 +125,37 @@ def active_adapter(model: Any, name: str) -> Iterator[None]:
             parameter.requires_grad_(flag)
 
 
+@contextmanager
+def weights_precision(model: Any) -> Iterator[None]:
+    """Run ``model`` in its weights' dtype: no ambient autocast, and without the autocast wrapper that
+    ``accelerate`` puts around ``forward`` for mixed-precision training (restored afterwards).
+
+    The judge then scores the same under bf16/fp16 mixed-precision training as in evaluation.
+
+    Example:
+        >>> with weights_precision(policy):  # doctest: +SKIP
+        ...     logits = policy(ids).logits
+    """
+    device = next(model.parameters()).device.type
+    patched = model.__dict__.get("forward")
+    original = model.__dict__.get("_original_forward")
+    if patched is not None and original is not None:
+        model.forward = original
+    try:
+        with torch.autocast(device_type=device, enabled=False):
+            yield
+    finally:
+        if patched is not None and original is not None:
+            model.forward = patched
+
+
 class SharedJudge(Judge):
     """A judge that shares the policy's weights: the PEFT policy with its adapters disabled (the base
     model) or with a frozen judge adapter active, while scoring.
 
     Each call remembers the training flags, the active adapter and ``requires_grad`` flags, switches
-    to eval + ``torch.inference_mode`` + judge weights, scores, and restores them exactly. Gradient
+    to eval + ``torch.inference_mode`` + judge weights in their own dtype (no mixed-precision
+    autocast), scores, and restores them exactly. Gradient
     checkpointing stays configured (it only acts in training mode). Caches are invalidated only when
     the judge's own weights change (the base, and the judge adapter), not on every policy update.
 
@@ -187,6 +212,7 @@ class SharedJudge(Judge):
         """:meth:`Judge.score` on the shared weights (see the class docstring)."""
         with ExitStack() as stack:
             stack.enter_context(gathered_parameters(self.model, self.wrapped_model))
+            stack.enter_context(weights_precision(self.model))
             if self.adapter_name is not None:
                 stack.enter_context(active_adapter(self.model, self.adapter_name))
             return super().score(template, **kwargs)

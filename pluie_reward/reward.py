@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Mapping, Sequence
 
+import torch
+
 from .judge import Judge, sigmoid
 from .template import load_template
 
@@ -168,8 +170,10 @@ class PluieReward:
         values = {f: self._column(f, column, prompts, kwargs, n) for f, column in self.fields.items()}
         for f, column in self.optional.items():
             values[f] = self._column(f, column, prompts, kwargs, n)
-        logratios = self.judge.score(self.template, hypothesis=hypotheses, **values)
-        cut = self.judge.threshold if self.threshold is None else self.threshold
+        judge = self.judge
+        with torch.autocast(device_type=judge.scorer.device.type, enabled=False):  # the trainer's mixed precision
+            logratios = judge.score(self.template, hypothesis=hypotheses, **values)
+        cut = judge.threshold if self.threshold is None else self.threshold
         if log_metric is not None and n:
             log_metric(f"{self.__name__}/accept_rate", sum(s > cut for s in logratios) / n)
         if log_extra is not None:

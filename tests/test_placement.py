@@ -218,3 +218,19 @@ def test_trainable_embedded_model_is_accepted_by_trainer_and_matches_the_judge(e
         want = judge_model(**ids).logits
         got = policy.eval()(**ids).logits
     assert torch.allclose(got, want, atol=1e-4)
+
+
+def test_shared_judge_ignores_the_trainers_mixed_precision_wrapper(tokenizer):
+    from types import MethodType
+
+    policy = make_policy(tokenizer)
+    # what accelerate.prepare_model does for bf16 mixed precision: forward wrapped in autocast
+    policy._original_forward = policy.forward
+    policy.forward = MethodType(torch.autocast("cpu", dtype=torch.bfloat16)(policy.forward.__func__), policy)
+    patched = policy.forward
+    want = reference_scores(tokenizer, source=SOURCES, hypothesis=HYPOTHESES)
+    under_autocast = Judge(policy, tokenizer, disable_adapters=True).score("para-fs", source=SOURCES, hypothesis=HYPOTHESES)
+    assert max(abs(a - b) for a, b in zip(under_autocast, want)) > 1e-3  # bf16 really changes the scores
+    got = Judge.from_peft(policy, tokenizer).score("para-fs", source=SOURCES, hypothesis=HYPOTHESES)
+    assert got == pytest.approx(want, abs=1e-3)
+    assert policy.forward == patched  # the trainer's wrapper is back
