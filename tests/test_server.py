@@ -212,6 +212,45 @@ def test_remote_pluie_reward_for_trl(server, pairs, reference):
         asyncio.run(RemotePluieReward(server.url, token="bad")(prompts=["p"], completions=["x"], source=["s"]))
 
 
+class RecordingRemoteReward(RemotePluieReward):
+    """Keeps what TRL passed, to score it independently."""
+
+    calls: list
+
+    async def __call__(self, prompts=None, completions=(), **kwargs):
+        out = await super().__call__(prompts=prompts, completions=completions, **kwargs)
+        self.calls.append((list(completions), list(kwargs["source"]), out))
+        return out
+
+
+def test_real_grpo_trainer_runs_the_remote_reward(server, tiny_judge, tmp_path):
+    import datasets
+    import trl
+
+    from pluie_reward.testing import make_tiny_causal_lm
+
+    sources = ["The cat sleeps on the mat.", "The dog barks at night.", "A cat is sleeping.", "The dog sleeps."]
+    data = datasets.Dataset.from_dict({"prompt": [f"Paraphrase: {s}" for s in sources], "source": sources})
+    reward = RecordingRemoteReward(server.url, token=TOKEN, name="pluie_remote")
+    reward.calls = []
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2, max_completion_length=6,
+        max_steps=2, logging_steps=1, report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True,
+    )
+    trainer = trl.GRPOTrainer(
+        model=make_tiny_causal_lm(tiny_judge.tokenizer, seed=1), reward_funcs=[reward], args=args,
+        train_dataset=data, processing_class=tiny_judge.tokenizer,
+    )
+    trainer.train()
+    logs = [r for r in trainer.state.log_history if "rewards/pluie_remote/mean" in r]
+    assert len(logs) == 2 and len(reward.calls) == 2
+    for log, (completions, batch_sources, returned) in zip(logs, reward.calls):
+        want = tiny_judge.score("para-fs", source=batch_sources, hypothesis=completions, use_cache=False)
+        assert returned == pytest.approx(want, abs=TOL)
+        assert log["rewards/pluie_remote/mean"] == pytest.approx(sum(want) / len(want), abs=TOL)
+        assert log["pluie_remote/accept_rate"] == pytest.approx(sum(w > 0 for w in want) / len(want))
+
+
 def test_compute_score_for_verl(server, pairs, reference, monkeypatch):
     sources, hypotheses = pairs
     got = compute_score("mrpc", hypotheses[0], sources[0], None, url=server.url, token=TOKEN)
