@@ -349,6 +349,8 @@ def test_batcher_isolates_a_failing_request(pairs, reference):
     try:
         rng = random.Random(1)
         huge = "".join(rng.choice("qxzjkvwy ") for _ in range(30_000))
+        gave_up = batcher.submit({"source": pairs[0][5:7], "hypothesis": pairs[1][5:7]})
+        assert gave_up.cancel()  # a caller that went away: skipped, and the worker carries on
         good = batcher.submit({"source": pairs[0][:2], "hypothesis": pairs[1][:2]})
         bad = batcher.submit({"source": ["a"], "hypothesis": [huge]})
         later = batcher.submit({"source": pairs[0][2:3], "hypothesis": pairs[1][2:3]})

@@ -167,7 +167,9 @@ class Batcher:
                 if full or self._closing or remaining <= 0:
                     break
                 self._cond.wait(remaining)
-            return [self._pending.popleft() for _ in range(count)]
+            taken = [self._pending.popleft() for _ in range(count)]
+        # a caller that gave up (cancelled its future) is skipped; the others can no longer be cancelled
+        return [job for job in taken if job.future.set_running_or_notify_cancel()]
 
     def _fitting(self) -> tuple[int, bool]:
         """How many queued jobs (from the oldest) fit in one batch, and whether the batch is full."""
@@ -183,7 +185,12 @@ class Batcher:
             batch = self._next_batch()
             if batch is None:
                 return
-            self._run(batch)
+            try:
+                self._run(batch)
+            except BaseException as err:  # noqa: BLE001 - never leave a caller waiting forever
+                for job in batch:
+                    if not job.future.done():
+                        job.future.set_exception(ScoringError(f"{type(err).__name__}: {err}", client_error=False))
 
     def _score(self, columns: Mapping[str, list[str | None]], n_requests: int) -> list[dict[str, Any]]:
         results = self.judge.score(
@@ -194,6 +201,8 @@ class Batcher:
         return results
 
     def _run(self, batch: list[_Job]) -> None:
+        if not batch:
+            return
         names = [f for f in self.bound.template.all_fields if any(f in job.columns for job in batch)]
         merged = {f: [v for job in batch for v in job.columns.get(f, [None] * job.n)] for f in names}
         try:
