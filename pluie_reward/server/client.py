@@ -60,6 +60,8 @@ def post_json(
         >>> post_json("http://127.0.0.1:8000/score", {"source": ["a"], "hypothesis": ["b"]})  # doctest: +SKIP
         {'logratio': [0.4], 'p_yes': [0.6], 'verdict': [True]}
     """
+    if retries < 0:
+        raise ValueError(f"retries must be >= 0, got {retries}.")
     own = client is None
     client = client or httpx.Client(timeout=timeout)
     last: object = None
@@ -86,6 +88,8 @@ async def apost_json(
     retries: int = 3, backoff: float = 0.5, client: httpx.AsyncClient | None = None,
 ) -> dict[str, Any]:
     """Async :func:`post_json`."""
+    if retries < 0:
+        raise ValueError(f"retries must be >= 0, got {retries}.")
     own = client is None
     client = client or httpx.AsyncClient(timeout=timeout)
     last: object = None
