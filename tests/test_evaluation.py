@@ -299,6 +299,11 @@ def test_cli_classification_and_preference(cli_tiny_judge, tmp_path, capsys):
     assert code == 0
     saved = json.loads((tmp_path / "pref" / "results.json").read_text())
     assert saved["metrics"]["PLUIE"]["human_counts"] == {"A": 1, "B": 1, "tie": 1}
+    # CSV input: labels arrive as strings
+    csv_path = tmp_path / "pairs.csv"
+    csv_path.write_text("source,hypothesis,label\nThe cat sleeps.,A cat is asleep.,True\nThe dog barks.,Cats sleep.,False\n")
+    assert main(["eval", "classification", "-i", str(csv_path), "--baselines", "none", "--no-progress"]) == 0
+    assert "2 pairs, 1 positive" in capsys.readouterr().out
     # a missing column is a usage error (exit 2) that names the columns
     assert main(["eval", "classification", "-i", str(data), "--no-progress"]) == 2
     assert "no column(s) ['source']" in capsys.readouterr().err

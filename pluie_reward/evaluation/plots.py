@@ -53,7 +53,8 @@ def plot_threshold_curves(
     best = int(np.argmax(m["f1"]))
     ax.scatter([grid[best]], [m["f1"][best]], color="tab:green", zorder=3, s=30)
     ax.annotate(f"max F1 {m['f1'][best]:.2f} at {grid[best]:.2f}", (grid[best], m["f1"][best]),
-                textcoords="offset points", xytext=(6, 6), fontsize=8)
+                textcoords="offset points", xytext=(6, 8), fontsize=8,
+                bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.8, "linewidth": 0})
     if natural_threshold is not None:
         ax.axvline(natural_threshold, color="grey", linestyle="--", linewidth=1, label=f"threshold {natural_threshold:g}")
     ax.set_xlabel("decision threshold")
