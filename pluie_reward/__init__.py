@@ -11,7 +11,7 @@ from .prompt import AnswerTokenError, BoundTemplate
 from .template import Template, builtin_template_names, load_template
 from .loading import load_trainable_embedded
 from .placement import OffloadedJudge, SharedJudge
-from .reward import NoveltyReward, PluieReward, novelty
+from .reward import AsyncPluieReward, NoveltyReward, PluieReward, novelty
 
 __all__ = [
     "AnswerTokenError",
@@ -22,6 +22,7 @@ __all__ = [
     "load_template",
     "sigmoid",
     "PluieReward",
+    "AsyncPluieReward",
     "NoveltyReward",
     "novelty",
     "SharedJudge",

@@ -12,7 +12,7 @@ All of them score through :meth:`Judge.score`; they only add a context around it
 from __future__ import annotations
 
 import warnings
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -125,6 +125,20 @@ def active_adapter(model: Any, name: str) -> Iterator[None]:
             parameter.requires_grad_(flag)
 
 
+def no_autocast(device_type: str) -> Any:
+    """A context switching autocast off for ``device_type`` (a no-op where autocast does not exist).
+
+    Example:
+        >>> with no_autocast("cpu"):
+        ...     torch.is_autocast_enabled("cpu")
+        False
+    """
+    try:
+        return torch.autocast(device_type=device_type, enabled=False)
+    except RuntimeError:  # a device type without autocast support
+        return nullcontext()
+
+
 @contextmanager
 def weights_precision(model: Any) -> Iterator[None]:
     """Run ``model`` in its weights' dtype: no ambient autocast, and without the autocast wrapper that
@@ -142,7 +156,7 @@ def weights_precision(model: Any) -> Iterator[None]:
     if patched is not None and original is not None:
         model.forward = original
     try:
-        with torch.autocast(device_type=device, enabled=False):
+        with no_autocast(device):
             yield
     finally:
         if patched is not None and original is not None:

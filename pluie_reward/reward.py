@@ -13,12 +13,12 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any, Callable, Mapping, Sequence
 
-import torch
-
 from .judge import Judge, sigmoid
+from .placement import no_autocast
 from .template import load_template
 
 TRANSFORMS = ("logratio", "prob", "clip")
@@ -171,7 +171,7 @@ class PluieReward:
         for f, column in self.optional.items():
             values[f] = self._column(f, column, prompts, kwargs, n)
         judge = self.judge
-        with torch.autocast(device_type=judge.scorer.device.type, enabled=False):  # the trainer's mixed precision
+        with no_autocast(judge.scorer.device.type):  # score in the judge's dtype, not the trainer's mixed precision
             logratios = judge.score(self.template, hypothesis=hypotheses, **values)
         cut = judge.threshold if self.threshold is None else self.threshold
         if log_metric is not None and n:
@@ -206,6 +206,22 @@ class PluieReward:
 
     def __repr__(self) -> str:
         return f"PluieReward(name={self.__name__!r}, template={self.template.name!r}, fields={self.fields}, transform={self.transform!r})"
+
+
+class AsyncPluieReward(PluieReward):
+    """:class:`PluieReward` as an ``async`` reward: TRL runs async rewards concurrently on its event
+    loop, so a judge on its own device scores while other (e.g. remote) rewards wait on I/O.
+
+    Scoring runs in a worker thread. Give each model at most one async reward (a shared judge must not
+    score concurrently with itself).
+
+    Example:
+        >>> reward = AsyncPluieReward(Judge.load("<model>", device="cuda:1"), fields={"source": "source"})  # doctest: +SKIP
+    """
+
+    async def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:  # type: ignore[override]
+        """One reward per completion, computed off the event loop."""
+        return await asyncio.to_thread(PluieReward.__call__, self, prompts, completions, **kwargs)
 
 
 # --- novelty --------------------------------------------------------------------------------------

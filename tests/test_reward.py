@@ -235,3 +235,15 @@ def test_real_trainer_run_logs_pluie_rewards(trainer_name, conversational, tmp_p
         assert 0.0 <= log["pluie/accept_rate"] <= 1.0
         assert math.isfinite(log["reward"])
     assert trainer.model.training is not None
+
+
+def test_async_reward_is_awaited_and_matches(tiny_judge, reference):
+    import asyncio
+
+    from trl.trainer.utils import is_async_callable
+
+    from pluie_reward import AsyncPluieReward
+
+    reward = AsyncPluieReward(tiny_judge, fields={"source": "src"}, name="pluie_async")
+    assert is_async_callable(reward)
+    assert asyncio.run(reward(**batch(conversational=True))) == pytest.approx(reference, abs=1e-3)
