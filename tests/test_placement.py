@@ -229,8 +229,9 @@ def test_shared_judge_ignores_the_trainers_mixed_precision_wrapper(tokenizer):
     policy.forward = MethodType(torch.autocast("cpu", dtype=torch.bfloat16)(policy.forward.__func__), policy)
     patched = policy.forward
     want = reference_scores(tokenizer, source=SOURCES, hypothesis=HYPOTHESES)
-    under_autocast = Judge(policy, tokenizer, disable_adapters=True).score("para-fs", source=SOURCES, hypothesis=HYPOTHESES)
-    assert max(abs(a - b) for a, b in zip(under_autocast, want)) > 1e-3  # bf16 really changes the scores
+    ids = tokenizer(["The cat sleeps on the mat."], return_tensors="pt").input_ids
+    with torch.no_grad(), policy.disable_adapter():  # bf16 autocast really changes the outputs
+        assert not torch.allclose(policy(input_ids=ids).logits.float(), policy._original_forward(input_ids=ids).logits, atol=1e-3)
     got = Judge.from_peft(policy, tokenizer).score("para-fs", source=SOURCES, hypothesis=HYPOTHESES)
     assert got == pytest.approx(want, abs=1e-3)
     assert policy.forward == patched  # the trainer's wrapper is back
