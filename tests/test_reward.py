@@ -189,9 +189,19 @@ class Recording(PluieReward):
         super().__init__(*args, **kwargs)
         self.calls = []
 
+    def state(self):
+        model = self.judge.model
+        return (
+            [m.training for m in model.modules()],
+            model.active_adapter,
+            model.base_model.model.is_activation_checkpointing,
+            {n: p.requires_grad for n, p in model.named_parameters()},
+        )
+
     def __call__(self, prompts=None, completions=None, **kwargs):
+        before = self.state()
         out = super().__call__(prompts=prompts, completions=completions, **kwargs)
-        self.calls.append(([completion_text(c) for c in completions], list(kwargs["source"]), out))
+        self.calls.append(([completion_text(c) for c in completions], list(kwargs["source"]), out, before, self.state()))
         return out
 
 
@@ -225,7 +235,9 @@ def test_real_trainer_run_logs_pluie_rewards(trainer_name, conversational, tmp_p
     logs = [r for r in trainer.state.log_history if "rewards/pluie/mean" in r]
     assert len(logs) == 2 and len(reward.calls) == 2
     reference = Judge.from_model(make_tiny_causal_lm(tokenizer, seed=0), tokenizer)  # a separate base copy
-    for log, (completions, sources, returned) in zip(logs, reward.calls):
+    for log, (completions, sources, returned, before, after) in zip(logs, reward.calls):
+        assert before[0][0] and before[2]  # TRL calls rewards with the policy in train mode, checkpointing on
+        assert after == before  # the policy's modes, adapter, checkpointing and requires_grad, mid-training
         assert len(completions) == 4 and all(isinstance(c, str) for c in completions)
         # the shared judge scored with the base weights, mid-training
         assert returned == pytest.approx(reference.score("para-fs", source=sources, hypothesis=completions), abs=1e-3)
@@ -234,7 +246,6 @@ def test_real_trainer_run_logs_pluie_rewards(trainer_name, conversational, tmp_p
         assert log["rewards/novelty/mean"] == pytest.approx(sum(want_novelty) / 4, abs=1e-4)
         assert 0.0 <= log["pluie/accept_rate"] <= 1.0
         assert math.isfinite(log["reward"])
-    assert trainer.model.training is not None
 
 
 def test_async_reward_is_awaited_and_matches(tiny_judge, reference):
