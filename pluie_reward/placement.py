@@ -169,9 +169,9 @@ class SharedJudge(Judge):
 
     Each call remembers the training flags, the active adapter and ``requires_grad`` flags, switches
     to eval + ``torch.inference_mode`` + judge weights in their own dtype (no mixed-precision
-    autocast), scores, and restores them exactly. Gradient
-    checkpointing stays configured (it only acts in training mode). Caches are invalidated only when
-    the judge's own weights change (the base, and the judge adapter), not on every policy update.
+    autocast), scores, and restores them exactly. Gradient checkpointing stays configured (it only
+    acts in training mode). Caches are invalidated only when the judge's own weights change (the
+    base, and the judge adapter), not on every policy update.
 
     Example:
         >>> policy = get_peft_model(base, LoraConfig(task_type="CAUSAL_LM"))  # doctest: +SKIP
