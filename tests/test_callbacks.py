@@ -328,3 +328,46 @@ def test_trl_grpo_trainer_with_shared_judge(tok, tmp_path):
     scores = shared.score("para-fs", source=SOURCES[:4], hypothesis=[r["generation"] for r in rows], use_cache=False)
     assert logged[0]["eval_pluie_mean"] == pytest.approx(sum(scores) / 4, abs=1e-4)
     assert model.is_activation_checkpointing
+
+
+DDP_SCRIPT = r'''
+import json, sys
+from datasets import Dataset
+from transformers import Trainer, TrainingArguments
+from pluie_reward.callbacks import PluieCallback
+from pluie_reward.testing import make_tiny_causal_lm, make_tiny_judge, make_tiny_tokenizer
+
+out, sources = sys.argv[1], json.loads(sys.argv[2])
+tok = make_tiny_tokenizer()
+items = [{"prompt": [{"role": "user", "content": "Paraphrase: " + s}], "source": s} for s in sources]
+rows = [tok(s)["input_ids"][:6] for s in sources]
+data = Dataset.from_dict({"input_ids": [r + [tok.pad_token_id] * (6 - len(r)) for r in rows],
+                          "labels": [r + [-100] * (6 - len(r)) for r in rows]})
+args = TrainingArguments(out, report_to=[], use_cpu=True, disable_tqdm=True, ddp_backend="gloo")
+callback = PluieCallback(make_tiny_judge(), "para-fs", items, max_new_tokens=4, batch_size=2)
+trainer = Trainer(model=make_tiny_causal_lm(tok, seed=1), args=args, eval_dataset=data, processing_class=tok, callbacks=[callback])
+metrics = trainer.evaluate()
+print("RESULT " + json.dumps({"rank": args.process_index, "world": args.world_size,
+                              "metrics": {k: v for k, v in metrics.items() if "pluie" in k}}), flush=True)
+'''
+
+
+def test_two_processes_gather_their_slices(tmp_path, tiny_judge):
+    """A real 2-process (gloo) run: every rank gets the same metrics over the whole set, rank 0 writes it."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "ddp_eval.py"
+    script.write_text(DDP_SCRIPT)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(script), str(tmp_path / "out"), json.dumps(SOURCES)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = [json.loads(line[len("RESULT "):]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert sorted(r["rank"] for r in results) == [0, 1] and all(r["world"] == 2 for r in results)
+    assert results[0]["metrics"] == results[1]["metrics"]
+    table = read_table(tmp_path / "out" / "pluie" / "step-000000.jsonl")
+    assert [r["index"] for r in table] == [0, 1, 2, 3, 4] and [r["source"] for r in table] == SOURCES
+    scores = tiny_judge.score("para-fs", source=SOURCES, hypothesis=[r["generation"] for r in table], use_cache=False)
+    assert results[0]["metrics"]["eval_pluie_mean"] == pytest.approx(sum(scores) / 5, abs=1e-5)
