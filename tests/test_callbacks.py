@@ -371,3 +371,33 @@ def test_two_processes_gather_their_slices(tmp_path, tiny_judge):
     assert [r["index"] for r in table] == [0, 1, 2, 3, 4] and [r["source"] for r in table] == SOURCES
     scores = tiny_judge.score("para-fs", source=SOURCES, hypothesis=[r["generation"] for r in table], use_cache=False)
     assert results[0]["metrics"]["eval_pluie_mean"] == pytest.approx(sum(scores) / 5, abs=1e-5)
+
+
+def test_wandb_table_only_when_a_run_is_active(tok, tiny_judge, tmp_path, monkeypatch):
+    """wandb is not installed here: a stand-in module records what the callback sends."""
+    import sys
+    import types
+    from types import SimpleNamespace
+
+    logged = []
+
+    class Table:
+        def __init__(self, columns, data):
+            self.columns, self.data = columns, data
+
+    fake = types.ModuleType("wandb")
+    fake.Table, fake.run = Table, None
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    model = make_tiny_causal_lm(tok, seed=1)
+    callback = PluieCallback(tiny_judge, "para-fs", chat_items(SOURCES[:2]), max_new_tokens=3)
+    state = SimpleNamespace(global_step=7, is_world_process_zero=True)
+    callback.evaluate(model, tok, args=SimpleNamespace(output_dir=str(tmp_path), process_index=0, world_size=1), state=state)
+    assert logged == []  # no active run: nothing sent
+    fake.run = SimpleNamespace(log=logged.append)
+    callback.evaluate(model, tok, args=SimpleNamespace(output_dir=str(tmp_path), process_index=0, world_size=1), state=state)
+    (payload,) = logged
+    table = payload["eval_pluie_table"]
+    rows = read_table(tmp_path / "pluie" / "step-000007.jsonl")
+    assert table.columns[:4] == ["step", "prompt", "generation", "score"]
+    assert [row[2] for row in table.data] == [r["generation"] for r in rows]
+    assert [row[3] for row in table.data] == [r["score"] for r in rows]
