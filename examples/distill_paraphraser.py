@@ -4,7 +4,8 @@ on them, and (optionally) a short GRPO run with PluieReward follows. The student
 held-out sources is reported before and after.
 
 Defaults are CPU-sized (a few minutes on 2 cores): the embedded SmolLM2-135M-Instruct is teacher
-and judge, and the student is a fresh 2-layer Llama sharing its tokenizer. With a real budget use a
+and judge, and the student is a fresh 2-layer Llama sharing its tokenizer (which, trained on 16 pairs, learns little more
+than the shape of an answer: the point is the pipeline). With a real budget use a
 bigger teacher/judge and a pretrained student, e.g.::
 
     python examples/distill_paraphraser.py --teacher Qwen/Qwen2.5-7B-Instruct --judge Qwen/Qwen2.5-7B-Instruct \\
@@ -76,8 +77,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "the 135M demo judge scores nearly everything below 0)")
     p.add_argument("--temperature", type=float, default=0.9)
     p.add_argument("--max-new-tokens", type=int, default=40)
-    p.add_argument("--epochs", type=float, default=3.0, help="SFT epochs (default 3)")
-    p.add_argument("--learning-rate", type=float, default=None, help="default 1e-3 for a fresh student, 2e-5 otherwise")
+    p.add_argument("--epochs", type=float, default=None, help="SFT epochs (default 10 for a fresh student, 3 otherwise)")
+    p.add_argument("--learning-rate", type=float, default=None, help="default 3e-3 for a fresh student, 2e-5 otherwise")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--grpo", action="store_true", help="then run a short GRPO phase with PluieReward (if available)")
     p.add_argument("--grpo-steps", type=int, default=2)
@@ -123,10 +124,17 @@ def generate(model: Any, tokenizer: Any, sources: Sequence[str], *, n: int, samp
 
 
 def mean_pluie(judge: Any, template: str, model: Any, tokenizer: Any, sources: Sequence[str], max_new_tokens: int) -> tuple[float, list[dict]]:
-    """Greedy paraphrase of each held-out source by ``model``, scored by the judge."""
+    """Greedy paraphrase of each held-out source by ``model``, scored by the judge (an empty output,
+    e.g. an untrained student's whitespace, is scored as the empty string)."""
     outputs = [c[0] for c in generate(model, tokenizer, sources, n=1, sample=False, temperature=1.0, max_new_tokens=max_new_tokens)]
     scores = judge.score(template, source=list(sources), hypothesis=outputs)
     return sum(scores) / len(scores), [{"source": s, "output": o, "pluie": round(v, 3)} for s, o, v in zip(sources, outputs, scores)]
+
+
+def describe(mean: float, rows: Sequence[dict]) -> str:
+    empty = sum(not r["output"] for r in rows)
+    example = next((r["output"] for r in rows if r["output"]), "")
+    return f"{mean:.2f} ({empty}/{len(rows)} outputs empty" + (f"; e.g. {example[:60]!r})" if example else ")")
 
 
 def fresh_student(tokenizer: Any, layers: int, hidden: int, seed: int) -> Any:
@@ -192,16 +200,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     # 2. student ------------------------------------------------------------------------------
     if args.student == "fresh":
         student, student_tok = fresh_student(teacher_tok, args.student_layers, args.student_hidden, args.seed), teacher_tok
-        default_lr = 1e-3
+        default_lr, default_epochs = 3e-3, 10.0
     elif args.student == "embedded":
-        (student, student_tok), default_lr = load_trainable_embedded(), 2e-5
+        (student, student_tok), default_lr, default_epochs = load_trainable_embedded(), 2e-5, 3.0
     else:
-        (student, student_tok), default_lr = load_causal_lm(args.student), 2e-5
+        (student, student_tok), default_lr, default_epochs = load_causal_lm(args.student), 2e-5, 3.0
     if student_tok.pad_token_id is None:
         student_tok.pad_token = student_tok.eos_token
     size = sum(p.numel() for p in student.parameters()) / 1e6
     before, before_rows = mean_pluie(judge, args.template, student, student_tok, held_out, args.max_new_tokens)
-    print(f"student {args.student} ({size:.1f}M parameters): mean PLUIE on {len(held_out)} held-out sources before: {before:.2f}")
+    print(f"student {args.student} ({size:.1f}M parameters): mean PLUIE on {len(held_out)} held-out sources before: "
+          f"{describe(before, before_rows)}")
 
     # 3. SFT on the kept candidates ---------------------------------------------------------
     sft_data = Dataset.from_dict({
@@ -209,13 +218,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "completion": [[{"role": "assistant", "content": h}] for h in best["hypothesis"]],
     })
     config = SFTConfig(
-        output_dir=str(args.output_dir / "sft"), num_train_epochs=args.epochs, per_device_train_batch_size=args.batch_size,
+        output_dir=str(args.output_dir / "sft"), num_train_epochs=args.epochs or default_epochs, per_device_train_batch_size=args.batch_size,
         learning_rate=args.learning_rate or default_lr, logging_steps=1, save_strategy="no", report_to="none",
         max_length=256, use_cpu=not torch.cuda.is_available(), seed=args.seed, bf16=False,
     )
     SFTTrainer(model=student, args=config, train_dataset=sft_data, processing_class=student_tok).train()
     after, after_rows = mean_pluie(judge, args.template, student, student_tok, held_out, args.max_new_tokens)
-    print(f"student after SFT: mean PLUIE {after:.2f} (before {before:.2f})")
+    print(f"student after SFT: mean PLUIE {describe(after, after_rows)}; before {before:.2f}")
     report: dict[str, Any] = {"before": before, "after_sft": after, "kept": len(best), "candidates": len(pool),
                               "held_out_before": before_rows, "held_out_after_sft": after_rows}
 
@@ -239,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             GRPOTrainer(model=student, reward_funcs=reward, args=grpo_config, train_dataset=grpo_data,
                         processing_class=student_tok).train()
             report["after_grpo"], report["held_out_after_grpo"] = mean_pluie(judge, args.template, student, student_tok, held_out, args.max_new_tokens)
-            print(f"student after GRPO: mean PLUIE {report['after_grpo']:.2f}")
+            print(f"student after GRPO: mean PLUIE {describe(report['after_grpo'], report['held_out_after_grpo'])}")
 
     args.output_dir.mkdir(parents=True, exist_ok=True)
     best.to_json(str(args.output_dir / "distilled.jsonl"))
