@@ -1,7 +1,6 @@
 """pluie_reward.evaluation: hand-computed metrics, baselines, plots, the PARAPHRASUS protocol, the CLI."""
 
 import json
-import math
 
 import pytest
 
