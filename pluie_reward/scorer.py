@@ -6,6 +6,12 @@ top of that cache. With right padding, real tokens never see a pad (causal atten
 are the true ones, and ``logits_to_keep`` picks the last real position of each row, so the LM head
 runs on one position per item. Results do not depend on batching, padding or caching beyond
 floating-point noise.
+
+The suffix rows do not copy the prefix cache: attention over the prefix runs once for all rows
+(the batch folded into the query length, one key/value set), attention within each row runs
+causally, and the two are merged with their log-sum-exps (:func:`shared_prefix_attention`). This
+is the same softmax, computed in two parts; models that cannot take it fall back to a per-batch
+cache whose prefix is materialised once.
 """
 
 from __future__ import annotations
@@ -23,6 +29,110 @@ except ImportError:  # pragma: no cover - older transformers
     DynamicLayer = None
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
+ATTENTION_NAME = "pluie_shared_prefix"
+_UNSUPPORTED_ATTENTION_KWARGS = ("softcap", "s_aux", "sliding_window", "position_bias", "sinks")
+
+
+class SharedPrefixUnsupported(RuntimeError):
+    """The model's attention cannot run on a shared prefix (the scorer then uses a per-batch cache)."""
+
+
+@dataclass
+class SharedPrefix:
+    """Per-forward state of :func:`shared_prefix_attention`: the prefix keys/values of every layer."""
+
+    kv: KV
+    calls: int = 0
+
+
+def partial_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float, causal: bool, fused: bool | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention of ``query`` over ``key``/``value`` and the log-sum-exp of its scores.
+
+    Shapes (batch, heads, length, dim); returns the output and the float32 log-sum-exp
+    (batch, heads, q_length). ``causal`` aligns the mask top-left (query i sees keys <= i).
+    ``fused`` (default: on CPU) uses PyTorch's fused CPU flash kernel; otherwise the scores are
+    materialised in float32.
+
+    Example:
+        >>> q = k = v = torch.randn(1, 2, 3, 4)
+        >>> out, lse = partial_attention(q, k, v, 0.5, causal=True)
+        >>> out.shape, lse.shape
+        (torch.Size([1, 2, 3, 4]), torch.Size([1, 2, 3]))
+    """
+    if fused is None:
+        fused = query.device.type == "cpu" and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
+    if fused:
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, causal, scale=scale)
+        return out, lse.float()
+    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale
+    if causal:
+        length_q, length_k = scores.shape[-2:]
+        future = torch.ones(length_q, length_k, dtype=torch.bool, device=scores.device).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    out = torch.matmul(torch.exp(scores - lse[..., None]), value.float())
+    return out.to(query.dtype), lse
+
+
+def shared_prefix_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Any,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    pluie_prefix: SharedPrefix | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Attention of right-padded suffix rows over one shared prefix cache plus their own causal past.
+
+    A transformers attention function (registered as ``"pluie_shared_prefix"``). ``query``/``key``/
+    ``value`` are the suffix rows (batch, heads, width, dim); the prefix keys/values of this layer,
+    (1, kv_heads, prefix, dim), come from ``pluie_prefix``. The prefix part folds the batch (and
+    the query heads sharing a key/value head) into the query length, so the prefix is never copied
+    per row; the two parts are merged exactly through their log-sum-exps.
+
+    Example:
+        >>> model(input_ids=ids, position_ids=pos, pluie_prefix=SharedPrefix(kv))  # doctest: +SKIP
+    """
+    if pluie_prefix is None or any(kwargs.get(name) is not None for name in _UNSUPPORTED_ATTENTION_KWARGS):
+        raise SharedPrefixUnsupported("this model's attention needs arguments the shared-prefix path does not handle")
+    if dropout:
+        raise SharedPrefixUnsupported("attention dropout is active")
+    prefix_key, prefix_value = pluie_prefix.kv[module.layer_idx]
+    pluie_prefix.calls += 1
+    batch, heads, width, dim = query.shape
+    kv_heads = key.shape[1]
+    if heads % kv_heads or prefix_key.shape[1] != kv_heads or prefix_key.shape[0] != 1:
+        raise SharedPrefixUnsupported("unexpected key/value head layout")
+    group = heads // kv_heads
+    scale = scaling if scaling is not None else dim**-0.5
+    # prefix part: query head h uses key/value head h // group (as transformers' repeat_kv)
+    folded = query.reshape(batch, kv_heads, group, width, dim).transpose(0, 1).reshape(1, kv_heads, -1, dim)
+    out_prefix, lse_prefix = partial_attention(folded, prefix_key, prefix_value, scale, causal=False)
+    out_prefix = out_prefix.reshape(kv_heads, batch, group, width, dim).transpose(0, 1).reshape(batch, heads, width, dim)
+    lse_prefix = lse_prefix.reshape(kv_heads, batch, group, width).transpose(0, 1).reshape(batch, heads, width)
+    # suffix part: causal within each row (right padding: real tokens never see a pad)
+    if group > 1:
+        key = key[:, :, None].expand(batch, kv_heads, group, width, dim).reshape(batch, heads, width, dim)
+        value = value[:, :, None].expand(batch, kv_heads, group, width, dim).reshape(batch, heads, width, dim)
+    out_suffix, lse_suffix = partial_attention(query, key, value, scale, causal=True)
+    lse = torch.logaddexp(lse_prefix, lse_suffix)
+    out = out_prefix * torch.exp(lse_prefix - lse)[..., None].to(out_prefix.dtype)
+    out = out + out_suffix * torch.exp(lse_suffix - lse)[..., None].to(out_suffix.dtype)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register_attention() -> bool:
+    try:
+        from transformers import AttentionInterface
+    except ImportError:  # pragma: no cover - older transformers
+        return False
+    AttentionInterface.register(ATTENTION_NAME, shared_prefix_attention)
+    return True
 
 
 @dataclass
@@ -99,6 +209,8 @@ class PrefixScorer:
         self._positions_2d: bool | None = None
         self.stats = {"forward_calls": 0, "rows": 0, "prefix_passes": 0}
         self.prefix_caching = self._supports_prefix_cache()
+        # None: not tried yet; True/False once the model has taken (or refused) shared-prefix attention
+        self.shared_attention: bool | None = None if self.prefix_caching and _register_attention() else False
 
     # model facts -------------------------------------------------------------------------------
     @property
@@ -196,7 +308,7 @@ class PrefixScorer:
             if len(known) < len(prefix) and prefix[: len(known)] == known and len(known) > len(base):
                 base, base_kv = known, self._prefixes[known]
         ids = torch.tensor([prefix[len(base) :]], device=self.device)
-        output = self._forward(ids, base_kv, batch=1, keep=1)
+        output = self._forward_cached(ids, base_kv, batch=1, keep=1)
         kv = [(layer.keys, layer.values) for layer in output.past_key_values.layers]
         self.stats["prefix_passes"] += 1
         if len(self._prefixes) >= self.max_cached_prefixes:
@@ -207,15 +319,58 @@ class PrefixScorer:
         return kv
 
     def _forward(self, input_ids: torch.Tensor, kv: KV | None, batch: int, keep: Any) -> Any:
-        cache = None
+        """Rows after the prefix ``kv``: shared-prefix attention when the model takes it, else a cache."""
+        if kv is not None and self.shared_attention is not False:
+            try:
+                output = self._forward_shared(input_ids, kv, keep)
+            except SharedPrefixUnsupported:
+                if self.shared_attention:  # worked before: a real failure, not a capability probe
+                    raise
+                self.shared_attention = False
+            else:
+                self.shared_attention = True
+                return output
+        if kv is None:
+            self.stats["forward_calls"] += 1
+            return self.model(input_ids=input_ids, use_cache=False, logits_to_keep=keep)
+        return self._forward_cached(input_ids, kv, batch, keep)
+
+    def _forward_cached(self, input_ids: torch.Tensor, kv: KV | None, batch: int, keep: Any) -> Any:
+        """Forward on top of a DynamicCache holding ``kv`` broadcast to the batch (returns the cache)."""
+        cache = DynamicCache(config=self.model.config)
         if kv is not None:
-            cache = DynamicCache(ddp_cache_data=[(k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)) for k, v in kv])
-        elif self.prefix_caching:
-            cache = DynamicCache(config=self.model.config)
+            for layer, (key, value) in zip(cache.layers, kv):
+                # broadcast views: the layer's first update concatenates them once (no extra copy)
+                layer.lazy_initialization(key, value)
+                layer.keys, layer.values = key.expand(batch, -1, -1, -1), value.expand(batch, -1, -1, -1)
         self.stats["forward_calls"] += 1
-        return self.model(
-            input_ids=input_ids, past_key_values=cache, use_cache=self.prefix_caching, logits_to_keep=keep
-        )
+        return self.model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=keep)
+
+    def _forward_shared(self, input_ids: torch.Tensor, kv: KV, keep: Any) -> Any:
+        """Forward of suffix rows with :func:`shared_prefix_attention` over the batch-1 prefix ``kv``."""
+        batch, width = input_ids.shape
+        start = kv[0][0].shape[-2]
+        positions = torch.arange(start, start + width, device=input_ids.device).expand(batch, -1)
+        state = SharedPrefix(kv)
+        config = self.model.config
+        previous = config._attn_implementation
+        config._attn_implementation = ATTENTION_NAME
+        self.stats["forward_calls"] += 1
+        try:
+            output = self.model(
+                input_ids=input_ids, position_ids=positions, use_cache=False, logits_to_keep=keep, pluie_prefix=state
+            )
+        except TypeError as err:  # the forward does not pass extra arguments down to its attention
+            if self.shared_attention is None:
+                raise SharedPrefixUnsupported(str(err)) from err
+            raise
+        finally:
+            config._attn_implementation = previous
+        if state.calls != len(kv):
+            raise SharedPrefixUnsupported(
+                f"{state.calls} of {len(kv)} attention layers ran through the shared-prefix function"
+            )
+        return output
 
     def _run(
         self, prefix: tuple[int, ...], requests: list[Request], yes: int, no: int
