@@ -29,6 +29,10 @@ except ImportError:  # pragma: no cover - older transformers
     DynamicLayer = None
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
+# Token budget of one suffix batch when none is given. CPU: measured on the embedded judge (2 cores,
+# float32; 512-2048 tie, 4096 is ~25% slower, see BENCHMARKS.md); accelerators want bigger batches.
+DEFAULT_BATCH_TOKENS = {"cpu": 1024}
+FALLBACK_BATCH_TOKENS = 4096
 ATTENTION_NAME = "pluie_shared_prefix"
 _UNSUPPORTED_ATTENTION_KWARGS = ("softcap", "s_aux", "sliding_window", "position_bias", "sinks")
 
@@ -196,13 +200,13 @@ class PrefixScorer:
         self,
         model: Any,
         pad_id: int = 0,
-        batch_tokens: int = 4096,
+        batch_tokens: int | None = None,
         min_shared_tokens: int = 8,
         max_cached_prefixes: int = 8,
     ) -> None:
         self.model = model
         self.pad_id = pad_id
-        self.batch_tokens = batch_tokens
+        self.batch_tokens = batch_tokens  # None: DEFAULT_BATCH_TOKENS of the device the model is on when scoring
         self.min_shared_tokens = min_shared_tokens
         self.max_cached_prefixes = max_cached_prefixes
         self._prefixes: dict[tuple[int, ...], KV] = {}
@@ -213,6 +217,19 @@ class PrefixScorer:
         self.shared_attention: bool | None = None if self.prefix_caching and _register_attention() else False
 
     # model facts -------------------------------------------------------------------------------
+    @property
+    def batch_tokens(self) -> int:
+        """Token budget (rows x longest suffix) of one forward batch."""
+        if self._batch_tokens is not None:
+            return self._batch_tokens
+        return DEFAULT_BATCH_TOKENS.get(self.device.type, FALLBACK_BATCH_TOKENS)
+
+    @batch_tokens.setter
+    def batch_tokens(self, value: int | None) -> None:
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ValueError(f"batch_tokens must be a positive integer or None (device default), got {value!r}.")
+        self._batch_tokens = value
+
     @property
     def device(self) -> torch.device:
         return self.model.get_input_embeddings().weight.device
