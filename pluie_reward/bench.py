@@ -1,0 +1,669 @@
+"""``pluie-reward bench``: pairs/s and memory of :meth:`Judge.score` beside two baselines, in one run.
+
+Methods, on the same judge model, items and machine:
+
+1. ``reference``: the seeds' method -- per pair, two forward passes over prompt+Yes and prompt+No
+   (chat-rendered with the answer as the assistant turn, end-of-turn cut off), the model's own
+   mean loss over the sequence, score = n_predicted * (loss_no - loss_yes); one pair at a time.
+2. ``generate``: an output-based LLM-Yes/No judge -- the star-pluie appendix D prompt (segment 1,
+   ``benchdata/llm-yes-no-para.yaml``), batched greedy ``generate``, the answer parsed from text.
+3. ``score``: :meth:`Judge.score` with its defaults (caches cleared before every timed call).
+
+Workloads: ``mrpc`` -- the first N MRPC pairs; ``grpo`` -- GRPO-shaped, S sources x K hypotheses
+(the source's MRPC partner, the source itself and simple edits). The slow methods (1) and (2)
+run on every ``--sample-every``-th pair; their per-pair time is what is compared. Methods run
+interleaved in rounds so machine load hits them alike.
+
+Example:
+    $ python -m pluie_reward.bench                      # embedded SmolLM2-135M, float32, a few minutes
+    $ pluie-reward bench --model Qwen/Qwen2.5-0.5B-Instruct --device cuda --json bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .cli import UsageError, add_judge_arguments, command
+
+METHODS = ("reference", "generate", "score")
+LABELS = {"reference": "(1) seed reference", "generate": "(2) LLM-Yes/No generate", "score": "(3) Judge.score"}
+TARGETS = {  # the issue's goals for the embedded judge on a 2-core CPU
+    ("mrpc", "reference"): 25.0,
+    ("mrpc", "generate"): 8.0,
+    ("grpo", "reference"): 40.0,
+}
+MAX_DIFF = 1e-3
+_DATA_NAME = "ms-mrpc.json"
+
+
+# workloads -------------------------------------------------------------------------------------
+@dataclass
+class Workload:
+    """Items to score: parallel lists of sources and hypotheses."""
+
+    name: str
+    sources: list[str]
+    hypotheses: list[str]
+    description: str = ""
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+
+def default_data_path() -> Path | None:
+    """``ms-mrpc.json`` of the PARAPHRASUS data beside the checkout (``../shared/data/paraphrasus``), if present."""
+    for root in (Path.cwd().parent, Path(__file__).resolve().parents[2]):
+        path = root / "shared" / "data" / "paraphrasus" / _DATA_NAME
+        if path.is_file():
+            return path
+    return None
+
+
+def read_pairs(path: Path) -> list[tuple[str, str]]:
+    """(sentence1, sentence2) pairs of a PARAPHRASUS JSON file.
+
+    Example:
+        >>> read_pairs(Path("../shared/data/paraphrasus/ms-mrpc.json"))[0][0][:6]  # doctest: +SKIP
+        'Amrozi'
+    """
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file; pass --data PATH to PARAPHRASUS' {_DATA_NAME}.")
+    rows = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        return [(r["sentence1"], r["sentence2"]) for r in rows.values()]
+    except (AttributeError, KeyError, TypeError):
+        raise UsageError(f"{path}: expected a JSON object {{id: {{'sentence1': ..., 'sentence2': ...}}}}.") from None
+
+
+def mrpc_workload(pairs: Sequence[tuple[str, str]], n: int = 64) -> Workload:
+    """The first ``n`` pairs as they are (workload (a))."""
+    if len(pairs) < n:
+        raise UsageError(f"the data file has {len(pairs)} pairs; the mrpc workload needs {n}.")
+    chosen = list(pairs[:n])
+    return Workload("mrpc", [s for s, _ in chosen], [h for _, h in chosen], f"{n} MRPC pairs")
+
+
+def edit_variants(source: str, partner: str, others: Sequence[str], k: int, seed: int = 0) -> list[str]:
+    """``k`` distinct hypotheses for one source, as a paraphrase policy might sample them.
+
+    The partner sentence, the source itself, then edits: a word dropped, two neighbours swapped,
+    the ending cut, a word swapped in from another sentence, another pair's sentence.
+
+    Example:
+        >>> len(set(edit_variants("the cat sat on the mat", "a cat sat on a mat", ["dogs bark"], 6)))
+        6
+    """
+    rng = random.Random(seed)
+    words = source.split()
+    pool = [w for other in others for w in other.split()] or ["also"]
+    out: list[str] = []
+
+    def add(text: str) -> None:
+        if text and text not in out:
+            out.append(text)
+
+    add(partner)
+    add(source)
+    for attempt in range(50 * k):
+        if len(out) >= k:
+            break
+        kind = attempt % 5
+        w = list(words)
+        if kind == 0 and len(w) > 2:
+            del w[rng.randrange(len(w))]
+        elif kind == 1 and len(w) > 2:
+            i = rng.randrange(len(w) - 1)
+            w[i], w[i + 1] = w[i + 1], w[i]
+        elif kind == 2 and len(w) > 3:
+            w = w[: rng.randrange(len(w) // 2, len(w))]
+        elif kind == 3:
+            w[rng.randrange(len(w))] = rng.choice(pool)
+        elif others:
+            w = rng.choice(list(others)).split()
+        add(" ".join(w))
+    while len(out) < k:  # very short sources: number the remaining variants
+        add(f"{source} ({len(out)})")
+    return out[:k]
+
+
+def grpo_workload(pairs: Sequence[tuple[str, str]], sources: int = 8, per_source: int = 8) -> Workload:
+    """GRPO-shaped items: ``sources`` sources x ``per_source`` hypotheses each (workload (b))."""
+    if len(pairs) < sources + 1:
+        raise UsageError(f"the data file has {len(pairs)} pairs; the grpo workload needs {sources + 1}.")
+    src, hyp = [], []
+    others = [h for _, h in pairs[: sources + 8]]
+    for i, (source, partner) in enumerate(pairs[:sources]):
+        variants = edit_variants(source, partner, [o for o in others if o != partner], per_source, seed=i)
+        src += [source] * per_source
+        hyp += variants
+    return Workload("grpo", src, hyp, f"{sources} sources x {per_source} hypotheses")
+
+
+# method (1): the seeds' two-pass reference -----------------------------------------------------
+def reference_scores(judge: Any, template: Any, sources: Sequence[str], hypotheses: Sequence[str]) -> list[float]:
+    """The seeds' PLUIE, one pair at a time: n_no * loss(prompt+No) - n_yes * loss(prompt+Yes).
+
+    Each loss is the model's own mean cross-entropy over the whole sequence (``labels=input_ids``);
+    the dialogue has the answer as the assistant turn with the end-of-turn marker cut off.
+
+    Example:
+        >>> reference_scores(judge, "para-fs", ["The cat sleeps."], ["A cat is asleep."])  # doctest: +SKIP
+        [1.83]
+    """
+    from .model_state import scoring_state
+
+    bound = judge.bind(template)
+    t = bound.template
+    if len(t.fields) != 2:
+        raise UsageError(f"the benchmark needs a two-field (source, hypothesis) template; {t.name!r} has {t.fields}.")
+    tokenizer, model = judge.tokenizer, judge.model
+    device = judge.scorer.device
+    out = []
+    with scoring_state(model, judge.disable_adapters):
+        for source, hypothesis in zip(sources, hypotheses):
+            values = dict(zip(t.fields, (source, hypothesis)))
+            terms = []
+            for answer in t.answers:
+                if bound.use_chat:
+                    turns = t.chat(values) + [{"role": "assistant", "content": answer}]
+                    text = tokenizer.apply_chat_template(turns, tokenize=False)
+                    text = text[: text.rindex(answer) + len(answer)]
+                else:
+                    prompt, joiner = t.plain(values)
+                    text = prompt + joiner + answer
+                ids = tokenizer(text, add_special_tokens=not bound.use_chat, return_tensors="pt").input_ids.to(device)
+                loss = model(input_ids=ids, labels=ids).loss
+                terms.append((ids.shape[1] - 1) * float(loss))
+            out.append(terms[1] - terms[0])
+    return out
+
+
+# method (2): output-based LLM-Yes/No ------------------------------------------------------------
+def yes_no_prompt() -> dict[str, Any]:
+    """The LLM-Yes/No paraphrase prompt (star-pluie appendix D, segment 1) from the package data.
+
+    Example:
+        >>> "[BEGIN DATA]" in yes_no_prompt()["user"]
+        True
+    """
+    from importlib import resources
+
+    import yaml
+
+    text = resources.files("pluie_reward").joinpath("benchdata/llm-yes-no-para.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+def yes_no_messages(prompt: dict[str, Any], source: str, hypothesis: str) -> list[dict[str, str]]:
+    """Chat turns of the LLM-Yes/No prompt for one pair (fields replaced literally)."""
+    user = prompt["user"].replace("{source}", source).replace("{paraphrase}", hypothesis)
+    return [{"role": "system", "content": prompt["system"]}, {"role": "user", "content": user}]
+
+
+_JSON_OBJECT = re.compile(r"\{[^{}]*\}")
+_YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
+
+
+def parse_answer(text: str) -> bool | None:
+    """A generated answer as True (yes), False (no) or None (unparseable).
+
+    JSON ``{"answer": ...}`` first, else the first bare yes/no word.
+
+    Example:
+        >>> parse_answer('{"answer": "Yes"}'), parse_answer("No."), parse_answer("Maybe")
+        (True, False, None)
+    """
+    for match in _JSON_OBJECT.finditer(text):
+        try:
+            value = json.loads(match.group(0))
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict) and isinstance(value.get("answer"), str):
+            word = _YES_NO.search(value["answer"])
+            if word:
+                return word.group(1).lower() == "yes"
+    word = _YES_NO.search(text)
+    return None if word is None else word.group(1).lower() == "yes"
+
+
+def generate_answers(
+    judge: Any,
+    sources: Sequence[str],
+    hypotheses: Sequence[str],
+    batch_size: int = 8,
+    max_new_tokens: int | None = None,
+) -> tuple[list[bool | None], list[str]]:
+    """LLM-Yes/No verdicts by batched greedy generation (left padding), and the raw texts.
+
+    Example:
+        >>> generate_answers(judge, ["The cat sleeps."], ["A cat is asleep."])  # doctest: +SKIP
+        ([True], ['{"answer": "Yes"}'])
+    """
+    import copy
+
+    from .model_state import scoring_state
+
+    prompt = yes_no_prompt()
+    tokenizer, model = judge.tokenizer, judge.model
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise UsageError("the LLM-Yes/No baseline needs a chat model (its tokenizer has no chat template).")
+    texts = [
+        tokenizer.apply_chat_template(yes_no_messages(prompt, s, h), tokenize=False, add_generation_prompt=True)
+        for s, h in zip(sources, hypotheses)
+    ]
+    config = copy.deepcopy(model.generation_config)
+    config.do_sample, config.temperature, config.top_p, config.top_k = False, None, None, None
+    config.max_new_tokens = max_new_tokens or int(prompt.get("max_new_tokens", 10))
+    config.pad_token_id = judge.scorer.pad_id
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    outputs: list[str] = []
+    try:
+        with scoring_state(model, judge.disable_adapters):
+            for start in range(0, len(texts), batch_size):
+                batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
+                batch = batch.to(judge.scorer.device)
+                generated = model.generate(**batch, generation_config=config)
+                outputs += tokenizer.batch_decode(generated[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    finally:
+        tokenizer.padding_side = side
+    return [parse_answer(t) for t in outputs], outputs
+
+
+# measuring -------------------------------------------------------------------------------------
+class PeakMemory:
+    """Peak resident memory (RSS, sampled every few ms) and CUDA max allocated during a block.
+
+    Example:
+        >>> with PeakMemory() as peak:
+        ...     _ = [0] * 10**6
+        >>> peak.rss_mb > 0
+        True
+    """
+
+    def __init__(self, device: Any = None, interval: float = 0.003) -> None:
+        self.device, self.interval = device, interval
+        self.rss_mb = self.start_rss_mb = 0.0
+        self.cuda_mb: float | None = None
+        self._stop = threading.Event()
+
+    def _sample(self, process: Any) -> None:
+        while not self._stop.wait(self.interval):
+            self.rss_mb = max(self.rss_mb, process.memory_info().rss / 2**20)
+
+    def __enter__(self) -> "PeakMemory":
+        import psutil
+        import torch
+
+        process = psutil.Process()
+        self.rss_mb = self.start_rss_mb = process.memory_info().rss / 2**20
+        self._cuda = self.device is not None and torch.device(self.device).type == "cuda"
+        if self._cuda:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self._thread = threading.Thread(target=self._sample, args=(process,), daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch
+
+        if self._cuda:
+            torch.cuda.synchronize(self.device)
+            self.cuda_mb = torch.cuda.max_memory_allocated(self.device) / 2**20
+        self._stop.set()
+        self._thread.join()
+
+
+@dataclass
+class MethodResult:
+    """Totals of one method on one workload."""
+
+    method: str
+    pairs: int = 0
+    seconds: float = 0.0
+    peak_rss_mb: float = 0.0
+    rss_increase_mb: float = 0.0
+    peak_cuda_mb: float | None = None
+    scores: dict[int, float] = field(default_factory=dict)
+    verdicts: dict[int, bool | None] = field(default_factory=dict)
+    texts: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def pairs_per_second(self) -> float:
+        return self.pairs / self.seconds if self.seconds > 0 else float("nan")
+
+    def record(self, seconds: float, pairs: int, peak: PeakMemory) -> None:
+        self.seconds += seconds
+        self.pairs += pairs
+        self.peak_rss_mb = max(self.peak_rss_mb, peak.rss_mb)
+        self.rss_increase_mb = max(self.rss_increase_mb, peak.rss_mb - peak.start_rss_mb)
+        if peak.cuda_mb is not None:
+            self.peak_cuda_mb = max(self.peak_cuda_mb or 0.0, peak.cuda_mb)
+
+
+@dataclass
+class WorkloadResult:
+    """All methods on one workload, with the comparisons the issue asks for."""
+
+    workload: str
+    description: str
+    n: int
+    results: dict[str, MethodResult]
+
+    def speedup(self, method: str, baseline: str) -> float | None:
+        if method not in self.results or baseline not in self.results:
+            return None
+        return self.results[method].pairs_per_second / self.results[baseline].pairs_per_second
+
+    def max_diff(self) -> float | None:
+        """max |Judge.score - reference| over the pairs the reference ran on."""
+        if "score" not in self.results or "reference" not in self.results:
+            return None
+        ref, got = self.results["reference"].scores, self.results["score"].scores
+        return max((abs(got[i] - r) for i, r in ref.items()), default=None)
+
+    def agreement(self) -> float | None:
+        """Share of parsed LLM-Yes/No answers agreeing with the Judge.score verdict (logratio > 0)."""
+        if "score" not in self.results or "generate" not in self.results:
+            return None
+        got = self.results["score"].scores
+        pairs = [(v, got[i] > 0) for i, v in self.results["generate"].verdicts.items() if v is not None]
+        return sum(a == b for a, b in pairs) / len(pairs) if pairs else None
+
+    def unparsed(self) -> int:
+        gen = self.results.get("generate")
+        return sum(v is None for v in gen.verdicts.values()) if gen else 0
+
+
+def _timed(device: Any, run: Callable[[], Any]) -> tuple[float, Any, PeakMemory]:
+    import torch
+
+    with PeakMemory(device) as peak:
+        start = time.perf_counter()
+        value = run()
+        if peak._cuda:
+            torch.cuda.synchronize(device)
+        seconds = time.perf_counter() - start
+    return seconds, value, peak
+
+
+def _chunks(indices: list[int], parts: int) -> list[list[int]]:
+    size = -(-len(indices) // parts) if indices else 0
+    return [indices[i * size : (i + 1) * size] for i in range(parts)]
+
+
+def run_workload(
+    judge: Any,
+    workload: Workload,
+    template: str = "para-fs",
+    methods: Sequence[str] = METHODS,
+    rounds: int = 3,
+    sample_every: int = 2,
+    generate_batch_size: int = 8,
+    log: Callable[[str], None] = lambda _: None,
+) -> WorkloadResult:
+    """Time the methods on one workload, interleaved in ``rounds`` (see the module docstring).
+
+    Example:
+        >>> result = run_workload(judge, mrpc_workload(read_pairs(path), 64))  # doctest: +SKIP
+        >>> result.speedup("score", "reference")                                # doctest: +SKIP
+        26.3
+    """
+    unknown = set(methods) - set(METHODS)
+    if unknown:
+        raise UsageError(f"unknown method(s) {sorted(unknown)}; choose from {list(METHODS)}.")
+    if rounds < 1 or sample_every < 1:
+        raise UsageError("--rounds and --sample-every must be at least 1.")
+    device = judge.scorer.device
+    sampled = list(range(0, len(workload), sample_every))
+    plan = {m: _chunks(sampled, rounds) for m in ("reference", "generate")}
+    results = {m: MethodResult(m) for m in methods}
+    src, hyp = workload.sources, workload.hypotheses
+    for r in range(rounds):
+        order = list(methods[r % len(methods) :]) + list(methods[: r % len(methods)])  # rotate who goes first
+        for method in order:
+            result = results[method]
+            if method == "score":
+                judge.clear_cache()  # cold: results and prefix key/values are recomputed every round
+                seconds, scores, peak = _timed(device, lambda: judge.score(template, source=src, hypothesis=hyp))
+                result.scores = dict(enumerate(scores))
+                result.record(seconds, len(workload), peak)
+            else:
+                chunk = plan[method][r]
+                if not chunk:
+                    continue
+                s, h = [src[i] for i in chunk], [hyp[i] for i in chunk]
+                if method == "reference":
+                    seconds, scores, peak = _timed(device, lambda: reference_scores(judge, template, s, h))
+                    result.scores.update(zip(chunk, scores))
+                else:
+                    seconds, (verdicts, texts), peak = _timed(
+                        device, lambda: generate_answers(judge, s, h, batch_size=generate_batch_size)
+                    )
+                    result.verdicts.update(zip(chunk, verdicts))
+                    result.texts.update(zip(chunk, texts))
+                result.record(seconds, len(chunk), peak)
+            log(f"  {workload.name} round {r + 1}/{rounds} {method}: {seconds:.1f} s")
+    return WorkloadResult(workload.name, workload.description, len(workload), results)
+
+
+# reporting -------------------------------------------------------------------------------------
+def _fmt(x: float | None, spec: str = ".2f", none: str = "-") -> str:
+    return none if x is None else format(x, spec)
+
+
+def format_table(result: WorkloadResult) -> str:
+    """One workload's results as a Markdown table."""
+    lines = [
+        f"workload {result.workload} ({result.description}; methods (1)/(2) on a sample, (3) on all {result.n})",
+        "",
+        "| method | pairs timed | seconds | pairs/s | x vs (1) | x vs (2) | max abs diff vs (1) | peak RSS MB (+during) | CUDA max MB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for method in METHODS:
+        if method not in result.results:
+            continue
+        m = result.results[method]
+        diff = result.max_diff() if method == "score" else None
+        lines.append(
+            f"| {LABELS[method]} | {m.pairs} | {m.seconds:.1f} | {m.pairs_per_second:.2f} | "
+            f"{_fmt(result.speedup(method, 'reference'), '.1f')} | {_fmt(result.speedup(method, 'generate'), '.1f')} | "
+            f"{_fmt(diff, '.1e')} | {m.peak_rss_mb:.0f} (+{m.rss_increase_mb:.0f}) | {_fmt(m.peak_cuda_mb, '.0f')} |"
+        )
+    notes = []
+    if "generate" in result.results:
+        notes.append(f"LLM-Yes/No: {result.unparsed()} of {len(result.results['generate'].verdicts)} answers unparseable")
+        agree = result.agreement()
+        if agree is not None:
+            notes.append(f"agreement of parsed answers with Judge.score verdicts {agree:.0%}")
+    if notes:
+        lines += ["", "; ".join(notes) + "."]
+    return "\n".join(lines)
+
+
+def target_lines(results: Sequence[WorkloadResult]) -> list[str]:
+    """The issue's targets, met or not (they are set for the embedded judge on a 2-core CPU)."""
+    lines = []
+    for r in results:
+        for (workload, baseline), goal in TARGETS.items():
+            ratio = r.speedup("score", baseline) if r.workload == workload else None
+            if ratio is not None:
+                ok = "met" if ratio >= goal else "NOT met"
+                lines.append(f"- {workload}: (3) / {LABELS[baseline][:3]} = {ratio:.1f}x (target >= {goal:g}x): {ok}")
+        diff = r.max_diff()
+        if diff is not None:
+            lines.append(f"- {r.workload}: max |(3) - (1)| = {diff:.1e} (target <= {MAX_DIFF:g}): {'met' if diff <= MAX_DIFF else 'NOT met'}")
+    return lines
+
+
+def machine_line(judge: Any) -> str:
+    """Model, dtype, device, threads and load average: the context timings need."""
+    import torch
+
+    load = "/".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+    return (
+        f"judge {judge.name} ({judge.model.dtype}, {judge.scorer.device}, batch_tokens={judge.scorer.batch_tokens}, "
+        f"attention {'shared-prefix' if judge.scorer.shared_attention else judge.model.config._attn_implementation}); "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
+        f"{platform.processor() or platform.machine()}; load average {load}"
+    )
+
+
+# judge placement memory (fresh processes) -------------------------------------------------------
+PLACEMENTS = ("policy", "policy+separate", "policy+shared")
+
+
+def placement_child(kind: str, pairs: int = 16) -> dict[str, float]:
+    """Run one placement in this (fresh) process and return its peak RSS (and CUDA max allocated).
+
+    ``policy``: the embedded model as a LoRA policy, one training step (forward, backward,
+    optimizer). ``policy+separate``: the same plus a second copy of the model loaded as judge that
+    scores ``pairs`` MRPC-like pairs. ``policy+shared``: the same, the judge being
+    ``Judge.from_peft(policy)`` (adapters disabled, no second copy).
+    """
+    import resource
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from .judge import Judge
+    from .loading import load_trainable_embedded
+
+    model, tokenizer = load_trainable_embedded()
+    policy = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=1e-4)
+    batch = tokenizer(["Paraphrase: the cat sat on the mat."] * 8, return_tensors="pt")
+    policy.train()
+    loss = policy(**batch, labels=batch["input_ids"]).loss
+    loss.backward()
+    optimizer.step()
+    if kind != "policy":
+        judge = Judge.load() if kind == "policy+separate" else Judge.from_peft(policy, tokenizer)
+        text = "The company said its third-quarter profit rose on strong demand for its products."
+        judge.score("para-fs", source=[text] * pairs, hypothesis=[f"{text} ({i})" for i in range(pairs)])
+    out = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if torch.cuda.is_available():
+        out["cuda_max_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    return out
+
+
+def placement_memory(kinds: Sequence[str] = PLACEMENTS) -> dict[str, dict[str, float]]:
+    """Peak memory of each placement, each in a fresh subprocess.
+
+    Example:
+        >>> placement_memory()["policy+shared"]["peak_rss_mb"]  # doctest: +SKIP
+        1210.5
+    """
+    out = {}
+    for kind in kinds:
+        code = f"import json; from pluie_reward.bench import placement_child; print(json.dumps(placement_child({kind!r})))"
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"placement {kind!r} failed:\n{done.stderr[-2000:]}")
+        out[kind] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def format_placements(memory: dict[str, dict[str, float]]) -> str:
+    base = memory.get("policy", {}).get("peak_rss_mb")
+    lines = ["| placement | peak RSS MB | over policy alone | CUDA max MB |", "|---|---:|---:|---:|"]
+    for kind, m in memory.items():
+        extra = f"+{m['peak_rss_mb'] - base:.0f}" if base is not None else "-"
+        lines.append(f"| {kind} | {m['peak_rss_mb']:.0f} | {extra} | {_fmt(m.get('cuda_max_mb'), '.0f')} |")
+    return "\n".join(lines)
+
+
+# command line ----------------------------------------------------------------------------------
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``pluie-reward bench``."""
+    add_judge_arguments(parser)
+    parser.add_argument("--data", type=Path, default=None, help=f"PARAPHRASUS {_DATA_NAME} (default: ../shared/data/paraphrasus/)")
+    parser.add_argument("--template", default="para-fs", help="two-field paraphrase template (default para-fs)")
+    parser.add_argument("--pairs", type=int, default=64, help="pairs of the mrpc workload (default 64)")
+    parser.add_argument("--sources", type=int, default=8, help="sources of the grpo workload (default 8)")
+    parser.add_argument("--per-source", type=int, default=8, help="hypotheses per source in the grpo workload (default 8)")
+    parser.add_argument("--workloads", default="mrpc,grpo", help="comma-separated: mrpc, grpo (default both)")
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; (3) runs once per round (default 3)")
+    parser.add_argument("--sample-every", type=int, default=2, help="(1) and (2) run on every k-th pair (default 2)")
+    parser.add_argument("--generate-batch-size", type=int, default=8, help="batch size of the LLM-Yes/No generate (default 8)")
+    parser.add_argument("--placement", action="store_true", help="also measure judge placement memory in fresh processes")
+    parser.add_argument("--json", type=Path, default=None, help="write all numbers to this JSON file")
+
+
+@command("bench", configure)
+def bench_command(args: argparse.Namespace) -> int:
+    """Benchmark Judge.score against the seeds' two-pass method and an LLM-Yes/No generate judge."""
+    from .cli import judge_from_args
+
+    data = args.data or default_data_path()
+    if data is None:
+        raise UsageError(f"no {_DATA_NAME} found beside the checkout; pass --data PATH.")
+    pairs = read_pairs(data)
+    builders = {
+        "mrpc": lambda: mrpc_workload(pairs, args.pairs),
+        "grpo": lambda: grpo_workload(pairs, args.sources, args.per_source),
+    }
+    names = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not names or set(names) - set(builders):
+        raise UsageError(f"--workloads: choose from {list(builders)}, got {args.workloads!r}.")
+    workloads = [builders[n]() for n in names]
+    judge = judge_from_args(args)
+    say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    say(f"pluie-reward bench: {machine_line(judge)}")
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    results = [
+        run_workload(judge, w, args.template, methods, args.rounds, args.sample_every, args.generate_batch_size, log=say)
+        for w in workloads
+    ]
+    print(f"# pluie-reward bench, {started}\n\n{machine_line(judge)}\n")
+    for r in results:
+        print(format_table(r) + "\n")
+    lines = target_lines(results)
+    if lines:
+        print("Targets of issue 3 (embedded judge, 2-core CPU):\n" + "\n".join(lines) + "\n")
+    memory = None
+    if args.placement:
+        say("placement memory: three fresh processes ...")
+        memory = placement_memory()
+        print("Judge placement, peak memory of a fresh process (one LoRA policy step, then 16 pairs scored):\n")
+        print(format_placements(memory) + "\n")
+    if args.json:
+        payload = {
+            "started": started,
+            "machine": machine_line(judge),
+            "workloads": [
+                {**{k: v for k, v in asdict(r).items() if k != "results"},
+                 "methods": {m: {**asdict(x), "pairs_per_second": x.pairs_per_second} for m, x in r.results.items()},
+                 "max_diff": r.max_diff(), "agreement": r.agreement()}
+                for r in results
+            ],
+            "placement": memory,
+        }
+        args.json.write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m pluie_reward.bench [options]`` (same as ``pluie-reward bench``)."""
+    from .cli import main as cli_main
+
+    return cli_main(["bench", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
