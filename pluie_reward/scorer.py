@@ -11,12 +11,13 @@ The suffix rows do not copy the prefix cache: attention over the prefix runs onc
 (the batch folded into the query length, one key/value set), attention within each row runs
 causally, and the two are merged with their log-sum-exps (:func:`shared_prefix_attention`). This
 is the same softmax, computed in two parts; models that cannot take it fall back to a per-batch
-cache whose prefix is materialised once.
+cache whose prefix is materialised once. Group prefixes (one source, many hypotheses) extend the
+cached template prefix and are computed together in one batch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -47,6 +48,8 @@ class SharedPrefix:
 
     kv: KV
     calls: int = 0
+    collect: bool = False  # keep the rows' own key/values per layer (to build longer prefixes)
+    collected: KV = field(default_factory=list)
 
 
 def partial_attention(
@@ -108,6 +111,10 @@ def shared_prefix_attention(
         raise SharedPrefixUnsupported("attention dropout is active")
     prefix_key, prefix_value = pluie_prefix.kv[module.layer_idx]
     pluie_prefix.calls += 1
+    if pluie_prefix.collect:
+        if len(pluie_prefix.collected) != module.layer_idx:
+            raise SharedPrefixUnsupported("attention layers ran out of order")
+        pluie_prefix.collected.append((key, value))
     batch, heads, width, dim = query.shape
     kv_heads = key.shape[1]
     if heads % kv_heads or prefix_key.shape[1] != kv_heads or prefix_key.shape[0] != 1:
@@ -202,7 +209,7 @@ class PrefixScorer:
         pad_id: int = 0,
         batch_tokens: int | None = None,
         min_shared_tokens: int = 8,
-        max_cached_prefixes: int = 8,
+        max_cached_prefixes: int = 16,
     ) -> None:
         self.model = model
         self.pad_id = pad_id
@@ -265,7 +272,12 @@ class PrefixScorer:
         """
         multi = len(yes) != 1 or len(no) != 1
         out = [0.0] * len(sequences)
-        for prefix, rows in self._plan(sequences, tuple(static_prefix), groups):
+        static = tuple(static_prefix)
+        units = list(self._plan(sequences, static, groups))
+        chunk = max(1, self.max_cached_prefixes - 1)  # group prefixes computed together, then used
+        for start, (prefix, rows) in enumerate(units):
+            if start % chunk == 0:
+                self._group_prefixes([u[0] for u in units[start : start + chunk]], static)
             requests = []
             for index, suffix in rows:
                 if multi:
@@ -273,7 +285,7 @@ class PrefixScorer:
                     requests.append(Request(-index - 1, suffix + list(no[:-1]), list(no)))
                 else:
                     requests.append(Request(index, suffix))
-            for request, value in self._run(prefix, requests, yes[0], no[0]):
+            for request, value in self._run(prefix, requests, yes[0], no[0], static=static):
                 if request.index >= 0:
                     out[request.index] += value
                 else:
@@ -315,11 +327,15 @@ class PrefixScorer:
             yield (), [(i, list(sequences[i])) for i in without]
 
     # running -----------------------------------------------------------------------------------
-    def _prefix_kv(self, prefix: tuple[int, ...]) -> KV | None:
+    def _prefix_kv(self, prefix: tuple[int, ...], static: tuple[int, ...] = ()) -> KV | None:
+        """Key/values of ``prefix``, extending the longest cached prefix of it; a group prefix that
+        starts with the (uncached) ``static`` prefix computes ``static`` first, so groups share it."""
         if not prefix:
             return None
         if prefix in self._prefixes:
             return self._prefixes[prefix]
+        if static and len(static) < len(prefix) and prefix[: len(static)] == static and static not in self._prefixes:
+            self._prefix_kv(static)
         base, base_kv = (), None
         for known in self._prefixes:  # extend the longest cached prefix of this prefix (the static one)
             if len(known) < len(prefix) and prefix[: len(known)] == known and len(known) > len(base):
@@ -334,6 +350,44 @@ class PrefixScorer:
             del self._prefixes[victim]
         self._prefixes[prefix] = kv
         return kv
+
+    def _group_prefixes(self, prefixes: Sequence[tuple[int, ...]], static: tuple[int, ...]) -> None:
+        """Compute the group prefixes that extend ``static`` in batched shared-prefix forwards.
+
+        One right-padded batch instead of one small forward per group; each group's key/values are
+        the static prefix's followed by its own rows' (causal, so the padding never leaks in).
+        """
+        todo = [p for p in dict.fromkeys(prefixes) if p not in self._prefixes and len(p) > len(static) > 0
+                and p[: len(static)] == static]
+        if not todo or self.shared_attention is False:
+            return
+        base = self._prefix_kv(static)
+        wanted = {static, *prefixes}
+        for victim in [p for p in self._prefixes if p not in wanted]:  # room for this chunk's groups
+            del self._prefixes[victim]
+        lengths = [len(p) - len(static) for p in todo]
+        for batch_index in token_batches(lengths, self.batch_tokens):
+            rows = [todo[i] for i in batch_index]
+            width = max(lengths[i] for i in batch_index)
+            ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+            for row, p in enumerate(rows):
+                ids[row, : len(p) - len(static)] = torch.tensor(p[len(static) :], dtype=torch.long)
+            state = SharedPrefix(base, collect=True)
+            try:
+                self._forward_shared(ids.to(self.device), base, keep=1, state=state)
+            except SharedPrefixUnsupported:
+                if self.shared_attention:
+                    raise
+                self.shared_attention = False
+                return
+            self.shared_attention = True
+            self.stats["prefix_passes"] += 1
+            for row, p in enumerate(rows):
+                n = len(p) - len(static)
+                self._prefixes[p] = [
+                    (torch.cat([k0, k[row : row + 1, :, :n]], dim=-2), torch.cat([v0, v[row : row + 1, :, :n]], dim=-2))
+                    for (k0, v0), (k, v) in zip(base, state.collected)
+                ]
 
     def _forward(self, input_ids: torch.Tensor, kv: KV | None, batch: int, keep: Any) -> Any:
         """Rows after the prefix ``kv``: shared-prefix attention when the model takes it, else a cache."""
@@ -363,12 +417,12 @@ class PrefixScorer:
         self.stats["forward_calls"] += 1
         return self.model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=keep)
 
-    def _forward_shared(self, input_ids: torch.Tensor, kv: KV, keep: Any) -> Any:
+    def _forward_shared(self, input_ids: torch.Tensor, kv: KV, keep: Any, state: SharedPrefix | None = None) -> Any:
         """Forward of suffix rows with :func:`shared_prefix_attention` over the batch-1 prefix ``kv``."""
         batch, width = input_ids.shape
         start = kv[0][0].shape[-2]
         positions = torch.arange(start, start + width, device=input_ids.device).expand(batch, -1)
-        state = SharedPrefix(kv)
+        state = state or SharedPrefix(kv)
         config = self.model.config
         previous = config._attn_implementation
         config._attn_implementation = ATTENTION_NAME
@@ -390,9 +444,9 @@ class PrefixScorer:
         return output
 
     def _run(
-        self, prefix: tuple[int, ...], requests: list[Request], yes: int, no: int
+        self, prefix: tuple[int, ...], requests: list[Request], yes: int, no: int, static: tuple[int, ...] = ()
     ) -> Iterator[tuple[Request, float]]:
-        kv = self._prefix_kv(prefix)
+        kv = self._prefix_kv(prefix, static)
         lengths = [len(r.suffix) for r in requests]
         for batch_index in token_batches(lengths, self.batch_tokens):
             batch = [requests[i] for i in batch_index]

@@ -67,11 +67,26 @@ def test_partial_attention_kernels_match_a_float64_softmax():
         assert torch.allclose(lse.double(), torch.logsumexp(square, -1), atol=1e-5)
 
 
+def test_grpo_shaped_batch_matches_the_float64_reference(tiny_judge):
+    """Several sources x several hypotheses: group prefixes built in one batch stay exact."""
+    from test_reference import reference_pluie
+
+    sources, hypotheses, _ = mrpc_pairs(20)
+    workload = bench.grpo_workload(list(zip(sources, hypotheses)), sources=3, per_source=3)
+    expected = [reference_pluie(tiny_judge.model, tiny_judge.tokenizer, s, h)
+                for s, h in zip(workload.sources, workload.hypotheses)]
+    tiny_judge.clear_cache()
+    passes = tiny_judge.scorer.stats["prefix_passes"]
+    got = tiny_judge.score("para-fs", source=workload.sources, hypothesis=workload.hypotheses)
+    assert tiny_judge.scorer.stats["prefix_passes"] - passes == 2  # the template prefix, then 3 sources at once
+    assert max(abs(a - b) for a, b in zip(got, expected)) <= 1e-3
+
+
 def test_benchmark_runs_on_two_pairs(tiny_judge):
     sources, hypotheses, _ = mrpc_pairs(2)
     workload = bench.Workload("mrpc", sources, hypotheses, "2 MRPC pairs")
     result = bench.run_workload(tiny_judge, workload, rounds=1, sample_every=1, generate_batch_size=2)
-    assert set(result.results) == {"reference", "generate", "score"}
+    assert set(result.results) == set(bench.METHODS)
     for method in result.results.values():
         assert method.pairs == 2 and method.seconds > 0 and method.peak_rss_mb > 0
     assert set(result.results["generate"].texts) == {0, 1}
