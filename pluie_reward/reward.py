@@ -17,6 +17,7 @@ import asyncio
 import re
 from typing import Any, Callable, Mapping, Sequence
 
+from .edit_distance import edit_distance
 from .judge import Judge, sigmoid
 from .placement import no_autocast
 from .template import load_template
@@ -236,24 +237,6 @@ def words(text: str) -> list[str]:
         ['the', 'cat', ',', 'asleep', '.']
     """
     return _WORD.findall(text.lower())
-
-
-def edit_distance(a: Sequence[Any], b: Sequence[Any]) -> int:
-    """Levenshtein distance between two sequences (insertions, deletions, substitutions cost 1).
-
-    Example:
-        >>> edit_distance(["a", "b", "c"], ["a", "c", "d"])
-        2
-    """
-    if len(a) < len(b):
-        a, b = b, a
-    previous = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        current = [i]
-        for j, y in enumerate(b, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
-        previous = current
-    return previous[-1]
 
 
 def novelty_score(source: str, hypothesis: str) -> float:

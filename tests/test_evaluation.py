@@ -5,6 +5,7 @@ import json
 import pytest
 
 from pluie_reward.cli import main
+from pluie_reward.edit_distance import edit_distance
 from pluie_reward.evaluation import baselines as bl
 from pluie_reward.evaluation.metrics import (
     as_labels,
@@ -155,8 +156,8 @@ def test_bad_inputs_raise_clear_errors():
 def test_baselines_hand_computed():
     # kitten -> sitting: 3 edits, longer string 7 characters -> 1 - 3/7
     assert bl.levenshtein_similarity("kitten", "sitting") == pytest.approx(4 / 7)
-    assert bl._edit_distance("kitten", "sitting") == 3
-    assert bl._edit_distance("flaw", "lawn") == 2
+    assert edit_distance("kitten", "sitting") == 3
+    assert edit_distance("flaw", "lawn") == 2
     assert bl.levenshtein_similarity("", "") == 1.0
     assert bl.bleu("the cat sat on the mat", "the cat sat on the mat") == pytest.approx(1.0)
     assert bl.bleu("the cat sat on the mat", "dogs bark loudly") == pytest.approx(0.0)

