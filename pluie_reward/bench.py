@@ -15,7 +15,7 @@ Methods, on the same judge model, items and machine:
 Workloads: ``mrpc`` -- the first N MRPC pairs; ``grpo`` -- GRPO-shaped, S sources x K hypotheses
 (the source's MRPC partner, the source itself and simple edits). The slow methods (1) and (2)
 run on every ``--sample-every``-th pair; their per-pair time is what is compared. Methods run
-interleaved in rounds so machine load hits them alike.
+interleaved in rounds so machine load hits them alike; pairs/s is the median over rounds.
 
 Example:
     $ python -m pluie_reward.bench                      # embedded SmolLM2-135M, float32, a few minutes
@@ -30,6 +30,7 @@ import os
 import platform
 import random
 import re
+import statistics
 import subprocess
 import sys
 import threading
@@ -348,14 +349,17 @@ class MethodResult:
     scores: dict[int, float] = field(default_factory=dict)
     verdicts: dict[int, bool | None] = field(default_factory=dict)
     texts: dict[int, str] = field(default_factory=dict)
+    rates: list[float] = field(default_factory=list)
 
     @property
     def pairs_per_second(self) -> float:
-        return self.pairs / self.seconds if self.seconds > 0 else float("nan")
+        """Median over rounds of pairs/s: one round hit by a load spike does not move it."""
+        return statistics.median(self.rates) if self.rates else float("nan")
 
     def record(self, seconds: float, pairs: int, peak: PeakMemory) -> None:
         self.seconds += seconds
         self.pairs += pairs
+        self.rates.append(pairs / seconds if seconds > 0 else float("nan"))
         self.peak_rss_mb = max(self.peak_rss_mb, peak.rss_mb)
         self.rss_increase_mb = max(self.rss_increase_mb, peak.rss_mb - peak.start_rss_mb)
         if peak.cuda_mb is not None:
@@ -486,7 +490,7 @@ def format_table(result: WorkloadResult) -> str:
     lines = [
         f"workload {result.workload} ({result.description}; methods (1)/(2) on a sample, (3) on all {result.n})",
         "",
-        "| method | pairs timed | seconds | pairs/s | x vs (1) | x vs (2) | max abs diff vs (1) | peak RSS MB (+during) | CUDA max MB |",
+        "| method | pairs timed | seconds | pairs/s (median of rounds) | x vs (1) | x vs (2) | max abs diff vs (1) | peak RSS MB (+during) | CUDA max MB |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for method in METHODS:
@@ -552,8 +556,6 @@ def placement_child(kind: str, pairs: int = 16) -> dict[str, float]:
     scores ``pairs`` MRPC-like pairs. ``policy+shared``: the same, the judge being
     ``Judge.from_peft(policy)`` (adapters disabled, no second copy).
     """
-    import resource
-
     import torch
     from peft import LoraConfig, get_peft_model
 
@@ -572,10 +574,30 @@ def placement_child(kind: str, pairs: int = 16) -> dict[str, float]:
         judge = Judge.load() if kind == "policy+separate" else Judge.from_peft(policy, tokenizer)
         text = "The company said its third-quarter profit rose on strong demand for its products."
         judge.score("para-fs", source=[text] * pairs, hypothesis=[f"{text} ({i})" for i in range(pairs)])
-    out = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    out = {"peak_rss_mb": peak_rss_mb()}
     if torch.cuda.is_available():
         out["cuda_max_mb"] = torch.cuda.max_memory_allocated() / 2**20
     return out
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB.
+
+    Linux ``VmHWM`` (``ru_maxrss`` is not used: it keeps the parent's value across fork+exec).
+
+    Example:
+        >>> peak_rss_mb() > 0
+        True
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def placement_memory(kinds: Sequence[str] = PLACEMENTS) -> dict[str, dict[str, float]]:

@@ -33,7 +33,7 @@ def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="HF id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: best available)")
     parser.add_argument("--dtype", default=None, help="float32 (default), bfloat16, float16, auto")
-    parser.add_argument("--batch-tokens", type=int, default=None, help="token budget of one batch (default: 1024 on CPU, 4096 on GPU)")
+    parser.add_argument("--batch-tokens", type=int, default=None, help="token budget of one batch (default: 512 on CPU, 4096 on GPU)")
 
 
 def judge_from_args(args: argparse.Namespace) -> Any:

@@ -43,7 +43,7 @@ class Judge:
         model: Any,
         tokenizer: Any,
         *,
-        batch_tokens: int | None = None,  # None: 1024 on CPU, 4096 elsewhere (scorer.DEFAULT_BATCH_TOKENS)
+        batch_tokens: int | None = None,  # None: 512 on CPU, 4096 elsewhere (scorer.DEFAULT_BATCH_TOKENS)
         cache_size: int = 4096,
         threshold: float = 0.0,
         allow_multi_token: bool = False,
