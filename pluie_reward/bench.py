@@ -450,6 +450,10 @@ def run_workload(
     plan = {m: _chunks(sampled, rounds) for m in ("reference", "generate")}
     results = {m: MethodResult(m) for m in methods}
     src, hyp = workload.sources, workload.hypotheses
+    names = judge.bind(template).template.fields
+    if len(names) != 2:
+        raise UsageError(f"the benchmark needs a two-field (source, hypothesis) template; {template!r} has {names}.")
+    fields = dict(zip(names, (src, hyp)))
     for r in range(rounds):
         order = list(methods[r % len(methods) :]) + list(methods[: r % len(methods)])  # rotate who goes first
         for method in order:
@@ -457,8 +461,8 @@ def run_workload(
             if method in ("score", "score-cold"):
                 judge.clear_cache()  # no result or source prefix survives from an earlier round
                 if method == "score":  # the template's static prefix, as any earlier call leaves it
-                    judge.score(template, source=src[:1], hypothesis=["-"])
-                seconds, scores, peak = _timed(device, lambda: judge.score(template, source=src, hypothesis=hyp))
+                    judge.score(template, **dict(zip(names, (src[:1], ["-"]))))
+                seconds, scores, peak = _timed(device, lambda: judge.score(template, **fields))
                 result.scores = dict(enumerate(scores))
                 result.record(seconds, len(workload), peak)
             else:
@@ -661,6 +665,8 @@ def bench_command(args: argparse.Namespace) -> int:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not names or set(names) - set(builders):
         raise UsageError(f"--workloads: choose from {list(builders)}, got {args.workloads!r}.")
+    if not methods or set(methods) - set(METHODS):
+        raise UsageError(f"--methods: choose from {list(METHODS)}, got {args.methods!r}.")
     workloads = [builders[n]() for n in names]
     judge = judge_from_args(args)
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731

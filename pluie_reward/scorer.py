@@ -419,7 +419,12 @@ class PrefixScorer:
         return self.model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=keep)
 
     def _forward_shared(self, input_ids: torch.Tensor, kv: KV, keep: Any, state: SharedPrefix | None = None) -> Any:
-        """Forward of suffix rows with :func:`shared_prefix_attention` over the batch-1 prefix ``kv``."""
+        """Forward of suffix rows with :func:`shared_prefix_attention` over the batch-1 prefix ``kv``.
+
+        The model's ``config._attn_implementation`` names the shared-prefix function during this
+        forward only (restored after, even on error); like the eval/adapter switches of
+        ``scoring_state``, it assumes no other forward of the same model runs concurrently.
+        """
         batch, width = input_ids.shape
         start = kv[0][0].shape[-2]
         positions = torch.arange(start, start + width, device=input_ids.device).expand(batch, -1)
