@@ -12,7 +12,7 @@ All of them score through :meth:`Judge.score`; they only add a context around it
 from __future__ import annotations
 
 import warnings
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -125,44 +125,6 @@ def active_adapter(model: Any, name: str) -> Iterator[None]:
             parameter.requires_grad_(flag)
 
 
-def no_autocast(device_type: str) -> Any:
-    """A context switching autocast off for ``device_type`` (a no-op where autocast does not exist).
-
-    Example:
-        >>> with no_autocast("cpu"):
-        ...     torch.is_autocast_enabled("cpu")
-        False
-    """
-    try:
-        return torch.autocast(device_type=device_type, enabled=False)
-    except RuntimeError:  # a device type without autocast support
-        return nullcontext()
-
-
-@contextmanager
-def weights_precision(model: Any) -> Iterator[None]:
-    """Run ``model`` in its weights' dtype: no ambient autocast, and without the autocast wrapper that
-    ``accelerate`` puts around ``forward`` for mixed-precision training (restored afterwards).
-
-    The judge then scores the same under bf16/fp16 mixed-precision training as in evaluation.
-
-    Example:
-        >>> with weights_precision(policy):  # doctest: +SKIP
-        ...     logits = policy(ids).logits
-    """
-    device = next(model.parameters()).device.type
-    patched = model.__dict__.get("forward")
-    original = model.__dict__.get("_original_forward")
-    if patched is not None and original is not None:
-        model.forward = original
-    try:
-        with no_autocast(device):
-            yield
-    finally:
-        if patched is not None and original is not None:
-            model.forward = patched
-
-
 class SharedJudge(Judge):
     """A judge that shares the policy's weights: the PEFT policy with its adapters disabled (the base
     model) or with a frozen judge adapter active, while scoring.
@@ -226,7 +188,6 @@ class SharedJudge(Judge):
         """:meth:`Judge.score` on the shared weights (see the class docstring)."""
         with ExitStack() as stack:
             stack.enter_context(gathered_parameters(self.model, self.wrapped_model))
-            stack.enter_context(weights_precision(self.model))
             if self.adapter_name is not None:
                 stack.enter_context(active_adapter(self.model, self.adapter_name))
             return super().score(template, **kwargs)

@@ -19,7 +19,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .edit_distance import edit_distance
 from .judge import Judge, sigmoid
-from .placement import no_autocast
 from .template import load_template
 
 TRANSFORMS = ("logratio", "prob", "clip")
@@ -172,8 +171,7 @@ class PluieReward:
         for f, column in self.optional.items():
             values[f] = self._column(f, column, prompts, kwargs, n)
         judge = self.judge
-        with no_autocast(judge.scorer.device.type):  # score in the judge's dtype, not the trainer's mixed precision
-            logratios = judge.score(self.template, hypothesis=hypotheses, **values)
+        logratios = judge.score(self.template, hypothesis=hypotheses, **values)  # in the judge's own dtype
         cut = judge.threshold if self.threshold is None else self.threshold
         if log_metric is not None and n:
             log_metric(f"{self.__name__}/accept_rate", sum(s > cut for s in logratios) / n)

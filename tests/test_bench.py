@@ -2,7 +2,6 @@
 
 import math
 
-import pytest
 import torch
 
 from pluie_reward import bench

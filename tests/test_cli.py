@@ -5,7 +5,6 @@ import json
 import pytest
 
 from pluie_reward import cli
-from pluie_reward.testing import make_tiny_judge
 
 
 @pytest.fixture()

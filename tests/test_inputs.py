@@ -81,3 +81,21 @@ def test_model_state_is_restored(tiny_judge):
     tiny_judge.score("para-fs", source=["a"], hypothesis=["b"])
     assert tiny_judge.model.training
     tiny_judge.model.eval()
+
+
+def test_scores_ignore_ambient_autocast():
+    """Under a trainer's bf16 autocast the judge still scores in its own float32 weights."""
+    import torch
+
+    judge = make_tiny_judge(seed=2)
+    items = {"source": ["The cat sleeps.", "x"], "hypothesis": ["A cat sleeps.", "y"]}
+    reference = judge.score("para-fs", use_cache=False, **items)
+    with torch.no_grad():  # bf16 autocast really changes this model's logit differences
+        ids = torch.tensor([judge.bind("para-fs").encode_items({k: v[:1] for k, v in items.items()}, 1)[0].ids])
+        plain = judge.model(ids).logits[0, -1].float()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            mixed = judge.model(ids).logits[0, -1].float()
+    assert (plain - mixed).abs().max() > 1e-3
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = judge.score("para-fs", use_cache=False, **items)
+    assert got == pytest.approx(reference, abs=1e-4)

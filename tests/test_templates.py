@@ -1,7 +1,6 @@
 """Built-in templates render the seeds' prompts; answer words are validated as single tokens."""
 
 import re
-from pathlib import Path
 
 import pytest
 

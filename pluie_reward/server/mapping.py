@@ -8,7 +8,7 @@ Which of these texts fills which template field is fixed when the server starts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..template import Template
