@@ -2,6 +2,7 @@
 
 import random
 
+import pytest
 import torch
 import yaml
 
@@ -104,3 +105,23 @@ def test_multi_token_answers_follow_eq4():
         sums.append(sum(float(logp[t - 1, ids[t]]) for t in range(len(prompt_ids), len(ids))))
     got = judge.score(template, source=[source], hypothesis=[hypothesis])[0]
     assert abs(got - (sums[0] - sums[1])) <= 1e-3
+
+
+@pytest.mark.parametrize("path", ["cache-fallback", "no-prefix-cache"])
+def test_fallback_paths_match_reference(path):
+    """Models that refuse shared-prefix attention (a per-batch KV cache) or any prefix caching
+    (full sequences) still score exactly, groups included."""
+    judge = make_tiny_judge(seed=4)
+    if path == "cache-fallback":
+        judge.scorer.shared_attention = False
+    else:
+        judge.scorer.prefix_caching = False
+    sources, hypotheses, _ = mrpc_pairs(6)
+    sources = sources[:3] + [sources[0]] * 3  # three loose items and a group of three
+    reference = [reference_pluie(judge.model, judge.tokenizer, s, h) for s, h in zip(sources, hypotheses)]
+    got = judge.score("para-fs", source=sources, hypothesis=hypotheses, use_cache=False)
+    assert max(abs(a - b) for a, b in zip(got, reference)) <= 1e-3
+    if path == "cache-fallback":
+        assert judge.scorer.shared_attention is False and judge.scorer.stats["prefix_passes"] >= 2
+    else:
+        assert judge.scorer.stats["prefix_passes"] == 0
