@@ -75,7 +75,8 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def _columns(args: argparse.Namespace, fields: Sequence[str]) -> dict[str, str]:
+def field_columns(args: argparse.Namespace, fields: Sequence[str]) -> dict[str, str]:
+    """Field -> input column, from repeated ``--column FIELD=COLUMN`` (default: same name)."""
     mapping = {f: f for f in fields}
     for spec in args.column:
         if "=" not in spec:
@@ -111,7 +112,7 @@ def score_command(args: argparse.Namespace) -> int:
         mapping = {f: f for f in fields}
     else:
         records = read_records(args.input)
-        mapping = _columns(args, list(template.all_fields))
+        mapping = field_columns(args, list(template.all_fields))
         missing = [c for f, c in mapping.items() if f in fields and records and c not in records[0]]
         if missing:
             raise UsageError(f"{args.input}: no column(s) {missing}; columns: {sorted(records[0]) if records else []}.")

@@ -83,21 +83,14 @@ def _load_rows(
     args: argparse.Namespace, extra_columns: list[str], skip_fields: tuple[str, ...] = ()
 ) -> tuple[Any, dict[str, list], list[dict]]:
     """The template, its field columns (field -> values) and the raw rows of ``--input``."""
-    from ..cli import read_records
+    from ..cli import field_columns, read_records
     from ..template import load_template
 
     template = load_template(args.template)
     records = read_records(args.input)
     if not records:
         raise UsageError(f"{args.input} holds no items.")
-    mapping = {f: f for f in template.all_fields}
-    for spec in args.column:
-        if "=" not in spec:
-            raise UsageError(f"--column expects FIELD=COLUMN, got {spec!r}.")
-        field, column = spec.split("=", 1)
-        if field not in mapping:
-            raise UsageError(f"--column: {field!r} is not a field of template {template.name!r}; fields: {list(template.all_fields)}.")
-        mapping[field] = column
+    mapping = field_columns(args, list(template.all_fields))
     columns = set(records[0])
     needed = [c for c in extra_columns if c not in columns]
     needed += [mapping[f] for f in template.fields if f not in skip_fields and mapping[f] not in columns]
