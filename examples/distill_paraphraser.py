@@ -164,8 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from trl import SFTConfig, SFTTrainer
 
     from pluie_reward import Judge
-    from pluie_reward.data import best_of_n, score_dataset
-    from pluie_reward.loading import load_trainable_embedded
+    from pluie_reward.integrations.data import best_of_n, score_dataset
+    from pluie_reward.engines.transformers.loading import load_trainable_embedded
 
     set_seed(args.seed)
     started = time.time()
@@ -231,9 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # 4. optional GRPO with the judge as reward ---------------------------------------------
     if args.grpo:
         try:
-            from pluie_reward.reward import PluieReward
+            from pluie_reward.integrations.rewards import PluieReward
         except ImportError:
-            print("GRPO skipped: pluie_reward.reward.PluieReward is not available in this installation.")
+            print("GRPO skipped: pluie_reward.PluieReward is not available in this installation.")
         else:
             from trl import GRPOConfig, GRPOTrainer
 

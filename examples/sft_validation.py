@@ -98,7 +98,7 @@ def load_pairs(path: Path | None, eval_items: int) -> tuple[list[tuple[str, str]
 
 def load_generator(name: str) -> tuple[Any, Any]:
     if name == "embedded":
-        from pluie_reward.loading import load_trainable_embedded
+        from pluie_reward.engines.transformers.loading import load_trainable_embedded
 
         return load_trainable_embedded()
     if name == "tiny":
@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from trl import SFTConfig, SFTTrainer
 
     from pluie_reward import Judge
-    from pluie_reward.callbacks import PluieCallback
+    from pluie_reward.integrations.callbacks import PluieCallback
     from pluie_reward.testing import make_tiny_judge
 
     set_seed(args.seed)

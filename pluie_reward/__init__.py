@@ -6,12 +6,12 @@ Example:
     >>> judge.score("para-fs", source=["The cat sleeps."], hypothesis=["The cat is asleep."])  # doctest: +SKIP
 """
 
-from .judge import Judge, sigmoid
-from .prompt import AnswerTokenError, BoundTemplate
-from .template import Template, builtin_template_names, load_template
-from .loading import load_trainable_embedded
-from .placement import OffloadedJudge, SharedJudge
-from .reward import AsyncPluieReward, NoveltyReward, PluieReward, novelty
+from .core.judge import Judge, sigmoid
+from .core.prompt import AnswerTokenError, BoundTemplate
+from .core.template import Template, builtin_template_names, load_template
+from .engines.transformers.loading import load_trainable_embedded
+from .integrations.placement import OffloadedJudge, SharedJudge
+from .integrations.rewards import AsyncPluieReward, NoveltyReward, PluieReward, novelty
 
 __all__ = [
     "AnswerTokenError",
@@ -35,7 +35,7 @@ __all__ = [
 def __getattr__(name: str):
     """Heavy parts imported on first use: ``PluieCallback`` pulls in transformers' Trainer (seconds)."""
     if name == "PluieCallback":
-        from .callbacks import PluieCallback
+        from .integrations.callbacks import PluieCallback
 
         return PluieCallback
     raise AttributeError(f"module 'pluie_reward' has no attribute {name!r}")

@@ -4,9 +4,9 @@ import math
 
 import torch
 
-from pluie_reward import bench
-from pluie_reward.cli import main
-from pluie_reward.scorer import partial_attention
+from pluie_reward.tools.bench import run as bench
+from pluie_reward.tools.cli import main
+from pluie_reward.engines.transformers.engine import partial_attention
 
 from conftest import mrpc_pairs
 

@@ -19,8 +19,8 @@ from transformers import (
 )
 
 from pluie_reward import Judge
-from pluie_reward.callbacks import PluieCallback
-from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
+from pluie_reward.integrations.callbacks import PluieCallback
+from pluie_reward.testing import checkpointing_on, enable_checkpointing, make_tiny_causal_lm, make_tiny_tokenizer
 
 SOURCES = [
     "The cat sleeps on the mat.",
@@ -236,7 +236,7 @@ def _training_flags(model):
 
 def test_shared_judge_restores_training_state(tok):
     model = make_tiny_causal_lm(tok, seed=4)
-    model.activation_checkpointing_enable()  # gradient checkpointing (renamed in transformers 5.x)
+    enable_checkpointing(model)
     model.config.use_cache = False
     model.train()
     model.model.layers[0].eval()  # a mixed state must come back exactly
@@ -245,7 +245,7 @@ def test_shared_judge_restores_training_state(tok):
     callback = PluieCallback(judge, "para-fs", chat_items(SOURCES[:3]), max_new_tokens=4, write_table=False)
     metrics = callback.evaluate(model, tok)
     assert _training_flags(model) == before
-    assert model.is_activation_checkpointing and model.config.use_cache is False
+    assert checkpointing_on(model) and model.config.use_cache is False
     assert all(p.requires_grad for p in model.parameters())
     # the model still trains after the callback ran (no inference tensors left behind)
     out = model(input_ids=torch.tensor([[5, 6, 7]]), labels=torch.tensor([[5, 6, 7]]))
@@ -327,14 +327,14 @@ def test_trl_grpo_trainer_with_shared_judge(tok, tmp_path):
     # evaluation ran at the last step: the weights are those that generated and scored the table
     scores = shared.score("para-fs", source=SOURCES[:4], hypothesis=[r["generation"] for r in rows], use_cache=False)
     assert logged[0]["eval_pluie_mean"] == pytest.approx(sum(scores) / 4, abs=1e-4)
-    assert model.is_activation_checkpointing
+    assert checkpointing_on(model)
 
 
 DDP_SCRIPT = r'''
 import json, sys
 from datasets import Dataset
 from transformers import Trainer, TrainingArguments
-from pluie_reward.callbacks import PluieCallback
+from pluie_reward.integrations.callbacks import PluieCallback
 from pluie_reward.testing import make_tiny_causal_lm, make_tiny_judge, make_tiny_tokenizer
 
 out, sources = sys.argv[1], json.loads(sys.argv[2])

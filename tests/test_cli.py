@@ -4,12 +4,13 @@ import json
 
 import pytest
 
-from pluie_reward import cli
+from pluie_reward.tools import cli
+from pluie_reward.tools.cli import score as score_cli
 
 
 @pytest.fixture()
 def tiny_cli(monkeypatch, tiny_judge):
-    monkeypatch.setattr(cli, "judge_from_args", lambda args: tiny_judge)
+    monkeypatch.setattr(score_cli, "judge_from_args", lambda args: tiny_judge)
     return tiny_judge
 
 

@@ -1,11 +1,11 @@
-"""pluie_reward.data: scoring a datasets.Dataset with the judge, filtering, best-of-n selection."""
+"""pluie_reward.integrations.data: scoring a datasets.Dataset with the judge, filtering, best-of-n selection."""
 
 import math
 
 import pytest
 from datasets import Dataset
 
-from pluie_reward.data import best_of_n, filter_dataset, score_dataset
+from pluie_reward.integrations.data import best_of_n, filter_dataset, score_dataset
 
 SOURCES = ["The cat sleeps.", "The cat sleeps.", "The dog barks at night.", "The dog barks at night.", "Paraphrase this."]
 HYPOTHESES = ["A cat is sleeping.", "The dog barks.", "At night the dog barks.", "The cat sleeps.", "Yes"]

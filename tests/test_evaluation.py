@@ -1,13 +1,13 @@
-"""pluie_reward.evaluation: hand-computed metrics, baselines, plots, the PARAPHRASUS protocol, the CLI."""
+"""pluie_reward.tools.evaluation: hand-computed metrics, baselines, plots, the PARAPHRASUS protocol, the CLI."""
 
 import json
 
 import pytest
 
-from pluie_reward.cli import main
-from pluie_reward.edit_distance import edit_distance
-from pluie_reward.evaluation import baselines as bl
-from pluie_reward.evaluation.metrics import (
+from pluie_reward.tools.cli import main
+from pluie_reward.core.text import edit_distance
+from pluie_reward.tools.evaluation import baselines as bl
+from pluie_reward.tools.evaluation.metrics import (
     as_labels,
     as_preferences,
     as_scores,
@@ -19,9 +19,9 @@ from pluie_reward.evaluation.metrics import (
     preference_metrics,
     tie_calibrated_accuracy,
 )
-from pluie_reward.evaluation.paraphrasus import load_pairs, markdown_report, peer_results, run_paraphrasus, summarise
-from pluie_reward.evaluation.plots import plot_score_histograms, plot_threshold_curves
-from pluie_reward.evaluation.tasks import evaluate_classification, evaluate_preference
+from pluie_reward.tools.evaluation.paraphrasus import load_pairs, markdown_report, peer_results, run_paraphrasus, summarise
+from pluie_reward.tools.evaluation.plots import plot_score_histograms, plot_threshold_curves
+from pluie_reward.tools.evaluation.tasks import evaluate_classification, evaluate_preference
 
 from conftest import PARAPHRASUS
 
@@ -271,7 +271,7 @@ def test_paraphrasus_runner_with_a_tiny_judge(tiny_judge):
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture
 def cli_tiny_judge(monkeypatch, tiny_judge):
-    import pluie_reward.evaluation.cli as ecli
+    import pluie_reward.tools.evaluation.cli as ecli
 
     monkeypatch.setattr(ecli, "judge_from_args", lambda args: tiny_judge)
     return tiny_judge

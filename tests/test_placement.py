@@ -12,8 +12,8 @@ peft = pytest.importorskip("peft")
 from peft import LoraConfig, get_peft_model  # noqa: E402
 
 from pluie_reward import Judge, OffloadedJudge, SharedJudge, load_trainable_embedded  # noqa: E402
-from pluie_reward.placement import belongs_to_adapter, gathered_parameters  # noqa: E402
-from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer  # noqa: E402
+from pluie_reward.integrations.placement import belongs_to_adapter, gathered_parameters  # noqa: E402
+from pluie_reward.testing import checkpointing_on, enable_checkpointing, make_tiny_causal_lm, make_tiny_tokenizer  # noqa: E402
 
 SOURCES = ["The cat sleeps on the mat.", "The dog barks at night.", "The cat sleeps on the mat."]
 HYPOTHESES = ["A cat is sleeping on the mat.", "The dog sleeps.", "Paraphrase this sentence."]
@@ -32,7 +32,7 @@ def lora(adapter_seed: int = 1) -> LoraConfig:
 
 def make_policy(tokenizer, seed: int = 0):
     policy = get_peft_model(make_tiny_causal_lm(tokenizer, seed=seed), lora())
-    policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    enable_checkpointing(policy)
     policy.enable_input_require_grads()
     policy.train()
     return policy
@@ -77,7 +77,7 @@ def test_shared_judge_restores_modes_checkpointing_and_adapter_and_makes_no_grad
     layers[1].mlp.eval()  # a mixed state must come back exactly
     modes = [m.training for m in policy.modules()]
     requires = {n: p.requires_grad for n, p in policy.named_parameters()}
-    assert policy.base_model.model.is_activation_checkpointing
+    assert checkpointing_on(policy.base_model.model)
 
     seen = []
     hook = layers[0].register_forward_hook(
@@ -93,7 +93,7 @@ def test_shared_judge_restores_modes_checkpointing_and_adapter_and_makes_no_grad
     assert [m.training for m in policy.modules()] == modes
     assert policy.active_adapter == "other"
     assert {n: p.requires_grad for n, p in policy.named_parameters()} == requires
-    assert policy.base_model.model.is_activation_checkpointing
+    assert checkpointing_on(policy.base_model.model)
     assert all(p.grad is None for p in policy.parameters())
 
     # training still works after scoring (no inference tensors leaked into the graph), with checkpointing

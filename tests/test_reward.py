@@ -7,8 +7,8 @@ import pickle
 import pytest
 
 from pluie_reward import Judge, NoveltyReward, PluieReward, novelty
-from pluie_reward.reward import completion_text, edit_distance, novelty_score
-from pluie_reward.testing import make_tiny_causal_lm, make_tiny_judge, make_tiny_tokenizer
+from pluie_reward.integrations.rewards import completion_text, edit_distance, novelty_score
+from pluie_reward.testing import checkpointing_on, make_tiny_causal_lm, make_tiny_judge, make_tiny_tokenizer
 
 SOURCES = ["The cat sleeps on the mat and the dog barks at night.", "The dog barks at night in the garden of the house."]
 COMPLETIONS = ["A cat is sleeping on the mat.", "The dog sleeps.", "Paraphrase this sentence.", ""]
@@ -194,7 +194,7 @@ class Recording(PluieReward):
         return (
             [m.training for m in model.modules()],
             model.active_adapter,
-            model.base_model.model.is_activation_checkpointing,
+            checkpointing_on(model.base_model.model),
             {n: p.requires_grad for n, p in model.named_parameters()},
         )
 

@@ -23,10 +23,10 @@ pytest.importorskip("uvicorn")
 
 from conftest import mrpc_pairs  # noqa: E402
 
-from pluie_reward.cli import main  # noqa: E402
-from pluie_reward.server import RemoteJudgeError, RemotePluieReward, background, compute_score, compute_score_batch, create_app  # noqa: E402
-from pluie_reward.server.batcher import Batcher, ScoringError, ShuttingDown  # noqa: E402
-from pluie_reward.server.client import post_json  # noqa: E402
+from pluie_reward.tools.cli import main  # noqa: E402
+from pluie_reward.integrations.client import RemoteJudgeError, RemotePluieReward, compute_score, compute_score_batch, post_json  # noqa: E402
+from pluie_reward.tools.server import background, create_app  # noqa: E402
+from pluie_reward.tools.server.batcher import Batcher, ScoringError, ShuttingDown  # noqa: E402
 from pluie_reward.testing import make_tiny_judge  # noqa: E402
 
 TOKEN = "test-token-7"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..template import load_template
+from ...core.template import load_template
 from .baselines import parse_baselines, score_baseline
 from .metrics import as_labels, as_preferences, classification_report, preference_metrics
 from .report import markdown_table, number

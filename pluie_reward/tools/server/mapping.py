@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from ..template import Template
+from ...core.template import Template
 
 SOURCES = ("response", "query", "prompt", "label")
 REWARDS = ("logratio", "p_yes", "verdict")
@@ -27,7 +27,7 @@ class RewardMapping:
     ``query``, ``prompt``, ``label``.
 
     Example:
-        >>> from pluie_reward.template import load_template
+        >>> from pluie_reward.core.template import load_template
         >>> m = RewardMapping.for_template(load_template("para-fs"))
         >>> m.fields
         {'source': 'label', 'hypothesis': 'response'}

@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ..template import normalize_fields
+from ...core.template import normalize_fields
 
 
 class ShuttingDown(RuntimeError):

@@ -8,8 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from ..cli import UsageError, add_judge_arguments, command, judge_from_args
-from ..template import load_template
+from ..cli.common import UsageError, add_judge_arguments, command, judge_from_args
+from ...core.template import load_template
 from .mapping import DEFAULT_STRIP, REWARDS, SOURCES, RewardMapping
 
 TOKEN_ENV = "PLUIE_REWARD_TOKEN"

@@ -7,7 +7,7 @@ every reporter sees them and ``metric_for_best_model="eval_pluie_mean"`` works.
 
 Example:
     >>> from pluie_reward import Judge
-    >>> from pluie_reward.callbacks import PluieCallback
+    >>> from pluie_reward.integrations.callbacks import PluieCallback
     >>> callback = PluieCallback(Judge.load, "para-fs", [{"prompt": "Paraphrase: The cat sleeps.", "source": "The cat sleeps."}])
     >>> trainer = SFTTrainer(model, args=args, train_dataset=train, eval_dataset=dev, callbacks=[callback])  # doctest: +SKIP
     >>> trainer.train()  # doctest: +SKIP
@@ -25,9 +25,9 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 from transformers.trainer_callback import TrainerCallback
 
-from .judge import Judge
-from .model_state import weights_fingerprint
-from .template import Template, load_template, normalize_fields
+from ..core.judge import Judge
+from ..engines.transformers.model_state import weights_fingerprint
+from ..core.template import Template, load_template, normalize_fields
 
 JudgeLike = "Judge | Callable[[], Judge]"
 

@@ -2,7 +2,7 @@
 baselines and plots. Heavy or optional dependencies are imported inside the functions that need them.
 
 Example:
-    >>> from pluie_reward.evaluation import classification_report
+    >>> from pluie_reward.tools.evaluation import classification_report
     >>> classification_report([-1.0, 2.0], [False, True])["natural"]["f1"]
     1.0
 """

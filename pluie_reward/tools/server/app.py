@@ -14,7 +14,6 @@ FastAPI and uvicorn are imported here, so import this module only where they are
 from __future__ import annotations
 
 import asyncio
-import inspect
 import secrets
 import time
 from contextlib import asynccontextmanager
@@ -66,6 +65,49 @@ class _BearerAuth:
         return await self.app(scope, receive, send)
 
 
+class BodyTooLarge(Exception):
+    """A request body over the server's limit (answered 413)."""
+
+
+class _BodyLimit:
+    """Answer 413 to bodies over ``max_bytes``: from ``Content-Length`` before reading, or while
+    reading a streamed (chunked) body, so an oversized body is never held in memory whole."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _too_large(self) -> JSONResponse:
+        return JSONResponse({"detail": f"Request Entity Too Large: the body limit is {self.max_bytes} bytes."}, status_code=413)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = Headers(scope=scope).get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            return await self._too_large()(scope, receive, send)
+        seen, started = [0], [False]
+
+        async def counted_receive() -> Any:
+            message = await receive()
+            if message["type"] == "http.request":
+                seen[0] += len(message.get("body", b""))
+                if seen[0] > self.max_bytes:
+                    raise BodyTooLarge
+            return message
+
+        async def noting_send(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                started[0] = True
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, noting_send)
+        except BodyTooLarge:
+            if not started[0]:
+                await self._too_large()(scope, receive, send)
+
+
 class _Timing:
     """Count every request by path and status, with its latency."""
 
@@ -112,8 +154,6 @@ def create_app(
         >>> app = create_app(Judge.load(), "para-fs", token="s3cret", max_wait_ms=10)   # doctest: +SKIP
         >>> uvicorn.run(app, host="127.0.0.1", port=8000)                               # doctest: +SKIP
     """
-    if "max_body_size" not in inspect.signature(FastAPI).parameters:
-        raise ImportError("the judge server needs FastAPI's request body limits (max_body_size): pip install -U fastapi")
     if max_items_per_request < 1 or max_body_bytes < 1:
         raise ValueError("max_items_per_request and max_body_bytes must be at least 1.")
     metrics = ServerMetrics()
@@ -147,11 +187,11 @@ def create_app(
         title="PLUIE judge server",
         description=f"PLUIE scores (log p(yes) - log p(no)) from {judge.name}, template {template_name!r}.",
         lifespan=lifespan,
-        max_body_size=max_body_bytes,
     )
     app.state.batcher = batcher
     app.state.metrics = metrics
     app.state.mapping = rm_mapping
+    app.add_middleware(_BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(_BearerAuth, token=token)
     app.add_middleware(_Timing, metrics=metrics)
 

@@ -1,46 +1,15 @@
-"""Command line: ``pluie-reward score`` and ``pluie-reward templates`` (other commands register here too)."""
+"""``pluie-reward score`` and ``pluie-reward templates``."""
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Iterator
 
-from .template import builtin_template_names, load_template
-
-COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
-
-
-class UsageError(Exception):
-    """Bad input from the command line: printed without a traceback, exit code 2."""
-
-
-def command(name: str, configure: Callable[[argparse.ArgumentParser], None]) -> Callable:
-    """Register a sub-command (its argument setup and its function returning an exit code)."""
-
-    def wrap(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-        COMMANDS[name] = (configure, run)
-        return run
-
-    return wrap
-
-
-def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options every judge-using command shares."""
-    parser.add_argument("--model", default=None, help="HF id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: best available)")
-    parser.add_argument("--dtype", default=None, help="float32 (default), bfloat16, float16, auto")
-    parser.add_argument("--batch-tokens", type=int, default=None, help="token budget of one batch (default: 512 on CPU, 4096 on GPU)")
-
-
-def judge_from_args(args: argparse.Namespace) -> Any:
-    """Load the judge the shared options describe."""
-    from .judge import Judge
-
-    return Judge.load(args.model, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens)
+from ...core.template import builtin_template_names, load_template
+from .common import UsageError, add_judge_arguments, command, field_columns, judge_from_args, read_records
 
 
 # score -----------------------------------------------------------------------------------------
@@ -55,37 +24,6 @@ def _configure_score(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-truncate", action="store_true", help="fail on prompts longer than the context instead of truncating")
     p.add_argument("--chunk-size", type=int, default=256, help="items scored per call (progress granularity)")
     add_judge_arguments(p)
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Rows of a .jsonl/.json-lines or .csv file as dicts."""
-    if not path.is_file():
-        raise UsageError(f"input file {str(path)!r} does not exist.")
-    if path.suffix.lower() == ".csv":
-        with path.open(newline="", encoding="utf-8") as handle:
-            return list(csv.DictReader(handle))
-    records = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise UsageError(f"{path}:{number}: not valid JSON ({err.msg}).") from None
-    return records
-
-
-def field_columns(args: argparse.Namespace, fields: Sequence[str]) -> dict[str, str]:
-    """Field -> input column, from repeated ``--column FIELD=COLUMN`` (default: same name)."""
-    mapping = {f: f for f in fields}
-    for spec in args.column:
-        if "=" not in spec:
-            raise UsageError(f"--column expects FIELD=COLUMN, got {spec!r}.")
-        field, column = spec.split("=", 1)
-        if field not in mapping:
-            raise UsageError(f"--column: {field!r} is not a field of the template; fields: {list(fields)}.")
-        mapping[field] = column
-    return mapping
 
 
 def _chunks(n: int, size: int) -> Iterator[range]:
@@ -154,39 +92,3 @@ def templates_command(args: argparse.Namespace) -> int:
                 when = f" (when {m.when})" if m.when else ""
                 print(f"{'':14s}({m.role}{when}): {m.content}")
     return 0
-
-
-def _load_plugins() -> None:
-    """Import modules that register further sub-commands (eval, serve, bench) if they exist."""
-    import importlib
-
-    for module in ("pluie_reward.evaluation.cli", "pluie_reward.server.cli", "pluie_reward.bench"):
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as err:
-            if err.name is None or not module.startswith(err.name):
-                raise
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``pluie-reward`` console script."""
-    _load_plugins()
-    parser = argparse.ArgumentParser(prog="pluie-reward", description="PLUIE: an LLM judge read from its Yes/No logits.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name, (configure, run) in COMMANDS.items():
-        sp = sub.add_parser(name, help=(run.__doc__ or "").strip().splitlines()[0])
-        configure(sp)
-        sp.set_defaults(run=run)
-    args = parser.parse_args(argv)
-    try:
-        return args.run(args)
-    except UsageError as err:
-        print(f"pluie-reward {args.command}: error: {err}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, ModuleNotFoundError, ValueError, TypeError) as err:
-        print(f"pluie-reward {args.command}: error: {err}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

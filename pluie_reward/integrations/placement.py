@@ -18,9 +18,9 @@ from typing import Any, Iterator
 
 import torch
 
-from .judge import Judge
-from .loading import EMBEDDED_NAME, load_model_and_tokenizer, resolve_device
-from .model_state import weights_fingerprint
+from ..core.judge import Judge
+from ..engines.transformers.loading import EMBEDDED_NAME, load_model_and_tokenizer, resolve_device
+from ..engines.transformers.model_state import weights_fingerprint
 
 
 def process_device() -> torch.device:

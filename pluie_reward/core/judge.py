@@ -7,10 +7,10 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .loading import EMBEDDED_NAME, load_model_and_tokenizer
-from .model_state import scoring_state, weights_fingerprint
+from ..engines.transformers.loading import EMBEDDED_NAME, load_model_and_tokenizer
+from ..engines.transformers.model_state import scoring_state, weights_fingerprint
 from .prompt import BoundTemplate
-from .scorer import PrefixScorer
+from ..engines.transformers.engine import PrefixScorer
 from .template import Template, load_template, normalize_fields
 
 TemplateLike = "str | Path | Template | None"
@@ -105,7 +105,7 @@ class Judge:
         Example:
             >>> judge = Judge.from_peft(policy, tokenizer)  # doctest: +SKIP
         """
-        from .placement import SharedJudge
+        from ..integrations.placement import SharedJudge
 
         return SharedJudge(policy_model, tokenizer, adapter_name=adapter_name, **judge_kwargs)
 

@@ -1,11 +1,12 @@
 """PLUIE judge server for distributed RL frameworks (OpenRLHF, verl) and remote TRL rewards.
 
-Server side (needs fastapi + uvicorn): :func:`create_app`, :class:`Batcher`, ``pluie-reward serve``.
-Client side (needs httpx): :class:`RemotePluieReward` (TRL), :func:`compute_score` (verl).
-Names are imported lazily so that ``pluie_reward.cli`` works without the server's dependencies.
+Needs fastapi + uvicorn: :func:`create_app`, :class:`Batcher`, ``pluie-reward serve``. Its clients
+(:class:`~pluie_reward.integrations.client.RemotePluieReward` for TRL, ``compute_score`` for verl)
+live in :mod:`pluie_reward.integrations.client`. Names are imported lazily so that the command line
+works without the server's dependencies.
 
 Example:
-    >>> from pluie_reward.server import RemotePluieReward                  # doctest: +SKIP
+    >>> from pluie_reward.integrations.client import RemotePluieReward                  # doctest: +SKIP
     >>> reward = RemotePluieReward("http://127.0.0.1:8000")                 # doctest: +SKIP
 """
 
@@ -22,10 +23,6 @@ _EXPORTS = {
     "create_app": "app",
     "background": "runner",
     "run": "runner",
-    "RemotePluieReward": "client",
-    "RemoteJudgeError": "client",
-    "compute_score": "client",
-    "compute_score_batch": "client",
 }
 
 __all__ = sorted(_EXPORTS)

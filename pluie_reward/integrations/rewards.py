@@ -17,9 +17,9 @@ import asyncio
 import re
 from typing import Any, Callable, Mapping, Sequence
 
-from .edit_distance import edit_distance
-from .judge import Judge, sigmoid
-from .template import load_template
+from ..core.text import edit_distance
+from ..core.judge import Judge, sigmoid
+from ..core.template import load_template
 
 TRANSFORMS = ("logratio", "prob", "clip")
 # keyword arguments TRL adds to the dataset columns; not columns themselves

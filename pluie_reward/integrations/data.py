@@ -14,12 +14,12 @@ import math
 import uuid
 from typing import TYPE_CHECKING, Any, Mapping
 
-from .template import load_template
+from ..core.template import load_template
 
 if TYPE_CHECKING:  # pragma: no cover
     from datasets import Dataset
 
-    from .judge import Judge
+    from ..core.judge import Judge
 
 SCORE_COLUMNS = ("logratio", "p_yes", "verdict")
 

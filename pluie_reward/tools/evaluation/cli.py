@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..cli import UsageError, add_judge_arguments, command, judge_from_args
+from ..cli.common import UsageError, add_judge_arguments, command, judge_from_args
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -83,8 +83,8 @@ def _load_rows(
     args: argparse.Namespace, extra_columns: list[str], skip_fields: tuple[str, ...] = ()
 ) -> tuple[Any, dict[str, list], list[dict]]:
     """The template, its field columns (field -> values) and the raw rows of ``--input``."""
-    from ..cli import field_columns, read_records
-    from ..template import load_template
+    from ..cli.common import field_columns, read_records
+    from ...core.template import load_template
 
     template = load_template(args.template)
     records = read_records(args.input)
