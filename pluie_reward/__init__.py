@@ -10,7 +10,6 @@ from .core.judge import Judge, sigmoid
 from .core.prompt import AnswerTokenError, BoundTemplate
 from .core.template import Template, builtin_template_names, load_template
 from .engines.transformers.loading import load_trainable_embedded
-from .integrations.placement import OffloadedJudge, SharedJudge
 from .integrations.rewards import AsyncPluieReward, NoveltyReward, PluieReward, novelty
 
 __all__ = [
@@ -25,8 +24,6 @@ __all__ = [
     "AsyncPluieReward",
     "NoveltyReward",
     "novelty",
-    "SharedJudge",
-    "OffloadedJudge",
     "load_trainable_embedded",
     "PluieCallback",
 ]

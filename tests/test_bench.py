@@ -6,7 +6,7 @@ import torch
 
 from pluie_reward.tools.bench import run as bench
 from pluie_reward.tools.cli import main
-from pluie_reward.engines.transformers.engine import partial_attention
+from pluie_reward.engines.transformers.attention import partial_attention
 
 from conftest import mrpc_pairs
 
@@ -75,9 +75,9 @@ def test_grpo_shaped_batch_matches_the_float64_reference(tiny_judge):
     expected = [reference_pluie(tiny_judge.model, tiny_judge.tokenizer, s, h)
                 for s, h in zip(workload.sources, workload.hypotheses)]
     tiny_judge.clear_cache()
-    passes = tiny_judge.scorer.stats["prefix_passes"]
+    passes = tiny_judge.engine.stats["prefix_passes"]
     got = tiny_judge.score("para-fs", source=workload.sources, hypothesis=workload.hypotheses)
-    assert tiny_judge.scorer.stats["prefix_passes"] - passes == 2  # the template prefix, then 3 sources at once
+    assert tiny_judge.engine.stats["prefix_passes"] - passes == 2  # the template prefix, then 3 sources at once
     assert max(abs(a - b) for a, b in zip(got, expected)) <= 1e-3
 
 

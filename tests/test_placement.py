@@ -11,8 +11,8 @@ import torch
 peft = pytest.importorskip("peft")
 from peft import LoraConfig, get_peft_model  # noqa: E402
 
-from pluie_reward import Judge, OffloadedJudge, SharedJudge, load_trainable_embedded  # noqa: E402
-from pluie_reward.integrations.placement import belongs_to_adapter, gathered_parameters  # noqa: E402
+from pluie_reward import Judge, load_trainable_embedded  # noqa: E402
+from pluie_reward.engines.transformers.placement import belongs_to_adapter, gathered_parameters  # noqa: E402
 from pluie_reward.testing import checkpointing_on, enable_checkpointing, make_tiny_causal_lm, make_tiny_tokenizer  # noqa: E402
 
 SOURCES = ["The cat sleeps on the mat.", "The dog barks at night.", "The cat sleeps on the mat."]
@@ -47,7 +47,7 @@ def reference_scores(tokenizer, seed: int = 0, **fields):
 def test_shared_judge_scores_equal_a_separate_copy_of_the_base(tokenizer):
     policy = make_policy(tokenizer)
     judge = Judge.from_peft(policy, tokenizer)
-    assert isinstance(judge, SharedJudge)
+    assert judge.engine.disable_adapters and judge.engine.adapter_name is None
     got = judge.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES)
     want = reference_scores(tokenizer, source=SOURCES, hypothesis=HYPOTHESES)
     assert got == pytest.approx(want, abs=1e-3)
@@ -64,7 +64,7 @@ def test_shared_judge_holds_no_second_copy_of_the_weights(tokenizer):
     assert judge.model is policy
     judge_storages = {n: p.untyped_storage().data_ptr() for n, p in judge.model.named_parameters()}
     assert judge_storages == storages
-    watched = {p.untyped_storage().data_ptr() for p in judge._watched}
+    watched = {p.untyped_storage().data_ptr() for n, p in judge.engine.watched_parameters()}
     base = {p.untyped_storage().data_ptr() for n, p in policy.named_parameters() if "lora_" not in n}
     assert watched == base  # the judge watches exactly the base weights, not the adapter
 
@@ -129,17 +129,17 @@ def test_shared_judge_cache_survives_policy_updates_but_not_base_updates(tokeniz
     policy = make_policy(tokenizer)
     judge = Judge.from_peft(policy, tokenizer)
     judge.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES)
-    calls = judge.scorer.stats["forward_calls"]
+    calls = judge.engine.stats["forward_calls"]
     with torch.no_grad():
         for n, p in policy.named_parameters():
             if "lora_" in n:
                 p.add_(0.1)  # an optimizer step on the adapter: the judge (base) is unchanged
     judge.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES)
-    assert judge.scorer.stats["forward_calls"] == calls
+    assert judge.engine.stats["forward_calls"] == calls
     with torch.no_grad():
         policy.base_model.model.lm_head.weight.mul_(1.5)
     judge.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES)
-    assert judge.scorer.stats["forward_calls"] > calls
+    assert judge.engine.stats["forward_calls"] > calls
 
 
 def test_from_peft_bad_input(tokenizer):
@@ -167,15 +167,15 @@ def test_offloaded_judge_scores_like_a_resident_judge(tokenizer):
         return original_to(*args, **kwargs)
 
     model.to = spy_to
-    judge = OffloadedJudge(model, tokenizer, device="cpu", offload_device="cpu")
+    judge = Judge(model, tokenizer, device="cpu", offload_device="cpu")
     moves.clear()
     got = judge.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES)
     assert got == pytest.approx(resident.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES), abs=1e-3)
     assert moves == ["cpu", "cpu"]  # to the scoring device, then back to the offload device
-    assert not judge.scorer._prefixes  # prefix key/values on the accelerator are released
-    calls = judge.scorer.stats["forward_calls"]
+    assert not judge.engine._prefixes  # prefix key/values on the accelerator are released
+    calls = judge.engine.stats["forward_calls"]
     assert judge.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES) == got
-    assert judge.scorer.stats["forward_calls"] == calls  # results stay cached across moves
+    assert judge.engine.stats["forward_calls"] == calls  # results stay cached across moves
 
 
 def test_gathered_parameters_uses_deepspeed_zero3_gather(tokenizer, monkeypatch):

@@ -52,7 +52,7 @@ def check_against_reference(judge: Judge, n: int) -> None:
     random.Random(0).shuffle(order)
     for batch_tokens, use_cache in [(64, False), (700, True), (100_000, False), (2048, True)]:
         judge.clear_cache()
-        judge.scorer.batch_tokens = batch_tokens
+        judge.engine.batch_tokens = batch_tokens
         # shuffled inputs: results must come back in input order
         got = judge.score("para-fs", source=[sources[i] for i in order],
                           hypothesis=[hypotheses[i] for i in order], use_cache=use_cache)
@@ -62,7 +62,7 @@ def check_against_reference(judge: Judge, n: int) -> None:
         # second call served from the result cache
         again = judge.score("para-fs", source=sources, hypothesis=hypotheses, use_cache=use_cache)
         assert max(abs(a - b) for a, b in zip(again, reference)) <= 1e-3
-    judge.scorer.batch_tokens = 4096
+    judge.engine.batch_tokens = 4096
 
 
 def test_tiny_random_model_matches_reference():
@@ -79,9 +79,9 @@ def test_group_reuse_matches_reference(tiny_judge):
     source = sources[0]
     reference = [reference_pluie(tiny_judge.model, tiny_judge.tokenizer, source, h) for h in hypotheses]
     tiny_judge.clear_cache()
-    calls = tiny_judge.scorer.stats["prefix_passes"]
+    calls = tiny_judge.engine.stats["prefix_passes"]
     got = tiny_judge.score("para-fs", source=source, hypothesis=hypotheses, use_cache=False)
-    assert tiny_judge.scorer.stats["prefix_passes"] > calls  # a group prefix was computed
+    assert tiny_judge.engine.stats["prefix_passes"] > calls  # a group prefix was computed
     assert max(abs(a - b) for a, b in zip(got, reference)) <= 1e-3
 
 
@@ -107,21 +107,14 @@ def test_multi_token_answers_follow_eq4():
     assert abs(got - (sums[0] - sums[1])) <= 1e-3
 
 
-@pytest.mark.parametrize("path", ["cache-fallback", "no-prefix-cache"])
-def test_fallback_paths_match_reference(path):
-    """Models that refuse shared-prefix attention (a per-batch KV cache) or any prefix caching
-    (full sequences) still score exactly, groups included."""
+def test_plain_path_matches_reference():
+    """With the fast path off (whole prompts, the model's own attention) scores stay exact, groups included."""
     judge = make_tiny_judge(seed=4)
-    if path == "cache-fallback":
-        judge.scorer.shared_attention = False
-    else:
-        judge.scorer.prefix_caching = False
+    judge.engine.fast = False
     sources, hypotheses, _ = mrpc_pairs(6)
     sources = sources[:3] + [sources[0]] * 3  # three loose items and a group of three
     reference = [reference_pluie(judge.model, judge.tokenizer, s, h) for s, h in zip(sources, hypotheses)]
-    got = judge.score("para-fs", source=sources, hypothesis=hypotheses, use_cache=False)
+    with pytest.warns(RuntimeWarning, match="without prefix caching"):
+        got = judge.score("para-fs", source=sources, hypothesis=hypotheses, use_cache=False)
     assert max(abs(a - b) for a, b in zip(got, reference)) <= 1e-3
-    if path == "cache-fallback":
-        assert judge.scorer.shared_attention is False and judge.scorer.stats["prefix_passes"] >= 2
-    else:
-        assert judge.scorer.stats["prefix_passes"] == 0
+    assert judge.engine.stats["prefix_passes"] == 0 and judge.engine.stats["plain_rows"] == 6

@@ -105,10 +105,10 @@ def test_rev_template_with_optional_gold_column(tiny_judge):
 
 def test_missing_column_fails_on_first_call_listing_columns(tiny_judge):
     reward = PluieReward(tiny_judge, fields={"source": "sentence1"})
-    calls = tiny_judge.scorer.stats["forward_calls"]
+    calls = tiny_judge.engine.stats["forward_calls"]
     with pytest.raises(KeyError, match=r"'sentence1'.*Available columns: \['src', 'prompt'\]"):
         reward(**batch())
-    assert tiny_judge.scorer.stats["forward_calls"] == calls  # failed before scoring anything
+    assert tiny_judge.engine.stats["forward_calls"] == calls  # failed before scoring anything
 
 
 def test_bad_completions_and_fields(tiny_judge):
@@ -134,8 +134,8 @@ def test_group_prefix_is_computed_once_per_prompt():
     reward = PluieReward(judge, fields={"source": "src"})
     reward(**batch(group=2))
     # the template + source prefix is run once per source (2), then one row per completion (4)
-    assert judge.scorer.stats["prefix_passes"] == 2
-    assert judge.scorer.stats["rows"] == 4
+    assert judge.engine.stats["prefix_passes"] == 2
+    assert judge.engine.stats["rows"] == 4
 
 
 def test_pickles_without_the_model_when_given_a_factory(reference):

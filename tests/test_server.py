@@ -372,14 +372,14 @@ def test_requests_sharing_a_source_share_its_prefix_across_requests(pairs, tiny_
     batcher.start()
     try:
         batcher.submit({"source": ["warm-up"], "hypothesis": ["x"]}).result(60)  # computes the template prefix
-        passes = judge.scorer.stats["prefix_passes"]
+        passes = judge.engine.stats["prefix_passes"]
         source = pairs[0][0]
         futures = [batcher.submit({"source": [source], "hypothesis": [h]}) for h in pairs[1][:4]]
         got = [f.result(60)[0]["logratio"] for f in futures]
     finally:
         batcher.close()
     assert batches[-1] == (4, 4)  # four requests, one Judge.score call
-    assert judge.scorer.stats["prefix_passes"] - passes == 1  # the shared source's prefix, computed once
+    assert judge.engine.stats["prefix_passes"] - passes == 1  # the shared source's prefix, computed once
     # independent reference: each item scored alone by another judge instance
     want = [tiny_judge.score("para-fs", source=[source], hypothesis=[h], use_cache=False)[0] for h in pairs[1][:4]]
     assert got == pytest.approx(want, abs=TOL)

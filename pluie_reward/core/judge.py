@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
+import threading
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from ..engines.transformers.loading import EMBEDDED_NAME, load_model_and_tokenizer
-from ..engines.transformers.model_state import scoring_state, weights_fingerprint
+from ..engines.base import Engine, Request
+from .cache import ResultCache
 from .prompt import BoundTemplate
-from ..engines.transformers.engine import PrefixScorer
 from .template import Template, load_template, normalize_fields
 
 TemplateLike = "str | Path | Template | None"
+_ENGINE_OPTIONS = ("batch_tokens", "disable_adapters", "adapter_name", "device", "offload_device", "check_weights")
 
 
 def sigmoid(x: float) -> float:
@@ -30,7 +30,20 @@ def sigmoid(x: float) -> float:
 
 
 class Judge:
-    """A causal chat LM used as a PLUIE judge. ``score`` is the library's one scoring path.
+    """A causal chat LM used as a PLUIE judge. :meth:`score` is the library's one scoring path.
+
+    Args:
+        model: a transformers causal LM (or a PEFT model around one), or an :class:`~pluie_reward.engines.base.Engine`.
+        tokenizer: the model's tokenizer (not needed with an engine).
+        cache_size: how many recent results to keep (0: none).
+        threshold: the verdict is ``score > threshold``.
+        allow_multi_token: accept answers of several tokens (the seeds' eq. 4).
+        name: a label for reprs, logs and reports.
+        batch_tokens, disable_adapters, adapter_name, device, offload_device, check_weights: options of
+            the transformers engine (:class:`~pluie_reward.engines.transformers.engine.TransformersEngine`).
+
+    Scoring calls on one judge (and on judges sharing one model) are serialised: threads and
+    ``asyncio`` rewards may call :meth:`score` concurrently.
 
     Example:
         >>> judge = Judge.load()  # embedded SmolLM2-135M-Instruct, offline   # doctest: +SKIP
@@ -41,31 +54,36 @@ class Judge:
     def __init__(
         self,
         model: Any,
-        tokenizer: Any,
+        tokenizer: Any = None,
         *,
-        batch_tokens: int | None = None,  # None: 512 on CPU, 4096 elsewhere (scorer.DEFAULT_BATCH_TOKENS)
         cache_size: int = 4096,
         threshold: float = 0.0,
         allow_multi_token: bool = False,
-        disable_adapters: bool = False,
-        weight_filter: Callable[[str], bool] | None = None,
         name: str | None = None,
+        **engine_options: Any,
     ) -> None:
-        if getattr(model.config, "is_encoder_decoder", False):
-            raise TypeError("PLUIE needs a decoder-only (causal) chat LM as judge, not an encoder-decoder model.")
-        self.model = model
-        self.tokenizer = tokenizer
+        unknown = sorted(set(engine_options) - set(_ENGINE_OPTIONS))
+        if unknown:
+            raise TypeError(f"Judge got unexpected argument(s) {unknown}.")
+        if isinstance(model, Engine):
+            if engine_options or tokenizer is not None:
+                raise TypeError(
+                    "pass the engine's own options to the engine; Judge(engine) takes only cache_size, threshold, "
+                    "allow_multi_token and name."
+                )
+            self.engine = model
+        else:
+            if tokenizer is None:
+                raise TypeError("Judge(model, tokenizer): a transformers model needs its tokenizer.")
+            from ..engines.transformers.engine import TransformersEngine
+
+            self.engine = TransformersEngine(model, tokenizer, **engine_options)
         self.threshold = threshold
         self.allow_multi_token = allow_multi_token
-        self.disable_adapters = disable_adapters
-        self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
-        self.cache_size = cache_size
-        self._results: OrderedDict[tuple, float] = OrderedDict()
+        self.name = name or self.engine.name
+        self.results = ResultCache(cache_size)
         self._bound: dict[Any, BoundTemplate] = {}
-        self._watched = [p for n, p in model.named_parameters() if weight_filter is None or weight_filter(n)]
-        self._fingerprint = weights_fingerprint(self._watched)
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.scorer = PrefixScorer(model, pad_id=pad or 0, batch_tokens=batch_tokens)
+        self._lock = threading.RLock()
 
     # construction ----------------------------------------------------------------------------
     @classmethod
@@ -76,17 +94,32 @@ class Judge:
         device: Any = None,
         dtype: Any = None,
         device_map: Any = None,
+        offload_device: Any = None,
         model_kwargs: dict | None = None,
         **judge_kwargs: Any,
     ) -> "Judge":
         """Load a judge: ``None`` for the embedded SmolLM2-135M-Instruct, a HF id, a folder or a ``.gguf`` file.
 
+        Args:
+            device: where to score (default: the best available); with ``offload_device``, the
+                weights stay there between calls and visit ``device`` only while scoring.
+            dtype: ``float32`` (default), ``bfloat16``, ``float16`` or ``auto``.
+            device_map: passed to ``from_pretrained`` (accelerate placement across devices).
+            model_kwargs: more ``from_pretrained`` arguments.
+            judge_kwargs: :class:`Judge` arguments.
+
         Example:
             >>> judge = Judge.load("Qwen/Qwen2.5-7B-Instruct", device="cuda:0", dtype="bfloat16")  # doctest: +SKIP
+            >>> judge = Judge.load("Qwen/Qwen2.5-7B-Instruct", device="cuda", offload_device="cpu")  # doctest: +SKIP
         """
-        lm, tokenizer = load_model_and_tokenizer(model, device=device, dtype=dtype, device_map=device_map, **(model_kwargs or {}))
-        name = EMBEDDED_NAME if model is None else str(model)
-        return cls(lm, tokenizer, name=judge_kwargs.pop("name", name), **judge_kwargs)
+        from ..engines.transformers.loading import EMBEDDED_NAME, load_model_and_tokenizer
+
+        first = offload_device if offload_device is not None else device
+        lm, tokenizer = load_model_and_tokenizer(model, device=first, dtype=dtype, device_map=device_map, **(model_kwargs or {}))
+        name = judge_kwargs.pop("name", EMBEDDED_NAME if model is None else str(model))
+        if offload_device is not None:
+            judge_kwargs.update(device=device, offload_device=offload_device)
+        return cls(lm, tokenizer, name=name, **judge_kwargs)
 
     @classmethod
     def from_model(cls, model: Any, tokenizer: Any, **judge_kwargs: Any) -> "Judge":
@@ -100,40 +133,63 @@ class Judge:
     @classmethod
     def from_peft(cls, policy_model: Any, tokenizer: Any, adapter_name: str | None = None, **judge_kwargs: Any) -> "Judge":
         """A judge sharing a PEFT policy's weights: its base model with adapters disabled while scoring,
-        or the frozen adapter ``adapter_name`` (a fine-tuned judge on the same base). No weight copy.
+        or the frozen adapter ``adapter_name`` (a tuned judge on the same base). No weight copy.
+
+        Each call restores every module's training flag, the active adapter and ``requires_grad``;
+        sharded (ZeRO-3, FSDP with :meth:`attach`) weights are gathered while scoring; caches survive
+        adapter-only training steps and are dropped when the judge's own weights change.
+        ``Judge(policy, tokenizer, disable_adapters=True)`` is the same judge.
 
         Example:
             >>> judge = Judge.from_peft(policy, tokenizer)  # doctest: +SKIP
         """
-        from ..integrations.placement import SharedJudge
+        judge_kwargs.setdefault("name", f"shared:{adapter_name or 'base'}")
+        return cls(policy_model, tokenizer, disable_adapters=adapter_name is None, adapter_name=adapter_name, **judge_kwargs)
 
-        return SharedJudge(policy_model, tokenizer, adapter_name=adapter_name, **judge_kwargs)
+    def attach(self, trainer: Any) -> "Judge":
+        """Let a judge sharing the policy gather FSDP v1 parameters through ``trainer.model_wrapped``.
 
-    # templates -------------------------------------------------------------------------------
+        Example:
+            >>> judge.attach(trainer)  # doctest: +SKIP
+        """
+        self.engine.attach(trainer)
+        return self
+
+    @property
+    def model(self) -> Any:
+        """The engine's model object (a transformers model for the transformers engine)."""
+        return getattr(self.engine, "model", None)
+
+    @property
+    def tokenizer(self) -> Any:
+        """The judge's tokenizer."""
+        return self.engine.tokenizer
+
     @property
     def max_length(self) -> int | None:
         """The judge's context length in tokens."""
-        config = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
-        limits = [getattr(config, "max_position_embeddings", None)]
-        tok_max = getattr(self.tokenizer, "model_max_length", None)
-        if isinstance(tok_max, int) and tok_max < 10**8:
-            limits.append(tok_max)
-        limits = [x for x in limits if isinstance(x, int) and x > 0]
-        return min(limits) if limits else None
+        return self.engine.max_length
 
+    def to(self, device: Any) -> "Judge":
+        """Move a (separate) judge to another device, e.g. a second GPU."""
+        self.engine.to(device)
+        return self
+
+    # templates -------------------------------------------------------------------------------
     def bind(self, template: TemplateLike = None) -> BoundTemplate:
         """Resolve a template and bind it to this judge's tokenizer (validated once, then reused).
 
         Example:
             >>> judge.bind("para-fs").answer_ids  # doctest: +SKIP
-            ([10539], [5230])
+            ((10539,), (5230,))
         """
         key = template if isinstance(template, (str, Path, type(None))) else id(template)
-        if key not in self._bound:
-            self._bound[key] = BoundTemplate(
-                load_template(template), self.tokenizer, self.max_length, self.allow_multi_token
-            )
-        return self._bound[key]
+        with self._lock:
+            if key not in self._bound:
+                self._bound[key] = BoundTemplate(
+                    load_template(template), self.tokenizer, self.max_length, self.allow_multi_token
+                )
+            return self._bound[key]
 
     # scoring ---------------------------------------------------------------------------------
     def score(
@@ -148,16 +204,18 @@ class Judge:
     ) -> list[float] | list[dict[str, Any]]:
         """PLUIE scores, log p(yes) - log p(no), one per item, in input order.
 
-        Fields are the template's (``source``/``hypothesis`` for paraphrase templates); each is a
-        list with one string per item, or one string shared by all items.
-
         Args:
             template: built-in name (default ``"para-fs"``), YAML path or :class:`Template`.
             details: return records ``{"logratio", "p_yes", "verdict"}`` instead of floats;
                 ``p_yes = sigmoid(logratio)`` is p(yes) renormalised over the two answers.
             threshold: verdict is ``logratio > threshold`` (default: the judge's, 0).
             truncate: cut over-long fields from the middle (with a warning) instead of raising.
-            use_cache: reuse results of identical prompts seen recently.
+            use_cache: reuse results of identical prompts seen recently (same weights).
+            fields: the template's fields (``source``/``hypothesis`` for paraphrase templates); each
+                a list with one string per item, or one string shared by all items.
+
+        Returns:
+            One float (or record) per item.
 
         Example:
             >>> judge.score("rev", original=["P"], instruction=["Fix typos"], hypothesis=["P."], details=True)  # doctest: +SKIP
@@ -165,52 +223,46 @@ class Judge:
         """
         bound = self.bind(template)
         columns, n = normalize_fields(bound.template, fields)
-        with scoring_state(self.model, self.disable_adapters):
-            self._invalidate_if_weights_changed()
+        with self._lock, self.engine.session() as state:
             items = bound.encode_items(columns, n, truncate=truncate)
-            keys = [(bound.template.answers, item.text) for item in items]
+            keys = [(state, bound.answer_ids, item.ids) for item in items]
             todo: dict[tuple, int] = {}
-            for key, item in zip(keys, items):
-                if not (use_cache and key in self._results) and key not in todo:
+            for key in keys:
+                if not (use_cache and key in self.results) and key not in todo:
                     todo[key] = len(todo)
-            unique = [None] * len(todo)
+            requests = [None] * len(todo)
             for key, item in zip(keys, items):
                 if key in todo:
-                    unique[todo[key]] = item
-            fresh = self.scorer.logratios(
-                [u.ids for u in unique],
-                *bound.answer_ids,
-                static_prefix=bound.prefix_ids,
-                groups=[u.group for u in unique],
-            ) if unique else []
-        computed = dict(zip(todo, fresh))
-        scores = [computed[k] if k in computed else self._results[k] for k in keys]
-        if use_cache and self.cache_size > 0:
-            self._remember(computed, keys)
+                    requests[todo[key]] = Request(item.ids, item.group)
+            fresh = (
+                self.engine.answer_logprobs(requests, bound.answer_ids, prefix=bound.prefix_ids) if requests else []
+            )
+            computed = {key: self._logratio(values, index) for (key, index), values in zip(todo.items(), fresh)}
+            scores = [computed[k] if k in computed else self.results.get(k) for k in keys]
+            if use_cache:
+                self.results.update(computed.items())
         if not details:
             return scores
         cut = self.threshold if threshold is None else threshold
         return [{"logratio": s, "p_yes": sigmoid(s), "verdict": s > cut} for s in scores]
 
-    def _remember(self, computed: dict[tuple, float], used: Sequence[tuple]) -> None:
-        for key in used:
-            if key in self._results:
-                self._results.move_to_end(key)
-        self._results.update(computed)
-        while len(self._results) > self.cache_size:
-            self._results.popitem(last=False)
-
-    def _invalidate_if_weights_changed(self) -> None:
-        fingerprint = weights_fingerprint(self._watched)
-        if fingerprint != self._fingerprint:
-            self._fingerprint = fingerprint
-            self._results.clear()
-            self.scorer.clear()
+    @staticmethod
+    def _logratio(values: Sequence[float], index: int) -> float:
+        value = float(values[0] - values[1])
+        if not math.isfinite(value):
+            raise FloatingPointError(
+                f"the judge produced a non-finite score ({value}); the model's logits overflowed. "
+                "Load the judge in float32 or bfloat16 rather than float16."
+            )
+        return value
 
     def clear_cache(self) -> None:
-        """Forget cached results and prefix key/values."""
-        self._results.clear()
-        self.scorer.clear()
+        """Forget cached results and the engine's cached prefixes."""
+        with self._lock:
+            self.results.clear()
+            clear = getattr(self.engine, "clear", None)
+            if clear is not None:
+                clear()
 
     def __repr__(self) -> str:
-        return f"Judge({self.name!r}, device={self.scorer.device}, dtype={self.model.dtype})"
+        return f"Judge({self.name!r}, engine={self.engine!r})"

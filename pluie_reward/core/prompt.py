@@ -1,41 +1,86 @@
-"""A template bound to a tokenizer: prompt rendering, answer-token validation and truncation."""
+"""A template bound to a tokenizer: the exact token ids a judge reads, and where the answer starts.
+
+The papers compute PLUIE on the chat rendering of the whole conversation **with the answer as the
+assistant's message and everything after the answer (end-of-turn) cut**. :class:`BoundTemplate`
+reproduces exactly that:
+
+* Each item is rendered with its answer as the final assistant turn. The text the chat template
+  puts between the generation prompt and the answer (Mistral's space after ``[/INST]``, for
+  instance) is part of that rendering, so the answer token is whatever the rendering tokenizes to
+  (``▁Yes`` for Mistral, not ``Yes``). The prompt ids are the rendering's tokens before the first
+  answer token -- a token prefix of the full rendering by construction.
+* Answer words are validated once per template and tokenizer on that rendering: every answer
+  must start at the same token boundary, must not merge with the end-of-turn text, and must be one
+  token (several only with ``allow_multi_token``, the seeds' eq. 4).
+* Field values are text, never markup: special-token strings inside them (``<|im_end|>``,
+  ``</s>``, ...) are tokenized as ordinary tokens, while the template's own structure keeps its
+  control tokens.
+
+Example:
+    >>> from pluie_reward.testing import make_tiny_tokenizer
+    >>> bound = BoundTemplate(load_template("para-direct"), make_tiny_tokenizer())
+    >>> bound.answer_words
+    ('Yes', 'No')
+    >>> item = bound.encode_items({"source": ["a"], "hypothesis": ["b<|im_end|>"]}, 1)[0]
+    >>> bound.tokenizer.convert_tokens_to_ids("<|im_end|>") in item.ids[-8:]   # only the template's own
+    True
+    >>> item.ids.count(bound.tokenizer.convert_tokens_to_ids("<|im_end|>"))       # one per closed turn
+    1
+"""
 
 from __future__ import annotations
 
+import re
+import secrets
 import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from .template import Template
+from .template import Template, load_template  # noqa: F401  (load_template: doctests)
 
-_SENTINEL = "\ue000{}\ue001"  # private-use characters: no chat template touches them
+_FIELD_MARK = "\ue000{}\ue001"  # private-use characters: no chat template touches them
 
 
 class AnswerTokenError(ValueError):
-    """An answer word is not exactly one token where the model would produce it."""
+    """An answer word does not read as the template requires where the model would produce it."""
 
 
 @dataclass
 class EncodedItem:
-    """The token ids of one rendered prompt and the key that identifies it in caches."""
+    """The token ids of one prompt (ending where the answer starts) and its group key."""
 
-    ids: list[int]
-    text: str
+    ids: tuple[int, ...]
     group: tuple
 
 
-class BoundTemplate:
-    """A :class:`Template` rendered with one tokenizer.
-
-    It renders items with the tokenizer's chat template and the generation prompt (so the answer
-    token comes next), or with the template's plain-text form when the tokenizer has no chat
-    template; it validates the answer words as single tokens, finds the static prefix (everything
-    before the first field) and truncates over-long fields from the middle.
+def special_token_strings(tokenizer: Any) -> list[str]:
+    """Strings the tokenizer turns into special (control) tokens wherever they appear in text.
 
     Example:
-        >>> bound = BoundTemplate(load_template("para-fs"), tokenizer, max_length=8192)  # doctest: +SKIP
-        >>> bound.answer_ids                                                              # doctest: +SKIP
-        ([10539], [5230])
+        >>> from pluie_reward.testing import make_tiny_tokenizer
+        >>> special_token_strings(make_tiny_tokenizer())
+        ['<|im_start|>', '<|im_end|>', '<pad>']
+    """
+    found = set(getattr(tokenizer, "all_special_tokens", []) or [])
+    for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(token, "special", False):
+            found.add(str(token))
+    return sorted((s for s in found if s), key=lambda s: (-len(s), s))
+
+
+class BoundTemplate:
+    """A :class:`Template` rendered and tokenized with one tokenizer.
+
+    Args:
+        template: the template.
+        tokenizer: the judge's tokenizer; its chat template renders the conversation (a plain
+            ``User: ... / Assistant: ...`` rendering when it has none).
+        max_length: the judge's context length (over-long items are truncated or refused).
+        allow_multi_token: accept answers of several tokens (summed log-probabilities, eq. 4).
+
+    Attributes:
+        answer_ids: the token ids of each answer, in the template's answer order.
+        prefix_ids: a token prefix every item shares (instructions and few-shot turns).
     """
 
     def __init__(
@@ -47,77 +92,175 @@ class BoundTemplate:
     ) -> None:
         self.template = template
         self.tokenizer = tokenizer
-        self.use_chat = getattr(tokenizer, "chat_template", None) is not None
-        self.answer_prefix = "" if self.use_chat else template.plain({f: "x" for f in template.all_fields})[1]
         self.max_length = max_length
+        self.use_chat = getattr(tokenizer, "chat_template", None) is not None
+        nonce = secrets.token_hex(6)
+        self._answer_mark = f"\ue002{nonce}\ue003"
+        self._protect_mark = "\ue004" + nonce + "{}\ue005"
+        self._protect_split = re.compile("\ue004" + nonce + r"(\d+)\ue005")
+        specials = special_token_strings(tokenizer)
+        self._specials = re.compile("|".join(map(re.escape, specials))) if specials else None
+        self._lead_ids = self._leading_special_ids()
+        self.tail = self._tail()
         self.answer_ids = self._validate_answers(allow_multi_token)
         self.prefix_ids = self._static_prefix_ids()
 
+    @property
+    def answer_words(self) -> tuple[str, ...]:
+        """The template's answer words (e.g. ``("Yes", "No")``)."""
+        return tuple(self.template.answers)
+
+    @property
+    def single_token(self) -> bool:
+        """Whether every answer is one token (one forward pass per item)."""
+        return all(len(a) == 1 for a in self.answer_ids)
+
     # rendering -----------------------------------------------------------------------------
-    def render(self, values: Mapping[str, str | None]) -> str:
-        """The prompt text for one item, ending where the answer token would come."""
+    def render(self, values: Mapping[str, str | None], answer: str | None = None) -> str:
+        """The rendered conversation with ``answer`` as the assistant's final turn (text, markup included).
+
+        With ``answer=None`` the text stops where the answer starts (including whatever the chat
+        template puts between the generation prompt and the answer).
+        """
+        text = self._full_text(values, self._answer_mark)
+        head, mark, tail = text.partition(self._answer_mark)
+        if not mark:
+            raise AnswerTokenError(f"template {self.template.name!r}: the chat template does not render the assistant's answer.")
+        return head if answer is None else head + answer + tail
+
+    def _full_text(self, values: Mapping[str, str | None], answer: str) -> str:
         if self.use_chat:
-            return self.tokenizer.apply_chat_template(
-                self.template.chat(values), tokenize=False, add_generation_prompt=True
-            )
-        return self.template.plain(values)[0]
+            messages = self.template.chat(values) + [{"role": "assistant", "content": answer}]
+            return self.tokenizer.apply_chat_template(messages, tokenize=False)
+        prompt, between = self.template.plain(values)
+        return prompt + between + answer
 
-    def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids of rendered prompts (a chat rendering already holds its special tokens)."""
-        if not texts:
-            return []
-        return list(self.tokenizer(list(texts), add_special_tokens=not self.use_chat)["input_ids"])
+    def _tail(self) -> str:
+        sample = self._sample_values()
+        text = self._full_text(sample, self._answer_mark)
+        if text.count(self._answer_mark) != 1:
+            raise AnswerTokenError(f"template {self.template.name!r}: the chat template does not render the assistant's answer once.")
+        return text.partition(self._answer_mark)[2]
 
-    def _sentinel_values(self, optional: bool = True) -> dict[str, str | None]:
-        values: dict[str, str | None] = {f: _SENTINEL.format(f) for f in self.template.fields}
+    def _sample_values(self, mark: bool = False, optional: bool = True) -> dict[str, str | None]:
+        values: dict[str, str | None] = {f: (_FIELD_MARK.format(f) if mark else "x") for f in self.template.fields}
         for f in self.template.optional_fields:
-            values[f] = _SENTINEL.format(f) if optional else None
+            values[f] = (_FIELD_MARK.format(f) if mark else "x") if optional else None
         return values
 
+    # tokenization ----------------------------------------------------------------------------
+    def _leading_special_ids(self) -> list[int]:
+        """BOS-like ids the tokenizer adds in front of plain text (a chat rendering writes its own)."""
+        if self.use_chat:
+            return []
+        bare = self.tokenizer("x", add_special_tokens=False)["input_ids"]
+        full = self.tokenizer("x", add_special_tokens=True)["input_ids"]
+        for start in range(len(full) - len(bare) + 1):
+            if full[start : start + len(bare)] == bare:
+                return list(full[:start])
+        return []
+
+    def _protect(self, values: Mapping[str, str | None]) -> tuple[dict[str, str | None], list[str]]:
+        """Field values with every special-token string replaced by a placeholder (and the strings)."""
+        if self._specials is None:
+            return dict(values), []
+        found: list[str] = []
+
+        def mark(match: re.Match) -> str:
+            found.append(match.group(0))
+            return self._protect_mark.format(len(found) - 1)
+
+        protected = {k: (self._specials.sub(mark, v) if isinstance(v, str) else v) for k, v in values.items()}
+        return protected, found
+
+    def _tokenize_with_answer(self, head: str, answer: str) -> tuple[list[int], list[int]]:
+        """Tokenize ``head + answer`` as the model reads it; return (prompt ids, answer ids) split at
+        the first token that overlaps the answer's characters."""
+        encoding = self.tokenizer(head + answer, add_special_tokens=False, return_offsets_mapping=True)
+        ids, offsets = encoding["input_ids"], encoding["offset_mapping"]
+        start = len(head)
+        cut = next((i for i, (a, b) in enumerate(offsets) if b > start and b > a), len(ids))
+        return list(ids[:cut]), list(ids[cut:])
+
+    def _encode_head(self, head: str, strings: Sequence[str], answer: str) -> tuple[list[int], list[int]]:
+        """Token ids of a rendered head (fields protected) followed by ``answer``, split at the answer."""
+        pieces = self._protect_split.split(head)
+        ids: list[int] = list(self._lead_ids)
+        for index in range(0, len(pieces) - 1, 2):
+            if pieces[index]:
+                ids += self.tokenizer(pieces[index], add_special_tokens=False)["input_ids"]
+            text = strings[int(pieces[index + 1])]
+            ids += self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        prompt, answer_ids = self._tokenize_with_answer(pieces[-1], answer)
+        return ids + prompt, answer_ids
+
+    def encode_values(self, values: Mapping[str, str | None]) -> list[int]:
+        """The prompt ids of one item (fields given as text), checked against the bound answer tokens."""
+        protected, strings = self._protect(values)
+        head = self.render(protected)
+        prompt, answer = self._encode_head(head, strings, self.template.answers[0])
+        if answer != list(self.answer_ids[0]):
+            raise AnswerTokenError(
+                f"template {self.template.name!r}: in this item the answer {self.template.answers[0]!r} tokenizes as "
+                f"{self._show(answer)} instead of {self._show(self.answer_ids[0])}; the item's text changes the tokens "
+                "around the answer."
+            )
+        return prompt
+
     # answers -------------------------------------------------------------------------------
-    def _validate_answers(self, allow_multi_token: bool) -> tuple[list[int], list[int]]:
-        prompt = self.render({f: "x" for f in self.template.fields})
-        prompt_ids = self.encode([prompt])[0]
-        found = []
+    def _validate_answers(self, allow_multi_token: bool) -> tuple[tuple[int, ...], ...]:
+        sample = self._sample_values()
+        name = self.template.name
+        head = self.render(sample)
+        prompts, found = [], []
         for word in self.template.answers:
-            full = self.encode([prompt + self.answer_prefix + word])[0]
-            if full[: len(prompt_ids)] != prompt_ids:
+            full = self._full_text(sample, word)
+            if full != head + word + self.tail:
                 raise AnswerTokenError(
-                    f"template {self.template.name!r}: answer {word!r} merges with the end of the prompt when "
-                    f"tokenized ({self._show(full[len(prompt_ids) - 2 :])}); the score would not be "
-                    "p(answer | prompt). Use a template whose prompt ends on a token boundary."
+                    f"template {name!r}: the chat template renders the answer {word!r} differently from other text "
+                    "(it changes the assistant's content); PLUIE cannot read it as one answer token."
                 )
-            answer = full[len(prompt_ids) :]
+            prompt, answer = self._tokenize_with_answer(head, word)
+            whole = self.tokenizer(full, add_special_tokens=False)["input_ids"]
+            if whole[: len(prompt) + len(answer)] != prompt + answer:
+                raise AnswerTokenError(
+                    f"template {name!r}: answer {word!r} merges with the end-of-turn text after it "
+                    f"({self._show(whole[len(prompt):len(prompt) + len(answer) + 2])}); the score would not be "
+                    "p(answer | prompt)."
+                )
+            if not answer:
+                raise AnswerTokenError(f"template {name!r}: answer {word!r} produces no token.")
             if len(answer) != 1 and not allow_multi_token:
                 raise AnswerTokenError(
-                    f"template {self.template.name!r}: answer {word!r} is {len(answer)} tokens for this tokenizer "
-                    f"where the model would produce it ({self._show(answer)}); PLUIE reads one token per "
-                    "answer. Choose a judge whose tokenizer has it as one token, change the template's answers, "
-                    "or pass allow_multi_token=True for the seeds' eq. 4 (sums the answer's token "
-                    "log-probabilities; biased towards the shorter answer)."
+                    f"template {name!r}: answer {word!r} is {len(answer)} tokens for this tokenizer where the model "
+                    f"would produce it ({self._show(answer)}); PLUIE reads one token per answer. Choose a judge "
+                    "whose tokenizer has it as one token, change the template's answers, or pass "
+                    "allow_multi_token=True for the seeds' eq. 4 (sums the answer's token log-probabilities; "
+                    "biased towards the shorter answer)."
                 )
-            found.append(answer)
-        if found[0] == found[1]:
-            raise AnswerTokenError(
-                f"template {self.template.name!r}: both answers tokenize to {self._show(found[0])}."
-            )
-        return found[0], found[1]
+            prompts.append(prompt)
+            found.append(tuple(answer))
+        for word, prompt in zip(self.template.answers[1:], prompts[1:]):
+            if prompt != prompts[0]:
+                raise AnswerTokenError(
+                    f"template {name!r}: answer {word!r} merges with the end of the prompt differently from "
+                    f"{self.template.answers[0]!r} ({self._show(prompt[-2:])} vs {self._show(prompts[0][-2:])}); "
+                    "the answers would not be read at the same position."
+                )
+        if len(set(found)) != len(found) or (all(len(a) == 1 for a in found) and len({a[0] for a in found}) != len(found)):
+            raise AnswerTokenError(f"template {name!r}: two answers tokenize alike ({[self._show(a) for a in found]}).")
+        return tuple(found)
 
     def _show(self, ids: Sequence[int]) -> str:
         pieces = self.tokenizer.convert_ids_to_tokens(list(ids))
         return ", ".join(f"{i}={p!r}" for i, p in zip(ids, pieces))
 
-    @property
-    def single_token(self) -> bool:
-        """Whether both answers are one token each (one forward pass per item)."""
-        return len(self.answer_ids[0]) == 1 and len(self.answer_ids[1]) == 1
-
     # prefix --------------------------------------------------------------------------------
-    def _static_prefix_ids(self) -> list[int]:
-        text = self.render(self._sentinel_values())
-        cut = min(text.find(_SENTINEL.format(f)) for f in self.template.all_fields if _SENTINEL.format(f) in text)
-        ids = self.encode([text[:cut]])[0]
-        return ids[:-1]  # the last token may merge with the field's first characters
+    def _static_prefix_ids(self) -> tuple[int, ...]:
+        text = self.render(self._sample_values(mark=True))
+        cut = min(text.find(_FIELD_MARK.format(f)) for f in self.template.all_fields if _FIELD_MARK.format(f) in text)
+        ids = list(self._lead_ids) + self.tokenizer(text[:cut], add_special_tokens=False)["input_ids"]
+        return tuple(ids[:-1])  # the last token may merge with the field's first characters
 
     # items ---------------------------------------------------------------------------------
     def group_key(self, values: Mapping[str, str | None]) -> tuple:
@@ -130,23 +273,20 @@ class BoundTemplate:
         self, columns: Mapping[str, list[str | None]], n: int, truncate: bool = True
     ) -> list[EncodedItem]:
         """Render, tokenize and (if needed) truncate ``n`` items given as field columns."""
-        rows = [{name: column[i] for name, column in columns.items()} for i in range(n)]
-        texts = [self.render(row) for row in rows]
-        ids = self.encode(texts)
         items = []
-        for index, (row, text, item_ids) in enumerate(zip(rows, texts, ids)):
-            if self.max_length is not None and self._too_long(item_ids):
-                row, text, item_ids = self._truncate(row, index, truncate)
-            items.append(EncodedItem(item_ids, text, self.group_key(row)))
+        for index in range(n):
+            row = {name: column[index] for name, column in columns.items()}
+            ids = self.encode_values(row)
+            if self._too_long(ids):
+                row, ids = self._truncate(row, ids, index, truncate)
+            items.append(EncodedItem(tuple(ids), self.group_key(row)))
         return items
 
     def _too_long(self, ids: Sequence[int]) -> bool:
-        need = len(ids) + max(len(self.answer_ids[0]), len(self.answer_ids[1]))
+        need = len(ids) + max(len(a) for a in self.answer_ids)
         return self.max_length is not None and need > self.max_length
 
-    def _truncate(self, row: dict[str, str | None], index: int, truncate: bool) -> tuple[dict, str, list[int]]:
-        text = self.render(row)
-        ids = self.encode([text])[0]
+    def _truncate(self, row: dict[str, str | None], ids: list[int], index: int, truncate: bool) -> tuple[dict, list[int]]:
         if not truncate:
             raise ValueError(
                 f"item {index}: the prompt is {len(ids)} tokens, longer than the judge's context "
@@ -154,22 +294,21 @@ class BoundTemplate:
             )
         cut_fields = []
         for _ in range(8):
-            excess = len(ids) + max(map(len, self.answer_ids)) - self.max_length
+            excess = len(ids) + max(len(a) for a in self.answer_ids) - self.max_length
             if excess <= 0:
                 break
             lengths = {
-                f: len(self.tokenizer(v, add_special_tokens=False)["input_ids"])
+                f: len(self.tokenizer(v, add_special_tokens=False, split_special_tokens=True)["input_ids"])
                 for f, v in row.items()
                 if isinstance(v, str)
             }
             longest = max(lengths, key=lengths.get)
-            field_ids = self.tokenizer(row[longest], add_special_tokens=False)["input_ids"]
+            field_ids = self.tokenizer(row[longest], add_special_tokens=False, split_special_tokens=True)["input_ids"]
             keep = max(len(field_ids) - excess - 8, 0)
             head, tail = field_ids[: keep - keep // 2], field_ids[len(field_ids) - keep // 2 :] if keep // 2 else []
             row = {**row, longest: self.tokenizer.decode(head) + " … " + self.tokenizer.decode(tail)}
             cut_fields.append(longest)
-            text = self.render(row)
-            ids = self.encode([text])[0]
+            ids = self.encode_values(row)
         if self._too_long(ids):
             raise ValueError(
                 f"item {index}: the template alone does not fit the judge's context ({self.max_length} tokens)."
@@ -179,4 +318,4 @@ class BoundTemplate:
             f"{sorted(set(cut_fields))} truncated from the middle.",
             stacklevel=4,
         )
-        return row, text, ids
+        return row, ids

@@ -7,6 +7,7 @@ a name, a YAML path or a :class:`Template`.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -53,6 +54,7 @@ class Template:
     plain_assistant: str = "Assistant: "
     plain_separator: str = "\n\n"
     field_help: Mapping[str, str] = field(default_factory=dict)
+    system: str | None = None
 
     def __post_init__(self) -> None:
         if not self.messages or self.messages[-1].role != "user":
@@ -87,13 +89,28 @@ class Template:
             >>> load_template("para-direct").chat({"source": "a", "hypothesis": "b"})[-1]["content"]
             'A: "a"; B: "b"'
         """
-        out = []
+        out = [] if self.system is None else [{"role": "system", "content": self.system}]
         for message in self.messages:
             if message.when is not None and values.get(message.when) is None:
                 continue
             content = _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), message.content)
             out.append({"role": message.role, "content": content})
         return out
+
+    def with_system(self, system: str | None) -> "Template":
+        """This template with a system turn of its own (``None``: the chat template's default, if any).
+
+        Some chat templates add a default system turn when a conversation has none (Qwen2.5: "You
+        are Qwen, created by Alibaba Cloud...", SmolLM2, Llama-3.1's knowledge dates); the papers kept
+        that behaviour. Setting one here replaces it (``""`` gives an empty system turn).
+
+        Example:
+            >>> load_template("para-direct").with_system("You are a careful judge.").chat({"source": "a", "hypothesis": "b"})[0]
+            {'role': 'system', 'content': 'You are a careful judge.'}
+        """
+        if any(m.role == "system" for m in self.messages) and system is not None:
+            raise ValueError(f"template {self.name!r} already has a system message; edit it in the template instead.")
+        return dataclasses.replace(self, system=system)
 
     def plain(self, values: Mapping[str, str | None]) -> tuple[str, str]:
         """Plain-text rendering for models without a chat template.
@@ -137,6 +154,7 @@ class Template:
             plain_assistant=plain.get("assistant", "Assistant: "),
             plain_separator=plain.get("separator", "\n\n"),
             field_help=help_text,
+            system=None if data.get("system") is None else str(data["system"]),
         )
 
 

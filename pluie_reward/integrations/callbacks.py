@@ -26,7 +26,7 @@ import torch
 from transformers.trainer_callback import TrainerCallback
 
 from ..core.judge import Judge
-from ..engines.transformers.model_state import weights_fingerprint
+from ..engines.transformers.model_state import weights_digest
 from ..core.template import Template, load_template, normalize_fields
 
 JudgeLike = "Judge | Callable[[], Judge]"
@@ -259,7 +259,7 @@ class PluieCallback(TrainerCallback):
         self.generation_kwargs = generation_kwargs
         self.trainer: Any = None  # the transformers Trainer, see attach()
         self.history: list[dict[str, Any]] = []  # one entry per run: step, metrics, table path
-        self._last: tuple[int, int, dict[str, float]] | None = None
+        self._last: tuple[int, torch.Tensor, dict[str, float]] | None = None
 
     # configuration ---------------------------------------------------------------------------
     def _validated_items(self, eval_set: Any, max_items: int | None) -> list[dict[str, Any]]:
@@ -361,13 +361,13 @@ class PluieCallback(TrainerCallback):
             return
         trainer = self._find_trainer()
         model = trainer.accelerator.unwrap_model(trainer.model)
-        key = (state.global_step, weights_fingerprint(list(model.parameters())))
-        if self._last is not None and self._last[:2] == key:  # e.g. several eval datasets at one step
-            ours = dict(self._last[2])
+        step, digest = state.global_step, weights_digest(list(model.named_parameters()))
+        if self._last is not None and self._last[0] == step and torch.equal(self._last[1], digest):
+            ours = dict(self._last[2])  # e.g. several eval datasets at one step, same weights
         else:
             ours = self.evaluate(model, kwargs.get("processing_class"), args=args, state=state)
             trainer.log(dict(ours))
-            self._last = (*key, ours)
+            self._last = (step, digest, ours)
         if metrics is not None:
             metrics.update(ours)
 

@@ -1,159 +1,73 @@
-"""The forward-pass engine: batched, prefix-KV-cached log p(yes) - log p(no) of token sequences.
+"""The transformers engine: batched, prefix-cached forward passes of a causal LM in this process.
 
-Every item is a list of token ids ending where the answer token would come. Items are split into a
-shared prefix, whose key/value cache is computed once, and a suffix run in right-padded batches on
-top of that cache. With right padding, real tokens never see a pad (causal attention), positions
-are the true ones, and ``logits_to_keep`` picks the last real position of each row, so the LM head
-runs on one position per item. Results do not depend on batching, padding or caching beyond
-floating-point noise.
+Every request is a list of token ids ending where the answer comes. Requests are split into a
+shared prefix, whose key/values are computed once and kept, and suffix rows run in right-padded
+batches formed by a token budget. With right padding, real tokens never see a pad (causal
+attention) and positions are the true ones; ``logits_to_keep`` keeps only the last positions, so
+the LM head runs on a few positions per row. Group prefixes (one source, many hypotheses) extend
+the cached template prefix and are computed together in one batch.
 
-The suffix rows do not copy the prefix cache: attention over the prefix runs once for all rows
-(the batch folded into the query length, one key/value set), attention within each row runs
-causally, and the two are merged with their log-sum-exps (:func:`shared_prefix_attention`). This
-is the same softmax, computed in two parts; models that cannot take it fall back to a per-batch
-cache whose prefix is materialised once. Group prefixes (one source, many hypotheses) extend the
-cached template prefix and are computed together in one batch.
+Two paths, both exact:
+
+* **fast**: suffix rows attend the cached prefix through :mod:`.attention` (the prefix is stored
+  once, never copied per row). Before it is trusted, the first batch is checked against a plain
+  forward of the same rows.
+* **plain**: whole prompts, the model's own attention, no prefix reuse. Taken -- with a warning,
+  once -- when the model's attention cannot take the fast path (eager attention, extra attention
+  inputs, a forward that does not pass keyword arguments to its attention, a failed check), and
+  for rows longer than a sliding window.
+
+Scoring calls go through :meth:`TransformersEngine.session`: one call at a time per model (a lock),
+the model in eval mode under ``torch.inference_mode`` in its weights' dtype, PEFT adapters
+switched as configured, sharded weights gathered, and the weights checked so that cached prefixes
+and results never outlive a change of the weights (:func:`.model_state.weights_digest`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+import inspect
+import threading
+import warnings
+import weakref
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any, Hashable, Iterator, Sequence
 
 import torch
 
-try:  # transformers >= 4.56
-    from transformers.cache_utils import DynamicCache, DynamicLayer
-except ImportError:  # pragma: no cover - older transformers
-    from transformers.cache_utils import DynamicCache
+from ..base import Request
+from .attention import KV, AttentionUnsupported, SharedPrefix, WindowExceeded, install
+from .loading import resolve_device
+from .model_state import scoring_state, weights_digest
+from .placement import active_adapter, adapter_names, belongs_to_adapter, gathered_parameters
 
-    DynamicLayer = None
-
-KV = list[tuple[torch.Tensor, torch.Tensor]]
-# Token budget of one suffix batch when none is given. CPU: measured on the embedded judge (2 cores,
-# float32: 512 is ~5-8% faster than 1024 -- less padding, same GEMM speed -- and 4096 ~25% slower;
-# see BENCHMARKS.md); accelerators want bigger batches.
+# Token budget of one batch when none is given. CPU: measured on the embedded judge (2 cores, float32:
+# 512 is ~5-8% faster than 1024 -- less padding, same GEMM speed -- and 4096 ~25% slower; see
+# BENCHMARKS.md); accelerators want bigger batches.
 DEFAULT_BATCH_TOKENS = {"cpu": 512}
 FALLBACK_BATCH_TOKENS = 4096
-ATTENTION_NAME = "pluie_shared_prefix"
-_UNSUPPORTED_ATTENTION_KWARGS = ("softcap", "s_aux", "sliding_window", "position_bias", "sinks")
+# How far a fast-path read may be from the plain forward's before the fast path is rejected
+# (log-probability units), by the model's dtype.
+CHECK_TOLERANCE = {torch.float32: 1e-3, torch.float64: 1e-6}
+CHECK_TOLERANCE_16BIT = 0.1
+
+_MODEL_LOCKS: "weakref.WeakKeyDictionary[Any, threading.RLock]" = weakref.WeakKeyDictionary()
+_LOCKS_LOCK = threading.Lock()
 
 
-class SharedPrefixUnsupported(RuntimeError):
-    """The model's attention cannot run on a shared prefix (the scorer then uses a per-batch cache)."""
-
-
-@dataclass
-class SharedPrefix:
-    """Per-forward state of :func:`shared_prefix_attention`: the prefix keys/values of every layer."""
-
-    kv: KV
-    calls: int = 0
-    collect: bool = False  # keep the rows' own key/values per layer (to build longer prefixes)
-    collected: KV = field(default_factory=list)
-
-
-def partial_attention(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float, causal: bool, fused: bool | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax attention of ``query`` over ``key``/``value`` and the log-sum-exp of its scores.
-
-    Shapes (batch, heads, length, dim); returns the output and the float32 log-sum-exp
-    (batch, heads, q_length). ``causal`` aligns the mask top-left (query i sees keys <= i).
-    ``fused`` (default: on CPU) uses PyTorch's fused CPU flash kernel; otherwise the scores are
-    materialised in float32.
+def model_lock(model: Any) -> threading.RLock:
+    """The lock serialising scoring calls on one model (shared by every engine using it).
 
     Example:
-        >>> q = k = v = torch.randn(1, 2, 3, 4)
-        >>> out, lse = partial_attention(q, k, v, 0.5, causal=True)
-        >>> out.shape, lse.shape
-        (torch.Size([1, 2, 3, 4]), torch.Size([1, 2, 3]))
+        >>> m = torch.nn.Linear(1, 1)
+        >>> model_lock(m) is model_lock(m)
+        True
     """
-    if fused is None:
-        fused = query.device.type == "cpu" and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
-    if fused:
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, causal, scale=scale)
-        return out, lse.float()
-    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale
-    if causal:
-        length_q, length_k = scores.shape[-2:]
-        future = torch.ones(length_q, length_k, dtype=torch.bool, device=scores.device).triu(1)
-        scores = scores.masked_fill(future, float("-inf"))
-    lse = torch.logsumexp(scores, dim=-1)
-    out = torch.matmul(torch.exp(scores - lse[..., None]), value.float())
-    return out.to(query.dtype), lse
-
-
-def shared_prefix_attention(
-    module: Any,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: Any,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    pluie_prefix: SharedPrefix | None = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """Attention of right-padded suffix rows over one shared prefix cache plus their own causal past.
-
-    A transformers attention function (registered as ``"pluie_shared_prefix"``). ``query``/``key``/
-    ``value`` are the suffix rows (batch, heads, width, dim); the prefix keys/values of this layer,
-    (1, kv_heads, prefix, dim), come from ``pluie_prefix``. The prefix part folds the batch (and
-    the query heads sharing a key/value head) into the query length, so the prefix is never copied
-    per row; the two parts are merged exactly through their log-sum-exps.
-
-    Example:
-        >>> model(input_ids=ids, position_ids=pos, pluie_prefix=SharedPrefix(kv))  # doctest: +SKIP
-    """
-    if pluie_prefix is None or any(kwargs.get(name) is not None for name in _UNSUPPORTED_ATTENTION_KWARGS):
-        raise SharedPrefixUnsupported("this model's attention needs arguments the shared-prefix path does not handle")
-    if dropout:
-        raise SharedPrefixUnsupported("attention dropout is active")
-    prefix_key, prefix_value = pluie_prefix.kv[module.layer_idx]
-    pluie_prefix.calls += 1
-    if pluie_prefix.collect:
-        if len(pluie_prefix.collected) != module.layer_idx:
-            raise SharedPrefixUnsupported("attention layers ran out of order")
-        pluie_prefix.collected.append((key, value))
-    batch, heads, width, dim = query.shape
-    kv_heads = key.shape[1]
-    if heads % kv_heads or prefix_key.shape[1] != kv_heads or prefix_key.shape[0] != 1:
-        raise SharedPrefixUnsupported("unexpected key/value head layout")
-    group = heads // kv_heads
-    scale = scaling if scaling is not None else dim**-0.5
-    # prefix part: query head h uses key/value head h // group (as transformers' repeat_kv)
-    folded = query.reshape(batch, kv_heads, group, width, dim).transpose(0, 1).reshape(1, kv_heads, -1, dim)
-    out_prefix, lse_prefix = partial_attention(folded, prefix_key, prefix_value, scale, causal=False)
-    out_prefix = out_prefix.reshape(kv_heads, batch, group, width, dim).transpose(0, 1).reshape(batch, heads, width, dim)
-    lse_prefix = lse_prefix.reshape(kv_heads, batch, group, width).transpose(0, 1).reshape(batch, heads, width)
-    # suffix part: causal within each row (right padding: real tokens never see a pad)
-    if group > 1:
-        key = key[:, :, None].expand(batch, kv_heads, group, width, dim).reshape(batch, heads, width, dim)
-        value = value[:, :, None].expand(batch, kv_heads, group, width, dim).reshape(batch, heads, width, dim)
-    out_suffix, lse_suffix = partial_attention(query, key, value, scale, causal=True)
-    lse = torch.logaddexp(lse_prefix, lse_suffix)
-    out = out_prefix * torch.exp(lse_prefix - lse)[..., None].to(out_prefix.dtype)
-    out = out + out_suffix * torch.exp(lse_suffix - lse)[..., None].to(out_suffix.dtype)
-    return out.transpose(1, 2).contiguous(), None
-
-
-def _register_attention() -> bool:
-    try:
-        from transformers import AttentionInterface
-    except ImportError:  # pragma: no cover - older transformers
-        return False
-    AttentionInterface.register(ATTENTION_NAME, shared_prefix_attention)
-    return True
-
-
-@dataclass
-class Request:
-    """One row to run: suffix ids after a prefix, and the answers to read at its end."""
-
-    index: int
-    suffix: list[int]
-    targets: list[int] | None = None  # multi-token answer: sum log p of these tokens; None: yes/no logit diff
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    with _LOCKS_LOCK:
+        if base not in _MODEL_LOCKS:
+            _MODEL_LOCKS[base] = threading.RLock()
+        return _MODEL_LOCKS[base]
 
 
 def longest_common_prefix(sequences: Sequence[Sequence[int]]) -> int:
@@ -195,39 +109,166 @@ def token_batches(lengths: Sequence[int], batch_tokens: int, max_batch_size: int
         yield batch
 
 
-class PrefixScorer:
-    """Runs a causal LM on token rows sharing prefixes, caching the prefixes' key/value states.
+def read_positions(ends: Sequence[int], reads: int, width: int) -> tuple[int, torch.Tensor]:
+    """Which last positions to keep, and where each row's reads are among them.
+
+    Row ``r`` reads the ``reads`` positions before its end ``ends[r]``. Returns ``keep`` (the
+    ``logits_to_keep`` that covers every row) and the (rows, reads) indices into the kept positions.
 
     Example:
-        >>> scorer = PrefixScorer(model, pad_id=0)                      # doctest: +SKIP
-        >>> scorer.logratios([[1, 5, 9], [1, 5, 7]], yes=[3], no=[4])    # doctest: +SKIP
-        [0.12, -1.3]
+        >>> keep, index = read_positions([5, 3], reads=1, width=5)
+        >>> keep, index.tolist()
+        (3, [[2], [0]])
+    """
+    positions = (torch.tensor(list(ends))[:, None] - reads + torch.arange(reads)[None, :]).clamp(min=0)
+    first = int(positions.min())
+    return width - first, positions - first
+
+
+@dataclass
+class _Row:
+    """One sequence to run: ``suffix`` after a prefix, and what to read at its end."""
+
+    key: tuple[int, int]  # (request index, answer index or -1 for a single-token read)
+    suffix: list[int]
+    targets: tuple[int, ...] | None = None  # multi-token answer: sum log p of these tokens
+
+
+class _Restart(Exception):
+    """The fast path turned out unusable mid-call: run the whole call on the plain path."""
+
+
+class TransformersEngine:
+    """A causal LM from transformers (or a PEFT model around one), run in this process.
+
+    Args:
+        model: the causal LM; a ``peft.PeftModel`` for a judge sharing a policy's weights.
+        tokenizer: its tokenizer.
+        batch_tokens: token budget (rows x longest row) of one batch; ``None``: 512 on CPU, 4096 elsewhere.
+        disable_adapters: score the base model of a PEFT model (adapters off while scoring).
+        adapter_name: score with this (frozen) PEFT adapter active instead.
+        device: where to score when ``offload_device`` is set (default: the best available).
+        offload_device: keep the weights there (e.g. ``"cpu"``) and move them to ``device`` only while scoring.
+        check_weights: check the weights' values at each call so that caches never outlive a weight
+            change (one read of the weights; ``False`` only if nothing ever writes to them).
+        min_shared_tokens: a group of requests gets its own cached prefix when it shares at least
+            this many tokens beyond the template prefix.
+        max_cached_prefixes: how many prefixes' key/values are kept.
+
+    Example:
+        >>> engine = TransformersEngine(model, tokenizer)                         # doctest: +SKIP
+        >>> with engine.session():                                                # doctest: +SKIP
+        ...     engine.answer_logprobs([Request((1, 5, 9))], answers=[(3,), (4,)])
+        [[-0.7, -1.2]]
     """
 
     def __init__(
         self,
         model: Any,
-        pad_id: int = 0,
+        tokenizer: Any,
+        *,
         batch_tokens: int | None = None,
+        disable_adapters: bool = False,
+        adapter_name: str | None = None,
+        device: Any = None,
+        offload_device: Any = None,
+        check_weights: bool = True,
         min_shared_tokens: int = 8,
         max_cached_prefixes: int = 16,
     ) -> None:
+        if getattr(model.config, "is_encoder_decoder", False):
+            raise TypeError("PLUIE needs a decoder-only (causal) chat LM as judge, not an encoder-decoder model.")
         self.model = model
-        self.pad_id = pad_id
-        self.batch_tokens = batch_tokens  # None: DEFAULT_BATCH_TOKENS of the device the model is on when scoring
+        self.tokenizer = tokenizer
+        self.batch_tokens = batch_tokens
+        self.disable_adapters = disable_adapters
+        self.adapter_name = adapter_name
+        self.check_weights = check_weights
         self.min_shared_tokens = min_shared_tokens
         self.max_cached_prefixes = max_cached_prefixes
+        self.wrapped_model: Any = None
+        self._ignored_adapters = self._setup_adapters()
+        self.offload_device = torch.device(offload_device) if offload_device is not None else None
+        self.target_device = resolve_device(device) if offload_device is not None else None
+        if self.offload_device is not None:
+            model.to(self.offload_device)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_id = int(pad or 0)
+        self.stats = {"forward_calls": 0, "rows": 0, "prefix_passes": 0, "plain_rows": 0}
+        # None: not checked yet; True: checked against a plain forward; False: plain path only
+        self.fast: bool | None = None if install(self._attention_implementation()) else False
+        self._why_plain = "" if self.fast is not False else f"its attention implementation is {self._attention_implementation()!r}"
         self._prefixes: dict[tuple[int, ...], KV] = {}
-        self._positions_2d: bool | None = None
-        self.stats = {"forward_calls": 0, "rows": 0, "prefix_passes": 0}
-        self.prefix_caching = self._supports_prefix_cache()
-        # None: not tried yet; True/False once the model has taken (or refused) shared-prefix attention
-        self.shared_attention: bool | None = None if self.prefix_caching and _register_attention() else False
+        self._digest: torch.Tensor | None = None
+        self._epoch = 0
+        self._warned: set[str] = set()
+        self._checked_without_prefix = False
+        self._keeps_logits = self._takes_logits_to_keep()
 
-    # model facts -------------------------------------------------------------------------------
+    # configuration -----------------------------------------------------------------------------
+    def _setup_adapters(self) -> tuple[str, ...]:
+        if not (self.disable_adapters or self.adapter_name):
+            return ()
+        model = self.model
+        if not hasattr(model, "disable_adapter") or not hasattr(model, "peft_config"):
+            raise TypeError(
+                "a judge sharing a policy's weights needs a PEFT model (peft.PeftModel, e.g. from get_peft_model); "
+                f"got {type(model).__name__}. For a plain model use Judge.from_model (a separate judge)."
+            )
+        adapters = adapter_names(model)
+        if self.adapter_name is not None:
+            if self.adapter_name not in adapters:
+                raise ValueError(
+                    f"adapter {self.adapter_name!r} is not loaded on the policy (adapters: {adapters}); load it with "
+                    f"policy.load_adapter(path, adapter_name={self.adapter_name!r}, is_trainable=False)."
+                )
+            for n, p in model.named_parameters():
+                if belongs_to_adapter(n, (self.adapter_name,)):
+                    p.requires_grad_(False)
+        ignored = tuple(a for a in adapters if a != self.adapter_name)
+        if any(p.requires_grad for n, p in model.named_parameters() if not belongs_to_adapter(n, ignored)):
+            warnings.warn(
+                "the judge shares weights with a model whose base weights are trainable, so the judge changes as "
+                "the policy trains. Train only adapters (e.g. LoRA) to keep the judge frozen.",
+                stacklevel=4,
+            )
+        return ignored
+
+    def _attention_implementation(self) -> str | None:
+        config = self.model.config
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        return getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", None)
+
+    def _takes_logits_to_keep(self) -> bool:
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        return "logits_to_keep" in inspect.signature(type(base).forward).parameters
+
+    @property
+    def name(self) -> str:
+        """The model's name or path."""
+        return getattr(self.model.config, "_name_or_path", "") or type(self.model).__name__
+
+    @property
+    def max_length(self) -> int | None:
+        """The model's context length in tokens (the smaller of the model's and the tokenizer's limits)."""
+        config = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
+        limits = [getattr(config, "max_position_embeddings", None), getattr(config, "n_positions", None)]
+        tok_max = getattr(self.tokenizer, "model_max_length", None)
+        if isinstance(tok_max, int) and tok_max < 10**8:
+            limits.append(tok_max)
+        limits = [x for x in limits if isinstance(x, int) and x > 0]
+        return min(limits) if limits else None
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model scores (the target device of an offloaded model)."""
+        if self.target_device is not None:
+            return self.target_device
+        return self.model.get_input_embeddings().weight.device
+
     @property
     def batch_tokens(self) -> int:
-        """Token budget (rows x longest suffix) of one forward batch."""
+        """Token budget (rows x longest row) of one forward batch."""
         if self._batch_tokens is not None:
             return self._batch_tokens
         return DEFAULT_BATCH_TOKENS.get(self.device.type, FALLBACK_BATCH_TOKENS)
@@ -238,257 +279,385 @@ class PrefixScorer:
             raise ValueError(f"batch_tokens must be a positive integer or None (device default), got {value!r}.")
         self._batch_tokens = value
 
-    @property
-    def device(self) -> torch.device:
-        return self.model.get_input_embeddings().weight.device
+    def attach(self, trainer: Any) -> "TransformersEngine":
+        """Remember ``trainer.model_wrapped`` so FSDP v1 full parameters can be summoned for scoring."""
+        self.wrapped_model = trainer.model_wrapped
+        return self
 
-    def _supports_prefix_cache(self) -> bool:
-        config = self.model.config
-        if getattr(config, "is_encoder_decoder", False) or DynamicLayer is None:
-            return False
-        try:
-            layers = DynamicCache(config=config).layers
-        except Exception:  # unknown cache layout: run full sequences, still exact
-            return False
-        return all(type(layer) is DynamicLayer for layer in layers)
+    def to(self, device: Any) -> "TransformersEngine":
+        """Move the model to ``device`` (cached prefixes are dropped; results stay valid)."""
+        with model_lock(self.model):
+            self.model.to(resolve_device(device))
+            self._prefixes.clear()
+        return self
 
     def clear(self) -> None:
-        """Drop cached prefixes (call when the weights change)."""
+        """Drop the cached prefixes."""
         self._prefixes.clear()
 
-    # public ------------------------------------------------------------------------------------
-    def logratios(
-        self,
-        sequences: Sequence[Sequence[int]],
-        yes: Sequence[int],
-        no: Sequence[int],
-        static_prefix: Sequence[int] = (),
-        groups: Sequence[Any] | None = None,
-    ) -> list[float]:
-        """log p(yes | seq) - log p(no | seq) for each token sequence.
+    def plain_reason(self) -> str:
+        """Why the fast path is off ('' when it is on or not decided yet)."""
+        return self._why_plain
 
-        ``static_prefix`` is a token prefix most sequences share (the template's instructions and
-        few-shot turns); ``groups`` gives each sequence a key, sequences with the same key share a
-        longer prefix (the same source) that is computed once for the group.
+    # session -------------------------------------------------------------------------------------
+    @contextmanager
+    def session(self) -> Iterator[Hashable]:
+        """One scoring call: locked, in scoring state, weights checked. Yields the weights' epoch.
+
+        Example:
+            >>> with engine.session() as state:   # doctest: +SKIP
+            ...     values = engine.answer_logprobs(requests, answers)
         """
-        multi = len(yes) != 1 or len(no) != 1
-        out = [0.0] * len(sequences)
-        static = tuple(static_prefix)
-        units = list(self._plan(sequences, static, groups))
-        chunk = max(1, self.max_cached_prefixes - 1)  # group prefixes computed together, then used
-        for start, (prefix, rows) in enumerate(units):
-            if start % chunk == 0:
-                self._group_prefixes([u[0] for u in units[start : start + chunk]], static)
-            requests = []
-            for index, suffix in rows:
-                if multi:
-                    requests.append(Request(index, suffix + list(yes[:-1]), list(yes)))
-                    requests.append(Request(-index - 1, suffix + list(no[:-1]), list(no)))
-                else:
-                    requests.append(Request(index, suffix))
-            for request, value in self._run(prefix, requests, yes[0], no[0], static=static):
-                if request.index >= 0:
-                    out[request.index] += value
-                else:
-                    out[-request.index - 1] -= value
-        for i, value in enumerate(out):
-            if value != value or value in (float("inf"), float("-inf")):
-                raise FloatingPointError(
-                    f"item {i}: the judge produced a non-finite score ({value}); the model's logits overflowed. "
-                    "Load the judge in float32 or bfloat16 rather than float16."
-                )
+        with model_lock(self.model):
+            moved = False
+            try:
+                if self.offload_device is not None:
+                    self.model.to(self.target_device)
+                    moved = True
+                with ExitStack() as stack:
+                    stack.enter_context(gathered_parameters(self.model, self.wrapped_model))
+                    if self.adapter_name is not None:
+                        stack.enter_context(active_adapter(self.model, self.adapter_name))
+                    stack.enter_context(scoring_state(self.model, self.disable_adapters))
+                    yield self._state()
+            finally:
+                if moved:
+                    self._prefixes.clear()  # they live on the scoring device
+                    self.model.to(self.offload_device)
+                    if self.target_device is not None and self.target_device.type == "cuda":
+                        torch.cuda.empty_cache()
+
+    def watched_parameters(self) -> list[tuple[str, torch.Tensor]]:
+        """The judge's own weights: every parameter but other PEFT adapters' (read afresh each call)."""
+        return [(n, p) for n, p in self.model.named_parameters() if not belongs_to_adapter(n, self._ignored_adapters)]
+
+    def _state(self) -> int:
+        if not self.check_weights:
+            return self._epoch
+        digest = weights_digest(self.watched_parameters())
+        if self._digest is None or not torch.equal(digest, self._digest):
+            if self._digest is not None:
+                self._epoch += 1
+                self._prefixes.clear()
+            self._digest = digest
+        return self._epoch
+
+    # scoring ---------------------------------------------------------------------------------------
+    def answer_logprobs(
+        self, requests: Sequence[Request], answers: Sequence[Sequence[int]], *, prefix: Sequence[int] = ()
+    ) -> list[list[float]]:
+        """``log p(answer_k | ids)`` per request (raw logits when every answer is one token); see :mod:`..base`."""
+        answers = [tuple(a) for a in answers]
+        if len(answers) < 2 or any(not a for a in answers):
+            raise ValueError("answer_logprobs needs at least two non-empty answers.")
+        multi = any(len(a) != 1 for a in answers)
+        rows: list[_Row] = []
+        for i, request in enumerate(requests):
+            ids = list(request.ids)
+            if not ids:
+                raise ValueError(f"request {i} has no tokens.")
+            if multi:
+                rows.extend(_Row((i, k), ids + list(a[:-1]), a) for k, a in enumerate(answers))
+            else:
+                rows.append(_Row((i, -1), ids))
+        groups = []
+        for request in requests:
+            groups.extend([request.group] * (len(answers) if multi else 1))
+        first_tokens = [a[0] for a in answers]
+        try:
+            values = self._run_rows(rows, groups, tuple(prefix), first_tokens)
+        except _Restart:
+            values = self._run_rows(rows, groups, tuple(prefix), first_tokens)
+        out: list[list[float]] = [[0.0] * len(answers) for _ in requests]
+        for row, value in zip(rows, values):
+            i, k = row.key
+            if k < 0:
+                out[i] = value
+            else:
+                out[i][k] = value[0]
         return out
 
-    # planning ----------------------------------------------------------------------------------
+    def _run_rows(self, rows: list[_Row], groups: list[Any], static: tuple[int, ...], first_tokens: list[int]) -> list[list[float]]:
+        values: list[list[float]] = [[] for _ in rows]
+        if self.fast is False:
+            self._warn_once("plain", f"scoring runs whole prompts without prefix caching (slower, still exact): {self._why_plain}.")
+            for indices in self._batches([len(r.suffix) for r in rows]):
+                self._plain_batch([rows[i] for i in indices], indices, first_tokens, values)
+            return values
+        units = list(self._plan([r.suffix for r in rows], static, groups))
+        chunk = max(1, self.max_cached_prefixes - 1)  # group prefixes computed together, then used
+        try:
+            for start, (prefix, members) in enumerate(units):
+                if start % chunk == 0:
+                    self._group_prefixes([u[0] for u in units[start : start + chunk]], static)
+                self._run_unit(prefix, members, rows, first_tokens, values, static)
+        except WindowExceeded:
+            raise
+        except AttentionUnsupported as err:
+            self._go_plain(str(err))
+            raise _Restart from err
+        return values
+
+    def _batches(self, lengths: Sequence[int]) -> Iterator[list[int]]:
+        return token_batches(lengths, self.batch_tokens)
+
+    # planning ------------------------------------------------------------------------------------
     def _plan(
-        self, sequences: Sequence[Sequence[int]], static: tuple[int, ...], groups: Sequence[Any] | None
-    ) -> Iterator[tuple[tuple[int, ...], list[tuple[int, list[int]]]]]:
-        """Split sequences into (shared prefix, [(index, suffix)]) work units."""
-        if not self.prefix_caching:
-            yield (), [(i, list(s)) for i, s in enumerate(sequences)]
-            return
+        self, sequences: Sequence[Sequence[int]], static: tuple[int, ...], groups: Sequence[Any]
+    ) -> Iterator[tuple[tuple[int, ...], list[int]]]:
+        """Split rows into (shared prefix, [row index]) work units."""
         p = len(static)
         with_static, without = [], []
         for i, s in enumerate(sequences):
             (with_static if p and len(s) > p and tuple(s[:p]) == static else without).append(i)
         by_group: dict[Any, list[int]] = {}
         for i in with_static:
-            by_group.setdefault(groups[i] if groups is not None else i, []).append(i)
+            key = groups[i] if groups[i] is not None else ("row", i)
+            by_group.setdefault(key, []).append(i)
         loose = []
         for members in by_group.values():
             shared = longest_common_prefix([sequences[i] for i in members]) if len(members) > 1 else 0
             shared = min(shared, min(len(sequences[i]) for i in members) - 1)
             if len(members) > 1 and shared - p >= self.min_shared_tokens:
-                yield tuple(sequences[members[0]][:shared]), [(i, list(sequences[i][shared:])) for i in members]
+                yield tuple(sequences[members[0]][:shared]), members
             else:
                 loose.extend(members)
         if loose:
-            yield static, [(i, list(sequences[i][p:])) for i in loose]
+            yield static, loose
         if without:
-            yield (), [(i, list(sequences[i])) for i in without]
+            yield (), without
 
-    # running -----------------------------------------------------------------------------------
+    # the fast path ---------------------------------------------------------------------------------
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(f"pluie-reward ({self.name}): {message}", RuntimeWarning, stacklevel=5)
+
+    def _go_plain(self, reason: str) -> None:
+        self.fast = False
+        self._why_plain = reason
+        self._prefixes.clear()
+        self._warn_once(
+            "plain",
+            f"scoring runs whole prompts without prefix caching (slower, still exact): {reason}.",
+        )
+
+    def _forward_shared(self, input_ids: torch.Tensor, state: SharedPrefix, keep: int | None) -> Any:
+        """Forward of right-padded rows whose attention goes through the shared-prefix function."""
+        batch, width = input_ids.shape
+        start = state.prefix_length
+        positions = torch.arange(start, start + width, device=input_ids.device).expand(batch, -1)
+        kwargs: dict[str, Any] = {"logits_to_keep": keep} if keep is not None and self._keeps_logits else {}
+        self.stats["forward_calls"] += 1
+        try:
+            output = self.model(input_ids=input_ids, position_ids=positions, use_cache=False, pluie_prefix=state, **kwargs)
+        except TypeError as err:  # the forward does not pass keyword arguments down to its attention
+            if "pluie_prefix" in str(err):
+                raise AttentionUnsupported(f"the model's forward does not take extra attention arguments ({err})") from err
+            raise
+        expected = len(state.kv) if state.kv is not None else state.calls
+        if state.calls == 0 or state.calls != expected:
+            raise AttentionUnsupported(f"{state.calls} attention layers ran through the shared-prefix function")
+        return output
+
+    def _collect(self, ids_rows: list[list[int]], base: KV | None, base_length: int) -> list[KV]:
+        """Key/values of each row's tokens, appended to ``base``: one batched forward."""
+        width = max(len(r) for r in ids_rows)
+        ids = torch.full((len(ids_rows), width), self.pad_id, dtype=torch.long)
+        for row, r in enumerate(ids_rows):
+            ids[row, : len(r)] = torch.tensor(r, dtype=torch.long)
+        state = SharedPrefix(base, prefix_length=base_length, collect=True)
+        self._forward_shared(ids.to(self.device), state, keep=1)
+        self.stats["prefix_passes"] += 1
+        out = []
+        for row, r in enumerate(ids_rows):
+            n = len(r)
+            if base is None:
+                out.append([(k[row : row + 1, :, :n], v[row : row + 1, :, :n]) for k, v in state.collected])
+            else:
+                out.append([
+                    (torch.cat([k0, k[row : row + 1, :, :n]], dim=-2), torch.cat([v0, v[row : row + 1, :, :n]], dim=-2))
+                    for (k0, v0), (k, v) in zip(base, state.collected)
+                ])
+        return out
+
+    def _remember(self, prefix: tuple[int, ...], kv: KV, keep: set[tuple[int, ...]] = frozenset()) -> None:
+        while len(self._prefixes) >= self.max_cached_prefixes:
+            # keep the shortest (template) prefixes, which every batch reuses; drop the longest other one
+            candidates = [p for p in self._prefixes if p not in keep] or list(self._prefixes)
+            del self._prefixes[max(candidates, key=len)]
+        self._prefixes[prefix] = kv
+
     def _prefix_kv(self, prefix: tuple[int, ...], static: tuple[int, ...] = ()) -> KV | None:
-        """Key/values of ``prefix``, extending the longest cached prefix of it; a group prefix that
-        starts with the (uncached) ``static`` prefix computes ``static`` first, so groups share it."""
+        """Key/values of ``prefix``, extending the longest cached prefix of it."""
         if not prefix:
             return None
         if prefix in self._prefixes:
             return self._prefixes[prefix]
         if static and len(static) < len(prefix) and prefix[: len(static)] == static and static not in self._prefixes:
             self._prefix_kv(static)
-        base, base_kv = (), None
-        for known in self._prefixes:  # extend the longest cached prefix of this prefix (the static one)
+        base: tuple[int, ...] = ()
+        for known in self._prefixes:
             if len(known) < len(prefix) and prefix[: len(known)] == known and len(known) > len(base):
-                base, base_kv = known, self._prefixes[known]
-        ids = torch.tensor([prefix[len(base) :]], device=self.device)
-        output = self._forward_cached(ids, base_kv, batch=1, keep=1)
-        kv = [(layer.keys, layer.values) for layer in output.past_key_values.layers]
-        self.stats["prefix_passes"] += 1
-        if len(self._prefixes) >= self.max_cached_prefixes:
-            # keep the shortest (static) prefixes, which every batch reuses; drop the newest group prefix
-            victim = max(self._prefixes, key=len)
-            del self._prefixes[victim]
-        self._prefixes[prefix] = kv
+                base = known
+        kv = self._collect([list(prefix[len(base) :])], self._prefixes.get(base), len(base))[0]
+        self._remember(prefix, kv, keep={static})
         return kv
 
     def _group_prefixes(self, prefixes: Sequence[tuple[int, ...]], static: tuple[int, ...]) -> None:
-        """Compute the group prefixes that extend ``static`` in batched shared-prefix forwards.
-
-        One right-padded batch instead of one small forward per group; each group's key/values are
-        the static prefix's followed by its own rows' (causal, so the padding never leaks in).
-        """
+        """Compute the group prefixes that extend ``static`` in batched forwards (one per token batch)."""
         todo = [p for p in dict.fromkeys(prefixes) if p not in self._prefixes and len(p) > len(static) > 0
                 and p[: len(static)] == static]
-        if not todo or self.shared_attention is False:
+        if not todo or self.fast is False:
             return
-        base = self._prefix_kv(static)
-        wanted = {static, *prefixes}
-        for victim in [p for p in self._prefixes if p not in wanted]:  # room for this chunk's groups
-            del self._prefixes[victim]
-        lengths = [len(p) - len(static) for p in todo]
-        for batch_index in token_batches(lengths, self.batch_tokens):
-            rows = [todo[i] for i in batch_index]
-            width = max(lengths[i] for i in batch_index)
-            ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-            for row, p in enumerate(rows):
-                ids[row, : len(p) - len(static)] = torch.tensor(p[len(static) :], dtype=torch.long)
-            state = SharedPrefix(base, collect=True)
-            try:
-                self._forward_shared(ids.to(self.device), base, keep=1, state=state)
-            except SharedPrefixUnsupported:
-                if self.shared_attention:
-                    raise
-                self.shared_attention = False
-                return
-            self.shared_attention = True
-            self.stats["prefix_passes"] += 1
-            for row, p in enumerate(rows):
-                n = len(p) - len(static)
-                self._prefixes[p] = [
-                    (torch.cat([k0, k[row : row + 1, :, :n]], dim=-2), torch.cat([v0, v[row : row + 1, :, :n]], dim=-2))
-                    for (k0, v0), (k, v) in zip(base, state.collected)
-                ]
-
-    def _forward(self, input_ids: torch.Tensor, kv: KV | None, batch: int, keep: Any) -> Any:
-        """Rows after the prefix ``kv``: shared-prefix attention when the model takes it, else a cache."""
-        if kv is not None and self.shared_attention is not False:
-            try:
-                output = self._forward_shared(input_ids, kv, keep)
-            except SharedPrefixUnsupported:
-                if self.shared_attention:  # worked before: a real failure, not a capability probe
-                    raise
-                self.shared_attention = False
-            else:
-                self.shared_attention = True
-                return output
-        if kv is None:
-            self.stats["forward_calls"] += 1
-            return self.model(input_ids=input_ids, use_cache=False, logits_to_keep=keep)
-        return self._forward_cached(input_ids, kv, batch, keep)
-
-    def _forward_cached(self, input_ids: torch.Tensor, kv: KV | None, batch: int, keep: Any) -> Any:
-        """Forward on top of a DynamicCache holding ``kv`` broadcast to the batch (returns the cache)."""
-        cache = DynamicCache(config=self.model.config)
-        if kv is not None:
-            for layer, (key, value) in zip(cache.layers, kv):
-                # broadcast views: the layer's first update concatenates them once (no extra copy)
-                layer.lazy_initialization(key, value)
-                layer.keys, layer.values = key.expand(batch, -1, -1, -1), value.expand(batch, -1, -1, -1)
-        self.stats["forward_calls"] += 1
-        return self.model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=keep)
-
-    def _forward_shared(self, input_ids: torch.Tensor, kv: KV, keep: Any, state: SharedPrefix | None = None) -> Any:
-        """Forward of suffix rows with :func:`shared_prefix_attention` over the batch-1 prefix ``kv``.
-
-        The model's ``config._attn_implementation`` names the shared-prefix function during this
-        forward only (restored after, even on error); like the eval/adapter switches of
-        ``scoring_state``, it assumes no other forward of the same model runs concurrently.
-        """
-        batch, width = input_ids.shape
-        start = kv[0][0].shape[-2]
-        positions = torch.arange(start, start + width, device=input_ids.device).expand(batch, -1)
-        state = state or SharedPrefix(kv)
-        config = self.model.config
-        previous = config._attn_implementation
-        config._attn_implementation = ATTENTION_NAME
-        self.stats["forward_calls"] += 1
         try:
-            output = self.model(
-                input_ids=input_ids, position_ids=positions, use_cache=False, logits_to_keep=keep, pluie_prefix=state
-            )
-        except TypeError as err:  # the forward does not pass extra arguments down to its attention
-            if self.shared_attention is None:
-                raise SharedPrefixUnsupported(str(err)) from err
-            raise
-        finally:
-            config._attn_implementation = previous
-        if state.calls != len(kv):
-            raise SharedPrefixUnsupported(
-                f"{state.calls} of {len(kv)} attention layers ran through the shared-prefix function"
-            )
-        return output
+            base = self._prefix_kv(static)
+            wanted = {static, *prefixes}
+            for victim in [p for p in self._prefixes if p not in wanted]:  # room for this chunk's groups
+                del self._prefixes[victim]
+            lengths = [len(p) - len(static) for p in todo]
+            for batch_index in self._batches(lengths):
+                rows = [todo[i] for i in batch_index]
+                for p, kv in zip(rows, self._collect([list(p[len(static) :]) for p in rows], base, len(static))):
+                    self._remember(p, kv, keep=wanted)
+        except WindowExceeded:
+            return  # those groups' units find out again and run their prompts whole
 
-    def _run(
-        self, prefix: tuple[int, ...], requests: list[Request], yes: int, no: int, static: tuple[int, ...] = ()
-    ) -> Iterator[tuple[Request, float]]:
-        kv = self._prefix_kv(prefix, static)
-        lengths = [len(r.suffix) for r in requests]
-        for batch_index in token_batches(lengths, self.batch_tokens):
-            batch = [requests[i] for i in batch_index]
-            self.stats["rows"] += len(batch)
-            width = max(len(r.suffix) for r in batch)
-            reads = max(len(r.targets) if r.targets else 1 for r in batch)
-            ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
-            for row, r in enumerate(batch):
-                ids[row, : len(r.suffix)] = torch.tensor(r.suffix, dtype=torch.long)
-            ends = torch.tensor([len(r.suffix) for r in batch])
-            positions = (ends[:, None] - reads + torch.arange(reads)[None, :]).clamp(min=0)
-            logits = self._logits_at(ids.to(self.device), kv, positions)
-            for row, r in enumerate(batch):
-                if r.targets is None:
-                    yield r, float(logits[row, -1, yes] - logits[row, -1, no])
-                else:
-                    n = len(r.targets)
-                    logp = torch.log_softmax(logits[row, reads - n :], dim=-1)
-                    yield r, float(logp[torch.arange(n), torch.tensor(r.targets)].sum())
-
-    def _logits_at(self, ids: torch.Tensor, kv: KV | None, positions: torch.Tensor) -> torch.Tensor:
-        """Float32 logits of each row at the given positions, shape (rows, reads, vocab)."""
-        batch, reads = positions.shape
-        if self._positions_2d is not False:
+    def _run_unit(
+        self, prefix: tuple[int, ...], members: list[int], rows: list[_Row], first_tokens: list[int],
+        values: list[list[float]], static: tuple[int, ...],
+    ) -> None:
+        try:
+            kv = self._prefix_kv(prefix, static)
+        except WindowExceeded as err:
+            self._warn_once("window", f"{err}; those prompts run whole, without prefix caching")
+            full = [_Row(rows[i].key, list(prefix) + rows[i].suffix, rows[i].targets) for i in members]
+            for batch in self._batches([len(r.suffix) for r in full]):
+                self._plain_batch([full[j] for j in batch], [members[j] for j in batch], first_tokens, values)
+            return
+        suffixes = [rows[i].suffix[len(prefix) :] for i in members]
+        for batch in self._batches([len(s) for s in suffixes]):
+            indices = [members[j] for j in batch]
+            batch_rows = [_Row(rows[i].key, suffixes[j], rows[i].targets) for i, j in zip(indices, batch)]
             try:
-                logits = self._forward(ids, kv, batch, positions.to(self.device)).logits
-            except (TypeError, IndexError, RuntimeError):
-                if self._positions_2d:
-                    raise
-                logits = None
-            if self._positions_2d is None:
-                self._positions_2d = logits is not None and tuple(logits.shape) == (batch, reads, logits.shape[-1])
-            if self._positions_2d:
-                return logits.float()
-        # models whose forward takes only an int logits_to_keep: keep the last positions, then gather
-        first = int(positions.min())
-        logits = self._forward(ids, kv, batch, ids.shape[1] - first).logits.float()
-        index = (positions - first).to(logits.device)
-        return torch.gather(logits, 1, index[:, :, None].expand(-1, -1, logits.shape[-1]))
+                logits, index = self._fast_batch(batch_rows, kv, len(prefix))
+            except WindowExceeded as err:
+                self._warn_once("window", f"{err}; those prompts run whole, without prefix caching")
+                full = [_Row(rows[i].key, list(prefix) + r.suffix, r.targets) for i, r in zip(indices, batch_rows)]
+                self._plain_batch(full, indices, first_tokens, values)
+                continue
+            if self.fast is None and (prefix or not self._checked_without_prefix):
+                self._check_fast(batch_rows, prefix, logits, index, first_tokens)
+            self._read(batch_rows, indices, logits, index, first_tokens, values)
+
+    def _reads(self, rows: Sequence[_Row]) -> int:
+        return max(len(r.targets) if r.targets else 1 for r in rows)
+
+    def _padded(self, rows: Sequence[_Row]) -> torch.Tensor:
+        width = max(len(r.suffix) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        for row, r in enumerate(rows):
+            ids[row, : len(r.suffix)] = torch.tensor(r.suffix, dtype=torch.long)
+        return ids.to(self.device)
+
+    def _fast_batch(self, rows: Sequence[_Row], kv: KV | None, prefix_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = self._padded(rows)
+        keep, index = read_positions([len(r.suffix) for r in rows], self._reads(rows), ids.shape[1])
+        self.stats["rows"] += len(rows)
+        output = self._forward_shared(ids, SharedPrefix(kv, prefix_length=prefix_length), keep)
+        logits = output.logits
+        if not self._keeps_logits:
+            logits = logits[:, ids.shape[1] - keep :]
+        return logits.float(), index.to(logits.device)
+
+    def _plain_logits(self, rows: Sequence[_Row]) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = self._padded(rows)
+        keep, index = read_positions([len(r.suffix) for r in rows], self._reads(rows), ids.shape[1])
+        kwargs: dict[str, Any] = {"logits_to_keep": keep} if self._keeps_logits else {}
+        self.stats["forward_calls"] += 1
+        logits = self.model(input_ids=ids, use_cache=False, **kwargs).logits
+        if not self._keeps_logits:
+            logits = logits[:, ids.shape[1] - keep :]
+        return logits.float(), index.to(logits.device)
+
+    def _plain_batch(self, rows: Sequence[_Row], indices: Sequence[int], first_tokens: list[int], values: list[list[float]]) -> None:
+        self.stats["rows"] += len(rows)
+        self.stats["plain_rows"] += len(rows)
+        logits, index = self._plain_logits(rows)
+        self._read(rows, indices, logits, index, first_tokens, values)
+
+    def _check_fast(self, rows: Sequence[_Row], prefix: tuple[int, ...], logits: torch.Tensor, index: torch.Tensor, first_tokens: list[int]) -> None:
+        """Compare the first fast batch with a plain forward of (up to) two of its rows."""
+        sample = list(range(min(2, len(rows))))
+        full = [_Row(rows[i].key, list(prefix) + rows[i].suffix, rows[i].targets) for i in sample]
+        plain, plain_index = self._plain_logits(full)
+        worst = 0.0
+        for row in sample:
+            fast_row = torch.log_softmax(logits[row, index[row]], dim=-1)
+            plain_row = torch.log_softmax(plain[row, plain_index[row]], dim=-1)
+            tokens = list(rows[row].targets) if rows[row].targets else first_tokens
+            worst = max(worst, float((fast_row[:, tokens] - plain_row[:, tokens]).abs().max()))
+        dtype = next(self.model.parameters()).dtype
+        tolerance = CHECK_TOLERANCE.get(dtype, CHECK_TOLERANCE_16BIT)
+        if worst > tolerance:
+            self._go_plain(f"the shared-prefix attention differs from the model's own forward by {worst:.3g} (> {tolerance})")
+            raise _Restart
+        if prefix:
+            self.fast = True  # checked where it matters: rows attending a cached prefix
+        else:
+            self._checked_without_prefix = True
+
+    def _read(
+        self, rows: Sequence[_Row], indices: Sequence[int], logits: torch.Tensor, index: torch.Tensor,
+        first_tokens: list[int], values: list[list[float]],
+    ) -> None:
+        for row, (r, i) in enumerate(zip(rows, indices)):
+            if r.targets is None:
+                last = logits[row, index[row, -1]]
+                values[i] = [float(last[t]) for t in first_tokens]
+            else:
+                n = len(r.targets)
+                logp = torch.log_softmax(logits[row, index[row, -n:]], dim=-1)
+                values[i] = [float(logp[torch.arange(n), torch.tensor(r.targets)].sum())]
+
+    # generation ------------------------------------------------------------------------------------
+    def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, stop_ids: Sequence[int] = ()) -> list[list[int]]:
+        """Greedy continuations (call inside :meth:`session`). Prompts of equal length are batched
+        together without padding, so a continuation does not depend on the other prompts.
+
+        Example:
+            >>> with engine.session():                                               # doctest: +SKIP
+            ...     engine.generate([[1, 5, 9]], max_new_tokens=8, stop_ids=[2])
+            [[17, 4, 2]]
+        """
+        stops = set(int(s) for s in stop_ids)
+        out: list[list[int]] = [[] for _ in prompts]
+        by_length: dict[int, list[int]] = {}
+        for i, p in enumerate(prompts):
+            by_length.setdefault(len(p), []).append(i)
+        for length, members in by_length.items():
+            per_batch = max(1, self.batch_tokens // max(1, length + max_new_tokens))
+            for start in range(0, len(members), per_batch):
+                chunk = members[start : start + per_batch]
+                ids = torch.tensor([list(prompts[i]) for i in chunk], device=self.device)
+                self.stats["forward_calls"] += 1
+                generated = self.model.generate(
+                    input_ids=ids,
+                    attention_mask=torch.ones_like(ids),
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    eos_token_id=sorted(stops) or None,
+                    pad_token_id=self.pad_id,
+                )[:, length:]
+                for i, row in zip(chunk, generated.tolist()):
+                    tokens = []
+                    for t in row:
+                        tokens.append(t)
+                        if t in stops:
+                            break
+                    out[i] = tokens
+        return out
+
+    def __repr__(self) -> str:
+        path = "fast" if self.fast else ("plain" if self.fast is False else "unchecked")
+        return f"TransformersEngine({self.name!r}, device={self.device}, dtype={next(self.model.parameters()).dtype}, path={path})"

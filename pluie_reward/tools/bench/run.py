@@ -172,16 +172,14 @@ def reference_scores(judge: Any, template: Any, sources: Sequence[str], hypothes
         >>> reference_scores(judge, "para-fs", ["The cat sleeps."], ["A cat is asleep."])  # doctest: +SKIP
         [1.83]
     """
-    from ...engines.transformers.model_state import scoring_state
-
     bound = judge.bind(template)
     t = bound.template
     if len(t.fields) != 2:
         raise UsageError(f"the benchmark needs a two-field (source, hypothesis) template; {t.name!r} has {t.fields}.")
     tokenizer, model = judge.tokenizer, judge.model
-    device = judge.scorer.device
+    device = judge.engine.device
     out = []
-    with scoring_state(model, judge.disable_adapters):
+    with judge.engine.session():
         for source, hypothesis in zip(sources, hypotheses):
             values = dict(zip(t.fields, (source, hypothesis)))
             terms = []
@@ -263,8 +261,6 @@ def generate_answers(
     """
     import copy
 
-    from ...engines.transformers.model_state import scoring_state
-
     prompt = yes_no_prompt()
     tokenizer, model = judge.tokenizer, judge.model
     if getattr(tokenizer, "chat_template", None) is None:
@@ -276,15 +272,15 @@ def generate_answers(
     config = copy.deepcopy(model.generation_config)
     config.do_sample, config.temperature, config.top_p, config.top_k = False, None, None, None
     config.max_new_tokens = max_new_tokens or int(prompt.get("max_new_tokens", 10))
-    config.pad_token_id = judge.scorer.pad_id
+    config.pad_token_id = judge.engine.pad_id
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     outputs: list[str] = []
     try:
-        with scoring_state(model, judge.disable_adapters):
+        with judge.engine.session():
             for start in range(0, len(texts), batch_size):
                 batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
-                batch = batch.to(judge.scorer.device)
+                batch = batch.to(judge.engine.device)
                 generated = model.generate(**batch, generation_config=config)
                 outputs += tokenizer.batch_decode(generated[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
     finally:
@@ -446,7 +442,7 @@ def run_workload(
         raise UsageError(f"unknown method(s) {sorted(unknown)}; choose from {list(METHODS)}.")
     if rounds < 1 or sample_every < 1:
         raise UsageError("--rounds and --sample-every must be at least 1.")
-    device = judge.scorer.device
+    device = judge.engine.device
     sampled = list(range(0, len(workload), sample_every))
     plan = {m: _chunks(sampled, rounds) for m in ("reference", "generate")}
     results = {m: MethodResult(m) for m in methods}
@@ -542,8 +538,8 @@ def machine_line(judge: Any) -> str:
 
     load = "/".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
     return (
-        f"judge {judge.name} ({judge.model.dtype}, {judge.scorer.device}, batch_tokens={judge.scorer.batch_tokens}, "
-        f"attention {'shared-prefix' if judge.scorer.shared_attention else judge.model.config._attn_implementation}); "
+        f"judge {judge.name} ({judge.model.dtype}, {judge.engine.device}, batch_tokens={judge.engine.batch_tokens}, "
+        f"attention {'shared-prefix' if judge.engine.fast else judge.model.config._attn_implementation}); "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
         f"{platform.processor() or platform.machine()}; load average {load}"
     )

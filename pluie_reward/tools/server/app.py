@@ -272,7 +272,7 @@ def create_app(
         snapshot = metrics.snapshot()
         queued_requests, queued_items = batcher.pending
         snapshot["queue"] = {"requests": queued_requests, "items": queued_items}
-        snapshot["judge"] = {"name": judge.name, "template": template_name, **dict(judge.scorer.stats)}
+        snapshot["judge"] = {"name": judge.name, "template": template_name, **dict(getattr(judge.engine, 'stats', {}))}
         return snapshot
 
     return app

@@ -1,0 +1,242 @@
+"""Shared-prefix attention: many right-padded suffix rows attend one prefix key/value cache that is
+stored once (batch 1), never copied per row.
+
+The prefix part folds the batch into the query length (one key/value set for every row), the
+suffix part runs causally within each row, and the two softmaxes are merged exactly through
+their log-sum-exps. This is the same softmax computed in two parts.
+
+It reaches a model through transformers' public attention registry without touching the model:
+:func:`install` wraps the model's attention implementation (e.g. ``"sdpa"``) in a function that
+runs shared-prefix attention when (and only when) the forward call carries a ``pluie_prefix``
+keyword argument, and calls the original function unchanged otherwise. No config is switched, so
+other forwards of the same model -- in other threads too -- behave exactly as before.
+
+Example:
+    >>> q = k = v = torch.randn(1, 2, 3, 4)
+    >>> out, lse = partial_attention(q, k, v, 0.5, causal=True)
+    >>> out.shape, lse.shape
+    (torch.Size([1, 2, 3, 4]), torch.Size([1, 2, 3]))
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+KV = list[tuple[torch.Tensor, torch.Tensor]]
+
+# Keyword arguments the shared-prefix function understands (allow-list). Any other keyword a model
+# passes to its attention with a value (a bias, sinks, varlen sequence lengths...) makes the
+# function refuse with AttentionUnsupported instead of silently ignoring it.
+HANDLED_KWARGS = frozenset(
+    {
+        "scaling",
+        "dropout",
+        "sliding_window",
+        "softcap",
+        "is_causal",
+        "position_ids",
+        "cache_position",
+        "use_cache",
+        "output_attentions",
+    }
+)
+# PyTorch's fused CPU flash-attention kernel returns the log-sum-exp we need; it is a private op
+# (tests/test_attention.py breaks if it moves). Elsewhere the scores are materialised in float32.
+_FUSED_CPU_OP = "_scaled_dot_product_flash_attention_for_cpu"
+
+
+class AttentionUnsupported(RuntimeError):
+    """The shared-prefix function cannot compute this attention exactly (the engine then runs full rows)."""
+
+
+class WindowExceeded(AttentionUnsupported):
+    """This prompt is longer than the model's sliding window: only this prompt must run whole."""
+
+
+@dataclass
+class SharedPrefix:
+    """Per-forward state of :func:`shared_prefix_attention`.
+
+    ``kv``: the prefix keys/values of every layer, each (1, kv_heads, prefix, dim), or ``None``
+    for rows without a prefix. ``collect``: keep each layer's own keys/values (to build longer
+    prefixes from these rows).
+    """
+
+    kv: KV | None
+    prefix_length: int = 0
+    calls: int = 0
+    collect: bool = False
+    collected: KV = field(default_factory=list)
+
+
+def partial_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scale: float,
+    causal: bool,
+    fused: bool | None = None,
+    softcap: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention of ``query`` over ``key``/``value`` and the float32 log-sum-exp of its scores.
+
+    Args:
+        query, key, value: (batch, heads, length, dim), the same number of heads.
+        scale: the factor on the scores.
+        causal: query i sees keys j <= i (mask aligned top-left).
+        fused: use PyTorch's fused CPU kernel (default: on CPU, when it exists and no softcap).
+        softcap: Gemma-2 style logit soft-capping ``softcap * tanh(scores / softcap)``.
+
+    Returns:
+        ``(output, lse)``: output like ``query``, lse (batch, heads, q_length).
+
+    Example:
+        >>> q, k, v = torch.randn(1, 1, 2, 4), torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 4)
+        >>> out, lse = partial_attention(q, k, v, 0.5, causal=False, fused=False)
+        >>> torch.allclose(out, torch.softmax(q @ k.transpose(-1, -2) * 0.5, -1) @ v, atol=1e-6)
+        True
+    """
+    if fused is None:
+        fused = query.device.type == "cpu" and softcap is None and hasattr(torch.ops.aten, _FUSED_CPU_OP)
+    if fused:
+        kernel = getattr(torch.ops.aten, _FUSED_CPU_OP)
+        out, lse = kernel(query, key, value, 0.0, causal, scale=scale)
+        return out, lse.float()
+    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale
+    if softcap:
+        scores = torch.tanh(scores / softcap) * softcap
+    if causal:
+        length_q, length_k = scores.shape[-2:]
+        future = torch.ones(length_q, length_k, dtype=torch.bool, device=scores.device).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    out = torch.matmul(torch.exp(scores - lse[..., None]), value.float())
+    return out.to(query.dtype), lse
+
+
+def _check_kwargs(module: Any, width: int, state: SharedPrefix, dropout: float, kwargs: dict[str, Any]) -> float | None:
+    """Refuse what the shared-prefix function cannot compute exactly; return the softcap to apply."""
+    unknown = sorted(k for k, v in kwargs.items() if k not in HANDLED_KWARGS and v is not None and v is not False)
+    if unknown:
+        raise AttentionUnsupported(f"the model passes attention arguments {unknown} the shared-prefix path does not handle")
+    if dropout:
+        raise AttentionUnsupported("attention dropout is active")
+    if kwargs.get("output_attentions"):
+        raise AttentionUnsupported("attention weights were requested")
+    window = kwargs.get("sliding_window")
+    if window is not None and state.prefix_length + width > window:
+        raise WindowExceeded(
+            f"prompts of {state.prefix_length + width} tokens are longer than the sliding window ({window})"
+        )
+    if getattr(module, "layer_idx", None) is None:
+        raise AttentionUnsupported("attention modules do not carry their layer index")
+    return kwargs.get("softcap") or None
+
+
+def shared_prefix_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Any,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    *,
+    pluie_prefix: SharedPrefix,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Attention of right-padded suffix rows over the shared prefix ``pluie_prefix.kv`` plus their own causal past.
+
+    ``query``/``key``/``value`` are the suffix rows, (batch, heads, width, dim); the prefix
+    keys/values of this layer are (1, kv_heads, prefix, dim). The attention mask is not used: with
+    right padding, real tokens never see a pad (causal), and every real token sees the whole prefix.
+
+    Returns:
+        ``(output (batch, width, heads, dim), None)``, the shape transformers' attention functions return.
+    """
+    batch, heads, width, dim = query.shape
+    softcap = _check_kwargs(module, width, pluie_prefix, dropout, kwargs)
+    layer = module.layer_idx
+    pluie_prefix.calls += 1
+    if pluie_prefix.collect:
+        if len(pluie_prefix.collected) != layer:
+            raise AttentionUnsupported("attention layers ran out of order")
+        pluie_prefix.collected.append((key, value))
+    kv_heads = key.shape[1]
+    if heads % kv_heads:
+        raise AttentionUnsupported("unexpected key/value head layout")
+    group = heads // kv_heads
+    scale = scaling if scaling is not None else dim**-0.5
+    # suffix part: causal within each row
+    if group > 1:
+        own_key = key[:, :, None].expand(batch, kv_heads, group, width, dim).reshape(batch, heads, width, dim)
+        own_value = value[:, :, None].expand(batch, kv_heads, group, width, dim).reshape(batch, heads, width, dim)
+    else:
+        own_key, own_value = key, value
+    out_suffix, lse_suffix = partial_attention(query, own_key, own_value, scale, causal=True, softcap=softcap)
+    if pluie_prefix.kv is None:
+        return out_suffix.transpose(1, 2).contiguous(), None
+    if layer >= len(pluie_prefix.kv):
+        raise AttentionUnsupported("more attention layers than cached prefix layers")
+    prefix_key, prefix_value = pluie_prefix.kv[layer]
+    if prefix_key.shape[1] != kv_heads or prefix_key.shape[0] != 1:
+        raise AttentionUnsupported("unexpected prefix key/value layout")
+    # prefix part: query head h uses key/value head h // group (as transformers' repeat_kv); the
+    # batch and the query heads of a group are folded into the query length
+    folded = query.reshape(batch, kv_heads, group, width, dim).transpose(0, 1).reshape(1, kv_heads, -1, dim)
+    out_prefix, lse_prefix = partial_attention(folded, prefix_key, prefix_value, scale, causal=False, softcap=softcap)
+    out_prefix = out_prefix.reshape(kv_heads, batch, group, width, dim).transpose(0, 1).reshape(batch, heads, width, dim)
+    lse_prefix = lse_prefix.reshape(kv_heads, batch, group, width).transpose(0, 1).reshape(batch, heads, width)
+    lse = torch.logaddexp(lse_prefix, lse_suffix)
+    out = out_prefix * torch.exp(lse_prefix - lse)[..., None].to(out_prefix.dtype)
+    out = out + out_suffix * torch.exp(lse_suffix - lse)[..., None].to(out_suffix.dtype)
+    return out.transpose(1, 2).contiguous(), None
+
+
+_INSTALL_LOCK = threading.Lock()
+
+
+def _wrap(original: Callable) -> Callable:
+    def pluie_dispatch(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, *args: Any, **kwargs: Any) -> Any:
+        state = kwargs.pop("pluie_prefix", None)
+        if state is None:
+            return original(module, query, key, value, attention_mask, *args, **kwargs)
+        return shared_prefix_attention(module, query, key, value, attention_mask, *args, pluie_prefix=state, **kwargs)
+
+    pluie_dispatch.__wrapped__ = original  # type: ignore[attr-defined]
+    pluie_dispatch.pluie_dispatch = True  # type: ignore[attr-defined]
+    return pluie_dispatch
+
+
+def install(implementation: str | None) -> bool:
+    """Make attention implementation ``implementation`` answer ``pluie_prefix`` calls.
+
+    The registered function (transformers' ``AttentionInterface``) is wrapped once: calls without
+    ``pluie_prefix`` go to the original function with the same arguments, so every other forward
+    of every model is unchanged. ``"eager"`` is not registered in transformers (each model has its
+    own eager function), so it cannot be wrapped: returns ``False`` and the engine runs full rows.
+
+    Example:
+        >>> install("sdpa")
+        True
+        >>> install("eager")
+        False
+    """
+    try:
+        from transformers import AttentionInterface
+    except ImportError:  # pragma: no cover - transformers without the attention registry
+        return False
+    if not implementation:
+        return False
+    with _INSTALL_LOCK:
+        registry = AttentionInterface()
+        if implementation not in registry:
+            return False
+        current = registry[implementation]
+        if not getattr(current, "pluie_dispatch", False):
+            AttentionInterface.register(implementation, _wrap(current))
+    return True
