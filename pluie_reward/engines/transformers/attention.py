@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -68,6 +69,7 @@ class SharedPrefix:
 
     kv: KV | None
     prefix_length: int = 0
+    softcap_applies: bool = True  # set by the dispatcher from the wrapped implementation
     calls: int = 0
     collect: bool = False
     collected: KV = field(default_factory=list)
@@ -119,7 +121,12 @@ def partial_attention(
 
 
 def _check_kwargs(module: Any, width: int, state: SharedPrefix, dropout: float, kwargs: dict[str, Any]) -> float | None:
-    """Refuse what the shared-prefix function cannot compute exactly; return the softcap to apply."""
+    """Refuse what the shared-prefix function cannot compute exactly; return the softcap to apply.
+
+    Soft-capping is applied only when the wrapped implementation applies it (transformers' SDPA
+    function ignores it, its flash and flex functions apply it): the fast path computes what the
+    model's own forward computes.
+    """
     unknown = sorted(k for k, v in kwargs.items() if k not in HANDLED_KWARGS and v is not None and v is not False)
     if unknown:
         raise AttentionUnsupported(f"the model passes attention arguments {unknown} the shared-prefix path does not handle")
@@ -134,7 +141,7 @@ def _check_kwargs(module: Any, width: int, state: SharedPrefix, dropout: float, 
         )
     if getattr(module, "layer_idx", None) is None:
         raise AttentionUnsupported("attention modules do not carry their layer index")
-    return kwargs.get("softcap") or None
+    return (kwargs.get("softcap") or None) if state.softcap_applies else None
 
 
 def shared_prefix_attention(
@@ -201,10 +208,16 @@ _INSTALL_LOCK = threading.Lock()
 
 
 def _wrap(original: Callable) -> Callable:
+    try:
+        softcap_applies = "softcap" in inspect.signature(original).parameters
+    except (TypeError, ValueError):  # pragma: no cover - a builtin without a signature
+        softcap_applies = True
+
     def pluie_dispatch(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, *args: Any, **kwargs: Any) -> Any:
         state = kwargs.pop("pluie_prefix", None)
         if state is None:
             return original(module, query, key, value, attention_mask, *args, **kwargs)
+        state.softcap_applies = softcap_applies
         return shared_prefix_attention(module, query, key, value, attention_mask, *args, pluie_prefix=state, **kwargs)
 
     pluie_dispatch.__wrapped__ = original  # type: ignore[attr-defined]
