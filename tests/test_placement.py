@@ -235,3 +235,33 @@ def test_shared_judge_ignores_the_trainers_mixed_precision_wrapper(tokenizer):
     got = Judge.from_peft(policy, tokenizer).score("para-fs", source=SOURCES, hypothesis=HYPOTHESES)
     assert got == pytest.approx(want, abs=1e-3)
     assert policy.forward == patched  # the trainer's wrapper is back
+
+
+def test_both_shared_judge_constructions_are_the_same_judge(tokenizer, monkeypatch):
+    """Judge(policy, tok, disable_adapters=True) keeps its caches across adapter-only steps and
+    gathers sharded weights exactly like Judge.from_peft(policy, tok)."""
+    events = []
+
+    @contextmanager
+    def gathered(params, modifier_rank=None):
+        events.append(len(params))
+        yield
+
+    fake = types.ModuleType("deepspeed")
+    fake.zero = types.SimpleNamespace(GatheredParameters=gathered)
+    monkeypatch.setitem(sys.modules, "deepspeed", fake)
+    for build in (lambda p: Judge(p, tokenizer, disable_adapters=True), lambda p: Judge.from_peft(p, tokenizer)):
+        policy = make_policy(tokenizer)
+        for i, p in enumerate(policy.parameters()):
+            p.ds_id = i
+        judge = build(policy)
+        judge.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES)
+        rows = judge.engine.stats["rows"]
+        with torch.no_grad():
+            for n, p in policy.named_parameters():
+                if "lora_" in n:
+                    p.data.add_(0.1)  # an adapter-only step, through .data as TRL's syncs do
+        judge.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES)
+        assert judge.engine.stats["rows"] == rows  # cached: the judge's own weights did not change
+        assert events and events[-1] == len(list(policy.parameters()))
+        events.clear()

@@ -202,7 +202,7 @@ class BoundTemplate:
         if answer != list(self.answer_ids[0]):
             raise AnswerTokenError(
                 f"template {self.template.name!r}: in this item the answer {self.template.answers[0]!r} tokenizes as "
-                f"{self._show(answer)} instead of {self._show(self.answer_ids[0])}; the item's text changes the tokens "
+                f"{self.show(answer)} instead of {self.show(self.answer_ids[0])}; the item's text changes the tokens "
                 "around the answer."
             )
         return prompt
@@ -225,7 +225,7 @@ class BoundTemplate:
             if whole[: len(prompt) + len(answer)] != prompt + answer:
                 raise AnswerTokenError(
                     f"template {name!r}: answer {word!r} merges with the end-of-turn text after it "
-                    f"({self._show(whole[len(prompt):len(prompt) + len(answer) + 2])}); the score would not be "
+                    f"({self.show(whole[len(prompt):len(prompt) + len(answer) + 2])}); the score would not be "
                     "p(answer | prompt)."
                 )
             if not answer:
@@ -233,7 +233,7 @@ class BoundTemplate:
             if len(answer) != 1 and not allow_multi_token:
                 raise AnswerTokenError(
                     f"template {name!r}: answer {word!r} is {len(answer)} tokens for this tokenizer where the model "
-                    f"would produce it ({self._show(answer)}); PLUIE reads one token per answer. Choose a judge "
+                    f"would produce it ({self.show(answer)}); PLUIE reads one token per answer. Choose a judge "
                     "whose tokenizer has it as one token, change the template's answers, or pass "
                     "allow_multi_token=True for the seeds' eq. 4 (sums the answer's token log-probabilities; "
                     "biased towards the shorter answer)."
@@ -244,14 +244,15 @@ class BoundTemplate:
             if prompt != prompts[0]:
                 raise AnswerTokenError(
                     f"template {name!r}: answer {word!r} merges with the end of the prompt differently from "
-                    f"{self.template.answers[0]!r} ({self._show(prompt[-2:])} vs {self._show(prompts[0][-2:])}); "
+                    f"{self.template.answers[0]!r} ({self.show(prompt[-2:])} vs {self.show(prompts[0][-2:])}); "
                     "the answers would not be read at the same position."
                 )
         if len(set(found)) != len(found) or (all(len(a) == 1 for a in found) and len({a[0] for a in found}) != len(found)):
-            raise AnswerTokenError(f"template {name!r}: two answers tokenize alike ({[self._show(a) for a in found]}).")
+            raise AnswerTokenError(f"template {name!r}: two answers tokenize alike ({[self.show(a) for a in found]}).")
         return tuple(found)
 
-    def _show(self, ids: Sequence[int]) -> str:
+    def show(self, ids: Sequence[int]) -> str:
+        """Token ids with their tokens, for messages (``5592='▁Yes'``)."""
         pieces = self.tokenizer.convert_ids_to_tokens(list(ids))
         return ", ".join(f"{i}={p!r}" for i, p in zip(ids, pieces))
 

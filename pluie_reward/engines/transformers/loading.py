@@ -140,6 +140,29 @@ def embedded_model_dir() -> Path:
     return gguf_as_folder(embedded_gguf_path())
 
 
+def model_source(model: "str | Path | None") -> "str | Path":
+    """Where ``from_pretrained`` reads a judge: the embedded folder, a converted GGUF folder, or ``model`` itself."""
+    if model is None:
+        return embedded_model_dir()
+    if str(model).endswith(".gguf"):
+        if not Path(model).is_file():
+            raise FileNotFoundError(f"GGUF file {str(model)!r} does not exist.")
+        return gguf_as_folder(model)
+    return model
+
+
+def load_tokenizer(model: "str | Path | None" = None, **kwargs: Any) -> Any:
+    """The tokenizer (with its chat template) of a judge, without loading the model.
+
+    Example:
+        >>> load_tokenizer().chat_template is not None  # doctest: +SKIP
+        True
+    """
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_source(model), **kwargs)
+
+
 def load_model_and_tokenizer(
     model: "str | Path | None" = None,
     device: "str | torch.device | None" = None,
@@ -155,14 +178,7 @@ def load_model_and_tokenizer(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if model is None:
-        source: "str | Path" = embedded_model_dir()
-    elif str(model).endswith(".gguf"):
-        if not Path(model).is_file():
-            raise FileNotFoundError(f"GGUF file {str(model)!r} does not exist.")
-        source = gguf_as_folder(model)
-    else:
-        source = model
+    source = model_source(model)
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs.pop("tokenizer_kwargs", {}))
     load_kwargs = dict(kwargs)
     load_kwargs["dtype"] = parse_dtype(dtype) if dtype is not None else torch.float32

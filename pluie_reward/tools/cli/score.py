@@ -79,16 +79,55 @@ def score_command(args: argparse.Namespace) -> int:
 
 
 # templates -------------------------------------------------------------------------------------
-@command("templates", lambda p: p.add_argument("--verbose", "-v", action="store_true", help="print the chat turns too"))
+def _configure_templates(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--verbose", "-v", action="store_true", help="print the chat turns too")
+    p.add_argument("--render", metavar="TEMPLATE", help="print the exact prompt a judge reads for this template (name or YAML path)")
+    p.add_argument("--model", default=None, help="with --render: the judge whose tokenizer and chat template render it "
+                   "(HF id, folder or .gguf; default: the embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--system", default=None, help="with --render: a system turn replacing the chat template's default one")
+    p.add_argument("--field", action="append", default=[], metavar="FIELD=VALUE", help="with --render: a field value (default: {FIELD})")
+
+
+@command("templates", _configure_templates)
 def templates_command(args: argparse.Namespace) -> int:
-    """List the built-in templates with their fields, answers and language."""
+    """List the built-in templates, or show the exact prompt a judge reads (--render)."""
+    if args.render:
+        return _render(args)
     for name in builtin_template_names():
         t = load_template(name)
         optional = f" [optional: {', '.join(t.optional_fields)}]" if t.optional_fields else ""
-        print(f"{name:12s} fields: {', '.join(t.fields)}{optional}; answers: {t.answers[0]}/{t.answers[1]}; "
+        print(f"{name:12s} fields: {', '.join(t.fields)}{optional}; answers: {'/'.join(t.answers)}; "
               f"language: {t.language}\n{'':12s} {t.description}")
         if args.verbose:
             for m in t.messages:
                 when = f" (when {m.when})" if m.when else ""
                 print(f"{'':14s}({m.role}{when}): {m.content}")
+    return 0
+
+
+def _render(args: argparse.Namespace) -> int:
+    from ...core.prompt import AnswerTokenError, BoundTemplate
+    from ...engines.transformers.loading import load_tokenizer
+
+    template = load_template(args.render)
+    if args.system is not None:
+        template = template.with_system(args.system)
+    values: dict[str, str | None] = {f: "{" + f + "}" for f in template.all_fields}
+    for spec in args.field:
+        name, sep, value = spec.partition("=")
+        if not sep or name not in values:
+            raise UsageError(f"--field expects FIELD=VALUE with FIELD in {list(values)}, got {spec!r}.")
+        values[name] = value
+    tokenizer = load_tokenizer(args.model)
+    try:
+        bound = BoundTemplate(template, tokenizer, allow_multi_token=True)
+    except AnswerTokenError as err:
+        raise UsageError(str(err)) from None
+    ids = bound.encode_values(values)
+    print(bound.render(values), end="")
+    print(f"\n--- {len(ids)} prompt tokens (last: {bound.show(ids[-3:])}); the judge reads the answer tokens:")
+    for word, answer in zip(template.answers, bound.answer_ids):
+        note = "" if len(answer) == 1 else "  (several tokens: needs allow_multi_token=True, eq. 4)"
+        print(f"    {word!r}: {bound.show(answer)}{note}")
+    print(f"--- cut after the answer: {bound.tail!r}")
     return 0
