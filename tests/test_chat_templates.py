@@ -196,3 +196,16 @@ def test_injected_control_tokens_score_like_their_literal_text(embedded_judge):
     clean = bound.encode_items({"source": [source], "hypothesis": [unrelated]}, 1)[0].ids
     im_end = embedded_judge.tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert ids.count(im_end) == clean.count(im_end)
+
+
+def test_templates_render_command_shows_what_the_judge_reads(capsys):
+    from pluie_reward.tools.cli import main
+
+    folder = str(TOKENIZERS / "mistral-7b-instruct-v0.2")
+    assert main(["templates", "--render", "para-direct", "--model", folder, "--field", "source=The cat."]) == 0
+    out = capsys.readouterr().out
+    assert 'A: "The cat."; B: "{hypothesis}" [/INST] ' in out
+    assert "5592='▁Yes'" in out and "1770='▁No'" in out and "cut after the answer: '</s>'" in out
+    assert main(["templates", "--render", "para-direct", "--model", folder, "--field", "nope=1"]) == 2
+    assert main(["templates", "--render", "para-fs-fr", "--model", folder]) == 0  # shown, with the multi-token note
+    assert "several tokens" in capsys.readouterr().out
