@@ -10,7 +10,7 @@ from pluie_reward.testing import make_tiny_judge
 from conftest import SHARED
 
 SEEDS = SHARED / "seeds"
-ITEM = {"source": "SRC", "hypothesis": "HYP", "original": "ORIG", "instruction": "INSTR"}
+ITEM = {"source": "SRC", "hypothesis": "HYP", "original": "ORIG", "instruction": "INSTR", "alternative": "ALT", "generated": "GEN"}
 
 
 def squash(text: str) -> str:
@@ -43,6 +43,26 @@ SEED_LINES = {
         'A: "Housing does not normally limit the amount of bandwidth"; B: "There is no bandwidth limit for the dorms"',
         'A: "SRC"; B: "HYP"',
     ],
+    "para-indirect": [
+        "You will receive two sentences A and B. Do these two sentences mean the same thing?",
+        'A: "SRC"; B: "HYP"',
+        'Summarize your answer with only one word "yes" or "no".',
+    ],
+    "net-choice": [
+        "You are an evaluator of Nile network policies to English translations. In this task, two translation models have been provided with the original Nile sentence and translated it to English.",
+        '[Nile network policy]: "SRC"',
+        '[Sentence B]: "ALT"',
+        "Which sentence is the best translation of the Nile network policy?",
+    ],
+    "net-likert": [
+        "You will answer this affirmation with a grade (int) from 1 to 5 as follows: 1 = Strongly disagree, 2 = Disagree, 3 = Neutral, 4 = Agree, 5 = Strongly agree.",
+        '[Model proposed translation]: "HYP"',
+        "The model proposed a correct translation of the Nile network policy?",
+    ],
+    "rev-choice": [
+        'P1: "ORIG"; I: "INSTR"; A: "HYP"; B: "ALT"',
+        'Answer with only one letter: "A" if A is better, "B" if B is better, "C" if they are equally good.',
+    ],
     "rev": [
         "P1 is a paragraph written for a scientific article, I is an instruction on how to revise P1 and P2 is a revised version of P1. Did P2 address the instruction I?",
         'P1: "ORIG"; I: "INSTR"; P2: "HYP"',
@@ -50,7 +70,8 @@ SEED_LINES = {
 }
 FEW_SHOT_ANSWERS = {"para-fs": ["No", "Yes", "No", "No", "Yes", "No"],
                     "para-fs-fr": ["non", "oui", "non", "non", "oui", "non"],
-                    "net": ["Yes", "Yes", "No", "No", "Yes", "No"]}
+                    "net": ["Yes", "Yes", "No", "No", "Yes", "No"],
+                    "para-indirect": ["GEN"]}
 
 
 def test_all_builtins_listed():
@@ -60,18 +81,18 @@ def test_all_builtins_listed():
 @pytest.mark.parametrize("name", sorted(SEED_LINES))
 def test_renders_seed_text(name, tiny_judge):
     bound = tiny_judge.bind(name) if name != "para-fs-fr" else make_tiny_judge().bind(name)
-    text = bound.render({f: ITEM.get(f) for f in bound.template.all_fields})
+    text = bound.render({f: ITEM.get(f) for f in (*bound.template.all_fields, "generated")})
     for line in SEED_LINES[name]:
         assert line in text, f"{name}: missing seed line {line!r}"
     # the seeds' own text holds the same lines (modulo their PDF line breaks and quote doubling)
     seeds = squash((SEEDS / "parapluie_coling2025.txt").read_text() + (SEEDS / "star-pluie_2026.txt").read_text())
     for line in SEED_LINES[name]:
         words = [w for w in re.findall(r"[A-Za-zÀ-ÿ]+", line) if w not in {"SRC", "HYP", "ORIG", "INSTR"}]
-        if len(words) > 6:
+        if len(words) > 6 and name != "rev-choice":  # rev-choice adapts Rev-PLUIE's wording to a choice
             assert squash(" ".join(words)) in squash(" ".join(re.findall(r"[A-Za-zÀ-ÿ]+", seeds)))
     # the prompt ends where the answer token comes: after the generation prompt, no end-of-turn
     assert text.endswith("<|im_start|>assistant\n")
-    turns = load_template(name).chat({f: ITEM.get(f) for f in bound.template.fields})
+    turns = load_template(name).chat({f: ITEM.get(f) for f in (*bound.template.fields, "generated")})
     assert [t["content"] for t in turns if t["role"] == "assistant"][1:] == FEW_SHOT_ANSWERS.get(name, [])
 
 

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from ..engines.base import Engine, Request
 from .cache import ResultCache
 from .prompt import BoundTemplate
-from .template import Template, load_template, normalize_fields
+from .template import GENERATED, Template, load_template, normalize_fields
 
 TemplateLike = "str | Path | Template | None"
 _ENGINE_OPTIONS = ("batch_tokens", "disable_adapters", "adapter_name", "device", "offload_device", "check_weights")
@@ -27,6 +27,41 @@ def sigmoid(x: float) -> float:
         return 1.0 / (1.0 + math.exp(-x))
     z = math.exp(x)
     return z / (1.0 + z)
+
+
+def answer_record(template: Template, values: Sequence[float], threshold: float = 0.0) -> dict[str, Any]:
+    """What a judge reports for one item, from the engine's answer log-probabilities.
+
+    Args:
+        template: the template (its kind, labels and values).
+        values: ``log p(answer_k)`` per answer, up to a constant shared by the answers.
+        threshold: the verdict's cut-off for Yes/No templates.
+
+    Returns:
+        ``{"logratio", "p_yes", "verdict"}`` for Yes/No templates; ``{"score", "logprobs", "probs",
+        "choice"}`` (+ ``"expected"`` for a scale) otherwise, renormalised over the answers.
+
+    Example:
+        >>> answer_record(load_template("para-fs"), [-0.5, -2.5])
+        {'logratio': 2.0, 'p_yes': 0.8807970779778823, 'verdict': True}
+    """
+    if template.kind == "binary":
+        logratio = float(values[0] - values[1])
+        return {"logratio": logratio, "p_yes": sigmoid(logratio), "verdict": logratio > threshold}
+    top = max(values)
+    norm = top + math.log(sum(math.exp(v - top) for v in values))
+    logprobs = [float(v - norm) for v in values]
+    probs = [math.exp(lp) for lp in logprobs]
+    labels = template.labels
+    record: dict[str, Any] = {
+        "score": logprobs[0] - logprobs[1],
+        "logprobs": dict(zip(labels, logprobs)),
+        "probs": dict(zip(labels, probs)),
+        "choice": labels[max(range(len(probs)), key=probs.__getitem__)],
+    }
+    if template.kind == "scale":
+        record["expected"] = record["score"] = float(sum(p * v for p, v in zip(probs, template.values)))
+    return record
 
 
 class Judge:
@@ -200,61 +235,96 @@ class Judge:
         threshold: float | None = None,
         truncate: bool = True,
         use_cache: bool = True,
+        max_new_tokens: int | None = None,
         **fields: Any,
     ) -> list[float] | list[dict[str, Any]]:
-        """PLUIE scores, log p(yes) - log p(no), one per item, in input order.
+        """Scores, one per item, in input order: PLUIE, log p(yes) - log p(no), for Yes/No templates.
 
         Args:
             template: built-in name (default ``"para-fs"``), YAML path or :class:`Template`.
-            details: return records ``{"logratio", "p_yes", "verdict"}`` instead of floats;
-                ``p_yes = sigmoid(logratio)`` is p(yes) renormalised over the two answers.
+            details: return one record per item instead of a float. Yes/No templates:
+                ``{"logratio", "p_yes", "verdict"}`` (``p_yes = sigmoid(logratio)`` is p(yes)
+                renormalised over the two answers). Templates with N answers: ``{"score",
+                "logprobs", "probs", "choice"}`` (log-probabilities and probabilities renormalised
+                over the N answers, by label; the most likely label) and ``"expected"`` for a rating
+                scale. Templates where the judge writes a turn first add ``"generated"``.
             threshold: verdict is ``logratio > threshold`` (default: the judge's, 0).
             truncate: cut over-long fields from the middle (with a warning) instead of raising.
             use_cache: reuse results of identical prompts seen recently (same weights).
+            max_new_tokens: length limit of a judge-generated turn (default: the template's).
             fields: the template's fields (``source``/``hypothesis`` for paraphrase templates); each
                 a list with one string per item, or one string shared by all items.
 
         Returns:
-            One float (or record) per item.
+            One float (or record) per item. The float is PLUIE for Yes/No templates, ``log p(first
+            answer) - log p(second answer)`` for a choice, the expected value for a rating scale.
 
         Example:
             >>> judge.score("rev", original=["P"], instruction=["Fix typos"], hypothesis=["P."], details=True)  # doctest: +SKIP
             [{'logratio': 2.1, 'p_yes': 0.89, 'verdict': True}]
         """
         bound = self.bind(template)
-        columns, n = normalize_fields(bound.template, fields)
+        t = bound.template
+        columns, n = normalize_fields(t, fields)
         with self._lock, self.engine.session() as state:
+            generated = self._generate(bound, columns, n, state, truncate, use_cache, max_new_tokens) if t.generates else None
+            if generated is not None:
+                columns = {**columns, GENERATED: generated}
             items = bound.encode_items(columns, n, truncate=truncate)
             keys = [(state, bound.answer_ids, item.ids) for item in items]
             todo: dict[tuple, int] = {}
             for key in keys:
                 if not (use_cache and key in self.results) and key not in todo:
                     todo[key] = len(todo)
-            requests = [None] * len(todo)
+            requests: list[Any] = [None] * len(todo)
             for key, item in zip(keys, items):
                 if key in todo:
                     requests[todo[key]] = Request(item.ids, item.group)
             fresh = (
                 self.engine.answer_logprobs(requests, bound.answer_ids, prefix=bound.prefix_ids) if requests else []
             )
-            computed = {key: self._logratio(values, index) for (key, index), values in zip(todo.items(), fresh)}
-            scores = [computed[k] if k in computed else self.results.get(k) for k in keys]
+            computed = {key: self._checked(values) for key, values in zip(todo, fresh)}
+            answers = [computed[k] if k in computed else self.results.get(k) for k in keys]
             if use_cache:
                 self.results.update(computed.items())
-        if not details:
-            return scores
         cut = self.threshold if threshold is None else threshold
-        return [{"logratio": s, "p_yes": sigmoid(s), "verdict": s > cut} for s in scores]
+        records = [answer_record(t, values, cut) for values in answers]
+        if generated is not None:
+            for record, text in zip(records, generated):
+                record["generated"] = text
+        if details:
+            return records
+        return [r["logratio"] if "logratio" in r else r["score"] for r in records]
+
+    def _generate(
+        self, bound: BoundTemplate, columns: dict, n: int, state: Any, truncate: bool, use_cache: bool, max_new_tokens: int | None
+    ) -> list[str]:
+        """The judge's own turn for each item (greedy), cached like results (keyed by the prompt ids)."""
+        limit = bound.template.max_new_tokens if max_new_tokens is None else max_new_tokens
+        if not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"max_new_tokens must be a positive integer, got {limit!r}.")
+        prompts = []
+        for index in range(n):
+            row = {name: column[index] for name, column in columns.items()}
+            _, ids = bound.fit(row, index, truncate, bound.encode_generation_prompt, reserve=limit + 64)
+            prompts.append(tuple(ids))
+        keys = [(state, "generated", limit, ids) for ids in prompts]
+        todo = list(dict.fromkeys(k for k in keys if not (use_cache and k in self.results)))
+        outputs = self.engine.generate([k[-1] for k in todo], max_new_tokens=limit, stop_ids=bound.stop_ids) if todo else []
+        texts = {k: self.tokenizer.decode(ids, skip_special_tokens=True).strip() for k, ids in zip(todo, outputs)}
+        if use_cache:
+            self.results.update(texts.items())
+        return [texts[k] if k in texts else self.results.get(k) for k in keys]
 
     @staticmethod
-    def _logratio(values: Sequence[float], index: int) -> float:
-        value = float(values[0] - values[1])
-        if not math.isfinite(value):
+    def _checked(values: Sequence[float]) -> tuple[float, ...]:
+        values = tuple(float(v) for v in values)
+        if not all(math.isfinite(v) for v in values):
             raise FloatingPointError(
-                f"the judge produced a non-finite score ({value}); the model's logits overflowed. "
+                f"the judge produced non-finite answer scores ({list(values)}); the model's logits overflowed. "
                 "Load the judge in float32 or bfloat16 rather than float16."
             )
-        return value
+        return values
 
     def clear_cache(self) -> None:
         """Forget cached results and the engine's cached prefixes."""

@@ -21,11 +21,10 @@ Example:
     >>> bound = BoundTemplate(load_template("para-direct"), make_tiny_tokenizer())
     >>> bound.answer_words
     ('Yes', 'No')
-    >>> item = bound.encode_items({"source": ["a"], "hypothesis": ["b<|im_end|>"]}, 1)[0]
-    >>> bound.tokenizer.convert_tokens_to_ids("<|im_end|>") in item.ids[-8:]   # only the template's own
+    >>> end = bound.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    >>> clean, spelled = (bound.encode_items({"source": ["a"], "hypothesis": [h]}, 1)[0].ids for h in ("b", "b<|im_end|>"))
+    >>> clean.count(end) == spelled.count(end) == 3    # one per closed turn: the field's string is text
     True
-    >>> item.ids.count(bound.tokenizer.convert_tokens_to_ids("<|im_end|>"))       # one per closed turn
-    1
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from .template import Template, load_template  # noqa: F401  (load_template: doctests)
+from .template import GENERATED, Template, load_template  # noqa: F401  (load_template: doctests)
 
 _FIELD_MARK = "\ue000{}\ue001"  # private-use characters: no chat template touches them
 
@@ -135,6 +134,15 @@ class BoundTemplate:
         prompt, between = self.template.plain(values)
         return prompt + between + answer
 
+    def generation_text(self, values: Mapping[str, str | None]) -> str:
+        """The conversation before the judge-generated turn, ending where the judge starts writing."""
+        if self.use_chat:
+            messages = self.template.chat(values, until_generated=True)
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        labels = {"user": self.template.plain_user, "assistant": self.template.plain_assistant, "system": ""}
+        turns = [labels[m["role"]] + m["content"] for m in self.template.chat(values, until_generated=True)]
+        return self.template.plain_separator.join(turns + [self.template.plain_assistant.rstrip()])
+
     def _tail(self) -> str:
         sample = self._sample_values()
         text = self._full_text(sample, self._answer_mark)
@@ -146,6 +154,8 @@ class BoundTemplate:
         values: dict[str, str | None] = {f: (_FIELD_MARK.format(f) if mark else "x") for f in self.template.fields}
         for f in self.template.optional_fields:
             values[f] = (_FIELD_MARK.format(f) if mark else "x") if optional else None
+        if self.template.generates:
+            values[GENERATED] = _FIELD_MARK.format(GENERATED) if mark else "x"
         return values
 
     # tokenization ----------------------------------------------------------------------------
@@ -193,6 +203,31 @@ class BoundTemplate:
             ids += self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         prompt, answer_ids = self._tokenize_with_answer(pieces[-1], answer)
         return ids + prompt, answer_ids
+
+    def encode_generation_prompt(self, values: Mapping[str, str | None]) -> list[int]:
+        """The ids the judge continues to write its own turn (templates with a generated message)."""
+        protected, strings = self._protect(values)
+        pieces = self._protect_split.split(self.generation_text(protected))
+        ids: list[int] = list(self._lead_ids)
+        for index in range(0, len(pieces), 2):
+            if pieces[index]:
+                ids += self.tokenizer(pieces[index], add_special_tokens=False)["input_ids"]
+            if index + 1 < len(pieces):
+                text = strings[int(pieces[index + 1])]
+                ids += self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        return ids
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """Token ids that end a judge-generated turn: end-of-sequence and the end-of-turn marker."""
+        stops = set()
+        eos = self.tokenizer.eos_token_id
+        if eos is not None:
+            stops.add(int(eos))
+        tail_ids = self.tokenizer(self.tail, add_special_tokens=False)["input_ids"] if self.tail else []
+        if tail_ids and tail_ids[0] in set(self.tokenizer.all_special_ids):
+            stops.add(int(tail_ids[0]))
+        return tuple(sorted(stops))
 
     def encode_values(self, values: Mapping[str, str | None]) -> list[int]:
         """The prompt ids of one item (fields given as text), checked against the bound answer tokens."""
@@ -277,17 +312,25 @@ class BoundTemplate:
         items = []
         for index in range(n):
             row = {name: column[index] for name, column in columns.items()}
-            ids = self.encode_values(row)
-            if self._too_long(ids):
-                row, ids = self._truncate(row, ids, index, truncate)
+            row, ids = self.fit(row, index, truncate, self.encode_values)
             items.append(EncodedItem(tuple(ids), self.group_key(row)))
         return items
 
-    def _too_long(self, ids: Sequence[int]) -> bool:
-        need = len(ids) + max(len(a) for a in self.answer_ids)
+    def fit(self, row: dict[str, str | None], index: int, truncate: bool, encode: Any, reserve: int = 0) -> tuple[dict, list[int]]:
+        """``encode(row)``, with the longest fields cut from the middle while the ids (plus
+        ``reserve`` tokens and the answer) do not fit the judge's context."""
+        ids = encode(row)
+        if self._too_long(ids, reserve):
+            row, ids = self._truncate(row, ids, index, truncate, encode, reserve)
+        return row, ids
+
+    def _too_long(self, ids: Sequence[int], reserve: int = 0) -> bool:
+        need = len(ids) + reserve + max(len(a) for a in self.answer_ids)
         return self.max_length is not None and need > self.max_length
 
-    def _truncate(self, row: dict[str, str | None], ids: list[int], index: int, truncate: bool) -> tuple[dict, list[int]]:
+    def _truncate(
+        self, row: dict[str, str | None], ids: list[int], index: int, truncate: bool, encode: Any, reserve: int
+    ) -> tuple[dict, list[int]]:
         if not truncate:
             raise ValueError(
                 f"item {index}: the prompt is {len(ids)} tokens, longer than the judge's context "
@@ -295,13 +338,13 @@ class BoundTemplate:
             )
         cut_fields = []
         for _ in range(8):
-            excess = len(ids) + max(len(a) for a in self.answer_ids) - self.max_length
+            excess = len(ids) + reserve + max(len(a) for a in self.answer_ids) - self.max_length
             if excess <= 0:
                 break
             lengths = {
                 f: len(self.tokenizer(v, add_special_tokens=False, split_special_tokens=True)["input_ids"])
                 for f, v in row.items()
-                if isinstance(v, str)
+                if isinstance(v, str) and f in self.template.all_fields
             }
             longest = max(lengths, key=lengths.get)
             field_ids = self.tokenizer(row[longest], add_special_tokens=False, split_special_tokens=True)["input_ids"]
@@ -309,8 +352,8 @@ class BoundTemplate:
             head, tail = field_ids[: keep - keep // 2], field_ids[len(field_ids) - keep // 2 :] if keep // 2 else []
             row = {**row, longest: self.tokenizer.decode(head) + " … " + self.tokenizer.decode(tail)}
             cut_fields.append(longest)
-            ids = self.encode_values(row)
-        if self._too_long(ids):
+            ids = encode(row)
+        if self._too_long(ids, reserve):
             raise ValueError(
                 f"item {index}: the template alone does not fit the judge's context ({self.max_length} tokens)."
             )

@@ -96,8 +96,10 @@ def templates_command(args: argparse.Namespace) -> int:
     for name in builtin_template_names():
         t = load_template(name)
         optional = f" [optional: {', '.join(t.optional_fields)}]" if t.optional_fields else ""
-        print(f"{name:12s} fields: {', '.join(t.fields)}{optional}; answers: {'/'.join(t.answers)}; "
-              f"language: {t.language}\n{'':12s} {t.description}")
+        kind = {"binary": "", "choice": " (choice)", "scale": " (scale: expected value)"}[t.kind]
+        generates = "; the judge writes a turn first" if t.generates else ""
+        print(f"{name:13s} fields: {', '.join(t.fields)}{optional}; answers: {'/'.join(t.answers)}{kind}{generates}; "
+              f"language: {t.language}\n{'':13s} {t.description}\n{'':13s} seed: {t.reference}")
         if args.verbose:
             for m in t.messages:
                 when = f" (when {m.when})" if m.when else ""
