@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import math
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -13,6 +16,7 @@ from .prompt import BoundTemplate
 from .template import GENERATED, Template, load_template, normalize_fields
 
 TemplateLike = "str | Path | Template | None"
+_JUDGE_OPTIONS = ("cache_size", "threshold", "allow_multi_token")
 _ENGINE_OPTIONS = ("batch_tokens", "disable_adapters", "adapter_name", "device", "offload_device", "check_weights")
 
 
@@ -27,6 +31,18 @@ def sigmoid(x: float) -> float:
         return 1.0 / (1.0 + math.exp(-x))
     z = math.exp(x)
     return z / (1.0 + z)
+
+
+@dataclass
+class _Call:
+    """One scoring call's inputs, bound and checked."""
+
+    bound: BoundTemplate
+    columns: dict
+    n: int
+    truncate: bool
+    use_cache: bool
+    limit: int  # max_new_tokens of a judge-generated turn
 
 
 def answer_record(template: Template, values: Sequence[float], threshold: float = 0.0) -> dict[str, Any]:
@@ -126,6 +142,7 @@ class Judge:
         cls,
         model: "str | Path | None" = None,
         *,
+        engine: str = "transformers",
         device: Any = None,
         dtype: Any = None,
         device_map: Any = None,
@@ -136,25 +153,77 @@ class Judge:
         """Load a judge: ``None`` for the embedded SmolLM2-135M-Instruct, a HF id, a folder or a ``.gguf`` file.
 
         Args:
+            engine: ``"transformers"`` (this process, default) or ``"vllm"`` (vLLM's engine in this
+                process: tensor/pipeline parallelism, paged KV cache, continuous batching).
             device: where to score (default: the best available); with ``offload_device``, the
-                weights stay there between calls and visit ``device`` only while scoring.
-            dtype: ``float32`` (default), ``bfloat16``, ``float16`` or ``auto``.
-            device_map: passed to ``from_pretrained`` (accelerate placement across devices).
-            model_kwargs: more ``from_pretrained`` arguments.
-            judge_kwargs: :class:`Judge` arguments.
+                weights stay there between calls and visit ``device`` only while scoring. (transformers)
+            dtype: ``float32`` (default for the embedded judge), ``bfloat16``, ``float16`` or ``auto``.
+            device_map: passed to ``from_pretrained`` (accelerate placement across devices). (transformers)
+            model_kwargs: more ``from_pretrained`` arguments (transformers).
+            judge_kwargs: :class:`Judge` arguments (``cache_size``, ``threshold``, ``allow_multi_token``,
+                ``name``); with ``engine="vllm"`` the others go to
+                :class:`~pluie_reward.engines.vllm.VLLMEngine` (``tensor_parallel_size``,
+                ``gpu_memory_utilization``, ``max_model_len``, any ``vllm.AsyncEngineArgs``).
 
         Example:
             >>> judge = Judge.load("Qwen/Qwen2.5-7B-Instruct", device="cuda:0", dtype="bfloat16")  # doctest: +SKIP
             >>> judge = Judge.load("Qwen/Qwen2.5-7B-Instruct", device="cuda", offload_device="cpu")  # doctest: +SKIP
+            >>> judge = Judge.load("meta-llama/Meta-Llama-3-70B-Instruct", engine="vllm", tensor_parallel_size=2)  # doctest: +SKIP
         """
-        from ..engines.transformers.loading import EMBEDDED_NAME, load_model_and_tokenizer
+        from ..engines.transformers.loading import EMBEDDED_NAME, load_model_and_tokenizer, model_source
 
+        name = judge_kwargs.pop("name", EMBEDDED_NAME if model is None else str(model))
+        if engine == "vllm":
+            from ..engines.vllm import VLLMEngine
+
+            if device is not None or device_map is not None or offload_device is not None or model_kwargs:
+                raise ValueError(
+                    "engine='vllm' places the model itself: use tensor_parallel_size / pipeline_parallel_size and "
+                    "CUDA_VISIBLE_DEVICES instead of device, device_map, offload_device or model_kwargs."
+                )
+            own = {k: judge_kwargs.pop(k) for k in _JUDGE_OPTIONS if k in judge_kwargs}
+            default_dtype = "float32" if model is None else "auto"
+            vllm = VLLMEngine(model_source(model), dtype=str(dtype or default_dtype).replace("torch.", ""), **judge_kwargs)
+            return cls(vllm, name=name, **own)
+        if engine != "transformers":
+            raise ValueError(f"unknown engine {engine!r}; use 'transformers' or 'vllm' (or Judge.connect for a server).")
         first = offload_device if offload_device is not None else device
         lm, tokenizer = load_model_and_tokenizer(model, device=first, dtype=dtype, device_map=device_map, **(model_kwargs or {}))
-        name = judge_kwargs.pop("name", EMBEDDED_NAME if model is None else str(model))
         if offload_device is not None:
             judge_kwargs.update(device=device, offload_device=offload_device)
         return cls(lm, tokenizer, name=name, **judge_kwargs)
+
+    @classmethod
+    def connect(
+        cls,
+        urls: "str | Sequence[str]",
+        *,
+        model: str | None = None,
+        tokenizer: Any = None,
+        **options: Any,
+    ) -> "Judge":
+        """A judge served by vLLM's OpenAI-compatible server (``vllm serve``), one or several replicas.
+
+        Args:
+            urls: ``http://host:8000`` or a list (requests go to the least busy replica).
+            model: the served model name (default: the server's first).
+            tokenizer: the served model's tokenizer (HF id or folder; default: the path the server reports).
+            options: :class:`Judge` arguments, and :class:`~pluie_reward.engines.remote.RemoteEngine`'s
+                (``api_key``, ``timeout``, ``retries``, ``chunk_size``, ``logprobs_mode``).
+
+        Example:
+            >>> judge = Judge.connect("http://judge-host:8000", tokenizer="meta-llama/Meta-Llama-3-70B-Instruct")  # doctest: +SKIP
+        """
+        from ..engines.remote import RemoteEngine
+
+        own = {k: options.pop(k) for k in (*_JUDGE_OPTIONS, "name") if k in options}
+        return cls(RemoteEngine(urls, model=model, tokenizer=tokenizer, **options), **own)
+
+    def close(self) -> None:
+        """Release the engine (vLLM worker processes, HTTP connections); a no-op for transformers."""
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()
 
     @classmethod
     def from_model(cls, model: Any, tokenizer: Any, **judge_kwargs: Any) -> "Judge":
@@ -263,58 +332,123 @@ class Judge:
             >>> judge.score("rev", original=["P"], instruction=["Fix typos"], hypothesis=["P."], details=True)  # doctest: +SKIP
             [{'logratio': 2.1, 'p_yes': 0.89, 'verdict': True}]
         """
-        bound = self.bind(template)
-        t = bound.template
-        columns, n = normalize_fields(t, fields)
+        call = self._start(template, fields, truncate, use_cache, max_new_tokens)
         with self._lock, self.engine.session() as state:
-            generated = self._generate(bound, columns, n, state, truncate, use_cache, max_new_tokens) if t.generates else None
-            if generated is not None:
-                columns = {**columns, GENERATED: generated}
-            items = bound.encode_items(columns, n, truncate=truncate)
-            keys = [(state, bound.answer_ids, item.ids) for item in items]
-            todo: dict[tuple, int] = {}
-            for key in keys:
-                if not (use_cache and key in self.results) and key not in todo:
-                    todo[key] = len(todo)
-            requests: list[Any] = [None] * len(todo)
-            for key, item in zip(keys, items):
-                if key in todo:
-                    requests[todo[key]] = Request(item.ids, item.group)
+            generated = None
+            if call.bound.template.generates:
+                keys, todo = self._generation_todo(call, state)
+                outputs = (
+                    self.engine.generate([k[-1] for k in todo], max_new_tokens=call.limit, stop_ids=call.bound.stop_ids)
+                    if todo else []
+                )
+                generated = self._generated(call, keys, todo, outputs)
+            keys, todo, requests = self._answer_todo(call, state, generated)
             fresh = (
-                self.engine.answer_logprobs(requests, bound.answer_ids, prefix=bound.prefix_ids) if requests else []
+                self.engine.answer_logprobs(requests, call.bound.answer_ids, prefix=call.bound.prefix_ids)
+                if requests else []
             )
-            computed = {key: self._checked(values) for key, values in zip(todo, fresh)}
+            answers = self._answers(call, keys, todo, fresh)
+        return self._finish(call, answers, generated, details, threshold)
+
+    async def ascore(
+        self,
+        template: TemplateLike = None,
+        *,
+        details: bool = False,
+        threshold: float | None = None,
+        truncate: bool = True,
+        use_cache: bool = True,
+        max_new_tokens: int | None = None,
+        **fields: Any,
+    ) -> list[float] | list[dict[str, Any]]:
+        """:meth:`score` for ``asyncio`` code: the same steps, awaiting engines that serve concurrent
+        requests (vLLM, remote) so that concurrent calls are batched by the engine itself. Other
+        engines score in a worker thread, one call at a time.
+
+        Example:
+            >>> await judge.ascore("para-fs", source=["S"], hypothesis=["H"])  # doctest: +SKIP
+            [-2.39]
+        """
+        if not hasattr(self.engine, "aanswer_logprobs"):
+            options = dict(details=details, threshold=threshold, truncate=truncate, use_cache=use_cache, max_new_tokens=max_new_tokens)
+            return await asyncio.to_thread(functools.partial(self.score, template, **options, **fields))
+        call = self._start(template, fields, truncate, use_cache, max_new_tokens)
+        with self.engine.session() as state:
+            generated = None
+            if call.bound.template.generates:
+                keys, todo = self._generation_todo(call, state)
+                outputs = (
+                    await self.engine.agenerate([k[-1] for k in todo], max_new_tokens=call.limit, stop_ids=call.bound.stop_ids)
+                    if todo else []
+                )
+                generated = self._generated(call, keys, todo, outputs)
+            keys, todo, requests = self._answer_todo(call, state, generated)
+            fresh = (
+                await self.engine.aanswer_logprobs(requests, call.bound.answer_ids, prefix=call.bound.prefix_ids)
+                if requests else []
+            )
+            answers = self._answers(call, keys, todo, fresh)
+        return self._finish(call, answers, generated, details, threshold)
+
+    # the steps of a scoring call, shared by score and ascore ---------------------------------
+    def _start(self, template: TemplateLike, fields: dict, truncate: bool, use_cache: bool, max_new_tokens: int | None) -> "_Call":
+        bound = self.bind(template)
+        columns, n = normalize_fields(bound.template, fields)
+        limit = bound.template.max_new_tokens if max_new_tokens is None else max_new_tokens
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ValueError(f"max_new_tokens must be a positive integer, got {limit!r}.")
+        return _Call(bound, columns, n, truncate, use_cache, limit)
+
+    def _generation_todo(self, call: "_Call", state: Any) -> tuple[list[tuple], list[tuple]]:
+        """The judge's own turn (INDIRECT): each item's cache key (state, prompt ids), and those to generate."""
+        keys = []
+        for index in range(call.n):
+            row = {name: column[index] for name, column in call.columns.items()}
+            _, ids = call.bound.fit(row, index, call.truncate, call.bound.encode_generation_prompt, reserve=call.limit + 64)
+            keys.append((state, "generated", call.limit, tuple(ids)))
+        with self._lock:
+            todo = list(dict.fromkeys(k for k in keys if not (call.use_cache and k in self.results)))
+        return keys, todo
+
+    def _generated(self, call: "_Call", keys: list[tuple], todo: list[tuple], outputs: Sequence[Sequence[int]]) -> list[str]:
+        texts = {k: self.tokenizer.decode(list(ids), skip_special_tokens=True).strip() for k, ids in zip(todo, outputs)}
+        with self._lock:
+            generated = [texts[k] if k in texts else self.results.get(k) for k in keys]
+            if call.use_cache:
+                self.results.update(texts.items())
+        return generated
+
+    def _answer_todo(self, call: "_Call", state: Any, generated: list[str] | None) -> tuple[list[tuple], dict[tuple, int], list[Request]]:
+        """Each item's cache key (state, answer ids, prompt ids), and the requests still to run."""
+        columns = call.columns if generated is None else {**call.columns, GENERATED: generated}
+        items = call.bound.encode_items(columns, call.n, truncate=call.truncate)
+        keys = [(state, call.bound.answer_ids, item.ids) for item in items]
+        todo: dict[tuple, int] = {}
+        requests: list[Request] = []
+        with self._lock:
+            for key, item in zip(keys, items):
+                if not (call.use_cache and key in self.results) and key not in todo:
+                    todo[key] = len(todo)
+                    requests.append(Request(item.ids, item.group))
+        return keys, todo, requests
+
+    def _answers(self, call: "_Call", keys: list[tuple], todo: dict[tuple, int], fresh: Sequence[Sequence[float]]) -> list[tuple]:
+        computed = {key: self._checked(values) for key, values in zip(todo, fresh)}
+        with self._lock:
             answers = [computed[k] if k in computed else self.results.get(k) for k in keys]
-            if use_cache:
+            if call.use_cache:
                 self.results.update(computed.items())
+        return answers
+
+    def _finish(self, call: "_Call", answers: list[tuple], generated: list[str] | None, details: bool, threshold: float | None) -> list:
         cut = self.threshold if threshold is None else threshold
-        records = [answer_record(t, values, cut) for values in answers]
+        records = [answer_record(call.bound.template, values, cut) for values in answers]
         if generated is not None:
             for record, text in zip(records, generated):
                 record["generated"] = text
         if details:
             return records
         return [r["logratio"] if "logratio" in r else r["score"] for r in records]
-
-    def _generate(
-        self, bound: BoundTemplate, columns: dict, n: int, state: Any, truncate: bool, use_cache: bool, max_new_tokens: int | None
-    ) -> list[str]:
-        """The judge's own turn for each item (greedy), cached like results (keyed by the prompt ids)."""
-        limit = bound.template.max_new_tokens if max_new_tokens is None else max_new_tokens
-        if not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"max_new_tokens must be a positive integer, got {limit!r}.")
-        prompts = []
-        for index in range(n):
-            row = {name: column[index] for name, column in columns.items()}
-            _, ids = bound.fit(row, index, truncate, bound.encode_generation_prompt, reserve=limit + 64)
-            prompts.append(tuple(ids))
-        keys = [(state, "generated", limit, ids) for ids in prompts]
-        todo = list(dict.fromkeys(k for k in keys if not (use_cache and k in self.results)))
-        outputs = self.engine.generate([k[-1] for k in todo], max_new_tokens=limit, stop_ids=bound.stop_ids) if todo else []
-        texts = {k: self.tokenizer.decode(ids, skip_special_tokens=True).strip() for k, ids in zip(todo, outputs)}
-        if use_cache:
-            self.results.update(texts.items())
-        return [texts[k] if k in texts else self.results.get(k) for k in keys]
 
     @staticmethod
     def _checked(values: Sequence[float]) -> tuple[float, ...]:

