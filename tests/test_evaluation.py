@@ -193,7 +193,7 @@ def test_evaluate_tasks_score_through_the_judge(tiny_judge, tmp_path):
     assert r["scores"]["levenshtein"] == pytest.approx([bl.levenshtein_similarity(s, h) for s, h in zip(src, hyp)])
     expected_acc = sum((s > 0) == y for s, y in zip(direct, labels)) / 4
     assert r["metrics"]["PLUIE"]["natural"]["accuracy"] == pytest.approx(expected_acc)
-    assert len(r["plots"]) == 6 and all((tmp_path / p).exists() for p in r["plots"])
+    assert len(r["plots"]) == 9 and all((tmp_path / p).exists() for p in r["plots"])  # 3 rows x (curves, histogram, edit distance)
 
     p = evaluate_preference(tiny_judge, {"source": src}, hyp, src[::-1], ["A", "B", "tie", "A"], progress=False)
     assert p["scores"]["PLUIE"]["A"] == pytest.approx(direct)
@@ -292,7 +292,7 @@ def test_cli_classification_and_preference(cli_tiny_judge, tmp_path, capsys):
     assert saved["n"] == 3 and saved["positives"] == 2 and set(saved["metrics"]) == {"PLUIE", "levenshtein", "bleu"}
     assert (out / "results.md").read_text().startswith("3 pairs")
     assert (out / "plots" / "PLUIE_thresholds.png").exists()
-    assert "| PLUIE | natural threshold | 0.00 |" in capsys.readouterr().out
+    assert "| PLUIE | tiny-random (this run) | natural threshold | 0.00 |" in capsys.readouterr().out
 
     code = main(["eval", "preference", "-i", str(data), "--column", "source=src", "--a-column", "hypothesis",
                  "--baselines", "none", "--no-progress", "-o", str(tmp_path / "pref")])
