@@ -369,7 +369,7 @@ def paraphrasus_plots(results: Mapping[str, Any], folder: str | Path) -> list[st
         human = ([p["sts"] for p in human_pairs], [p["expected"] for p in human_pairs]) if human_pairs else None
         written.append(str(plot_sts_bins([p["sts"] for p in sts.values()], [p["predicted"] for p in sts.values()],
                                          folder / "sts_bins.png", human=human,
-                                         title=f"STS benchmark pairs predicted paraphrase per STS bin: {who}")))
+                                         title=f"Share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1), STS benchmark pairs scored: {who}")))
     columns = {f"{results['judge']} ({results['template']})": _summary_rows(results["datasets"], results["challenges"], results["overall"])}
     for peer, figures in results.get("peers", {}).items():
         columns[peer] = _summary_rows({d: {"error_rate": r} for d, r in figures["error_rates"].items()},

@@ -37,6 +37,13 @@ def _figure(width: float = 6.4, height: float = 4.0) -> tuple[Any, Any]:
     return figure, figure.add_subplot(1, 1, 1)
 
 
+def _title(ax: Any, text: str, width: int = 72) -> None:
+    """A title wrapped over lines so that judge and template names are never cut off."""
+    import textwrap
+
+    ax.set_title("\n".join(textwrap.wrap(text, width)), fontsize=9)
+
+
 def x_range(scores: np.ndarray, natural_threshold: float | None = None, pad: float = 0.03) -> tuple[float, float]:
     """The plotted threshold range: the scores (and the natural threshold), padded by ``pad`` of the span.
 
@@ -93,10 +100,10 @@ def plot_threshold_curves(
     ax.set_xlabel(xlabel)
     ax.set_ylabel("metric value")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title(title or "classification metrics against the threshold", fontsize=10)
+    _title(ax, title or "classification metrics against the threshold")
     ax.legend(loc="best", fontsize=8)
     figure.tight_layout()
-    return _save(figure, path)
+    return _save(figure, path, {"best_f1_threshold": best["threshold"], "best_f1": best["f1"], "xlim": [lo, hi]})
 
 
 def histogram_edges(scores: np.ndarray, max_bins: int = 30, min_bins: int = 5) -> np.ndarray:
@@ -153,17 +160,20 @@ def plot_score_histograms(
         if len(present) == 1:
             expected = present[0]
             wrong = int(((s > natural_threshold) != expected).sum())
+            room = 0.15 * (hi - lo)  # show some of the correct side even when no score falls there
+            lo, hi = (lo, max(hi, natural_threshold + room)) if expected else (min(lo, natural_threshold - room), hi)
             side = (natural_threshold, hi) if expected else (lo, natural_threshold)
             ax.axvspan(*side, color="tab:green", alpha=0.08, zorder=0,
                        label=f"correct side: {label_names[int(expected)]} ({wrong}/{s.size} wrong)")
     ax.set_xlim(lo, hi)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    facts = {"bins": len(edges) - 1, "yticks": [float(t) for t in ax.get_yticks()]}
     ax.set_xlabel(xlabel)
     ax.set_ylabel("items")
-    ax.set_title(title or "score distribution per label", fontsize=10)
+    _title(ax, title or "score distribution per label")
     ax.legend(loc="best", fontsize=8, title="expected label", title_fontsize=8)
     figure.tight_layout()
-    return _save(figure, path)
+    return _save(figure, path, facts)
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
@@ -213,7 +223,7 @@ def plot_edit_distance(
         ax.axhline(natural_threshold, color="tab:red", linewidth=1, label=f"threshold {natural_threshold:g}")
     ax.set_xlabel("normalised edit distance (character Levenshtein / longer length)")
     ax.set_ylabel(ylabel)
-    ax.set_title(title or "score against edit distance", fontsize=10)
+    _title(ax, title or "score against edit distance")
     ax.legend(loc="best", fontsize=8, title="expected label (Pearson r with distance)", title_fontsize=8)
     figure.tight_layout()
     return _save(figure, path)
@@ -261,13 +271,13 @@ def plot_sts_bins(
         values = [100 * v if v is not None else 0.0 for _, _, v in shares]
         bars = ax.bar(x + (k - (len(series) - 1) / 2) * width, values, width=width * 0.95, color=colour, label=name)
         for bar, (_, n, v) in zip(bars, shares):
-            ax.annotate("no pairs" if v is None else f"n={n}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ax.annotate("–" if v is None else f"{100 * v:.0f}%\nn={n}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
     ax.set_xticks(x, [f"{b}" for b, _, _ in judged])
-    ax.set_xlabel("STS score bin (0 = unrelated, 5 = equivalent)")
+    ax.set_xlabel("STS score bin (0 = unrelated, 5 = equivalent); – = no pair in the bin")
     ax.set_ylabel("% of the bin's pairs")
-    ax.set_ylim(0, 110)
-    ax.set_title(title or "share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1)", fontsize=10)
+    ax.set_ylim(0, 118)
+    _title(ax, title or "share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1)")
     ax.legend(loc="upper left", fontsize=8)
     figure.tight_layout()
     return _save(figure, path)
@@ -279,8 +289,8 @@ def plot_error_rates(
     *,
     title: str | None = None,
 ) -> Path:
-    """Grouped bars of error rates (%) per row (datasets, challenge means, overall), one colour per
-    system: ``{system: {row: rate}}``; the first system is this judge. Lower is better.
+    """Error rates (%) per row (datasets, challenge means, overall): the first system (this judge)
+    as bars, every other system (the published peers) as a marker on the same row. Lower is better.
 
     Example:
         >>> plot_error_rates({"judge": {"MRPC": 0.3}, "llama": {"MRPC": 0.24}}, "out/errors.png")  # doctest: +SKIP
@@ -289,24 +299,51 @@ def plot_error_rates(
     rows: list[str] = []
     for figures in columns.values():
         rows += [r for r in figures if r not in rows]
-    figure, ax = _figure(7.2, 0.35 * len(rows) * max(1, len(systems)) / 2 + 1.6)
-    height = 0.8 / max(1, len(systems))
+    figure, ax = _figure(8.6, 0.32 * len(rows) + 1.8)
     y = np.arange(len(rows))
-    for k, system in enumerate(systems):
-        values = [columns[system].get(r) for r in rows]
-        ax.barh(y + k * height - 0.4 + height / 2, [100 * v if v is not None else 0 for v in values], height=height * 0.95,
-                label=system, color="tab:blue" if k == 0 else None)
+    ours = [columns[systems[0]].get(r) for r in rows]
+    ax.barh(y, [100 * v if v is not None else 0 for v in ours], height=0.6, color="tab:blue", alpha=0.45, label=systems[0])
+    for yi, v in zip(y, ours):
+        if v is not None:
+            ax.annotate(f"{100 * v:.1f}%", (100 * v, yi), xytext=(3, -3), textcoords="offset points", fontsize=7,
+                        bbox={"boxstyle": "round,pad=0.1", "facecolor": "white", "alpha": 0.7, "linewidth": 0})
+    palette = ["tab:orange", "tab:red", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:grey", "tab:olive", "tab:cyan", "black"]
+    markers = "osD^v<>Pp*X"
+    for k, system in enumerate(systems[1:]):
+        values = [(yi, 100 * v) for yi, v in zip(y, (columns[system].get(r) for r in rows)) if v is not None]
+        if values:
+            ax.scatter([v for _, v in values], [yi for yi, _ in values], s=22, marker=markers[k % len(markers)],
+                       color=palette[k % len(palette)], label=system, zorder=3)
     ax.set_yticks(y, rows)
     ax.invert_yaxis()
+    ax.set_xlim(0, 105)
     ax.set_xlabel("error rate (%), lower is better")
-    ax.set_title(title or "error rates beside the published peers", fontsize=10)
-    ax.legend(loc="lower right", fontsize=7)
+    _title(ax, title or "error rates beside the published peers")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title="bars: this judge; markers: peers",
+              title_fontsize=7)
     figure.tight_layout()
-    return _save(figure, path)
+    return _save(figure, path, {"rows": rows, "systems": systems})
 
 
-def _save(figure: Any, path: str | Path) -> Path:
+def plot_facts(path: str | Path) -> dict[str, Any]:
+    """What a plot shows, as stored in its PNG "Description" text (e.g. the marked best threshold).
+
+    Example:
+        >>> plot_facts("out/plots/PLUIE_thresholds.png")["best_f1_threshold"]  # doctest: +SKIP
+        -0.149
+    """
+    import json
+
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return json.loads(image.text.get("Description", "{}"))
+
+
+def _save(figure: Any, path: str | Path, facts: Mapping[str, Any] | None = None) -> Path:
+    import json
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, format="png")
+    figure.savefig(path, format="png", metadata={"Description": json.dumps(dict(facts or {}))})
     return path
