@@ -78,17 +78,19 @@ def judge_from_args(args: argparse.Namespace) -> Any:
         ) from None
 
 
-def auto_chunk_size(judge: Any) -> int:
-    """Items per ``Judge.score`` call when ``--chunk-size`` is not given: about one forward batch
-    (the judge's ``batch_tokens`` / 64, so 8 on CPU and 64 on GPU), so that progress bars and
-    incremental saves move often without starving the batcher.
+def auto_chunk_size(judge: Any, prompts_per_item: int = 1) -> int:
+    """Items per ``Judge.score`` call when ``--chunk-size`` is not given: about one forward batch of
+    prompts (the judge's ``batch_tokens`` / 64, so 8 prompts on CPU and 64 on GPU; an item with two
+    candidates is two prompts), so that progress bars and saved scores move often without starving
+    the batcher.
 
     Example:
-        >>> auto_chunk_size(None)
-        8
+        >>> auto_chunk_size(None), auto_chunk_size(None, prompts_per_item=2)
+        (8, 4)
     """
     tokens = getattr(getattr(judge, "scorer", None), "batch_tokens", 512)
-    return max(1, int(tokens) // 64) if isinstance(tokens, int) else 8
+    prompts = int(tokens) // 64 if isinstance(tokens, int) else 8
+    return max(1, prompts // max(1, prompts_per_item))
 
 
 def check_chunk_size(value: int | None) -> None:

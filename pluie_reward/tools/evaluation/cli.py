@@ -31,7 +31,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="save scores as they come (scores.jsonl; a rerun resumes), results.json/.md and plots here")
     p.add_argument("--overwrite", action="store_true", help="discard scores already in --output-dir instead of resuming")
     p.add_argument("--chunk-size", type=int, default=None,
-                   help="items per Judge.score call, saved after each (default: one forward batch, 8 on CPU)")
+                   help="items per Judge.score call, saved after each (default: about one forward batch: 8 prompts on CPU, 64 on GPU; A and B count as two)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_judge_arguments(p)
 
@@ -131,7 +131,10 @@ def eval_command(args: argparse.Namespace) -> int:
             raise UsageError("--plots needs --output-dir.")
         if getattr(args, "limit", None) is not None and args.limit < 1:
             raise UsageError("--limit must be >= 1.")
-    return args.eval_run(args)
+    try:
+        return args.eval_run(args)
+    except Interrupted:
+        return 130
 
 
 # helpers --------------------------------------------------------------------------------------
@@ -167,15 +170,32 @@ def _finish(args: argparse.Namespace, results: dict[str, Any]) -> int:
     return 0
 
 
-def _score_safely(run: Any) -> Any:
-    """Run a scoring function; a data error from the judge is a usage error, and an interruption
-    says what was kept."""
+class Interrupted(Exception):
+    """Ctrl-C during scoring: the scores so far are saved; exit code 130."""
+
+
+def _score_safely(run: Any, output_dir: Path | None) -> Any:
+    """Run a scoring function: a folder of another run is a usage error; an interruption or a crash
+    says what was kept and how to resume."""
     from .store import StoreMismatch
 
+    kept = (f"the scores computed so far are saved in {output_dir / 'scores.jsonl'}: run the same command again "
+            f"to resume, or 'pluie-reward eval report {output_dir}' for the tables so far") if output_dir else \
+        "nothing was saved (no --output-dir)"
     try:
         return run()
     except StoreMismatch as err:
         raise UsageError(str(err)) from None
+    except KeyboardInterrupt:
+        print(f"pluie-reward eval: interrupted; {kept}.", file=sys.stderr)
+        raise Interrupted from None
+    except (UsageError, ValueError, TypeError, FileNotFoundError, ModuleNotFoundError):
+        if output_dir:
+            print(f"pluie-reward eval: stopped; {kept}.", file=sys.stderr)
+        raise
+    except Exception:
+        print(f"pluie-reward eval: failed; {kept}.", file=sys.stderr)
+        raise
 
 
 def _load_generic(args: argparse.Namespace, extra: dict[str, str], skip: tuple[str, ...] = ()) -> tuple[Any, Any, dict, dict, list[str]]:
@@ -221,7 +241,7 @@ def _classification(args: argparse.Namespace) -> int:
         overwrite=args.overwrite, plots=args.plots, chunk_size=args.chunk_size, progress=not args.no_progress,
         meta={"input": str(args.input), "labels_from": f"labels ← column {args.label_column!r}", "notes": notes,
               **({"reference_from": f"baselines and edit distance compare hypothesis with {reference!r}"} if texts else {})},
-    ))
+    ), args.output_dir)
     return _finish(args, results)
 
 
@@ -245,7 +265,7 @@ def _preference(args: argparse.Namespace) -> int:
         chunk_size=args.chunk_size, progress=not args.no_progress,
         meta={"input": str(args.input), "human_from": f"human choice ← column {args.human_column!r}", "notes": notes,
               **({"reference_from": f"baselines compare each candidate with {reference!r}"} if reference else {})},
-    ))
+    ), args.output_dir)
     return _finish(args, results)
 
 
@@ -337,7 +357,7 @@ def _run_preset(args: argparse.Namespace) -> int:
         results = _score_safely(lambda: run_preference(
             judge, conditions, values["a"], values["b"], human, baseline_reference=values[preset.reference_role],
             baselines=names, epsilon=args.epsilon, rows=rows, output_dir=args.output_dir, overwrite=args.overwrite,
-            chunk_size=args.chunk_size, progress=not args.no_progress, meta=meta))
+            chunk_size=args.chunk_size, progress=not args.no_progress, meta=meta), args.output_dir)
     else:
         if preset.label is not None:
             labels = _convert(records, roles["rating"], preset.label, "human rating")
@@ -351,7 +371,7 @@ def _run_preset(args: argparse.Namespace) -> int:
         results = _score_safely(lambda: run_classification(
             judge, conditions, labels, baseline_texts=texts, baselines=names, threshold=args.threshold, rows=rows,
             output_dir=args.output_dir, overwrite=args.overwrite, plots=args.plots, chunk_size=args.chunk_size,
-            progress=not args.no_progress, meta=meta))
+            progress=not args.no_progress, meta=meta), args.output_dir)
     return _finish(args, results)
 
 
@@ -368,7 +388,7 @@ def _paraphrasus(args: argparse.Namespace) -> int:
         judge, folder, template=args.template, threshold=args.threshold, datasets=datasets, limit=args.limit,
         seed=args.seed, chunk_size=args.chunk_size, peers=args.peers, progress=not args.no_progress,
         keep_pairs=True, output_dir=args.output_dir, overwrite=args.overwrite,
-    ))
+    ), args.output_dir)
     if args.plots:
         results["plots"] = paraphrasus_plots(results, args.output_dir / "plots")
     if not args.save_pairs:
