@@ -20,7 +20,7 @@ _ROLES = {"system", "user", "assistant"}
 DEFAULT_TEMPLATE = "para-fs"
 # Judge.score's own keyword arguments: a field with one of these names could not be passed
 # (tests check this list against the signature of Judge.score).
-RESERVED_FIELDS = ("template", "details", "threshold", "truncate", "use_cache")
+RESERVED_FIELDS = ("template", "details", "threshold", "truncate", "use_cache", "max_new_tokens")
 _YAML_BOOL_HINT = ("YAML reads unquoted yes/no/on/off/true/false as booleans; quote the word, "
                    "e.g. \"yes\": \"Yes\" or content: \"No\"")
 
@@ -149,9 +149,9 @@ class Template:
             if yes is None or no is None:
                 raise ValueError(f"template {label}: answers needs the keys yes and no.")
             answers = (yes, no)
-        if isinstance(answers, (str, bytes)) or not isinstance(answers, Sequence) or len(answers) != 2:
-            raise ValueError(f"template {label}: answers must be {{yes: ..., no: ...}} or a list of two words.")
-        for which, word in zip(("yes", "no"), answers):
+        if isinstance(answers, (str, bytes)) or not isinstance(answers, Sequence) or len(answers) < 2:
+            raise ValueError(f"template {label}: answers must be {{yes: ..., no: ...}} or a list of answer words.")
+        for which, word in zip(("yes", "no", *(f"answer {k}" for k in range(3, len(answers) + 1))), answers):
             if isinstance(word, bool):
                 raise ValueError(f"template {label}: the {which} answer is the boolean {word}, not a word: {_YAML_BOOL_HINT}.")
         optional = data.get("optional_fields") or {}
@@ -167,7 +167,7 @@ class Template:
         for number, m in enumerate(messages, 1):
             if not isinstance(m, Mapping):
                 raise ValueError(f"template {label}: message {number} must be a mapping {{role: ..., content: ...}}.")
-            for key in ("role", "content"):
+            for key in ("role", "content") if not m.get("generate") else ("role",):  # a generated turn has no text
                 if key not in m or m[key] is None:
                     raise ValueError(
                         f"template {label}: message {number} has no {key!r}"

@@ -27,7 +27,8 @@ from .common import UsageError
 
 JSON_SUFFIXES = {".jsonl", ".ndjson", ".json"}
 TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t"}
-FORMATS = ".jsonl/.json (one JSON object per line, or a JSON array of objects), .csv, .tsv, .parquet, .arrow, or a datasets folder (save_to_disk)"
+FORMATS = (".jsonl/.json (one JSON object per line, a JSON array of objects or an object of objects), .csv, .tsv, "
+           ".parquet, .arrow, or a datasets folder (save_to_disk)")
 _MISSING = object()
 
 
@@ -215,13 +216,21 @@ def _read_json(path: Path) -> Records:
     if path.suffix.lower() not in JSON_SUFFIXES:
         if not text.lstrip().startswith(("{", "[")):
             raise UsageError(f"{path}: unknown input format {path.suffix!r}; use {FORMATS}.")
-    if path.suffix.lower() == ".json" and text.lstrip().startswith("["):
+    if path.suffix.lower() == ".json":
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
-            raise UsageError(f"{path}:{err.lineno}: not valid JSON ({err.msg}).") from None
-        rows = [_object(v, path, f"item {i + 1}") for i, v in enumerate(data)]
-        return Records(path, rows, [f"item {i + 1}" for i in range(len(rows))])
+            if text.lstrip().startswith("["):
+                raise UsageError(f"{path}:{err.lineno}: not valid JSON ({err.msg}).") from None
+            data = None  # JSON lines in a .json file
+        if isinstance(data, list):
+            rows = [_object(v, path, f"item {i + 1}") for i, v in enumerate(data)]
+            return Records(path, rows, [f"item {i + 1}" for i in range(len(rows))])
+        if isinstance(data, dict) and data and all(isinstance(v, dict) for v in data.values()):
+            # {id: {...}, ...} as in the PARAPHRASUS files
+            return Records(path, list(data.values()), [f"entry {key!r}" for key in data])
+        if isinstance(data, dict):
+            return Records(path, [data], ["item 1"])
     rows, locations = [], []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
