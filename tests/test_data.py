@@ -71,6 +71,8 @@ def test_best_of_n_hand_computed():
     assert best_of_n(ds, k=2, threshold=0.0)["cand"] == ["c", "d"]
     # k=3, threshold -1.5: s1 -> c, d, a ; s2 -> e (-0.5; -1.0 is above -1.5 too) -> e, b ; s3 -> none
     assert best_of_n(ds, k=3, threshold=-1.5)["cand"] == ["c", "d", "a", "e", "b"]
+    # a score exactly at the threshold is not above it: k=3, threshold 0.5 keeps c and d, not a (0.5)
+    assert best_of_n(ds, k=3, threshold=0.5)["cand"] == ["c", "d"]
 
 
 def test_best_of_n_bad_input():

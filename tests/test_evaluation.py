@@ -20,7 +20,15 @@ from pluie_reward.tools.evaluation.metrics import (
     tie_calibrated_accuracy,
 )
 from pluie_reward.tools.evaluation.paraphrasus import load_pairs, markdown_report, peer_results, run_paraphrasus, summarise
-from pluie_reward.tools.evaluation.plots import plot_score_histograms, plot_threshold_curves
+from pluie_reward.tools.evaluation.plots import (
+    plot_edit_distance,
+    plot_error_rates,
+    plot_facts,
+    plot_score_histograms,
+    plot_sts_bins,
+    plot_threshold_curves,
+    sts_bin_shares,
+)
 from pluie_reward.tools.evaluation.tasks import evaluate_classification, evaluate_preference
 
 from conftest import PARAPHRASUS
@@ -126,6 +134,42 @@ def test_tie_calibration_picks_a_positive_epsilon_when_it_helps():
     assert tie_calibrated_accuracy([1.1, 4, 0.8], [1, 1, 1], ["tie", "A", "tie"]) == (1.0, pytest.approx(0.2))
 
 
+def test_a_decided_margin_equal_to_a_tie_margin_becomes_a_tie():
+    # d = 0.5 (human A), 0.5 (human tie), 2 (human A); candidates 0, 0.5, 2 (tie when |d| <= eps)
+    #   eps 0   -> A A A     : A right, tie wrong, A right  -> 2/3   <- best, smallest
+    #   eps 0.5 -> tie tie A : the A with |d| = 0.5 is now a tie (wrong), the tie right -> 2/3
+    #   eps 2   -> all tie   : 1/3
+    # counting |d| == eps as still decided (searchsorted side="left") would give 3/3 at 0.5
+    assert tie_calibrated_accuracy([1.5, 1.5, 3.0], [1.0, 1.0, 1.0], ["A", "tie", "A"]) == (pytest.approx(2 / 3), 0.0)
+
+
+def test_equally_good_epsilons_and_the_range_of_v_and_kappa():
+    # the hand-computed example above: eps 0 and eps 0.5 both reach 4/5; V and kappa at each are
+    # computed above (0.7906 / 0.7059 at 0, 0.8165 / 0.6875 at 0.5)
+    m = preference_metrics(A, B, HUMAN)
+    assert m["equally_good_epsilons"] == {"count": 2, "min": 0.0, "max": 0.5}
+    assert m["cramers_v_range"] == [pytest.approx(0.7905694150), pytest.approx(0.8164965809)]
+    assert m["cohens_kappa_range"] == [pytest.approx(0.6875), pytest.approx(0.7058823529)]
+    assert "equally_good_epsilons" not in preference_metrics(A, B, HUMAN, epsilon=0.5)
+
+
+def test_best_threshold_ties_go_to_the_lowest():
+    # scores 1 2 3 4, labels F T F T; accuracy at the candidates:
+    #   0 (all positive) 2/4 ; 1.5 -> {2,3,4} positive: 3/4 ; 2.5 -> {3,4}: 2/4 ; 3.5 -> {4}: 3/4 ; 5: 2/4
+    # two maxima (1.5 and 3.5): the README promises the lowest
+    best = best_threshold([1, 2, 3, 4], [False, True, False, True], by="accuracy")
+    assert (best["threshold"], best["accuracy"]) == (1.5, 0.75)
+
+
+def test_missing_and_synonym_preferences():
+    assert as_preferences(["Both", "None", "neither", "b"]) == ["tie", "tie", "tie", "B"]
+    with pytest.raises(ValueError, match=r"human\[1\]: the human choice is missing"):
+        as_preferences(["A", None], "human")
+    assert as_preferences(["win"], synonyms={"win": "A"}) == ["A"]
+    with pytest.raises(ValueError, match="label is missing"):
+        as_labels([True, None])
+
+
 def test_undefined_association_is_none_not_nan():
     # metric always says tie (like BLEU = 0 for both candidates): V has one column -> N/A;
     # kappa: p_o = 1/2 (the human tie), p_e = (1/2)(1) = 1/2 -> 0
@@ -178,9 +222,37 @@ def test_embedding_baseline_when_installed():
 def test_plots_are_written(tmp_path):
     curves = plot_threshold_curves(SCORES, LABELS, tmp_path / "a" / "curves.png", title="t")
     hist = plot_score_histograms(SCORES, LABELS, tmp_path / "hist.png", label_names=("no", "yes"))
-    for path in (curves, hist):
+    scatter = plot_edit_distance(SCORES, LABELS, [0.1, 0.5, 0.2, 0.9, 0.3, 0.4], tmp_path / "ed.png")
+    bins = plot_sts_bins([0.5, 1.5, 4.5, 5.0], [False, True, True, True], tmp_path / "sts.png", human=([4.5, 5.0], [False, True]))
+    errors = plot_error_rates({"judge": {"MRPC": 0.5, "overall": 0.4}, "peer": {"MRPC": 0.24}}, tmp_path / "err.png")
+    for path in (curves, hist, scatter, bins, errors):
         data = path.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_plot_marks_the_tables_best_threshold_on_a_plateau(tmp_path):
+    # F1 at the candidates of scores 1..6 / labels F T F T T F: a plateau the table resolves to its
+    # lowest threshold; the plot must mark that same threshold (not another point of the plateau)
+    scores, labels = [1, 2, 3, 4, 5, 6], [False, True, False, True, True, False]
+    table = classification_report(scores, labels)["best_f1"]
+    facts = plot_facts(plot_threshold_curves(scores, labels, tmp_path / "c.png"))
+    assert facts["best_f1_threshold"] == table["threshold"] and facts["best_f1"] == pytest.approx(table["f1"])
+    # the x-range is the scores' range (and the natural threshold), padded by 3 %, not by +-1
+    facts = plot_facts(plot_threshold_curves([0.2, 0.4, 0.9], [False, True, True], tmp_path / "d.png", natural_threshold=None))
+    assert facts["xlim"] == [pytest.approx(0.2 - 0.021), pytest.approx(0.9 + 0.021)]
+
+
+def test_histograms_have_integer_counts_and_few_bins_for_few_items(tmp_path):
+    facts = plot_facts(plot_score_histograms([0.1, 0.2, 0.25, 3.0], [True, False, True, True], tmp_path / "h.png"))
+    assert facts["bins"] == 5 and all(t == int(t) for t in facts["yticks"])
+    # a single-label set (PARAPHRASUS Minimize!/Maximize!) is drawn too
+    assert plot_score_histograms([-1.0, 0.5], [False, False], tmp_path / "one.png").exists()
+
+
+def test_sts_bin_shares_hand_computed():
+    # bins 0-1: 0.2 (no), 0.9 (yes) -> 1/2 ; 1-2: none ; 4-5: 4.0 (yes), 5.0 (yes) -> 2/2
+    shares = sts_bin_shares([0.2, 0.9, 4.0, 5.0], [False, True, True, True])
+    assert shares == [("0-1", 2, 0.5), ("1-2", 0, None), ("2-3", 0, None), ("3-4", 0, None), ("4-5", 2, 1.0)]
 
 
 def test_evaluate_tasks_score_through_the_judge(tiny_judge, tmp_path):
@@ -193,7 +265,7 @@ def test_evaluate_tasks_score_through_the_judge(tiny_judge, tmp_path):
     assert r["scores"]["levenshtein"] == pytest.approx([bl.levenshtein_similarity(s, h) for s, h in zip(src, hyp)])
     expected_acc = sum((s > 0) == y for s, y in zip(direct, labels)) / 4
     assert r["metrics"]["PLUIE"]["natural"]["accuracy"] == pytest.approx(expected_acc)
-    assert len(r["plots"]) == 6 and all((tmp_path / p).exists() for p in r["plots"])
+    assert len(r["plots"]) == 9 and all((tmp_path / p).exists() for p in r["plots"])  # 3 rows x (curves, histogram, edit distance)
 
     p = evaluate_preference(tiny_judge, {"source": src}, hyp, src[::-1], ["A", "B", "tie", "A"], progress=False)
     assert p["scores"]["PLUIE"]["A"] == pytest.approx(direct)
@@ -292,7 +364,7 @@ def test_cli_classification_and_preference(cli_tiny_judge, tmp_path, capsys):
     assert saved["n"] == 3 and saved["positives"] == 2 and set(saved["metrics"]) == {"PLUIE", "levenshtein", "bleu"}
     assert (out / "results.md").read_text().startswith("3 pairs")
     assert (out / "plots" / "PLUIE_thresholds.png").exists()
-    assert "| PLUIE | natural threshold | 0.00 |" in capsys.readouterr().out
+    assert "| PLUIE | tiny-random (this run) | natural threshold | 0.00 |" in capsys.readouterr().out
 
     code = main(["eval", "preference", "-i", str(data), "--column", "source=src", "--a-column", "hypothesis",
                  "--baselines", "none", "--no-progress", "-o", str(tmp_path / "pref")])
@@ -317,6 +389,9 @@ def test_cli_paraphrasus(cli_tiny_judge, tmp_path, capsys):
     saved = json.loads((out / "results.json").read_text())
     assert set(saved["datasets"]) == {"MRPC", "SNLI"} and saved["limit_per_dataset"] == 2
     assert (out / "plots" / "SNLI_histogram.png").exists()
+    for name in ("MRPC_thresholds.png", "edit_distance.png", "error_rates.png"):
+        assert (out / "plots" / name).exists(), name
+    assert (out / "scores.jsonl").read_text().count("\n") == 4  # saved as it went
     printed = capsys.readouterr().out
     assert "llama_3_8b_ins_q4_k_m" in printed and "| Minimize! | SNLI | 2 |" in printed
     assert main(["eval", "paraphrasus", "--data-dir", str(tmp_path), "--no-progress"]) == 2

@@ -20,6 +20,11 @@ _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ROLES = {"system", "user", "assistant"}
 DEFAULT_TEMPLATE = "para-fs"
 GENERATED = "generated"  # the value key of a judge-generated turn (INDIRECT); not a field name
+# Judge.score's own keyword arguments: a field with one of these names could not be passed
+# (tests check this list against the signature of Judge.score).
+RESERVED_FIELDS = ("template", "details", "threshold", "truncate", "use_cache", "max_new_tokens")
+_YAML_BOOL_HINT = ("YAML reads unquoted yes/no/on/off/true/false as booleans; quote the word, "
+                   "e.g. \"yes\": \"Yes\" or content: \"No\"")
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,25 @@ class Template:
             raise ValueError(f"template {self.name!r}: {GENERATED!r} is reserved for the judge's generated turn.")
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise ValueError(f"template {self.name!r}: max_new_tokens must be a positive integer.")
+        reserved = [f for f in self.fields + self.optional_fields if f in RESERVED_FIELDS]
+        if reserved:
+            raise ValueError(
+                f"template {self.name!r}: field {reserved[0]!r} has the name of a Judge.score keyword "
+                f"({', '.join(RESERVED_FIELDS)}), so it could never be passed as a field; rename it "
+                f"(e.g. '{reserved[0]}_text') in 'fields' and in its placeholders."
+            )
+        used = {n for m in self.messages for n in _PLACEHOLDER.findall(m.content)}
+        if not used:
+            raise ValueError(
+                f"template {self.name!r}: no message has a {{field}} placeholder, so every item would get the same "
+                "prompt and the same score; put the fields in the question, e.g. 'A: \"{source}\"; B: \"{hypothesis}\"'."
+            )
+        unused = [f for f in self.fields + self.optional_fields if f not in used and not any(m.when == f for m in self.messages)]
+        if unused:
+            raise ValueError(
+                f"template {self.name!r}: field(s) {unused} appear in no message, so the judge would never see them; "
+                "add a {" + unused[0] + "} placeholder or remove the field."
+            )
 
     @property
     def kind(self) -> str:
@@ -188,36 +212,53 @@ class Template:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], default_name: str = "custom") -> "Template":
         """Build a template from its YAML mapping (see the built-in files for the schema)."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a template must be a mapping with the keys name, fields, answers and messages, "
+                             f"not a {type(data).__name__}.")
+        label = repr(str(data.get("name", default_name)))
         try:
             answers = data["answers"]
             messages = data["messages"]
             fields = data["fields"]
         except KeyError as err:
-            raise ValueError(f"template {data.get('name', default_name)!r} lacks the key {err.args[0]!r}.") from None
+            raise ValueError(f"template {label} lacks the key {err.args[0]!r}.") from None
         if isinstance(answers, Mapping):  # YAML 1.1 reads unquoted yes/no keys as booleans
             yes, no = answers.get("yes", answers.get(True)), answers.get("no", answers.get(False))
             if yes is None or no is None:
-                raise ValueError(f"template {data.get('name', default_name)!r}: answers needs the keys yes and no.")
+                raise ValueError(f"template {label}: answers needs the keys yes and no.")
             answers = (yes, no)
-        if isinstance(answers, (list, tuple)) and any(isinstance(a, bool) for a in answers):
-            raise ValueError(
-                f"template {data.get('name', default_name)!r}: an answer was read as a boolean (YAML 1.1 turns "
-                "unquoted Yes/No into true/false); quote the answer words, e.g. answers: [\"Yes\", \"No\"]."
-            )
-        if not isinstance(answers, (list, tuple, Mapping)):
-            raise ValueError(
-                f"template {data.get('name', default_name)!r}: answers must be a mapping {{yes: ..., no: ...}} "
-                "or a list of answer words."
-            )
+        if isinstance(answers, (str, bytes)) or not isinstance(answers, Sequence) or len(answers) < 2:
+            raise ValueError(f"template {label}: answers must be {{yes: ..., no: ...}} or a list of answer words.")
+        for which, word in zip(("yes", "no", *(f"answer {k}" for k in range(3, len(answers) + 1))), answers):
+            if isinstance(word, bool):
+                raise ValueError(f"template {label}: the {which} answer is the boolean {word}, not a word: {_YAML_BOOL_HINT}.")
         optional = data.get("optional_fields") or {}
+        for kind, names in (("fields", fields), ("optional_fields", optional)):
+            if isinstance(names, (str, bytes)) or not isinstance(names, (Sequence, Mapping)):
+                raise ValueError(f"template {label}: {kind} must be a list (or mapping) of field names.")
+            bad = [n for n in names if not isinstance(n, str)]
+            if bad:
+                raise ValueError(f"template {label}: {kind} has the non-text name {bad[0]!r}: {_YAML_BOOL_HINT}.")
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+            raise ValueError(f"template {label}: messages must be a list of {{role: ..., content: ...}}.")
+        turns = []
+        for number, m in enumerate(messages, 1):
+            if not isinstance(m, Mapping):
+                raise ValueError(f"template {label}: message {number} must be a mapping {{role: ..., content: ...}}.")
+            for key in ("role", "content") if not m.get("generate") else ("role",):  # a generated turn has no text
+                if key not in m or m[key] is None:
+                    raise ValueError(
+                        f"template {label}: message {number} has no {key!r}"
+                        + (" (system, user or assistant)." if key == "role" else " (the text of the turn).")
+                    )
+            if isinstance(m.get("content"), bool) or isinstance(m["role"], bool):
+                raise ValueError(f"template {label}: message {number} has the boolean {m['content']!r} as text: {_YAML_BOOL_HINT}.")
+            turns.append(Message(str(m["role"]), str(m.get("content") or ""), m.get("when"), bool(m.get("generate", False))))
         plain = data.get("plain") or {}
         help_text = {**(fields if isinstance(fields, Mapping) else {}), **(optional if isinstance(optional, Mapping) else {})}
         return cls(
             name=str(data.get("name", default_name)),
-            messages=tuple(
-                Message(m["role"], str(m.get("content", "")), m.get("when"), bool(m.get("generate", False)))
-                for m in messages
-            ),
+            messages=tuple(turns),
             fields=tuple(fields),
             optional_fields=tuple(optional),
             answers=tuple(str(a) for a in answers),
@@ -266,7 +307,7 @@ def load_template(template: "str | Path | Template | None" = None) -> Template:
     if path.suffix in {".yaml", ".yml"} or path.is_file():
         if not path.is_file():
             raise FileNotFoundError(f"template file {str(path)!r} does not exist.")
-        return Template.from_dict(yaml.safe_load(path.read_text(encoding="utf-8")), default_name=path.stem)
+        return _template_file(path)
     resource = _builtin_dir() / f"{template}.yaml"
     if not resource.is_file():
         raise ValueError(
@@ -276,6 +317,26 @@ def load_template(template: "str | Path | Template | None" = None) -> Template:
     return Template.from_dict(yaml.safe_load(resource.read_text(encoding="utf-8")), default_name=str(template))
 
 
+def _template_file(path: Path) -> Template:
+    """A template read from a YAML file; every problem is a ``ValueError`` naming the file."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise ValueError(
+            f"template file {path}: not valid YAML ({problem}{where}); quote text containing ': ' or '#', "
+            "e.g. content: 'A: \"{source}\"'."
+        ) from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"template file {path}: not UTF-8 text (byte {err.start}); save it as UTF-8.") from None
+    try:
+        return Template.from_dict(data, default_name=path.stem)
+    except ValueError as err:
+        raise ValueError(f"template file {path}: {err}") from None
+
+
 def normalize_fields(
     template: Template, values: Mapping[str, Any]
 ) -> tuple[dict[str, list[str | None]], int]:
@@ -283,7 +344,8 @@ def normalize_fields(
 
     A plain string is broadcast to the length of the list fields. Raises ``ValueError`` for missing
     or unknown fields and lists of different lengths, ``TypeError`` (naming field and index) for
-    values that are not strings; optional fields accept ``None`` per item (turn left out).
+    values that are not strings, ``ValueError`` (naming field and index) for text holding a lone
+    surrogate; optional fields accept ``None`` per item (turn left out).
 
     Example:
         >>> normalize_fields(load_template("para-fs"), {"source": "s", "hypothesis": ["a", "b"]})
@@ -329,5 +391,14 @@ def normalize_fields(
                 raise TypeError(
                     f"field {name!r}, item {index}: expected a string, got {type(item).__name__} ({item!r})."
                 )
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError as err:  # a lone surrogate, e.g. from JSON "\ud800": not tokenizable text
+                    raise ValueError(
+                        f"field {name!r}, item {index}: character {err.start} is a lone surrogate "
+                        f"({ascii(item[err.start])[1:-1]}), which is not valid Unicode text; fix the text "
+                        "(e.g. decode the original bytes with errors='replace')."
+                    ) from None
         out[name] = items
     return out, n

@@ -4,11 +4,9 @@ and reading input files. Sub-commands live in their own modules and register her
 from __future__ import annotations
 
 import argparse
-import csv
-import json
-import sys
+import os
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
@@ -36,39 +34,118 @@ def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-tokens", type=int, default=None, help="token budget of one batch (default: 512 on CPU, 4096 on GPU)")
 
 
+def check_device(device: str | None) -> None:
+    """A usage error, before any model loads, for a device this torch build cannot use.
+
+    Example:
+        >>> check_device("cpu")
+    """
+    if device is None or device == "auto":
+        return
+    import torch
+
+    try:
+        wanted = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise UsageError(f"--device {device!r}: {err}; use cpu, cuda, cuda:N or mps.") from None
+    if wanted.type == "cuda":
+        if not torch.cuda.is_available():
+            build = f"torch {torch.__version__}" + ("" if torch.version.cuda else ", a CPU-only build")
+            raise UsageError(f"--device {device}: no CUDA GPU is usable here ({build}); use --device cpu, "
+                             "or install a CUDA build of torch on a machine with a GPU.")
+        if wanted.index is not None and wanted.index >= torch.cuda.device_count():
+            raise UsageError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) visible.")
+    if wanted.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise UsageError(f"--device {device}: MPS is not available on this machine; use --device cpu.")
+
+
 def judge_from_args(args: argparse.Namespace) -> Any:
-    """Load the judge the shared options describe."""
+    """Load the judge the shared options describe; a device this torch cannot use or a model that
+    cannot be found (e.g. a Hub id while offline) is a :class:`UsageError` saying what to do."""
     from ...core.judge import Judge
 
-    return Judge.load(args.model, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens)
+    check_device(args.device)
+    try:
+        return Judge.load(args.model, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens)
+    except OSError as err:  # transformers: not a folder, not in the HF cache and no network, gated repo...
+        if args.model is None or Path(args.model).exists():
+            raise
+        reason = str(err).strip().splitlines()[0]
+        raise UsageError(
+            f"--model {args.model}: not a local folder or file, and the Hugging Face Hub did not provide it ({reason}). "
+            f"Without network access, download it elsewhere (huggingface-cli download {args.model}) and pass its "
+            "folder to --model, or point HF_HOME at a cache that holds it."
+        ) from None
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Rows of a .jsonl/.json-lines or .csv file as dicts."""
-    if not path.is_file():
-        raise UsageError(f"input file {str(path)!r} does not exist.")
-    if path.suffix.lower() == ".csv":
-        with path.open(newline="", encoding="utf-8") as handle:
-            return list(csv.DictReader(handle))
-    records = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise UsageError(f"{path}:{number}: not valid JSON ({err.msg}).") from None
-    return records
+def auto_chunk_size(judge: Any, prompts_per_item: int = 1) -> int:
+    """Items per ``Judge.score`` call when ``--chunk-size`` is not given: about one forward batch of
+    prompts (the judge's ``batch_tokens`` / 64, so 8 prompts on CPU and 64 on GPU; an item with two
+    candidates is two prompts), so that progress bars and saved scores move often without starving
+    the batcher.
+
+    Example:
+        >>> auto_chunk_size(None), auto_chunk_size(None, prompts_per_item=2)
+        (8, 4)
+    """
+    engine = getattr(judge, "engine", None) or getattr(judge, "scorer", None)  # the forward pass's batcher
+    tokens = getattr(engine, "batch_tokens", 512)
+    prompts = int(tokens) // 64 if isinstance(tokens, int) else 8
+    return max(1, prompts // max(1, prompts_per_item))
 
 
-def field_columns(args: argparse.Namespace, fields: Sequence[str]) -> dict[str, str]:
-    """Field -> input column, from repeated ``--column FIELD=COLUMN`` (default: same name)."""
-    mapping = {f: f for f in fields}
-    for spec in args.column:
-        if "=" not in spec:
-            raise UsageError(f"--column expects FIELD=COLUMN, got {spec!r}.")
-        field, column = spec.split("=", 1)
-        if field not in mapping:
-            raise UsageError(f"--column: {field!r} is not a field of the template; fields: {list(fields)}.")
-        mapping[field] = column
-    return mapping
+def check_chunk_size(value: int | None) -> None:
+    """``--chunk-size`` must be a positive number of items (checked before the model loads)."""
+    if value is not None and value < 1:
+        raise UsageError(f"--chunk-size must be >= 1 (items per scoring call), got {value}.")
+
+
+def _writable_folder(folder: Path, option: str) -> None:
+    for parent in [folder, *folder.parents]:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"{option}: {parent} is a file, so nothing can be written under it; choose another path.")
+            if not os.access(parent, os.W_OK):
+                raise UsageError(f"{option}: {parent} is not writable; choose another path.")
+            return
+
+
+def check_output_file(path: Path | None, option: str = "--output") -> None:
+    """Fail early (before the model loads) if ``path`` cannot be written as a file.
+
+    Example:
+        >>> check_output_file(None)
+    """
+    if path is None:
+        return
+    if path.is_dir():
+        raise UsageError(f"{option} {path} is a folder; give a file name, e.g. {path / 'scored.jsonl'}.")
+    _writable_folder(path.parent, option)
+
+
+def check_output_dir(path: Path | None, option: str = "--output-dir") -> None:
+    """Fail early (before the model loads) if ``path`` cannot be used as an output folder.
+
+    Example:
+        >>> check_output_dir(None)
+    """
+    if path is None:
+        return
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {path} is a file; give a folder (it is created if needed).")
+    _writable_folder(path, option)
+
+
+def read_records(path: Path, split: str | None = None) -> list[dict[str, Any]]:
+    """Rows of an input file as dicts (see :func:`~pluie_reward.tools.cli.records.read_table`)."""
+    from .records import read_table
+
+    return read_table(path, split).rows
+
+
+def field_columns(args: argparse.Namespace, fields: Sequence[str], optional: Sequence[str] = ()) -> dict[str, str | None]:
+    """Field -> input column, from repeated ``--column FIELD=COLUMN`` (default: same name; ``FIELD=`` leaves
+    an optional field out)."""
+    from .records import parse_columns
+
+    return parse_columns(args.column, [f for f in fields if f not in optional], optional)

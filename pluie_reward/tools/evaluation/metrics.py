@@ -4,13 +4,15 @@ with human pairwise preferences (pairwise accuracy with tie calibration, Cramér
 Conventions (the same as :meth:`pluie_reward.Judge.score`): an item is predicted positive when
 ``score > threshold``; a preference instance is predicted ``"tie"`` when ``|score_a - score_b| <= epsilon``.
 Precision, recall and F1 are 0 when their denominator is 0 (no predicted / no actual positives).
+Among equally good a posteriori thresholds the lowest is chosen; among equally good tie margins
+the smallest, and :func:`preference_metrics` reports the range of V and κ over all of them.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -18,6 +20,9 @@ METRICS = ("accuracy", "precision", "recall", "f1")
 PREFERENCES = ("A", "B", "tie")
 _TRUE = {"true", "1", "yes", "y", "t", "paraphrase", "positive", "pos"}
 _FALSE = {"false", "0", "no", "n", "f", "non-paraphrase", "not paraphrase", "negative", "neg"}
+# "both" (both acceptable) and "none" (neither) are ties, as in ParaReval's preference question
+_PREFERENCE_WORDS = {"a": "A", "b": "B", "tie": "tie", "=": "tie", "equal": "tie", "same": "tie",
+                     "both": "tie", "none": "tie", "neither": "tie"}
 
 
 # input checks ---------------------------------------------------------------------------------
@@ -40,8 +45,37 @@ def as_scores(scores: Iterable[float], name: str = "scores") -> np.ndarray:
     return array
 
 
-def as_labels(labels: Iterable[Any], name: str = "labels") -> np.ndarray:
-    """Binary labels from bools, 0/1 or strings such as "true"/"false", "yes"/"no".
+def binary_label(value: Any, synonyms: Mapping[str, bool] | None = None) -> bool:
+    """One binary label from a bool, 0/1 or a word ("true"/"false", "yes"/"no", "paraphrase"...);
+    ``synonyms`` adds words (lower case) of your data. Raises ``ValueError`` listing what is accepted.
+
+    Example:
+        >>> binary_label("Yes"), binary_label(0), binary_label("good", {"good": True})
+        (True, False, True)
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, float) and value in (0.0, 1.0):
+        return bool(value)
+    if isinstance(value, str):
+        key = value.strip().lower()
+        if synonyms and key in synonyms:
+            return bool(synonyms[key])
+        if key in _TRUE | _FALSE:
+            return key in _TRUE
+    if value is None:
+        raise ValueError("the label is missing (null/empty); every item needs one: fix or remove the row")
+    extra = synonyms or {}
+    yes = sorted(_TRUE | {k for k, v in extra.items() if v}, key=lambda w: (len(w) > 1, w))
+    no = sorted(_FALSE | {k for k, v in extra.items() if not v}, key=lambda w: (len(w) > 1, w))
+    raise ValueError(f"{value!r} is not a binary label; use (case-insensitive) {'/'.join(yes)} for positive, "
+                     f"{'/'.join(no)} for negative")
+
+
+def as_labels(labels: Iterable[Any], name: str = "labels", synonyms: Mapping[str, bool] | None = None) -> np.ndarray:
+    """Binary labels from bools, 0/1 or strings such as "true"/"false", "yes"/"no" (see :func:`binary_label`).
 
     Example:
         >>> as_labels([True, 0, "yes", "False"]).tolist()
@@ -49,39 +83,46 @@ def as_labels(labels: Iterable[Any], name: str = "labels") -> np.ndarray:
     """
     out = []
     for i, value in enumerate(labels):
-        if isinstance(value, (bool, np.bool_)):
-            out.append(bool(value))
-        elif isinstance(value, (int, np.integer)) and value in (0, 1):
-            out.append(bool(value))
-        elif isinstance(value, float) and value in (0.0, 1.0):
-            out.append(bool(value))
-        elif isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-            out.append(value.strip().lower() in _TRUE)
-        else:
-            raise ValueError(f"{name}[{i}] = {value!r} is not a binary label; use true/false, 1/0 or yes/no.")
+        try:
+            out.append(binary_label(value, synonyms))
+        except ValueError as err:
+            raise ValueError(f"{name}[{i}]: {err}.") from None
     if not out:
         raise ValueError(f"{name} is empty.")
     return np.asarray(out, dtype=bool)
 
 
-def as_preferences(choices: Iterable[Any], name: str = "preferences") -> list[str]:
-    """Human (or metric) choices normalised to "A", "B" or "tie" (case-insensitive; "=" and "equal" mean tie).
+def preference_label(value: Any, synonyms: Mapping[str, str] | None = None) -> str:
+    """One human (or metric) choice as "A", "B" or "tie" (case-insensitive); ``synonyms`` maps
+    further words of your data (lower case) to one of the three. A missing value is an error, never a tie.
 
     Example:
-        >>> as_preferences(["a", "B", "Tie", "="])
-        ['A', 'B', 'tie', 'tie']
+        >>> preference_label("a"), preference_label("Both"), preference_label("win", {"win": "A"})
+        ('A', 'tie', 'A')
+    """
+    table = {**_PREFERENCE_WORDS, **{k.lower(): v for k, v in (synonyms or {}).items()}}
+    if value is None:
+        raise ValueError("the human choice is missing (null/empty); every item needs one: fix or remove the row")
+    key = str(value).strip().lower()
+    if isinstance(value, str) and key in table:
+        return table[key]
+    others = ", ".join(f"{k} ({v})" for k, v in table.items() if k not in ("a", "b", "tie"))
+    raise ValueError(f"{value!r} is not a preference; use A, B or tie (also accepted, case-insensitive: {others})")
+
+
+def as_preferences(choices: Iterable[Any], name: str = "preferences", synonyms: Mapping[str, str] | None = None) -> list[str]:
+    """Human (or metric) choices normalised to "A", "B" or "tie" (see :func:`preference_label`).
+
+    Example:
+        >>> as_preferences(["a", "B", "Tie", "=", "None"])
+        ['A', 'B', 'tie', 'tie', 'tie']
     """
     out = []
     for i, value in enumerate(choices):
-        key = str(value).strip().lower()
-        if key == "a":
-            out.append("A")
-        elif key == "b":
-            out.append("B")
-        elif key in {"tie", "=", "equal", "same", "none"}:
-            out.append("tie")
-        else:
-            raise ValueError(f"{name}[{i}] = {value!r} is not a preference; use A, B or tie.")
+        try:
+            out.append(preference_label(value, synonyms))
+        except ValueError as err:
+            raise ValueError(f"{name}[{i}]: {err}.") from None
     if not out:
         raise ValueError(f"{name} is empty.")
     return out
@@ -317,7 +358,7 @@ def preference_metrics(
         eps = float(epsilon)
     predicted = preference_predictions(a, b, eps)
     accuracy = sum(p == q for p, q in zip(predicted, h)) / len(h)
-    return {
+    out = {
         "n": len(h),
         "pairwise_accuracy": accuracy,
         "epsilon": eps,
@@ -326,4 +367,41 @@ def preference_metrics(
         "cohens_kappa": cohens_kappa(h, predicted),
         "human_counts": {k: h.count(k) for k in PREFERENCES},
         "predicted_counts": {k: predicted.count(k) for k in PREFERENCES},
+    }
+    if epsilon is None:
+        out.update(_equally_good(a, b, h, accuracy))
+    return out
+
+
+def equally_good_epsilons(scores_a: Iterable[float], scores_b: Iterable[float], human: Iterable[Any]) -> list[float]:
+    """Every tie margin in {0} ∪ {|a - b|} reaching the best tie-calibrated accuracy, smallest first
+    (:func:`tie_calibrated_accuracy` picks the first one).
+
+    Example:
+        >>> equally_good_epsilons([3, 1, 2, 0, 5], [1, 2, 2, 0.5, 4.8], ["A", "B", "tie", "tie", "A"])
+        [0.0, 0.5]
+    """
+    a, b = as_scores(scores_a, "scores_a"), as_scores(scores_b, "scores_b")
+    h = np.asarray(as_preferences(human, "human"))
+    d = a - b
+    candidates = np.unique(np.concatenate([[0.0], np.abs(d)]))
+    predicted = np.where(np.abs(d)[None, :] <= candidates[:, None], "tie", np.where(d > 0, "A", "B")[None, :])
+    correct = (predicted == h[None, :]).sum(axis=1)
+    return [float(e) for e in candidates[correct == correct.max()]]
+
+
+def _equally_good(a: np.ndarray, b: np.ndarray, h: list[str], accuracy: float) -> dict[str, Any]:
+    """V and κ over every ε as good as the chosen one: the choice among them moves both."""
+    epsilons = equally_good_epsilons(a, b, h)
+    vs = [cramers_v(h, preference_predictions(a, b, e)) for e in epsilons]
+    ks = [cohens_kappa(h, preference_predictions(a, b, e)) for e in epsilons]
+
+    def span(values: list[float | None]) -> list[float] | None:
+        known = [v for v in values if v is not None]
+        return [min(known), max(known)] if known else None
+
+    return {
+        "equally_good_epsilons": {"count": len(epsilons), "min": epsilons[0], "max": epsilons[-1]},
+        "cramers_v_range": span(vs),
+        "cohens_kappa_range": span(ks),
     }

@@ -19,11 +19,14 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from ...core.template import load_template
 
 CHALLENGES = ("Classify!", "Minimize!", "Maximize!")
 MISSING = ("PAWSX", "XNLI")  # in the benchmark, not in the data folder
 PEER_FILES = {"llama3": "results_llama3.json", "paper": "results_paper.json"}
+STS_FILE = "stsbenchmark-test-sts.json"
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class Pair:
     sentence1: str
     sentence2: str
     expected: bool
+    sts: float | None = None  # the STS similarity (0-5) of STS-benchmark pairs, for PARAPHRASUS Fig. 1
 
 
 def find_data_dir(data_dir: str | Path | None = None) -> Path:
@@ -149,7 +153,8 @@ def load_pairs(
                 chosen = [chosen[i] for i in keep]
             for key, entry in chosen:
                 try:
-                    pairs.append(Pair(spec.name, file, key, entry["sentence1"], entry["sentence2"], spec.expected(entry)))
+                    sts = entry.get("score") if file == STS_FILE else None
+                    pairs.append(Pair(spec.name, file, key, entry["sentence1"], entry["sentence2"], spec.expected(entry), sts))
                 except KeyError as err:
                     raise ValueError(f"{file}: entry {key!r} lacks {err}.") from None
         out[spec.name] = pairs
@@ -221,71 +226,169 @@ def run_paraphrasus(
     datasets: Sequence[str] | None = None,
     limit: int | None = None,
     seed: int = 0,
-    chunk_size: int = 64,
+    chunk_size: int | None = None,
     peers: str = "all",
     progress: bool = True,
     keep_pairs: bool = False,
+    output_dir: str | Path | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Score every selected pair with ``judge.score(template, source=sentence1, hypothesis=sentence2)``,
-    predict "paraphrase" when ``logratio > threshold``, and summarise the error rates.
+    predict "paraphrase" when ``logratio > threshold``, and summarise the error rates. With
+    ``output_dir`` the scores are saved as they come: a second call resumes an interrupted run.
 
     Example:
         >>> results = run_paraphrasus(judge, limit=20)  # doctest: +SKIP
         >>> results["overall"]  # doctest: +SKIP
         0.41
     """
-    from tqdm.auto import tqdm
+    from .store import ScoreStore, fingerprint
+    from .tasks import JUDGE_ROW, Condition, edit_distances, score_items
 
     folder = find_data_dir(data_dir)
-    pairs = load_pairs(folder, datasets=datasets, limit=limit, seed=seed)
-    total = sum(len(p) for p in pairs.values())
-    bar = tqdm(total=total, desc="PARAPHRASUS", unit="pair", disable=not progress)
-    per_dataset: dict[str, Any] = {}
-    errors: dict[str, tuple[int, int]] = {}
-    records: dict[str, list[dict]] = {}
-    for name, items in pairs.items():
-        scores: list[float] = []
-        for start in range(0, len(items), chunk_size):
-            chunk = items[start : start + chunk_size]
-            bar.set_postfix_str(name)
-            scores.extend(judge.score(template, source=[p.sentence1 for p in chunk], hypothesis=[p.sentence2 for p in chunk]))
-            bar.update(len(chunk))
-        wrong = sum((s > threshold) != p.expected for s, p in zip(scores, items))
-        errors[name] = (wrong, len(items))
-        spec = next(d for d in DATASETS if d.name == name)
-        per_dataset[name] = {
-            "challenge": spec.challenge,
-            "n": len(items),
-            "errors": wrong,
-            "files": list(spec.files),
-            "rule": spec.rule,
-            "expected_positive": sum(p.expected for p in items),
-        }
-        records[name] = [
-            {"pair_id": p.pair_id, "file": p.file, "logratio": s, "expected": p.expected, "predicted": s > threshold}
-            for p, s in zip(items, scores)
-        ]
-    bar.close()
-    summary = summarise(errors)
-    for name, rate in summary["error_rates"].items():
-        per_dataset[name]["error_rate"] = rate
-    peer = peer_results(folder, peers)
-    results = {
+    pairs = [p for items in load_pairs(folder, datasets=datasets, limit=limit, seed=seed).values() for p in items]
+    condition = Condition(JUDGE_ROW, template, {"source": [p.sentence1 for p in pairs], "hypothesis": [p.sentence2 for p in pairs]})
+    items = [
+        {"i": i, "row": f"{p.file} {p.pair_id}", "dataset": p.dataset, "file": p.file, "pair_id": p.pair_id,
+         "expected": p.expected, "sts": p.sts, "h": fingerprint(p.file, p.pair_id, p.sentence1, p.sentence2, p.expected)}
+        for i, p in enumerate(pairs)
+    ]
+    meta = {
         "benchmark": "PARAPHRASUS",
+        "task": "paraphrasus",
         "judge": getattr(judge, "name", str(judge)),
-        "template": getattr(template, "name", template),
+        "template": condition.template_name,
         "threshold": threshold,
         "limit_per_dataset": limit,
         "seed": seed,
+        "n": len(items),
+        "datasets_selected": sorted({p.dataset for p in pairs}, key=DATASET_NAMES.index),
+        "peer_figures": peer_results(folder, peers),
+    }
+    config = {"task": "paraphrasus", "judge": meta["judge"], "template": [condition.template_name, fingerprint(repr(load_template(template)))],
+              "selection": [meta["datasets_selected"], limit, seed]}
+    distances = {"edit_distance": lambda index: edit_distances([pairs[i].sentence1 for i in index], [pairs[i].sentence2 for i in index])}
+    with ScoreStore(output_dir, config, meta, overwrite=overwrite) as store:
+        lines = score_items(judge, [condition], items, extras=distances, store=store if output_dir else None,
+                            chunk_size=chunk_size, progress=progress, desc="PARAPHRASUS")
+    results = paraphrasus_results(meta, lines, keep_pairs=keep_pairs)
+    if output_dir is not None:
+        from .report import write_outputs
+
+        write_outputs(output_dir, results, markdown_report(results))
+    return results
+
+
+def paraphrasus_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any]], keep_pairs: bool = True) -> dict[str, Any]:
+    """Error rates per dataset, challenge and overall from scored lines (no judge needed).
+
+    Example:
+        >>> paraphrasus_results(run["meta"], lines)["overall"]  # doctest: +SKIP
+    """
+    threshold = meta.get("threshold", 0.0)
+    by_dataset: dict[str, list[Mapping[str, Any]]] = {}
+    for line in lines:
+        by_dataset.setdefault(line["dataset"], []).append(line)
+    if not by_dataset:
+        raise ValueError("no scored pairs yet.")
+    per_dataset: dict[str, Any] = {}
+    errors: dict[str, tuple[int, int]] = {}
+    for spec in DATASETS:
+        members = by_dataset.get(spec.name)
+        if not members:
+            continue
+        wrong = sum((line["scores"]["PLUIE"] > threshold) != line["expected"] for line in members)
+        errors[spec.name] = (wrong, len(members))
+        per_dataset[spec.name] = {
+            "challenge": spec.challenge,
+            "n": len(members),
+            "errors": wrong,
+            "files": list(spec.files),
+            "rule": spec.rule,
+            "expected_positive": sum(bool(line["expected"]) for line in members),
+        }
+    summary = summarise(errors)
+    for name, rate in summary["error_rates"].items():
+        per_dataset[name]["error_rate"] = rate
+    planned = meta.get("n", len(lines))
+    results = {
+        **{k: v for k, v in meta.items() if k not in ("peer_figures", "n")},
+        "n": len(lines),
+        "planned": planned,
         "datasets": per_dataset,
         "challenges": summary["challenges"],
         "overall": summary["overall"],
         "not_included": list(MISSING),
-        "peers": {m: _peer_summary(v, per_dataset) for m, v in peer.items()},
+        "peers": {m: _peer_summary(v, per_dataset) for m, v in meta.get("peer_figures", {}).items()},
     }
     if keep_pairs:
-        results["pairs"] = records
+        results["pairs"] = {
+            name: [{"pair_id": line["pair_id"], "file": line["file"], "logratio": line["scores"]["PLUIE"],
+                    "expected": line["expected"], "predicted": line["scores"]["PLUIE"] > threshold,
+                    "sts": line.get("sts"), "edit_distance": line.get("edit_distance")} for line in members]
+            for name, members in by_dataset.items()
+        }
     return results
+
+
+def paraphrasus_plots(results: Mapping[str, Any], folder: str | Path) -> list[str]:
+    """Per dataset: score histogram (single-label sets shade the correct side) and, for Classify!,
+    threshold curves; over all pairs: score against edit distance per expected label (ParaPLUIE
+    Fig. 2); the share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1) when STS pairs were
+    scored; error rates beside the peers. Needs ``results["pairs"]``.
+
+    Example:
+        >>> paraphrasus_plots(results, "out/paraphrasus/plots")  # doctest: +SKIP
+    """
+    from .plots import PLUIE_AXIS, plot_edit_distance, plot_error_rates, plot_score_histograms, plot_sts_bins, plot_threshold_curves
+
+    folder = Path(folder)
+    threshold = results["threshold"]
+    who = f"judge {results['judge']}, template {results['template']}"
+    written = []
+    everything = []
+    for name, pairs in results["pairs"].items():
+        scores = [p["logratio"] for p in pairs]
+        expected = [p["expected"] for p in pairs]
+        everything += pairs
+        spec = next(d for d in DATASETS if d.name == name)
+        title = f"PARAPHRASUS {name} ({spec.challenge}, {len(pairs)} pairs): {who}"
+        written.append(str(plot_score_histograms(scores, expected, folder / f"{name}_histogram.png", title=title,
+                                                 natural_threshold=threshold, xlabel=PLUIE_AXIS)))
+        if spec.challenge == "Classify!" and len(set(expected)) == 2:
+            written.append(str(plot_threshold_curves(scores, expected, folder / f"{name}_thresholds.png", title=title,
+                                                     natural_threshold=threshold)))
+    if everything and all(p.get("edit_distance") is not None for p in everything):
+        written.append(str(plot_edit_distance(
+            [p["logratio"] for p in everything], [p["expected"] for p in everything], [p["edit_distance"] for p in everything],
+            folder / "edit_distance.png", title=f"PARAPHRASUS, {len(everything)} pairs: {who}",
+            natural_threshold=threshold, ylabel=PLUIE_AXIS)))
+    sts = {(p["file"], p["pair_id"]): p for p in everything if p.get("sts") is not None}
+    if sts:
+        human_pairs = [p for name in ("STS-H",) for p in results["pairs"].get(name, [])]
+        human = ([p["sts"] for p in human_pairs], [p["expected"] for p in human_pairs]) if human_pairs else None
+        written.append(str(plot_sts_bins([p["sts"] for p in sts.values()], [p["predicted"] for p in sts.values()],
+                                         folder / "sts_bins.png", human=human,
+                                         title=f"Share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1), STS benchmark pairs scored: {who}")))
+    columns = {f"{results['judge']} ({results['template']})": _summary_rows(results["datasets"], results["challenges"], results["overall"])}
+    for peer, figures in results.get("peers", {}).items():
+        columns[peer] = _summary_rows({d: {"error_rate": r} for d, r in figures["error_rates"].items()},
+                                      figures["challenges_same_datasets"], figures["overall_same_datasets"])
+    written.append(str(plot_error_rates(columns, folder / "error_rates.png",
+                                        title=f"PARAPHRASUS error rates (lower is better), threshold {threshold:g}")))
+    return written
+
+
+def _summary_rows(datasets: Mapping[str, Any], challenges: Mapping[str, float], overall: float | None) -> dict[str, float | None]:
+    rows: dict[str, float | None] = {}
+    for challenge in CHALLENGES:
+        for spec in DATASETS:
+            if spec.challenge == challenge and spec.name in datasets:
+                rows[spec.name] = datasets[spec.name]["error_rate"]
+        if challenge in challenges:
+            rows[f"{challenge} mean"] = challenges[challenge]
+    rows["overall"] = overall
+    return rows
 
 
 def _peer_summary(figures: dict[str, Any], present: Iterable[str]) -> dict[str, Any]:
@@ -329,10 +432,12 @@ def markdown_report(results: dict[str, Any]) -> str:
     rows.append(["**overall**", "mean of challenge means", "", f"**{percent(results['overall'])}**",
                  *[percent(results["peers"][p]["overall_same_datasets"]) for p in peers]])
     limit = results.get("limit_per_dataset")
+    planned = results.get("planned", results.get("n"))
+    partial = "" if planned == results.get("n") else f" PARTIAL RUN: {results['n']} of {planned} pairs scored so far."
     note = (
         f"Error rates (lower is better), threshold {results['threshold']:g}"
         + (f", a random subset of at most {limit} pairs per dataset (seed {results['seed']})" if limit else ", all pairs")
         + f". Peer columns: published figures; their means are recomputed over the same datasets "
-        f"({', '.join(results['not_included'])} are not in the data folder)."
+        f"({', '.join(results['not_included'])} are not in the data folder).{partial}"
     )
     return markdown_table(headers, rows) + "\n\n" + note

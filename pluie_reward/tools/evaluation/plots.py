@@ -1,5 +1,9 @@
-"""PNG figures like the seeds' Figures 3-4: accuracy/recall/precision/F1 against the decision
-threshold, and score histograms per label. Uses matplotlib's Agg canvas (no display, no pyplot state).
+"""PNG figures of the seeds: metric curves against the decision threshold (Figures 3-4 of the
+*-PLUIE and ParaPLUIE papers), score histograms per label, score against edit distance per label
+(ParaPLUIE Fig. 2), share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1) and error rates
+beside the peer models. Uses matplotlib's Agg canvas (no display, no pyplot state).
+
+Every figure of one run uses the same label names (:data:`LABEL_NAMES`) and colours.
 
 Example:
     >>> plot_threshold_curves([-2.0, 1.0, 3.0], [False, True, True], "curves.png")  # doctest: +SKIP
@@ -7,15 +11,19 @@ Example:
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .metrics import as_labels, as_scores, candidate_thresholds, metrics_at
+from .metrics import as_labels, as_scores, best_threshold, candidate_thresholds, metrics_at
 
 # the seeds' colours: blue accuracy, orange recall, red precision, green F1
 CURVES = (("accuracy", "tab:blue"), ("recall", "tab:orange"), ("precision", "tab:red"), ("f1", "tab:green"))
+LABEL_NAMES = ("negative", "positive")  # expected label False / True, in every plot of every command
+LABEL_STYLE = {False: ("tab:orange", "s"), True: ("tab:blue", "o")}  # ParaPLUIE Fig. 2: orange squares, blue circles
+PLUIE_AXIS = "PLUIE score: log p(Yes) − log p(No)"
 
 
 def _figure(width: float = 6.4, height: float = 4.0) -> tuple[Any, Any]:
@@ -29,6 +37,27 @@ def _figure(width: float = 6.4, height: float = 4.0) -> tuple[Any, Any]:
     return figure, figure.add_subplot(1, 1, 1)
 
 
+def _title(ax: Any, text: str, width: int = 72) -> None:
+    """A title wrapped over lines so that judge and template names are never cut off."""
+    import textwrap
+
+    ax.set_title("\n".join(textwrap.wrap(text, width)), fontsize=9)
+
+
+def x_range(scores: np.ndarray, natural_threshold: float | None = None, pad: float = 0.03) -> tuple[float, float]:
+    """The plotted threshold range: the scores (and the natural threshold), padded by ``pad`` of the span.
+
+    Example:
+        >>> x_range(np.array([0.2, 0.8]))
+        (0.182, 0.8180000000000001)
+    """
+    lo, hi = float(scores.min()), float(scores.max())
+    if natural_threshold is not None:
+        lo, hi = min(lo, natural_threshold), max(hi, natural_threshold)
+    margin = (hi - lo) * pad if hi > lo else 0.5
+    return lo - margin, hi + margin
+
+
 def plot_threshold_curves(
     scores: Iterable[float],
     labels: Iterable[Any],
@@ -37,33 +66,58 @@ def plot_threshold_curves(
     title: str | None = None,
     natural_threshold: float | None = 0.0,
     points: int = 400,
+    xlabel: str = "decision threshold (positive when score > threshold)",
 ) -> Path:
-    """Accuracy, recall, precision and F1 of ``score > t`` against ``t``; the best F1 is marked and
+    """Accuracy, recall, precision and F1 of ``score > t`` against ``t`` over the range of the
+    scores; the best F1 is marked at the very threshold :func:`best_threshold` reports (the table's),
     the natural threshold drawn as a dashed line. Returns the written PNG path.
 
     Example:
         >>> plot_threshold_curves(scores, labels, "out/mrpc_curves.png", title="MRPC")  # doctest: +SKIP
     """
     s, y = as_scores(scores), as_labels(labels)
-    grid = np.unique(np.concatenate([candidate_thresholds(s), np.linspace(s.min() - 1.0, s.max() + 1.0, points)]))
+    lo, hi = x_range(s, natural_threshold)
+    inside = [t for t in candidate_thresholds(s) if lo <= t <= hi]
+    grid = np.unique(np.concatenate([inside, s, np.linspace(lo, hi, points)]))  # constant on [s_k, s_k+1): exact steps
     m = metrics_at(s, y, grid)
     figure, ax = _figure()
     for name, colour in CURVES:
-        ax.plot(grid, m[name], color=colour, label=name, linewidth=1.4)
-    best = int(np.argmax(m["f1"]))
-    ax.scatter([grid[best]], [m["f1"][best]], color="tab:green", zorder=3, s=30)
-    ax.annotate(f"max F1 {m['f1'][best]:.2f} at {grid[best]:.2f}", (grid[best], m["f1"][best]),
+        ax.step(grid, m[name], where="post", color=colour, label=name, linewidth=1.4)
+    best = best_threshold(s, y, "f1")
+    shown = min(max(best["threshold"], lo), hi)  # "all positive"/"all negative" lie outside the scores: edge
+    note = ""
+    if best["threshold"] < s.min():
+        note = " (every item positive)"
+    elif best["threshold"] > s.max():
+        note = " (every item negative)"
+    ax.scatter([shown], [best["f1"]], color="tab:green", zorder=3, s=30)
+    ax.annotate(f"best F1 {best['f1']:.2f} at threshold {best['threshold']:.3g}{note}", (shown, best["f1"]),
                 textcoords="offset points", xytext=(6, 8), fontsize=8,
                 bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.8, "linewidth": 0})
     if natural_threshold is not None:
         ax.axvline(natural_threshold, color="grey", linestyle="--", linewidth=1, label=f"threshold {natural_threshold:g}")
-    ax.set_xlabel("decision threshold")
-    ax.set_ylabel("score")
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("metric value")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title(title or "classification metrics against the threshold")
+    _title(ax, title or "classification metrics against the threshold")
     ax.legend(loc="best", fontsize=8)
     figure.tight_layout()
-    return _save(figure, path)
+    return _save(figure, path, {"best_f1_threshold": best["threshold"], "best_f1": best["f1"], "xlim": [lo, hi]})
+
+
+def histogram_edges(scores: np.ndarray, max_bins: int = 30, min_bins: int = 5) -> np.ndarray:
+    """Bin edges: numpy's "auto" rule, kept between ``min_bins`` and ``max_bins`` bins so that small
+    samples get wide bars rather than slivers.
+
+    Example:
+        >>> len(histogram_edges(np.array([0.0, 1.0, 2.0]))) - 1
+        5
+    """
+    if scores.min() == scores.max():
+        return np.array([scores.min() - 0.5, scores.max() + 0.5])
+    auto = len(np.histogram_bin_edges(scores, bins="auto")) - 1
+    return np.histogram_bin_edges(scores, bins=int(min(max(auto, min_bins), max_bins)))
 
 
 def plot_score_histograms(
@@ -72,36 +126,224 @@ def plot_score_histograms(
     path: str | Path,
     *,
     title: str | None = None,
-    label_names: Sequence[str] = ("negative", "positive"),
+    label_names: Sequence[str] = LABEL_NAMES,
     bins: int = 30,
     natural_threshold: float | None = 0.0,
+    xlabel: str = "score",
 ) -> Path:
-    """Overlaid histograms of the scores of negative and positive items. Returns the PNG path.
+    """Histograms of the scores of negative and positive items (integer counts), side by side per
+    bin. When every item has the same expected label (a PARAPHRASUS Minimize!/Maximize! set), the
+    side of the threshold that is correct is shaded and the error rate written. Returns the PNG path.
 
     Example:
-        >>> plot_score_histograms(scores, labels, "out/mrpc_hist.png", label_names=("non-paraphrase", "paraphrase"))  # doctest: +SKIP
+        >>> plot_score_histograms(scores, labels, "out/mrpc_hist.png")  # doctest: +SKIP
     """
+    from matplotlib.ticker import MaxNLocator
+
     s, y = as_scores(scores), as_labels(labels)
     if len(s) != len(y):
         raise ValueError(f"scores and labels differ in length ({len(s)} vs {len(y)}).")
-    edges = np.histogram_bin_edges(s, bins=bins)
+    edges = histogram_edges(s, max_bins=bins)
     figure, ax = _figure()
-    for value, name, colour in ((False, label_names[0], "tab:orange"), (True, label_names[1], "tab:blue")):
+    present = [v for v in (False, True) if (y == v).any()]
+    width = np.diff(edges) / len(present)
+    for k, value in enumerate(present):
         part = s[y == value]
-        if part.size:
-            ax.hist(part, bins=edges, alpha=0.55, color=colour, label=f"{name} (n={part.size})")
+        counts, _ = np.histogram(part, bins=edges)
+        colour = LABEL_STYLE[value][0]
+        ax.bar(edges[:-1] + k * width, counts, width=width * 0.95, align="edge", color=colour, alpha=0.8,
+               label=f"{label_names[int(value)]} (n={part.size})")
+    lo, hi = x_range(s, natural_threshold)
+    lo, hi = min(lo, edges[0]), max(hi, edges[-1])
     if natural_threshold is not None:
-        ax.axvline(natural_threshold, color="grey", linestyle="--", linewidth=1)
-    ax.set_xlabel("score")
+        ax.axvline(natural_threshold, color="grey", linestyle="--", linewidth=1, label=f"threshold {natural_threshold:g}")
+        if len(present) == 1:
+            expected = present[0]
+            wrong = int(((s > natural_threshold) != expected).sum())
+            room = 0.15 * (hi - lo)  # show some of the correct side even when no score falls there
+            lo, hi = (lo, max(hi, natural_threshold + room)) if expected else (min(lo, natural_threshold - room), hi)
+            side = (natural_threshold, hi) if expected else (lo, natural_threshold)
+            ax.axvspan(*side, color="tab:green", alpha=0.08, zorder=0,
+                       label=f"correct side: {label_names[int(expected)]} ({wrong}/{s.size} wrong)")
+    ax.set_xlim(lo, hi)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    facts = {"bins": len(edges) - 1, "yticks": [float(t) for t in ax.get_yticks()]}
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("items")
-    ax.set_title(title or "score distribution per label")
-    ax.legend(loc="best", fontsize=8)
+    _title(ax, title or "score distribution per label")
+    ax.legend(loc="best", fontsize=8, title="expected label", title_fontsize=8)
+    figure.tight_layout()
+    return _save(figure, path, facts)
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Pearson's r, ``None`` when undefined (fewer than 2 points or a constant variable).
+
+    Example:
+        >>> pearson([1, 2, 3], [2, 4, 7])
+        0.9933992677987828
+    """
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if a.size < 2 or a.std() == 0 or b.std() == 0:
+        return None
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+def plot_edit_distance(
+    scores: Iterable[float],
+    labels: Iterable[Any],
+    distances: Iterable[float],
+    path: str | Path,
+    *,
+    title: str | None = None,
+    natural_threshold: float | None = 0.0,
+    label_names: Sequence[str] = LABEL_NAMES,
+    ylabel: str = "score",
+) -> Path:
+    """Score against normalised edit distance, one marker per label (ParaPLUIE Fig. 2: blue circles
+    positive, orange squares negative), with Pearson's r inside each label in the legend. A metric
+    that is independent of lexical distance separates the labels vertically, not along x.
+
+    Example:
+        >>> plot_edit_distance(scores, labels, distances, "out/PLUIE_edit_distance.png")  # doctest: +SKIP
+    """
+    s, y = as_scores(scores), as_labels(labels)
+    d = as_scores(distances, "distances")
+    figure, ax = _figure()
+    for value in (True, False):
+        mask = y == value
+        if not mask.any():
+            continue
+        colour, marker = LABEL_STYLE[value]
+        r = pearson(d[mask], s[mask])
+        ax.scatter(d[mask], s[mask], s=14, marker=marker, facecolors="none" if value else colour, edgecolors=colour,
+                   alpha=0.7, linewidths=0.8,
+                   label=f"{label_names[int(value)]} (n={int(mask.sum())}, r={'N/A' if r is None else f'{r:.2f}'})")
+    if natural_threshold is not None:
+        ax.axhline(natural_threshold, color="tab:red", linewidth=1, label=f"threshold {natural_threshold:g}")
+    ax.set_xlabel("normalised edit distance (character Levenshtein / longer length)")
+    ax.set_ylabel(ylabel)
+    _title(ax, title or "score against edit distance")
+    ax.legend(loc="best", fontsize=8, title="expected label (Pearson r with distance)", title_fontsize=8)
     figure.tight_layout()
     return _save(figure, path)
 
 
-def _save(figure: Any, path: str | Path) -> Path:
+STS_BINS = ((0, 1), (1, 2), (2, 3), (3, 4), (4, 5.0001))
+
+
+def sts_bin_shares(sts: Sequence[float], positive: Sequence[bool]) -> list[tuple[str, int, float | None]]:
+    """Share of positives per STS score bin 0-1, 1-2, 2-3, 3-4, 4-5: ``[(bin, n, share or None)]``.
+
+    Example:
+        >>> sts_bin_shares([0.5, 0.7, 4.2, 5.0], [False, True, True, True])[0]
+        ('0-1', 2, 0.5)
+    """
+    out = []
+    for lo, hi in STS_BINS:
+        members = [p for x, p in zip(sts, positive) if lo <= x < hi]
+        out.append((f"{lo}-{math.floor(hi)}", len(members), (sum(members) / len(members)) if members else None))
+    return out
+
+
+def plot_sts_bins(
+    sts: Sequence[float],
+    predicted: Sequence[bool],
+    path: str | Path,
+    *,
+    human: tuple[Sequence[float], Sequence[bool]] | None = None,
+    title: str | None = None,
+) -> Path:
+    """PARAPHRASUS Fig. 1: the share of pairs predicted "paraphrase" per STS similarity bin (0 =
+    unrelated ... 5 = equivalent); ``human`` adds the share the STS-H annotators labelled paraphrase.
+
+    Example:
+        >>> plot_sts_bins(sts_scores, verdicts, "out/sts_bins.png")  # doctest: +SKIP
+    """
+    judged = sts_bin_shares(sts, predicted)
+    figure, ax = _figure()
+    x = np.arange(len(judged))
+    series = [("judge: predicted paraphrase", judged, "tab:blue")]
+    if human is not None:
+        series.append(("STS-H annotators: paraphrase", sts_bin_shares(*human), "tab:grey"))
+    width = 0.8 / len(series)
+    for k, (name, shares, colour) in enumerate(series):
+        values = [100 * v if v is not None else 0.0 for _, _, v in shares]
+        bars = ax.bar(x + (k - (len(series) - 1) / 2) * width, values, width=width * 0.95, color=colour, label=name)
+        for bar, (_, n, v) in zip(bars, shares):
+            ax.annotate("–" if v is None else f"{100 * v:.0f}%\nn={n}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        ha="center", va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
+    ax.set_xticks(x, [f"{b}" for b, _, _ in judged])
+    ax.set_xlabel("STS score bin (0 = unrelated, 5 = equivalent); – = no pair in the bin")
+    ax.set_ylabel("% of the bin's pairs")
+    ax.set_ylim(0, 118)
+    _title(ax, title or "share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1)")
+    ax.legend(loc="upper left", fontsize=8)
+    figure.tight_layout()
+    return _save(figure, path)
+
+
+def plot_error_rates(
+    columns: Mapping[str, Mapping[str, float | None]],
+    path: str | Path,
+    *,
+    title: str | None = None,
+) -> Path:
+    """Error rates (%) per row (datasets, challenge means, overall): the first system (this judge)
+    as bars, every other system (the published peers) as a marker on the same row. Lower is better.
+
+    Example:
+        >>> plot_error_rates({"judge": {"MRPC": 0.3}, "llama": {"MRPC": 0.24}}, "out/errors.png")  # doctest: +SKIP
+    """
+    systems = list(columns)
+    rows: list[str] = []
+    for figures in columns.values():
+        rows += [r for r in figures if r not in rows]
+    figure, ax = _figure(8.6, 0.32 * len(rows) + 1.8)
+    y = np.arange(len(rows))
+    ours = [columns[systems[0]].get(r) for r in rows]
+    ax.barh(y, [100 * v if v is not None else 0 for v in ours], height=0.6, color="tab:blue", alpha=0.45, label=systems[0])
+    for yi, v in zip(y, ours):
+        if v is not None:
+            ax.annotate(f"{100 * v:.1f}%", (100 * v, yi), xytext=(3, -3), textcoords="offset points", fontsize=7,
+                        bbox={"boxstyle": "round,pad=0.1", "facecolor": "white", "alpha": 0.7, "linewidth": 0})
+    palette = ["tab:orange", "tab:red", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:grey", "tab:olive", "tab:cyan", "black"]
+    markers = "osD^v<>Pp*X"
+    for k, system in enumerate(systems[1:]):
+        values = [(yi, 100 * v) for yi, v in zip(y, (columns[system].get(r) for r in rows)) if v is not None]
+        if values:
+            ax.scatter([v for _, v in values], [yi for yi, _ in values], s=22, marker=markers[k % len(markers)],
+                       color=palette[k % len(palette)], label=system, zorder=3)
+    ax.set_yticks(y, rows)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 105)
+    ax.set_xlabel("error rate (%), lower is better")
+    _title(ax, title or "error rates beside the published peers")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title="bars: this judge; markers: peers",
+              title_fontsize=7)
+    figure.tight_layout()
+    return _save(figure, path, {"rows": rows, "systems": systems})
+
+
+def plot_facts(path: str | Path) -> dict[str, Any]:
+    """What a plot shows, as stored in its PNG "Description" text (e.g. the marked best threshold).
+
+    Example:
+        >>> plot_facts("out/plots/PLUIE_thresholds.png")["best_f1_threshold"]  # doctest: +SKIP
+        -0.149
+    """
+    import json
+
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return json.loads(image.text.get("Description", "{}"))
+
+
+def _save(figure: Any, path: str | Path, facts: Mapping[str, Any] | None = None) -> Path:
+    import json
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, format="png")
+    figure.savefig(path, format="png", metadata={"Description": json.dumps(dict(facts or {}))})
     return path

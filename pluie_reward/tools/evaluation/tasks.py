@@ -1,6 +1,13 @@
 """Judge evaluations on your own data, with baselines side by side: classification of labelled
 pairs (the seeds' Tables 1/3) and alignment with human pairwise preferences (the seeds' Table 2).
 
+A run scores one or more :class:`Condition` (a template and the fields it reads: ``Rev-PLUIE``,
+``Rev-PLUIE w.g.``, ``Para-PLUIE``...) on every item. The two candidates of a preference item are
+scored in the same ``Judge.score`` call, next to each other, so the prefix they share (template,
+original, instruction, gold) is computed once. With an output folder, scores are saved after every
+call (:mod:`.store`): an interrupted run resumes, and :func:`report_folder` recomputes the tables
+without the judge.
+
 Example:
     >>> r = evaluate_classification(judge, {"source": S, "hypothesis": H}, labels)  # doctest: +SKIP
     >>> print(classification_markdown(r))  # doctest: +SKIP
@@ -8,15 +15,63 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ...core.template import load_template
-from .baselines import parse_baselines, score_baseline
+from .baselines import levenshtein_similarity, parse_baselines, score_baseline
 from .metrics import as_labels, as_preferences, classification_report, preference_metrics
-from .report import markdown_table, number
+from .report import write_outputs
+from .store import ScoreStore, fingerprint, load_run
 
-JUDGE_ROW = "PLUIE"
+from .tables import JUDGE_ROW, PAPER_BASELINES, classification_markdown, preference_markdown, task_markdown
+
+__all__ = ["Condition", "JUDGE_ROW", "PAPER_BASELINES", "classification_markdown", "evaluate_classification",
+           "evaluate_preference", "preference_markdown", "report_folder", "run_classification", "run_preference",
+           "score_items", "task_markdown"]
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One way of asking the judge, scored on every item: a row of the result table.
+
+    Args:
+        name: the row's name in results ("PLUIE", "Rev-PLUIE w.g.").
+        template: template name, YAML path or :class:`~pluie_reward.Template`.
+        fields: template field -> one value per item (or one string for all); for preferences,
+            every field but the hypothesis (the candidates A and B are the hypothesis).
+        columns: template field -> where its values come from (shown in the report).
+        row, variant: the paper's row ("Rev-PLUIE") and column group ("" or "w.g.").
+
+    Example:
+        >>> Condition("Para-PLUIE", "para-fs", {"source": ["The cat sleeps."]}).row
+        'Para-PLUIE'
+    """
+
+    name: str
+    template: Any = "para-fs"
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    columns: Mapping[str, str] = field(default_factory=dict)
+    row: str = ""
+    variant: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.row:
+            object.__setattr__(self, "row", self.name)
+
+    @property
+    def template_name(self) -> str:
+        return load_template(self.template).name
+
+    def describe(self) -> dict[str, Any]:
+        """What the report shows about this condition."""
+        return {"name": self.name, "row": self.row, "variant": self.variant, "template": self.template_name,
+                "columns": dict(self.columns)}
+
+    def value(self, name: str, i: int) -> Any:
+        v = self.fields[name]
+        return v if isinstance(v, str) or v is None else v[i]
 
 
 def reference_field(template: Any, fields: Mapping[str, Any], reference: str | None = None) -> str:
@@ -39,26 +94,6 @@ def reference_field(template: Any, fields: Mapping[str, Any], reference: str | N
     raise ValueError("the template has no field besides 'hypothesis' for the baselines to compare with; pass reference=.")
 
 
-def score_in_chunks(
-    judge: Any, template: Any, fields: Mapping[str, Any], n: int, *, chunk_size: int = 64, desc: str = "scoring", progress: bool = True
-) -> list[float]:
-    """``judge.score`` over ``n`` items in chunks, with a tqdm progress bar; list fields are sliced,
-    string fields broadcast.
-
-    Example:
-        >>> score_in_chunks(judge, "para-fs", {"source": S, "hypothesis": H}, len(S))  # doctest: +SKIP
-    """
-    from tqdm.auto import tqdm
-
-    scores: list[float] = []
-    with tqdm(total=n, desc=desc, unit="item", disable=not progress) as bar:
-        for start in range(0, n, chunk_size):
-            part = {k: (v if isinstance(v, str) or v is None else list(v[start : start + chunk_size])) for k, v in fields.items()}
-            scores.extend(judge.score(template, **part))
-            bar.update(min(chunk_size, n - start))
-    return scores
-
-
 def _length(fields: Mapping[str, Any]) -> int:
     lengths = {k: len(v) for k, v in fields.items() if v is not None and not isinstance(v, str)}
     if not lengths:
@@ -72,6 +107,186 @@ def _broadcast(value: Any, n: int) -> list[str]:
     return [value] * n if isinstance(value, str) else list(value)
 
 
+def _chunk_size(judge: Any, chunk_size: int | None, prompts_per_item: int = 1) -> int:
+    from ..cli.common import auto_chunk_size
+
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
+    return chunk_size or auto_chunk_size(judge, prompts_per_item)
+
+
+def score_in_chunks(
+    judge: Any, template: Any, fields: Mapping[str, Any], n: int, *, chunk_size: int | None = None,
+    desc: str = "scoring", progress: bool = True,
+) -> list[float]:
+    """``judge.score`` over ``n`` items in chunks (default: about one forward batch), with a tqdm
+    progress bar; list fields are sliced, string fields broadcast.
+
+    Example:
+        >>> score_in_chunks(judge, "para-fs", {"source": S, "hypothesis": H}, len(S))  # doctest: +SKIP
+    """
+    condition = Condition(JUDGE_ROW, template, fields)
+    lines = score_items(judge, [condition], [{"i": i, "h": ""} for i in range(n)], chunk_size=chunk_size,
+                        progress=progress, desc=desc)
+    return [line["scores"][JUDGE_ROW] for line in lines]
+
+
+def edit_distances(references: Sequence[str], hypotheses: Sequence[str]) -> list[float]:
+    """Normalised character edit distance (1 - Levenshtein similarity) of each pair, for the
+    score-against-edit-distance plots (ParaPLUIE Fig. 2).
+
+    Example:
+        >>> edit_distances(["kitten"], ["sitting"])
+        [0.4285714285714286]
+    """
+    return [1.0 - levenshtein_similarity(str(r), str(h)) for r, h in zip(references, hypotheses)]
+
+
+# scoring ----------------------------------------------------------------------------------------
+def _score_condition(judge: Any, condition: Condition, index: list[int], pairs: tuple[Sequence[str], Sequence[str]] | None,
+                     rows: Sequence[str]) -> list[Any]:
+    """One ``Judge.score`` call for the items ``index``; with ``pairs`` the call holds A and B of each
+    item next to each other (A0 B0 A1 B1 ...), so their shared prefix is computed once."""
+    copies = 1 if pairs is None else 2
+    values = {}
+    for name, v in condition.fields.items():
+        if v is None or isinstance(v, str):
+            values[name] = v
+        else:
+            values[name] = [v[i] for i in index for _ in range(copies)]
+    if pairs is not None:
+        values["hypothesis"] = [c for i in index for c in (pairs[0][i], pairs[1][i])]
+    try:
+        scores = judge.score(condition.template, **values)
+    except (TypeError, ValueError) as err:
+        from ..cli.records import relocate
+
+        raise type(err)(f"{condition.name}: {relocate(str(err), [rows[i] for i in index], copies)}") from None
+    if pairs is None:
+        return list(scores)
+    return [[a, b] for a, b in zip(scores[0::2], scores[1::2])]
+
+
+def score_items(
+    judge: Any,
+    conditions: Sequence[Condition],
+    items: Sequence[dict[str, Any]],
+    *,
+    pairs: tuple[Sequence[str], Sequence[str]] | None = None,
+    baselines: Mapping[str, Callable[[list[int]], list[Any]]] | None = None,
+    extras: Mapping[str, Callable[[list[int]], list[Any]]] | None = None,
+    store: ScoreStore | None = None,
+    chunk_size: int | None = None,
+    progress: bool = True,
+    desc: str = "scoring",
+) -> list[dict[str, Any]]:
+    """Score every condition (and baseline) on every item; returns one line per item,
+    ``{**items[i], "scores": {name: score or [score_A, score_B]}}``.
+
+    ``items[i]`` holds at least ``"i"`` and ``"h"`` (the item's input fingerprint); items the store
+    already holds are not scored again; new lines are saved after every chunk. ``extras`` compute
+    further per-item values kept beside the scores (e.g. the edit distance for the plots).
+    """
+    from tqdm.auto import tqdm
+
+    baselines, extras = baselines or {}, extras or {}
+    rows = [item.get("row", f"item {item['i'] + 1}") for item in items]
+    lines: dict[int, dict[str, Any]] = {}
+    todo: list[int] = []
+    for k, item in enumerate(items):
+        saved = store.done(item["i"], item["h"]) if store is not None else None
+        if saved is not None:
+            lines[k] = saved
+        else:
+            todo.append(k)
+    size = _chunk_size(judge, chunk_size, 1 if pairs is None else 2)
+    if todo and hasattr(judge, "bind"):
+        for condition in conditions:  # a template this judge cannot answer fails now, not after a first chunk
+            judge.bind(condition.template)
+    with tqdm(total=len(items), initial=len(items) - len(todo), desc=desc, unit="item", disable=not progress) as bar:
+        for start in range(0, len(todo), size):
+            index = todo[start : start + size]
+            scored = {c.name: _score_condition(judge, c, index, pairs, rows) for c in conditions}
+            scored.update({name: function(index) for name, function in baselines.items()})
+            more = {name: function(index) for name, function in extras.items()}
+            new = [{**items[k], **{name: values[j] for name, values in more.items()},
+                    "scores": {name: values[j] for name, values in scored.items()}} for j, k in enumerate(index)]
+            if store is not None:
+                store.add(new)
+            lines.update(zip(index, new))
+            bar.update(len(index))
+    return [lines[k] for k in range(len(items))]
+
+
+def _config(task: str, judge: Any, conditions: Sequence[Condition], baselines: Sequence[str], **extra: Any) -> dict[str, Any]:
+    return {
+        "task": task,
+        "judge": getattr(judge, "name", str(judge)),
+        "conditions": [[c.name, c.template_name, fingerprint(repr(load_template(c.template)))] for c in conditions],
+        "baselines": list(baselines),
+        **extra,
+    }
+
+
+def _meta(task: str, judge: Any, conditions: Sequence[Condition], names: Sequence[str], n: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "task": task,
+        "judge": getattr(judge, "name", str(judge)),
+        "template": ", ".join(dict.fromkeys(c.template_name for c in conditions)),
+        "conditions": [c.describe() for c in conditions],
+        "baselines": list(names),
+        "n": n,
+        **extra,
+    }
+
+
+# classification -------------------------------------------------------------------------------
+def run_classification(
+    judge: Any,
+    conditions: Sequence[Condition],
+    labels: Sequence[Any],
+    *,
+    baseline_texts: tuple[Sequence[str], Sequence[str]] | None = None,
+    baselines: Any = ("levenshtein", "bleu"),
+    threshold: float = 0.0,
+    rows: Sequence[str] | None = None,
+    output_dir: str | Path | None = None,
+    overwrite: bool = False,
+    plots: bool = False,
+    chunk_size: int | None = None,
+    progress: bool = True,
+    meta: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Score ``conditions`` on labelled items and compute the Table 1 metrics of each condition
+    (natural threshold and a posteriori) and of each baseline (``baseline_texts`` = (references,
+    hypotheses) they compare; the normalised edit distance between them is kept for the plots).
+
+    Example:
+        >>> run_classification(judge, [Condition("PLUIE", "para-fs", {"source": S, "hypothesis": H})], labels)  # doctest: +SKIP
+    """
+    y = as_labels(labels)
+    n = len(y)
+    names = parse_baselines(baselines) if baseline_texts is not None else []
+    rows = list(rows) if rows is not None else [f"item {i + 1}" for i in range(n)]
+    refs, hyps = baseline_texts if baseline_texts is not None else (None, None)
+    items = []
+    for i in range(n):
+        inputs = [[c.value(f, i) for f in sorted(c.fields)] for c in conditions]
+        item: dict[str, Any] = {"i": i, "row": rows[i], "label": bool(y[i])}
+        if refs is not None:
+            inputs.append([refs[i], hyps[i]])
+        item["h"] = fingerprint(item["label"], inputs)
+        items.append(item)
+    functions = {name: (lambda index, name=name: score_baseline(name, [refs[i] for i in index], [hyps[i] for i in index]))
+                 for name in names}
+    extras = {} if refs is None else {"edit_distance": lambda index: edit_distances([refs[i] for i in index], [hyps[i] for i in index])}
+    info = _meta("classification", judge, conditions, names, n, threshold=threshold, **(meta or {}))
+    with ScoreStore(output_dir, _config("classification", judge, conditions, names), info, overwrite=overwrite) as store:
+        lines = score_items(judge, conditions, items, baselines=functions, extras=extras, store=store if output_dir else None,
+                            chunk_size=chunk_size, progress=progress)
+    return _finish_run(info, lines, output_dir, plots)
+
+
 def evaluate_classification(
     judge: Any,
     fields: Mapping[str, Any],
@@ -82,65 +297,145 @@ def evaluate_classification(
     baselines: Any = ("levenshtein", "bleu"),
     reference: str | None = None,
     plots_dir: str | Path | None = None,
-    chunk_size: int = 64,
+    chunk_size: int | None = None,
     progress: bool = True,
+    output_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """PLUIE at ``threshold`` and at the a posteriori best-F1 / best-accuracy thresholds, and each
-    baseline at its a posteriori thresholds; optional PNG plots per metric.
+    baseline at its a posteriori thresholds; optional PNG plots (``plots_dir``); scores saved in
+    ``output_dir`` as they come (resumable).
 
     Example:
         >>> r = evaluate_classification(judge, {"source": S, "hypothesis": H}, [True, False])  # doctest: +SKIP
         >>> r["metrics"]["PLUIE"]["natural"]["f1"]  # doctest: +SKIP
     """
-    y = as_labels(labels)
     n = _length(fields)
-    if len(y) != n:
-        raise ValueError(f"{len(y)} labels for {n} items.")
-    scores = {JUDGE_ROW: score_in_chunks(judge, template, fields, n, chunk_size=chunk_size, progress=progress)}
-    names = parse_baselines(baselines)
-    if names:
-        ref = _broadcast(fields[reference_field(template, fields, reference)], n)
-        hyp = _broadcast(fields["hypothesis"], n)
-        for name in names:
-            scores[name] = score_baseline(name, ref, hyp)
-    metrics = {
-        name: classification_report(s, y, natural_threshold=threshold if name == JUDGE_ROW else None)
-        for name, s in scores.items()
-    }
-    results: dict[str, Any] = {
-        "task": "classification",
-        "judge": getattr(judge, "name", str(judge)),
-        "template": getattr(template, "name", template),
-        "n": n,
-        "positives": int(y.sum()),
-        "metrics": metrics,
-        "scores": scores,
-    }
+    if len(labels) != n:
+        raise ValueError(f"{len(labels)} labels for {n} items.")
+    ref = reference_field(template, fields, reference)
+    texts = (_broadcast(fields[ref], n), _broadcast(fields["hypothesis"], n))
+    results = run_classification(
+        judge, [Condition(JUDGE_ROW, template, fields)], labels, baseline_texts=texts, baselines=baselines,
+        threshold=threshold, output_dir=output_dir, chunk_size=chunk_size, progress=progress,
+        meta={"reference_from": f"baselines and edit distance compare the hypothesis with the field {ref!r}"},
+    )
     if plots_dir is not None:
-        from .plots import plot_score_histograms, plot_threshold_curves
-
-        results["plots"] = []
-        for name, s in scores.items():
-            natural = threshold if name == JUDGE_ROW else None
-            results["plots"].append(str(plot_threshold_curves(s, y, Path(plots_dir) / f"{name}_thresholds.png", title=name, natural_threshold=natural)))
-            results["plots"].append(str(plot_score_histograms(s, y, Path(plots_dir) / f"{name}_histogram.png", title=name, natural_threshold=natural)))
+        results["plots"] = classification_plots(results, plots_dir)
     return results
 
 
-def classification_markdown(results: dict[str, Any]) -> str:
-    """Table 1 layout: metric, setting, Thr., Acc., Rec., Prec., F1.
+def classification_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Metrics of every condition and baseline from scored lines (no judge needed).
 
     Example:
-        >>> print(classification_markdown(results))  # doctest: +SKIP
+        >>> classification_results(run["meta"], lines)["metrics"]["PLUIE"]["best_f1"]  # doctest: +SKIP
     """
-    rows = []
-    for name, report in results["metrics"].items():
-        for key, label in (("natural", "natural threshold"), ("best_f1", "best F1 (a posteriori)"), ("best_accuracy", "best accuracy (a posteriori)")):
-            if key in report:
-                m = report[key]
-                rows.append([name, label, number(m["threshold"]), number(m["accuracy"]), number(m["recall"]), number(m["precision"]), number(m["f1"])])
-    head = f"{results['n']} pairs, {results['positives']} positive; judge {results['judge']}, template {results['template']}."
-    return head + "\n\n" + markdown_table(["metric", "threshold choice", "Thr.", "Acc.", "Rec.", "Prec.", "F1"], rows)
+    if not lines:
+        raise ValueError("no scored items yet.")
+    labels = [line["label"] for line in lines]
+    judged = [c["name"] for c in meta["conditions"]]
+    names = [*judged, *meta.get("baselines", [])]
+    scores = {name: [line["scores"][name] for line in lines] for name in names}
+    threshold = meta.get("threshold", 0.0)
+    results = {
+        **{k: v for k, v in meta.items() if k not in ("n",)},
+        "n": len(lines),
+        "planned": meta.get("n", len(lines)),
+        "positives": int(sum(labels)),
+        "metrics": {name: classification_report(s, labels, natural_threshold=threshold if name in judged else None)
+                    for name, s in scores.items()},
+        "scores": scores,
+        "labels": labels,
+    }
+    if all(line.get("edit_distance") is not None for line in lines):
+        from .plots import pearson
+
+        distance = [line["edit_distance"] for line in lines]
+        results["edit_distance"] = distance
+        results["edit_distance_correlation"] = {
+            name: {label: pearson([d for d, y in zip(distance, labels) if y == value], [x for x, y in zip(s, labels) if y == value])
+                   for label, value in (("positive", True), ("negative", False))}
+            for name, s in scores.items()
+        }
+    return results
+
+
+def classification_plots(results: Mapping[str, Any], folder: str | Path) -> list[str]:
+    """Threshold curves, histograms and score-vs-edit-distance scatter for each row of ``results``."""
+    from .plots import PLUIE_AXIS, plot_edit_distance, plot_score_histograms, plot_threshold_curves
+
+    folder = Path(folder)
+    judged = {c["name"]: c for c in results["conditions"]}
+    written = []
+    labels = results["labels"]
+    for name, scores in results["scores"].items():
+        natural = results.get("threshold", 0.0) if name in judged else None
+        where = (f"judge {results['judge']}, template {judged[name]['template']}" if name in judged else "baseline")
+        title = f"{name} ({where}), {results['n']} items"
+        axis = PLUIE_AXIS if name in judged else f"{name} similarity"
+        stem = name.replace("/", "-").replace(" ", "_").replace("*", "star")
+        written.append(str(plot_threshold_curves(scores, labels, folder / f"{stem}_thresholds.png", title=title,
+                                                 natural_threshold=natural)))
+        written.append(str(plot_score_histograms(scores, labels, folder / f"{stem}_histogram.png", title=title,
+                                                 natural_threshold=natural, xlabel=axis)))
+        if "edit_distance" in results:
+            written.append(str(plot_edit_distance(scores, labels, results["edit_distance"], folder / f"{stem}_edit_distance.png",
+                                                  title=title, natural_threshold=natural, ylabel=axis)))
+    return written
+
+
+# preference -----------------------------------------------------------------------------------
+def run_preference(
+    judge: Any,
+    conditions: Sequence[Condition],
+    candidates_a: Sequence[str],
+    candidates_b: Sequence[str],
+    human: Sequence[Any],
+    *,
+    baseline_reference: Sequence[str] | None = None,
+    baselines: Any = ("levenshtein", "bleu"),
+    epsilon: float | None = None,
+    human_synonyms: Mapping[str, str] | None = None,
+    rows: Sequence[str] | None = None,
+    output_dir: str | Path | None = None,
+    overwrite: bool = False,
+    chunk_size: int | None = None,
+    progress: bool = True,
+    meta: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Score both candidates of every item under each condition (A and B of an item in one call),
+    then the Table 2 metrics against the human A/B/tie choices; baselines are the similarity of
+    each candidate to ``baseline_reference``.
+
+    Example:
+        >>> run_preference(judge, [Condition("Rev-PLUIE", "rev", {"original": O, "instruction": I})], A, B, human)  # doctest: +SKIP
+    """
+    h = as_preferences(human, "human", human_synonyms)
+    n = len(h)
+    if len(candidates_a) != n or len(candidates_b) != n:
+        raise ValueError(f"{len(candidates_a)} A candidates and {len(candidates_b)} B candidates for {n} human choices.")
+    names = parse_baselines(baselines) if baseline_reference is not None else []
+    rows = list(rows) if rows is not None else [f"item {i + 1}" for i in range(n)]
+    items = []
+    for i in range(n):
+        inputs = [[c.value(f, i) for f in sorted(c.fields)] for c in conditions]
+        inputs.append([candidates_a[i], candidates_b[i], baseline_reference[i] if baseline_reference is not None else None])
+        items.append({"i": i, "row": rows[i], "human": h[i], "h": fingerprint(h[i], inputs)})
+
+    def baseline(name: str) -> Callable[[list[int]], list[Any]]:
+        def run(index: list[int]) -> list[Any]:
+            ref = [baseline_reference[i] for i in index]
+            a = score_baseline(name, ref, [candidates_a[i] for i in index])
+            b = score_baseline(name, ref, [candidates_b[i] for i in index])
+            return [[x, y] for x, y in zip(a, b)]
+        return run
+
+    info = _meta("preference", judge, conditions, names, n, epsilon=epsilon, **(meta or {}))
+    with ScoreStore(output_dir, _config("preference", judge, conditions, names), info, overwrite=overwrite) as store:
+        lines = score_items(judge, conditions, items, pairs=(candidates_a, candidates_b),
+                            baselines={name: baseline(name) for name in names}, store=store if output_dir else None,
+                            chunk_size=chunk_size, progress=progress, desc="scoring A and B")
+    return _finish_run(info, lines, output_dir, False)
 
 
 def evaluate_preference(
@@ -154,8 +449,9 @@ def evaluate_preference(
     epsilon: float | None = None,
     baselines: Any = ("levenshtein", "bleu"),
     reference: str | None = None,
-    chunk_size: int = 64,
+    chunk_size: int | None = None,
     progress: bool = True,
+    output_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Score both candidates of each instance (``fields`` holds the template's other fields, e.g.
     ``source``), then pairwise accuracy with tie calibration, Cramér's V and Cohen's κ against the
@@ -164,41 +460,66 @@ def evaluate_preference(
     Example:
         >>> r = evaluate_preference(judge, {"source": S}, A, B, ["A", "tie", "B"])  # doctest: +SKIP
     """
-    h = as_preferences(human, "human")
-    n = len(h)
-    if len(candidates_a) != n or len(candidates_b) != n:
-        raise ValueError(f"{len(candidates_a)} A candidates and {len(candidates_b)} B candidates for {n} human choices.")
+    n = len(human)
     shared = {k: v for k, v in fields.items() if k != "hypothesis"}
-    both = {k: (v if isinstance(v, str) or v is None else [*v, *v]) for k, v in shared.items()}
-    both["hypothesis"] = [*candidates_a, *candidates_b]
-    pluie = score_in_chunks(judge, template, both, 2 * n, chunk_size=chunk_size, desc="scoring A and B", progress=progress)
-    scores = {JUDGE_ROW: (pluie[:n], pluie[n:])}
     names = parse_baselines(baselines)
+    reference_texts = None
     if names:
-        ref = _broadcast(shared[reference_field(template, {**shared, "hypothesis": None}, reference)], n)
-        for name in names:
-            scores[name] = (score_baseline(name, ref, candidates_a), score_baseline(name, ref, candidates_b))
+        ref = reference_field(template, {**shared, "hypothesis": None}, reference)
+        reference_texts = _broadcast(shared[ref], n)
+    return run_preference(
+        judge, [Condition(JUDGE_ROW, template, shared)], candidates_a, candidates_b, human,
+        baseline_reference=reference_texts, baselines=names, epsilon=epsilon, output_dir=output_dir,
+        chunk_size=chunk_size, progress=progress,
+    )
+
+
+def preference_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Table 2 metrics of every condition and baseline from scored lines (no judge needed).
+
+    Example:
+        >>> preference_results(run["meta"], lines)["metrics"]["Rev-PLUIE"]["pairwise_accuracy"]  # doctest: +SKIP
+    """
+    if not lines:
+        raise ValueError("no scored items yet.")
+    human = [line["human"] for line in lines]
+    names = [*(c["name"] for c in meta["conditions"]), *meta.get("baselines", [])]
+    scores = {name: ([line["scores"][name][0] for line in lines], [line["scores"][name][1] for line in lines]) for name in names}
     return {
-        "task": "preference",
-        "judge": getattr(judge, "name", str(judge)),
-        "template": getattr(template, "name", template),
-        "n": n,
-        "metrics": {name: preference_metrics(a, b, h, epsilon=epsilon) for name, (a, b) in scores.items()},
+        **{k: v for k, v in meta.items() if k not in ("n",)},
+        "n": len(lines),
+        "planned": meta.get("n", len(lines)),
+        "metrics": {name: preference_metrics(a, b, human, epsilon=meta.get("epsilon")) for name, (a, b) in scores.items()},
         "scores": {name: {"A": a, "B": b} for name, (a, b) in scores.items()},
     }
 
 
-def preference_markdown(results: dict[str, Any]) -> str:
-    """Table 2 layout: metric, Pair acc., tie epsilon, V, κ.
+# common -----------------------------------------------------------------------------------------
+def _finish_run(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any]], output_dir: str | Path | None,
+                plots: bool) -> dict[str, Any]:
+    results = (classification_results if meta["task"] == "classification" else preference_results)(meta, lines)
+    if plots and output_dir is not None and meta["task"] == "classification":
+        results["plots"] = classification_plots(results, Path(output_dir) / "plots")
+    if output_dir is not None:
+        write_outputs(output_dir, results, task_markdown(results))
+    return results
+
+
+def report_folder(folder: str | Path, *, plots: bool = False) -> dict[str, Any]:
+    """Recompute an evaluation's results (and plots) from its output folder alone, without the
+    judge; works on an interrupted run too (the report says how many items it covers).
 
     Example:
-        >>> print(preference_markdown(results))  # doctest: +SKIP
+        >>> print(task_markdown(report_folder("out/parareval")))  # doctest: +SKIP
     """
-    rows = [
-        [name, number(m["pairwise_accuracy"]), number(m["epsilon"], 3), number(m["cramers_v"]), number(m["cohens_kappa"])]
-        for name, m in results["metrics"].items()
-    ]
-    counts = next(iter(results["metrics"].values()))["human_counts"]
-    head = (f"{results['n']} instances (human: {counts['A']} A, {counts['B']} B, {counts['tie']} ties); "
-            f"judge {results['judge']}, template {results['template']}.")
-    return head + "\n\n" + markdown_table(["metric", "Pair acc.", "tie ε", "V", "κ"], rows)
+    run, lines = load_run(folder)
+    meta = run["meta"]
+    if meta.get("benchmark") == "PARAPHRASUS":
+        from .paraphrasus import paraphrasus_results, paraphrasus_plots
+
+        results = paraphrasus_results(meta, lines)
+        if plots:
+            results["plots"] = paraphrasus_plots(results, Path(folder) / "plots")
+        write_outputs(folder, results, task_markdown(results))
+        return results
+    return _finish_run(meta, lines, folder, plots)

@@ -17,6 +17,7 @@ import asyncio
 import secrets
 import time
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, AsyncIterator, Mapping
 
 from fastapi import Body, FastAPI, HTTPException, Request
@@ -130,6 +131,20 @@ class _Timing:
         finally:
             path = scope["path"] if scope["path"] in KNOWN_PATHS else "other"
             self.metrics.record_request(path, status[0], time.perf_counter() - start)
+
+
+def public_name(name: str) -> str:
+    """The judge's name as shown without a token: a Hub id as is, a local path reduced to its last
+    component (``/models/qwen-7b`` -> ``qwen-7b``), so ``/health`` does not reveal the filesystem.
+
+    Example:
+        >>> public_name("Qwen/Qwen2.5-7B-Instruct"), public_name("/srv/models/judge-v2/"), public_name("./ckpt/step-10")
+        ('Qwen/Qwen2.5-7B-Instruct', 'judge-v2', 'step-10')
+    """
+    text = str(name).rstrip("/\\")
+    parts = [p for p in text.replace("\\", "/").split("/") if p]
+    looks_like_path = text.startswith(("/", "~", ".")) or ":" in text[:3] or len(parts) > 2 or Path(text).exists()
+    return parts[-1] if looks_like_path and parts else text
 
 
 def create_app(
@@ -257,10 +272,10 @@ def create_app(
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        """Liveness and what the server scores."""
+        """Liveness and what the server scores (the judge's model name, never its filesystem path)."""
         return {
             "status": "ok",
-            "judge": judge.name,
+            "judge": public_name(judge.name),
             "template": template_name,
             "fields": list(batcher.fields),
             "optional_fields": list(batcher.optional_fields),

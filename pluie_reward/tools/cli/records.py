@@ -1,0 +1,356 @@
+"""Reading input files for the ``score`` and ``eval`` commands: JSON lines, JSON arrays, CSV/TSV,
+Parquet, Arrow and Hugging Face ``datasets`` folders (``save_to_disk``), with every problem reported
+as a :class:`UsageError` that names the file, the row and what to do.
+
+Columns may be nested: ``eval_annotation.preference`` reads ``row["eval_annotation"]["preference"]``
+(a key that itself contains a dot wins over the nested reading).
+
+Example:
+    >>> import json, tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "prefs.jsonl"
+    >>> _ = path.write_text(json.dumps({"a": "x", "meta": {"human": "B"}}) + "\\n")
+    >>> records = read_table(path)
+    >>> records.values("meta.human"), records.where(0)
+    (['B'], 'prefs.jsonl line 1')
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from .common import UsageError
+
+JSON_SUFFIXES = {".jsonl", ".ndjson", ".json"}
+TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t"}
+FORMATS = (".jsonl/.json (one JSON object per line, a JSON array of objects or an object of objects), .csv, .tsv, "
+           ".parquet, .arrow, or a datasets folder (save_to_disk)")
+_MISSING = object()
+
+
+def get_path(row: Mapping[str, Any], column: str) -> Any:
+    """The value of ``column`` in ``row``, following dots into nested objects; raises ``KeyError``.
+
+    Example:
+        >>> get_path({"a": {"b": 1}, "c.d": 2}, "a.b"), get_path({"c.d": 2}, "c.d")
+        (1, 2)
+    """
+    if column in row:
+        return row[column]
+    value: Any = row
+    for part in column.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            raise KeyError(column)
+        value = value[part]
+    return value
+
+
+def column_names(row: Mapping[str, Any], prefix: str = "", depth: int = 2) -> list[str]:
+    """Column names of a row, nested objects listed as dotted paths (``depth`` levels deep).
+
+    Example:
+        >>> column_names({"a": 1, "b": {"c": 2, "d": {"e": 3}}})
+        ['a', 'b', 'b.c', 'b.d', 'b.d.e']
+    """
+    names = []
+    for key, value in row.items():
+        name = f"{prefix}{key}"
+        names.append(name)
+        if isinstance(value, Mapping) and depth > 0:
+            names += column_names(value, name + ".", depth - 1)
+    return names
+
+
+@dataclass
+class Records:
+    """Rows of one input file, each with its location (``line N`` for text files, ``row N`` otherwise)."""
+
+    path: Path
+    rows: list[dict[str, Any]]
+    locations: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def where(self, index: int) -> str:
+        """``"<file name> line 12"``: where row ``index`` (0-based) comes from."""
+        return f"{self.path.name} {self.locations[index]}"
+
+    @property
+    def columns(self) -> list[str]:
+        """Column names of the first row (nested ones as dotted paths)."""
+        return column_names(self.rows[0]) if self.rows else []
+
+    def has(self, column: str) -> bool:
+        """Whether the first row has ``column``."""
+        if not self.rows:
+            return False
+        try:
+            get_path(self.rows[0], column)
+        except KeyError:
+            return False
+        return True
+
+    def require(self, columns: Mapping[str, str], hint: str = "") -> None:
+        """Check that the first row has every column (``{what it is for: column}``); one error lists all missing ones."""
+        missing = {what: column for what, column in columns.items() if not self.has(column)}
+        if missing:
+            raise UsageError(
+                f"{self.path}: no column(s) {list(missing.values())} (for {', '.join(missing)}); "
+                f"columns: {self.columns}.{(' ' + hint) if hint else ''}"
+            )
+
+    def values(self, column: str, *, optional: bool = False) -> list[Any]:
+        """The column's value in every row; a row without it is an error naming the row, unless
+        ``optional`` (then ``None``)."""
+        out = []
+        for i, row in enumerate(self.rows):
+            try:
+                out.append(get_path(row, column))
+            except KeyError:
+                if optional:
+                    out.append(None)
+                    continue
+                raise UsageError(
+                    f"{self.where(i)}: no column {column!r} (the first row has it); add it to that row or remove the row."
+                ) from None
+        return out
+
+    def limit(self, n: int | None) -> "Records":
+        """The first ``n`` rows (all when ``n`` is None)."""
+        if n is None:
+            return self
+        if n < 1:
+            raise UsageError(f"--limit must be >= 1, got {n}.")
+        return Records(self.path, self.rows[:n], self.locations[:n])
+
+
+def text_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be a text field (not a string, or a lone surrogate), else ``None``.
+
+    Example:
+        >>> text_problem("ok"), text_problem(None), text_problem("a\\ud800")
+        (None, 'None, not a string', 'character 1 is a lone surrogate (\\\\ud800), not valid Unicode text')
+    """
+    if not isinstance(value, str):
+        return f"{value!r}, not a string" if value is None else f"{type(value).__name__} {value!r}, not a string"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return f"character {err.start} is a lone surrogate ({ascii(value[err.start])[1:-1]}), not valid Unicode text"
+    return None
+
+
+def check_texts(records: Records, columns: Mapping[str, str], optional: Iterable[str] = ()) -> dict[str, list[Any]]:
+    """The values of each field's column (``{field: column}``), every one checked to be text: a
+    missing value, a number or a lone surrogate is an error naming the row, column and field.
+    Fields in ``optional`` may be missing or ``None`` (the template leaves their turn out).
+
+    Example:
+        >>> check_texts(records, {"source": "src"})  # doctest: +SKIP
+        {'source': ['The cat sleeps.', ...]}
+    """
+    optional = set(optional)
+    out: dict[str, list[Any]] = {}
+    for name, column in columns.items():
+        values = records.values(column, optional=name in optional)
+        for i, value in enumerate(values):
+            if value is None and name in optional:
+                continue
+            problem = text_problem(value)
+            if problem:
+                raise UsageError(
+                    f"{records.where(i)}: column {column!r} (template field {name!r}) is {problem}; "
+                    "every item needs a text value there: fix or remove the row."
+                )
+        out[name] = values
+    return out
+
+
+# reading ----------------------------------------------------------------------------------------
+def read_table(path: str | Path, split: str | None = None) -> Records:
+    """Read an input file (see ``FORMATS``) into :class:`Records`; raises :class:`UsageError`.
+
+    Example:
+        >>> read_table("pairs.csv").values("source")  # doctest: +SKIP
+    """
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"input {str(path)!r} does not exist.")
+    try:
+        if path.is_dir():
+            records = _read_dataset(path, split)
+        elif path.suffix.lower() in TABLE_SUFFIXES:
+            records = _read_csv(path, TABLE_SUFFIXES[path.suffix.lower()])
+        elif path.suffix.lower() in (".parquet", ".arrow"):
+            records = _read_arrow(path)
+        else:
+            records = _read_json(path)
+    except UnicodeDecodeError as err:
+        raise UsageError(
+            f"{path}: not UTF-8 text (byte {err.start}: {err.reason}); convert it first, e.g. "
+            f"iconv -f latin1 -t utf-8 {path} > utf8{path.suffix}"
+        ) from None
+    if split is not None and not path.is_dir():
+        raise UsageError(f"--split applies to a datasets folder; {path} is a file.")
+    if not records.rows:
+        raise UsageError(f"{path} holds no items.")
+    return records
+
+
+def _object(value: Any, path: Path, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise UsageError(
+            f"{path} {where}: expected a JSON object like {{\"source\": ..., \"hypothesis\": ...}}, "
+            f"got a {type(value).__name__} ({json.dumps(value, ensure_ascii=False)[:60]})."
+        )
+    return value
+
+
+def _read_json(path: Path) -> Records:
+    text = path.read_text(encoding="utf-8-sig")
+    if path.suffix.lower() not in JSON_SUFFIXES:
+        if not text.lstrip().startswith(("{", "[")):
+            raise UsageError(f"{path}: unknown input format {path.suffix!r}; use {FORMATS}.")
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            if text.lstrip().startswith("["):
+                raise UsageError(f"{path}:{err.lineno}: not valid JSON ({err.msg}).") from None
+            data = None  # JSON lines in a .json file
+        if isinstance(data, list):
+            rows = [_object(v, path, f"item {i + 1}") for i, v in enumerate(data)]
+            return Records(path, rows, [f"item {i + 1}" for i in range(len(rows))])
+        if isinstance(data, dict) and data and all(isinstance(v, dict) for v in data.values()):
+            # {id: {...}, ...} as in the PARAPHRASUS files
+            return Records(path, list(data.values()), [f"entry {key!r}" for key in data])
+        if isinstance(data, dict):
+            return Records(path, [data], ["item 1"])
+    rows, locations = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise UsageError(f"{path}:{number}: not valid JSON ({err.msg}); each line must hold one JSON object.") from None
+        rows.append(_object(value, path, f"line {number}"))
+        locations.append(f"line {number}")
+    return Records(path, rows, locations)
+
+
+def _read_csv(path: Path, delimiter: str) -> Records:
+    rows, locations = [], []
+    with path.open(newline="", encoding="utf-8-sig") as handle:  # -sig: a UTF-8 BOM is not part of the first column
+        reader = csv.DictReader(handle, delimiter=delimiter)
+        if not reader.fieldnames:
+            return Records(path, [], [])
+        for row in reader:
+            where = f"line {reader.line_num}"
+            if None in row:
+                raise UsageError(f"{path} {where}: {len(reader.fieldnames) + len(row[None])} fields but the header has "
+                                 f"{len(reader.fieldnames)}; quote values that contain {delimiter!r}.")
+            if any(v is None for v in row.values()):
+                short = [k for k, v in row.items() if v is None]
+                raise UsageError(f"{path} {where}: no value for {short} (fewer fields than the header).")
+            rows.append(row)
+            locations.append(where)
+    return Records(path, rows, locations)
+
+
+def _quiet_datasets() -> Any:
+    import datasets
+
+    class Quiet:
+        def __enter__(self) -> None:
+            self.was = datasets.is_progress_bar_enabled()
+            datasets.disable_progress_bars()
+
+        def __exit__(self, *exc: Any) -> None:
+            if self.was:
+                datasets.enable_progress_bars()
+
+    return Quiet()
+
+
+def _from_dataset(path: Path, dataset: Any) -> Records:
+    rows = dataset.to_list()
+    return Records(path, rows, [f"row {i + 1}" for i in range(len(rows))])
+
+
+def _read_arrow(path: Path) -> Records:
+    import datasets
+
+    with _quiet_datasets():
+        try:
+            if path.suffix.lower() == ".parquet":
+                dataset = datasets.Dataset.from_parquet(str(path), keep_in_memory=True)
+            else:
+                dataset = datasets.Dataset.from_file(str(path))
+        except Exception as err:  # pyarrow raises its own error types
+            raise UsageError(f"{path}: cannot read it as {path.suffix[1:]} ({type(err).__name__}: {err}).") from None
+    return _from_dataset(path, dataset)
+
+
+def _read_dataset(path: Path, split: str | None) -> Records:
+    import datasets
+
+    with _quiet_datasets():
+        try:
+            dataset = datasets.load_from_disk(str(path))
+        except FileNotFoundError:
+            raise UsageError(f"{path} is a folder but not a datasets folder (save_to_disk); give a file ({FORMATS}).") from None
+    if isinstance(dataset, datasets.DatasetDict):
+        splits = list(dataset)
+        if split is None and len(splits) == 1:
+            split = splits[0]
+        if split not in dataset:
+            raise UsageError(f"{path} holds the splits {splits}; choose one with --split NAME.")
+        dataset = dataset[split]
+    elif split is not None:
+        raise UsageError(f"{path} is a single dataset without splits; drop --split.")
+    return _from_dataset(path, dataset)
+
+
+_ITEM = re.compile(r"\bitem (\d+)\b")
+
+
+def relocate(message: str, rows: Sequence[str], per_item: int = 1) -> str:
+    """Rewrite "item k" of a ``Judge.score`` error (an index into one call) as the input row it came
+    from; ``per_item`` calls entries per row (2 when A and B are scored together).
+
+    Example:
+        >>> relocate("field 'hypothesis', item 3: expected a string", ["a.jsonl line 8", "a.jsonl line 9"], per_item=2)
+        "field 'hypothesis', a.jsonl line 9: expected a string"
+    """
+    def swap(match: re.Match) -> str:
+        k = int(match.group(1)) // per_item
+        return rows[k] if k < len(rows) else match.group(0)
+
+    return _ITEM.sub(swap, message)
+
+
+def parse_columns(specs: Sequence[str], fields: Sequence[str], optional: Sequence[str] = ()) -> dict[str, str | None]:
+    """Field -> input column from repeated ``FIELD=COLUMN`` (default: the column named like the field);
+    ``FIELD=`` (empty) leaves an optional field out.
+
+    Example:
+        >>> parse_columns(["source=s1", "gold="], ["source", "hypothesis"], ["gold"])
+        {'source': 's1', 'hypothesis': 'hypothesis', 'gold': None}
+    """
+    mapping: dict[str, str | None] = {f: f for f in [*fields, *optional]}
+    for spec in specs:
+        if "=" not in spec:
+            raise UsageError(f"--column expects FIELD=COLUMN, got {spec!r}.")
+        name, column = spec.split("=", 1)
+        if name not in mapping:
+            raise UsageError(f"--column: {name!r} is not a field of the template; fields: {list(mapping)}.")
+        if not column and name not in optional:
+            raise UsageError(f"--column {name}=: only an optional field ({list(optional)}) can be left out.")
+        mapping[name] = column or None
+    return mapping

@@ -1,0 +1,169 @@
+"""The *-PLUIE paper's evaluations as one-command presets: which columns of the published data
+files feed which template fields, how their labels read, and the paper's own rows to print beside
+yours (stored in ``data/star_pluie_2026.json``, transcribed from the paper's Tables 1 and 2).
+
+- ``parareval``: ParaReval (Jourdan et al., 2025), human A/B preferences between two revisions of a
+  scientific paragraph; Table 2 (text revision): Rev-PLUIE without and with the gold revision
+  ("w.g.") and Para-PLUIE (original vs revision).
+- ``net``: the NEAT human evaluation of Nile -> English translations (Munson et al., 2025); Table 1
+  (Nile translation): Net-PLUIE and Para-PLUIE, MUSHRA ratings "Good"/"Excellent" (>= 60) positive.
+- ``fr-paraphrase``: the French paronym/synonym sentences of Tytgat et al. (2024) expanded into the
+  paper's 6 pairs per sentence (appendix B); Table 1 (paraphrase): Fr-PLUIE and Para-PLUIE.
+
+Column names default to the published shapes; ``--column ROLE=COLUMN`` renames any of them.
+
+Example:
+    >>> PRESETS["parareval"].roles["human"]
+    'eval_annotation.preference'
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Callable, Mapping
+
+PAPER_FILE = "star_pluie_2026.json"
+PAPER_JUDGES = ("Phi-4 14B", "Llama 3 70B")
+# MUSHRA's scale: Bad 0-20, Poor 20-40, Fair 40-60, Good 60-80, Excellent 80-100
+MUSHRA_WORDS = {"excellent": True, "good": True, "fair": False, "poor": False, "bad": False}
+MUSHRA_CUTOFF = 60.0
+
+
+@dataclass(frozen=True)
+class PresetCondition:
+    """One row of a preset: a template and which roles (data columns) fill its fields."""
+
+    name: str
+    template: str
+    fields: Mapping[str, str]  # template field -> role
+    row: str = ""
+    variant: str = ""
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A published evaluation: its data shape (roles -> default columns) and its conditions."""
+
+    name: str
+    task: str  # "preference" or "classification"
+    description: str
+    roles: Mapping[str, str]  # role -> default column (dotted for nested)
+    conditions: tuple[PresetCondition, ...]
+    reference_role: str  # what the baselines compare the candidate/hypothesis with
+    paper_table: str
+    paper_metrics: tuple[str, ...]  # the paper's rows shown beside (with the baselines run)
+    role_help: Mapping[str, str] = field(default_factory=dict)
+    label: Callable[[Any], bool] | None = None  # classification: raw label -> bool
+    label_rule: str = ""
+
+
+def mushra_label(value: Any) -> bool:
+    """NEAT's binarisation: a MUSHRA rating "Good"/"Excellent" (or a score >= 60 on 0-100) is positive.
+
+    Example:
+        >>> mushra_label("Good"), mushra_label(59.5), mushra_label("80")
+        (True, False, True)
+    """
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"{value!r} is not a MUSHRA rating; use Bad/Poor/Fair/Good/Excellent or a score from 0 to 100")
+    if isinstance(value, str):
+        key = value.strip().lower()
+        if key in MUSHRA_WORDS:
+            return MUSHRA_WORDS[key]
+        try:
+            value = float(key)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a MUSHRA rating; use Bad/Poor/Fair/Good/Excellent or a score from 0 to 100") from None
+    if not 0 <= float(value) <= 100:
+        raise ValueError(f"{value!r} is not a MUSHRA score (0 to 100)")
+    return float(value) >= MUSHRA_CUTOFF
+
+
+PRESETS: dict[str, Preset] = {
+    "parareval": Preset(
+        name="parareval",
+        task="preference",
+        description="ParaReval (Jourdan et al., 2025): which of two revisions of a scientific paragraph the annotator "
+                    "prefers; the *-PLUIE paper's Table 2, scientific text revision",
+        roles={"original": "original_paragraph", "instruction": "instruction", "gold": "reference_paragraph",
+               "a": "model_A_paragraph", "b": "model_B_paragraph", "human": "eval_annotation.preference"},
+        role_help={"original": "the paragraph before revision", "instruction": "the revision instruction",
+                   "gold": "the authors' own revision (Rev-PLUIE w.g. and the baselines' reference)",
+                   "a": "revision A", "b": "revision B", "human": "the preferred revision: A, B, Both or None (ties)"},
+        conditions=(
+            PresetCondition("Rev-PLUIE", "rev", {"original": "original", "instruction": "instruction"}),
+            PresetCondition("Rev-PLUIE w.g.", "rev", {"original": "original", "instruction": "instruction", "gold": "gold"},
+                            row="Rev-PLUIE", variant="w.g."),
+            PresetCondition("Para-PLUIE", "para-fs", {"source": "original"}),
+        ),
+        reference_role="gold",
+        paper_table="table2/parareval",
+        paper_metrics=("Rev-PLUIE", "Para-PLUIE"),
+    ),
+    "net": Preset(
+        name="net",
+        task="classification",
+        description="NEAT (Munson et al., 2025): is an English translation of a Nile network intent acceptable "
+                    "(MUSHRA Good/Excellent)? The *-PLUIE paper's Table 1, Nile translation",
+        roles={"nile": "nile", "translation": "llama", "rating": "llama_mushra"},
+        role_help={"nile": "the Nile intent (sentence A)", "translation": "its English translation (sentence B)",
+                   "rating": "the human MUSHRA rating of the translation (Bad..Excellent or 0-100)"},
+        conditions=(
+            PresetCondition("Net-PLUIE", "net", {"source": "nile", "hypothesis": "translation"}),
+            PresetCondition("Para-PLUIE", "para-fs", {"source": "nile", "hypothesis": "translation"}),
+        ),
+        reference_role="nile",
+        paper_table="table1/net",
+        paper_metrics=("Net-PLUIE", "Para-PLUIE"),
+        label=mushra_label,
+        label_rule="MUSHRA rating Good/Excellent (>= 60) is positive",
+    ),
+    "fr-paraphrase": Preset(
+        name="fr-paraphrase",
+        task="classification",
+        description="French paronym/synonym substitutions (Tytgat et al., 2024) as the *-PLUIE paper's 6 pairs per "
+                    "sentence (appendix B); Table 1, paraphrase classification",
+        roles={"original": "original", "paronym": "paronym", "synonym": "synonym", "synonym_of_paronym": "synonym_of_paronym"},
+        role_help={"original": "the sentence s", "paronym": "P(s): its central word replaced by a paronym",
+                   "synonym": "S(s): replaced by a synonym", "synonym_of_paronym": "S(P(s)): a synonym of the paronym"},
+        conditions=(
+            PresetCondition("Fr-PLUIE", "para-fs-fr", {"source": "sentence1", "hypothesis": "sentence2"}),
+            PresetCondition("Para-PLUIE", "para-fs", {"source": "sentence1", "hypothesis": "sentence2"}),
+        ),
+        reference_role="sentence1",
+        paper_table="table1/fr-paraphrase",
+        paper_metrics=("Fr-PLUIE", "Para-PLUIE"),
+        label_rule="(s, S(s)) and (P(s), S(P(s))) are paraphrases; (s, P(s)), (s, S(P(s))), (P(s), S(s)) and "
+                   "(S(s), S(P(s))) are not",
+    ),
+}
+
+# The 6 pairs of appendix B: (sentence 1 role, sentence 2 role, paraphrase?). The seed's text lists
+# all six as "paraphrase" (a transcription slip): a paronym changes the meaning, so only the two
+# synonym pairs are paraphrases, which gives the paper's 1/3 positives (33.6% over 1914 pairs).
+FRENCH_PAIRS = (
+    ("original", "synonym", True),
+    ("paronym", "synonym_of_paronym", True),
+    ("original", "paronym", False),
+    ("original", "synonym_of_paronym", False),
+    ("paronym", "synonym", False),
+    ("synonym", "synonym_of_paronym", False),
+)
+
+
+def paper_table(key: str, metrics: tuple[str, ...] | None = None, baselines: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The paper's published rows of ``key`` ("table1/net", "table2/parareval"...): those of
+    ``metrics`` for the two judges of the paper, plus the rows of ``baselines`` (paper names).
+
+    Example:
+        >>> rows = paper_table("table2/parareval", ("Rev-PLUIE",))["rows"]
+        >>> [(r["judge"], r["pairwise_accuracy"], r["with_gold"]["pairwise_accuracy"]) for r in rows]
+        [('Phi-4 14B', 0.61, 0.61), ('Llama 3 70B', 0.61, 0.62)]
+    """
+    data = json.loads((resources.files("pluie_reward.tools.evaluation") / "data" / PAPER_FILE).read_text(encoding="utf-8"))
+    table = data["tables"][key]
+    rows = [r for r in table["rows"]
+            if metrics is None or (r["metric"] in metrics and r["judge"] in PAPER_JUDGES) or r["metric"] in baselines]
+    return {"reference": data["reference"], "caption": table["caption"], "rows": rows}

@@ -1,0 +1,151 @@
+"""Scores saved as they are computed. An evaluation's output folder holds ``run.json`` (what is
+scored, by which judge and templates, and what the report needs) and ``scores.jsonl`` (one line
+per scored item, appended and flushed after every scoring call). A run pointed at the same folder
+again skips the items already there, so an interrupted run resumes where it stopped, and
+``pluie-reward eval report DIR`` recomputes every table and plot from the folder alone.
+
+Example:
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> with ScoreStore(folder, {"task": "demo"}, {"n": 2}) as store:
+    ...     store.add([{"i": 0, "h": "x", "scores": {"PLUIE": 1.5}}])
+    >>> with ScoreStore(folder, {"task": "demo"}, {"n": 2}) as again:
+    ...     again.done(0, "x")["scores"]
+    {'PLUIE': 1.5}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+RUN_FILE = "run.json"
+SCORES_FILE = "scores.jsonl"
+FORMAT = 1
+
+
+class StoreMismatch(ValueError):
+    """The output folder holds scores of a different run (other judge, template, data...)."""
+
+
+def fingerprint(*parts: Any) -> str:
+    """A short stable hash of JSON-serialisable inputs (identifies an item or a template).
+
+    Example:
+        >>> fingerprint("a", 1) == fingerprint("a", 1) != fingerprint("a", 2)
+        True
+    """
+    text = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=repr)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def read_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The complete JSON lines of ``path`` and the byte length they span; a last line cut short by
+    an interruption is ignored (it is rewritten on resume)."""
+    lines: list[dict[str, Any]] = []
+    good = 0
+    if not path.is_file():
+        return lines, good
+    data = path.read_bytes()
+    offset = 0
+    for raw in data.splitlines(keepends=True):
+        offset += len(raw)
+        if not raw.strip():
+            good = offset
+            continue
+        try:
+            lines.append(json.loads(raw))
+        except json.JSONDecodeError:
+            if offset == len(data):  # interrupted while writing the last line
+                break
+            raise StoreMismatch(f"{path}: line {len(lines) + 1} is not valid JSON; the file was edited or corrupted.") from None
+        good = offset
+    return lines, good
+
+
+def load_run(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``run.json`` and the scored lines of an output folder (for ``eval report``).
+
+    Example:
+        >>> run, lines = load_run("out/parareval")  # doctest: +SKIP
+    """
+    folder = Path(folder)
+    if not (folder / RUN_FILE).is_file():
+        raise FileNotFoundError(
+            f"{folder} has no {RUN_FILE}: give the --output-dir of an evaluation run (pluie-reward eval ... -o DIR)."
+        )
+    run = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
+    lines, _ = read_lines(folder / SCORES_FILE)
+    return run, lines
+
+
+class ScoreStore:
+    """Append-only score file of one run in ``folder`` (or an in-memory no-op when ``folder`` is None).
+
+    ``config`` identifies what is scored (task, judge, templates, baselines): a folder holding
+    another configuration is refused (:class:`StoreMismatch`) unless ``overwrite``. ``meta`` is what
+    the report needs (names, threshold, paper rows...) and is rewritten on every run.
+    """
+
+    def __init__(self, folder: str | Path | None, config: Mapping[str, Any], meta: Mapping[str, Any], *, overwrite: bool = False) -> None:
+        self.folder = Path(folder) if folder is not None else None
+        self.lines: dict[int, dict[str, Any]] = {}
+        self._handle = None
+        if self.folder is None:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        run_path, scores_path = self.folder / RUN_FILE, self.folder / SCORES_FILE
+        config = json.loads(json.dumps(config, default=repr))
+        if overwrite:
+            scores_path.unlink(missing_ok=True)
+        elif scores_path.is_file() and scores_path.stat().st_size:
+            old = json.loads(run_path.read_text(encoding="utf-8")).get("config") if run_path.is_file() else None
+            if old != config:
+                changed = sorted(k for k in set(old or {}) | set(config) if (old or {}).get(k) != config.get(k))
+                raise StoreMismatch(
+                    f"{self.folder} holds the scores of another run (different {', '.join(changed) or 'configuration'}); "
+                    "give another --output-dir, or pass --overwrite to discard them."
+                )
+            lines, good = read_lines(scores_path)
+            if good < scores_path.stat().st_size:
+                with scores_path.open("r+b") as handle:  # drop the half-written last line
+                    handle.truncate(good)
+            self.lines = {int(line["i"]): line for line in lines}
+        run_path.write_text(json.dumps({"format": FORMAT, "config": config, "meta": dict(meta)}, indent=1,
+                                       ensure_ascii=False, default=repr) + "\n", encoding="utf-8")
+        self._handle = scores_path.open("a", encoding="utf-8")
+
+    def done(self, index: int, item_hash: str) -> dict[str, Any] | None:
+        """The saved line of item ``index``, or ``None``; a line saved for a different item (the input
+        file changed) is an error."""
+        line = self.lines.get(index)
+        if line is not None and line.get("h") != item_hash:
+            raise StoreMismatch(
+                f"{self.folder}/{SCORES_FILE}: item {index + 1} ({line.get('row', '?')}) was scored from different inputs; "
+                "the input file changed since. Give another --output-dir, or pass --overwrite."
+            )
+        return line
+
+    def add(self, lines: Iterable[dict[str, Any]]) -> None:
+        """Append lines and make sure they reach the disk."""
+        for line in lines:
+            self.lines[int(line["i"])] = line
+            if self._handle is not None:
+                self._handle.write(json.dumps(line, ensure_ascii=False) + "\n")
+        if self._handle is not None:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+    def __enter__(self) -> "ScoreStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

