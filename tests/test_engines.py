@@ -160,3 +160,17 @@ def test_remote_multi_token_answers_need_normalised_logprobs(engines):
     judge = Judge.connect(url, tokenizer=str(embedded_model_dir()), allow_multi_token=True, logprobs_mode="raw_logits")
     with pytest.raises(RemoteEngineError, match="--logprobs-mode raw_logprobs"):
         judge.score(multi, source=["a"], hypothesis=["b"])
+
+
+def test_command_line_engines(engines, embedded_judge, capsys):
+    import json
+
+    from pluie_reward.tools.cli import main
+
+    _, _, url = engines
+    assert main(["score", "--engine", "remote", "--url", url, "The cat sleeps.", "A cat is asleep."]) == 0
+    got = json.loads(capsys.readouterr().out.strip())["logratio"]
+    assert got == pytest.approx(embedded_judge.score("para-fs", source="The cat sleeps.", hypothesis="A cat is asleep.")[0], abs=1e-3)
+    assert main(["score", "--engine", "vllm", "--device", "cpu", "a", "b"]) == 2
+    assert "tensor-parallel-size" in capsys.readouterr().err
+    assert main(["score", "--url", url, "a", "b"]) == 2

@@ -113,6 +113,8 @@ class RemoteEngine:
         >>> engine = RemoteEngine("http://127.0.0.1:8000", tokenizer="Qwen/Qwen2.5-7B-Instruct")  # doctest: +SKIP
     """
 
+    batch_tokens = 8192  # a hint for callers sizing their calls: the engine batches continuously itself
+
     def __init__(
         self,
         urls: "str | Sequence[str]",

@@ -65,6 +65,8 @@ class VLLMEngine:
         >>> judge = Judge(engine)                                                    # doctest: +SKIP
     """
 
+    batch_tokens = 8192  # a hint for callers sizing their calls: the engine batches continuously itself
+
     def __init__(
         self,
         model: "str | Path",

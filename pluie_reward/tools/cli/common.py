@@ -32,6 +32,12 @@ def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: best available)")
     parser.add_argument("--dtype", default=None, help="float32 (default), bfloat16, float16, auto")
     parser.add_argument("--batch-tokens", type=int, default=None, help="token budget of one batch (default: 512 on CPU, 4096 on GPU)")
+    group = parser.add_argument_group("engine")
+    group.add_argument("--engine", choices=("transformers", "vllm", "remote"), default="transformers",
+                       help="transformers (this process, default), vllm (vLLM in this process) or remote (vLLM servers at --url)")
+    group.add_argument("--url", default=None, help="with --engine remote: the vLLM server(s), e.g. http://host:8000 (comma-separated for several)")
+    group.add_argument("--tensor-parallel-size", type=int, default=1, help="with --engine vllm: GPUs per replica (default 1)")
+    group.add_argument("--gpu-memory-utilization", type=float, default=None, help="with --engine vllm: share of GPU memory vLLM may take")
 
 
 def check_device(device: str | None) -> None:
@@ -64,8 +70,31 @@ def judge_from_args(args: argparse.Namespace) -> Any:
     cannot be found (e.g. a Hub id while offline) is a :class:`UsageError` saying what to do."""
     from ...core.judge import Judge
 
+    engine = getattr(args, "engine", "transformers")
+    if engine == "remote":
+        if not args.url:
+            raise UsageError("--engine remote needs --url http://host:port (a vLLM OpenAI-compatible server).")
+        from ...engines.remote import RemoteEngineError
+
+        try:
+            return Judge.connect(args.url, tokenizer=args.model)
+        except (RemoteEngineError, ValueError) as err:
+            raise UsageError(f"--url {args.url}: {err}") from None
+    if getattr(args, "url", None):
+        raise UsageError("--url is for --engine remote.")
     check_device(args.device)
     try:
+        if engine == "vllm":
+            if args.device or args.batch_tokens:
+                raise UsageError("--engine vllm places the model itself: use --tensor-parallel-size and CUDA_VISIBLE_DEVICES, "
+                                 "not --device or --batch-tokens.")
+            options = {"tensor_parallel_size": args.tensor_parallel_size}
+            if args.gpu_memory_utilization is not None:
+                options["gpu_memory_utilization"] = args.gpu_memory_utilization
+            try:
+                return Judge.load(args.model, engine="vllm", dtype=args.dtype, **options)
+            except ImportError as err:
+                raise UsageError(str(err)) from None
         return Judge.load(args.model, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens)
     except OSError as err:  # transformers: not a folder, not in the HF cache and no network, gated repo...
         if args.model is None or Path(args.model).exists():
