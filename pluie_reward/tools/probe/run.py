@@ -110,7 +110,7 @@ def probe_items(
     (default checks, the judge's tokenizer) flags it.
 
     Scoring goes through ``judge.score`` only, one call per source (the source's hypotheses share
-    its prompt prefix). The honest family is always scored when honest answers exist.
+    its prompt prefix). The honest family is always scored and reported when honest answers exist.
 
     Args:
         judge: a :class:`~pluie_reward.Judge`.
@@ -152,7 +152,7 @@ def probe_items(
         scores = judge.score(template, hypothesis=texts, **fields) if texts else []
         honest_score = next((s for (f, _), s in zip(hypotheses, scores) if f == "honest"), None)
         for (family, hypothesis), score in zip(hypotheses, scores):
-            if family not in wanted:
+            if family not in wanted and family != "honest":
                 continue
             records.append({
                 "family": family,
