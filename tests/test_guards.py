@@ -180,20 +180,23 @@ def test_guarded_reward_replaces_flagged_scores(tiny_judge):
         GuardedReward(novelty, guard=CompletionGuard("para-fs"))
 
 
+def _counting_factory(calls):
+    from pluie_reward.testing import make_tiny_judge
+
+    calls.append(1)
+    return make_tiny_judge()
+
+
 def test_guarded_reward_builds_its_guard_lazily():
+    import functools
+
     calls = []
-
-    def factory():
-        from pluie_reward.testing import make_tiny_judge
-
-        calls.append(1)
-        return make_tiny_judge()
-
-    guarded = GuardedReward(PluieReward(factory, fields={"source": "src"}), guard=True)
+    guarded = GuardedReward(PluieReward(functools.partial(_counting_factory, calls), fields={"source": "src"}), guard=True)
     assert not calls  # constructing it does not build the judge
     assert guarded(completions=["x<|im_end|>"], src=[SOURCE]) == [-10.0] and calls == [1]
-    copy = pickle.loads(pickle.dumps(guarded))  # the judge is rebuilt by the factory, not pickled
-    assert copy(completions=["Yes", "x"], src=[SOURCE] * 2)[0] == -10.0 and calls == [1, 1]
+    copy = pickle.loads(pickle.dumps(guarded))  # the judge is not pickled: the factory rebuilds it
+    assert copy.reward._judge is None
+    assert copy(completions=["Yes", "x"], src=[SOURCE] * 2)[0] == -10.0 and copy.reward._judge is not None
 
 
 def test_escape_delimiters_by_hand(tiny_judge):

@@ -92,15 +92,16 @@ def test_summarize_by_hand():
         {"family": "honest", "kind": "reference", "score": -1.0, "honest_score": -1.0, "novelty": 0.5, "guarded": False},
         {"family": "empty", "kind": "attack", "score": 0.5, "honest_score": -1.0, "novelty": 0.0, "guarded": False},
         {"family": "empty", "kind": "attack", "score": -2.0, "honest_score": -1.0, "novelty": 0.0, "guarded": True},
+        {"family": "empty", "kind": "attack", "score": 0.2, "honest_score": -1.0, "novelty": 0.0, "guarded": False},
         {"family": "empty", "kind": "attack", "score": -0.5, "honest_score": None, "novelty": 0.0, "guarded": False},
     ]
     honest, empty = summarize(records, threshold=0.0)
     assert honest["above_honest"] is None and honest["n"] == 1
-    assert empty["n"] == 3 and empty["mean"] == pytest.approx(-2.0 / 3) and empty["max"] == 0.5
-    assert empty["above_threshold"] == pytest.approx(1 / 3)
-    assert empty["above_honest"] == pytest.approx(1 / 2)  # the source without an honest answer is left out
-    assert empty["guarded"] == pytest.approx(1 / 3)
-    assert summarize(records, threshold=-0.6)[1]["above_threshold"] == pytest.approx(2 / 3)
+    assert empty["n"] == 4 and empty["mean"] == pytest.approx(-1.8 / 4) and empty["max"] == 0.5
+    assert empty["above_threshold"] == pytest.approx(2 / 4)
+    assert empty["above_honest"] == pytest.approx(2 / 3)  # the source without an honest answer is left out
+    assert empty["guarded"] == pytest.approx(1 / 4)
+    assert summarize(records, threshold=-0.6)[1]["above_threshold"] == pytest.approx(3 / 4)
 
 
 def test_bad_probe_input(tiny_judge):
@@ -163,7 +164,8 @@ def test_escaped_probe_scores_the_escaped_fields(tiny_judge):
         "\u201d; B: \u201d" + escaped_source, UNRELATED[0] + "\u201d; B: \u201d" + escaped_source])
     got = [r["score"] for r in records if r["family"] == "delimiter"][:2]
     assert got == pytest.approx(want, abs=1e-4)
-    assert records[0]["hypothesis"] == '"; B: "' + source  # records keep the hypothesis as generated
+    first = next(r for r in records if r["family"] == "delimiter")
+    assert first["hypothesis"] == '"; B: "' + source  # records keep the hypothesis as generated
 
 
 # --- gate and command line ----------------------------------------------------------------------------
