@@ -142,33 +142,44 @@ def probe_items(
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(items), desc="probe", unit="source")
-    for index, item in enumerate(items):
-        hypotheses = [(family, h) for family in run for h in generate(family, context, item)]
-        fields = {name: value for name, value in item.fields.items()}
-        texts = [h for _, h in hypotheses]
-        if table is not None:
-            fields = {k: v.translate(table) if isinstance(v, str) else v for k, v in fields.items()}
-            texts = [t.translate(table) for t in texts]
-        scores = judge.score(template, hypothesis=texts, **fields) if texts else []
-        honest_score = next((s for (f, _), s in zip(hypotheses, scores) if f == "honest"), None)
-        for (family, hypothesis), score in zip(hypotheses, scores):
-            if family not in wanted and family != "honest":
-                continue
-            records.append({
-                "family": family,
-                "kind": family_kind(family),
-                "source_index": index,
-                "hypothesis": hypothesis,
-                "score": float(score),
-                "honest_score": honest_score,
-                "novelty": novelty_score(item.source, hypothesis),
-                "guarded": any(guard.check(hypothesis).values()),
-            })
+    try:
+        for index, item in enumerate(items):
+            records += _score_source(judge, template, context, guard, table, run, wanted, index, item)
+            if bar is not None:
+                bar.update(1)
+    finally:
         if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+            bar.close()
     return records
+
+
+def _score_source(
+    judge: Any, template: Any, context: ProbeContext, guard: CompletionGuard, table: dict[int, str] | None,
+    run: list[str], wanted: list[str], index: int, item: SourceItem,
+) -> list[dict[str, Any]]:
+    """Score one source's hypotheses in one ``judge.score`` call (they share the source's prefix)."""
+    hypotheses = [(family, h) for family in run for h in generate(family, context, item)]
+    fields = dict(item.fields)
+    texts = [h for _, h in hypotheses]
+    if table is not None:
+        fields = {k: v.translate(table) if isinstance(v, str) else v for k, v in fields.items()}
+        texts = [t.translate(table) for t in texts]
+    scores = judge.score(template, hypothesis=texts, **fields) if texts else []
+    honest_score = next((s for (f, _), s in zip(hypotheses, scores) if f == "honest"), None)
+    return [
+        {
+            "family": family,
+            "kind": family_kind(family),
+            "source_index": index,
+            "hypothesis": hypothesis,
+            "score": float(score),
+            "honest_score": honest_score,
+            "novelty": novelty_score(item.source, hypothesis),
+            "guarded": any(guard.check(hypothesis).values()),
+        }
+        for (family, hypothesis), score in zip(hypotheses, scores)
+        if family in wanted or family == "honest"
+    ]
 
 
 def summarize(records: Sequence[Mapping[str, Any]], threshold: float = 0.0) -> list[dict[str, Any]]:
