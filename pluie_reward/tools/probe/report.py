@@ -58,13 +58,13 @@ def plot_probe(rows: Sequence[Mapping[str, Any]], path: str | Path, *, threshold
         left.axvline(honest[0], color="tab:green", linestyle="--", linewidth=1, label="honest mean")
     left.axvline(threshold, color="grey", linestyle=":", linewidth=1, label=f"threshold {threshold:g}")
     left.set_xlabel("PLUIE score (blue: copies, red: attacks)")
-    left.legend(fontsize=7, loc="lower right")
+    left.legend(fontsize=7, loc="upper right")
     height = 0.4
     right.barh([i - height / 2 for i in y], [r["above_threshold"] for r in rows], height, label="> threshold", color="tab:orange")
     right.barh([i + height / 2 for i in y], [r["above_honest"] or 0.0 for r in rows], height, label="> honest", color="tab:purple")
     right.set_xlim(0, 1)
     right.set_xlabel("share of the family's hypotheses")
-    right.legend(fontsize=7, loc="lower right")
+    right.legend(fontsize=7, loc="upper right")
     left.set_yticks(y, names, fontsize=8)
     left.invert_yaxis()
     if title:
