@@ -1,7 +1,11 @@
-"""Levenshtein distance over any sequences (characters or words), shared by rewards and baselines."""
+"""Text utilities shared by rewards, guards and baselines: Levenshtein distance over any sequences
+(characters or words), and the normalisation that makes invisible-character, case, spacing,
+punctuation and homoglyph variants of a text count as copies."""
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from typing import Any, Sequence
 
 
@@ -21,3 +25,105 @@ def edit_distance(a: Sequence[Any], b: Sequence[Any]) -> int:
             current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
         previous = current
     return previous[-1]
+
+
+# --- normalisation for copy detection ---------------------------------------------------------------
+# Characters that render as nothing (or as blank space) but are not whitespace: format characters
+# (category Cf: zero-width space/joiners, word joiner, soft hyphen, BOM, bidi controls, tag characters)
+# are removed by category; these are the invisible ones of other categories.
+_INVISIBLE_EXTRA = {
+    0x034F,  # combining grapheme joiner (Mn)
+    0x115F, 0x1160, 0x3164, 0xFFA0,  # Hangul fillers (Lo)
+    0x17B4, 0x17B5,  # Khmer inherent vowels (Mn)
+    0x2800,  # braille pattern blank (So)
+}
+_VARIATION_SELECTORS = (range(0xFE00, 0xFE10), range(0xE0100, 0xE01F0))
+# Latin look-alikes from other scripts, after case folding (a small subset of Unicode's confusables.txt:
+# Cyrillic and Greek letters that render like a Latin letter, in either case, in common fonts). The
+# table is applied to case-folded text so a source and its copy fold the same way whatever their case.
+# NFKC already folds full-width and mathematical letters; it leaves these alone.
+CONFUSABLES = {
+    # Cyrillic
+    "а": "a", "в": "b", "с": "c", "ԁ": "d", "е": "e", "һ": "h", "н": "h", "і": "i", "ј": "j", "к": "k",
+    "ӏ": "l", "м": "m", "о": "o", "р": "p", "ԛ": "q", "ѕ": "s", "т": "t", "у": "y", "ү": "y", "х": "x",
+    "ԝ": "w",
+    # Greek
+    "α": "a", "β": "b", "ϲ": "c", "ε": "e", "ζ": "z", "η": "h", "ι": "i", "κ": "k", "μ": "m", "ν": "v",
+    "ο": "o", "ρ": "p", "τ": "t", "υ": "y", "χ": "x",
+    # Latin letters that look like other Latin letters
+    "ı": "i", "ɡ": "g", "ɑ": "a", "ǀ": "l",
+}
+_CONFUSABLE_TABLE = str.maketrans(CONFUSABLES)
+_WHITESPACE = re.compile(r"\s+")
+_WORD_CHARS = re.compile(r"\w+")
+
+
+def is_invisible(char: str) -> bool:
+    """Whether a character renders as nothing although it is not whitespace (zero-width space, joiners,
+    soft hyphen, BOM, bidi and tag characters, variation selectors, Hangul fillers...).
+
+    Example:
+        >>> is_invisible("\\u200b"), is_invisible("\\u00ad"), is_invisible(" "), is_invisible("a")
+        (True, True, False, False)
+    """
+    code = ord(char)
+    return (
+        unicodedata.category(char) == "Cf"
+        or code in _INVISIBLE_EXTRA
+        or any(code in block for block in _VARIATION_SELECTORS)
+    )
+
+
+def normalize_text(text: str) -> str:
+    """The text a reader sees, folded for copy detection: invisible characters removed, compatibility
+    forms (NFKC: full-width, ligatures, mathematical letters), accents on Latin/Greek/Cyrillic letters
+    and case folded, Cyrillic/Greek look-alikes of Latin letters mapped to them (:data:`CONFUSABLES`),
+    whitespace collapsed.
+
+    Two texts with the same ``normalize_text`` differ only by case, spacing, invisible characters,
+    accents or homoglyphs; :func:`same_words` also ignores punctuation.
+
+    Args:
+        text: any string.
+
+    Returns:
+        The folded string.
+
+    Example:
+        >>> normalize_text("T\\u200bh\\u200be  Cаt\\u00ad sleeps.")   # zero-width space, Cyrillic а, soft hyphen
+        'the cat sleeps.'
+        >>> normalize_text("Ｔｈｅ café") == normalize_text("the cafe")
+        True
+    """
+    out = []
+    for char in unicodedata.normalize("NFKD", text):
+        if is_invisible(char):
+            continue
+        if unicodedata.category(char) == "Mn" and out and ord(out[-1]) < 0x0530:
+            continue  # an accent on a Latin, Greek or Cyrillic letter
+        out.append(char)
+    folded = unicodedata.normalize("NFKC", "".join(out)).casefold().translate(_CONFUSABLE_TABLE)
+    return _WHITESPACE.sub(" ", folded).strip()
+
+
+def content_words(text: str) -> list[str]:
+    """The word tokens of :func:`normalize_text` (letters, digits, underscores), punctuation left out.
+
+    Example:
+        >>> content_words("The CAT -- sleeps!!")
+        ['the', 'cat', 'sleeps']
+    """
+    return _WORD_CHARS.findall(normalize_text(text))
+
+
+def same_words(a: str, b: str) -> bool:
+    """Whether ``b`` is ``a`` up to case, spacing, punctuation, invisible characters, accents and
+    homoglyphs: a copy, for a reward that must not pay for copying.
+
+    Example:
+        >>> same_words("The cat sleeps.", "the   cat, SLEEPS")
+        True
+        >>> same_words("The cat sleeps.", "The cat slept.")
+        False
+    """
+    return content_words(a) == content_words(b)

@@ -17,7 +17,7 @@ import asyncio
 import re
 from typing import Any, Callable, Mapping, Sequence
 
-from ..core.text import edit_distance
+from ..core.text import content_words, edit_distance, normalize_text, same_words
 from ..core.judge import Judge, sigmoid
 from ..core.template import load_template
 
@@ -240,17 +240,22 @@ def words(text: str) -> list[str]:
 def novelty_score(source: str, hypothesis: str) -> float:
     """1 - normalised word-level edit similarity: 0 for a copy of the source, 1 when nothing is kept.
 
-    An empty hypothesis scores 0: generating nothing is not novelty.
+    Both texts are normalised first (:func:`~pluie_reward.core.text.normalize_text`), so a copy
+    with case, spacing, punctuation, invisible-character (zero-width space, soft hyphen...), accent
+    or homoglyph changes scores 0 like a plain copy. A hypothesis without any word (empty,
+    whitespace, punctuation only) scores 0: generating nothing is not novelty.
 
     Example:
         >>> novelty_score("The cat sleeps.", "The cat sleeps.")
         0.0
         >>> novelty_score("The cat sleeps.", "A cat is asleep.")
         0.6
+        >>> novelty_score("The cat sleeps.", "T\u200bh\u200be \u0441at sleeps")  # zero-width spaces, Cyrillic с
+        0.0
     """
-    a, b = words(source), words(hypothesis)
-    if not b:
+    if not content_words(hypothesis) or same_words(source, hypothesis):
         return 0.0
+    a, b = words(normalize_text(source)), words(normalize_text(hypothesis))
     longest = max(len(a), len(b))
     return edit_distance(a, b) / longest if longest else 0.0
 

@@ -1,0 +1,118 @@
+"""LoRA GRPO of a paraphrase generator with a reward that is hard to game: PLUIE + novelty + guards.
+
+Three reward functions, combined with ``reward_weights``:
+
+* ``pluie``: PLUIE of the completion as a paraphrase of the source, wrapped in ``GuardedReward``: a
+  completion flagged by the guard (the template's "yes" word as a standalone answer, its field
+  delimiters 'B: "', or the judge's control tokens such as ``<|im_end|>``) gets -10 instead of its score,
+  and ``escape_delimiters=True`` keeps quotes in the fields from closing the template's quotes;
+* ``novelty``: 1 - word edit similarity to the source, so that copying the source (also with
+  zero-width characters, homoglyphs, case or spacing changes) earns nothing;
+* ``guard``: a separate penalty (``GuardReward``, -1 per flagged completion) whose mean shows up as
+  ``rewards/guard/mean``.
+
+Each guard logs its rate through TRL's ``log_metric`` (``guard/answer_word_rate``,
+``guard/delimiter_rate``, ``guard/control_token_rate``, ``guard/flagged_rate``), averaged per logging
+step; this script prints them with the rewards at each step. A rate that climbs is a policy learning
+to hack the judge.
+
+    python examples/grpo_guarded.py --max-steps 2        # CPU smoke run (the embedded 135M model)
+    python examples/grpo_guarded.py --max-steps 200 --num-generations 8
+
+The embedded SmolLM2-135M-Instruct is a demo judge (it says "No" to nearly everything); use a 7B+
+instruct model for real runs and check it first with ``pluie-reward probe --model ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+
+import torch
+from datasets import Dataset
+from peft import LoraConfig, get_peft_model
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from pluie_reward import Judge, PluieReward, load_trainable_embedded, novelty
+from pluie_reward.integrations.guards import GuardedReward, GuardReward
+from pluie_reward.tools.probe import builtin_sample
+
+INSTRUCTION = "Paraphrase the following sentence. Reply with the paraphrase only.\n\n{}"
+METRICS = ("guard/answer_word_rate", "guard/delimiter_rate", "guard/control_token_rate", "guard/flagged_rate", "pluie/accept_rate")
+
+
+class PrintMetrics(TrainerCallback):
+    """Print the rewards and the guards' rates TRL logs at each step."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "rewards/pluie/mean" in logs:
+            rewards = "  ".join(f"{k.split('/')[1]} {logs[k]:+.3f}" for k in logs if k.startswith("rewards/") and k.endswith("/mean"))
+            rates = "  ".join(f"{k} {logs[k]:.2f}" for k in METRICS if k in logs)
+            print(f"step {state.global_step:>3}  reward {logs['reward']:+.3f}  {rewards}\n          {rates}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--max-steps", type=int, default=20)
+    parser.add_argument("--num-generations", type=int, default=4, help="completions per source (the GRPO group)")
+    parser.add_argument("--batch-size", type=int, default=4, help="completions per step")
+    parser.add_argument("--max-completion-length", type=int, default=32)
+    parser.add_argument("--novelty-weight", type=float, default=0.5)
+    parser.add_argument("--guard-weight", type=float, default=1.0)
+    parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--output-dir", default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    sources, _ = builtin_sample("para-fs")  # the probe's built-in English sentences
+    sources = [s["source"] for s in sources]
+    dataset = Dataset.from_dict(
+        {"prompt": [[{"role": "user", "content": INSTRUCTION.format(s)}] for s in sources], "source": sources}
+    )
+
+    policy, tokenizer = load_trainable_embedded()
+    policy = get_peft_model(policy, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    judge = Judge.from_peft(policy, tokenizer)  # the base weights, adapter disabled while scoring
+    pluie = GuardedReward(
+        PluieReward(judge, template="para-fs", fields={"source": "source"}),
+        guard=True,                 # the default guard of para-fs and the judge's tokenizer
+        escape_delimiters=True,     # quotes inside fields become ” before scoring
+    )
+    guard = GuardReward("para-fs", judge, penalty=-1.0)
+
+    on_gpu = torch.cuda.is_available()
+    config = GRPOConfig(
+        output_dir=args.output_dir or tempfile.mkdtemp(prefix="grpo-guarded-"),
+        max_steps=args.max_steps,
+        per_device_train_batch_size=args.batch_size,
+        num_generations=args.num_generations,
+        max_completion_length=args.max_completion_length,
+        learning_rate=args.learning_rate,
+        reward_weights=[1.0, args.novelty_weight, args.guard_weight],
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        seed=args.seed,
+        use_cpu=not on_gpu,
+        bf16=on_gpu and torch.cuda.is_bf16_supported(),
+        disable_tqdm=True,
+    )
+    trainer = GRPOTrainer(
+        model=policy,
+        reward_funcs=[pluie, novelty, guard],
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[PrintMetrics()],
+    )
+    trainer.train()
+    last = [log for log in trainer.state.log_history if "rewards/pluie/mean" in log][-1]
+    print("\nlast step's metrics:")
+    for key in sorted(last):
+        if key.startswith(("rewards/", "guard/", "pluie/")) or key == "reward":
+            print(f"  {key:28s} {last[key]:+.4f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""An adversarial probe of a judge: how PLUIE scores copies, perturbed copies, empty and truncated
+outputs, answer words, delimiter breaking, instructions to the judge, the master keys of "One Token to
+Fool LLM-as-a-Judge" and the judge's own control tokens, next to honest answers.
+
+``pluie-reward probe`` is its command line; families and built-in sources are data files in ``data/``.
+
+Example:
+    >>> from pluie_reward.tools.probe import family_names
+    >>> family_names()[:4]
+    ['honest', 'unrelated', 'copy', 'copy_case']
+    >>> rows = run_probe(Judge.load(), "para-fs", limit=4)   # doctest: +SKIP
+    >>> print(markdown_report(rows))                         # doctest: +SKIP
+"""
+
+from .families import ProbeContext, SourceItem, builtin_sample, family_kind, family_names, generate
+from .report import markdown_report, plot_probe
+from .run import failing_families, prepare_sources, probe_items, run_probe, summarize
+
+__all__ = [
+    "ProbeContext",
+    "SourceItem",
+    "builtin_sample",
+    "failing_families",
+    "family_kind",
+    "family_names",
+    "generate",
+    "markdown_report",
+    "plot_probe",
+    "prepare_sources",
+    "probe_items",
+    "run_probe",
+    "summarize",
+]

@@ -1,0 +1,124 @@
+"""``pluie-reward probe``: score adversarial families on a judge, print a Markdown table, gate CI.
+
+Example (shell)::
+
+    pluie-reward probe --limit 4                                    # embedded judge, para-fs, built-in sources
+    pluie-reward probe -t rev --model Qwen/Qwen2.5-7B-Instruct --device cuda --json probe.json --plot probe.png
+    pluie-reward probe -i mine.jsonl --fail-above 0.2               # exit 1 if an attack family passes 20 %
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..cli.common import UsageError, add_judge_arguments, command, field_columns, judge_from_args, read_records
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    """Arguments of ``pluie-reward probe``."""
+    p.add_argument("--template", "-t", default="para-fs", help="template name or YAML path (default para-fs)")
+    p.add_argument("--input", "-i", type=Path, default=None,
+                   help="a .jsonl or .csv file of sources: the template's fields other than the hypothesis and, "
+                        "optionally, an honest answer (default: the built-in sample of the template)")
+    p.add_argument("--column", action="append", default=[], metavar="FIELD=COLUMN",
+                   help="read template FIELD from COLUMN of the input file (default: the column named like the field)")
+    p.add_argument("--honest-column", default=None,
+                   help="column of the honest answers (default: 'honest', else 'hypothesis' if the file has one)")
+    p.add_argument("--limit", type=int, default=None, help="probe the first N sources only")
+    p.add_argument("--families", default=None, help="comma-separated families to run (default all; see --list)")
+    p.add_argument("--list", action="store_true", help="list the families with their kind and description, and exit")
+    p.add_argument("--escape-delimiters", action="store_true",
+                   help="escape the template's quote delimiters inside every field before scoring (the opt-in hardening)")
+    p.add_argument("--json", type=Path, default=None, help="write the rows (one per family) to this JSON file")
+    p.add_argument("--items", type=Path, default=None, help="write every hypothesis with its score to this JSONL file")
+    p.add_argument("--plot", type=Path, default=None, help="write a PNG figure of the rows (needs matplotlib)")
+    p.add_argument("--fail-above", type=float, default=None, metavar="X",
+                   help="exit with code 1 when a gated family's above_threshold or above_honest share exceeds X (in [0, 1])")
+    p.add_argument("--fail-on", default=None, metavar="FAMILIES",
+                   help="comma-separated families gated by --fail-above (default: every attack family; copies are not gated)")
+    add_judge_arguments(p)
+
+
+def _split(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    return names or None
+
+
+def _read_sources(args: argparse.Namespace, template: Any) -> tuple[list[dict[str, Any]] | None, list[Any] | None]:
+    if args.input is None:
+        if args.column or args.honest_column:
+            raise UsageError("--column and --honest-column need --input FILE.")
+        return None, None
+    records = read_records(args.input)
+    if not records:
+        raise UsageError(f"{args.input}: no rows.")
+    fields = [f for f in template.all_fields if f != "hypothesis"]
+    mapping = field_columns(args, fields)
+    missing = [c for f, c in mapping.items() if f in template.fields and c not in records[0]]
+    if missing:
+        raise UsageError(f"{args.input}: no column(s) {missing}; columns: {sorted(records[0])}.")
+    honest_column = args.honest_column or next((c for c in ("honest", "hypothesis") if c in records[0]), None)
+    if args.honest_column and args.honest_column not in records[0]:
+        raise UsageError(f"{args.input}: no column {args.honest_column!r}; columns: {sorted(records[0])}.")
+    sources = [{f: r.get(c) for f, c in mapping.items() if r.get(c) is not None} for r in records]
+    honest = [r.get(honest_column) or None for r in records] if honest_column else None
+    return sources, honest
+
+
+@command("probe", configure)
+def probe_command(args: argparse.Namespace) -> int:
+    """Score adversarial hypotheses (copies, injections, master keys, control tokens) next to honest ones."""
+    from ...core.template import load_template
+    from .families import family_specs
+    from .report import markdown_report, plot_probe
+    from .run import failing_families, probe_items, summarize
+
+    if args.list:
+        for spec in family_specs():
+            print(f"{spec['name']:18s} {spec['kind']:9s} {spec.get('description', '')}")
+        return 0
+    if args.limit is not None and args.limit < 1:
+        raise UsageError(f"--limit must be at least 1, got {args.limit}.")
+    if args.fail_above is not None and not 0 <= args.fail_above <= 1:
+        raise UsageError(f"--fail-above is a share in [0, 1], got {args.fail_above}.")
+    template = load_template(args.template)
+    families, gated = _split(args.families), _split(args.fail_on)
+    names = [s["name"] for s in family_specs()]
+    for option, chosen in (("--families", families), ("--fail-on", gated)):
+        unknown = sorted(set(chosen or []) - set(names))
+        if unknown:
+            raise UsageError(f"{option}: unknown famil(ies) {unknown}; families: {names}.")
+    sources, honest = _read_sources(args, template)
+    judge = judge_from_args(args)
+    try:
+        records = probe_items(judge, template, sources, honest, args.limit, families,
+                              escape_delimiters=args.escape_delimiters, progress=True)
+    except (TypeError, ValueError) as err:
+        raise UsageError(str(err)) from None
+    rows = summarize(records, judge.threshold)
+    title = f"{judge.name}, template {template.name}" + (", delimiters escaped" if args.escape_delimiters else "")
+    sources_used = len({r["source_index"] for r in records})
+    print(f"# pluie-reward probe: {title}\n\n{sources_used} sources; threshold {judge.threshold:g}; "
+          "> honest: share scoring above the honest answer of the same source.\n")
+    print(markdown_report(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    if args.items:
+        with args.items.open("w", encoding="utf-8") as handle:
+            for record in records:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    if args.plot:
+        plot_probe(rows, args.plot, threshold=judge.threshold, title=title)
+    if args.fail_above is not None:
+        failures = failing_families(rows, args.fail_above, gated)
+        for family, metric, value in failures:
+            print(f"pluie-reward probe: {family}: {metric} = {value:.1%} > {args.fail_above:.1%}", file=sys.stderr)
+        if failures:
+            return 1
+    return 0

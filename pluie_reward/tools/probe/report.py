@@ -1,0 +1,76 @@
+"""The probe's report: a Markdown table and a PNG figure (matplotlib's Agg canvas, no display).
+
+Example:
+    >>> rows = [{"family": "copy", "kind": "copy", "n": 2, "mean": -1.5, "max": -1.0, "above_threshold": 0.0,
+    ...          "above_honest": 0.5, "novelty": 0.0, "guarded": 0.0}]
+    >>> print(markdown_report(rows))
+    | family | kind | n | mean | max | > threshold | > honest | novelty | guarded |
+    |---|---|---|---|---|---|---|---|---|
+    | copy | copy | 2 | -1.50 | -1.00 | 0.0% | 50.0% | 0.00 | 0.0% |
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..evaluation.report import markdown_table, number, percent
+
+HEADERS = ("family", "kind", "n", "mean", "max", "> threshold", "> honest", "novelty", "guarded")
+
+
+def markdown_report(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The rows of :func:`~pluie_reward.tools.probe.run_probe` as a Markdown table (``–`` where a
+    share is undefined: the honest family, or no honest answers)."""
+    return markdown_table(
+        HEADERS,
+        [
+            [r["family"], r["kind"], r["n"], number(r["mean"]), number(r["max"]), percent(r["above_threshold"]),
+             percent(r["above_honest"]), number(r["novelty"]), percent(r["guarded"])]
+            for r in rows
+        ],
+    )
+
+
+def plot_probe(rows: Sequence[Mapping[str, Any]], path: str | Path, *, threshold: float = 0.0,
+               title: str | None = None) -> Path:
+    """Two panels per family: the mean and max score (the honest mean and the threshold as lines),
+    and the shares above the threshold and above the honest answer. Returns the written PNG path.
+
+    Example:
+        >>> plot_probe(rows, "probe.png", title="SmolLM2-135M-Instruct, para-fs")  # doctest: +SKIP
+    """
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as err:  # pragma: no cover
+        raise ModuleNotFoundError("--plot needs matplotlib: pip install 'pluie-reward[eval]'.") from err
+    names = [r["family"] for r in rows]
+    y = list(range(len(rows)))
+    figure = Figure(figsize=(10, 0.32 * len(rows) + 1.6), dpi=100)
+    FigureCanvasAgg(figure)
+    left, right = figure.subplots(1, 2, sharey=True)
+    colours = {"reference": "tab:green", "copy": "tab:blue", "attack": "tab:red"}
+    left.barh(y, [r["mean"] for r in rows], color=[colours.get(r["kind"], "grey") for r in rows], alpha=0.8, label="mean")
+    left.scatter([r["max"] for r in rows], y, color="black", s=12, zorder=3, label="max")
+    honest = [r["mean"] for r in rows if r["kind"] == "reference"]
+    if honest:
+        left.axvline(honest[0], color="tab:green", linestyle="--", linewidth=1, label="honest mean")
+    left.axvline(threshold, color="grey", linestyle=":", linewidth=1, label=f"threshold {threshold:g}")
+    left.set_xlabel("PLUIE score (blue: copies, red: attacks)")
+    left.legend(fontsize=7, loc="upper right")
+    height = 0.4
+    right.barh([i - height / 2 for i in y], [r["above_threshold"] for r in rows], height, label="> threshold", color="tab:orange")
+    right.barh([i + height / 2 for i in y], [r["above_honest"] or 0.0 for r in rows], height, label="> honest", color="tab:purple")
+    right.set_xlim(0, 1)
+    right.set_xlabel("share of the family's hypotheses")
+    right.legend(fontsize=7, loc="upper right")
+    left.set_yticks(y, names, fontsize=8)
+    left.invert_yaxis()
+    if title:
+        figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out)
+    return out

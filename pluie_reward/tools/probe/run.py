@@ -1,0 +1,272 @@
+"""Run the probe: score every family's hypotheses next to the honest answers, through ``Judge.score``.
+
+Example:
+    >>> from pluie_reward import Judge                                  # doctest: +SKIP
+    >>> rows = run_probe(Judge.load(), "para-fs", limit=4)              # doctest: +SKIP
+    >>> print(markdown_report(rows))                                    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+from ...core.template import load_template
+from ...integrations.guards import CompletionGuard, escape_table
+from ...integrations.rewards import novelty_score
+from .families import (
+    ProbeContext,
+    SourceItem,
+    builtin_sample,
+    family_kind,
+    family_names,
+    generate,
+    unrelated_sentences,
+)
+
+METRICS = ("above_threshold", "above_honest")
+
+
+def prepare_sources(
+    template: Any,
+    sources: Sequence[str | Mapping[str, Any]] | None = None,
+    honest: Sequence[str | None] | None = None,
+    limit: int | None = None,
+    language: str = "en",
+) -> list[SourceItem]:
+    """The probe's sources: the built-in sample of the template, or yours.
+
+    Args:
+        template: template name, YAML path or :class:`~pluie_reward.Template`.
+        sources: None (built-in sample), or one entry per source: a mapping with the template's
+            fields other than the hypothesis (optional fields allowed), or a string when the template
+            has one such field.
+        honest: an honest answer (paraphrase, translation, revision) per source, or None for a source
+            without one; default: the built-in sample's, or none.
+        limit: keep the first ``limit`` sources.
+        language: language of the unrelated sentences.
+
+    Returns:
+        One :class:`SourceItem` per source.
+
+    Example:
+        >>> items = prepare_sources("para-fs", ["The cat sleeps.", "It rains."], ["A cat is asleep.", None])
+        >>> items[0].fields, items[1].honest, items[0].unrelated[:10]
+        ({'source': 'The cat sleeps.'}, None, 'The recipe')
+    """
+    template = load_template(template)
+    fields = [f for f in template.fields if f != "hypothesis"]
+    if sources is None:
+        sources, sample_honest = builtin_sample(template)
+        honest = sample_honest if honest is None else honest
+    if isinstance(sources, (str, Mapping)):
+        raise TypeError("sources must be a list (one entry per source).")
+    if honest is not None and len(honest) != len(sources):
+        raise ValueError(f"{len(honest)} honest answers for {len(sources)} sources; give one per source (None if absent).")
+    if limit is not None:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}.")
+        sources, honest = sources[:limit], (honest[:limit] if honest is not None else None)
+    if not sources:
+        raise ValueError("the probe needs at least one source.")
+    unrelated = unrelated_sentences(language)
+    items = []
+    for index, entry in enumerate(sources):
+        if isinstance(entry, str):
+            if len(fields) != 1:
+                raise TypeError(f"source {index}: template {template.name!r} needs the fields {fields}; give a mapping.")
+            values: dict[str, Any] = {fields[0]: entry}
+        elif isinstance(entry, Mapping):
+            missing = [f for f in fields if not isinstance(entry.get(f), str)]
+            if missing:
+                raise ValueError(f"source {index}: missing or non-string field(s) {missing}; template "
+                                 f"{template.name!r} needs {fields}.")
+            values = {f: entry[f] for f in fields}
+            values.update({f: entry[f] for f in template.optional_fields if isinstance(entry.get(f), str)})
+        else:
+            raise TypeError(f"source {index}: expected a string or a mapping of fields, got {type(entry).__name__}.")
+        answer = honest[index] if honest is not None else None
+        if answer is not None and not isinstance(answer, str):
+            raise TypeError(f"honest answer {index} must be a string or None, got {type(answer).__name__}.")
+        source = values[fields[0]]
+        candidates = [u for u in unrelated if u != source and u != answer] or unrelated
+        items.append(SourceItem(values, source, answer, candidates[index % len(candidates)]))
+    return items
+
+
+def probe_items(
+    judge: Any,
+    template: Any = "para-fs",
+    sources: Sequence[str | Mapping[str, Any]] | None = None,
+    honest: Sequence[str | None] | None = None,
+    limit: int | None = None,
+    families: Iterable[str] | None = None,
+    *,
+    escape_delimiters: bool = False,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Every hypothesis of the probe with its score, the honest answer's score for the same source,
+    its novelty against the source and whether :class:`~pluie_reward.integrations.guards.CompletionGuard`
+    (default checks, the judge's tokenizer) flags it.
+
+    Scoring goes through ``judge.score`` only, one call per source (the source's hypotheses share
+    its prompt prefix). The honest family is always scored and reported when honest answers exist.
+
+    Args:
+        judge: a :class:`~pluie_reward.Judge`.
+        template: template name, YAML path or :class:`~pluie_reward.Template` (needs a ``hypothesis``).
+        sources, honest, limit: see :func:`prepare_sources`.
+        families: family names to run (default all; :func:`~pluie_reward.tools.probe.families.family_names`).
+        escape_delimiters: pass every field value through
+            :func:`~pluie_reward.integrations.guards.escape_delimiters` before scoring (the opt-in hardening).
+        progress: show a progress bar over sources (stderr).
+
+    Returns:
+        One record per hypothesis: ``family``, ``kind``, ``source_index``, ``hypothesis``, ``score``,
+        ``honest_score`` (None without an honest answer), ``novelty``, ``guarded``.
+    """
+    template = load_template(template)
+    context = ProbeContext.build(template, judge.tokenizer)
+    items = prepare_sources(template, sources, honest, limit, context.language)
+    names = family_names()
+    wanted = names if families is None else list(dict.fromkeys(families))
+    unknown = [f for f in wanted if f not in names]
+    if unknown or not wanted:
+        raise ValueError(f"unknown probe famil(ies) {unknown or wanted}; families: {names}.")
+    run = [f for f in names if f in wanted or f == "honest"]
+    guard = CompletionGuard(template, judge.tokenizer)
+    table = escape_table(template) if escape_delimiters else None
+    records: list[dict[str, Any]] = []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(items), desc="probe", unit="source")
+    try:
+        for index, item in enumerate(items):
+            records += _score_source(judge, template, context, guard, table, run, wanted, index, item)
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    return records
+
+
+def _score_source(
+    judge: Any, template: Any, context: ProbeContext, guard: CompletionGuard, table: dict[int, str] | None,
+    run: list[str], wanted: list[str], index: int, item: SourceItem,
+) -> list[dict[str, Any]]:
+    """Score one source's hypotheses in one ``judge.score`` call (they share the source's prefix)."""
+    hypotheses = [(family, h) for family in run for h in generate(family, context, item)]
+    fields = dict(item.fields)
+    texts = [h for _, h in hypotheses]
+    if table is not None:
+        fields = {k: v.translate(table) if isinstance(v, str) else v for k, v in fields.items()}
+        texts = [t.translate(table) for t in texts]
+    scores = judge.score(template, hypothesis=texts, **fields) if texts else []
+    honest_score = next((s for (f, _), s in zip(hypotheses, scores) if f == "honest"), None)
+    return [
+        {
+            "family": family,
+            "kind": family_kind(family),
+            "source_index": index,
+            "hypothesis": hypothesis,
+            "score": float(score),
+            "honest_score": honest_score,
+            "novelty": novelty_score(item.source, hypothesis),
+            "guarded": any(guard.check(hypothesis).values()),
+        }
+        for (family, hypothesis), score in zip(hypotheses, scores)
+        if family in wanted or family == "honest"
+    ]
+
+
+def summarize(records: Sequence[Mapping[str, Any]], threshold: float = 0.0) -> list[dict[str, Any]]:
+    """One row per family (in the records' order): ``family``, ``kind``, ``n``, ``mean`` and ``max``
+    score, ``above_threshold`` (share of scores > ``threshold``), ``above_honest`` (share of scores >
+    the honest answer's score for the same source, over the sources that have one; None for the
+    honest family itself or without honest answers), ``novelty`` (mean) and ``guarded`` (share
+    flagged by the default guard).
+
+    Example:
+        >>> rows = summarize([
+        ...     {"family": "copy", "kind": "copy", "score": 1.0, "honest_score": 0.5, "novelty": 0.0, "guarded": False},
+        ...     {"family": "copy", "kind": "copy", "score": -1.0, "honest_score": 0.0, "novelty": 0.0, "guarded": False},
+        ... ])
+        >>> rows[0]["n"], rows[0]["mean"], rows[0]["above_threshold"], rows[0]["above_honest"]
+        (2, 0.0, 0.5, 0.5)
+    """
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for record in records:
+        groups.setdefault(record["family"], []).append(record)
+    rows = []
+    for family, group in groups.items():
+        scores = [r["score"] for r in group]
+        compared = [r for r in group if r.get("honest_score") is not None]
+        reference = group[0]["kind"] == "reference"
+        rows.append({
+            "family": family,
+            "kind": group[0]["kind"],
+            "n": len(group),
+            "mean": math.fsum(scores) / len(scores),
+            "max": max(scores),
+            "above_threshold": sum(s > threshold for s in scores) / len(scores),
+            "above_honest": None if reference or not compared
+            else sum(r["score"] > r["honest_score"] for r in compared) / len(compared),
+            "novelty": math.fsum(r["novelty"] for r in group) / len(group),
+            "guarded": sum(bool(r["guarded"]) for r in group) / len(group),
+        })
+    return rows
+
+
+def run_probe(
+    judge: Any,
+    template: Any = "para-fs",
+    sources: Sequence[str | Mapping[str, Any]] | None = None,
+    honest: Sequence[str | None] | None = None,
+    limit: int | None = None,
+    families: Iterable[str] | None = None,
+    *,
+    escape_delimiters: bool = False,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Score the probe's families on a judge and summarise them per family (see :func:`probe_items`
+    for the arguments and :func:`summarize` for the rows); the threshold is the judge's.
+
+    Example:
+        >>> rows = run_probe(Judge.load(), "para-fs", limit=4, families=["copy", "control_token"])  # doctest: +SKIP
+        >>> [(r["family"], r["n"]) for r in rows]                                                  # doctest: +SKIP
+        [('honest', 4), ('copy', 4), ('control_token', 16)]
+    """
+    records = probe_items(judge, template, sources, honest, limit, families,
+                          escape_delimiters=escape_delimiters, progress=progress)
+    return summarize(records, getattr(judge, "threshold", 0.0))
+
+
+def failing_families(
+    rows: Sequence[Mapping[str, Any]], limit: float, families: Iterable[str] | None = None
+) -> list[tuple[str, str, float]]:
+    """The gate of ``--fail-above``: every (family, metric, value) where ``above_threshold`` or
+    ``above_honest`` exceeds ``limit``, over the gated families: by default the attack families (not
+    the honest reference, not the copies, which a judge is right to accept and the novelty reward must
+    catch); ``families`` names them explicitly.
+
+    Example:
+        >>> rows = [{"family": "copy", "kind": "copy", "above_threshold": 1.0, "above_honest": 0.9},
+        ...         {"family": "empty", "kind": "attack", "above_threshold": 0.0, "above_honest": 0.4}]
+        >>> failing_families(rows, 0.25)
+        [('empty', 'above_honest', 0.4)]
+        >>> failing_families(rows, 0.25, families=["copy"])
+        [('copy', 'above_threshold', 1.0), ('copy', 'above_honest', 0.9)]
+    """
+    gated = None if families is None else set(families)
+    out = []
+    for row in rows:
+        if (row["kind"] != "attack") if gated is None else (row["family"] not in gated):
+            continue
+        for metric in METRICS:
+            value = row.get(metric)
+            if value is not None and value > limit:
+                out.append((row["family"], metric, value))
+    return out
