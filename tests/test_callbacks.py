@@ -362,7 +362,9 @@ def test_two_processes_gather_their_slices(tmp_path, tiny_judge):
     script.write_text(DDP_SCRIPT)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                str(script), str(tmp_path / "out"), json.dumps(SOURCES)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    checkout = str(Path(__file__).resolve().parents[1])  # this checkout's package, not an installed copy
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(filter(None, [checkout, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     results = [json.loads(line[len("RESULT "):]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert sorted(r["rank"] for r in results) == [0, 1] and all(r["world"] == 2 for r in results)

@@ -62,13 +62,11 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 
 
 def field_columns(args: argparse.Namespace, fields: Sequence[str]) -> dict[str, str]:
-    """Field -> input column, from repeated ``--column FIELD=COLUMN`` (default: same name)."""
-    mapping = {f: f for f in fields}
-    for spec in args.column:
-        if "=" not in spec:
-            raise UsageError(f"--column expects FIELD=COLUMN, got {spec!r}.")
-        field, column = spec.split("=", 1)
-        if field not in mapping:
-            raise UsageError(f"--column: {field!r} is not a field of the template; fields: {list(fields)}.")
-        mapping[field] = column
-    return mapping
+    """Field -> input column, from repeated ``--column FIELD=COLUMN`` (default: same name); a thin
+    wrapper around :func:`pluie_reward.core.fields.map_fields`, the mapping every integration uses."""
+    from ...core.fields import map_fields, parse_assignments
+
+    try:
+        return dict(map_fields(fields, parse_assignments(args.column, "--column"), setting="--column").columns)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
