@@ -27,7 +27,12 @@ URL_ENV, TOKEN_ENV = "PLUIE_REWARD_URL", "PLUIE_REWARD_TOKEN"
 
 
 class RemoteJudgeError(RuntimeError):
-    """The judge server refused the request or could not be reached after the retries."""
+    """The judge server refused the request (``status``: its HTTP status) or could not be reached
+    after the retries (``status`` None)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def _score_url(url: str | None) -> str:
@@ -52,7 +57,7 @@ def _answer(url: str, response: httpx.Response) -> dict[str, Any] | None:
             detail = response.json().get("detail", response.text)
         except ValueError:
             detail = response.text
-        raise RemoteJudgeError(f"{url}: HTTP {response.status_code}: {detail}")
+        raise RemoteJudgeError(f"{url}: HTTP {response.status_code}: {detail}", response.status_code)
     return response.json()
 
 
@@ -403,6 +408,14 @@ class _Coalescer:
             answer = await apost_json(url, body, token=token, timeout=timeout, retries=retries, backoff=backoff)
             for output in OUTPUTS:
                 _values(answer, output, len(group), url)
+        except RemoteJudgeError as err:
+            if err.status == 422 and len(group) > 1:  # one bad item: the others must not fail with it
+                await asyncio.gather(*(self.send(key, names, [one]) for one in group))
+                return
+            for _, future in group:
+                if not future.done():
+                    future.set_exception(err)
+            return
         except BaseException as err:  # noqa: BLE001 - every waiting caller gets the error
             for _, future in group:
                 if not future.done():
@@ -458,6 +471,9 @@ async def compute_score(
         raise ValueError("max_wait_ms must be >= 0 and max_batch_items >= 1.")
     body = _verl_fields([data_source], [solution_str], [ground_truth], [extra_info], settings.get("fields"))
     item = {name: values[0] for name, values in body.items() if values[0] is not None}  # None: an absent optional field
+    for name, value in item.items():  # checked here, so that a bad item fails alone, not its whole batch
+        if not isinstance(value, str):
+            raise TypeError(f"compute_score: field {name!r} must be a string, got {type(value).__name__} ({value!r:.60}).")
     key = (
         _score_url(settings.get("url")), settings.get("token"), float(settings.get("timeout", 120.0)),
         int(settings.get("retries", 3)), float(settings.get("backoff", 0.5)),
