@@ -236,7 +236,7 @@ def plot_run(run: RunLog | str | Path, output: str | Path | None = None, *, titl
             ax.legend(fontsize=8, loc="best")
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
-    fig.suptitle(title or f"run {run.directory.name}", fontsize=12)
+    fig.suptitle(title or f"{run.directory.name}: rewards and PLUIE per optimizer step", fontsize=12)
     fig.tight_layout()
     output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output, dpi=110)
