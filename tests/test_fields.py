@@ -114,7 +114,10 @@ def test_map_fields_rules():
         map_fields(["source"], setting="--column").select(["s"], where="the input file")
     with pytest.raises(ValueError, match="has 1 values for 2 completions"):
         FieldMap.explicit({"source": "s"}).gather({"s": ["a"]}, 2)
-    assert parse_assignments(["a=b", "c = d"]) == {"a": "b", "c": "d"}
+    assert parse_assignments(["a=b", "c = d", "e="]) == {"a": "b", "c": "d", "e": ""}
+    assert map_fields(["original"], {"gold": ""}, optional=["gold"]).select(["original", "gold"]) == {"original": "original"}
+    with pytest.raises(ValueError, match=r"\['original'\] must name a column: only optional fields"):
+        map_fields(["original"], {"original": ""}, optional=["gold"])
     with pytest.raises(ValueError, match="--rm-field expects FIELD=COLUMN"):
         parse_assignments(["nope"], "--rm-field")
 

@@ -341,6 +341,21 @@ def test_openrlhf_http_replay_with_token_in_the_url(server, tiny_judge):
     assert answers[1] == {"rewards": [], "scores": [], "extra_logs": {"pluie_logratio": [], "pluie_p_yes": [], "pluie_verdict": []}}
 
 
+def test_openrlhf_left_truncated_prompt(server, tiny_judge):
+    """OpenRLHF keeps the last max_len - max_tokens prompt tokens (agent.py:221-234) but sends the full
+    prompt string with the query decoded from the kept tokens + the response (agent.py:283-287)."""
+    tok = tiny_judge.tokenizer
+    query, prompt = openrlhf_sample(tok, SOURCES[2], HYPOTHESES[2])
+    prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    response_ids = tok(HYPOTHESES[2] + "<|im_end|>", add_special_tokens=False)["input_ids"]
+    truncated = tok.decode(prompt_ids[len(prompt_ids) // 2 :] + response_ids, skip_special_tokens=False)
+    assert prompt not in truncated
+    with_token = server.url.replace("http://", f"http://pluie:{TOKEN}@") + "/get_reward"
+    answer = openrlhf_apply(asyncio.run(openrlhf_fetch_via_http([with_token], [truncated], [prompt], [SOURCES[2]]))[0])
+    want = tiny_judge.score("para-fs", source=SOURCES[2:3], hypothesis=HYPOTHESES[2:3], use_cache=False)
+    assert answer["reward"] == pytest.approx(want, abs=TOL)
+
+
 def test_openrlhf_failures_are_loud_on_the_server(server, tiny_judge, caplog):
     aiohttp = pytest.importorskip("aiohttp")
     query, prompt = openrlhf_sample(tiny_judge.tokenizer, SOURCES[0], HYPOTHESES[0])

@@ -153,19 +153,20 @@ def mapping_hint(setting: str, field_name: str, what: str = "column") -> str:
 
 
 def parse_assignments(specs: Iterable[str], setting: str = "--column") -> dict[str, str]:
-    """Repeated ``FIELD=COLUMN`` command-line values as a dict (later ones win).
+    """Repeated ``FIELD=COLUMN`` command-line values as a dict (later ones win). ``FIELD=`` (nothing
+    after ``=``) maps the field to ``""``: :func:`map_fields` then leaves that optional field out.
 
     Example:
-        >>> parse_assignments(["source=s1", "hypothesis = s2"])
-        {'source': 's1', 'hypothesis': 's2'}
+        >>> parse_assignments(["source=s1", "hypothesis = s2", "gold="])
+        {'source': 's1', 'hypothesis': 's2', 'gold': ''}
     """
     mapping: dict[str, str] = {}
     for spec in specs:
         if "=" not in spec:
             raise ValueError(f"{setting} expects FIELD=COLUMN, got {spec!r}.")
         name, column = (part.strip() for part in spec.split("=", 1))
-        if not name or not column:
-            raise ValueError(f"{setting} expects FIELD=COLUMN with both sides given, got {spec!r}.")
+        if not name:
+            raise ValueError(f"{setting} expects FIELD=COLUMN with a field name, got {spec!r}.")
         mapping[name] = column
     return mapping
 
@@ -290,7 +291,7 @@ def map_fields(
     who: str = "",
 ) -> FieldMap:
     """The one field -> column mapping: ``mapping`` first, then ``defaults``, then the column named
-    like the field.
+    like the field. An optional field mapped to ``""`` (``FIELD=`` on a command line) is left out.
 
     Args:
         fields: the template's required fields; ``optional``: its optional fields.
@@ -309,6 +310,8 @@ def map_fields(
         ...                 fixed={"hypothesis"}, template="rev")
         >>> fm.columns, sorted(fm.required)
         ({'original': 'p1', 'instruction': 'instruction', 'gold': 'gold'}, ['instruction', 'original'])
+        >>> map_fields(["original"], {"gold": ""}, optional=["gold"]).columns  # left out
+        {'original': 'original'}
         >>> map_fields(["source", "hypothesis"], {"src": "s1"}, template="para-fs", setting="--column")
         Traceback (most recent call last):
         ...
@@ -323,6 +326,12 @@ def map_fields(
         plural = "are not fields" if len(unknown) > 1 else "is not a field"
         shown = ", ".join(repr(f) for f in unknown)
         raise ValueError(f"{who}{setting}: {shown} {plural} of {named}; its fields are {known}.")
+    blank = [f for f, c in mapping.items() if not c and f not in optional]
+    if blank:
+        raise ValueError(
+            f"{who}{setting}: {blank} must name a {what}: only optional fields of {named} "
+            f"({list(optional) or 'none'}) can be left out."
+        )
     pinned = [f for f in mapping if f in fixed]
     if pinned:
         raise ValueError(
@@ -332,7 +341,7 @@ def map_fields(
     columns: dict[str, str] = {}
     required: set[str] = set()
     for f in known:
-        if f in fixed:
+        if f in fixed or (f in mapping and not mapping[f]):
             continue
         columns[f] = mapping.get(f, defaults.get(f, f))
         if f in fields or f in mapping:

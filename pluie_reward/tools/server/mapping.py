@@ -29,6 +29,22 @@ LABEL_HELP = (
 DEFAULT_STRIP = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>", "<eos>", "<pad>", "<end_of_turn>")
 
 
+MIN_OVERLAP = 16  # characters of a left-truncated prompt's end that must match the query
+
+
+def _longest_tail_in(prompt: str, query: str) -> int:
+    """Length of the longest suffix of ``prompt`` occurring in ``query`` (if a suffix occurs, every
+    shorter one does: binary search)."""
+    low, high = 0, len(prompt)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if prompt[-middle:] in query:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 @dataclass(frozen=True)
 class RewardMapping:
     """Where each template field comes from in an OpenRLHF request, and which score is the reward.
@@ -106,14 +122,30 @@ class RewardMapping:
         return {name: texts[source] for name, source in self.fields.items()}
 
     def response(self, index: int, query: str, prompt: str) -> str:
-        """The generated part of ``query``: what follows ``prompt``, without trailing end markers."""
+        """The generated part of ``query``: what follows ``prompt``, without trailing end markers.
+
+        OpenRLHF cuts an over-long prompt from the left before generating but sends the whole prompt
+        (OpenRLHF@3c3be623:openrlhf/utils/agent.py:221-234,283-287): the query then starts with the
+        prompt's tail, and the response follows the longest end of the prompt found in the query
+        (at least ``MIN_OVERLAP`` characters).
+
+        Example:
+            >>> m = RewardMapping({"source": "label", "hypothesis": "response"})
+            >>> m.response(0, "ng prompt text, please paraphrase it:\\nHello!<|im_end|>", "A long prompt text, please paraphrase it:\\n")
+            'Hello!'
+        """
         start = query.find(prompt)
-        if start < 0:
-            raise ValueError(
-                f"item {index}: the prompt is not contained in the query, so the response cannot be cut out; "
-                "send query = prompt + response (as OpenRLHF does)."
-            )
-        text = query[start + len(prompt) :]
+        if start >= 0:
+            start += len(prompt)
+        else:
+            overlap = _longest_tail_in(prompt, query)
+            if overlap < min(MIN_OVERLAP, len(prompt)) or not prompt:
+                raise ValueError(
+                    f"item {index}: the prompt is not contained in the query, so the response cannot be cut out; "
+                    "send query = prompt + response (as OpenRLHF does)."
+                )
+            start = query.find(prompt[-overlap:]) + overlap
+        text = query[start:]
         changed = True
         while changed:
             changed = False
