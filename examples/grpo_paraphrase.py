@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -32,8 +33,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import PrinterCallback, TrainerCallback, set_seed
 from trl import GRPOConfig, GRPOTrainer
 
-from pluie_reward import Judge, PluieReward, load_trainable_embedded, novelty
-from pluie_reward.integrations.callbacks import generate_texts
+from pluie_reward import Judge, PluieCallback, PluieReward, load_trainable_embedded, novelty
 from pluie_reward.integrations.rewards import novelty_score
 from pluie_reward.tools.runs import plot_run, read_run, summary
 
@@ -75,6 +75,9 @@ class PrintRewards(TrainerCallback):
         self.start = time.monotonic()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "eval_pluie_mean" in logs:
+            print(f"step {state.global_step:>3}  held-out PLUIE {logs['eval_pluie_mean']:+.3f}  "
+                  f"accept {logs['eval_pluie_accept_rate']:.2f}", flush=True)
         if logs and "rewards/pluie/mean" in logs:
             print(
                 f"step {state.global_step:>3}  {time.monotonic() - self.start:6.0f}s  reward {logs['reward']:+.3f}  "
@@ -85,17 +88,14 @@ class PrintRewards(TrainerCallback):
             )
 
 
-def held_out_scores(policy, tokenizer, judge: Judge, sources: list[str], max_new_tokens: int) -> tuple[list[str], list[float]]:
-    """Greedy paraphrases of ``sources`` by the current policy and their PLUIE."""
-    texts = generate_texts(policy, tokenizer, [chat(s) for s in sources], max_new_tokens=max_new_tokens, batch_size=4)
-    return texts, judge.score("para-fs", source=sources, hypothesis=texts)
-
-
-def describe(name: str, sources: list[str], texts: list[str], scores: list[float]) -> None:
-    novelties = [novelty_score(s, t) for s, t in zip(sources, texts)]
+def describe(name: str, table: list[dict]) -> float:
+    """Print the held-out paraphrases of one evaluation; return their mean PLUIE."""
+    scores = [r["score"] for r in table]
+    novelties = [novelty_score(r["source"], r["generation"]) for r in table]
     print(f"\nheld-out {name}: mean PLUIE {sum(scores) / len(scores):+.3f}, mean novelty {sum(novelties) / len(novelties):.3f}")
-    for source, text, score in zip(sources, texts, scores):
-        print(f"  [{score:+.2f}] {source!r}\n          -> {text!r}")
+    for r in table:
+        print(f"  [{r['score']:+.2f}] {r['source']!r}\n          -> {r['generation']!r}")
+    return sum(scores) / len(scores)
 
 
 def main() -> None:
@@ -110,6 +110,7 @@ def main() -> None:
     parser.add_argument("--novelty-weight", type=float, default=0.5, help="reward = pluie + w * novelty (0 turns novelty off)")
     parser.add_argument("--learning-rate", type=float, default=2e-4)
     parser.add_argument("--lora-rank", type=int, default=16)
+    parser.add_argument("--eval-every", type=int, default=20, help="held-out PLUIE every N steps (and before/after)")
     parser.add_argument("--output-dir", type=Path, default=Path("runs/grpo_paraphrase"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None,
@@ -119,8 +120,11 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     if args.batch_size % args.num_generations:
         parser.error("--batch-size must be a multiple of --num-generations.")
+    if args.max_steps < 1 or args.eval_every < 1 or args.held_out < 1:
+        parser.error("--max-steps, --eval-every and --held-out must be at least 1.")
 
     set_seed(args.seed)
+    shutil.rmtree(args.output_dir / "pluie", ignore_errors=True)  # held-out tables of an earlier run
     sources = load_sentences(args.data, args.sentences)
     held_out = HELD_OUT[: args.held_out]
     dataset = Dataset.from_dict({"prompt": [chat(s) for s in sources], "source": sources})
@@ -138,7 +142,12 @@ def main() -> None:
         reward_funcs.append(novelty)
         weights.append(args.novelty_weight)
 
-    before = held_out_scores(policy, tokenizer, judge, held_out, args.max_completion_length)
+    # held-out PLUIE: greedy paraphrases of sentences never trained on, scored by the judge, before
+    # training, every --eval-every steps and at the end (tables in OUTPUT/pluie/step-*.jsonl)
+    held_out_eval = PluieCallback(
+        judge, "para-fs", [{"prompt": chat(s), "source": s} for s in held_out], every_n_steps=args.eval_every,
+        max_new_tokens=args.max_completion_length, batch_size=4,
+    )
 
     on_gpu = torch.cuda.is_available()
     config = GRPOConfig(
@@ -159,18 +168,22 @@ def main() -> None:
     )
     trainer = GRPOTrainer(
         model=policy, reward_funcs=reward_funcs, args=config, train_dataset=dataset,
-        processing_class=tokenizer, callbacks=[PrintRewards()],
+        processing_class=tokenizer, callbacks=[PrintRewards(), held_out_eval],
     )
     trainer.remove_callback(PrinterCallback)  # disable_tqdm=True adds it: it would print every log dict again
+    before = held_out_eval.evaluate(policy, tokenizer, args=config, state=trainer.state)  # step 0
     trainer.train()
+    if trainer.state.global_step % args.eval_every:  # the last step was not evaluated yet
+        trainer.state.log_history.append({"step": trainer.state.global_step,
+                                          **held_out_eval.evaluate(policy, tokenizer, args=config, state=trainer.state)})
+    trainer.state.log_history.insert(0, {"step": 0, **before})  # train() starts a fresh state
     trainer.save_state()  # trainer_state.json: what plot_run / pluie-reward plot-run read
 
-    after = held_out_scores(policy, tokenizer, judge, held_out, args.max_completion_length)
-    describe("before training", held_out, *before)
-    describe("after training", held_out, *after)
-    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-    print(f"\nheld-out mean PLUIE: before {mean(before[1]):+.3f}, after {mean(after[1]):+.3f} "
-          f"({mean(after[1]) - mean(before[1]):+.3f})")
+    tables = read_run(args.output_dir).tables
+    first, last = min(tables), max(tables)
+    start = describe("before training (step 0)", tables[first])
+    end = describe(f"after training (step {last})", tables[last])
+    print(f"\nheld-out mean PLUIE: before {start:+.3f}, after {end:+.3f} ({end - start:+.3f})")
     run = read_run(args.output_dir)
     print("\n" + "\n".join(summary(run)))
     path = plot_run(run, title=f"GRPO paraphrase, {args.max_steps} steps, PLUIE + {args.novelty_weight} x novelty")
