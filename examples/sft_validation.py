@@ -179,6 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # a score for the starting point, so that improvement is visible
     trainer.evaluate()
     trainer.train()
+    trainer.save_state()  # trainer_state.json for pluie-reward plot-run
 
     print("\nstep  pluie_mean  accept_rate  p10     p50     p90")
     for entry in callback.history:

@@ -48,6 +48,7 @@ def test_read_run_series_tables_and_summary(tmp_path):
     assert "reward: -1.900 -> -1.000 (mean of steps 1-1 vs 10-10, 10 points)" in lines
     assert "pluie/accept_rate: 0.050 -> 0.500 (mean of steps 1-1 vs 10-10, 10 points)" in lines
     assert "eval_pluie_mean: -1.500 -> -1.000 (mean of steps 5-5 vs 10-10, 2 points)" in lines
+    assert lines[-1] == "pluie tables (mean score): step 5 -1.500 -> step 10 -1.000 (2 tables)"
     assert rolling_mean([1.0, 3.0, 5.0, 7.0], 3) == pytest.approx([1.0, 2.0, 3.0, 5.0])
 
 

@@ -55,6 +55,21 @@ class RunLog:
         points.sort(key=lambda p: p[0])
         return [p[0] for p in points], [p[1] for p in points]
 
+    def table_means(self) -> tuple[list[int], list[float]]:
+        """Steps and mean ``score`` of the ``pluie/`` tables (e.g. an evaluation made before
+        ``train()``, which the trainer's state does not keep).
+
+        Example:
+            >>> RunLog(Path("."), tables={0: [{"score": -1.0}, {"score": 0.0}], 2: [{"score": 1.0}]}).table_means()
+            ([0, 2], [-0.5, 1.0])
+        """
+        points = []
+        for step, rows in sorted(self.tables.items()):
+            scores = [float(r["score"]) for r in rows if isinstance(r.get("score"), (int, float))]
+            if scores:
+                points.append((step, sum(scores) / len(scores)))
+        return [p[0] for p in points], [p[1] for p in points]
+
     def keys(self) -> list[str]:
         """Every numeric key logged at least once, in first-seen order."""
         seen: dict[str, None] = {}
@@ -143,6 +158,9 @@ def summary(run: RunLog) -> list[str]:
         lines.append(
             f"{key}: {first:.3f} -> {last:.3f} (mean of steps {steps[0]}-{steps[k - 1]} vs {steps[-k]}-{steps[-1]}, {len(values)} points)"
         )
+    steps, means = run.table_means()
+    if means:
+        lines.append(f"pluie tables (mean score): step {steps[0]} {means[0]:.3f} -> step {steps[-1]} {means[-1]:.3f} ({len(means)} tables)")
     return lines
 
 
@@ -171,6 +189,7 @@ def plot_run(run: RunLog | str | Path, output: str | Path | None = None, *, titl
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     run = run if isinstance(run, RunLog) else read_run(run)
     output = Path(output) if output is not None else run.directory / "run_curves.png"
@@ -216,6 +235,10 @@ def plot_run(run: RunLog | str | Path, output: str | Path | None = None, *, titl
                 ax.fill_between(steps, p10, p90, color=colors[5 % len(colors)], alpha=0.15, linewidth=0, label="p10-p90")
             if means:
                 ax.plot(steps, means, color=colors[5 % len(colors)], marker="o", linewidth=2, label="eval_pluie_mean")
+            unlogged = [(s, m) for s, m in zip(*run.table_means()) if s not in steps]
+            if unlogged:  # e.g. the evaluation before train(), which the trainer's state does not keep
+                ax.scatter([s for s, _ in unlogged], [m for _, m in unlogged], s=60, marker="D", facecolors="none",
+                           edgecolors=colors[5 % len(colors)], linewidths=2, label="table mean (not in trainer_state)")
             ax.axhline(0.0, color="black", linewidth=0.6, linestyle=":")
             ax.set_ylabel("PLUIE = log p(Yes) - log p(No)")
         panels.append(("held-out PLUIE (PluieCallback)", eval_panel))
@@ -231,6 +254,7 @@ def plot_run(run: RunLog | str | Path, output: str | Path | None = None, *, titl
         draw(ax)
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("optimizer step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, loc="best")
