@@ -1,6 +1,6 @@
 """Distil a paraphraser with a PLUIE judge: a teacher samples N candidates per source, the judge
 keeps the best (best-of-n above a threshold), TRL's SFTTrainer trains a smaller or fresh student
-on them, and (optionally) a short GRPO run with PluieReward follows. The student's mean PLUIE on
+on them, and (optionally) a short GRPO run rewarded by PLUIE + novelty follows. The student's mean PLUIE on
 held-out sources is reported before and after.
 
 Defaults are CPU-sized (a few minutes on 2 cores): the embedded SmolLM2-135M-Instruct is teacher
@@ -80,8 +80,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--epochs", type=float, default=None, help="SFT epochs (default 10 for a fresh student, 3 otherwise)")
     p.add_argument("--learning-rate", type=float, default=None, help="default 3e-3 for a fresh student, 2e-5 otherwise")
     p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--grpo", action="store_true", help="then run a short GRPO phase with PluieReward (if available)")
+    p.add_argument("--grpo", action="store_true", help="then run a short GRPO phase rewarded by PLUIE + novelty")
     p.add_argument("--grpo-steps", type=int, default=2)
+    p.add_argument("--novelty-weight", type=float, default=0.5,
+                   help="GRPO reward = PLUIE + w * novelty (1 - word edit similarity to the source), so that copying does not win (default 0.5)")
     p.add_argument("--output-dir", type=Path, default=Path("distill_out"))
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
@@ -230,25 +232,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # 4. optional GRPO with the judge as reward ---------------------------------------------
     if args.grpo:
-        try:
-            from pluie_reward.integrations.rewards import PluieReward
-        except ImportError:
-            print("GRPO skipped: pluie_reward.PluieReward is not available in this installation.")
-        else:
-            from trl import GRPOConfig, GRPOTrainer
+        from trl import GRPOConfig, GRPOTrainer
 
-            reward = PluieReward(judge, template=args.template, fields={"source": "source"})
-            grpo_data = Dataset.from_dict({"prompt": [chat_prompt(s) for s in train_sources], "source": train_sources})
-            grpo_config = GRPOConfig(
-                output_dir=str(args.output_dir / "grpo"), max_steps=args.grpo_steps, per_device_train_batch_size=4,
-                num_generations=4, max_completion_length=args.max_new_tokens, learning_rate=(args.learning_rate or default_lr) / 10,
-                logging_steps=1, save_strategy="no", report_to="none", use_cpu=not torch.cuda.is_available(), seed=args.seed,
-                bf16=False,
-            )
-            GRPOTrainer(model=student, reward_funcs=reward, args=grpo_config, train_dataset=grpo_data,
-                        processing_class=student_tok).train()
-            report["after_grpo"], report["held_out_after_grpo"] = mean_pluie(judge, args.template, student, student_tok, held_out, args.max_new_tokens)
-            print(f"student after GRPO: mean PLUIE {describe(report['after_grpo'], report['held_out_after_grpo'])}")
+        from pluie_reward.integrations.rewards import NoveltyReward, PluieReward
+
+        # PLUIE alone rewards copying the source (a copy is a perfect paraphrase to a judge): add novelty
+        rewards = [PluieReward(judge, template=args.template, fields={"source": "source"}), NoveltyReward("source")]
+        grpo_data = Dataset.from_dict({"prompt": [chat_prompt(s) for s in train_sources], "source": train_sources})
+        grpo_config = GRPOConfig(
+            output_dir=str(args.output_dir / "grpo"), max_steps=args.grpo_steps, per_device_train_batch_size=4,
+            num_generations=4, max_completion_length=args.max_new_tokens, learning_rate=(args.learning_rate or default_lr) / 10,
+            reward_weights=[1.0, args.novelty_weight], logging_steps=1, save_strategy="no", report_to="none",
+            use_cpu=not torch.cuda.is_available(), seed=args.seed, bf16=False,
+        )
+        GRPOTrainer(model=student, reward_funcs=rewards, args=grpo_config, train_dataset=grpo_data,
+                    processing_class=student_tok).train()
+        report["after_grpo"], report["held_out_after_grpo"] = mean_pluie(judge, args.template, student, student_tok, held_out, args.max_new_tokens)
+        print(f"student after GRPO: mean PLUIE {describe(report['after_grpo'], report['held_out_after_grpo'])}")
 
     args.output_dir.mkdir(parents=True, exist_ok=True)
     best.to_json(str(args.output_dir / "distilled.jsonl"))

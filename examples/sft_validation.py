@@ -179,14 +179,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     # a score for the starting point, so that improvement is visible
     trainer.evaluate()
     trainer.train()
+    trainer.save_state()  # trainer_state.json for pluie-reward plot-run
 
     print("\nstep  pluie_mean  accept_rate  p10     p50     p90")
     for entry in callback.history:
         m = entry["metrics"]
         print(f"{entry['step']:>4}  {m['eval_pluie_mean']:>10.3f}  {m['eval_pluie_accept_rate']:>11.2f}  "
               f"{m['eval_pluie_p10']:>6.2f}  {m['eval_pluie_p50']:>6.2f}  {m['eval_pluie_p90']:>6.2f}")
-    print(f"best eval_pluie_mean {trainer.state.best_metric:.3f} at step {trainer.state.best_global_step} "
-          f"({trainer.state.best_model_checkpoint}); tables in {args.output_dir / 'pluie'}")
+    # transformers chooses the best checkpoint among the evaluations made during training only: the
+    # step-0 evaluation above is never compared (PluieCallback warns when it beat every checkpoint)
+    best = callback.best_evaluation("eval_pluie_mean")
+    start = next((e["metrics"]["eval_pluie_mean"] for e in callback.history if e["step"] == 0), None)
+    print(f"best checkpoint (the trainer's choice, loaded at the end): step {trainer.state.best_global_step}, "
+          f"eval_pluie_mean {trainer.state.best_metric:.3f} ({trainer.state.best_model_checkpoint})")
+    if best is not None and start is not None:
+        verdict = "training improved on it" if best["step"] != 0 else "no checkpoint beat it: the untrained model scored best"
+        print(f"starting point: step 0, eval_pluie_mean {start:.3f}; best of all evaluations: step {best['step']} "
+              f"({best['metrics']['eval_pluie_mean']:.3f}): {verdict}")
+    print(f"tables in {args.output_dir / 'pluie'}; curves: pluie-reward plot-run {args.output_dir}")
     last = callback.history[-1]["table"]
     if last:
         print("\nlast evaluation, first generations:")

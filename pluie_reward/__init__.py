@@ -6,36 +6,46 @@ Example:
     >>> judge.score("para-fs", source=["The cat sleeps."], hypothesis=["The cat is asleep."])  # doctest: +SKIP
 """
 
-from .core.judge import Judge, sigmoid
-from .core.prompt import AnswerTokenError, BoundTemplate
-from .core.template import Template, builtin_template_names, load_template
-from .engines.transformers.loading import load_trainable_embedded
-from .integrations.rewards import AsyncPluieReward, NoveltyReward, PluieReward, novelty
+from __future__ import annotations
 
-__all__ = [
-    "AnswerTokenError",
-    "BoundTemplate",
-    "Judge",
-    "Template",
-    "builtin_template_names",
-    "load_template",
-    "sigmoid",
-    "PluieReward",
-    "AsyncPluieReward",
-    "NoveltyReward",
-    "novelty",
-    "load_trainable_embedded",
-    "PluieCallback",
-]
+import importlib
+from typing import Any
+
+# Names are imported on first use (PEP 562), so that light modules (the HTTP client with httpx
+# alone, pluie_reward.core.fields, the command line's --help) do not pull in torch and transformers.
+_EXPORTS = {
+    "AnswerTokenError": "core.prompt",
+    "BoundTemplate": "core.prompt",
+    "Judge": "core.judge",
+    "sigmoid": "core.judge",
+    "Template": "core.template",
+    "builtin_template_names": "core.template",
+    "load_template": "core.template",
+    "PluieReward": "integrations.rewards",
+    "AsyncPluieReward": "integrations.rewards",
+    "NoveltyReward": "integrations.rewards",
+    "novelty": "integrations.rewards",
+    "GuardReward": "integrations.guards",
+    "GuardedReward": "integrations.guards",
+    "CompletionGuard": "integrations.guards",
+    "load_trainable_embedded": "engines.transformers.loading",
+    "PluieCallback": "integrations.callbacks",
+    "answer_record": "core.judge",
+}
+
+__all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str):
-    """Heavy parts imported on first use: ``PluieCallback`` pulls in transformers' Trainer (seconds)."""
-    if name == "PluieCallback":
-        from .integrations.callbacks import PluieCallback
-
-        return PluieCallback
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'pluie_reward' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)
 
 
 __version__ = "0.1.0"

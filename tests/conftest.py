@@ -1,4 +1,9 @@
-"""Shared fixtures: tiny random judges built locally, and the embedded SmolLM2 judge (loaded once)."""
+"""Shared fixtures: tiny random judges built locally, and the embedded SmolLM2 judge (loaded once).
+
+Some tests read the PARAPHRASUS data in ``../shared`` beside the checkout (CI has it). Without it
+they are skipped, reported on one line (``SKIPPED [N] ... ../shared is missing``), and the header
+of the run says so.
+"""
 
 import json
 from pathlib import Path
@@ -10,14 +15,35 @@ from pluie_reward.testing import make_tiny_judge
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 PARAPHRASUS = SHARED / "data" / "paraphrasus"
+MISSING_SHARED = f"{PARAPHRASUS} is missing: tests reading the PARAPHRASUS data need ../shared beside the checkout"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a slow test (the CI runs it too); deselect with -m 'not slow'")
+    config.addinivalue_line("markers", "needs_shared: reads ../shared/data/paraphrasus; skipped when it is missing")
+
+
+def pytest_report_header(config):
+    if not PARAPHRASUS.is_dir():
+        return f"note: {MISSING_SHARED}; they are skipped."
+    return None
+
+
+def skip_without_shared() -> None:
+    """Skip the current test when ../shared is missing (one place, so pytest -ra groups the skips in one line)."""
+    if not PARAPHRASUS.is_dir():
+        pytest.skip(MISSING_SHARED)
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("needs_shared") is not None:
+        skip_without_shared()
 
 
 def mrpc_pairs(n: int, offset: int = 0) -> tuple[list[str], list[str], list[bool]]:
     """The first ``n`` MRPC pairs of the PARAPHRASUS files (sources, hypotheses, labels)."""
-    path = PARAPHRASUS / "ms-mrpc.json"
-    if not path.is_file():
-        pytest.fail(f"{path} is missing: the tests need ../shared/data/paraphrasus beside the checkout.")
-    rows = list(json.loads(path.read_text()).values())[offset : offset + n]
+    skip_without_shared()
+    rows = list(json.loads((PARAPHRASUS / "ms-mrpc.json").read_text()).values())[offset : offset + n]
     return [r["sentence1"] for r in rows], [r["sentence2"] for r in rows], [r["label"] for r in rows]
 
 

@@ -362,7 +362,9 @@ def test_two_processes_gather_their_slices(tmp_path, tiny_judge):
     script.write_text(DDP_SCRIPT)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                str(script), str(tmp_path / "out"), json.dumps(SOURCES)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    checkout = str(Path(__file__).resolve().parents[1])  # this checkout's package, not an installed copy
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(filter(None, [checkout, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     results = [json.loads(line[len("RESULT "):]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert sorted(r["rank"] for r in results) == [0, 1] and all(r["world"] == 2 for r in results)
@@ -401,3 +403,35 @@ def test_wandb_table_only_when_a_run_is_active(tok, tiny_judge, tmp_path, monkey
     assert table.columns[:4] == ["step", "prompt", "generation", "score"]
     assert [row[2] for row in table.data] == [r["generation"] for r in rows]
     assert [row[3] for row in table.data] == [r["score"] for r in rows]
+
+
+def test_warns_when_the_starting_point_beat_every_checkpoint(tiny_judge, tmp_path, caplog):
+    """transformers never compares a step-0 evaluation when choosing the best model (its first
+    in-training evaluation is always "best"): the callback says so when step 0 scored higher."""
+    import logging
+
+    from transformers import TrainerState
+
+    callback = PluieCallback(tiny_judge, "para-fs", chat_items(SOURCES[:1]))
+    callback.history = [
+        {"step": 0, "metrics": {"eval_pluie_mean": 1.0}, "table": None},
+        {"step": 2, "metrics": {"eval_pluie_mean": 0.5}, "table": None},
+        {"step": 4, "metrics": {"eval_pluie_mean": 0.25}, "table": None},
+    ]
+    state = TrainerState()
+    state.best_metric, state.best_global_step = 0.5, 2  # what Trainer._determine_best_metric leaves
+    args = training_args(tmp_path, metric_for_best_model="pluie_mean", greater_is_better=True)
+    with caplog.at_level(logging.WARNING, logger="pluie_reward.integrations.callbacks"):
+        callback.on_train_end(args, state, None)
+    assert any("no checkpoint beat the starting point" in r.getMessage() and "1.0000 before training" in r.getMessage()
+               and "step 2" in r.getMessage() for r in caplog.records)
+    assert callback.best_evaluation()["step"] == 0
+    assert callback.best_evaluation(greater_is_better=False)["step"] == 4
+    caplog.clear()
+    state.best_metric = 1.0  # a tie is not an improvement, and not a warning either
+    callback.on_train_end(args, state, None)
+    callback.history[0]["metrics"]["eval_pluie_mean"] = 0.1  # training improved on the start
+    state.best_metric = 0.5
+    callback.on_train_end(args, state, None)
+    assert not caplog.records
+    assert callback.best_evaluation()["step"] == 2

@@ -36,9 +36,11 @@ def test_score_dataset_threshold_and_prefix(tiny_judge):
 
 def test_score_dataset_missing_column_says_what_to_do(tiny_judge):
     ds = Dataset.from_dict({"text": ["a"], "hypothesis": ["b"]})
-    with pytest.raises(ValueError, match="no column 'source'.*columns="):
+    with pytest.raises(ValueError, match=r"reads the column 'source', which is not in the dataset\. Available columns: \['hypothesis', 'text'\]\. Pass columns=\{'source': '<column>'\}"):
         score_dataset(ds, tiny_judge)
-    with pytest.raises(ValueError, match="not fields of template"):
+    with pytest.raises(KeyError):  # the same error as a TRL reward's for a missing column
+        score_dataset(ds, tiny_judge)
+    with pytest.raises(ValueError, match="'sentence' is not a field of template 'para-fs'"):
         score_dataset(ds, tiny_judge, columns={"sentence": "text"})
 
 

@@ -29,7 +29,7 @@ class Recorder:
 
     def __init__(self, judge, stop: int | None = None):
         self.judge, self.stop, self.calls = judge, stop, []
-        self.name, self.scorer = judge.name, getattr(judge, "scorer", None)
+        self.name, self.engine = judge.name, judge.engine
 
     def score(self, template, **fields):
         if self.stop is not None and len(self.calls) == self.stop:

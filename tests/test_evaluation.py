@@ -278,6 +278,7 @@ def _raw(name):
     return json.loads((PARAPHRASUS / name).read_text())
 
 
+@pytest.mark.needs_shared
 def test_paraphrasus_pair_selection_follows_the_readme():
     pairs = load_pairs(PARAPHRASUS)
     counts = {k: len(v) for k, v in pairs.items()}
@@ -296,6 +297,7 @@ def test_paraphrasus_pair_selection_follows_the_readme():
     assert sum(p.expected for p in pairs["MRPC"]) == sum(e["label"] for e in mrpc.values())
 
 
+@pytest.mark.needs_shared
 def test_paraphrasus_limit_keeps_both_directions():
     pairs = load_pairs(PARAPHRASUS, limit=5, seed=1)
     assert all(len(v) == 5 for v in pairs.values())
@@ -314,12 +316,14 @@ def test_summary_hand_computed():
     assert s["overall"] == pytest.approx(1.375 / 3)
 
 
+@pytest.mark.needs_shared
 def test_peer_figures_are_read_as_fractions():
     peers = peer_results(PARAPHRASUS, "llama3")
     assert peers["llama_3_8b_ins_q4_k_m"]["MRPC"] == pytest.approx(0.241)
     assert peers["llama_3_3_70b_ins_q8"]["averages"]["Overall Average"] == pytest.approx(0.158)
 
 
+@pytest.mark.needs_shared
 def test_paraphrasus_runner_with_a_tiny_judge(tiny_judge):
     results = run_paraphrasus(tiny_judge, PARAPHRASUS, limit=3, progress=False, keep_pairs=True, peers="llama3")
     pairs = load_pairs(PARAPHRASUS, limit=3)
@@ -381,6 +385,7 @@ def test_cli_classification_and_preference(cli_tiny_judge, tmp_path, capsys):
     assert "no column(s) ['source']" in capsys.readouterr().err
 
 
+@pytest.mark.needs_shared
 def test_cli_paraphrasus(cli_tiny_judge, tmp_path, capsys):
     out = tmp_path / "para"
     code = main(["eval", "paraphrasus", "--data-dir", str(PARAPHRASUS), "--limit", "2", "--datasets", "MRPC,SNLI",

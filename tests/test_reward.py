@@ -125,8 +125,10 @@ def test_bad_completions_and_fields(tiny_judge):
     b["src"] = b["src"][:3]
     with pytest.raises(ValueError, match="column 'src' has 3 values for 4 completions"):
         reward(**b)
-    with pytest.raises(ValueError, match=r"takes \['source'\].*got \['src'\]"):
+    with pytest.raises(ValueError, match=r"'src' is not a field of template 'para-fs'; its fields are \['source', 'hypothesis'\]"):
         PluieReward(tiny_judge, fields={"src": "source"})
+    with pytest.raises(ValueError, match="filled by the integration itself"):
+        PluieReward(tiny_judge, fields={"hypothesis": "answer"})
 
 
 def test_group_prefix_is_computed_once_per_prompt():
@@ -166,7 +168,7 @@ def test_novelty_reward_contract():
     assert novelty(prompts=["p", "p"], completions=conv, source=["The cat sleeps."] * 2) == pytest.approx([0.6, 0.0])
     from_prompt = NoveltyReward("prompt")(prompts=["The cat sleeps."], completions=["The cat sleeps."])
     assert from_prompt == [0.0]
-    with pytest.raises(KeyError, match=r"'source' is not in the batch. Available columns: \['src', 'prompt'\]"):
+    with pytest.raises(KeyError, match=r"'source', which is not in the batch. Available columns: \['src', 'prompt'\]"):
         novelty(prompts=["p"], completions=["x"], src=["y"], trainer_state=None)
     assert completion_text([{"role": "assistant", "content": [{"type": "text", "text": "Hi"}, {"type": "image"}]}]) == "Hi"
 

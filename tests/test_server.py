@@ -24,7 +24,9 @@ pytest.importorskip("uvicorn")
 from conftest import mrpc_pairs  # noqa: E402
 
 from pluie_reward.tools.cli import main  # noqa: E402
-from pluie_reward.integrations.client import RemoteJudgeError, RemotePluieReward, compute_score, compute_score_batch, post_json  # noqa: E402
+from pluie_reward.integrations.client import (  # noqa: E402
+    RemoteJudgeError, RemotePluieReward, compute_score, compute_score_batch, compute_score_sync, post_json,
+)
 from pluie_reward.tools.server import background, create_app  # noqa: E402
 from pluie_reward.tools.server.batcher import Batcher, ScoringError, ShuttingDown  # noqa: E402
 from pluie_reward.testing import make_tiny_judge  # noqa: E402
@@ -131,7 +133,9 @@ BAD = [
     ("rm: wrong key", "/get_reward", {"queries": ["x"]}, AUTH, 422, "query"),
     ("rm: unequal prompts", "/get_reward", {"query": ["ab"], "prompts": ["a", "b"], "labels": ["s"]}, AUTH, 422, "one per query"),
     ("rm: prompt not in query", "/get_reward", {"query": ["xyz"], "prompts": ["abc"], "labels": ["s"]}, AUTH, 422, "not contained"),
-    ("rm: no labels", "/get_reward", {"query": ["abc"], "prompts": ["a"]}, AUTH, 422, "--label_key"),
+    ("rm: no labels", "/get_reward", {"query": ["abc"], "prompts": ["a"]}, AUTH, 422, "--data.label_key"),
+    # OpenRLHF without --data.label_key sends "" (OpenRLHF@3c3be623:openrlhf/datasets/prompts_dataset.py:44)
+    ("rm: empty label", "/get_reward", {"query": ["abc"], "prompts": ["a"], "labels": [""]}, AUTH, 422, "labels[0] is empty"),
     ("rm: label not text", "/get_reward", {"query": ["abc"], "prompts": ["a"], "labels": [3]}, AUTH, 422, "labels[0]"),
 ]
 
@@ -204,9 +208,9 @@ def test_remote_pluie_reward_for_trl(server, pairs, reference):
     p_yes = RemotePluieReward(server.url, token=TOKEN, output="p_yes")
     got = asyncio.run(p_yes(prompts=["p"], completions=hypotheses[:1], source=sources[:1]))
     assert abs(got[0] - sigmoid(reference[0])) <= TOL
-    with pytest.raises(ValueError, match=r"column 'source'.*\['src'\]"):
+    with pytest.raises(KeyError, match=r"'source', which is not in the batch\. Available columns: \['src', 'prompt'\]"):
         asyncio.run(reward(prompts=["p"], completions=["x"], src=["s"]))
-    with pytest.raises(ValueError, match="completion 0 is NoneType"):
+    with pytest.raises(TypeError, match="completion 0 is None"):
         asyncio.run(reward(prompts=["p"], completions=[None], source=["s"]))
     with pytest.raises(RemoteJudgeError, match="401"):
         asyncio.run(RemotePluieReward(server.url, token="bad")(prompts=["p"], completions=["x"], source=["s"]))
@@ -253,7 +257,9 @@ def test_real_grpo_trainer_runs_the_remote_reward(server, tiny_judge, tmp_path):
 
 def test_compute_score_for_verl(server, pairs, reference, monkeypatch):
     sources, hypotheses = pairs
-    got = compute_score("mrpc", hypotheses[0], sources[0], None, url=server.url, token=TOKEN)
+    got = compute_score_sync("mrpc", hypotheses[0], sources[0], None, url=server.url, token=TOKEN, return_dict=False)
+    assert isinstance(got, float) and abs(got - reference[0]) <= TOL
+    got = asyncio.run(compute_score("mrpc", hypotheses[0], sources[0], None, url=server.url, token=TOKEN, return_dict=False))
     assert isinstance(got, float) and abs(got - reference[0]) <= TOL
     monkeypatch.setenv("PLUIE_REWARD_URL", server.url)
     monkeypatch.setenv("PLUIE_REWARD_TOKEN", TOKEN)
@@ -263,10 +269,10 @@ def test_compute_score_for_verl(server, pairs, reference, monkeypatch):
     )
     for i, record in enumerate(records):
         assert abs(record["score"] - reference[i]) <= TOL and abs(record["p_yes"] - sigmoid(reference[i])) <= TOL
-    with pytest.raises(ValueError, match="extra_info keys"):
-        compute_score("mrpc", "h", "s", {"other": 1}, fields={"source": "extra_info.src"})
+    with pytest.raises(KeyError, match=r"'extra_info\.src', which is not in verl's arguments\. Available sources: \['data_source', 'extra_info\.other', 'ground_truth'\]"):
+        compute_score_sync("mrpc", "h", "s", {"other": 1}, fields={"source": "extra_info.src"})
     with pytest.raises(RemoteJudgeError, match="422"):
-        compute_score("mrpc", "h", None)  # no ground truth for 'source'
+        compute_score_sync("mrpc", "h", None)  # no ground truth for 'source'
 
 
 def _dead_url() -> str:
@@ -294,7 +300,7 @@ def test_client_retries_transient_failures_then_fails_clearly():
             post_json("http://judge/score", {}, retries=3, backoff=0.001, client=client)
     assert len(calls) == 1  # client errors are not retried
     with pytest.raises(RemoteJudgeError, match="after 2 attempts"):
-        compute_score("d", "h", "s", url=_dead_url(), retries=1, timeout=5)
+        compute_score_sync("d", "h", "s", url=_dead_url(), retries=1, timeout=5)
 
 
 # load ------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import json
+import logging
 import math
 import sys
 from contextlib import contextmanager
@@ -25,11 +26,13 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 from transformers.trainer_callback import TrainerCallback
 
+from ..core.fields import map_fields
 from ..core.judge import Judge
 from ..engines.transformers.model_state import weights_digest
 from ..core.template import Template, load_template, normalize_fields
 
 JudgeLike = "Judge | Callable[[], Judge]"
+logger = logging.getLogger(__name__)
 
 
 # generation ---------------------------------------------------------------------------------
@@ -182,6 +185,8 @@ class PluieCallback(TrainerCallback):
         eval_set: a ``datasets.Dataset`` or list of dicts with a prompt column (a string, or chat
             messages rendered with the generator tokenizer's chat template) and the template's
             other fields (e.g. ``source``); the generation is the template's ``hypothesis``.
+        fields: template field -> eval_set column, for columns not named like the fields (as in
+            :class:`~pluie_reward.PluieReward`; optional fields are read when their column exists).
         max_items: score only the first ``max_items`` items.
         every_n_steps: ``None`` runs at every evaluation (the metrics join the evaluation metrics,
             for ``metric_for_best_model`` and ``EarlyStoppingCallback``); an int runs every N
@@ -222,6 +227,7 @@ class PluieCallback(TrainerCallback):
         metric_prefix: str = "eval",
         tokenizer: Any = None,
         write_table: bool = True,
+        fields: Mapping[str, str] | None = None,
         **generation_kwargs: Any,
     ) -> None:
         if isinstance(judge, Judge):
@@ -237,6 +243,11 @@ class PluieCallback(TrainerCallback):
                 f"template {self.template.name!r} has no field {hypothesis_field!r} for the generation; "
                 f"its fields are {list(self.template.fields)} (set hypothesis_field=...)."
             )
+        # the one field -> column mapping (pluie_reward.core.fields); the generation fills hypothesis_field
+        self.field_map = map_fields(
+            self.template.fields, fields, optional=self.template.optional_fields, fixed={hypothesis_field},
+            template=self.template.name, setting="fields", who="PluieCallback: ",
+        )
         if every_n_steps is not None and (not isinstance(every_n_steps, int) or every_n_steps < 1):
             raise ValueError(f"every_n_steps must be a positive integer or None (every evaluation), not {every_n_steps!r}.")
         if max_items is not None and (not isinstance(max_items, int) or max_items < 1):
@@ -271,14 +282,16 @@ class PluieCallback(TrainerCallback):
         items = [dict(row) for row in eval_set]
         if not items:
             raise ValueError("eval_set is empty: give at least one item with a prompt and the template's fields.")
-        wanted = [self.prompt_field] + [f for f in self.template.fields if f != self.hypothesis_field]
         for index, row in enumerate(items):
-            missing = [f for f in wanted if f not in row or row[f] is None]
+            present = [k for k, v in row.items() if v is not None]
+            missing = [self.prompt_field] if self.prompt_field not in present else []
+            missing += [self.field_map.columns[f] for f in self.field_map.missing(present)]
             if missing:
+                wanted = [self.field_map.columns[f] for f in self.field_map.columns if f in self.field_map.required]
                 raise ValueError(
                     f"eval_set item {index} lacks {missing}: each item needs the prompt column {self.prompt_field!r} "
-                    f"and the fields of template {self.template.name!r} other than the generated "
-                    f"{self.hypothesis_field!r}: {wanted[1:]}."
+                    f"and the columns of template {self.template.name!r}'s fields other than the generated "
+                    f"{self.hypothesis_field!r}: {wanted} (map them with fields={{'<field>': '<column>'}})."
                 )
             prompt = row[self.prompt_field]
             if not isinstance(prompt, str) and not (
@@ -294,8 +307,8 @@ class PluieCallback(TrainerCallback):
 
     def _fields(self, items: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
         """The template's fields (other than the generation) as columns; optional ones when present."""
-        names = [f for f in self.template.all_fields if f != self.hypothesis_field]
-        return {f: [row.get(f) for row in items] for f in names if f in self.template.fields or any(f in row for row in items)}
+        present = {k for row in items for k in row}
+        return {f: [row.get(c) for row in items] for f, c in self.field_map.select(present, where="the eval_set").items()}
 
     @property
     def judge(self) -> Judge:
@@ -370,6 +383,47 @@ class PluieCallback(TrainerCallback):
             self._last = (step, digest, ours)
         if metrics is not None:
             metrics.update(ours)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Warn when the evaluation before training beat every checkpoint the trainer could choose.
+
+        transformers picks the best model among the evaluations made *during* training only
+        (``Trainer._determine_best_metric`` runs in ``_maybe_log_save_evaluate``; ``eval_on_start``
+        and a ``trainer.evaluate()`` before ``train()`` are never compared, transformers==5.19.0:
+        trainer.py:1641-1642,2253-2254,3390-3424), so the first in-training evaluation always
+        becomes "best", even when it is worse than the starting point.
+        """
+        metric = getattr(args, "metric_for_best_model", None) or ""
+        if "pluie" not in metric or getattr(state, "best_metric", None) is None:
+            return
+        key = metric if metric.startswith("eval_") else f"eval_{metric}"
+        greater = getattr(args, "greater_is_better", True) is not False
+        start = next((e for e in self.history if e["step"] == 0 and key in e["metrics"]), None)
+        if start is None:
+            return
+        before, best = start["metrics"][key], state.best_metric
+        if (before > best) if greater else (before < best):
+            logger.warning(
+                "PluieCallback: no checkpoint beat the starting point: %s was %.4f before training (step 0) and "
+                "%.4f at the best checkpoint (step %s). transformers never compares the step-0 evaluation when "
+                "choosing the best model, so load_best_model_at_end loaded step %s; compare with the untrained "
+                "model before using it.",
+                key, before, best, getattr(state, "best_global_step", "?"), getattr(state, "best_global_step", "?"),
+            )
+
+    def best_evaluation(self, metric: str = "eval_pluie_mean", greater_is_better: bool = True) -> dict[str, Any] | None:
+        """The history entry (``step``, ``metrics``, ``table``) with the best ``metric``, the evaluation
+        before training (step 0) included; ties go to the earliest step. ``None`` without history.
+
+        Example:
+            >>> callback.best_evaluation()  # doctest: +SKIP
+            {'step': 0, 'metrics': {'eval_pluie_mean': -2.1, ...}, 'table': 'out/pluie/step-000000.jsonl'}
+        """
+        entries = [e for e in self.history if metric in e["metrics"]]
+        if not entries:
+            return None
+        sign = 1.0 if greater_is_better else -1.0
+        return max(entries, key=lambda e: (sign * e["metrics"][metric], -e["step"]))
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.every_n_steps is None or state.global_step % self.every_n_steps != 0:

@@ -1,19 +1,25 @@
 """Clients of the judge server: a TRL reward function and verl ``compute_score`` functions.
 
-Both send the template fields to ``POST /score``, with a timeout, retries on connection errors and
-on 429/502/503/504 (exponential back-off), and a clear error on other failures. This module uses
-absolute imports only, so verl can load it by file path (``custom_reward_function.path``).
+They send the template fields to ``POST /score``, with a timeout, retries on connection errors and
+on 429/502/503/504 (exponential back-off), and a clear error on other failures. The completion's
+text and the field -> column mapping come from :mod:`pluie_reward.core.fields`, as for the local
+rewards. This module needs httpx only (no torch) and uses absolute imports, so verl can load it as
+``pkg://pluie_reward.integrations.client`` or by file path.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
+import weakref
 from typing import Any, Mapping, Sequence
 
 import httpx
+
+from pluie_reward.core.fields import FieldMap, completion_text
 
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 OUTPUTS = ("logratio", "p_yes", "verdict")
@@ -21,7 +27,12 @@ URL_ENV, TOKEN_ENV = "PLUIE_REWARD_URL", "PLUIE_REWARD_TOKEN"
 
 
 class RemoteJudgeError(RuntimeError):
-    """The judge server refused the request or could not be reached after the retries."""
+    """The judge server refused the request (``status``: its HTTP status) or could not be reached
+    after the retries (``status`` None)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def _score_url(url: str | None) -> str:
@@ -46,7 +57,7 @@ def _answer(url: str, response: httpx.Response) -> dict[str, Any] | None:
             detail = response.json().get("detail", response.text)
         except ValueError:
             detail = response.text
-        raise RemoteJudgeError(f"{url}: HTTP {response.status_code}: {detail}")
+        raise RemoteJudgeError(f"{url}: HTTP {response.status_code}: {detail}", response.status_code)
     return response.json()
 
 
@@ -111,19 +122,6 @@ async def apost_json(
     raise RemoteJudgeError(f"{url}: no answer after {retries + 1} attempts (last: {last}); is the server running?")
 
 
-def _completion_text(index: int, completion: Any) -> str:
-    """A TRL completion as text: a string, or the content of the last message of a conversation."""
-    if isinstance(completion, list) and completion and isinstance(completion[-1], Mapping):
-        completion = completion[-1].get("content")
-        if isinstance(completion, list):  # content parts
-            completion = "".join(p.get("text", "") for p in completion if isinstance(p, Mapping))
-    if not isinstance(completion, str):
-        raise ValueError(
-            f"completion {index} is {type(completion).__name__}, not text (a string or a list of chat messages)."
-        )
-    return completion
-
-
 def _check_output(output: str) -> str:
     if output not in OUTPUTS:
         raise ValueError(f"output must be one of {list(OUTPUTS)}, got {output!r}.")
@@ -140,9 +138,14 @@ def _values(answer: Mapping[str, Any], output: str, n: int, url: str) -> list[fl
 class RemotePluieReward:
     """A TRL reward function (async, so GRPOTrainer runs it concurrently) backed by a judge server.
 
-    The completion fills the template's ``hypothesis``; ``fields`` maps the other template fields
-    to dataset columns, which TRL passes as keyword arguments. Large batches are sent as several
-    concurrent requests of at most ``chunk_size`` items; the server batches them again.
+    The completion fills the template's ``hypothesis`` (its text as for :class:`~pluie_reward.PluieReward`:
+    :func:`~pluie_reward.core.fields.completion_text`); ``fields`` maps the other template fields
+    to dataset columns, which TRL passes as keyword arguments (``"prompt"`` reads the prompt, its last
+    user message when conversational). Large batches are sent as several concurrent requests of at
+    most ``chunk_size`` items; the server batches them again.
+
+    Needs TRL >= 1.14, which awaits async callable classes (``trl.trainer.utils.is_async_callable``,
+    trl==1.14.0 (wheel):trl/trainer/utils.py:238-249); TRL 1.13 and older call it synchronously and fail.
 
     Args:
         url: the server's base URL (``http://host:port``).
@@ -151,6 +154,9 @@ class RemotePluieReward:
         token: bearer token (default: ``$PLUIE_REWARD_TOKEN`` if set).
         timeout, retries, backoff: per request; retries on connection errors and 429/502/503/504.
         name: ``__name__``, used by TRL in ``rewards/<name>/mean``.
+
+    When TRL passes ``log_metric``/``log_extra`` (TRL >= 1.0), it logs ``<name>/accept_rate`` and the
+    per-completion ``<name>/logratio`` column of the completions table, like ``PluieReward``.
 
     Example:
         >>> reward = RemotePluieReward("http://127.0.0.1:8000", fields={"source": "source"})  # doctest: +SKIP
@@ -172,6 +178,9 @@ class RemotePluieReward:
     ) -> None:
         self.url = _score_url(url)
         self.fields = dict({"source": "source"} if fields is None else fields)
+        if "hypothesis" in self.fields:
+            raise ValueError(f"{name}: fields cannot map 'hypothesis': the completion fills it.")
+        self.field_map = FieldMap.explicit(self.fields, who=f"{name}: ")
         self.output = _check_output(output)
         self.token = token
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
@@ -180,22 +189,18 @@ class RemotePluieReward:
         self.chunk_size = chunk_size
         self.__name__ = name
 
-    def payload(self, completions: Sequence[Any], columns: Mapping[str, Any]) -> dict[str, list[Any]]:
-        """The ``/score`` fields for TRL's completions and dataset columns."""
-        body: dict[str, list[Any]] = {"hypothesis": [_completion_text(i, c) for i, c in enumerate(completions)]}
-        for field, column in self.fields.items():
-            if column not in columns:
-                available = sorted(k for k in columns if k not in ("trainer_state", "log_extra", "log_metric"))
-                raise ValueError(
-                    f"{self.__name__}: template field {field!r} reads dataset column {column!r}, which the batch "
-                    f"does not have; columns: {available}. Pass fields={{{field!r}: '<column>'}}."
-                )
-            body[field] = list(columns[column])
+    def payload(self, completions: Sequence[Any], columns: Mapping[str, Any], prompts: Sequence[Any] | None = None) -> dict[str, list[Any]]:
+        """The ``/score`` fields for TRL's completions and dataset columns (``KeyError`` for a missing column)."""
+        hypotheses = [completion_text(c, i) for i, c in enumerate(completions)]
+        body: dict[str, list[Any]] = {"hypothesis": hypotheses}
+        body.update(self.field_map.gather(columns, len(hypotheses), prompts=prompts))
         return body
 
-    async def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (), **kwargs: Any) -> list[float]:
+    async def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:
         """One reward per completion."""
-        body = self.payload(completions, kwargs)
+        if completions is None:
+            raise TypeError(f"{self.__name__}: call it with completions=[...] (TRL's reward contract).")
+        body = self.payload(completions, kwargs, prompts)
         n = len(body["hypothesis"])
         if n == 0:
             return []
@@ -210,13 +215,17 @@ class RemotePluieReward:
             ))
         values: list[float] = []
         verdicts: list[float] = []
+        logratios: list[float] = []
         for s, answer in zip(starts, answers):
             size = min(self.chunk_size, n - s)
             values += _values(answer, self.output, size, self.url)
             verdicts += _values(answer, "verdict", size, self.url)
-        log_metric = kwargs.get("log_metric")
+            logratios += _values(answer, "logratio", size, self.url)
+        log_metric, log_extra = kwargs.get("log_metric"), kwargs.get("log_extra")
         if callable(log_metric):
             log_metric(f"{self.__name__}/accept_rate", sum(verdicts) / n)
+        if callable(log_extra):
+            log_extra(f"{self.__name__}/logratio", [round(x, 4) for x in logratios])
         return values
 
     def __repr__(self) -> str:
@@ -224,6 +233,21 @@ class RemotePluieReward:
 
 
 # verl -----------------------------------------------------------------------------------------
+# verl's reward loop (verl >= 0.7.1; verl-project/verl@1dda039b = PyPI verl 0.9.1) calls the custom
+# reward function once per sample with keyword arguments (verl/experimental/reward_loop/reward_manager/
+# naive.py:66-84): data_source, solution_str, ground_truth, extra_info, plus reward_router_address and
+# reward_model_tokenizer when reward.reward_model.enable=True (naive.py:58-65), plus the config's
+# reward_kwargs merged over them (verl/trainer/ppo/reward.py:32-47,82). An ``async def`` is awaited
+# directly (naive.py:30,66), a plain function runs in the default thread pool (naive.py:75-84).
+# The result is a float (logged as "acc") or a dict with "score" whose keys are all logged; the keys
+# are read from the first sample (verl/experimental/reward_loop/reward_loop.py:366), so every sample
+# returns the same keys.
+VERL_EXTRA_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
+SETTINGS = ("url", "token", "fields", "output", "timeout", "retries", "backoff", "return_dict", "max_wait_ms", "max_batch_items")
+VERL_HINT = "fields={{'{field}': 'ground_truth' | 'data_source' | 'extra_info.<key>'}} (reward_kwargs)"
+_warned: set[str] = set()
+logger = logging.getLogger(__name__)
+
 _clients: dict[int, httpx.Client] = {}
 _clients_lock = threading.Lock()
 
@@ -237,18 +261,47 @@ def _shared_client() -> httpx.Client:
         return _clients[pid]
 
 
-def _field_value(field: str, source: str, data_source: Any, ground_truth: Any, extra_info: Any) -> Any:
-    if source == "ground_truth":
-        return ground_truth
-    if source == "data_source":
-        return data_source
-    if source.startswith("extra_info."):
-        key = source[len("extra_info.") :]
-        if not isinstance(extra_info, Mapping) or key not in extra_info:
-            keys = sorted(extra_info) if isinstance(extra_info, Mapping) else None
-            raise ValueError(f"field {field!r} reads extra_info[{key!r}], which is missing (extra_info keys: {keys}).")
-        return extra_info[key]
-    raise ValueError(f"field {field!r}: source {source!r} must be 'ground_truth', 'data_source' or 'extra_info.<key>'.")
+def _settings(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The client's settings among ``kwargs``; verl's other keyword arguments are ignored (unknown
+    ones with a warning, once, in case a setting is misspelt)."""
+    unknown = sorted(k for k in kwargs if k not in SETTINGS and k not in VERL_EXTRA_KWARGS and k not in _warned)
+    if unknown:
+        _warned.update(unknown)
+        logger.warning(
+            "pluie_reward compute_score: ignoring keyword argument(s) %s (settings are %s).", unknown, list(SETTINGS)
+        )
+    return {k: kwargs[k] for k in SETTINGS if k in kwargs}
+
+
+def _verl_columns(data_sources: Sequence[Any], ground_truths: Sequence[Any], extra_infos: Sequence[Any]) -> dict[str, list[Any]]:
+    """verl's arguments as columns: ``ground_truth``, ``data_source`` and ``extra_info.<key>`` (keys every item has)."""
+    columns: dict[str, list[Any]] = {"ground_truth": list(ground_truths), "data_source": list(data_sources)}
+    keys: list[str] | None = None
+    for info in extra_infos:
+        names = list(info) if isinstance(info, Mapping) else []
+        keys = names if keys is None else [k for k in keys if k in names]
+    for key in keys or []:
+        columns[f"extra_info.{key}"] = [info[key] for info in extra_infos]
+    return columns
+
+
+def _verl_fields(
+    data_sources: Sequence[Any], solution_strs: Sequence[Any], ground_truths: Sequence[Any], extra_infos: Sequence[Any] | None,
+    fields: Mapping[str, str] | None,
+) -> dict[str, list[Any]]:
+    """Template fields for verl's arguments: ``solution_strs`` fill ``hypothesis``, ``fields`` maps the others."""
+    mapping = dict({"source": "ground_truth"} if fields is None else fields)
+    n = len(solution_strs)
+    extra_infos = list(extra_infos) if extra_infos is not None else [None] * n
+    field_map = FieldMap.explicit(mapping, what="source", hint=VERL_HINT)
+    body: dict[str, list[Any]] = {"hypothesis": [completion_text(s, i) for i, s in enumerate(solution_strs)]}
+    body.update(field_map.gather(_verl_columns(data_sources, ground_truths, extra_infos), n, where="verl's arguments", per="items"))
+    return body
+
+
+def _result(value: float, answer: Mapping[str, Any], i: int) -> dict[str, Any]:
+    verdict = float(answer["verdict"][i])
+    return {"score": value, "acc": verdict, "logratio": float(answer["logratio"][i]), "p_yes": float(answer["p_yes"][i])}
 
 
 def compute_score_batch(
@@ -263,54 +316,170 @@ def compute_score_batch(
     output: str = "logratio",
     timeout: float = 120.0,
     retries: int = 3,
+    backoff: float = 0.5,
     return_dict: bool = False,
+    **ignored: Any,
 ) -> list[float] | list[dict[str, Any]]:
-    """verl ``BatchRewardManager``-style scoring: one request for the whole batch.
+    """Score a batch in one request (synchronous; for your own loops, or verl's legacy batch manager).
 
     ``solution_strs`` fill ``hypothesis``; ``fields`` maps the other template fields to
     ``ground_truth`` (default for ``source``), ``data_source`` or ``extra_info.<key>``.
-    With ``return_dict`` each result is ``{"score", "p_yes", "logratio", "verdict"}`` (verl logs the extras).
+    With ``return_dict`` each result is ``{"score", "acc" (the verdict, 1.0/0.0), "logratio", "p_yes"}``.
+    Other keyword arguments (e.g. verl's ``reward_router_address``) are ignored.
 
     Example:
         >>> compute_score_batch(["mrpc"], ["A cat is asleep."], ["The cat sleeps."], url="http://127.0.0.1:8000")  # doctest: +SKIP
         [1.7]
     """
+    _settings(ignored)
     output = _check_output(output)
-    mapping = dict({"source": "ground_truth"} if fields is None else fields)
-    n = len(solution_strs)
-    extra_infos = list(extra_infos) if extra_infos is not None else [None] * n
-    if n == 0:
+    if len(solution_strs) == 0:
         return []
-    body: dict[str, list[Any]] = {"hypothesis": [_completion_text(i, s) for i, s in enumerate(solution_strs)]}
-    for field, source in mapping.items():
-        body[field] = [
-            _field_value(field, source, d, g, e) for d, g, e in zip(list(data_sources), list(ground_truths), extra_infos)
-        ]
+    body = _verl_fields(data_sources, solution_strs, ground_truths, extra_infos, fields)
+    n = len(body["hypothesis"])
     score_url = _score_url(url)
-    answer = post_json(score_url, body, token=token, timeout=timeout, retries=retries, client=_shared_client())
+    answer = post_json(score_url, body, token=token, timeout=timeout, retries=retries, backoff=backoff, client=_shared_client())
     values = _values(answer, output, n, score_url)
-    if not return_dict:
-        return values
-    return [
-        {"score": v, "logratio": float(lr), "p_yes": float(p), "verdict": float(vd)}
-        for v, lr, p, vd in zip(values, answer["logratio"], answer["p_yes"], answer["verdict"])
-    ]
+    _values(answer, "verdict", n, score_url)
+    return [_result(v, answer, i) for i, v in enumerate(values)] if return_dict else values
 
 
-def compute_score(
-    data_source: Any,
-    solution_str: str,
-    ground_truth: Any,
-    extra_info: Any = None,
-    **kwargs: Any,
+def compute_score_sync(
+    data_source: Any = None, solution_str: str = "", ground_truth: Any = None, extra_info: Any = None, **kwargs: Any
 ) -> float | dict[str, Any]:
-    """verl custom reward function (``custom_reward_function.name=compute_score``): one item.
+    """Synchronous verl reward function: one item, one request. For verl's ``remote`` reward manager
+    (which rejects async functions, verl/experimental/reward_loop/reward_manager/remote.py:53-54);
+    otherwise prefer the async :func:`compute_score`, which batches.
 
-    Settings come from ``custom_reward_function.reward_kwargs`` (``url``, ``token``, ``fields``,
-    ``output``, ``timeout``, ``retries``, ``return_dict``) or ``$PLUIE_REWARD_URL`` / ``$PLUIE_REWARD_TOKEN``.
+    Settings as for :func:`compute_score`; ``return_dict`` defaults to True.
 
     Example:
-        >>> compute_score("mrpc", "A cat is asleep.", "The cat sleeps.", url="http://127.0.0.1:8000")  # doctest: +SKIP
-        1.7
+        >>> compute_score_sync("mrpc", "A cat is asleep.", "The cat sleeps.", url="http://127.0.0.1:8000")  # doctest: +SKIP
+        {'score': 1.7, 'acc': 1.0, 'logratio': 1.7, 'p_yes': 0.85}
     """
-    return compute_score_batch([data_source], [solution_str], [ground_truth], [extra_info], **kwargs)[0]
+    settings = _settings(kwargs)
+    settings.setdefault("return_dict", True)
+    settings.pop("max_wait_ms", None), settings.pop("max_batch_items", None)
+    return compute_score_batch([data_source], [solution_str], [ground_truth], [extra_info], **settings)[0]
+
+
+class _Coalescer:
+    """Concurrent :func:`compute_score` calls on one event loop, sent as one ``POST /score`` per
+    wait window (a small micro-batcher: the judge server batches again across workers)."""
+
+    def __init__(self) -> None:
+        self.pending: dict[tuple, list[tuple[dict[str, Any], asyncio.Future]]] = {}
+        self.timers: dict[tuple, asyncio.TimerHandle] = {}
+        self.tasks: set[asyncio.Task] = set()
+        self.requests = 0  # requests sent, for tests and curiosity
+
+    def submit(self, key: tuple, item: dict[str, Any], max_wait: float, max_items: int) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        queue = self.pending.setdefault(key, [])
+        queue.append((item, future))
+        if len(queue) >= max_items:
+            self.flush(key)
+        elif key not in self.timers:
+            self.timers[key] = loop.call_later(max_wait, self.flush, key)
+        return future
+
+    def flush(self, key: tuple) -> None:
+        timer = self.timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        waiting = [(item, f) for item, f in self.pending.pop(key, []) if not f.done()]
+        if not waiting:
+            return
+        # items without an optional field (None) cannot share a request with items that have it
+        groups: dict[tuple[str, ...], list[tuple[dict[str, Any], asyncio.Future]]] = {}
+        for item, future in waiting:
+            groups.setdefault(tuple(sorted(item)), []).append((item, future))
+        for names, group in groups.items():
+            task = asyncio.ensure_future(self.send(key, names, group))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def send(self, key: tuple, names: tuple[str, ...], group: list[tuple[dict[str, Any], asyncio.Future]]) -> None:
+        url, token, timeout, retries, backoff = key
+        body = {name: [item[name] for item, _ in group] for name in names}
+        self.requests += 1
+        try:
+            answer = await apost_json(url, body, token=token, timeout=timeout, retries=retries, backoff=backoff)
+            for output in OUTPUTS:
+                _values(answer, output, len(group), url)
+        except RemoteJudgeError as err:
+            if err.status == 422 and len(group) > 1:  # one bad item: the others must not fail with it
+                await asyncio.gather(*(self.send(key, names, [one]) for one in group))
+                return
+            for _, future in group:
+                if not future.done():
+                    future.set_exception(err)
+            return
+        except BaseException as err:  # noqa: BLE001 - every waiting caller gets the error
+            for _, future in group:
+                if not future.done():
+                    future.set_exception(err)
+            if not isinstance(err, Exception):
+                raise
+            return
+        for i, (_, future) in enumerate(group):
+            if not future.done():
+                future.set_result({output: answer[output][i] for output in OUTPUTS})
+
+
+_coalescers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Coalescer]" = weakref.WeakKeyDictionary()
+
+
+def _coalescer() -> _Coalescer:
+    loop = asyncio.get_running_loop()
+    if loop not in _coalescers:
+        _coalescers[loop] = _Coalescer()
+    return _coalescers[loop]
+
+
+async def compute_score(
+    data_source: Any = None, solution_str: str = "", ground_truth: Any = None, extra_info: Any = None, **kwargs: Any
+) -> float | dict[str, Any]:
+    """verl custom reward function (``reward.custom_reward_function.name=compute_score``), async.
+
+    verl's reward loop awaits it once per sample, many at a time; calls made on the same event loop
+    within ``max_wait_ms`` of each other (and with the same URL and token) go to the server as one
+    ``POST /score`` of up to ``max_batch_items`` items.
+
+    Settings come from ``reward.custom_reward_function.reward_kwargs``: ``url``, ``token``, ``fields``
+    (template field -> ``ground_truth`` (default for ``source``), ``data_source`` or
+    ``extra_info.<key>``), ``output`` (``logratio``, ``p_yes``, ``verdict``), ``timeout``,
+    ``retries``, ``backoff``, ``return_dict`` (default True), ``max_wait_ms`` (default 10),
+    ``max_batch_items`` (default 256); or ``$PLUIE_REWARD_URL`` / ``$PLUIE_REWARD_TOKEN``. verl's
+    other keyword arguments (``reward_router_address``, ``reward_model_tokenizer``, future ones) are
+    ignored.
+
+    Returns:
+        ``{"score": <output>, "acc": verdict (1.0/0.0), "logratio", "p_yes"}`` (verl logs every key;
+        ``val-core/<data source>/acc`` is then the accept rate), or the float with ``return_dict=False``.
+
+    Example:
+        >>> await compute_score("mrpc", "A cat is asleep.", "The cat sleeps.", url="http://127.0.0.1:8000")  # doctest: +SKIP
+        {'score': 1.7, 'acc': 1.0, 'logratio': 1.7, 'p_yes': 0.85}
+    """
+    settings = _settings(kwargs)
+    output = _check_output(settings.get("output", "logratio"))
+    max_wait = float(settings.get("max_wait_ms", 10.0)) / 1000.0
+    max_items = int(settings.get("max_batch_items", 256))
+    if max_wait < 0 or max_items < 1:
+        raise ValueError("max_wait_ms must be >= 0 and max_batch_items >= 1.")
+    body = _verl_fields([data_source], [solution_str], [ground_truth], [extra_info], settings.get("fields"))
+    item = {name: values[0] for name, values in body.items() if values[0] is not None}  # None: an absent optional field
+    for name, value in item.items():  # checked here, so that a bad item fails alone, not its whole batch
+        if not isinstance(value, str):
+            raise TypeError(f"compute_score: field {name!r} must be a string, got {type(value).__name__} ({value!r:.60}).")
+    key = (
+        _score_url(settings.get("url")), settings.get("token"), float(settings.get("timeout", 120.0)),
+        int(settings.get("retries", 3)), float(settings.get("backoff", 0.5)),
+    )
+    answer = await _coalescer().submit(key, item, max_wait, max_items)
+    value = float(answer[output])
+    if not settings.get("return_dict", True):
+        return value
+    return {"score": value, "acc": float(answer["verdict"]), "logratio": float(answer["logratio"]), "p_yes": float(answer["p_yes"])}

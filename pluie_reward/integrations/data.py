@@ -14,6 +14,7 @@ import math
 import uuid
 from typing import TYPE_CHECKING, Any, Mapping
 
+from ..core.fields import map_fields
 from ..core.template import load_template
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,23 +26,11 @@ SCORE_COLUMNS = ("logratio", "p_yes", "verdict")
 
 
 def _field_columns(dataset: "Dataset", template: Any, columns: Mapping[str, str] | None) -> dict[str, str]:
-    """Map each template field to a dataset column (same name unless ``columns`` says otherwise)."""
+    """Map each template field to a dataset column (same name unless ``columns`` says otherwise;
+    optional fields only when their column exists), with :mod:`pluie_reward.core.fields`."""
     tmpl = load_template(template)
-    columns = dict(columns or {})
-    unknown = sorted(set(columns) - set(tmpl.all_fields))
-    if unknown:
-        raise ValueError(f"columns: {unknown} are not fields of template {tmpl.name!r}; its fields are {list(tmpl.all_fields)}.")
-    mapping: dict[str, str] = {}
-    for field in tmpl.all_fields:
-        column = columns.get(field, field)
-        if column in dataset.column_names:
-            mapping[field] = column
-        elif field in tmpl.fields:
-            raise ValueError(
-                f"template {tmpl.name!r} needs field {field!r} but the dataset has no column {column!r} "
-                f"(columns: {dataset.column_names}); pass columns={{{field!r}: '<column>'}}."
-            )
-    return mapping
+    field_map = map_fields(tmpl.fields, columns, optional=tmpl.optional_fields, template=tmpl.name, setting="columns")
+    return field_map.select(dataset.column_names, where="the dataset")
 
 
 def score_dataset(

@@ -44,7 +44,8 @@ import yaml
 
 from ..core.template import load_template
 from ..core.text import is_invisible, normalize_text
-from .rewards import PluieReward, _prompt_text, completion_text
+from ..core.fields import completion_text, prompt_text
+from .rewards import PluieReward
 
 CHECKS = ("answer_word", "delimiter", "control_token")
 QUOTES = "\"'`«»“”„‘’‚‹›「」『』"
@@ -502,11 +503,11 @@ class GuardedReward:
         reward: PluieReward = self.reward  # type: ignore[assignment]
         table = escape_table(reward.template)
         kwargs = dict(kwargs)
-        for column in {*reward.fields.values(), *reward.optional.values()}:
+        for column in set(reward.field_map.columns.values()):
             if column in kwargs:
                 kwargs[column] = [v.translate(table) if isinstance(v, str) else v for v in kwargs[column]]
             elif column == "prompt" and prompts is not None:
-                prompts = [_prompt_text(p, i).translate(table) for i, p in enumerate(prompts)]
+                prompts = [prompt_text(p, i).translate(table) for i, p in enumerate(prompts)]
         return [t.translate(table) for t in texts], prompts, kwargs
 
     def __getattr__(self, name: str) -> Any:

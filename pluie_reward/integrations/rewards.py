@@ -17,63 +17,14 @@ import asyncio
 import re
 from typing import Any, Callable, Mapping, Sequence
 
+from ..core.fields import FieldMap, completion_text, map_fields
 from ..core.text import content_words, edit_distance, normalize_text, same_words
 from ..core.judge import Judge, sigmoid
 from ..core.template import load_template
 
 TRANSFORMS = ("logratio", "prob", "clip")
-# keyword arguments TRL adds to the dataset columns; not columns themselves
-_TRAINER_KWARGS = {"trainer_state", "log_extra", "log_metric", "completion_ids", "environments"}
 
-
-def completion_text(completion: Any, index: int = 0) -> str:
-    """The text of one completion: a string, or the content of a conversational completion's messages.
-
-    Example:
-        >>> completion_text([{"role": "assistant", "content": "A cat is asleep."}])
-        'A cat is asleep.'
-        >>> completion_text([{"role": "assistant", "content": [{"type": "text", "text": "Hi"}]}])
-        'Hi'
-    """
-    if isinstance(completion, str):
-        return completion
-    if completion is None:
-        raise TypeError(
-            f"completion {index} is None; a reward needs the generated text (a string, or a list of chat "
-            "messages for conversational datasets)."
-        )
-    if isinstance(completion, Mapping):
-        completion = [completion]
-    if isinstance(completion, Sequence) and all(isinstance(m, Mapping) for m in completion):
-        parts = [_content_text(m.get("content"), index) for m in completion if m.get("role", "assistant") == "assistant"]
-        return "".join(parts)
-    raise TypeError(
-        f"completion {index}: expected a string or a list of chat messages, got {type(completion).__name__}."
-    )
-
-
-def _content_text(content: Any, index: int) -> str:
-    if content is None:
-        return ""  # e.g. an assistant turn holding only tool calls
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        return "".join(block.get("text", "") for block in content if isinstance(block, Mapping) and block.get("type") == "text")
-    raise TypeError(f"completion {index}: message content must be a string or a list of blocks, got {type(content).__name__}.")
-
-
-def _prompt_text(prompt: Any, index: int) -> str:
-    """A standard prompt, or the last user message of a conversational prompt."""
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, Sequence) and prompt and all(isinstance(m, Mapping) for m in prompt):
-        users = [m for m in prompt if m.get("role") == "user"]
-        return _content_text((users or list(prompt))[-1].get("content"), index)
-    raise TypeError(f"prompt {index}: expected a string or a list of chat messages, got {type(prompt).__name__}.")
-
-
-def _available(kwargs: Mapping[str, Any]) -> list[str]:
-    return sorted(k for k in kwargs if k not in _TRAINER_KWARGS) + ["prompt"]
+__all__ = ["PluieReward", "AsyncPluieReward", "NoveltyReward", "novelty", "novelty_score", "words", "completion_text"]
 
 
 class PluieReward:
@@ -120,16 +71,11 @@ class PluieReward:
                 f"template {self.template.name!r} has no 'hypothesis' field for the completion; "
                 f"its fields are {list(self.template.fields)}."
             )
-        fields = dict(fields or {})
-        unknown = sorted(set(fields) - set(self.template.all_fields) - {"hypothesis"})
-        if unknown or "hypothesis" in fields:
-            raise ValueError(
-                f"fields maps template fields to dataset columns; template {self.template.name!r} takes "
-                f"{[f for f in self.template.all_fields if f != 'hypothesis']} (the completion is the hypothesis), "
-                f"got {sorted(fields)}."
-            )
-        self.fields = {f: fields.get(f, f) for f in self.template.fields if f != "hypothesis"}
-        self.optional = {f: fields[f] for f in self.template.optional_fields if f in fields}
+        # the one field -> column mapping (pluie_reward.core.fields), checked now against the template
+        self.field_map = map_fields(
+            self.template.fields, fields, optional=self.template.optional_fields, fixed={"hypothesis"},
+            template=self.template.name, setting="fields", who=f"{name}: ",
+        )
         self.transform = transform
         self.clip = float(clip)
         self.threshold = threshold
@@ -167,9 +113,7 @@ class PluieReward:
             raise TypeError(f"{self.__name__}: call it with completions=[...] (TRL's reward contract).")
         hypotheses = [completion_text(c, i) for i, c in enumerate(completions)]
         n = len(hypotheses)
-        values = {f: self._column(f, column, prompts, kwargs, n) for f, column in self.fields.items()}
-        for f, column in self.optional.items():
-            values[f] = self._column(f, column, prompts, kwargs, n)
+        values = self.field_map.gather(kwargs, n, prompts=prompts)
         judge = self.judge
         logratios = judge.score(self.template, hypothesis=hypotheses, **values)  # in the judge's own dtype
         cut = judge.threshold if self.threshold is None else self.threshold
@@ -178,23 +122,6 @@ class PluieReward:
         if log_extra is not None:
             log_extra(f"{self.__name__}/logratio", [round(s, 4) for s in logratios])
         return [self._transform(s) for s in logratios]
-
-    def _column(
-        self, field: str, column: str, prompts: Any, kwargs: Mapping[str, Any], n: int
-    ) -> list[Any]:
-        if column in kwargs:
-            values = list(kwargs[column])
-        elif column == "prompt" and prompts is not None:
-            values = [_prompt_text(p, i) for i, p in enumerate(prompts)]
-        else:
-            raise KeyError(
-                f"{self.__name__}: template field {field!r} reads the dataset column {column!r}, which is not in "
-                f"the batch. Available columns: {_available(kwargs)}. Pass fields={{{field!r}: '<column>'}} "
-                "to PluieReward, or add the column to the dataset."
-            )
-        if len(values) != n:
-            raise ValueError(f"{self.__name__}: column {column!r} has {len(values)} values for {n} completions.")
-        return values
 
     def _transform(self, logratio: float) -> float:
         if self.transform == "prob":
@@ -205,6 +132,11 @@ class PluieReward:
 
     def __repr__(self) -> str:
         return f"PluieReward(name={self.__name__!r}, template={self.template.name!r}, fields={self.fields}, transform={self.transform!r})"
+
+    @property
+    def fields(self) -> dict[str, str]:
+        """Template field -> dataset column (the completion fills ``hypothesis``)."""
+        return dict(self.field_map.columns)
 
 
 class AsyncPluieReward(PluieReward):
@@ -275,23 +207,14 @@ class NoveltyReward:
     def __init__(self, column: str = "source", name: str = "novelty") -> None:
         self.column = column
         self.__name__ = name
+        self._map = FieldMap.explicit({"source": column}, who=f"{name}: ", hint="NoveltyReward('<column>')")
 
     def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:
         """One novelty in [0, 1] per completion."""
         if completions is None:
             raise TypeError(f"{self.__name__}: call it with completions=[...] (TRL's reward contract).")
         hypotheses = [completion_text(c, i) for i, c in enumerate(completions)]
-        if self.column in kwargs:
-            sources = list(kwargs[self.column])
-        elif self.column == "prompt" and prompts is not None:
-            sources = [_prompt_text(p, i) for i, p in enumerate(prompts)]
-        else:
-            raise KeyError(
-                f"{self.__name__}: the source column {self.column!r} is not in the batch. Available columns: "
-                f"{_available(kwargs)}. Use NoveltyReward('<column>')."
-            )
-        if len(sources) != len(hypotheses):
-            raise ValueError(f"{self.__name__}: {len(sources)} sources for {len(hypotheses)} completions.")
+        sources = self._map.gather(kwargs, len(hypotheses), prompts=prompts)["source"]
         for i, source in enumerate(sources):
             if not isinstance(source, str):
                 raise TypeError(f"{self.__name__}: source {i} in column {self.column!r} must be a string, got {type(source).__name__}.")

@@ -75,7 +75,8 @@ def bench_command(args: argparse.Namespace) -> int:
         print(format_table(r) + "\n")
     lines = target_lines(results)
     if lines:
-        print("Targets of issue 3 (embedded judge, 2-core CPU):\n" + "\n".join(lines) + "\n")
+        print("Against the reference speed-ups (expected on the embedded judge, 2 CPU cores) and the agreement tolerance:\n"
+              + "\n".join(lines) + "\n")
     memory = None
     if args.placement:
         say("placement memory: three fresh processes ...")

@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "pluie_reward.tools.server.cli",
     "pluie_reward.tools.bench.cli",
     "pluie_reward.tools.probe.cli",
+    "pluie_reward.tools.runs.cli",
 )
 
 

@@ -337,20 +337,17 @@ def relocate(message: str, rows: Sequence[str], per_item: int = 1) -> str:
 
 def parse_columns(specs: Sequence[str], fields: Sequence[str], optional: Sequence[str] = ()) -> dict[str, str | None]:
     """Field -> input column from repeated ``FIELD=COLUMN`` (default: the column named like the field);
-    ``FIELD=`` (empty) leaves an optional field out.
+    ``FIELD=`` (empty) leaves an optional field out. A command-line wrapper around
+    :func:`pluie_reward.core.fields.map_fields`, the mapping every integration uses.
 
     Example:
         >>> parse_columns(["source=s1", "gold="], ["source", "hypothesis"], ["gold"])
         {'source': 's1', 'hypothesis': 'hypothesis', 'gold': None}
     """
-    mapping: dict[str, str | None] = {f: f for f in [*fields, *optional]}
-    for spec in specs:
-        if "=" not in spec:
-            raise UsageError(f"--column expects FIELD=COLUMN, got {spec!r}.")
-        name, column = spec.split("=", 1)
-        if name not in mapping:
-            raise UsageError(f"--column: {name!r} is not a field of the template; fields: {list(mapping)}.")
-        if not column and name not in optional:
-            raise UsageError(f"--column {name}=: only an optional field ({list(optional)}) can be left out.")
-        mapping[name] = column or None
-    return mapping
+    from ...core.fields import map_fields, parse_assignments
+
+    try:
+        mapping = map_fields(fields, parse_assignments(specs, "--column"), optional=optional, setting="--column")
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    return {f: mapping.columns.get(f) for f in [*fields, *optional]}

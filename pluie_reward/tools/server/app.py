@@ -5,6 +5,12 @@ Endpoints:
   strings, or one string shared by all items) -> ``{"logratio": [...], "p_yes": [...], "verdict": [...]}``.
 - ``POST /get_reward``: OpenRLHF's remote reward model protocol,
   ``{"query": [...], "prompts": [...], "labels": [...]}`` -> ``{"rewards": [...], "scores": [...], "extra_logs": {...}}``.
+  An empty request (``{"query": [], ...}``, what OpenRLHF sends every server but the first of a
+  comma-separated ``--reward.remote_url``, OpenRLHF@3c3be623:openrlhf/utils/agent.py:324-336) gets empty lists.
+
+Every 4xx answer is also logged (WARNING, logger ``pluie_reward.server``) with the request path and the
+message: OpenRLHF logs only the status (agent.py:345-346) and then drops the sample's reward
+(agent.py:298-299), so the server's log is where the reason shows.
 - ``GET /health``: liveness plus the template's fields (no token needed).
 - ``GET /metrics``: requests, items, batches and batch sizes, latency percentiles.
 
@@ -14,6 +20,10 @@ FastAPI and uvicorn are imported here, so import this module only where they are
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import json
+import logging
 import secrets
 import time
 from contextlib import asynccontextmanager
@@ -32,6 +42,7 @@ from .batcher import Batcher, ScoringError, ShuttingDown
 from .mapping import RewardMapping
 from .metrics import ServerMetrics
 
+logger = logging.getLogger("pluie_reward.server")
 PUBLIC_PATHS = frozenset({"/health"})
 KNOWN_PATHS = frozenset({"/score", "/get_reward", "/health", "/metrics", "/docs", "/openapi.json"})
 
@@ -45,20 +56,40 @@ class RewardRequest(BaseModel):
     labels: list[Any] | None = None
 
 
+def _given_token(authorization: str) -> str | None:
+    """The token of an ``Authorization`` header: ``Bearer <token>``, or HTTP Basic auth with the token
+    as the password (any user name), which is what a URL like ``http://pluie:<token>@host/...``
+    makes aiohttp (OpenRLHF's HTTP client) and httpx send."""
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() == "bearer":
+        return value.strip()
+    if scheme.lower() == "basic":
+        try:
+            decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        return decoded.partition(":")[2] if ":" in decoded else None
+    return None
+
+
 class _BearerAuth:
-    """Reject requests without ``Authorization: Bearer <token>`` before their body is read."""
+    """Reject requests without the token (``Authorization: Bearer <token>``, or Basic auth with the
+    token as password) before their body is read."""
 
     def __init__(self, app: ASGIApp, token: str | None) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode() if token else None
+        self.expected = token.encode() if token else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.expected is None or scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
             return await self.app(scope, receive, send)
-        given = Headers(scope=scope).get("authorization", "").encode()
-        if not secrets.compare_digest(given, self.expected):
+        given = _given_token(Headers(scope=scope).get("authorization", ""))
+        if given is None or not secrets.compare_digest(given.encode(), self.expected):
             response = JSONResponse(
-                {"detail": "missing or wrong bearer token: send the header 'Authorization: Bearer <token>'."},
+                {
+                    "detail": "missing or wrong bearer token: send the header 'Authorization: Bearer <token>' "
+                    "(or HTTP Basic auth with the token as password, e.g. http://pluie:<token>@host:port/get_reward)."
+                },
                 status_code=401,
                 headers={"WWW-Authenticate": "Bearer"},
             )
@@ -110,7 +141,7 @@ class _BodyLimit:
 
 
 class _Timing:
-    """Count every request by path and status, with its latency."""
+    """Count every request by path and status, with its latency; log every 4xx with its message."""
 
     def __init__(self, app: ASGIApp, metrics: ServerMetrics) -> None:
         self.app = app
@@ -119,11 +150,13 @@ class _Timing:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        start, status = time.perf_counter(), [500]
+        start, status, body = time.perf_counter(), [500], bytearray()
 
         async def send_and_note(message: Mapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
+            elif message["type"] == "http.response.body" and 400 <= status[0] < 500 and len(body) < 2000:
+                body.extend(message.get("body", b"")[:2000])
             await send(message)
 
         try:
@@ -131,6 +164,20 @@ class _Timing:
         finally:
             path = scope["path"] if scope["path"] in KNOWN_PATHS else "other"
             self.metrics.record_request(path, status[0], time.perf_counter() - start)
+            if 400 <= status[0] < 500:
+                logger.warning(
+                    "%s %s -> %d: %s", scope.get("method", "?"), scope["path"], status[0], _detail(bytes(body))
+                )
+
+
+def _detail(body: bytes) -> str:
+    """The ``detail`` of a JSON error body, else the body's text (shortened)."""
+    try:
+        detail = json.loads(body).get("detail", body.decode("utf-8", "replace"))
+    except (ValueError, AttributeError):
+        detail = body.decode("utf-8", "replace")
+    text = detail if isinstance(detail, str) else json.dumps(detail, ensure_ascii=False)
+    return text[:1000]
 
 
 def public_name(name: str) -> str:
@@ -259,16 +306,10 @@ def create_app(
             columns = rm_mapping.columns(body.query, body.prompts, body.labels)
         except ValueError as err:
             raise HTTPException(422, str(err)) from None
+        if not body.query:
+            return rm_mapping.answer([])
         results = await score_items(columns)
-        return {
-            "rewards": rm_mapping.reward_values(results),
-            "scores": [r["p_yes"] for r in results],
-            "extra_logs": {
-                "pluie_logratio": [r["logratio"] for r in results],
-                "pluie_p_yes": [r["p_yes"] for r in results],
-                "pluie_verdict": [float(r["verdict"]) for r in results],
-            },
-        }
+        return rm_mapping.answer(results)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

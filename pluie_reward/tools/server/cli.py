@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ..cli.common import UsageError, add_judge_arguments, command, judge_from_args
+from ...core.fields import parse_assignments
 from ...core.template import load_template
 from .mapping import DEFAULT_STRIP, REWARDS, SOURCES, RewardMapping
 
@@ -66,12 +67,10 @@ def mapping_from_args(args: argparse.Namespace) -> RewardMapping | None:
     ``None`` when no ``--rm-field`` is given and the template has no default mapping (``/get_reward``
     then answers 501 with the reason; ``/score`` works).
     """
-    overrides = {}
-    for spec in args.rm_field:
-        if "=" not in spec:
-            raise UsageError(f"--rm-field expects FIELD=SOURCE, got {spec!r}.")
-        name, source = spec.split("=", 1)
-        overrides[name.strip()] = source.strip()
+    try:
+        overrides = parse_assignments(args.rm_field, "--rm-field")
+    except ValueError as err:
+        raise UsageError(str(err)) from None
     try:
         return RewardMapping.for_template(
             load_template(args.template), overrides, reward=args.rm_reward, strip=DEFAULT_STRIP + tuple(args.rm_strip)

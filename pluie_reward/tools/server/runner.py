@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from contextlib import contextmanager
@@ -16,6 +17,12 @@ def run(app: Any, host: str = "127.0.0.1", port: int = 8000, log_level: str = "i
     """
     import uvicorn
 
+    server_log = logging.getLogger("pluie_reward.server")
+    if not server_log.handlers:  # rejected requests (4xx) with their reason, next to uvicorn's own lines
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:  %(message)s"))
+        server_log.addHandler(handler)
+        server_log.setLevel(logging.WARNING)
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=graceful_timeout)
 
 

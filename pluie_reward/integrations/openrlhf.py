@@ -1,0 +1,114 @@
+"""OpenRLHF's in-process reward option: ``--reward.remote_url /path/to/this/file.py``.
+
+OpenRLHF loads a ``.py`` reward URL as a module and calls its ``reward_func(queries, prompts, labels)``
+(OpenRLHF/OpenRLHF@3c3be623:openrlhf/utils/agent.py:187-200) once per generated sample, in a worker
+thread, with lists of length 1 and no keyword arguments (agent.py:303-320), and reads ``"rewards"``,
+``"scores"`` (falls back to rewards) and ``"extra_logs"`` from the returned dict (agent.py:288-297).
+The ``query`` is the prompt and the response decoded with special tokens kept (agent.py:283).
+
+This module's :func:`reward_func` works two ways, chosen by environment variables (they must reach
+OpenRLHF's Ray workers, e.g. ``ray job submit --runtime-env-json '{"env_vars": {...}}'``):
+
+- ``PLUIE_REWARD_URL`` set: it forwards the sample to the judge server's ``/get_reward`` with the
+  bearer token ``PLUIE_REWARD_TOKEN`` (which OpenRLHF's own HTTP client cannot send). Needs httpx only.
+- otherwise: it scores in-process with a judge loaded once per worker (``PLUIE_REWARD_MODEL``: HF id,
+  folder or .gguf, default the embedded judge; ``PLUIE_REWARD_DEVICE``, ``PLUIE_REWARD_DTYPE``,
+  ``PLUIE_REWARD_TEMPLATE`` (default ``para-fs``), ``PLUIE_REWARD_RM_FIELDS`` (``FIELD=SOURCE,...``,
+  as the server's ``--rm-field``), ``PLUIE_REWARD_RM_REWARD`` (``logratio``, ``p_yes``, ``verdict``)).
+  Concurrent calls are batched into one ``Judge.score`` call (the server's batcher).
+
+The answer is the server's: ``{"rewards": [...], "scores": [p_yes], "extra_logs": {...}}``. OpenRLHF
+logs a failing reward function at INFO level only and then trains without the sample's reward
+(agent.py:298-299), so failures are also logged here at ERROR level, with the reason.
+
+Point OpenRLHF at the file::
+
+    --reward.remote_url $(python -c "import pluie_reward.integrations.openrlhf as m; print(m.__file__)") \\
+    --data.label_key source
+
+This module uses absolute imports only: OpenRLHF loads it by path, outside the package.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any, Sequence
+
+logger = logging.getLogger("pluie_reward.openrlhf")
+URL_ENV, TOKEN_ENV = "PLUIE_REWARD_URL", "PLUIE_REWARD_TOKEN"
+_state: dict[str, Any] = {}
+_lock = threading.Lock()
+
+
+def _reward_url(url: str) -> str:
+    url = url.rstrip("/")
+    return url if url.endswith("/get_reward") else url + "/get_reward"
+
+
+def _remote(queries: list[Any], prompts: list[Any], labels: list[Any]) -> dict[str, Any]:
+    from pluie_reward.integrations.client import post_json
+
+    url = _reward_url(os.environ[URL_ENV])
+    return post_json(url, {"query": queries, "prompts": prompts, "labels": labels}, token=os.environ.get(TOKEN_ENV) or None)
+
+
+def _local_scorer() -> tuple[Any, Any]:
+    """The in-process judge's batcher and the request mapping, built once per process."""
+    with _lock:
+        if "batcher" not in _state:
+            from pluie_reward.core.fields import parse_assignments
+            from pluie_reward.core.judge import Judge
+            from pluie_reward.core.template import load_template
+            from pluie_reward.tools.server.batcher import Batcher
+            from pluie_reward.tools.server.mapping import RewardMapping
+
+            template = load_template(os.environ.get("PLUIE_REWARD_TEMPLATE") or "para-fs")
+            specs = [s for s in (os.environ.get("PLUIE_REWARD_RM_FIELDS") or "").split(",") if s.strip()]
+            mapping = RewardMapping.for_template(
+                template, parse_assignments(specs, "PLUIE_REWARD_RM_FIELDS"),
+                reward=os.environ.get("PLUIE_REWARD_RM_REWARD") or "logratio",
+            )
+            judge = Judge.load(
+                os.environ.get("PLUIE_REWARD_MODEL") or None,
+                device=os.environ.get("PLUIE_REWARD_DEVICE") or None,
+                dtype=os.environ.get("PLUIE_REWARD_DTYPE") or None,
+            )
+            _state["mapping"] = mapping
+            _state["batcher"] = Batcher(judge, template, max_wait_ms=5.0).start()
+        return _state["batcher"], _state["mapping"]
+
+
+def _local(queries: list[Any], prompts: list[Any], labels: list[Any]) -> dict[str, Any]:
+    batcher, mapping = _local_scorer()
+    columns = mapping.columns(queries, prompts, labels)
+    if not queries:
+        return mapping.answer([])
+    return mapping.answer(batcher.submit(columns).result())
+
+
+def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any], **kwargs: Any) -> dict[str, Any]:
+    """OpenRLHF's custom reward function: PLUIE of each response (query minus prompt) against its label.
+
+    Args:
+        queries: prompt + response, as OpenRLHF decodes them (special tokens kept).
+        prompts: the prompts (the response is what follows the prompt in the query).
+        labels: the ``--data.label_key`` column (the source sentence for paraphrases); ``""`` when no
+            label key is set, which is an error.
+
+    Returns:
+        ``{"rewards": [...], "scores": [p_yes ...], "extra_logs": {"pluie_logratio", "pluie_p_yes", "pluie_verdict"}}``.
+
+    Example:
+        >>> reward_func(["<|im_start|>user\\nHi<|im_end|>\\nHello<|im_end|>"], ["<|im_start|>user\\nHi<|im_end|>\\n"], ["Hi"])  # doctest: +SKIP
+        {'rewards': [-1.9], 'scores': [0.13], 'extra_logs': {...}}
+    """
+    queries, prompts, labels = list(queries), list(prompts), list(labels)
+    try:
+        if os.environ.get(URL_ENV):
+            return _remote(queries, prompts, labels)
+        return _local(queries, prompts, labels)
+    except Exception as err:
+        logger.error("pluie_reward reward_func failed (OpenRLHF will drop this sample's reward): %s", err)
+        raise

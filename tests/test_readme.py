@@ -1,0 +1,85 @@
+"""Every ```python block of README.md runs as written, each in a fresh Python process (as a reader
+pasting it would), from an empty working folder.
+
+A block may be skipped only with an HTML comment on the line right before its fence, saying why:
+
+    <!-- skip-test: needs a GPU -->
+
+The list is kept short (at most MAX_SKIPPED blocks) and each entry must give a reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+SKIP = re.compile(r"^<!--\s*skip-test:\s*(.*?)\s*-->\s*$")
+MAX_SKIPPED = 3
+
+
+@dataclass
+class Block:
+    line: int  # 1-based line of the opening fence
+    section: str
+    code: str
+    skip: str | None
+
+
+def python_blocks(text: str) -> list[Block]:
+    """The ```python blocks of a Markdown text, with their section (the last heading outside code)
+    and skip reason."""
+    blocks, section, lines = [], "", text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        if re.match(r"^#{1,6} ", line):
+            section = line.lstrip("#").strip()
+        elif line.startswith("```"):
+            start, body = i + 1, []
+            i += 1
+            while i < len(lines) and lines[i].strip() != "```":
+                body.append(lines[i])
+                i += 1
+            if line == "```python":
+                previous = lines[start - 2].strip() if start >= 2 else ""
+                match = SKIP.match(previous)
+                blocks.append(Block(start, section, "\n".join(body) + "\n", match.group(1) if match else None))
+        i += 1
+    return blocks
+
+
+BLOCKS = python_blocks(README.read_text(encoding="utf-8"))
+
+
+def test_parser_and_skip_convention():
+    sample = "# A\n```python\nx = 1\n```\n```bash\n# not a heading\n```\n<!-- skip-test: needs a GPU -->\n```python\ny = 2\n```\n"
+    blocks = python_blocks(sample)
+    assert [(b.line, b.section, b.code, b.skip) for b in blocks] == [(2, "A", "x = 1\n", None), (9, "A", "y = 2\n", "needs a GPU")]
+
+
+def test_readme_skips_few_blocks_and_says_why():
+    skipped = [b for b in BLOCKS if b.skip is not None]
+    assert len(BLOCKS) >= 4
+    assert len(skipped) <= MAX_SKIPPED, [f"line {b.line}: {b.skip}" for b in skipped]
+    assert all(len(b.skip) >= 10 for b in skipped)  # a reason, not just a marker
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", BLOCKS, ids=[f"line{b.line}-{re.sub(r'[^a-z]+', '-', b.section.lower()).strip('-')}" for b in BLOCKS])
+def test_readme_python_block_runs(block: Block, tmp_path):
+    if block.skip is not None:
+        pytest.skip(f"README.md:{block.line}: {block.skip}")
+    script = tmp_path / "block.py"
+    script.write_text(block.code, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env.setdefault("OMP_NUM_THREADS", "1")  # faster than oversubscribed threads on a shared CPU
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, f"README.md:{block.line} ({block.section}) failed:\n{done.stderr[-4000:]}"
