@@ -174,3 +174,32 @@ def test_command_line_engines(engines, embedded_judge, capsys):
     assert main(["score", "--engine", "vllm", "--device", "cpu", "a", "b"]) == 2
     assert "tensor-parallel-size" in capsys.readouterr().err
     assert main(["score", "--url", url, "a", "b"]) == 2
+
+
+def test_judge_server_on_vllm_uses_the_engines_own_batching(engines, embedded_judge):
+    """`pluie-reward serve --engine vllm`: each request is one Judge.ascore on the shared vLLM
+    engine (no batcher in front of vLLM's continuous batching); concurrent requests all come back
+    with the transformers engine's scores, for a Yes/No and an N-answer template."""
+    from pluie_reward.tools.server import background, create_app
+    from pluie_reward.tools.server.batcher import Direct
+
+    local, _, _ = engines
+    sources, hypotheses, _ = mrpc_pairs(12, offset=50)
+    for template, key in (("para-fs", "logratio"), ("net-likert", "score")):
+        app = create_app(local, template)
+        assert isinstance(app.state.batcher, Direct)
+        want = embedded_judge.score(template, source=sources, hypothesis=hypotheses, details=True)
+        with background(app, host="127.0.0.1", port=0) as server:
+
+            async def post_all():
+                async with httpx.AsyncClient(timeout=300) as client:
+                    return await asyncio.gather(*(
+                        client.post(server.url + "/score", json={"source": [s], "hypothesis": [h]}) for s, h in zip(sources, hypotheses)
+                    ))
+
+            answers = asyncio.run(post_all())
+            snapshot = httpx.get(server.url + "/metrics", timeout=30).json()
+        assert all(a.status_code == 200 for a in answers), [a.text for a in answers if a.status_code != 200][:1]
+        got = [a.json()[key][0] for a in answers]
+        assert got == pytest.approx([w[key] for w in want], abs=1e-3)
+        assert snapshot["queue"] == {"requests": 0, "items": 0}

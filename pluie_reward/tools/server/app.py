@@ -38,7 +38,8 @@ from pydantic import BaseModel, ConfigDict
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .batcher import Batcher, ScoringError, ShuttingDown
+from ...core.judge import answer_record
+from .batcher import Batcher, Direct, ScoringError, ShuttingDown
 from .mapping import RewardMapping
 from .metrics import ServerMetrics
 
@@ -219,16 +220,19 @@ def create_app(
     if max_items_per_request < 1 or max_body_bytes < 1:
         raise ValueError("max_items_per_request and max_body_bytes must be at least 1.")
     metrics = ServerMetrics()
-    batcher = Batcher(
-        judge,
-        template,
-        max_batch_items=max_batch_items,
-        max_batch_tokens=max_batch_tokens,
-        max_wait_ms=max_wait_ms,
-        threshold=threshold,
-        truncate=truncate,
-        on_batch=metrics.record_batch,
-    )
+    if hasattr(judge.engine, "aanswer_logprobs"):  # vLLM / remote: the engine batches concurrent requests
+        batcher: Any = Direct(judge, template, threshold=threshold, truncate=truncate, on_batch=metrics.record_batch)
+    else:
+        batcher = Batcher(
+            judge,
+            template,
+            max_batch_items=max_batch_items,
+            max_batch_tokens=max_batch_tokens,
+            max_wait_ms=max_wait_ms,
+            threshold=threshold,
+            truncate=truncate,
+            on_batch=metrics.record_batch,
+        )
     rm_mapping, rm_problem = mapping, ""
     if rm_mapping is None:
         try:
@@ -266,13 +270,11 @@ def create_app(
 
     async def score_items(fields: Mapping[str, Any]) -> list[dict[str, Any]]:
         try:
-            future = batcher.submit(fields)
+            results = await batcher.score(fields)
         except (ValueError, TypeError) as err:
             raise HTTPException(422, str(err)) from None
         except ShuttingDown as err:
             raise HTTPException(503, str(err)) from None
-        try:
-            results = await asyncio.wrap_future(future)
         except ScoringError as err:
             raise HTTPException(422 if err.client_error else 500, str(err)) from None
         metrics.record_items(len(results))
@@ -290,11 +292,8 @@ def create_app(
         lengths = [len(v) for v in body.values() if isinstance(v, list)]
         check_size(max(lengths, default=1))
         results = await score_items(body)
-        return {
-            "logratio": [r["logratio"] for r in results],
-            "p_yes": [r["p_yes"] for r in results],
-            "verdict": [r["verdict"] for r in results],
-        }
+        keys = list(results[0]) if results else list(answer_record(batcher.bound.template, [0.0] * len(batcher.bound.answer_ids)))
+        return {key: [r[key] for r in results] for key in keys}  # logratio/p_yes/verdict for Yes/No templates
 
     @app.post("/get_reward")
     async def get_reward(body: RewardRequest) -> dict[str, Any]:

@@ -1,14 +1,20 @@
-"""Coalesce concurrent scoring requests into batches run by one worker thread with ``Judge.score``.
+"""How the server turns concurrent requests into scoring calls.
 
-Requests are queued in arrival order. The worker takes the oldest request, waits up to
-``max_wait_ms`` for more to arrive (or until the batch is full by item count or by token
-estimate), concatenates their fields, calls ``Judge.score`` once and hands each request its own
-slice of the results, in order. One worker owns the judge, so the judge's result cache and the
-scorer's prefix/group key-value caches are shared by all requests.
+* :class:`Batcher` (the transformers engine): requests are queued in arrival order; one worker
+  thread takes the oldest, waits up to ``max_wait_ms`` for more (or until the batch is full by item
+  count or by token estimate), concatenates their fields, calls ``Judge.score`` once and hands each
+  request its own slice of the results. One worker owns the judge, so its result cache and prefix
+  caches serve every request.
+* :class:`Direct` (engines that batch by themselves: vLLM's continuous batching, remote vLLM
+  servers): each request is one ``await Judge.ascore(...)``; the engine interleaves them. No second
+  batcher sits in front of vLLM's.
+
+Both expose ``await scorer.score(fields)``, ``start``, ``close``, ``pending``, ``bound``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import deque
@@ -126,6 +132,10 @@ class Batcher:
             self._cond.notify()
         return job.future
 
+    async def score(self, fields: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """:meth:`submit` and wait for the result without blocking the event loop."""
+        return await asyncio.wrap_future(self.submit(fields))
+
     def _estimate_tokens(self, columns: Mapping[str, list[str | None]]) -> int:
         # field characters / 4 + the prompt's own tokens: cheap, only used to bound batch sizes
         chars = sum(len(v) for column in columns.values() for v in column if v)
@@ -226,3 +236,82 @@ class Batcher:
             job.future.set_exception(ScoringError(str(err), client_error=True))
         except Exception as err:  # noqa: BLE001 - reported to the caller as a server error, never kills the worker
             job.future.set_exception(ScoringError(f"{type(err).__name__}: {err}", client_error=False))
+
+
+class Direct:
+    """One ``await Judge.ascore(...)`` per request, for engines that batch concurrent requests themselves.
+
+    Args:
+        judge: a :class:`~pluie_reward.Judge` whose engine has ``aanswer_logprobs`` (vLLM, remote).
+        template, threshold, truncate, on_batch: as for :class:`Batcher`.
+
+    Example:
+        >>> scorer = Direct(Judge.load(engine="vllm"), "para-fs").start()      # doctest: +SKIP
+        >>> await scorer.score({"source": ["a"], "hypothesis": ["b"]})         # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        judge: Any,
+        template: Any = None,
+        *,
+        threshold: float | None = None,
+        truncate: bool = True,
+        on_batch: Callable[[int, int], None] | None = None,
+    ) -> None:
+        if not hasattr(judge.engine, "aanswer_logprobs"):
+            raise TypeError(f"{judge.engine!r} does not batch concurrent requests itself; use Batcher.")
+        self.judge = judge
+        self.template = template
+        self.bound = judge.bind(template)
+        self.threshold = threshold
+        self.truncate = truncate
+        self.on_batch = on_batch
+        self._in_flight = [0, 0]  # requests, items
+        self._idle = threading.Condition()
+        self._accepting = False
+
+    fields = Batcher.fields
+    optional_fields = Batcher.optional_fields
+
+    @property
+    def pending(self) -> tuple[int, int]:
+        """(requests, items) being scored."""
+        with self._idle:
+            return self._in_flight[0], self._in_flight[1]
+
+    def start(self) -> "Direct":
+        """Accept requests."""
+        self._accepting = True
+        return self
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop accepting requests and wait for the ones in flight."""
+        self._accepting = False
+        with self._idle:
+            self._idle.wait_for(lambda: self._in_flight[0] == 0, timeout)
+
+    async def score(self, fields: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Score one request's items (bad fields raise ``ValueError``/``TypeError`` before scoring)."""
+        columns, n = normalize_fields(self.bound.template, fields)
+        if n == 0:
+            return []
+        if not self._accepting:
+            raise ShuttingDown("the judge server is not running (shutting down); retry on another server.")
+        with self._idle:
+            self._in_flight[0] += 1
+            self._in_flight[1] += n
+        try:
+            results = await self.judge.ascore(self.template, details=True, threshold=self.threshold, truncate=self.truncate, **columns)
+        except (ValueError, TypeError) as err:
+            raise ScoringError(str(err), client_error=True) from None
+        except Exception as err:  # noqa: BLE001 - reported to the caller as a server error
+            raise ScoringError(f"{type(err).__name__}: {err}", client_error=False) from None
+        finally:
+            with self._idle:
+                self._in_flight[0] -= 1
+                self._in_flight[1] -= n
+                self._idle.notify_all()
+        if self.on_batch is not None:
+            self.on_batch(n, 1)
+        return results
