@@ -131,6 +131,7 @@ class Judge:
         device_map: Any = None,
         offload_device: Any = None,
         model_kwargs: dict | None = None,
+        adapter: "str | Path | None" = None,
         **judge_kwargs: Any,
     ) -> "Judge":
         """Load a judge: ``None`` for the embedded SmolLM2-135M-Instruct, a HF id, a folder or a ``.gguf`` file.
@@ -141,17 +142,24 @@ class Judge:
             dtype: ``float32`` (default), ``bfloat16``, ``float16`` or ``auto``.
             device_map: passed to ``from_pretrained`` (accelerate placement across devices).
             model_kwargs: more ``from_pretrained`` arguments.
+            adapter: a PEFT adapter folder (e.g. from ``pluie-reward tune``) put on the base model,
+                frozen and active while scoring, under the name ``adapter_name`` (default ``"judge"``).
             judge_kwargs: :class:`Judge` arguments.
 
         Example:
             >>> judge = Judge.load("Qwen/Qwen2.5-7B-Instruct", device="cuda:0", dtype="bfloat16")  # doctest: +SKIP
             >>> judge = Judge.load("Qwen/Qwen2.5-7B-Instruct", device="cuda", offload_device="cpu")  # doctest: +SKIP
+            >>> judge = Judge.load(adapter="out/judge-adapter")  # the embedded base + a tuned adapter  # doctest: +SKIP
         """
-        from ..engines.transformers.loading import EMBEDDED_NAME, load_model_and_tokenizer
+        from ..engines.transformers.loading import EMBEDDED_NAME, load_adapter, load_model_and_tokenizer
 
         first = offload_device if offload_device is not None else device
         lm, tokenizer = load_model_and_tokenizer(model, device=first, dtype=dtype, device_map=device_map, **(model_kwargs or {}))
         name = judge_kwargs.pop("name", EMBEDDED_NAME if model is None else str(model))
+        if adapter is not None:
+            adapter_name = judge_kwargs.setdefault("adapter_name", "judge")
+            lm = load_adapter(lm, adapter, adapter_name=adapter_name)
+            name = f"{name}+{Path(adapter).name}"
         if offload_device is not None:
             judge_kwargs.update(device=device, offload_device=offload_device)
         return cls(lm, tokenizer, name=name, **judge_kwargs)

@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     "pluie_reward.tools.evaluation.cli",
     "pluie_reward.tools.server.cli",
     "pluie_reward.tools.bench.cli",
+    "pluie_reward.tools.tune.cli",
 )
 
 
