@@ -26,6 +26,8 @@ __all__ = [
     "novelty",
     "load_trainable_embedded",
     "PluieCallback",
+    "tune",
+    "TuneConfig",
 ]
 
 
@@ -35,6 +37,10 @@ def __getattr__(name: str):
         from .integrations.callbacks import PluieCallback
 
         return PluieCallback
+    if name in ("tune", "TuneConfig"):  # tuning a judge adapter (pluie_reward.tools.tune)
+        from .tools import tune as tuning
+
+        return getattr(tuning, name)
     raise AttributeError(f"module 'pluie_reward' has no attribute {name!r}")
 
 

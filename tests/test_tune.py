@@ -158,6 +158,20 @@ def test_training_loss_decreases(tokenizer):
     assert logged[-1] < logged[0]
 
 
+def test_gradient_checkpointing_trains_and_is_switched_off_afterwards(tokenizer):
+    from pluie_reward.testing import checkpointing_on
+
+    model = make_tiny_causal_lm(tokenizer, seed=4)
+    fields, labels, _ = cat_dog(16)
+    y = torch.tensor([float(v) for v in labels])
+    before = tune_loss(torch.tensor(reference_scores(model, tokenizer, TEMPLATE, fields)), labels=y)
+    result = tune(model, tokenizer, template=TEMPLATE, fields=fields, labels=labels,
+                  config=fast_config(heldout_fraction=0.0, epochs=4, gradient_checkpointing=True))
+    after = tune_loss(torch.tensor(reference_scores(result.model, tokenizer, TEMPLATE, fields)), labels=y)
+    assert float(after) < 0.5 * float(before)
+    assert not checkpointing_on(result.model.get_base_model())
+
+
 def test_tuned_adapter_moves_held_out_scores_toward_the_targets(tuned):
     """On pairs never trained on, the adapter-on forward is much closer to the teacher targets."""
     after = reference_scores(tuned.result.model, tuned.result.judge.tokenizer, TEMPLATE, tuned.test_fields)
@@ -272,6 +286,10 @@ def test_card_and_report(tuned):
     assert card["evaluation"]["held-out"]["before"]["loss"] > card["evaluation"]["held-out"]["after"]["loss"]
     assert (tuned.out / "README.md").read_text().count("| held-out (n=12) |") >= 3
     assert all((tuned.out / p).is_file() for p in card["plots"]) and card["plots"]
+    rows = [json.loads(line) for line in (tuned.out / "scores.jsonl").read_text().splitlines()]
+    test_rows = [r for r in rows if r["set"] == "test"]
+    assert len(rows) == 28 and [r["after"] for r in test_rows] == tuned.result.scores["test"]["after"]
+    assert [r["teacher"] for r in test_rows] == list(tuned.test_targets)
     # the Trainer's last held-out loss (training forward) equals the loss recomputed from Judge.score
     eval_losses = [h["eval_loss"] for h in card["history"] if "eval_loss" in h]
     assert eval_losses[-1] == pytest.approx(card["evaluation"]["held-out"]["after"]["loss"], rel=1e-3)
@@ -378,6 +396,30 @@ def test_cli_tune_then_score_with_the_adapter(tuned, tmp_path, capsys):
     reference = Judge.load(str(tuned.base_dir), adapter=out, device="cpu").score(
         TEMPLATE, source=fields["source"][:1], hypothesis=fields["hypothesis"][:1])
     assert code == 0 and scored["logratio"] == pytest.approx(reference[0], abs=1e-4)
+
+
+def test_cli_distills_a_better_template_of_the_same_model(tuned, tmp_path, capsys):
+    """--teacher-template alone: the student's own base with another template computes the targets
+    (before the adapter exists); labelled --eval-input sets get the teacher's own metrics too."""
+    fields, labels, _ = cat_dog(12)
+    data = _write(tmp_path / "pairs.jsonl", [{"source": s, "hypothesis": h} for s, h in zip(fields["source"], fields["hypothesis"])])
+    test_fields, test_labels, _ = cat_dog(6, offset=48)
+    extra = _write(tmp_path / "extra.jsonl", [{"source": s, "hypothesis": h, "gold": y}
+                                              for s, h, y in zip(test_fields["source"], test_fields["hypothesis"], test_labels)])
+    out = tmp_path / "distilled"
+    code = main(["tune", "--input", str(data), "--teacher-template", "para-fs", "--eval-input", str(extra),
+                 "--eval-label-column", "gold", "--output", str(out), "--model", str(tuned.base_dir), "--device", "cpu",
+                 "--epochs", "1", "--no-progress", "--heldout", "0.25"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    card = json.loads((out / "pluie_tune.json").read_text())
+    teacher = Judge.load(str(tuned.base_dir), device="cpu")
+    expected = teacher.score("para-fs", **test_fields)
+    rows = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines() if '"extra"' in line]
+    assert np.allclose([r["teacher"] for r in rows], expected, atol=1e-4)
+    assert card["evaluation"]["extra"]["teacher"]["labels"]["n"] == 6 and "teacher" in card["evaluation"]["extra"]["after"]
+    assert "| teacher |" in captured.out.splitlines()[0]
+    assert card["supervision"].startswith("teacher log-ratios") and card["data"] == {"train": 9, "heldout": 3, "eval": {"extra": 6}}
 
 
 @pytest.mark.parametrize("extra, rows, message", [

@@ -8,7 +8,9 @@ Example (shell):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -161,14 +163,15 @@ def tune_command(args: argparse.Namespace) -> int:
         teacher = Judge.load(source, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens)
     elif args.teacher_template:
         teacher = student  # the student's base with a better template; targets are computed before the adapter exists
-    result = tune(
-        student.model, student.tokenizer,
-        template=template,
-        fields=data.columns, labels=data.labels, targets=data.targets,
-        teacher=teacher, teacher_template=args.teacher_template,
-        eval_sets=eval_sets, config=config, output_dir=args.output, overwrite=args.overwrite,
-        model_name=student.name,
-    )
+    with contextlib.redirect_stdout(sys.stderr):  # the Trainer's log lines; stdout gets the report only
+        result = tune(
+            student.model, student.tokenizer,
+            template=template,
+            fields=data.columns, labels=data.labels, targets=data.targets,
+            teacher=teacher, teacher_template=args.teacher_template,
+            eval_sets=eval_sets, config=config, output_dir=args.output, overwrite=args.overwrite,
+            model_name=student.name,
+        )
     from .report import metrics_table
 
     print(metrics_table(result.card["evaluation"]))

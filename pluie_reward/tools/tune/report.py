@@ -81,34 +81,41 @@ def evaluate_scores(scores: Sequence[float], labels: Any = None, targets: Any = 
 
 
 # the card --------------------------------------------------------------------------------------
-def _rows(name: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> list[list[str]]:
+def _rows(name: str, before: Mapping[str, Any], after: Mapping[str, Any], teacher: Mapping[str, Any] | None) -> list[list[str]]:
     rows = []
 
-    def add(metric: str, get: Any, fmt: Any = number) -> None:
+    def add(metric: str, get: Any, fmt: Any = number, teacher_too: bool = False) -> None:
         try:
             b, a = get(before), get(after)
         except KeyError:
             return
-        rows.append([name, metric, fmt(b), fmt(a)])
+        row = [name, metric, fmt(b), fmt(a)]
+        if teacher is not None:
+            try:
+                row.append(fmt(get(teacher)) if teacher_too else "")
+            except KeyError:
+                row.append("")
+        rows.append(row)
 
     add("Pearson with teacher", lambda m: m["teacher"]["pearson"])
     add("Spearman with teacher", lambda m: m["teacher"]["spearman"])
     add("verdicts equal to teacher's (at 0)", lambda m: m["teacher"]["verdict_agreement"], percent)
     add("mean |student - teacher|", lambda m: m["teacher"]["mean_abs_difference"])
-    add("accuracy at 0", lambda m: m["labels"]["natural"]["accuracy"], percent)
-    add("F1 at 0", lambda m: m["labels"]["natural"]["f1"], percent)
+    add("accuracy at 0", lambda m: m["labels"]["natural"]["accuracy"], percent, True)
+    add("F1 at 0", lambda m: m["labels"]["natural"]["f1"], percent, True)
     add("best accuracy (threshold)", lambda m: (m["labels"]["best_accuracy"]["accuracy"], m["labels"]["best_accuracy"]["threshold"]),
-        lambda v: f"{percent(v[0])} ({v[1]:.2f})")
+        lambda v: f"{percent(v[0])} ({v[1]:.2f})", True)
     add("best F1 (threshold)", lambda m: (m["labels"]["best_f1"]["f1"], m["labels"]["best_f1"]["threshold"]),
-        lambda v: f"{percent(v[0])} ({v[1]:.2f})")
+        lambda v: f"{percent(v[0])} ({v[1]:.2f})", True)
     add("positive verdicts at 0", lambda m: m["teacher"]["student_positive_rate"] if "teacher" in m
-        else (m["labels"]["natural"]["tp"] + m["labels"]["natural"]["fp"]) / m["n"], percent)
-    add("mean score", lambda m: m["mean_score"])
+        else (m["labels"]["natural"]["tp"] + m["labels"]["natural"]["fp"]) / m["n"], percent, True)
+    add("mean score", lambda m: m["mean_score"], number, True)
     return rows
 
 
 def metrics_table(evaluations: Mapping[str, Mapping[str, Any]]) -> str:
-    """A Markdown table of before/after metrics for every evaluation set.
+    """A Markdown table of before/after metrics for every evaluation set (and the teacher's own
+    metrics on labelled sets it scored, in a last column).
 
     Example:
         >>> e = {"held-out": {"before": evaluate_scores([-1.0, -2.0], labels=[True, False]),
@@ -116,10 +123,12 @@ def metrics_table(evaluations: Mapping[str, Mapping[str, Any]]) -> str:
         >>> print(metrics_table(e).splitlines()[2])
         | held-out (n=2) | accuracy at 0 | 50.0% | 100.0% |
     """
+    with_teacher = any("teacher" in ev for ev in evaluations.values())
     rows = []
     for name, ev in evaluations.items():
-        rows += _rows(f"{name} (n={ev['before']['n']})", ev["before"], ev["after"])
-    return markdown_table(["set", "metric", "before", "after"], rows)
+        rows += _rows(f"{name} (n={ev['before']['n']})", ev["before"], ev["after"], ev.get("teacher", {} if with_teacher else None))
+    headers = ["set", "metric", "before", "after"] + (["teacher"] if with_teacher else [])
+    return markdown_table(headers, rows)
 
 
 def card_markdown(card: Mapping[str, Any]) -> str:
@@ -150,7 +159,9 @@ def card_markdown(card: Mapping[str, Any]) -> str:
         "Threshold curves (accuracy/recall/precision/F1 against the decision threshold): "
         + ", ".join(f"`{p}`" for p in card.get("plots", [])) if card.get("plots") else "",
         "",
-        "Training configuration: `pluie_tune.json` (`config`); loss history: `pluie_tune.json` (`history`).",
+        "Before/after: the base model without / with this adapter, both through `Judge.score`; the teacher "
+        "column (labelled sets the teacher scored) is the teacher's own classification. Per-item scores: "
+        "`scores.jsonl`. Training configuration and loss history: `pluie_tune.json` (`config`, `history`).",
         "",
     ]
     return "\n".join(lines)

@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -39,7 +40,6 @@ from .config import TuneConfig
 from .data import PairData, check_student_template, encode, teacher_targets
 from .report import evaluate_scores, write_card, write_plots
 
-CARD_FILES = ("pluie_tune.json", "README.md", "template.yaml")
 
 
 @dataclass
@@ -52,6 +52,7 @@ class TuneResult:
         adapter_name: the adapter's name on ``model``.
         card: the report (data sizes, config, metrics before/after, loss history), as in ``pluie_tune.json``.
         output_dir: where the adapter folder was written (``None``: not saved).
+        scores: per evaluation set, the student's scores ``before`` and ``after`` tuning (``Judge.score``).
     """
 
     judge: Judge
@@ -320,6 +321,8 @@ def tune(
             if ev.labels is not None or ev.targets is not None:
                 metrics["loss"] = _loss(scores, ev, config) if (ev.targets is not None or config.resolved_loss() != "mse") else None
             report[k][when] = metrics
+        if ev.labels is not None and ev.targets is not None:  # the teacher's own classification, for comparison
+            report[k]["teacher"] = evaluate_scores(ev.targets, ev.labels)
     supervision = " and ".join(
         s for s, on in (("labels", data.labels is not None), (f"teacher log-ratios ({teacher_name or 'given'})", data.targets is not None)) if on
     )
@@ -337,10 +340,17 @@ def tune(
         "evaluation": report,
         "history": history,
     }
-    if out is not None:
+    if out is not None and _main_process():
         _save(out, peft_model, name, t, card, evaluations, before, after)
     scores = {k: {"before": before[k], "after": after[k]} for k in evaluations}
     return TuneResult(judge=tuned, model=peft_model, adapter_name=name, card=card, output_dir=out, scores=scores)
+
+
+def _main_process() -> bool:
+    """Under ``accelerate launch`` only the main process writes the folder (every process trains its shard)."""
+    from accelerate import PartialState
+
+    return PartialState().is_main_process
 
 
 def _describe_loss(config: TuneConfig, data: PairData) -> str:
@@ -363,6 +373,16 @@ def _save(out: Path, model: Any, name: str, template: Template, card: dict[str, 
     (out / "template.yaml").write_text(
         yaml.safe_dump(template_to_dict(template), sort_keys=False, allow_unicode=True), encoding="utf-8"
     )
+    with (out / "scores.jsonl").open("w", encoding="utf-8") as handle:
+        for k, ev in evaluations.items():
+            for i in range(len(ev)):
+                row: dict[str, Any] = {"set": k, **{f: v[i] for f, v in ev.columns.items()},
+                                       "before": before[k][i], "after": after[k][i]}
+                if ev.targets is not None:
+                    row["teacher"] = float(ev.targets[i])
+                if ev.labels is not None:
+                    row["label"] = bool(ev.labels[i])
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
     plots: list[str] = []
     for k, ev in evaluations.items():
         if ev.labels is not None:
