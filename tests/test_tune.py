@@ -307,6 +307,23 @@ def test_agreement_matches_scipy():
     assert agreement([1.0, 1.0], [0.5, 2.0])["pearson"] is None
 
 
+@pytest.mark.parametrize("n, fraction, held", [(10, 0.2, 2), (7, 0.5, 4), (3, 0.01, 1), (5, 0.0, 0)])
+def test_split_is_a_partition(n, fraction, held):
+    sources = [f"s{i}" for i in range(n)]
+    data = PairData.build(TEMPLATE, {"source": sources, "hypothesis": [f"h{i}" for i in range(n)]},
+                          labels=[i % 2 == 0 for i in range(n)], targets=[float(i) for i in range(n)])
+    train, heldout = data.split(fraction, seed=3)
+    assert len(heldout) == held and len(train) == n - held
+    assert sorted(train.columns["source"] + heldout.columns["source"]) == sorted(sources)
+    for part in (train, heldout):  # labels and targets travel with their pair
+        index = [int(s[1:]) for s in part.columns["source"]]
+        assert part.columns["hypothesis"] == [f"h{i}" for i in index]
+        assert part.targets.tolist() == [float(i) for i in index] and part.labels.tolist() == [i % 2 == 0 for i in index]
+    assert data.split(fraction, seed=3)[1].columns == heldout.columns  # reproducible
+    with pytest.raises(ValueError, match="cannot be split"):
+        PairData.build(TEMPLATE, {"source": ["a"], "hypothesis": ["b"]}).split(0.5)
+
+
 def test_synthetic_pairs():
     pairs = make_pairs(200, seed=5)
     assert pairs == make_pairs(200, seed=5)

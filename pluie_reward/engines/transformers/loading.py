@@ -218,7 +218,7 @@ def load_trainable_embedded(dtype: "str | torch.dtype" = torch.float32) -> tuple
 
     Example:
         >>> policy, tokenizer = load_trainable_embedded()  # doctest: +SKIP
-        >>> policy.training
+        >>> policy.training  # doctest: +SKIP
         False
     """
     return load_model_and_tokenizer(None, device="cpu", dtype=dtype)

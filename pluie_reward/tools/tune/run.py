@@ -28,9 +28,10 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -271,58 +272,19 @@ def tune(
     before = {name: _score(before_judge, t, ev, config.truncate) for name, ev in evaluations.items()}
 
     # the adapter
-    from peft import get_peft_model
-    from transformers import set_seed
-
-    from ...engines.transformers.placement import belongs_to_adapter
     from .trainer import train_adapter
 
-    set_seed(config.seed)
+    train_ds = encode(bound, train, config.truncate)
+    heldout_ds = encode(bound, heldout, config.truncate) if len(heldout) else None
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     name = config.adapter_name
-    modes = [(m, m.training) for m in model.modules()]
-    flags = [(p, p.requires_grad) for p in model.parameters()]
-    checkpointing = _checkpointing_on(model)
-    previous = model.active_adapter if policy else None
-    if policy:
-        model.add_adapter(name, config.lora_config())
-        model.set_adapter(name)  # only this adapter trainable (peft_model.py: set_adapter)
-        peft_model = model
-    else:
-        peft_model = get_peft_model(model, config.lora_config(), adapter_name=name)
-    try:
-        train_ds = encode(bound, train, config.truncate)
-        heldout_ds = encode(bound, heldout, config.truncate) if len(heldout) else None
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    with trainable_adapter(model, config) as peft_model:
         history = train_adapter(peft_model, train_ds, heldout_ds, tuple(a[0] for a in bound.answer_ids), config, int(pad or 0))
-    finally:
-        if policy:
-            model.set_adapter(previous)
-        for module, mode in modes:
-            module.training = mode
-        if policy:  # a plain base stays as get_peft_model leaves it: frozen
-            for parameter, flag in flags:
-                parameter.requires_grad_(flag)
-        for n, p in peft_model.named_parameters():
-            if belongs_to_adapter(n, (name,)):
-                p.requires_grad_(False)
-        if not policy:
-            peft_model.eval()
-        if config.gradient_checkpointing and not checkpointing:
-            _checkpointing_off(peft_model)
 
     tuned = Judge.from_peft(peft_model, tokenizer, adapter_name=name, name=f"{model_name}+{name}")
     after = {k: _score(tuned, t, ev, config.truncate) for k, ev in evaluations.items()}
 
-    report: dict[str, Any] = {}
-    for k, ev in evaluations.items():
-        report[k] = {}
-        for when, scores in (("before", before[k]), ("after", after[k])):
-            metrics = evaluate_scores(scores, ev.labels, ev.targets)
-            if ev.labels is not None or ev.targets is not None:
-                metrics["loss"] = _loss(scores, ev, config) if (ev.targets is not None or config.resolved_loss() != "mse") else None
-            report[k][when] = metrics
-        if ev.labels is not None and ev.targets is not None:  # the teacher's own classification, for comparison
-            report[k]["teacher"] = evaluate_scores(ev.targets, ev.labels)
+    report = {k: _evaluate(ev, before[k], after[k], config) for k, ev in evaluations.items()}
     supervision = " and ".join(
         s for s, on in (("labels", data.labels is not None), (f"teacher log-ratios ({teacher_name or 'given'})", data.targets is not None)) if on
     )
@@ -351,6 +313,68 @@ def _main_process() -> bool:
     from accelerate import PartialState
 
     return PartialState().is_main_process
+
+
+@contextmanager
+def trainable_adapter(model: Any, config: TuneConfig) -> Iterator[Any]:
+    """A new LoRA adapter ``config.adapter_name`` on ``model``, the only trainable weights inside the
+    block; frozen afterwards. A plain model is wrapped with ``get_peft_model`` (in place, as PEFT
+    does); a PEFT policy gets the adapter beside its own and has its active adapter, every module's
+    training flag and ``requires_grad`` restored on exit. Gradient checkpointing switched on by the
+    Trainer is switched off again.
+
+    Example:
+        >>> with trainable_adapter(policy, TuneConfig()) as peft_model:  # doctest: +SKIP
+        ...     train_adapter(peft_model, ...)
+    """
+    from peft import get_peft_model
+    from transformers import set_seed
+
+    from ...engines.transformers.placement import belongs_to_adapter
+
+    set_seed(config.seed)  # the LoRA initialisation
+    name = config.adapter_name
+    policy = _is_peft(model)
+    modes = [(m, m.training) for m in model.modules()]
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    checkpointing = _checkpointing_on(model)
+    previous = model.active_adapter if policy else None
+    if policy:
+        model.add_adapter(name, config.lora_config())
+        model.set_adapter(name)  # only this adapter trainable (peft/peft_model.py: PeftModel.set_adapter)
+        peft_model = model
+    else:
+        peft_model = get_peft_model(model, config.lora_config(), adapter_name=name)
+    try:
+        yield peft_model
+    finally:
+        if policy:
+            model.set_adapter(previous)
+        for module, mode in modes:
+            module.training = mode
+        if policy:  # a plain base stays as get_peft_model leaves it: frozen
+            for parameter, flag in flags:
+                parameter.requires_grad_(flag)
+        for n, p in peft_model.named_parameters():
+            if belongs_to_adapter(n, (name,)):
+                p.requires_grad_(False)
+        if not policy:
+            peft_model.eval()
+        if config.gradient_checkpointing and not checkpointing:
+            _checkpointing_off(peft_model)
+
+
+def _evaluate(data: PairData, before: Sequence[float], after: Sequence[float], config: TuneConfig) -> dict[str, Any]:
+    """Before/after metrics of one evaluation set (+ the teacher's own classification when it has labels)."""
+    report: dict[str, Any] = {}
+    for when, scores in (("before", before), ("after", after)):
+        metrics = evaluate_scores(scores, data.labels, data.targets)
+        if data.targets is not None or (data.labels is not None and config.resolved_loss() != "mse"):
+            metrics["loss"] = _loss(scores, data, config)
+        report[when] = metrics
+    if data.labels is not None and data.targets is not None:
+        report["teacher"] = evaluate_scores(data.targets, data.labels)
+    return report
 
 
 def _describe_loss(config: TuneConfig, data: PairData) -> str:
