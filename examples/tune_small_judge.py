@@ -12,7 +12,7 @@ rule-made edits, labels known by construction); the PARAPHRASUS files are only u
 (labelled MRPC and STS-H pairs). Writes ``OUT/{distill,labels}/`` (adapter folders with their cards)
 and ``OUT/summary.md``.
 
-    python examples/tune_small_judge.py                              # CPU-sized: ~10-20 min on 2 busy cores
+    python examples/tune_small_judge.py --threads 1                  # CPU-sized: ~16 min on 2 shared CPU cores
     python examples/tune_small_judge.py --train 32 --eval-per-dataset 8 --epochs 1   # smoke run
     python examples/tune_small_judge.py --model Qwen/Qwen2.5-0.5B-Instruct --teacher Qwen/Qwen2.5-7B-Instruct
 """

@@ -364,7 +364,7 @@ def test_bf16_on_cpu_is_refused():
     ({"targets": [1.0, float("nan")] * 4}, ValueError, "NaN"),
     ({"targets": [1.0] * 3}, ValueError, "3 values for 8 items"),
     ({"labels": [True] * 8, "config": TuneConfig(loss="mse")}, ValueError, "loss='mse' is on teacher log-ratios"),
-    ({"labels": [True] * 8, "template": "rev-choice"}, ValueError, "missing field|answers"),
+    ({"labels": [True] * 8, "template": "three-answers"}, ValueError, "has 3 answers"),
     ({"labels": [True] * 8, "template": "para-indirect"}, ValueError, "writes a turn|write a turn"),
     ({"targets": [1.0] * 8, "teacher": "x"}, ValueError, "not both"),
     ({"labels": [True] * 8, "teacher_template": "para-fs"}, ValueError, "needs a teacher"),
@@ -372,6 +372,11 @@ def test_bf16_on_cpu_is_refused():
 def test_bad_tune_input(tokenizer, kwargs, error, message):
     fields = {"source": ["a"] * 8, "hypothesis": ["b"] * 8}
     call = {"template": TEMPLATE, "fields": fields, **kwargs}
+    if call["template"] == "three-answers":
+        from pluie_reward.core.template import Message, Template
+
+        call["template"] = Template(name="three", messages=(Message("user", "A: {source} B: {hypothesis}"),),
+                                    fields=("source", "hypothesis"), answers=("Yes", "No", "yes"))
     with pytest.raises(error, match=message):
         tune(make_tiny_causal_lm(tokenizer), tokenizer, **call)
 
