@@ -31,6 +31,8 @@ _EXPORTS = {
     "load_trainable_embedded": "engines.transformers.loading",
     "PluieCallback": "integrations.callbacks",
     "answer_record": "core.judge",
+    "tune": "tools.tune",
+    "TuneConfig": "tools.tune",
 }
 
 __all__ = list(_EXPORTS)

@@ -148,6 +148,7 @@ class Judge:
         device_map: Any = None,
         offload_device: Any = None,
         model_kwargs: dict | None = None,
+        adapter: "str | Path | None" = None,
         **judge_kwargs: Any,
     ) -> "Judge":
         """Load a judge: ``None`` for the embedded SmolLM2-135M-Instruct, a HF id, a folder or a ``.gguf`` file.
@@ -164,13 +165,16 @@ class Judge:
                 ``name``); with ``engine="vllm"`` the others go to
                 :class:`~pluie_reward.engines.vllm.VLLMEngine` (``tensor_parallel_size``,
                 ``gpu_memory_utilization``, ``max_model_len``, any ``vllm.AsyncEngineArgs``).
+            adapter: a PEFT adapter folder (e.g. from ``pluie-reward tune``) put on the base model,
+                frozen and active while scoring, under the name ``adapter_name`` (default ``"judge"``). (transformers)
 
         Example:
             >>> judge = Judge.load("Qwen/Qwen2.5-7B-Instruct", device="cuda:0", dtype="bfloat16")  # doctest: +SKIP
             >>> judge = Judge.load("Qwen/Qwen2.5-7B-Instruct", device="cuda", offload_device="cpu")  # doctest: +SKIP
             >>> judge = Judge.load("meta-llama/Meta-Llama-3-70B-Instruct", engine="vllm", tensor_parallel_size=2)  # doctest: +SKIP
+            >>> judge = Judge.load(adapter="out/judge-adapter")  # the embedded base + a tuned adapter  # doctest: +SKIP
         """
-        from ..engines.transformers.loading import EMBEDDED_NAME, load_model_and_tokenizer, model_source
+        from ..engines.transformers.loading import EMBEDDED_NAME, load_adapter, load_model_and_tokenizer, model_source
 
         name = judge_kwargs.pop("name", EMBEDDED_NAME if model is None else str(model))
         if engine == "vllm":
@@ -181,6 +185,9 @@ class Judge:
                     "engine='vllm' places the model itself: use tensor_parallel_size / pipeline_parallel_size and "
                     "CUDA_VISIBLE_DEVICES instead of device, device_map, offload_device or model_kwargs."
                 )
+            if adapter is not None:
+                raise ValueError("a tuned judge adapter is read by the transformers engine; merge it into the model "
+                                 "(peft's merge_and_unload, then save_pretrained) to serve it with vLLM.")
             own = {k: judge_kwargs.pop(k) for k in _JUDGE_OPTIONS if k in judge_kwargs}
             default_dtype = "float32" if model is None else "auto"
             vllm = VLLMEngine(model_source(model), dtype=str(dtype or default_dtype).replace("torch.", ""), **judge_kwargs)
@@ -189,6 +196,10 @@ class Judge:
             raise ValueError(f"unknown engine {engine!r}; use 'transformers' or 'vllm' (or Judge.connect for a server).")
         first = offload_device if offload_device is not None else device
         lm, tokenizer = load_model_and_tokenizer(model, device=first, dtype=dtype, device_map=device_map, **(model_kwargs or {}))
+        if adapter is not None:
+            adapter_name = judge_kwargs.setdefault("adapter_name", "judge")
+            lm = load_adapter(lm, adapter, adapter_name=adapter_name)
+            name = f"{name}+{Path(adapter).name}"
         if offload_device is not None:
             judge_kwargs.update(device=device, offload_device=offload_device)
         return cls(lm, tokenizer, name=name, **judge_kwargs)

@@ -190,6 +190,29 @@ def load_model_and_tokenizer(
     return lm.eval(), tokenizer
 
 
+def load_adapter(model: Any, path: "str | Path", adapter_name: str = "judge") -> Any:
+    """Put a PEFT adapter folder on a loaded base model, frozen: ``PeftModel.from_pretrained(model,
+    path, adapter_name=..., is_trainable=False)``. The base model's weights are not copied.
+
+    Example:
+        >>> lm, tokenizer = load_model_and_tokenizer()  # doctest: +SKIP
+        >>> peft_model = load_adapter(lm, "out/judge-adapter")  # doctest: +SKIP
+        >>> peft_model.active_adapter  # doctest: +SKIP
+        'judge'
+    """
+    folder = Path(path)
+    if not (folder / "adapter_config.json").is_file():
+        raise FileNotFoundError(
+            f"{str(folder)!r} is not a PEFT adapter folder (no adapter_config.json); pass the folder written by "
+            "`pluie-reward tune --output DIR` or by peft's save_pretrained."
+        )
+    try:
+        from peft import PeftModel
+    except ImportError as err:  # pragma: no cover - peft is an optional dependency
+        raise ModuleNotFoundError("loading a judge adapter needs peft: pip install 'pluie-reward[train]'.") from err
+    return PeftModel.from_pretrained(model, str(folder), adapter_name=adapter_name, is_trainable=False).eval()
+
+
 def load_trainable_embedded(dtype: "str | torch.dtype" = torch.float32) -> tuple[Any, Any]:
     """The embedded SmolLM2-135M-Instruct as a plain trainable model (e.g. a policy to fine-tune with LoRA).
 

@@ -26,9 +26,12 @@ def command(name: str, configure: Callable[[argparse.ArgumentParser], None]) -> 
     return wrap
 
 
-def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options every judge-using command shares."""
+def add_judge_arguments(parser: argparse.ArgumentParser, adapter: bool = True) -> None:
+    """The options every judge-using command shares (``adapter``: also ``--adapter DIR``)."""
     parser.add_argument("--model", default=None, help="HF id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
+    if adapter:
+        parser.add_argument("--adapter", default=None, metavar="DIR",
+                            help="a judge adapter folder (pluie-reward tune --output DIR) put on --model, active while scoring")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: best available)")
     parser.add_argument("--dtype", default=None, help="float32 (default), bfloat16, float16, auto")
     parser.add_argument("--batch-tokens", type=int, default=None, help="token budget of one batch (default: 512 on CPU, 4096 on GPU)")
@@ -82,6 +85,8 @@ def judge_from_args(args: argparse.Namespace) -> Any:
             raise UsageError(f"--url {args.url}: {err}") from None
     if getattr(args, "url", None):
         raise UsageError("--url is for --engine remote.")
+    if engine != "transformers" and getattr(args, "adapter", None):
+        raise UsageError("--adapter needs --engine transformers (a PEFT adapter on the base model in this process).")
     check_device(args.device)
     try:
         if engine == "vllm":
@@ -95,7 +100,9 @@ def judge_from_args(args: argparse.Namespace) -> Any:
                 return Judge.load(args.model, engine="vllm", dtype=args.dtype, **options)
             except ImportError as err:
                 raise UsageError(str(err)) from None
-        return Judge.load(args.model, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens)
+        adapter = getattr(args, "adapter", None)
+        extra = {"adapter": adapter} if adapter is not None else {}
+        return Judge.load(args.model, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens, **extra)
     except OSError as err:  # transformers: not a folder, not in the HF cache and no network, gated repo...
         if args.model is None or Path(args.model).exists():
             raise

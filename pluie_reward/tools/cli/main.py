@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "pluie_reward.tools.bench.cli",
     "pluie_reward.tools.probe.cli",
     "pluie_reward.tools.runs.cli",
+    "pluie_reward.tools.tune.cli",
 )
 
 

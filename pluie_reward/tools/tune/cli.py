@@ -1,0 +1,179 @@
+"""``pluie-reward tune``: labelled pairs or teacher log-ratios in, a judge adapter folder out.
+
+Example (shell):
+    pluie-reward tune --template para-direct --input pairs.jsonl --label-column label --output out/adapter
+    pluie-reward tune --template para-direct --input pairs.jsonl --teacher-template para-fs --output out/distilled
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from ...core.template import load_template
+from ..cli.common import UsageError, add_judge_arguments, command, field_columns, judge_from_args, read_records
+from .config import TuneConfig
+
+
+def _configure(p: argparse.ArgumentParser) -> None:
+    io = p.add_argument_group("data")
+    io.add_argument("--template", "-t", default="para-direct", help="the student's Yes/No template, name or YAML path (default para-direct)")
+    io.add_argument("--input", "-i", type=Path, required=True, help="training pairs, .jsonl or .csv (one pair per line/row)")
+    io.add_argument("--column", action="append", default=[], metavar="FIELD=COLUMN",
+                    help="read FIELD from COLUMN (default: the column named like the field); also used for --eval-input")
+    io.add_argument("--label-column", metavar="C", help="column of binary labels (true/false, 1/0, yes/no)")
+    io.add_argument("--target-column", metavar="C", help="column of teacher log-ratios log p(yes) - log p(no)")
+    io.add_argument("--teacher", metavar="MODEL", help="compute the targets with this judge (HF id, folder, .gguf, or "
+                    "'embedded'); with only --teacher-template: the student's own base model")
+    io.add_argument("--teacher-template", metavar="T", help="the teacher's template (default: --template)")
+    io.add_argument("--eval-input", action="append", default=[], type=Path, metavar="FILE",
+                    help="another evaluation set (same columns; labels/targets if present, else teacher targets), repeatable")
+    io.add_argument("--eval-label-column", metavar="C", help="label column of the --eval-input files (default: --label-column)")
+    io.add_argument("--limit", type=int, default=None, metavar="N", help="use only the first N training pairs")
+    io.add_argument("--output", "-o", type=Path, required=True, help="adapter folder to write (must be new or empty)")
+    io.add_argument("--overwrite", action="store_true", help="write into a non-empty --output folder")
+    train = p.add_argument_group("training (see TuneConfig)")
+    defaults = TuneConfig()
+    train.add_argument("--epochs", type=float, default=defaults.epochs, help=f"passes over the pairs (default {defaults.epochs:g})")
+    train.add_argument("--max-steps", type=int, default=defaults.max_steps, help="stop after N updates (-1: epochs decide)")
+    train.add_argument("--learning-rate", "--lr", type=float, default=defaults.learning_rate, help=f"default {defaults.learning_rate:g}")
+    train.add_argument("--batch-size", type=int, default=defaults.batch_size, help=f"pairs per step (default {defaults.batch_size})")
+    train.add_argument("--gradient-accumulation-steps", type=int, default=defaults.gradient_accumulation_steps)
+    train.add_argument("--loss", choices=("auto", "bce", "mse"), default="auto",
+                       help="bce: sigmoid cross-entropy vs labels / teacher p_yes; mse: on teacher log-ratios")
+    train.add_argument("--temperature", type=float, default=defaults.temperature, help="teacher temperature of the bce loss")
+    train.add_argument("--label-weight", type=float, default=defaults.label_weight, help="label share of the loss with labels and a teacher")
+    train.add_argument("--heldout", type=float, default=defaults.heldout_fraction, help="held-out share of the pairs (default 0.2)")
+    train.add_argument("--lora-r", type=int, default=defaults.lora_r)
+    train.add_argument("--lora-alpha", type=float, default=defaults.lora_alpha)
+    train.add_argument("--lora-dropout", type=float, default=defaults.lora_dropout)
+    train.add_argument("--target-modules", default="all-linear", help="'all-linear' or comma-separated module names (q_proj,v_proj)")
+    train.add_argument("--adapter-name", default=defaults.adapter_name, help="the adapter's name when loaded (default judge)")
+    train.add_argument("--seed", type=int, default=defaults.seed)
+    train.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None, help="bfloat16 mixed precision (GPU only; default: on if supported)")
+    train.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations (less memory)")
+    train.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_judge_arguments(p, adapter=False)  # --model: the student's base
+
+
+def _float(value: Any, where: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{where}: {value!r} is not a number (teacher log-ratio).") from None
+    if not math.isfinite(number):
+        raise UsageError(f"{where}: {value!r} is not finite.")
+    return number
+
+
+def _pairs(path: Path, records: Sequence[dict], mapping: dict[str, str], template: Any,
+           label_column: str | None, target_column: str | None, required: bool) -> Any:
+    """Pairs of one input file as :class:`PairData` (bad rows: a :class:`UsageError` naming file, row and column)."""
+    from .data import PairData
+
+    if not records:
+        raise UsageError(f"{path}: no rows.")
+    columns = {}
+    for field in template.fields:
+        column = mapping[field]
+        missing = [i for i, r in enumerate(records, 1) if r.get(column) in (None, "")]
+        if missing:
+            raise UsageError(f"{path}: column {column!r} (field {field!r}) is missing or empty in row {missing[0]}; "
+                             f"columns: {sorted(records[0])}. Use --column {field}=COLUMN.")
+        columns[field] = [str(r[column]) for r in records]
+    for field in template.optional_fields:
+        if any(mapping[field] in r for r in records):
+            columns[field] = [None if r.get(mapping[field]) in (None, "") else str(r[mapping[field]]) for r in records]
+
+    def read(column: str | None, what: str) -> list | None:
+        if column is None:
+            return None
+        present = [column in r and r[column] not in (None, "") for r in records]
+        if not any(present) and not required:
+            return None
+        if not all(present):
+            raise UsageError(f"{path}: {what} column {column!r} is missing or empty in row {present.index(False) + 1}.")
+        return [r[column] for r in records]
+
+    labels = read(label_column, "label")
+    raw_targets = read(target_column, "target")
+    targets = None if raw_targets is None else [_float(v, f"{path}, row {i}") for i, v in enumerate(raw_targets, 1)]
+    try:
+        return PairData.build(template, columns, labels, targets)
+    except ValueError as err:
+        raise UsageError(f"{path}: {err}") from None
+
+
+@command("tune", _configure)
+def tune_command(args: argparse.Namespace) -> int:
+    """Tune a judge adapter (LoRA) from labelled pairs or a teacher judge's log-ratios."""
+    from .run import check_output_dir, tune
+
+    template = load_template(args.template)
+    if args.target_column and args.teacher:
+        raise UsageError("give the teacher targets either as --target-column or through --teacher, not both.")
+    if args.target_column and args.teacher_template:
+        raise UsageError("--teacher-template computes targets with a teacher; it does not go with --target-column.")
+    if not (args.label_column or args.target_column or args.teacher or args.teacher_template):
+        raise UsageError("nothing to learn from: give --label-column C, --target-column C or a teacher "
+                         "(--teacher MODEL and/or --teacher-template T).")
+    if args.limit is not None and args.limit < 1:
+        raise UsageError(f"--limit must be a positive integer, got {args.limit}.")
+    target_modules: Any = args.target_modules
+    if target_modules != "all-linear":
+        target_modules = [m.strip() for m in target_modules.split(",") if m.strip()]
+    try:
+        config = TuneConfig(
+            loss=args.loss, temperature=args.temperature, label_weight=args.label_weight, epochs=args.epochs,
+            learning_rate=args.learning_rate, batch_size=args.batch_size,
+            gradient_accumulation_steps=args.gradient_accumulation_steps, max_steps=args.max_steps,
+            lora_r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout, target_modules=target_modules,
+            adapter_name=args.adapter_name, heldout_fraction=args.heldout, seed=args.seed, bf16=args.bf16,
+            gradient_checkpointing=args.gradient_checkpointing, progress=not args.no_progress,
+        )
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    try:
+        check_output_dir(args.output, args.overwrite)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if args.teacher_template:
+        load_template(args.teacher_template)  # fail now on an unknown template, before loading models
+    mapping = field_columns(args, list(template.all_fields))
+    records = read_records(args.input)[: args.limit]
+    data = _pairs(args.input, records, mapping, template, args.label_column, args.target_column, required=True)
+    eval_sets = {}
+    for path in args.eval_input:
+        name = path.stem
+        if name in eval_sets or name == "held-out":
+            raise UsageError(f"two evaluation sets are named {name!r}; give the files distinct names.")
+        eval_sets[name] = _pairs(path, read_records(path), mapping, template, args.eval_label_column or args.label_column,
+                                 args.target_column, required=False)
+
+    student = judge_from_args(args)
+    teacher = None
+    if args.teacher:
+        from ...core.judge import Judge
+
+        source = None if args.teacher == "embedded" else args.teacher
+        teacher = Judge.load(source, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens)
+    elif args.teacher_template:
+        teacher = student  # the student's base with a better template; targets are computed before the adapter exists
+    with contextlib.redirect_stdout(sys.stderr):  # the Trainer's log lines; stdout gets the report only
+        result = tune(
+            student.model, student.tokenizer,
+            template=template,
+            fields=data.columns, labels=data.labels, targets=data.targets,
+            teacher=teacher, teacher_template=args.teacher_template,
+            eval_sets=eval_sets, config=config, output_dir=args.output, overwrite=args.overwrite,
+            model_name=student.name,
+        )
+    from .report import metrics_table
+
+    print(metrics_table(result.card["evaluation"]))
+    print(f"\nadapter written to {result.output_dir} (card: README.md, pluie_tune.json; template: template.yaml)")
+    return 0

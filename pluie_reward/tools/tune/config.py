@@ -1,0 +1,145 @@
+"""How a judge adapter is tuned: :class:`TuneConfig`, a dataclass in the style of PEFT's configs.
+
+Example:
+    >>> TuneConfig(epochs=2, lora_r=4).loss
+    'auto'
+    >>> TuneConfig(temperature=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: temperature must be a positive number, got 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+LOSSES = ("auto", "bce", "mse")
+
+
+def _positive(name: str, value: Any, integer: bool = False) -> None:
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive {'integer' if integer else 'number'}, got {value!r}.")
+
+
+def _fraction(name: str, value: Any) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or value >= 1:
+        raise ValueError(f"{name} must be a number with 0 <= x < 1, got {value!r}.")
+
+
+@dataclass
+class TuneConfig:
+    """Hyper-parameters of :func:`~pluie_reward.tools.tune.tune` (loss, LoRA, optimisation, split).
+
+    The trained quantity is the judge's own score on the template's prompt: ``s = logit[yes] -
+    logit[no]`` at the last prompt position (PLUIE, as :meth:`pluie_reward.Judge.score` reads it).
+
+    Losses (``loss="auto"``: ``"bce"``):
+
+    * labels ``y``: binary cross-entropy of ``sigmoid(s)`` against ``y``;
+    * teacher log-ratios ``t``, ``"bce"``: ``T² · BCE(sigmoid(s / T), sigmoid(t / T))`` (soft targets
+      ``p_yes`` of the teacher at temperature ``T``, Hinton et al.'s ``T²`` keeps gradients comparable);
+      its minimum is at ``s = t`` for every ``T``; a large ``T`` approaches ``(s - t)² / 8``;
+    * teacher log-ratios, ``"mse"``: ``(s - t)²``;
+    * both labels and teacher: ``label_weight · label loss + (1 - label_weight) · teacher loss``.
+
+    Example:
+        >>> config = TuneConfig(loss="mse", epochs=3)
+        >>> config.to_dict()["epochs"]
+        3
+    """
+
+    loss: str = field(default="auto", metadata={"help": "auto (= bce), bce (sigmoid cross-entropy) or mse (on teacher log-ratios)"})
+    temperature: float = field(default=1.0, metadata={"help": "teacher temperature T of the bce loss on teacher p_yes"})
+    label_weight: float = field(
+        default=0.5, metadata={"help": "weight of the label loss when both labels and teacher targets are given (0..1)"}
+    )
+    epochs: float = field(default=2.0, metadata={"help": "passes over the training pairs"})
+    learning_rate: float = field(default=2e-4, metadata={"help": "AdamW learning rate of the LoRA weights"})
+    batch_size: int = field(default=8, metadata={"help": "pairs per device and step"})
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "steps accumulated before an update"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    warmup_ratio: float = field(default=0.05, metadata={"help": "share of the steps with a linear learning-rate warm-up"})
+    max_steps: int = field(default=-1, metadata={"help": "stop after this many updates (-1: epochs decide)"})
+    lora_r: int = field(default=8, metadata={"help": "LoRA rank"})
+    lora_alpha: float = field(default=16.0, metadata={"help": "LoRA scaling numerator (scale = alpha / r)"})
+    lora_dropout: float = field(default=0.05, metadata={"help": "dropout on the LoRA input (training only)"})
+    target_modules: "str | list[str]" = field(
+        default="all-linear", metadata={"help": "modules that get LoRA weights: 'all-linear' or a list of names"}
+    )
+    adapter_name: str = field(default="judge", metadata={"help": "the adapter's name on the model (and in placement)"})
+    heldout_fraction: float = field(default=0.2, metadata={"help": "share of the pairs kept out of training for the report"})
+    seed: int = field(default=0, metadata={"help": "seed of the split, the LoRA init and the data order"})
+    bf16: "bool | None" = field(
+        default=None, metadata={"help": "bfloat16 mixed precision (GPU only; None: on when the GPU supports it)"}
+    )
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward (less memory)"})
+    share_prefix: bool = field(
+        default=True,
+        metadata={"help": "run the prompt prefix every pair shares (the template's instructions) once per batch; "
+                  "same result, fewer tokens (not with gradient checkpointing)"},
+    )
+    truncate: bool = field(default=True, metadata={"help": "cut over-long fields from the middle, as Judge.score does"})
+    logging_steps: int = field(default=10, metadata={"help": "log the training loss every N updates"})
+    progress: bool = field(default=True, metadata={"help": "show progress bars"})
+
+    def __post_init__(self) -> None:
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}.")
+        _positive("temperature", self.temperature)
+        if not (isinstance(self.label_weight, (int, float)) and 0 <= self.label_weight <= 1):
+            raise ValueError(f"label_weight must be a number with 0 <= x <= 1, got {self.label_weight!r}.")
+        _positive("epochs", self.epochs)
+        _positive("learning_rate", self.learning_rate)
+        _positive("batch_size", self.batch_size, integer=True)
+        _positive("gradient_accumulation_steps", self.gradient_accumulation_steps, integer=True)
+        _positive("lora_r", self.lora_r, integer=True)
+        _positive("lora_alpha", self.lora_alpha)
+        _positive("logging_steps", self.logging_steps, integer=True)
+        _fraction("lora_dropout", self.lora_dropout)
+        _fraction("warmup_ratio", self.warmup_ratio)
+        _fraction("heldout_fraction", self.heldout_fraction)
+        if not isinstance(self.weight_decay, (int, float)) or self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be a number >= 0, got {self.weight_decay!r}.")
+        if not isinstance(self.max_steps, int) or isinstance(self.max_steps, bool) or (self.max_steps < 1 and self.max_steps != -1):
+            raise ValueError(f"max_steps must be a positive integer or -1, got {self.max_steps!r}.")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise ValueError(f"seed must be an integer, got {self.seed!r}.")
+        if not isinstance(self.adapter_name, str) or not self.adapter_name.isidentifier():
+            raise ValueError(f"adapter_name must be a Python identifier such as 'judge', got {self.adapter_name!r}.")
+        if isinstance(self.target_modules, str):
+            if not self.target_modules:
+                raise ValueError("target_modules must be 'all-linear' or a non-empty list of module names.")
+        elif not (isinstance(self.target_modules, (list, tuple)) and self.target_modules
+                  and all(isinstance(m, str) and m for m in self.target_modules)):
+            raise ValueError(f"target_modules must be 'all-linear' or a non-empty list of module names, got {self.target_modules!r}.")
+        else:
+            self.target_modules = list(self.target_modules)
+        if self.bf16 is not None and not isinstance(self.bf16, bool):
+            raise ValueError(f"bf16 must be True, False or None (auto), got {self.bf16!r}.")
+
+    def resolved_loss(self) -> str:
+        """The loss actually used (``"auto"`` is ``"bce"``)."""
+        return "bce" if self.loss == "auto" else self.loss
+
+    def lora_config(self) -> Any:
+        """The ``peft.LoraConfig`` of the adapter (a causal-LM LoRA on ``target_modules``)."""
+        try:
+            from peft import LoraConfig
+        except ImportError as err:  # pragma: no cover
+            raise ModuleNotFoundError("tuning a judge adapter needs peft: pip install 'pluie-reward[train]'.") from err
+        return LoraConfig(
+            r=self.lora_r,
+            lora_alpha=self.lora_alpha,
+            lora_dropout=self.lora_dropout,
+            target_modules=self.target_modules,
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict (for the adapter's card)."""
+        return asdict(self)

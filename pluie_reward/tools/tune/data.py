@@ -1,0 +1,229 @@
+"""Training pairs for a judge adapter: template fields with binary labels and/or teacher log-ratios,
+the held-out split, teacher targets through any :meth:`Judge.score <pluie_reward.Judge.score>`, and
+the token ids the loss reads (exactly the prompt ids :meth:`Judge.score` reads).
+
+Example:
+    >>> data = PairData.build("para-direct", {"source": ["a", "b", "c"], "hypothesis": ["a", "x", "c"]},
+    ...                       labels=[True, False, True])
+    >>> len(data), data.labels.tolist()
+    (3, [True, False, True])
+    >>> train, heldout = data.split(0.34, seed=0)
+    >>> len(train), len(heldout)
+    (2, 1)
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ...core.prompt import BoundTemplate
+from ...core.template import Template, load_template, normalize_fields
+from ..evaluation.metrics import as_labels, as_scores
+
+LABEL, TARGET = "pluie_label", "pluie_target"
+
+
+@dataclass(frozen=True)
+class PairData:
+    """Items to tune on or to evaluate: field columns (one list per template field) plus optional
+    binary ``labels`` and teacher log-ratios ``targets`` (``log p(yes) - log p(no)`` of a teacher).
+
+    Build it with :meth:`build`, which checks everything (fields, lengths, labels, finite targets).
+    """
+
+    columns: dict[str, list[str | None]]
+    labels: np.ndarray | None = None
+    targets: np.ndarray | None = None
+
+    @classmethod
+    def build(
+        cls,
+        template: "str | Template | None",
+        fields: Mapping[str, Any],
+        labels: Sequence[Any] | None = None,
+        targets: Sequence[float] | None = None,
+    ) -> "PairData":
+        """Check and normalise items given as template fields (lists of strings, one per item).
+
+        Args:
+            template: the template whose fields the columns fill.
+            fields: ``{field: [value per item]}``, e.g. ``{"source": [...], "hypothesis": [...]}``.
+            labels: booleans (or 1/0, "yes"/"no", "true"/"false"), one per item.
+            targets: teacher log-ratios, finite floats, one per item.
+
+        Returns:
+            The checked data.
+
+        Example:
+            >>> PairData.build("para-fs", {"source": ["s"], "hypothesis": ["h"]}, targets=[float("nan")])
+            Traceback (most recent call last):
+            ...
+            ValueError: targets has 1 NaN/infinite value(s), first at index 0; drop or fix them first.
+        """
+        t = load_template(template)
+        columns, n = normalize_fields(t, dict(fields))
+        if n == 0:
+            raise ValueError("no items: pass at least one pair.")
+        y = as_labels(labels, "labels") if labels is not None else None
+        z = as_scores(targets, "targets") if targets is not None else None
+        for name, values in (("labels", y), ("targets", z)):
+            if values is not None and len(values) != n:
+                raise ValueError(f"{name} has {len(values)} values for {n} items; give one per item.")
+        return cls(columns, y, z)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values())))
+
+    def subset(self, indices: Sequence[int]) -> "PairData":
+        """The items at ``indices`` (in that order)."""
+        index = list(indices)
+        return PairData(
+            {k: [v[i] for i in index] for k, v in self.columns.items()},
+            None if self.labels is None else self.labels[index],
+            None if self.targets is None else self.targets[index],
+        )
+
+    def with_targets(self, targets: Sequence[float]) -> "PairData":
+        """The same items with teacher log-ratios ``targets`` (checked: finite, one per item)."""
+        z = as_scores(targets, "targets")
+        if len(z) != len(self):
+            raise ValueError(f"targets has {len(z)} values for {len(self)} items.")
+        return replace(self, targets=z)
+
+    def split(self, fraction: float, seed: int = 0) -> tuple["PairData", "PairData"]:
+        """A random ``(train, held-out)`` split; the held-out part has ``round(fraction * n)`` items
+        (at least one when ``fraction > 0``), the training part at least one.
+
+        Example:
+            >>> data = PairData.build("para-fs", {"source": list("abcd"), "hypothesis": list("abcd")})
+            >>> [len(part) for part in data.split(0.5, seed=1)]
+            [2, 2]
+        """
+        n = len(self)
+        held = 0 if fraction <= 0 else max(1, int(round(fraction * n)))
+        if held >= n:
+            raise ValueError(
+                f"{n} item(s) cannot be split into training and held-out parts (heldout_fraction={fraction}); "
+                "give more pairs or set heldout_fraction=0."
+            )
+        order = np.random.default_rng(seed).permutation(n)
+        return self.subset(sorted(order[held:])), self.subset(sorted(order[:held]))
+
+
+def check_student_template(bound: BoundTemplate) -> None:
+    """The student's template must be a Yes/No template read in one forward pass.
+
+    Raises:
+        ValueError: for templates with N answers, a judge-generated turn or multi-token answers.
+    """
+    t = bound.template
+    if t.kind != "binary":
+        raise ValueError(
+            f"template {t.name!r} has {len(t.answers)} answers ({t.kind}); a judge adapter is tuned on a Yes/No "
+            "template (PLUIE = logit[yes] - logit[no])."
+        )
+    if t.generates:
+        raise ValueError(
+            f"template {t.name!r} lets the judge write a turn before answering; tune on a template read in one "
+            "forward pass (e.g. para-direct or para-fs). A teacher may use such a template."
+        )
+    if not bound.single_token:
+        raise ValueError(f"template {t.name!r}: an answer is several tokens for this tokenizer; tuning needs one token per answer.")
+
+
+def teacher_targets(
+    teacher: Any,
+    template: "str | Template | None",
+    data: PairData,
+    *,
+    chunk_size: int = 128,
+    progress: bool = True,
+    desc: str = "teacher",
+) -> np.ndarray:
+    """Teacher log-ratios for every item, through ``teacher.score`` (any :class:`~pluie_reward.Judge`:
+    a big judge in this process, on vLLM or behind the judge server, or another template).
+
+    Args:
+        teacher: the teacher judge.
+        template: the teacher's template (Yes/No or a choice: the score is a log-ratio; not a scale).
+        data: the items (their columns).
+        chunk_size: items per scoring call (progress granularity).
+        progress: show a progress bar.
+
+    Returns:
+        One float per item.
+
+    Example:
+        >>> teacher_targets(big_judge, "para-fs", data)  # doctest: +SKIP
+        array([ 2.1, -3.4, ...])
+    """
+    from tqdm.auto import tqdm
+
+    t = load_template(template)
+    if t.kind == "scale":
+        raise ValueError(f"teacher template {t.name!r} is a rating scale (its score is an expected grade, not a log-ratio).")
+    missing = [f for f in t.fields if f not in data.columns]
+    if missing:
+        raise ValueError(f"teacher template {t.name!r} needs the field(s) {missing}; the data has {sorted(data.columns)}.")
+    columns = {f: v for f, v in data.columns.items() if f in t.all_fields}
+    out: list[float] = []
+    with tqdm(total=len(data), desc=desc, unit="pair", disable=not progress, file=sys.stderr) as bar:
+        for start in range(0, len(data), chunk_size):
+            chunk = {f: v[start : start + chunk_size] for f, v in columns.items()}
+            out.extend(float(s) for s in teacher.score(t, **chunk))
+            bar.update(len(next(iter(chunk.values()))))
+    return as_scores(out, "teacher scores")
+
+
+def encode(bound: BoundTemplate, data: PairData, truncate: bool = True) -> Any:
+    """A ``datasets.Dataset`` with the prompt ids :meth:`Judge.score` reads (``input_ids``, ending
+    where the answer starts) and the supervision (``pluie_label`` 0/1, ``pluie_target`` log-ratio).
+
+    Example:
+        >>> encode(judge.bind("para-direct"), data)  # doctest: +SKIP
+        Dataset({features: ['input_ids', 'pluie_label'], num_rows: 160})
+    """
+    from datasets import Dataset
+
+    check_student_template(bound)
+    items = bound.encode_items(data.columns, len(data), truncate=truncate)
+    rows: dict[str, list] = {"input_ids": [list(item.ids) for item in items]}
+    if data.labels is not None:
+        rows[LABEL] = [float(v) for v in data.labels]
+    if data.targets is not None:
+        rows[TARGET] = [float(v) for v in data.targets]
+    return Dataset.from_dict(rows)
+
+
+@dataclass
+class PairCollator:
+    """Right-pads ``input_ids`` (real tokens never attend a pad in a causal LM) with an attention mask,
+    and stacks the supervision columns as float tensors.
+
+    Example:
+        >>> batch = PairCollator(pad_id=0)([{"input_ids": [5, 6, 7], "pluie_label": 1.0}, {"input_ids": [8], "pluie_label": 0.0}])
+        >>> batch["input_ids"].tolist(), batch["attention_mask"].tolist(), batch["pluie_label"].tolist()
+        ([[5, 6, 7], [8, 0, 0]], [[1, 1, 1], [1, 0, 0]], [1.0, 0.0])
+    """
+
+    pad_id: int
+
+    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        width = max(len(f["input_ids"]) for f in features)
+        ids = torch.full((len(features), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(features), width), dtype=torch.long)
+        for row, f in enumerate(features):
+            n = len(f["input_ids"])
+            ids[row, :n] = torch.as_tensor(f["input_ids"], dtype=torch.long)
+            mask[row, :n] = 1
+        batch: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
+        for key in (LABEL, TARGET):
+            if key in features[0]:
+                batch[key] = torch.tensor([float(f[key]) for f in features], dtype=torch.float32)
+        return batch

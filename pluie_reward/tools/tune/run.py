@@ -1,0 +1,420 @@
+"""``tune``: from labelled pairs or a teacher judge's scores to a LoRA judge adapter on a base model.
+
+The student is a base model (or a PEFT policy's base) read with a Yes/No template. Its adapter is
+trained so that its own PLUIE score -- the value :meth:`Judge.score <pluie_reward.Judge.score>`
+returns, from the same prompt ids and the same single forward pass -- matches the labels or the
+teacher's log-ratios; its natural threshold stays 0. Every score in the report goes through
+``Judge.score`` (before: the base; after: the base with the adapter active).
+
+Placement of the adapter:
+
+* ``model`` is ``None`` (the embedded SmolLM2), a model id/folder or a plain transformers model: a
+  PEFT model is made with ``get_peft_model(model, lora, adapter_name=...)`` -- as with PEFT, a model
+  object passed in gets the LoRA layers injected in place (its own weights are frozen and never
+  change; ``result.model.unload()`` gives the plain model back).
+* ``model`` is a ``peft.PeftModel`` (a policy): the adapter is added next to the policy's adapters,
+  trained alone, frozen; the policy's active adapter, training flags and ``requires_grad`` are
+  restored, and ``Judge.from_peft(policy, tokenizer, adapter_name="judge")`` reads it.
+
+Example:
+    >>> from pluie_reward.tools.tune import TuneConfig, tune
+    >>> result = tune(None, template="para-direct", fields={"source": s, "hypothesis": h}, labels=y,
+    ...               config=TuneConfig(epochs=2), output_dir="out/judge-adapter")       # doctest: +SKIP
+    >>> result.judge.score("para-direct", source=["..."], hypothesis=["..."])             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from ...core.judge import Judge
+from ...core.template import Template, load_template
+from .config import TuneConfig
+from .data import PairData, check_student_template, encode, teacher_targets
+from .report import evaluate_scores, write_card, write_plots
+
+
+
+@dataclass
+class TuneResult:
+    """What :func:`tune` returns.
+
+    Attributes:
+        judge: the tuned judge (the adapter active while scoring).
+        model: the PEFT model holding the adapter (the policy, for a policy).
+        adapter_name: the adapter's name on ``model``.
+        card: the report (data sizes, config, metrics before/after, loss history), as in ``pluie_tune.json``.
+        output_dir: where the adapter folder was written (``None``: not saved).
+        scores: per evaluation set, the student's scores ``before`` and ``after`` tuning (``Judge.score``).
+    """
+
+    judge: Judge
+    model: Any
+    adapter_name: str
+    card: dict[str, Any]
+    output_dir: Path | None = None
+    scores: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+
+
+def template_to_dict(template: Template) -> dict[str, Any]:
+    """A template as the YAML mapping :meth:`Template.from_dict` reads back (saved beside the adapter).
+
+    Example:
+        >>> t = load_template("para-direct")
+        >>> Template.from_dict(template_to_dict(t)) == t
+        True
+    """
+    data: dict[str, Any] = {
+        "name": template.name,
+        "description": template.description,
+        "reference": template.reference,
+        "language": template.language,
+        "fields": {f: template.field_help.get(f, "") for f in template.fields},
+        "answers": list(template.answers),
+        "messages": [
+            {"role": m.role, "content": m.content, **({"when": m.when} if m.when else {}), **({"generate": True} if m.generate else {})}
+            for m in template.messages
+        ],
+        "plain": {"user": template.plain_user, "assistant": template.plain_assistant, "separator": template.plain_separator},
+        "generation": {"max_new_tokens": template.max_new_tokens},
+    }
+    if template.optional_fields:
+        data["optional_fields"] = {f: template.field_help.get(f, "") for f in template.optional_fields}
+    if template.answer_labels:
+        data["labels"] = list(template.answer_labels)
+    if template.values:
+        data["values"] = list(template.values)
+    if template.system is not None:
+        data["system"] = template.system
+    return data
+
+
+def _is_peft(model: Any) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "add_adapter") and hasattr(model, "get_base_model")
+
+
+def _checkpointing_on(model: Any) -> bool:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(base, name):
+            return bool(getattr(base, name))
+    return False
+
+
+def _checkpointing_off(model: Any) -> None:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    method = getattr(base, "activation_checkpointing_disable", None) or getattr(base, "gradient_checkpointing_disable", None)
+    if method is not None:
+        method()
+
+
+def _loadable_name(model: Any) -> str | None:
+    """What ``Judge.load`` needs to load this base again: ``None`` for the embedded judge, else the
+    model's ``_name_or_path`` (or a placeholder when the model was built in memory)."""
+    from ...engines.transformers.loading import embedded_model_dir
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    path = getattr(getattr(base, "config", None), "_name_or_path", "") or ""
+    try:
+        if path and Path(path).resolve() == embedded_model_dir().resolve():
+            return None
+    except (ModuleNotFoundError, FileNotFoundError, OSError):
+        pass
+    return path or f"<your {type(base).__name__}>"
+
+
+def check_output_dir(output_dir: "str | Path | None", overwrite: bool) -> Path | None:
+    """The output folder, refused when it already holds files (unless ``overwrite``)."""
+    if output_dir is None:
+        return None
+    path = Path(output_dir)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"output {str(path)!r} exists and is not a folder.")
+    if path.is_dir() and any(path.iterdir()) and not overwrite:
+        raise ValueError(f"output folder {str(path)!r} is not empty; choose a new folder or pass overwrite=True (--overwrite).")
+    return path
+
+
+def save_adapter(model: Any, adapter_name: str, directory: Path) -> None:
+    """Save one PEFT adapter as a flat folder (``adapter_config.json`` + weights at the top), whatever its name.
+
+    PEFT writes adapters other than ``"default"`` into a sub-folder named after them; the files are
+    moved up so that ``PeftModel.from_pretrained(base, directory)`` and ``policy.load_adapter(directory, ...)``
+    read the folder itself.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory, prefix=".saving-") as scratch:
+        model.save_pretrained(scratch, selected_adapters=[adapter_name])
+        source = Path(scratch) / adapter_name if adapter_name != "default" else Path(scratch)
+        for item in source.iterdir():
+            if item.is_file():
+                shutil.move(str(item), directory / item.name)
+
+
+def _score(judge: Judge, template: Template, data: PairData, truncate: bool) -> list[float]:
+    columns = {f: v for f, v in data.columns.items() if f in template.all_fields}
+    return [float(s) for s in judge.score(template, truncate=truncate, **columns)]
+
+
+def _loss(scores: Sequence[float], data: PairData, config: TuneConfig) -> float:
+    import torch
+
+    from .loss import tune_loss
+
+    labels = None if data.labels is None else torch.tensor(data.labels.astype(float))
+    targets = None if data.targets is None else torch.tensor(data.targets)
+    value = tune_loss(torch.tensor(list(scores)), labels, targets, loss=config.resolved_loss(),
+                      temperature=config.temperature, label_weight=config.label_weight)
+    return float(value)
+
+
+def tune(
+    model: Any = None,
+    tokenizer: Any = None,
+    *,
+    template: "str | Path | Template" = "para-direct",
+    fields: Mapping[str, Sequence[str]],
+    labels: Sequence[Any] | None = None,
+    targets: Sequence[float] | None = None,
+    teacher: Judge | None = None,
+    teacher_template: "str | Path | Template | None" = None,
+    eval_sets: Mapping[str, PairData] | None = None,
+    config: TuneConfig | None = None,
+    output_dir: "str | Path | None" = None,
+    overwrite: bool = False,
+    model_name: str | None = None,
+) -> TuneResult:
+    """Tune a LoRA judge adapter so that the student's PLUIE follows labels and/or a teacher.
+
+    Args:
+        model: the student's base: ``None`` (embedded SmolLM2-135M-Instruct), an HF id or folder, a
+            transformers causal LM, or a ``peft.PeftModel`` policy (the adapter is added beside its own).
+        tokenizer: the model's tokenizer (loaded with the model when ``model`` is a name).
+        template: the student's Yes/No template (read in one forward pass).
+        fields: the training pairs as template fields, e.g. ``{"source": [...], "hypothesis": [...]}``.
+        labels: binary labels, one per pair.
+        targets: teacher log-ratios, one per pair (or give ``teacher``).
+        teacher: a :class:`~pluie_reward.Judge` computing the targets (of the training pairs and of
+            evaluation sets without targets) with ``teacher_template`` (default: ``template``).
+        eval_sets: more evaluation sets by name (:class:`~pluie_reward.tools.tune.data.PairData`),
+            reported like the held-out pairs.
+        config: the hyper-parameters (:class:`~pluie_reward.tools.tune.config.TuneConfig`).
+        output_dir: write the adapter folder there (adapter + ``template.yaml`` + card + plots).
+        overwrite: allow a non-empty ``output_dir``.
+        model_name: the base model's name for the card (default: ``model`` or the embedded name).
+
+    Returns:
+        A :class:`TuneResult` (tuned judge, PEFT model, card).
+
+    Example:
+        >>> result = tune(None, template="para-direct", fields={"source": s, "hypothesis": h},
+        ...               teacher=Judge.load(), teacher_template="para-fs", output_dir="out/adapter")  # doctest: +SKIP
+    """
+    config = config or TuneConfig()
+    if not isinstance(config, TuneConfig):
+        raise TypeError(f"config must be a TuneConfig, not {type(config).__name__}.")
+    t = load_template(template)
+    out = check_output_dir(output_dir, overwrite)
+    if teacher is not None and targets is not None:
+        raise ValueError("give teacher targets either as `targets` or through a `teacher`, not both.")
+    if labels is None and targets is None and teacher is None:
+        raise ValueError("nothing to learn from: give labels, teacher targets (targets=...) or a teacher judge.")
+    if teacher_template is not None and teacher is None:
+        raise ValueError("teacher_template needs a teacher judge (teacher=...).")
+    if config.resolved_loss() == "mse" and targets is None and teacher is None:
+        raise ValueError("loss='mse' is on teacher log-ratios; with labels only use loss='bce' (or 'auto').")
+    data = PairData.build(t, fields, labels, targets)
+    eval_sets = dict(eval_sets or {})
+    for name, ev in eval_sets.items():
+        if not isinstance(ev, PairData):
+            raise TypeError(f"eval_sets[{name!r}] must be a PairData (PairData.build(template, fields, labels, targets)).")
+        missing = [f for f in t.fields if f not in ev.columns]
+        if missing:
+            raise ValueError(f"eval_sets[{name!r}] lacks the field(s) {missing}.")
+
+    # the student before tuning, and the exact prompt ids it reads
+    from ...engines.transformers.loading import EMBEDDED_NAME, load_model_and_tokenizer
+
+    if model is None or isinstance(model, (str, Path)):
+        load_name = None if model is None else str(model)
+        model, tokenizer = load_model_and_tokenizer(model)
+    elif tokenizer is None:
+        raise TypeError("tune(model, tokenizer): a model object needs its tokenizer.")
+    else:
+        load_name = _loadable_name(model)
+    model_name = model_name or (EMBEDDED_NAME if load_name is None else load_name)
+    policy = _is_peft(model)
+    if policy and config.adapter_name in model.peft_config:
+        raise ValueError(f"the policy already has an adapter named {config.adapter_name!r}; choose another adapter_name.")
+    before_judge = Judge.from_peft(model, tokenizer) if policy else Judge(model, tokenizer, name=model_name)
+    bound = before_judge.bind(t)
+    check_student_template(bound)
+
+    # teacher targets (all of them before the student's weights get an adapter: the teacher may share them)
+    teacher_name = None
+    if teacher is not None:
+        teacher_t = load_template(teacher_template if teacher_template is not None else t)
+        teacher_name = f"{teacher.name} with {teacher_t.name!r}"
+        data = data.with_targets(teacher_targets(teacher, teacher_t, data, progress=config.progress, desc="teacher (training pairs)"))
+        for name, ev in list(eval_sets.items()):
+            if ev.targets is None:
+                eval_sets[name] = ev.with_targets(teacher_targets(teacher, teacher_t, ev, progress=config.progress, desc=f"teacher ({name})"))
+    train, heldout = data.split(config.heldout_fraction, config.seed)
+    evaluations = {"held-out": heldout, **eval_sets} if len(heldout) else dict(eval_sets)
+    before = {name: _score(before_judge, t, ev, config.truncate) for name, ev in evaluations.items()}
+
+    # the adapter
+    from .trainer import train_adapter
+
+    train_ds = encode(bound, train, config.truncate)
+    heldout_ds = encode(bound, heldout, config.truncate) if len(heldout) else None
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    name = config.adapter_name
+    with trainable_adapter(model, config) as peft_model:
+        history = train_adapter(peft_model, train_ds, heldout_ds, tuple(a[0] for a in bound.answer_ids), config, int(pad or 0))
+
+    tuned = Judge.from_peft(peft_model, tokenizer, adapter_name=name, name=f"{model_name}+{name}")
+    after = {k: _score(tuned, t, ev, config.truncate) for k, ev in evaluations.items()}
+
+    report = {k: _evaluate(ev, before[k], after[k], config) for k, ev in evaluations.items()}
+    supervision = " and ".join(
+        s for s, on in (("labels", data.labels is not None), (f"teacher log-ratios ({teacher_name or 'given'})", data.targets is not None)) if on
+    )
+    card: dict[str, Any] = {
+        "template": t.name,
+        "base_model": model_name,
+        "load_model": load_name,
+        "adapter_name": name,
+        "placement": "added to a PEFT policy" if policy else "LoRA on the base model",
+        "supervision": supervision,
+        "teacher": teacher_name,
+        "loss": _describe_loss(config, data),
+        "data": {"train": len(train), "heldout": len(heldout), "eval": {k: len(v) for k, v in eval_sets.items()}},
+        "config": config.to_dict(),
+        "evaluation": report,
+        "history": history,
+    }
+    if out is not None and _main_process():
+        _save(out, peft_model, name, t, card, evaluations, before, after)
+    scores = {k: {"before": before[k], "after": after[k]} for k in evaluations}
+    return TuneResult(judge=tuned, model=peft_model, adapter_name=name, card=card, output_dir=out, scores=scores)
+
+
+def _main_process() -> bool:
+    """Under ``accelerate launch`` only the main process writes the folder (every process trains its shard)."""
+    from accelerate import PartialState
+
+    return PartialState().is_main_process
+
+
+@contextmanager
+def trainable_adapter(model: Any, config: TuneConfig) -> Iterator[Any]:
+    """A new LoRA adapter ``config.adapter_name`` on ``model``, the only trainable weights inside the
+    block; frozen afterwards. A plain model is wrapped with ``get_peft_model`` (in place, as PEFT
+    does); a PEFT policy gets the adapter beside its own and has its active adapter, every module's
+    training flag and ``requires_grad`` restored on exit. Gradient checkpointing switched on by the
+    Trainer is switched off again.
+
+    Example:
+        >>> with trainable_adapter(policy, TuneConfig()) as peft_model:  # doctest: +SKIP
+        ...     train_adapter(peft_model, ...)
+    """
+    from peft import get_peft_model
+    from transformers import set_seed
+
+    from ...engines.transformers.placement import belongs_to_adapter
+
+    set_seed(config.seed)  # the LoRA initialisation
+    name = config.adapter_name
+    policy = _is_peft(model)
+    modes = [(m, m.training) for m in model.modules()]
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    checkpointing = _checkpointing_on(model)
+    previous = model.active_adapter if policy else None
+    if policy:
+        model.add_adapter(name, config.lora_config())
+        model.set_adapter(name)  # only this adapter trainable (peft/peft_model.py: PeftModel.set_adapter)
+        peft_model = model
+    else:
+        peft_model = get_peft_model(model, config.lora_config(), adapter_name=name)
+    try:
+        yield peft_model
+    finally:
+        if policy:
+            model.set_adapter(previous)
+        for module, mode in modes:
+            module.training = mode
+        if policy:  # a plain base stays as get_peft_model leaves it: frozen
+            for parameter, flag in flags:
+                parameter.requires_grad_(flag)
+        for n, p in peft_model.named_parameters():
+            if belongs_to_adapter(n, (name,)):
+                p.requires_grad_(False)
+        if not policy:
+            peft_model.eval()
+        if config.gradient_checkpointing and not checkpointing:
+            _checkpointing_off(peft_model)
+
+
+def _evaluate(data: PairData, before: Sequence[float], after: Sequence[float], config: TuneConfig) -> dict[str, Any]:
+    """Before/after metrics of one evaluation set (+ the teacher's own classification when it has labels)."""
+    report: dict[str, Any] = {}
+    for when, scores in (("before", before), ("after", after)):
+        metrics = evaluate_scores(scores, data.labels, data.targets)
+        if data.targets is not None or (data.labels is not None and config.resolved_loss() != "mse"):
+            metrics["loss"] = _loss(scores, data, config)
+        report[when] = metrics
+    if data.labels is not None and data.targets is not None:
+        report["teacher"] = evaluate_scores(data.targets, data.labels)
+    return report
+
+
+def _describe_loss(config: TuneConfig, data: PairData) -> str:
+    parts = []
+    if data.targets is not None:
+        parts.append("(s - t)^2" if config.resolved_loss() == "mse"
+                     else f"T^2 BCE(sigmoid(s/T), sigmoid(t/T)) with T = {config.temperature:g}")
+    if data.labels is not None:
+        parts.append("BCE(sigmoid(s), label)")
+    if len(parts) == 2:
+        return f"{1 - config.label_weight:g} * {parts[0]} + {config.label_weight:g} * {parts[1]}"
+    return parts[0]
+
+
+def _save(out: Path, model: Any, name: str, template: Template, card: dict[str, Any], evaluations: Mapping[str, PairData],
+          before: Mapping[str, list[float]], after: Mapping[str, list[float]]) -> None:
+    import yaml
+
+    save_adapter(model, name, out)
+    (out / "template.yaml").write_text(
+        yaml.safe_dump(template_to_dict(template), sort_keys=False, allow_unicode=True), encoding="utf-8"
+    )
+    with (out / "scores.jsonl").open("w", encoding="utf-8") as handle:
+        for k, ev in evaluations.items():
+            for i in range(len(ev)):
+                row: dict[str, Any] = {"set": k, **{f: v[i] for f, v in ev.columns.items()},
+                                       "before": before[k][i], "after": after[k][i]}
+                if ev.targets is not None:
+                    row["teacher"] = float(ev.targets[i])
+                if ev.labels is not None:
+                    row["label"] = bool(ev.labels[i])
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    plots: list[str] = []
+    for k, ev in evaluations.items():
+        if ev.labels is not None:
+            truth, what = ev.labels, "labels"
+        elif ev.targets is not None:
+            truth, what = np.asarray(ev.targets) > 0, "the teacher's verdicts"
+        else:
+            continue
+        plots += write_plots(out, k.replace(" ", "_"), before[k], after[k], truth, what)
+    card["plots"] = plots
+    write_card(out, card)

@@ -1,0 +1,133 @@
+"""Training a judge adapter with transformers' ``Trainer`` (accelerate underneath: devices, mixed
+precision, gradient accumulation, checkpointing, progress bar, logging).
+
+Only ``compute_loss`` changes (the hook transformers documents for custom losses,
+transformers/trainer.py:2105 in 5.19): the loss is computed on the PLUIE score of the prompt
+(:func:`~pluie_reward.tools.tune.loss.pluie_scores`), not on next-token labels.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Any
+
+import torch
+from transformers import Trainer, TrainingArguments
+
+from ...engines.transformers.engine import longest_common_prefix
+from .config import TuneConfig
+from .data import LABEL, TARGET, PairCollator
+from .loss import pluie_scores, tune_loss
+
+
+class JudgeTuneTrainer(Trainer):
+    """A ``Trainer`` whose loss is :func:`~pluie_reward.tools.tune.loss.tune_loss` on the judge's score.
+
+    Args:
+        answer_ids: the template's ``(yes, no)`` token ids.
+        tune_config: the loss settings (``loss``, ``temperature``, ``label_weight``).
+        args, kwargs: as for ``transformers.Trainer``.
+
+    Example:
+        >>> trainer = JudgeTuneTrainer(model=peft_model, args=args, train_dataset=ds, data_collator=PairCollator(0),
+        ...                            answer_ids=(10539, 5230), tune_config=TuneConfig())  # doctest: +SKIP
+    """
+
+    # compute_loss returns a per-batch mean: Trainer divides it by the accumulation steps
+    # (transformers/trainer.py:2086-2094 in 5.19).
+    loss_is_scaled_for_ga = False
+
+    def __init__(
+        self, *args: Any, answer_ids: tuple[int, int], tune_config: TuneConfig, shared_prefix: int = 0, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.answer_ids = answer_ids
+        self.tune_config = tune_config
+        self.shared_prefix = shared_prefix
+
+    def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None) -> Any:
+        shared = 0 if isinstance(model, torch.nn.DataParallel) else self.shared_prefix
+        scores = pluie_scores(model, inputs["input_ids"], inputs["attention_mask"], self.answer_ids, shared_prefix=shared)
+        loss = tune_loss(
+            scores,
+            inputs.get(LABEL),
+            inputs.get(TARGET),
+            loss=self.tune_config.resolved_loss(),
+            temperature=self.tune_config.temperature,
+            label_weight=self.tune_config.label_weight,
+        )
+        return (loss, {"scores": scores.detach()}) if return_outputs else loss
+
+
+def resolve_bf16(config: TuneConfig) -> bool:
+    """bf16 mixed precision: on a GPU that supports it when ``config.bf16`` is None; never on CPU.
+
+    Example:
+        >>> resolve_bf16(TuneConfig(bf16=False))
+        False
+    """
+    available = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if config.bf16 is None:
+        return available
+    if config.bf16 and not available:
+        raise ValueError("bf16=True needs a CUDA GPU with bfloat16 support; on CPU leave bf16 unset (float32).")
+    return config.bf16
+
+
+def training_arguments(config: TuneConfig, output_dir: str, has_eval: bool, label_key: str) -> TrainingArguments:
+    """The ``TrainingArguments`` a :class:`TuneConfig` stands for (nothing saved by the Trainer itself)."""
+    return TrainingArguments(
+        output_dir=output_dir,
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps,
+        learning_rate=config.learning_rate,
+        per_device_train_batch_size=config.batch_size,
+        per_device_eval_batch_size=config.batch_size,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        weight_decay=config.weight_decay,
+        warmup_steps=float(config.warmup_ratio),  # a float in [0, 1) is a ratio of the steps (transformers 5)
+        lr_scheduler_type="linear",
+        logging_strategy="steps",
+        logging_steps=config.logging_steps,
+        eval_strategy="epoch" if has_eval else "no",
+        save_strategy="no",
+        report_to="none",
+        seed=config.seed,
+        bf16=resolve_bf16(config),
+        gradient_checkpointing=config.gradient_checkpointing,
+        gradient_checkpointing_kwargs={"use_reentrant": False} if config.gradient_checkpointing else None,
+        remove_unused_columns=False,  # the collator needs the supervision columns
+        label_names=[label_key],
+        disable_tqdm=not config.progress,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=torch.cuda.is_available(),
+    )
+
+
+def train_adapter(
+    model: Any, train_dataset: Any, eval_dataset: Any, answer_ids: tuple[int, int], config: TuneConfig, pad_id: int
+) -> list[dict[str, Any]]:
+    """Train the active (trainable) PEFT adapter of ``model``; returns the Trainer's log history.
+
+    Example:
+        >>> history = train_adapter(peft_model, train_ds, heldout_ds, (10539, 5230), TuneConfig(), pad_id=0)  # doctest: +SKIP
+        >>> history[-1]["train_loss"]  # doctest: +SKIP
+    """
+    label_key = LABEL if LABEL in train_dataset.column_names else TARGET
+    shared = 0
+    if config.share_prefix and not config.gradient_checkpointing:
+        rows = list(train_dataset["input_ids"]) + (list(eval_dataset["input_ids"]) if eval_dataset is not None else [])
+        shared = min(longest_common_prefix(rows), min(len(r) for r in rows) - 1)
+    with tempfile.TemporaryDirectory(prefix="pluie-tune-") as scratch:
+        trainer = JudgeTuneTrainer(
+            model=model,
+            args=training_arguments(config, scratch, eval_dataset is not None, label_key),
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            data_collator=PairCollator(pad_id),
+            answer_ids=answer_ids,
+            tune_config=config,
+            shared_prefix=shared,
+        )
+        trainer.train()
+        return list(trainer.state.log_history)
