@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import PARAPHRASUS, skip_without_shared
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 SKIP = re.compile(r"^<!--\s*skip-test:\s*(.*?)\s*-->\s*$")
@@ -81,5 +83,8 @@ def test_readme_python_block_runs(block: Block, tmp_path):
     script.write_text(block.code, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     env.setdefault("OMP_NUM_THREADS", "1")  # faster than oversubscribed threads on a shared CPU
+    if "paraphrasus" in block.code:  # blocks reading ../shared/data/paraphrasus (the reader's checkout has it beside)
+        skip_without_shared()
+        env["PARAPHRASUS_DIR"] = str(PARAPHRASUS)
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, f"README.md:{block.line} ({block.section}) failed:\n{done.stderr[-4000:]}"
