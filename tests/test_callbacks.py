@@ -347,8 +347,10 @@ args = TrainingArguments(out, report_to=[], use_cpu=True, disable_tqdm=True, ddp
 callback = PluieCallback(make_tiny_judge(), "para-fs", items, max_new_tokens=4, batch_size=2)
 trainer = Trainer(model=make_tiny_causal_lm(tok, seed=1), args=args, eval_dataset=data, processing_class=tok, callbacks=[callback])
 metrics = trainer.evaluate()
-print("RESULT " + json.dumps({"rank": args.process_index, "world": args.world_size,
-                              "metrics": {k: v for k, v in metrics.items() if "pluie" in k}}), flush=True)
+# one file per rank: two processes printing to one pipe can interleave their lines
+with open(f"{out}/result-{args.process_index}.json", "w") as f:
+    json.dump({"rank": args.process_index, "world": args.world_size,
+               "metrics": {k: v for k, v in metrics.items() if "pluie" in k}}, f)
 '''
 
 
@@ -366,7 +368,7 @@ def test_two_processes_gather_their_slices(tmp_path, tiny_judge):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(filter(None, [checkout, os.environ.get("PYTHONPATH")]))}
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    results = [json.loads(line[len("RESULT "):]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    results = [json.loads(p.read_text()) for p in sorted((tmp_path / "out").glob("result-*.json"))]
     assert sorted(r["rank"] for r in results) == [0, 1] and all(r["world"] == 2 for r in results)
     assert results[0]["metrics"] == results[1]["metrics"]
     table = read_table(tmp_path / "out" / "pluie" / "step-000000.jsonl")
