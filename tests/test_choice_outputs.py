@@ -115,6 +115,13 @@ def test_answer_output_checks_a_template_without_the_second_slot():
     with pytest.raises(ValueError, match=r"swaps the fields 'hypothesis' and 'alternative'"):
         AnswerOutput("prob", "A", both_orders=True).check("choice", ["A", "B", "tie"], fields=["source", "hypothesis"], template="mine")
     assert AnswerOutput("expected").check("scale", list("12345"), (1, 2, 3, 4, 5)).scale == (1.0, 5.0)
+    # a server's record tells the kind and labels, not the scale's range: normalize needs scale=
+    record = {"probs": {"1": 0.5, "2": 0.5}, "logprobs": {}, "choice": "1", "expected": 1.5}
+    with pytest.raises(ValueError, match=r"pass scale=\(lowest, highest\)"):
+        AnswerOutput("expected", normalize=True).check_record(record)
+    assert AnswerOutput("expected", normalize=True, scale=(1, 2)).check_record(record).rewards([record], 1) == [0.5]
+    with pytest.raises(ValueError, match="Yes/No template"):
+        AnswerOutput("prob", "A").check_record({"logratio": 1.0, "p_yes": 0.7, "verdict": True})
 
 
 # the same reads through the judge server ----------------------------------------------------------

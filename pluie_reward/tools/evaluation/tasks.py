@@ -255,8 +255,9 @@ def score_items(
         else:
             todo.append(k)
     size = _chunk_size(judge, chunk_size, 1 if pairs is None else 2)
-    for condition in conditions:
-        check_choice_condition(condition, pairs is not None)
+    if pairs is not None:
+        for condition in conditions:
+            check_choice_condition(condition, True)
     if todo and hasattr(judge, "bind"):
         for condition in conditions:  # a template this judge cannot answer fails now, not after a first chunk
             judge.bind(condition.template)
@@ -321,6 +322,8 @@ def run_classification(
     Example:
         >>> run_classification(judge, [Condition("PLUIE", "para-fs", {"source": S, "hypothesis": H})], labels)  # doctest: +SKIP
     """
+    for condition in conditions:
+        check_choice_condition(condition, False)
     y = as_labels(labels)
     n = len(y)
     names = parse_baselines(baselines) if baseline_texts is not None else []
