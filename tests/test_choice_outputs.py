@@ -105,6 +105,7 @@ def test_both_orders_average_p_a_first_with_p_b_swapped(judge):
     ({"template": "para-fs", "output": "prob", "answer": "yes"}, r"Yes/No template.*transform="),
     ({"template": "para-fs", "both_orders": True}, r"go with output="),
     ({"template": "para-fs", "output": "p_yes"}, r"unknown output 'p_yes'"),
+    ({"template": "net-choice", "output": "prob", "answer": "A", "threshold": 0.5}, r"threshold= is the acceptance cut"),
 ])
 def test_outputs_that_do_not_fit_the_template_fail_when_built(judge, kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -238,3 +239,7 @@ def test_eval_bad_choice_inputs_exit_2(tmp_path, capsys, monkeypatch):
     assert "nope" in capsys.readouterr().err
     assert cli.main(["eval", "classification", "-i", str(data), "-t", "rev-choice", "--no-progress"]) == 2
     assert "evaluate it with 'pluie-reward eval preference'" in capsys.readouterr().err
+    from pluie_reward.tools.evaluation.tasks import Condition, run_classification
+
+    with pytest.raises(ValueError, match="with a preference task"):
+        run_classification(None, [Condition("C", "rev-choice", {"original": ["o"], "instruction": ["i"]})], [True])

@@ -104,10 +104,10 @@ class PluieReward:
             template=self.template.name, setting="fields", who=f"{name}: ",
         )
         self.output = output
+        self.threshold = threshold
         self.reading = self._reading(output, answer, normalize, both_orders, transform, name)
         self.transform = transform
         self.clip = float(clip)
-        self.threshold = threshold
         self.__name__ = name
         if isinstance(judge, Judge):
             self._judge, self._factory = judge, None
@@ -142,6 +142,9 @@ class PluieReward:
             reading = AnswerOutput(output, answer, normalize, both_orders)
         except ValueError as err:
             raise ValueError(f"{name}: {err}") from None
+        if self.threshold is not None and output != "expected":
+            raise ValueError(f"{name}: threshold= is the acceptance cut of PLUIE or of an expected rating; with "
+                             f"output={output!r} the accept rate counts the judge's picks of answer {answer!r}: leave it out.")
         return reading.check(t.kind, t.labels, t.values, t.all_fields, t.name, who=f"{name}: ")
 
     @property
