@@ -112,6 +112,17 @@ def test_outputs_that_do_not_fit_the_template_fail_when_built(judge, kwargs, mes
         PluieReward(judge, **kwargs)
 
 
+def test_guarded_n_answer_rewards_floor_at_their_lowest_value(judge):
+    from pluie_reward.integrations.guards import GuardedReward
+
+    choice = PluieReward(judge, "net-choice", output="prob", answer="A")
+    assert GuardedReward(choice, guard=None).flagged_value == 0.0
+    assert GuardedReward(PluieReward(judge, "net-likert", output="expected"), guard=None).flagged_value == 1.0
+    assert GuardedReward(PluieReward(judge, "net-likert", output="expected", normalize=True), guard=None).flagged_value == 0.0
+    with pytest.raises(ValueError, match="pass flagged_value="):
+        GuardedReward(PluieReward(judge, "net-choice", output="logprob", answer="A"), guard=None)
+
+
 def test_answer_output_checks_a_template_without_the_second_slot():
     with pytest.raises(ValueError, match=r"swaps the fields 'hypothesis' and 'alternative'"):
         AnswerOutput("prob", "A", both_orders=True).check("choice", ["A", "B", "tie"], fields=["source", "hypothesis"], template="mine")
