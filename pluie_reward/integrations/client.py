@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 import httpx
 
 from pluie_reward.core.fields import FieldMap, completion_text
+from pluie_reward.core.outputs import READS, SECOND_CANDIDATE, AnswerOutput
 
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 OUTPUTS = ("logratio", "p_yes", "verdict")
@@ -130,6 +131,12 @@ def _check_output(output: str) -> str:
 
 def _values(answer: Mapping[str, Any], output: str, n: int, url: str) -> list[float]:
     values = answer.get(output)
+    if values is None and "probs" in answer:
+        raise RemoteJudgeError(
+            f"{url}: the server's template has N answers ({list((answer['probs'] or [{}])[0])}), not Yes/No, so there is "
+            f"no {output!r}; RemotePluieReward reads it with output='prob' (or 'logprob') and answer=<label> for a "
+            "choice, output='expected' for a rating scale."
+        )
     if not isinstance(values, list) or len(values) != n:
         raise RemoteJudgeError(f"{url}: expected {n} values under {output!r}, got {str(answer)[:200]}.")
     return [float(v) for v in values]
@@ -147,10 +154,19 @@ class RemotePluieReward:
     Needs TRL >= 1.14, which awaits async callable classes (``trl.trainer.utils.is_async_callable``,
     trl==1.14.0 (wheel):trl/trainer/utils.py:238-249); TRL 1.13 and older call it synchronously and fail.
 
+    A server whose template has N answers (``pluie-reward serve -t net-likert``, ``-t rev-choice``)
+    is read as by :class:`~pluie_reward.PluieReward`: ``output="expected"`` (a scale; with
+    ``normalize=True`` pass ``scale=(lowest, highest)``, which the server does not send), or
+    ``output="prob"``/``"logprob"`` with ``answer=`` (a choice; map ``alternative`` to the column of
+    the second candidate; ``both_orders=True`` sends each completion in both slots, 2 items per
+    completion), through :class:`~pluie_reward.core.outputs.AnswerOutput` and ``/score``'s records.
+
     Args:
         url: the server's base URL (``http://host:port``).
         fields: template field -> dataset column (default ``{"source": "source"}``).
-        output: ``logratio`` (default), ``p_yes`` or ``verdict`` (1.0/0.0).
+        output: ``logratio`` (default), ``p_yes`` or ``verdict`` (1.0/0.0) for a Yes/No template;
+            ``expected``, ``prob`` or ``logprob`` for a template with N answers.
+        answer, normalize, both_orders, scale: the N-answer read (see :class:`~pluie_reward.core.outputs.AnswerOutput`).
         token: bearer token (default: ``$PLUIE_REWARD_TOKEN`` if set).
         timeout, retries, backoff: per request; retries on connection errors and 429/502/503/504.
         name: ``__name__``, used by TRL in ``rewards/<name>/mean``.
@@ -175,13 +191,35 @@ class RemotePluieReward:
         backoff: float = 0.5,
         chunk_size: int = 256,
         name: str = "pluie_remote",
+        answer: str | None = None,
+        normalize: bool = False,
+        both_orders: bool = False,
+        scale: tuple[float, float] | None = None,
     ) -> None:
         self.url = _score_url(url)
         self.fields = dict({"source": "source"} if fields is None else fields)
         if "hypothesis" in self.fields:
             raise ValueError(f"{name}: fields cannot map 'hypothesis': the completion fills it.")
         self.field_map = FieldMap.explicit(self.fields, who=f"{name}: ")
-        self.output = _check_output(output)
+        if output in READS:
+            try:
+                self.reading: AnswerOutput | None = AnswerOutput(output, answer, normalize, both_orders, scale)
+            except ValueError as err:
+                raise ValueError(f"{name}: {err}") from None
+            if both_orders and SECOND_CANDIDATE not in self.fields:
+                raise ValueError(f"{name}: both_orders=True puts the completion in the second slot too: map the field "
+                                 f"{SECOND_CANDIDATE!r} to the column of the other candidate, e.g. "
+                                 f"fields={{..., '{SECOND_CANDIDATE}': 'reference'}}.")
+            self.output = output
+        else:
+            if output not in OUTPUTS:
+                raise ValueError(f"output must be one of {list(OUTPUTS)} (Yes/No templates) or {list(READS)} "
+                                 f"(templates with N answers), got {output!r}.")
+            if answer is not None or normalize or both_orders or scale is not None:
+                raise ValueError(f"{name}: answer=, normalize=, both_orders= and scale= go with output='prob', "
+                                 "'logprob' or 'expected' (templates with N answers).")
+            self.reading = None
+            self.output = output
         self.token = token
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
         if chunk_size < 1:
@@ -192,8 +230,11 @@ class RemotePluieReward:
     def payload(self, completions: Sequence[Any], columns: Mapping[str, Any], prompts: Sequence[Any] | None = None) -> dict[str, list[Any]]:
         """The ``/score`` fields for TRL's completions and dataset columns (``KeyError`` for a missing column)."""
         hypotheses = [completion_text(c, i) for i, c in enumerate(completions)]
+        values = self.field_map.gather(columns, len(hypotheses), prompts=prompts)
+        if self.reading is not None:
+            return self.reading.fields(hypotheses, values)
         body: dict[str, list[Any]] = {"hypothesis": hypotheses}
-        body.update(self.field_map.gather(columns, len(hypotheses), prompts=prompts))
+        body.update(values)
         return body
 
     async def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:
@@ -213,6 +254,9 @@ class RemotePluieReward:
                 )
                 for s in starts
             ))
+        log_metric, log_extra = kwargs.get("log_metric"), kwargs.get("log_extra")
+        if self.reading is not None:
+            return self._read_answers(answers, starts, n, len(completions), log_metric, log_extra)
         values: list[float] = []
         verdicts: list[float] = []
         logratios: list[float] = []
@@ -221,15 +265,39 @@ class RemotePluieReward:
             values += _values(answer, self.output, size, self.url)
             verdicts += _values(answer, "verdict", size, self.url)
             logratios += _values(answer, "logratio", size, self.url)
-        log_metric, log_extra = kwargs.get("log_metric"), kwargs.get("log_extra")
         if callable(log_metric):
             log_metric(f"{self.__name__}/accept_rate", sum(verdicts) / n)
         if callable(log_extra):
             log_extra(f"{self.__name__}/logratio", [round(x, 4) for x in logratios])
         return values
 
+    def _read_answers(self, answers: Sequence[Mapping[str, Any]], starts: range, items: int, n: int,
+                      log_metric: Any, log_extra: Any) -> list[float]:
+        """Rewards of an N-answer template from ``/score``'s columns (``items`` = n, or 2 n with both orders)."""
+        records: list[dict[str, Any]] = []
+        for s, answer in zip(starts, answers):
+            size = min(self.chunk_size, items - s)
+            if "logratio" in answer and "probs" not in answer:
+                raise RemoteJudgeError(
+                    f"{self.url}: the server's template is Yes/No (PLUIE), so output={self.output!r} does not apply; use "
+                    "output='logratio' (default), 'p_yes' or 'verdict', or serve a template with N answers (e.g. "
+                    "pluie-reward serve -t net-likert)."
+                )
+            keys = [k for k in ("probs", "logprobs", "choice", "expected") if k in answer]
+            if any(not isinstance(answer[k], list) or len(answer[k]) != size for k in keys) or "probs" not in keys:
+                raise RemoteJudgeError(f"{self.url}: expected {size} records (probs, logprobs, choice), got {str(answer)[:200]}.")
+            records += [{k: answer[k][i] for k in keys} for i in range(size)]
+        reading = self.reading.check_record(records[0], who=f"{self.__name__}: ")
+        rewards = reading.rewards(records, n)
+        if callable(log_metric):
+            log_metric(f"{self.__name__}/accept_rate", reading.accept_rate(records, n))
+        if callable(log_extra):
+            log_extra(f"{self.__name__}/{self.output}", [round(x, 4) for x in rewards])
+        return rewards
+
     def __repr__(self) -> str:
-        return f"RemotePluieReward({self.url!r}, fields={self.fields}, output={self.output!r})"
+        read = "" if self.reading is None else f", reading={self.reading!r}"
+        return f"RemotePluieReward({self.url!r}, fields={self.fields}, output={self.output!r}{read})"
 
 
 # verl -----------------------------------------------------------------------------------------

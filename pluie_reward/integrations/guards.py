@@ -434,7 +434,8 @@ class GuardedReward:
             judge tokenizer (built on the first call, so a lazy judge factory stays lazy), or None.
         flagged_value: the reward of a flagged completion. Default for a ``PluieReward``: 0 with
             ``transform="prob"``, ``-clip`` otherwise (``-10`` for PLUIE log-ratios: below any honest
-            score of a sane judge); required for other rewards.
+            score of a sane judge); with ``output=``: 0 for ``"prob"`` and normalised ratings, the
+            lowest grade for ``"expected"``; required for ``"logprob"`` and for other rewards.
         escape_delimiters: escape the template's quote delimiters inside fields before scoring.
 
     Example:
@@ -470,6 +471,14 @@ class GuardedReward:
     @staticmethod
     def _floor(reward: Any) -> float:
         if isinstance(reward, PluieReward):
+            reading = reward.reading  # an N-answer output (PluieReward(output=...)): its lowest value
+            if reading is not None:
+                if reading.read == "prob" or reading.normalize:
+                    return 0.0
+                if reading.read == "expected":
+                    return reading.scale[0]
+                raise ValueError("a log-probability reward has no lowest value: pass flagged_value= (e.g. -10.0), "
+                                 "or use output='prob'.")
             return 0.0 if reward.transform == "prob" else -reward.clip
         return 0.0
 

@@ -18,6 +18,7 @@ import re
 from typing import Any, Callable, Mapping, Sequence
 
 from ..core.fields import FieldMap, completion_text, map_fields
+from ..core.outputs import READS, AnswerOutput
 from ..core.text import content_words, edit_distance, normalize_text, same_words
 from ..core.judge import Judge, sigmoid
 from ..core.template import load_template
@@ -32,6 +33,14 @@ class PluieReward:
     the other fields come from dataset columns (``fields`` maps field -> column; ``"prompt"`` is the
     prompt itself, its last user message when conversational).
 
+    Templates with N answers need ``output``: the expected rating of a scale (``net-likert``,
+    ``output="expected"``, a dense reward; ``normalize=True`` maps it to [0, 1]), or the probability
+    of one answer of a choice (``rev-choice``/``net-choice``, ``output="prob", answer="A"``: the
+    completion, in the first candidate slot ``hypothesis``, is preferred to the second candidate,
+    ``alternative``, read from a dataset column such as a reference). ``both_orders=True`` also
+    scores each completion in the second slot and averages p(A) in the first order with p(B) in the
+    second, which removes the judge's position bias and costs two judge passes per completion.
+
     Args:
         judge: a :class:`Judge`, or a zero-argument factory returning one (built on first call, and
             dropped when pickled so the reward pickles without model weights).
@@ -39,16 +48,30 @@ class PluieReward:
         fields: field -> dataset column; unmapped template fields read the column of the same name.
         transform: ``"logratio"`` (PLUIE, default), ``"prob"`` (p_yes in [0, 1]) or ``"clip"``
             (PLUIE clipped to ``[-clip, clip]``).
-        threshold: acceptance is ``PLUIE > threshold`` (default: the judge's).
+        threshold: acceptance is ``PLUIE > threshold`` (default: the judge's); for a scale,
+            ``expected rating > threshold`` (default: the middle of the scale).
         name: the name TRL logs under (``rewards/<name>/mean``); default ``"pluie"``.
+        output: ``"logratio"`` (default): PLUIE of a Yes/No template, through ``transform``; for a
+            template with N answers (the default is then an error saying what to choose):
+            ``"expected"`` (scale), ``"prob"`` or ``"logprob"`` of ``answer`` (choice or scale),
+            renormalised over the template's answers
+            (:class:`~pluie_reward.core.outputs.AnswerOutput`).
+        answer: the answer's label for ``"prob"``/``"logprob"`` (e.g. ``"A"``).
+        normalize: ``output="expected"`` only: ``(rating - lowest) / (highest - lowest)`` in [0, 1].
+        both_orders: choice templates only: average over both candidate orders (2 judge passes per
+            completion; with ``"logprob"``, the mean of the two log-probabilities).
 
     When TRL passes ``log_metric``/``log_extra``, it logs ``<name>/accept_rate`` and the
-    per-completion ``<name>/logratio`` column of the completions table.
+    per-completion ``<name>/logratio`` column of the completions table. With ``output=``, the
+    accept rate is the share of the judge's picks (most likely answer) that are ``answer`` (a
+    choice) or of expected ratings above the threshold (a scale), and the column is ``<name>/<output>``.
 
     Example:
         >>> reward = PluieReward(make_tiny_judge(), fields={"source": "src"})  # doctest: +SKIP
         >>> reward(prompts=["Paraphrase: The cat sleeps."], completions=["A cat is asleep."], src=["The cat sleeps."])  # doctest: +SKIP
         [-0.73]
+        >>> prefer = PluieReward(make_tiny_judge(), "net-choice", fields={"alternative": "reference"},
+        ...                      output="prob", answer="A", both_orders=True)  # doctest: +SKIP
     """
 
     def __init__(
@@ -60,6 +83,10 @@ class PluieReward:
         clip: float = 10.0,
         threshold: float | None = None,
         name: str = "pluie",
+        output: str = "logratio",
+        answer: str | None = None,
+        normalize: bool = False,
+        both_orders: bool = False,
     ) -> None:
         if transform not in TRANSFORMS:
             raise ValueError(f"unknown transform {transform!r}; use one of {list(TRANSFORMS)}.")
@@ -76,9 +103,11 @@ class PluieReward:
             self.template.fields, fields, optional=self.template.optional_fields, fixed={"hypothesis"},
             template=self.template.name, setting="fields", who=f"{name}: ",
         )
+        self.output = output
+        self.threshold = threshold
+        self.reading = self._reading(output, answer, normalize, both_orders, transform, name)
         self.transform = transform
         self.clip = float(clip)
-        self.threshold = threshold
         self.__name__ = name
         if isinstance(judge, Judge):
             self._judge, self._factory = judge, None
@@ -86,6 +115,37 @@ class PluieReward:
             self._judge, self._factory = None, judge
         else:
             raise TypeError(f"judge must be a Judge or a zero-argument factory returning one, not {type(judge).__name__}.")
+
+    def _reading(self, output: str, answer: str | None, normalize: bool, both_orders: bool, transform: str,
+                 name: str) -> AnswerOutput | None:
+        """The N-answer read (None for PLUIE), checked against the template now."""
+        t = self.template
+        if output not in ("logratio", *READS):
+            raise ValueError(f"{name}: unknown output {output!r}; use 'logratio' (PLUIE of a Yes/No template, the "
+                             f"default) or, for templates with N answers, one of {list(READS)}.")
+        if output == "logratio":
+            if answer is not None or normalize or both_orders:
+                raise ValueError(f"{name}: answer=, normalize= and both_orders= go with output='prob', 'logprob' or "
+                                 "'expected' (templates with N answers).")
+            if t.kind != "binary":
+                what = (f"a rating scale {list(t.labels)}: pass output='expected' (the expected rating; normalize=True "
+                        "for [0, 1])" if t.kind == "scale" else
+                        f"a choice between {list(t.labels)}: pass output='prob' (or 'logprob') and answer= the label to "
+                        f"reward, e.g. answer={t.labels[0]!r} (the completion, in the first slot, is preferred)")
+                raise ValueError(f"{name}: template {t.name!r} has {len(t.answers)} answers, not Yes/No, so it has no "
+                                 f"PLUIE log-ratio; it is {what}.")
+            return None
+        if transform != "logratio":
+            raise ValueError(f"{name}: transform={transform!r} applies to PLUIE (Yes/No templates); output={output!r} is "
+                             "already the reward: leave transform out.")
+        try:
+            reading = AnswerOutput(output, answer, normalize, both_orders)
+        except ValueError as err:
+            raise ValueError(f"{name}: {err}") from None
+        if self.threshold is not None and output != "expected":
+            raise ValueError(f"{name}: threshold= is the acceptance cut of PLUIE or of an expected rating; with "
+                             f"output={output!r} the accept rate counts the judge's picks of answer {answer!r}: leave it out.")
+        return reading.check(t.kind, t.labels, t.values, t.all_fields, t.name, who=f"{name}: ")
 
     @property
     def judge(self) -> Judge:
@@ -115,6 +175,8 @@ class PluieReward:
         n = len(hypotheses)
         values = self.field_map.gather(kwargs, n, prompts=prompts)
         judge = self.judge
+        if self.reading is not None:
+            return self._read_answers(judge, hypotheses, values, log_metric, log_extra)
         logratios = judge.score(self.template, hypothesis=hypotheses, **values)  # in the judge's own dtype
         cut = judge.threshold if self.threshold is None else self.threshold
         if log_metric is not None and n:
@@ -122,6 +184,20 @@ class PluieReward:
         if log_extra is not None:
             log_extra(f"{self.__name__}/logratio", [round(s, 4) for s in logratios])
         return [self._transform(s) for s in logratios]
+
+    def _read_answers(self, judge: Judge, hypotheses: list[str], values: dict[str, list[Any]],
+                      log_metric: Callable[[str, float], None] | None, log_extra: Callable[[str, list], None] | None) -> list[float]:
+        """Rewards of a template with N answers: one ``Judge.score`` call (2 n items with ``both_orders``)."""
+        n = len(hypotheses)
+        if not n:
+            return []
+        records = judge.score(self.template, details=True, **self.reading.fields(hypotheses, values))
+        rewards = self.reading.rewards(records, n)
+        if log_metric is not None:
+            log_metric(f"{self.__name__}/accept_rate", self.reading.accept_rate(records, n, self.threshold))
+        if log_extra is not None:
+            log_extra(f"{self.__name__}/{self.output}", [round(r, 4) for r in rewards])
+        return rewards
 
     def _transform(self, logratio: float) -> float:
         if self.transform == "prob":
@@ -131,7 +207,8 @@ class PluieReward:
         return logratio
 
     def __repr__(self) -> str:
-        return f"PluieReward(name={self.__name__!r}, template={self.template.name!r}, fields={self.fields}, transform={self.transform!r})"
+        read = f"transform={self.transform!r}" if self.reading is None else f"output={self.reading!r}"
+        return f"PluieReward(name={self.__name__!r}, template={self.template.name!r}, fields={self.fields}, {read})"
 
     @property
     def fields(self) -> dict[str, str]:

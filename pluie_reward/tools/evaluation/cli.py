@@ -23,6 +23,7 @@ from typing import Any
 
 from ..cli.common import UsageError, add_judge_arguments, check_chunk_size, check_output_dir, command, judge_from_args
 
+CHOICE_ROW = "LLM-choice"  # the result row of a choice template in eval preference (the seeds' name for it)
 INPUT_HELP = "the items: .jsonl/.json, .csv/.tsv, .parquet, .arrow or a datasets folder (save_to_disk)"
 
 
@@ -84,7 +85,12 @@ def _configure(p: argparse.ArgumentParser) -> None:
     _run_options(c)
     c.set_defaults(eval_run=_classification)
 
-    r = sub.add_parser("preference", help="pairwise accuracy with tie calibration, Cramér's V, Cohen's kappa")
+    r = sub.add_parser(
+        "preference", help="pairwise accuracy with tie calibration, Cramér's V, Cohen's kappa",
+        description="Score candidates A and B of each instance and compare with the human choice. A Yes/No (or scale) "
+                    "template scores A and B separately and predicts a tie when |score A - score B| <= ε (tie-calibrated). "
+                    "A choice template (rev-choice, net-choice) reads A and B in one prompt per instance: its most likely "
+                    "answer is the prediction (no ε), and log p(A) - log p(B) of the same call is reported too, with ε.")
     _file_task(r)
     r.add_argument("--a-column", default="a", help="column of candidate A (default a)")
     r.add_argument("--b-column", default="b", help="column of candidate B (default b)")
@@ -229,6 +235,11 @@ def _classification(args: argparse.Namespace) -> int:
     from .metrics import binary_label
     from .tasks import JUDGE_ROW, Condition, reference_field, run_classification
 
+    from ...core.template import load_template
+
+    if load_template(args.template).kind == "choice":
+        raise UsageError(f"--template {args.template}: a choice template picks between two candidates; evaluate it with "
+                         "'pluie-reward eval preference' (--a-column, --b-column, --human-column).")
     names = _baselines(args.baselines)
     template, records, values, used, notes = _load_generic(args, {"labels": args.label_column})
     labels = _convert(records, args.label_column, binary_label, "binary label")
@@ -250,16 +261,33 @@ def _preference(args: argparse.Namespace) -> int:
     from .metrics import preference_label
     from .tasks import JUDGE_ROW, Condition, reference_field, run_preference
 
+    from ...core.outputs import SECOND_CANDIDATE
+    from ...core.template import load_template
+
     names = _baselines(args.baselines)
+    choice = load_template(args.template).kind == "choice"
+    slots = ("hypothesis", SECOND_CANDIDATE) if choice else ("hypothesis",)
+    if choice and not {"hypothesis", SECOND_CANDIDATE} <= set(load_template(args.template).fields):
+        raise UsageError(f"--template {args.template}: a choice template for eval preference needs the fields 'hypothesis' "
+                         f"(candidate A) and {SECOND_CANDIDATE!r} (candidate B), like rev-choice and net-choice.")
+    for spec in args.column:
+        if spec.split("=", 1)[0].strip() in slots:
+            raise UsageError(f"--column {spec}: the candidates fill {' and '.join(slots)}; choose their columns with "
+                             "--a-column and --b-column.")
     template, records, values, used, notes = _load_generic(
-        args, {"candidate A": args.a_column, "candidate B": args.b_column, "human choice": args.human_column}, ("hypothesis",))
+        args, {"candidate A": args.a_column, "candidate B": args.b_column, "human choice": args.human_column}, slots)
     candidates = check_texts(records, {"A": args.a_column, "B": args.b_column})
     human = _convert(records, args.human_column, preference_label, "human choice")
     reference = reference_field(template, {**values, "hypothesis": None}, args.reference) if names else None
-    used = {**used, "hypothesis": f"{args.a_column} / {args.b_column}"}
+    if choice:
+        used = {**used, "hypothesis": args.a_column, SECOND_CANDIDATE: args.b_column}
+        notes = notes + [f"{CHOICE_ROW}: one judge call per instance with A and B in the template's two slots; the "
+                         "predicted preference is the most likely answer (argmax)."]
+    else:
+        used = {**used, "hypothesis": f"{args.a_column} / {args.b_column}"}
     judge = judge_from_args(args)
     results = _score_safely(lambda: run_preference(
-        judge, [Condition(JUDGE_ROW, template, values, used)], candidates["A"], candidates["B"], human,
+        judge, [Condition(CHOICE_ROW if choice else JUDGE_ROW, template, values, used)], candidates["A"], candidates["B"], human,
         baseline_reference=values[reference] if reference else None, baselines=names, epsilon=args.epsilon,
         rows=[records.where(i) for i in range(len(records))], output_dir=args.output_dir, overwrite=args.overwrite,
         chunk_size=args.chunk_size, progress=not args.no_progress,

@@ -373,6 +373,35 @@ def preference_metrics(
     return out
 
 
+def choice_metrics(predicted: Iterable[Any], human: Iterable[Any]) -> dict[str, Any]:
+    """The Table 2 row of a judge that picks A, B or tie itself (the most likely answer of a choice
+    template, one call per instance): pairwise accuracy, Cramér's V and Cohen's κ against the human
+    choices, as :func:`preference_metrics` computes them. There is no tie margin: the tie-calibrated
+    ε search does not apply (``epsilon`` is ``None``, ``read`` is ``"argmax"``).
+
+    Example:
+        >>> m = choice_metrics(["A", "tie", "B", "A"], ["A", "tie", "A", "A"])
+        >>> m["pairwise_accuracy"], m["cohens_kappa"], m["epsilon"]
+        (0.75, 0.5..., None)
+    """
+    p = as_preferences(predicted, "predicted")
+    h = as_preferences(human, "human")
+    _same_length(predicted=p, human=h)
+    if not h:
+        raise ValueError("choice_metrics needs at least one instance.")
+    return {
+        "n": len(h),
+        "pairwise_accuracy": sum(x == y for x, y in zip(p, h)) / len(h),
+        "epsilon": None,
+        "tie_calibrated": False,
+        "read": "argmax",
+        "cramers_v": cramers_v(h, p),
+        "cohens_kappa": cohens_kappa(h, p),
+        "human_counts": {k: h.count(k) for k in PREFERENCES},
+        "predicted_counts": {k: p.count(k) for k in PREFERENCES},
+    }
+
+
 def equally_good_epsilons(scores_a: Iterable[float], scores_b: Iterable[float], human: Iterable[Any]) -> list[float]:
     """Every tie margin in {0} ∪ {|a - b|} reaching the best tie-calibrated accuracy, smallest first
     (:func:`tie_calibrated_accuracy` picks the first one).

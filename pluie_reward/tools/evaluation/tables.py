@@ -66,6 +66,10 @@ def preference_markdown(results: Mapping[str, Any]) -> str:
     metrics = results["metrics"]
     conditions = results.get("conditions", [{"name": n, "row": n, "variant": ""} for n in metrics])
     judged = {c["name"]: c for c in conditions}
+    choices = [c["name"] for c in conditions if c.get("labels")]
+    for name in choices:  # the same calls read as log p(A) - log p(B): a row of its own
+        row = f"{name}, log p(A) − log p(B)"
+        judged[row] = {**judged[name], "name": row, "row": f"{judged[name].get('row', name)}, log p(A) − log p(B)"}
     grouped = any(c.get("variant") for c in conditions)
     keys = ("pairwise_accuracy", "cramers_v", "cohens_kappa")
     rows: list[list[str]] = []
@@ -100,6 +104,9 @@ def preference_markdown(results: Mapping[str, Any]) -> str:
     detail = []
     for name, m in metrics.items():
         ties = m.get("equally_good_epsilons")
+        if m.get("read") == "argmax":
+            detail.append([name, "none: argmax", "–", "–", "–", "/".join(str(m["predicted_counts"][k]) for k in ("A", "B", "tie"))])
+            continue
         detail.append([name, number(m["epsilon"], 3) + ("" if m.get("tie_calibrated") else " (fixed)"),
                        f"{ties['count']} ({number(ties['min'], 3)} … {number(ties['max'], 3)})" if ties else "–",
                        _range(m.get("cramers_v_range")) if ties else "–", _range(m.get("cohens_kappa_range")) if ties else "–",
@@ -110,6 +117,13 @@ def preference_markdown(results: Mapping[str, Any]) -> str:
     parts = [head, _fields_note(results), markdown_table(headers, rows),
              "Tie margin ε (tie calibration picks the smallest of the equally good ones; V and κ move with the choice):",
              markdown_table(["metric", "ε", "equally good ε (count, range)", "V over them", "κ over them", "predicted A/B/tie"], detail)]
+    if choices:
+        parts.append(
+            f"{', '.join(choices)}: a choice template read in one judge call per instance (A in its 'hypothesis' slot, B in "
+            "'alternative'); the prediction is its most likely answer (first answer → A, second → B, others → tie), so "
+            "there is no tie margin and tie calibration (the ε search) does not apply to that row. The row "
+            "'…, log p(A) − log p(B)' reads the same calls as a score, with the tie-calibrated ε like PLUIE's rows."
+        )
     paper = results.get("paper")
     if paper:
         parts.append(f"Paper rows: {paper['caption']}, {paper['reference']}; computed on the full test split with the "

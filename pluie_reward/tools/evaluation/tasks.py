@@ -4,7 +4,9 @@ pairs (the seeds' Tables 1/3) and alignment with human pairwise preferences (the
 A run scores one or more :class:`Condition` (a template and the fields it reads: ``Rev-PLUIE``,
 ``Rev-PLUIE w.g.``, ``Para-PLUIE``...) on every item. The two candidates of a preference item are
 scored in the same ``Judge.score`` call, next to each other, so the prefix they share (template,
-original, instruction, gold) is computed once. With an output folder, scores are saved after every
+original, instruction, gold) is computed once. A choice template (``rev-choice``, ``net-choice``)
+reads both candidates in one prompt instead: A in its ``hypothesis`` slot, B in ``alternative``;
+its most likely answer is the predicted preference (first answer -> A, second -> B, others -> tie). With an output folder, scores are saved after every
 call (:mod:`.store`): an interrupted run resumes, and :func:`report_folder` recomputes the tables
 without the judge.
 
@@ -19,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ...core.outputs import SECOND_CANDIDATE
 from ...core.template import load_template
 from .baselines import levenshtein_similarity, parse_baselines, score_baseline
-from .metrics import as_labels, as_preferences, classification_report, preference_metrics
+from .metrics import as_labels, as_preferences, choice_metrics, classification_report, preference_metrics
 from .report import write_outputs
 from .store import ScoreStore, fingerprint, load_run
 
@@ -65,9 +68,13 @@ class Condition:
         return load_template(self.template).name
 
     def describe(self) -> dict[str, Any]:
-        """What the report shows about this condition."""
-        return {"name": self.name, "row": self.row, "variant": self.variant, "template": self.template_name,
-                "columns": dict(self.columns)}
+        """What the report shows about this condition (and, for a choice template, its answers' labels)."""
+        template = load_template(self.template)
+        out = {"name": self.name, "row": self.row, "variant": self.variant, "template": template.name,
+               "columns": dict(self.columns)}
+        if template.kind == "choice":
+            out["labels"] = list(template.labels)
+        return out
 
     def value(self, name: str, i: int) -> Any:
         v = self.fields[name]
@@ -89,7 +96,7 @@ def reference_field(template: Any, fields: Mapping[str, Any], reference: str | N
     if fields.get("gold") is not None:
         return "gold"
     for name in load_template(template).fields:
-        if name != "hypothesis":
+        if name not in ("hypothesis", SECOND_CANDIDATE):
             return name
     raise ValueError("the template has no field besides 'hypothesis' for the baselines to compare with; pass reference=.")
 
@@ -143,10 +150,58 @@ def edit_distances(references: Sequence[str], hypotheses: Sequence[str]) -> list
 
 
 # scoring ----------------------------------------------------------------------------------------
+def choice_preference(labels: Sequence[str], label: str) -> str:
+    """The preference a choice template's answer stands for: its first answer prefers the candidate
+    in ``hypothesis`` (A), its second the one in ``alternative`` (B), any other (e.g. "tie") neither.
+
+    Example:
+        >>> [choice_preference(["A", "B", "tie"], x) for x in ("A", "B", "tie")]
+        ['A', 'B', 'tie']
+    """
+    k = list(labels).index(label)
+    return "A" if k == 0 else "B" if k == 1 else "tie"
+
+
+def _choice_condition(judge: Any, condition: Condition, template: Any, index: list[int],
+                      pairs: tuple[Sequence[str], Sequence[str]], rows: Sequence[str]) -> list[dict[str, Any]]:
+    """One ``Judge.score`` call for the items ``index`` of a choice condition: A and B of an item in
+    one prompt; per item the answers' log-probabilities and the predicted A/B/tie (the most likely answer)."""
+    values = {name: v if v is None or isinstance(v, str) else [v[i] for i in index] for name, v in condition.fields.items()}
+    values["hypothesis"] = [pairs[0][i] for i in index]
+    values[SECOND_CANDIDATE] = [pairs[1][i] for i in index]
+    try:
+        records = judge.score(condition.template, details=True, **values)
+    except (TypeError, ValueError) as err:
+        from ..cli.records import relocate
+
+        raise type(err)(f"{condition.name}: {relocate(str(err), [rows[i] for i in index])}") from None
+    return [{"logprobs": r["logprobs"], "choice": choice_preference(template.labels, r["choice"])} for r in records]
+
+
+def check_choice_condition(condition: Condition, pairs: bool) -> None:
+    """A choice template fits a preference task whose candidates fill its two slots, and nothing else."""
+    template = load_template(condition.template)
+    if template.kind != "choice":
+        return
+    if not pairs:
+        raise ValueError(f"{condition.name}: template {template.name!r} chooses between two candidates; evaluate it "
+                         "with a preference task (pluie-reward eval preference), not a classification.")
+    if "hypothesis" not in template.fields or SECOND_CANDIDATE not in template.fields:
+        raise ValueError(f"{condition.name}: choice template {template.name!r} needs the fields 'hypothesis' (candidate A) "
+                         f"and {SECOND_CANDIDATE!r} (candidate B); its fields are {list(template.fields)}.")
+    given = [f for f in ("hypothesis", SECOND_CANDIDATE) if f in condition.fields]
+    if given:
+        raise ValueError(f"{condition.name}: the candidates A and B fill {given} of template {template.name!r}; "
+                         "do not give them as fields too.")
+
+
 def _score_condition(judge: Any, condition: Condition, index: list[int], pairs: tuple[Sequence[str], Sequence[str]] | None,
                      rows: Sequence[str]) -> list[Any]:
     """One ``Judge.score`` call for the items ``index``; with ``pairs`` the call holds A and B of each
     item next to each other (A0 B0 A1 B1 ...), so their shared prefix is computed once."""
+    template = load_template(condition.template)
+    if template.kind == "choice" and pairs is not None:
+        return _choice_condition(judge, condition, template, index, pairs, rows)
     copies = 1 if pairs is None else 2
     values = {}
     for name, v in condition.fields.items():
@@ -200,6 +255,9 @@ def score_items(
         else:
             todo.append(k)
     size = _chunk_size(judge, chunk_size, 1 if pairs is None else 2)
+    if pairs is not None:
+        for condition in conditions:
+            check_choice_condition(condition, True)
     if todo and hasattr(judge, "bind"):
         for condition in conditions:  # a template this judge cannot answer fails now, not after a first chunk
             judge.bind(condition.template)
@@ -264,6 +322,8 @@ def run_classification(
     Example:
         >>> run_classification(judge, [Condition("PLUIE", "para-fs", {"source": S, "hypothesis": H})], labels)  # doctest: +SKIP
     """
+    for condition in conditions:
+        check_choice_condition(condition, False)
     y = as_labels(labels)
     n = len(y)
     names = parse_baselines(baselines) if baseline_texts is not None else []
@@ -461,7 +521,8 @@ def evaluate_preference(
         >>> r = evaluate_preference(judge, {"source": S}, A, B, ["A", "tie", "B"])  # doctest: +SKIP
     """
     n = len(human)
-    shared = {k: v for k, v in fields.items() if k != "hypothesis"}
+    slots = ("hypothesis", SECOND_CANDIDATE) if load_template(template).kind == "choice" else ("hypothesis",)
+    shared = {k: v for k, v in fields.items() if k not in slots}
     names = parse_baselines(baselines)
     reference_texts = None
     if names:
@@ -483,15 +544,41 @@ def preference_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any
     if not lines:
         raise ValueError("no scored items yet.")
     human = [line["human"] for line in lines]
+    labels = {c["name"]: c["labels"] for c in meta["conditions"] if c.get("labels")}
     names = [*(c["name"] for c in meta["conditions"]), *meta.get("baselines", [])]
-    scores = {name: ([line["scores"][name][0] for line in lines], [line["scores"][name][1] for line in lines]) for name in names}
+    metrics: dict[str, Any] = {}
+    scores: dict[str, Any] = {}
+    for name in names:
+        if name in labels:  # a choice template: its argmax, and log p(A) - log p(B) with tie calibration
+            first, second = labels[name][:2]
+            a = [line["scores"][name]["logprobs"][first] for line in lines]
+            b = [line["scores"][name]["logprobs"][second] for line in lines]
+            predicted = [line["scores"][name]["choice"] for line in lines]
+            metrics[name] = choice_metrics(predicted, human)
+            metrics[logratio_row(name)] = preference_metrics(a, b, human, epsilon=meta.get("epsilon"))
+            scores[name] = {"A": a, "B": b, "choice": predicted}
+            continue
+        a = [line["scores"][name][0] for line in lines]
+        b = [line["scores"][name][1] for line in lines]
+        metrics[name] = preference_metrics(a, b, human, epsilon=meta.get("epsilon"))
+        scores[name] = {"A": a, "B": b}
     return {
         **{k: v for k, v in meta.items() if k not in ("n",)},
         "n": len(lines),
         "planned": meta.get("n", len(lines)),
-        "metrics": {name: preference_metrics(a, b, human, epsilon=meta.get("epsilon")) for name, (a, b) in scores.items()},
-        "scores": {name: {"A": a, "B": b} for name, (a, b) in scores.items()},
+        "metrics": metrics,
+        "scores": scores,
     }
+
+
+def logratio_row(name: str) -> str:
+    """The result row of a choice condition read as the score log p(A) - log p(B) (tie-calibrated).
+
+    Example:
+        >>> logratio_row("LLM-choice")
+        'LLM-choice, log p(A) − log p(B)'
+    """
+    return f"{name}, log p(A) − log p(B)"
 
 
 # common -----------------------------------------------------------------------------------------
