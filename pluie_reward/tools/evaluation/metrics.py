@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -81,15 +81,20 @@ def as_labels(labels: Iterable[Any], name: str = "labels", synonyms: Mapping[str
         >>> as_labels([True, 0, "yes", "False"]).tolist()
         [True, False, True, False]
     """
+    return np.asarray(_each(labels, lambda value: binary_label(value, synonyms), name), dtype=bool)
+
+
+def _each(values: Iterable[Any], convert: Callable[[Any], Any], name: str) -> list[Any]:
+    """``convert`` applied to every value; an error names the item (``name[i]``), and an empty input is one."""
     out = []
-    for i, value in enumerate(labels):
+    for i, value in enumerate(values):
         try:
-            out.append(binary_label(value, synonyms))
+            out.append(convert(value))
         except ValueError as err:
             raise ValueError(f"{name}[{i}]: {err}.") from None
     if not out:
         raise ValueError(f"{name} is empty.")
-    return np.asarray(out, dtype=bool)
+    return out
 
 
 def preference_label(value: Any, synonyms: Mapping[str, str] | None = None) -> str:
@@ -117,15 +122,7 @@ def as_preferences(choices: Iterable[Any], name: str = "preferences", synonyms: 
         >>> as_preferences(["a", "B", "Tie", "=", "None"])
         ['A', 'B', 'tie', 'tie', 'tie']
     """
-    out = []
-    for i, value in enumerate(choices):
-        try:
-            out.append(preference_label(value, synonyms))
-        except ValueError as err:
-            raise ValueError(f"{name}[{i}]: {err}.") from None
-    if not out:
-        raise ValueError(f"{name} is empty.")
-    return out
+    return _each(choices, lambda value: preference_label(value, synonyms), name)
 
 
 def _same_length(**arrays: Any) -> int:
