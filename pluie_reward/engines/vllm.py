@@ -156,6 +156,12 @@ class VLLMEngine:
         """Scoring state: a vLLM judge's weights do not change, so the state is constant."""
         yield 0
 
+    def clear(self) -> None:
+        """Drop vLLM's prefix cache (:meth:`Judge.clear_cache` calls this), so that the next call
+        recomputes every prompt, as the transformers engine does after ``clear``."""
+        if getattr(self, "llm", None) is not None:
+            self._run(self.llm.reset_prefix_cache())
+
     def close(self) -> None:
         """Shut the engine and its worker processes down (also at interpreter exit)."""
         llm = getattr(self, "llm", None)
