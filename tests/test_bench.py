@@ -130,6 +130,7 @@ from pluie_reward.tools.bench import engines as bench_engines, grpo_share, serve
     (["--methods", ""], "nothing to run"),
     (["--methods", "score,indirectt"], "--methods: choose from"),
     (["--indirect-max-new-tokens", "0"], "--indirect-max-new-tokens"),
+    (["--threads", "0"], "--threads must be >= 1"),
 ])
 def test_bench_new_options_are_checked_before_anything_loads(argv, message, tmp_path, capsys):
     # a missing data file would be reported after the options: the option's message comes first

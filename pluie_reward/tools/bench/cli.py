@@ -50,6 +50,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--generate-batch-size", type=int, default=8, help="batch size of the LLM-Yes/No generate (default 8)")
     parser.add_argument("--placement", action="store_true", help="also measure judge placement memory in fresh processes")
     parser.add_argument("--json", type=Path, default=None, help="write all numbers to this JSON file")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads of this process (default: torch's; 1 is steadier on a loaded machine)")
     group = parser.add_argument_group("engines, server and training (off by default)")
     group.add_argument("--engines", default=None, metavar="LIST",
                        help="compare Judge.score on these engines side by side, e.g. transformers,vllm (pairs/s, ratio, max |diff|)")
@@ -96,6 +98,8 @@ def check_args(args: argparse.Namespace, pairs_available: int | None = None) -> 
         raise UsageError("--grpo-steps trains the embedded demo model with its own judges; drop --model/--adapter.")
     if args.vllm_max_model_len < 1:
         raise UsageError("--vllm-max-model-len must be >= 1.")
+    if args.threads is not None and args.threads < 1:
+        raise UsageError("--threads must be >= 1.")
     if args.indirect_max_new_tokens is not None and args.indirect_max_new_tokens < 1:
         raise UsageError("--indirect-max-new-tokens must be >= 1.")
     return names, methods, engines
@@ -116,6 +120,10 @@ def bench_command(args: argparse.Namespace) -> int:
         "grpo": lambda: grpo_workload(pairs, args.sources, args.per_source),
     }
     workloads = [builders[n]() for n in names]
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
     judge = judge_from_args(args)
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     say(f"pluie-reward bench: {machine_line(judge)}")
@@ -165,7 +173,7 @@ def bench_command(args: argparse.Namespace) -> int:
     if args.grpo_steps:
         placements = [p for p in GRPO_PLACEMENTS if p != "vllm" or "vllm" in engines]
         say(f"GRPO steps: {', '.join(placements)}, each in a fresh process ...")
-        rows = grpo_share(placements, args.grpo_steps)
+        rows = grpo_share(placements, args.grpo_steps, args.threads)
         print(format_grpo_table(rows) + "\n")
         payload["grpo"] = rows
     memory = None

@@ -40,9 +40,22 @@ def parse_engines(text: str | None) -> list[str]:
     return names
 
 
+def quiet_vllm_logs(environ: Any = None) -> Any:
+    """vLLM's logs to stderr, warnings and up only, unless the user set them (the report is stdout).
+
+    Example:
+        >>> quiet_vllm_logs({})
+        {'VLLM_LOGGING_LEVEL': 'WARNING', 'VLLM_LOGGING_STREAM': 'ext://sys.stderr'}
+    """
+    environ = os.environ if environ is None else environ
+    environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    return environ
+
+
 def load_vllm_judge(model: str | None, dtype: str, **options: Any) -> Any:
     """The judge on vLLM in this process (its INFO logs kept off the report unless asked for)."""
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    quiet_vllm_logs()
     from ...core.judge import Judge
 
     try:

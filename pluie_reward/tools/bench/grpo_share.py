@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from .engines import quiet_vllm_logs
+
 PLACEMENTS = ("shared", "separate", "vllm")
 SOURCES = [
     "The company said its third-quarter profit rose on strong demand.",
@@ -57,8 +59,12 @@ class TimedReward:
             self.calls += 1
 
 
-def grpo_child(placement: str, steps: int, output_dir: str) -> dict[str, Any]:
+def grpo_child(placement: str, steps: int, output_dir: str, threads: int | None = None) -> dict[str, Any]:
     """Run ``steps`` GRPO steps with the judge ``placement`` in this (fresh) process; return the timings."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
     from datasets import Dataset
     from peft import LoraConfig, get_peft_model
     from trl import GRPOConfig, GRPOTrainer
@@ -73,7 +79,6 @@ def grpo_child(placement: str, steps: int, output_dir: str) -> dict[str, Any]:
     elif placement == "separate":
         judge = Judge.load()
     elif placement == "vllm":
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         judge = Judge.load(engine="vllm")
     else:
         raise ValueError(f"unknown placement {placement!r}; choose from {PLACEMENTS}.")
@@ -93,7 +98,7 @@ def grpo_child(placement: str, steps: int, output_dir: str) -> dict[str, Any]:
             "reward_calls": reward.calls, "judge_load_seconds": load_seconds, "share": reward.seconds / train_seconds}
 
 
-def grpo_share(placements: Sequence[str], steps: int) -> list[dict[str, Any]]:
+def grpo_share(placements: Sequence[str], steps: int, threads: int | None = None) -> list[dict[str, Any]]:
     """Each placement's timings, each in a fresh subprocess (so memory and threads do not leak between them).
 
     Example:
@@ -104,12 +109,12 @@ def grpo_share(placements: Sequence[str], steps: int) -> list[dict[str, Any]]:
 
     root = str(Path(__file__).resolve().parents[3])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    quiet_vllm_logs(env)
     out = []
     for placement in placements:
         with tempfile.TemporaryDirectory(prefix="pluie-bench-grpo-") as folder:
             code = ("import json; from pluie_reward.tools.bench.grpo_share import grpo_child; "
-                    f"print('PLUIE-GRPO ' + json.dumps(grpo_child({placement!r}, {steps}, {folder!r})))")
+                    f"print('PLUIE-GRPO ' + json.dumps(grpo_child({placement!r}, {steps}, {folder!r}, {threads!r})))")
             done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
         lines = [line for line in done.stdout.splitlines() if line.startswith("PLUIE-GRPO ")]
         if done.returncode != 0 or not lines:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..cli.common import UsageError
+from .engines import quiet_vllm_logs
 
 MAX_CLIENTS = 64
 MAX_REQUESTS = 1000  # clients x requests per client
@@ -107,8 +108,7 @@ def start_server(engine: str, port: int, template: str, model: str | None, log_p
     if model is not None:
         command += ["--model", model]
     root = str(Path(__file__).resolve().parents[3])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
-           "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING")}
+    env = quiet_vllm_logs({**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))})
     env.pop("PLUIE_REWARD_TOKEN", None)  # 127.0.0.1 only; the load sends no token
     log = open(log_path, "w")
     try:
