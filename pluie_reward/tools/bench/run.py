@@ -551,6 +551,13 @@ def agreement_lines(results: Sequence[WorkloadResult]) -> list[str]:
     return lines
 
 
+def _attention(judge: Any) -> str:
+    fast = judge.engine.fast
+    if fast is None:  # checked at the first scoring call
+        return "shared-prefix unless its first check fails"
+    return "shared-prefix" if fast else judge.model.config._attn_implementation
+
+
 def machine_line(judge: Any) -> str:
     """Model, dtype, device, threads and load average: the context timings need."""
     import torch
@@ -558,7 +565,7 @@ def machine_line(judge: Any) -> str:
     load = "/".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
     return (
         f"judge {judge.name} ({judge.model.dtype}, {judge.engine.device}, batch_tokens={judge.engine.batch_tokens}, "
-        f"attention {'shared-prefix' if judge.engine.fast else judge.model.config._attn_implementation}); "
+        f"attention {_attention(judge)}); "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
         f"{platform.processor() or platform.machine()}; load average {load}"
     )
