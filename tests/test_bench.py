@@ -220,3 +220,14 @@ def test_timed_reward_passes_arguments_and_adds_up_time():
     assert timed(completions=["ab", "c"], source=["x", "y"], log_metric=print) == [2.0, 1.0]
     assert timed.__name__ == "pluie" and timed.calls == 1 and timed.seconds > 0
     assert seen == {"source": ["x", "y"], "log_metric": print}
+
+
+@pytest.mark.slow
+def test_server_load_starts_a_server_and_times_every_request():
+    """The bench's server load on the transformers engine: a real `pluie-reward serve` subprocess
+    on 127.0.0.1 (embedded judge), 2 clients x 2 requests of 2 distinct pairs, then stopped."""
+    sources, hypotheses, _ = mrpc_pairs(12)
+    load = server_load.server_load("transformers", list(zip(sources, hypotheses)), clients=2, requests=2, items=2)
+    assert load.errors == 0 and len(load.latencies) == 4  # the warm-up request is not timed
+    assert load.wall_seconds >= max(load.latencies) > 0 and load.start_seconds > 0
+    assert load.items_per_second == pytest.approx(8 / load.wall_seconds)
