@@ -499,7 +499,7 @@ def _fmt(x: float | None, spec: str = ".2f", none: str = "-") -> str:
 def format_table(result: WorkloadResult) -> str:
     """One workload's results as a Markdown table."""
     lines = [
-        f"workload {result.workload} ({result.description}; methods (1)/(2) on a sample, (3) on all {result.n})",
+        f"workload {result.workload} ({result.description}; methods (1), (2), (4) on a sample, (3) on all {result.n})",
         "",
         "| method | pairs timed | seconds | pairs/s (median of rounds) | x vs (1) | x vs (2) | max abs diff vs (1) | peak RSS MB (+during) | CUDA max MB |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
