@@ -166,7 +166,7 @@ def bench_command(args: argparse.Namespace) -> int:
         loads = []
         for engine in engines or ["transformers"]:
             say(f"judge server on {engine}: starting it, then {args.server_clients} clients ...")
-            loads.append(server_load(engine, pairs[args.pairs:], args.server_clients, args.server_requests, args.server_items,
+            loads.append(server_load(engine, pairs, args.server_clients, args.server_requests, args.server_items,
                                      template=args.template, model=args.model))
         print(format_server_table(loads) + "\n")
         payload["server"] = [{**asdict(x), "items_per_second": x.items_per_second, "p50": x.p50, "p99": x.p99} for x in loads]
