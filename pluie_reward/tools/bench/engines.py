@@ -1,0 +1,176 @@
+"""Engines side by side: the same :meth:`Judge.score` calls on the transformers engine and on vLLM.
+
+Each round, every engine scores the whole workload in the steady state of a training loop (all
+caches cleared -- vLLM's prefix cache included --, then an untimed one-item call that leaves the
+template's static prefix cached, then the timed call); who goes first rotates between rounds and
+pairs/s is the median over rounds. The scores of every engine are compared with the first one's.
+
+Example:
+    $ pluie-reward bench --engines transformers,vllm --workloads mrpc,grpo
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ..cli.common import UsageError
+
+ENGINES = ("transformers", "vllm")
+MAX_DIFF = 1e-3
+
+
+def parse_engines(text: str | None) -> list[str]:
+    """``--engines`` as a list: known names, no repeats; empty when the option is not given.
+
+    Example:
+        >>> parse_engines("transformers, vllm")
+        ['transformers', 'vllm']
+        >>> parse_engines(None)
+        []
+    """
+    if text is None:
+        return []
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names or set(names) - set(ENGINES) or len(set(names)) != len(names):
+        raise UsageError(f"--engines: a comma-separated subset of {','.join(ENGINES)} without repeats, got {text!r}.")
+    return names
+
+
+def quiet_vllm_logs(environ: Any = None) -> Any:
+    """vLLM's logs to stderr, warnings and up only, unless the user set them (the report is stdout).
+
+    Example:
+        >>> quiet_vllm_logs({})
+        {'VLLM_LOGGING_LEVEL': 'WARNING', 'VLLM_LOGGING_STREAM': 'ext://sys.stderr'}
+    """
+    environ = os.environ if environ is None else environ
+    environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    return environ
+
+
+def load_vllm_judge(model: str | None, dtype: str, **options: Any) -> Any:
+    """The judge on vLLM in this process (its INFO logs kept off the report unless asked for)."""
+    quiet_vllm_logs()
+    from ...core.judge import Judge
+
+    try:
+        return Judge.load(model, engine="vllm", dtype=dtype, **options)
+    except ImportError as err:
+        raise UsageError(f"--engines vllm: {err}") from None
+
+
+@dataclass
+class EngineComparison:
+    """Pairs/s per round and scores of each engine on one workload."""
+
+    workload: str
+    description: str
+    n: int
+    rates: dict[str, list[float]] = field(default_factory=dict)
+    scores: dict[str, list[float]] = field(default_factory=dict)
+
+    def pairs_per_second(self, engine: str) -> float:
+        """Median over rounds."""
+        return statistics.median(self.rates[engine])
+
+    def ratio(self, engine: str, baseline: str) -> float:
+        """pairs/s of ``engine`` over ``baseline``'s."""
+        return self.pairs_per_second(engine) / self.pairs_per_second(baseline)
+
+    def max_diff(self, engine: str) -> float:
+        """max |score(engine) - score(first engine)| over the workload.
+
+        Example:
+            >>> c = EngineComparison("w", "", 2, scores={"a": [1.0, 2.0], "b": [1.0, 2.5]})
+            >>> c.max_diff("b")
+            0.5
+        """
+        first = next(iter(self.scores.values()))
+        return max(abs(a - b) for a, b in zip(self.scores[engine], first, strict=True))
+
+
+def compare_engines(
+    judges: dict[str, Any],
+    workload: Any,
+    template: str = "para-fs",
+    rounds: int = 3,
+    log: Callable[[str], None] = lambda _: None,
+) -> EngineComparison:
+    """Time ``Judge.score`` of every judge on ``workload``, interleaved in ``rounds``.
+
+    Args:
+        judges: engine name -> judge (the first is the reference of the score differences).
+        workload: a :class:`~pluie_reward.tools.bench.run.Workload`.
+        template: a two-field template.
+        rounds: interleaved rounds (who goes first rotates).
+        log: progress lines.
+
+    Returns:
+        The per-round rates and the last round's scores of each engine.
+
+    Example:
+        >>> c = compare_engines({"transformers": judge, "vllm": vllm_judge}, workload)  # doctest: +SKIP
+        >>> c.ratio("vllm", "transformers"), c.max_diff("vllm")                          # doctest: +SKIP
+        (1.1, 4.2e-05)
+    """
+    if rounds < 1:
+        raise UsageError("--rounds must be at least 1.")
+    names = list(judges)
+    first = judges[names[0]]
+    fields = first.bind(template).template.fields
+    if len(fields) != 2:
+        raise UsageError(f"the benchmark needs a two-field (source, hypothesis) template; {template!r} has {fields}.")
+    out = EngineComparison(workload.name, workload.description, len(workload))
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            judge = judges[name]
+            judge.clear_cache()
+            judge.score(template, **dict(zip(fields, (workload.sources[:1], ["-"]))))  # the static prefix, as a run leaves it
+            start = time.perf_counter()
+            scores = judge.score(template, **dict(zip(fields, (workload.sources, workload.hypotheses))))
+            seconds = time.perf_counter() - start
+            out.rates.setdefault(name, []).append(len(workload) / seconds)
+            out.scores[name] = list(scores)
+            log(f"  {workload.name} round {r + 1}/{rounds} engine {name}: {seconds:.1f} s")
+    return out
+
+
+def format_engine_table(comparisons: Sequence[EngineComparison]) -> str:
+    """The engine comparison as a Markdown table (ratios and differences against the first engine)."""
+    if not comparisons:
+        return ""
+    names = list(comparisons[0].rates)
+    base = names[0]
+    lines = [
+        f"Engines side by side (Judge.score, steady state, median of rounds; ratio and max |diff| against {base}):",
+        "",
+        "| workload | engine | pairs/s | per round | ratio | max abs diff |",
+        "|---|---|---:|---|---:|---:|",
+    ]
+    for c in comparisons:
+        for name in names:
+            diff = "-" if name == base else f"{c.max_diff(name):.1e}"
+            rounds = " ".join(f"{x:.2f}" for x in c.rates[name])
+            lines.append(f"| {c.workload} | {name} | {c.pairs_per_second(name):.2f} | {rounds} | {c.ratio(name, base):.2f} | {diff} |")
+    worst = max((c.max_diff(n) for c in comparisons for n in names[1:]), default=None)
+    if worst is not None:
+        verdict = "within" if worst <= MAX_DIFF else "OUTSIDE"
+        lines += ["", f"Largest score difference between engines: {worst:.1e} ({verdict} the tolerance {MAX_DIFF:g})."]
+    return "\n".join(lines)
+
+
+def comparison_json(c: EngineComparison) -> dict[str, Any]:
+    """One comparison as JSON-ready numbers."""
+    names = list(c.rates)
+    return {
+        "workload": c.workload,
+        "description": c.description,
+        "n": c.n,
+        "engines": {n: {"pairs_per_second": c.pairs_per_second(n), "rates": c.rates[n], "ratio": c.ratio(n, names[0])} for n in names},
+        "max_diff": {n: c.max_diff(n) for n in names[1:]},
+    }

@@ -1,0 +1,141 @@
+"""The reward's share of a GRPO step's wall time, for each judge placement, in fresh processes.
+
+Each placement runs a small real ``trl.GRPOTrainer`` (the embedded model from
+:func:`~pluie_reward.load_trainable_embedded` as a LoRA policy, 2 prompts x 4 completions of up to
+24 tokens per step, on the CPU) for a few steps with :class:`~pluie_reward.PluieReward` on
+``para-fs``. The reward callable is wrapped in a timer, so the share is the time spent inside the
+reward over the wall time of ``trainer.train()`` (generation, reward, loss, backward, optimizer).
+
+Placements: ``shared`` -- ``Judge.from_peft(policy)``, the policy's base weights with the adapter
+off; ``separate`` -- ``Judge.load()``, a second copy; ``vllm`` -- ``Judge.load(engine="vllm")``, the
+judge on vLLM in the trainer's process (its engine start is not in the timed steps).
+
+Example:
+    $ pluie-reward bench --grpo-steps 4 --engines transformers,vllm
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from .engines import quiet_vllm_logs
+
+PLACEMENTS = ("shared", "separate", "vllm")
+SOURCES = [
+    "The company said its third-quarter profit rose on strong demand.",
+    "The cat sleeps on the mat near the window.",
+    "Officials expect the new bridge to open next spring.",
+    "She sold her old car to a neighbour last week.",
+]
+
+
+class TimedReward:
+    """A reward callable that adds up the seconds spent inside it (TRL sees the wrapped reward's name).
+
+    Example:
+        >>> timed = TimedReward(lambda completions, **kw: [0.0] * len(completions))
+        >>> timed(completions=["a", "b"]), timed.calls
+        ([0.0, 0.0], 1)
+    """
+
+    def __init__(self, reward: Any) -> None:
+        self.reward = reward
+        self.__name__ = getattr(reward, "__name__", "reward")
+        self.seconds = 0.0
+        self.calls = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return self.reward(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.calls += 1
+
+
+def grpo_child(placement: str, steps: int, output_dir: str, threads: int | None = None) -> dict[str, Any]:
+    """Run ``steps`` GRPO steps with the judge ``placement`` in this (fresh) process; return the timings."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    from datasets import Dataset
+    from peft import LoraConfig, get_peft_model
+    from trl import GRPOConfig, GRPOTrainer
+
+    from ... import Judge, PluieReward, load_trainable_embedded
+
+    policy, tokenizer = load_trainable_embedded()
+    policy = get_peft_model(policy, LoraConfig(target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    load_start = time.perf_counter()
+    if placement == "shared":
+        judge = Judge.from_peft(policy, tokenizer)
+    elif placement == "separate":
+        judge = Judge.load()
+    elif placement == "vllm":
+        judge = Judge.load(engine="vllm")
+    else:
+        raise ValueError(f"unknown placement {placement!r}; choose from {PLACEMENTS}.")
+    load_seconds = time.perf_counter() - load_start
+    ds = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Paraphrase: {s}"}] for s in SOURCES], "source": SOURCES})
+    reward = TimedReward(PluieReward(judge, template="para-fs", fields={"source": "source"}))
+    args = GRPOConfig(
+        output_dir=output_dir, num_generations=4, per_device_train_batch_size=8, max_completion_length=24,
+        max_steps=steps, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True, bf16=False, seed=0,
+    )
+    trainer = GRPOTrainer(model=policy, processing_class=tokenizer, train_dataset=ds, args=args, reward_funcs=[reward])
+    start = time.perf_counter()
+    trainer.train()
+    train_seconds = time.perf_counter() - start
+    judge.close()
+    return {"placement": placement, "steps": steps, "train_seconds": train_seconds, "reward_seconds": reward.seconds,
+            "reward_calls": reward.calls, "judge_load_seconds": load_seconds, "share": reward.seconds / train_seconds}
+
+
+def grpo_share(placements: Sequence[str], steps: int, threads: int | None = None) -> list[dict[str, Any]]:
+    """Each placement's timings, each in a fresh subprocess (so memory and threads do not leak between them).
+
+    Example:
+        >>> grpo_share(["shared", "separate"], steps=4)[0]["share"]  # doctest: +SKIP
+        0.04
+    """
+    import tempfile
+
+    root = str(Path(__file__).resolve().parents[3])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    quiet_vllm_logs(env)
+    out = []
+    for placement in placements:
+        with tempfile.TemporaryDirectory(prefix="pluie-bench-grpo-") as folder:
+            code = ("import json; from pluie_reward.tools.bench.grpo_share import grpo_child; "
+                    f"print('PLUIE-GRPO ' + json.dumps(grpo_child({placement!r}, {steps}, {folder!r}, {threads!r})))")
+            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("PLUIE-GRPO ")]
+        if done.returncode != 0 or not lines:
+            raise RuntimeError(f"GRPO placement {placement!r} failed:\n{done.stderr[-3000:]}")
+        out.append(json.loads(lines[-1][len("PLUIE-GRPO "):]))
+    return out
+
+
+def format_grpo_table(rows: Sequence[dict[str, Any]]) -> str:
+    """GRPO timings as a Markdown table."""
+    if not rows:
+        return ""
+    steps = rows[0]["steps"]
+    lines = [
+        f"Reward share of GRPO steps (trl.GRPOTrainer, LoRA policy = embedded model, {steps} steps of 2 prompts x 4 "
+        "completions <= 24 tokens, CPU; reward = PluieReward para-fs, timed inside the reward callable):",
+        "",
+        "| judge placement | judge load s | train s | s per step | reward s | reward share of the step |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['placement']} | {r['judge_load_seconds']:.1f} | {r['train_seconds']:.1f} | "
+                     f"{r['train_seconds'] / r['steps']:.1f} | {r['reward_seconds']:.2f} | {r['share']:.1%} |")
+    return "\n".join(lines)

@@ -1,0 +1,237 @@
+"""The judge server under N concurrent clients: throughput and p50/p99 latency, per engine.
+
+The benchmark starts ``pluie-reward serve --engine ENGINE`` as a subprocess on 127.0.0.1 (a free
+port), waits for ``/health``, sends one untimed warm-up request, then runs ``clients`` concurrent
+clients, each posting ``requests`` requests of ``items`` distinct MRPC pairs to ``/score`` one after
+the other (no item is sent twice, so the server's result cache never answers). Latency is per
+request, from send to answer; throughput is items over the wall time of the whole load.
+
+Example:
+    $ pluie-reward bench --server-clients 4 --engines transformers,vllm
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..cli.common import UsageError
+from .engines import quiet_vllm_logs
+
+MAX_CLIENTS = 64
+MAX_REQUESTS = 1000  # clients x requests per client
+
+
+def check_load(clients: int, requests: int, items: int, pairs_available: int) -> None:
+    """Refuse a load the benchmark would not run sensibly (before anything starts).
+
+    Example:
+        >>> check_load(4, 4, 8, 5000)
+        >>> check_load(0, 4, 8, 5000)
+        Traceback (most recent call last):
+        ...
+        pluie_reward.tools.cli.common.UsageError: --server-clients must be between 1 and 64, got 0.
+    """
+    if not 1 <= clients <= MAX_CLIENTS:
+        raise UsageError(f"--server-clients must be between 1 and {MAX_CLIENTS}, got {clients}.")
+    if requests < 1 or items < 1:
+        raise UsageError("--server-requests and --server-items must be at least 1.")
+    if clients * requests > MAX_REQUESTS:
+        raise UsageError(f"--server-clients x --server-requests = {clients * requests} requests; keep it <= {MAX_REQUESTS}.")
+    needed = (clients * requests + 1) * items
+    if needed > pairs_available:
+        raise UsageError(f"the load needs {needed} distinct pairs and the data file has {pairs_available}; "
+                         "lower --server-clients, --server-requests or --server-items.")
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values``, linear interpolation (numpy's default).
+
+    Example:
+        >>> percentile([1.0, 2.0, 3.0, 4.0], 0.5), percentile([1.0, 2.0, 3.0, 4.0], 0.99)
+        (2.5, 3.97)
+    """
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return round(ordered[low] + (ordered[high] - ordered[low]) * (pos - low), 10)
+
+
+@dataclass
+class ServerLoad:
+    """One engine's server under load."""
+
+    engine: str
+    clients: int
+    requests: int
+    items: int
+    start_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    errors: int = 0
+
+    @property
+    def items_per_second(self) -> float:
+        done = len(self.latencies) * self.items
+        return done / self.wall_seconds if self.wall_seconds > 0 else float("nan")
+
+    @property
+    def p50(self) -> float:
+        return percentile(self.latencies, 0.5) if self.latencies else float("nan")
+
+    @property
+    def p99(self) -> float:
+        return percentile(self.latencies, 0.99) if self.latencies else float("nan")
+
+
+def start_server(engine: str, port: int, template: str, model: str | None, log_path: Path) -> subprocess.Popen:
+    """``python -m pluie_reward serve`` in a new session, this checkout's package first on the path."""
+    command = [sys.executable, "-m", "pluie_reward", "serve", "--engine", engine, "--port", str(port),
+               "--host", "127.0.0.1", "--template", template, "--log-level", "warning"]
+    if model is not None:
+        command += ["--model", model]
+    root = str(Path(__file__).resolve().parents[3])
+    env = quiet_vllm_logs({**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))})
+    env.pop("PLUIE_REWARD_TOKEN", None)  # 127.0.0.1 only; the load sends no token
+    log = open(log_path, "w")
+    try:
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    finally:
+        log.close()
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    """SIGINT to the server's session (it finishes in-flight requests), SIGKILL after 60 s."""
+    if server.poll() is not None:
+        return
+    os.killpg(server.pid, signal.SIGINT)
+    try:
+        server.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+async def _wait_ready(httpx: Any, url: str, server: subprocess.Popen, log_path: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient() as client:
+        while True:
+            if server.poll() is not None:
+                raise RuntimeError(f"the server exited with code {server.returncode}; see {log_path}")
+            try:
+                if (await client.get(url + "/health", timeout=5)).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not answer /health within {timeout:.0f} s; see {log_path}")
+            await asyncio.sleep(1)
+
+
+async def _load(httpx: Any, url: str, batches: list[dict[str, list[str]]], clients: int, result: ServerLoad) -> None:
+    limits = httpx.Limits(max_connections=clients + 1)
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
+        (await client.post("/score", json=batches[0])).raise_for_status()  # warm-up, untimed
+        work = batches[1:]
+
+        async def one_client(k: int) -> None:
+            for body in work[k::clients]:
+                start = time.perf_counter()
+                response = await client.post("/score", json=body)
+                if response.status_code == 200 and len(response.json()["logratio"]) == len(body["hypothesis"]):
+                    result.latencies.append(time.perf_counter() - start)
+                else:
+                    result.errors += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one_client(k) for k in range(clients)))
+        result.wall_seconds = time.perf_counter() - start
+
+
+def server_load(
+    engine: str,
+    pairs: Sequence[tuple[str, str]],
+    clients: int,
+    requests: int = 4,
+    items: int = 8,
+    template: str = "para-fs",
+    model: str | None = None,
+    start_timeout: float = 900.0,
+) -> ServerLoad:
+    """Start a server on ``engine``, put it under load, stop it.
+
+    Args:
+        engine: ``transformers`` or ``vllm`` (``pluie-reward serve --engine``).
+        pairs: (source, hypothesis) pairs; request ``j`` takes pairs ``j*items .. (j+1)*items - 1``.
+        clients: concurrent clients (1..64).
+        requests: requests per client.
+        items: items per request.
+        template: the server's two-field template.
+        model: ``--model`` of the server (default: the embedded judge).
+        start_timeout: seconds to wait for the server's ``/health``.
+
+    Returns:
+        Latencies of every answered request, wall time, errors and the server's start time.
+
+    Example:
+        >>> load = server_load("transformers", pairs, clients=4)   # doctest: +SKIP
+        >>> load.items_per_second, load.p50, load.p99              # doctest: +SKIP
+        (8.1, 3.9, 4.6)
+    """
+    try:
+        import httpx
+    except ModuleNotFoundError:
+        raise UsageError("--server-clients needs httpx: pip install 'pluie-reward[serve]'") from None
+    check_load(clients, requests, items, len(pairs))
+    batches = []
+    for j in range(clients * requests + 1):
+        chunk = pairs[j * items : (j + 1) * items]
+        batches.append({"source": [s for s, _ in chunk], "hypothesis": [h for _, h in chunk]})
+    port = free_port()
+    log_path = Path(tempfile.gettempdir()) / f"pluie-bench-server-{engine}-{port}.log"
+    result = ServerLoad(engine, clients, requests, items)
+    started = time.perf_counter()
+    server = start_server(engine, port, template, model, log_path)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        asyncio.run(_wait_ready(httpx, url, server, log_path, start_timeout))
+        result.start_seconds = time.perf_counter() - started
+        asyncio.run(_load(httpx, url, batches, clients, result))
+    finally:
+        stop_server(server)
+    return result
+
+
+def format_server_table(loads: Sequence[ServerLoad]) -> str:
+    """Server loads as a Markdown table."""
+    if not loads:
+        return ""
+    first = loads[0]
+    lines = [
+        f"Judge server under load ({first.clients} concurrent clients x {first.requests} requests x {first.items} distinct pairs, "
+        "POST /score on 127.0.0.1; latency per request):",
+        "",
+        "| engine | server start s | items/s | p50 latency s | p99 latency s | requests ok | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for x in loads:
+        lines.append(f"| {x.engine} | {x.start_seconds:.0f} | {x.items_per_second:.2f} | {x.p50:.2f} | {x.p99:.2f} | "
+                     f"{len(x.latencies)} | {x.errors} |")
+    return "\n".join(lines)
