@@ -172,6 +172,27 @@ def test_remote_reward_reads_the_server_records_like_the_local_one(judge, choice
         RemotePluieReward(choice_server.url, answer="A")
 
 
+
+def test_remote_expected_rating_reads_the_scale_from_health(judge):
+    """normalize=True without scale=: the range comes from the server's /health, and the reward
+    equals (E - 1) / 4 with E the expected grade of a plain-forward softmax over the answers 1..5."""
+    pytest.importorskip("uvicorn")
+    import httpx
+
+    from pluie_reward.integrations.client import RemotePluieReward
+    from pluie_reward.tools.server import background, create_app
+
+    probs = softmax_of(judge, "net-likert", source=SOURCES, hypothesis=COMPLETIONS)
+    expected = [sum(p * grade for p, grade in zip(row, (1, 2, 3, 4, 5))) for row in probs]
+    with background(create_app(tiny(), "net-likert", max_wait_ms=5), host="127.0.0.1", port=0) as server:
+        health = httpx.get(server.url + "/health").json()
+        assert (health["kind"], health["answers"], health["values"]) == ("scale", ["1", "2", "3", "4", "5"], [1, 2, 3, 4, 5])
+        remote = RemotePluieReward(server.url, output="expected", normalize=True)
+        got = asyncio.run(remote(completions=COMPLETIONS, source=SOURCES))
+        raw = asyncio.run(RemotePluieReward(server.url, output="expected")(completions=COMPLETIONS, source=SOURCES))
+    assert raw == pytest.approx(expected, abs=1e-3)
+    assert got == pytest.approx([(e - 1) / 4 for e in expected], abs=1e-3)
+
 # eval preference with a choice template --------------------------------------------------------------
 ROWS = [
     {"original": "We propose a metod.", "instruction": "Fix typos.", "a": a, "b": b, "human": h}

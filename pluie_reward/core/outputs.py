@@ -135,8 +135,8 @@ class AnswerOutput:
         kind = "scale" if "expected" in record else "choice"
         checked = self.check(kind, list(record["probs"]), who=who)
         if checked.read == "expected" and checked.normalize and checked.scale is None:
-            raise ValueError(f"{who}normalize=True needs the scale's range, which a server does not send: pass "
-                             "scale=(lowest, highest), e.g. scale=(1, 5) for net-likert.")
+            raise ValueError(f"{who}normalize=True needs the scale's range, which the server did not give (its /health "
+                             "has no 'values': an older server?): pass scale=(lowest, highest), e.g. scale=(1, 5) for net-likert.")
         return checked
 
     # fields and rewards --------------------------------------------------------------------------

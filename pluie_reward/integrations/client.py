@@ -10,6 +10,7 @@ rewards. This module needs httpx only (no torch) and uses absolute imports, so v
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import threading
@@ -156,7 +157,7 @@ class RemotePluieReward:
 
     A server whose template has N answers (``pluie-reward serve -t net-likert``, ``-t rev-choice``)
     is read as by :class:`~pluie_reward.PluieReward`: ``output="expected"`` (a scale; with
-    ``normalize=True`` pass ``scale=(lowest, highest)``, which the server does not send), or
+    ``normalize=True`` the scale's range is read from the server's ``/health``, or give ``scale=(lowest, highest)``), or
     ``output="prob"``/``"logprob"`` with ``answer=`` (a choice; map ``alternative`` to the column of
     the second candidate; ``both_orders=True`` sends each completion in both slots, 2 items per
     completion), through :class:`~pluie_reward.core.outputs.AnswerOutput` and ``/score``'s records.
@@ -247,6 +248,8 @@ class RemotePluieReward:
             return []
         starts = range(0, n, self.chunk_size)
         async with httpx.AsyncClient(timeout=self.timeout) as client:
+            if self.reading is not None and self.reading.normalize and self.reading.scale is None:
+                await self._read_scale(client)
             answers = await asyncio.gather(*(
                 apost_json(
                     self.url, {k: v[s : s + self.chunk_size] for k, v in body.items()}, token=self.token,
@@ -270,6 +273,18 @@ class RemotePluieReward:
         if callable(log_extra):
             log_extra(f"{self.__name__}/logratio", [round(x, 4) for x in logratios])
         return values
+
+    async def _read_scale(self, client: httpx.AsyncClient) -> None:
+        """The scale's range from the server's ``GET /health`` (its ``values``), for ``normalize=True``
+        without ``scale=``; a server that does not say leaves it unset (the reading then asks for ``scale=``)."""
+        health = self.url[: -len("/score")] + "/health"
+        try:
+            response = await client.get(health, headers=_headers(self.token), timeout=self.timeout)
+            values = response.json().get("values") if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            values = None
+        if values:
+            self.reading = dataclasses.replace(self.reading, scale=(min(values), max(values)))
 
     def _read_answers(self, answers: Sequence[Mapping[str, Any]], starts: range, items: int, n: int,
                       log_metric: Any, log_extra: Any) -> list[float]:

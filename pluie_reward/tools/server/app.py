@@ -319,6 +319,9 @@ def create_app(
             "template": template_name,
             "fields": list(batcher.fields),
             "optional_fields": list(batcher.optional_fields),
+            "kind": batcher.bound.template.kind,  # binary (Yes/No), choice or scale
+            "answers": list(batcher.bound.template.labels),
+            "values": list(batcher.bound.template.values) or None,  # a scale's ratings, in the answers' order
         }
 
     @app.get("/metrics")
