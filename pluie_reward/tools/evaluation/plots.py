@@ -303,9 +303,10 @@ def plot_error_rates(
     y = np.arange(len(rows))
     ours = [columns[systems[0]].get(r) for r in rows]
     ax.barh(y, [100 * v if v is not None else 0 for v in ours], height=0.6, color="tab:blue", alpha=0.45, label=systems[0])
-    for yi, v in zip(y, ours):
-        if v is not None:
-            ax.annotate(f"{100 * v:.1f}%", (100 * v, yi), xytext=(3, -3), textcoords="offset points", fontsize=7,
+    for yi, row, v in zip(y, rows, ours):
+        if v is not None:  # written right of the row's last bar end or marker, so that it hides no peer
+            right = max(100 * w for w in (figures.get(row) for figures in columns.values()) if w is not None)
+            ax.annotate(f"{100 * v:.1f}%", (right, yi), xytext=(5, -3), textcoords="offset points", fontsize=7,
                         bbox={"boxstyle": "round,pad=0.1", "facecolor": "white", "alpha": 0.7, "linewidth": 0})
     palette = ["tab:orange", "tab:red", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:grey", "tab:olive", "tab:cyan", "black"]
     markers = "osD^v<>Pp*X"
