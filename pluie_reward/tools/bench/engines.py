@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..cli.common import UsageError
+from ..evaluation.report import markdown_table
 
 ENGINES = ("transformers", "vllm")
 MAX_DIFF = 1e-3
@@ -149,14 +150,14 @@ def format_engine_table(comparisons: Sequence[EngineComparison]) -> str:
     lines = [
         f"Engines side by side (Judge.score, steady state, median of rounds; ratio and max |diff| against {base}):",
         "",
-        "| workload | engine | pairs/s | per round | ratio | max abs diff |",
-        "|---|---|---:|---|---:|---:|",
+        markdown_table(
+            ["workload", "engine", "pairs/s", "per round", "ratio", "max abs diff"],
+            [[c.workload, name, f"{c.pairs_per_second(name):.2f}", " ".join(f"{x:.2f}" for x in c.rates[name]),
+              f"{c.ratio(name, base):.2f}", "-" if name == base else f"{c.max_diff(name):.1e}"]
+             for c in comparisons for name in names],
+            align="llrlrr",
+        ),
     ]
-    for c in comparisons:
-        for name in names:
-            diff = "-" if name == base else f"{c.max_diff(name):.1e}"
-            rounds = " ".join(f"{x:.2f}" for x in c.rates[name])
-            lines.append(f"| {c.workload} | {name} | {c.pairs_per_second(name):.2f} | {rounds} | {c.ratio(name, base):.2f} | {diff} |")
     worst = max((c.max_diff(n) for c in comparisons for n in names[1:]), default=None)
     if worst is not None:
         verdict = "within" if worst <= MAX_DIFF else "OUTSIDE"

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..evaluation.report import markdown_table
 from .engines import quiet_vllm_logs
 
 PLACEMENTS = ("shared", "separate", "vllm")
@@ -132,10 +133,11 @@ def format_grpo_table(rows: Sequence[dict[str, Any]]) -> str:
         f"Reward share of GRPO steps (trl.GRPOTrainer, LoRA policy = embedded model, {steps} steps of 2 prompts x 4 "
         "completions <= 24 tokens, CPU; reward = PluieReward para-fs, timed inside the reward callable):",
         "",
-        "| judge placement | judge load s | train s | s per step | reward s | reward share of the step |",
-        "|---|---:|---:|---:|---:|---:|",
+        markdown_table(
+            ["judge placement", "judge load s", "train s", "s per step", "reward s", "reward share of the step"],
+            [[r["placement"], f"{r['judge_load_seconds']:.1f}", f"{r['train_seconds']:.1f}",
+              f"{r['train_seconds'] / r['steps']:.1f}", f"{r['reward_seconds']:.2f}", f"{r['share']:.1%}"] for r in rows],
+            align="lrrrrr",
+        ),
     ]
-    for r in rows:
-        lines.append(f"| {r['placement']} | {r['judge_load_seconds']:.1f} | {r['train_seconds']:.1f} | "
-                     f"{r['train_seconds'] / r['steps']:.1f} | {r['reward_seconds']:.2f} | {r['share']:.1%} |")
     return "\n".join(lines)

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..cli.common import UsageError
+from ..evaluation.report import markdown_table
 
 
 METHODS = ("reference", "generate", "score", "score-cold", "indirect")
@@ -501,19 +502,17 @@ def format_table(result: WorkloadResult) -> str:
     lines = [
         f"workload {result.workload} ({result.description}; methods (1), (2), (4) on a sample, (3) on all {result.n})",
         "",
-        "| method | pairs timed | seconds | pairs/s (median of rounds) | x vs (1) | x vs (2) | max abs diff vs (1) | peak RSS MB (+during) | CUDA max MB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        markdown_table(
+            ["method", "pairs timed", "seconds", "pairs/s (median of rounds)", "x vs (1)", "x vs (2)",
+             "max abs diff vs (1)", "peak RSS MB (+during)", "CUDA max MB"],
+            [[LABELS[method], m.pairs, f"{m.seconds:.1f}", f"{m.pairs_per_second:.2f}",
+              _fmt(result.speedup(method, "reference"), ".1f"), _fmt(result.speedup(method, "generate"), ".1f"),
+              _fmt(result.max_diff() if method == result.score_key() else None, ".1e"),
+              f"{m.peak_rss_mb:.0f} (+{m.rss_increase_mb:.0f})", _fmt(m.peak_cuda_mb, ".0f")]
+             for method, m in ((k, result.results[k]) for k in METHODS if k in result.results)],
+            align="lrrrrrrrr",
+        ),
     ]
-    for method in METHODS:
-        if method not in result.results:
-            continue
-        m = result.results[method]
-        diff = result.max_diff() if method == result.score_key() else None
-        lines.append(
-            f"| {LABELS[method]} | {m.pairs} | {m.seconds:.1f} | {m.pairs_per_second:.2f} | "
-            f"{_fmt(result.speedup(method, 'reference'), '.1f')} | {_fmt(result.speedup(method, 'generate'), '.1f')} | "
-            f"{_fmt(diff, '.1e')} | {m.peak_rss_mb:.0f} (+{m.rss_increase_mb:.0f}) | {_fmt(m.peak_cuda_mb, '.0f')} |"
-        )
     notes = []
     if "generate" in result.results:
         notes.append(f"LLM-Yes/No: {result.unparsed()} of {len(result.results['generate'].verdicts)} answers unparseable")
@@ -646,11 +645,12 @@ def placement_memory(kinds: Sequence[str] = PLACEMENTS) -> dict[str, dict[str, f
 
 def format_placements(memory: dict[str, dict[str, float]]) -> str:
     base = memory.get("policy", {}).get("peak_rss_mb")
-    lines = ["| placement | peak RSS MB | over policy alone | CUDA max MB |", "|---|---:|---:|---:|"]
-    for kind, m in memory.items():
-        extra = f"+{m['peak_rss_mb'] - base:.0f}" if base is not None else "-"
-        lines.append(f"| {kind} | {m['peak_rss_mb']:.0f} | {extra} | {_fmt(m.get('cuda_max_mb'), '.0f')} |")
-    return "\n".join(lines)
+    return markdown_table(
+        ["placement", "peak RSS MB", "over policy alone", "CUDA max MB"],
+        [[kind, f"{m['peak_rss_mb']:.0f}", f"+{m['peak_rss_mb'] - base:.0f}" if base is not None else "-",
+          _fmt(m.get("cuda_max_mb"), ".0f")] for kind, m in memory.items()],
+        align="lrrr",
+    )
 
 
 # command line ----------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..cli.common import UsageError
+from ..evaluation.report import markdown_table
 from .engines import quiet_vllm_logs
 
 MAX_CLIENTS = 64
@@ -228,10 +229,11 @@ def format_server_table(loads: Sequence[ServerLoad]) -> str:
         f"Judge server under load ({first.clients} concurrent clients x {first.requests} requests x {first.items} distinct pairs, "
         "POST /score on 127.0.0.1; latency per request):",
         "",
-        "| engine | server start s | items/s | p50 latency s | p99 latency s | requests ok | errors |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        markdown_table(
+            ["engine", "server start s", "items/s", "p50 latency s", "p99 latency s", "requests ok", "errors"],
+            [[x.engine, f"{x.start_seconds:.0f}", f"{x.items_per_second:.2f}", f"{x.p50:.2f}", f"{x.p99:.2f}",
+              len(x.latencies), x.errors] for x in loads],
+            align="lrrrrrr",
+        ),
     ]
-    for x in loads:
-        lines.append(f"| {x.engine} | {x.start_seconds:.0f} | {x.items_per_second:.2f} | {x.p50:.2f} | {x.p99:.2f} | "
-                     f"{len(x.latencies)} | {x.errors} |")
     return "\n".join(lines)

@@ -15,13 +15,32 @@ from pathlib import Path
 from typing import Any, Sequence
 
 
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A GitHub-flavoured Markdown table (``|`` inside cells is escaped)."""
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
+    """A GitHub-flavoured Markdown table (``|`` inside cells is escaped).
+
+    Args:
+        headers: the column names.
+        rows: the cells, one sequence per row.
+        align: one letter per column, ``l`` (default) or ``r`` (numbers), e.g. ``"lrr"``.
+
+    Returns:
+        The table's lines joined by newlines.
+
+    Example:
+        >>> print(markdown_table(["engine", "pairs/s"], [["vllm", "5.69"]], align="lr"))
+        | engine | pairs/s |
+        |---|---:|
+        | vllm | 5.69 |
+    """
 
     def cell(value: Any) -> str:
         return str(value).replace("|", "\\|")
 
-    lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    align = align or "l" * len(headers)
+    if len(align) != len(headers) or set(align) - {"l", "r"}:
+        raise ValueError(f"align needs one of 'l'/'r' per column ({len(headers)}), got {align!r}.")
+    rules = ["---:" if a == "r" else "---" for a in align]
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "|".join(rules) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
 
