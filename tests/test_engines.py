@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,17 +21,12 @@ httpx = pytest.importorskip("httpx")
 from pluie_reward import Judge, Template, builtin_template_names, load_template  # noqa: E402
 from pluie_reward.engines.remote import RemoteEngineError  # noqa: E402
 from pluie_reward.engines.transformers.loading import embedded_model_dir  # noqa: E402
+from pluie_reward.tools.bench.server_load import free_port, stop_server  # noqa: E402
 
 from conftest import mrpc_pairs  # noqa: E402
 
 pytestmark = pytest.mark.slow
 N = 4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +64,7 @@ def engines(embedded_judge):
     finally:
         if local is not None:
             local.close()
-        os.killpg(server.pid, signal.SIGINT)
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
+        stop_server(server)
         log.close()
 
 

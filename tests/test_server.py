@@ -11,7 +11,6 @@ import json
 import math
 import pickle
 import random
-import socket
 import threading
 import time
 
@@ -30,6 +29,7 @@ from pluie_reward.integrations.client import (  # noqa: E402
 from pluie_reward.tools.server import background, create_app  # noqa: E402
 from pluie_reward.tools.server.batcher import Batcher, ScoringError, ShuttingDown  # noqa: E402
 from pluie_reward.testing import make_tiny_judge  # noqa: E402
+from pluie_reward.tools.bench.server_load import free_port  # noqa: E402
 
 TOKEN = "test-token-7"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -276,10 +276,7 @@ def test_compute_score_for_verl(server, pairs, reference, monkeypatch):
 
 
 def _dead_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 def test_client_retries_transient_failures_then_fails_clearly():
