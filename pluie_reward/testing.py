@@ -6,6 +6,8 @@ from typing import Any, Iterable
 
 import torch
 
+from .engines.transformers.checkpointing import checkpointing_on, enable_checkpointing  # noqa: F401  (re-exported for tests)
+
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
@@ -96,22 +98,4 @@ def make_tiny_judge(chat: bool = True, seed: int = 0, **judge_kwargs: Any) -> An
     return Judge.from_model(make_tiny_causal_lm(tokenizer, seed=seed), tokenizer, name="tiny-random", **judge_kwargs)
 
 
-def checkpointing_on(model: Any) -> bool:
-    """Whether gradient checkpointing is configured on a transformers model, under either name
-    (``is_gradient_checkpointing`` up to transformers 5.19, ``is_activation_checkpointing`` after).
-
-    Example:
-        >>> checkpointing_on(make_tiny_causal_lm(make_tiny_tokenizer()))
-        False
-    """
-    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
-        if hasattr(model, name):
-            return bool(getattr(model, name))
-    raise AttributeError(f"{type(model).__name__} has no gradient checkpointing flag")
-
-
-def enable_checkpointing(model: Any) -> None:
-    """Turn gradient checkpointing on (non-reentrant) under the method name this transformers has."""
-    method = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-    method(gradient_checkpointing_kwargs={"use_reentrant": False})
 

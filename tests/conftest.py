@@ -47,6 +47,19 @@ def mrpc_pairs(n: int, offset: int = 0) -> tuple[list[str], list[str], list[bool
     return [r["sentence1"] for r in rows], [r["sentence2"] for r in rows], [r["label"] for r in rows]
 
 
+def assert_records_close(got: list[dict], want: list[dict], rel: float = 1e-6, abs: float = 1e-12) -> None:
+    """Lists of flat records equal key by key, numbers within tolerance (``pytest.approx`` takes no
+    nested structures since pytest 9.2)."""
+    assert len(got) == len(want), (len(got), len(want))
+    for index, (a, b) in enumerate(zip(got, want)):
+        assert a.keys() == b.keys(), (index, sorted(a), sorted(b))
+        for key in a:
+            if isinstance(b[key], float) and not isinstance(a[key], bool):
+                assert a[key] == pytest.approx(b[key], rel=rel, abs=abs), (index, key, a[key], b[key])
+            else:
+                assert a[key] == b[key], (index, key, a[key], b[key])
+
+
 @pytest.fixture(scope="session")
 def tiny_judge() -> Judge:
     return make_tiny_judge()

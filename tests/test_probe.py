@@ -21,6 +21,7 @@ from pluie_reward.tools.probe import (
 )
 from pluie_reward.tools.probe import cli as probe_cli
 
+from conftest import assert_records_close
 from test_reference import reference_pluie
 
 SOURCES = ["The company said its profit rose sharply in the third quarter.",
@@ -193,7 +194,7 @@ def test_probe_command(tiny_cli, tmp_path, capsys):
     stdout = capsys.readouterr().out
     rows = json.loads(out_json.read_text())
     assert [r["family"] for r in rows] == ["honest", "copy", "empty", "control_token"]
-    assert rows == pytest.approx(run_probe(tiny_cli, "para-fs", limit=2, families=["copy", "empty", "control_token"]))
+    assert_records_close(rows, run_probe(tiny_cli, "para-fs", limit=2, families=["copy", "empty", "control_token"]))
     assert "| control_token | attack |" in stdout and out_png.stat().st_size > 1000
     assert len(out_items.read_text().splitlines()) == sum(r["n"] for r in rows)
     # the gate: exit 1 when a gated share exceeds X, with the families named on stderr
@@ -211,7 +212,7 @@ def test_probe_command_reads_sources(tiny_cli, tmp_path, capsys):
     out = tmp_path / "rows.json"
     assert cli.main(["probe", "-i", str(jsonl), "--column", "source=s", "--families", "copy", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
-    assert rows == pytest.approx(run_probe(tiny_cli, "para-fs", SOURCES, HONEST, families=["copy"]))
+    assert_records_close(rows, run_probe(tiny_cli, "para-fs", SOURCES, HONEST, families=["copy"]))
     csv_file = tmp_path / "src.csv"
     csv_file.write_text("source\n" + "\n".join(SOURCES) + "\n")
     assert cli.main(["probe", "-i", str(csv_file), "--families", "copy", "--json", str(out)]) == 0

@@ -5,11 +5,15 @@ A block may be skipped only with an HTML comment on the line right before its fe
 
     <!-- skip-test: needs a GPU -->
 
-The list is kept short (at most MAX_SKIPPED blocks) and each entry must give a reason.
+The list is kept short (at most MAX_SKIPPED blocks) and each entry must give a reason. A block that
+needs an optional package says so the same way, and is skipped only where that package is missing:
+
+    <!-- needs: vllm -->
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -24,6 +28,7 @@ from conftest import PARAPHRASUS, skip_without_shared
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 SKIP = re.compile(r"^<!--\s*skip-test:\s*(.*?)\s*-->\s*$")
+NEEDS = re.compile(r"^<!--\s*needs:\s*([A-Za-z_][\w.]*)\s*-->\s*$")
 MAX_SKIPPED = 3
 
 
@@ -33,6 +38,7 @@ class Block:
     section: str
     code: str
     skip: str | None
+    needs: str | None = None  # an optional package the block imports (skipped where it is missing)
 
 
 def python_blocks(text: str) -> list[Block]:
@@ -52,8 +58,9 @@ def python_blocks(text: str) -> list[Block]:
                 i += 1
             if line == "```python":
                 previous = lines[start - 2].strip() if start >= 2 else ""
-                match = SKIP.match(previous)
-                blocks.append(Block(start, section, "\n".join(body) + "\n", match.group(1) if match else None))
+                match, needs = SKIP.match(previous), NEEDS.match(previous)
+                blocks.append(Block(start, section, "\n".join(body) + "\n", match.group(1) if match else None,
+                                    needs.group(1) if needs else None))
         i += 1
     return blocks
 
@@ -65,6 +72,18 @@ def test_parser_and_skip_convention():
     sample = "# A\n```python\nx = 1\n```\n```bash\n# not a heading\n```\n<!-- skip-test: needs a GPU -->\n```python\ny = 2\n```\n"
     blocks = python_blocks(sample)
     assert [(b.line, b.section, b.code, b.skip) for b in blocks] == [(2, "A", "x = 1\n", None), (9, "A", "y = 2\n", "needs a GPU")]
+    needing = python_blocks("<!-- needs: vllm -->\n```python\nimport vllm\n```\n")
+    assert [(b.skip, b.needs) for b in needing] == [(None, "vllm")]
+
+
+def test_blocks_that_use_vllm_say_so():
+    """A reader without the optional vLLM must see those blocks skipped, not failed (and the suite stays green)."""
+    def code(block: Block) -> str:  # without comments
+        return "\n".join(line.split("#")[0] for line in block.code.splitlines())
+
+    using = [b.line for b in BLOCKS if 'engine="vllm"' in code(b) or "import vllm" in code(b)]
+    assert using, "the README shows the vLLM engine"
+    assert [b.line for b in BLOCKS if b.needs == "vllm"] == using
 
 
 def test_readme_skips_few_blocks_and_says_why():
@@ -79,6 +98,8 @@ def test_readme_skips_few_blocks_and_says_why():
 def test_readme_python_block_runs(block: Block, tmp_path):
     if block.skip is not None:
         pytest.skip(f"README.md:{block.line}: {block.skip}")
+    if block.needs is not None and importlib.util.find_spec(block.needs) is None:
+        pytest.skip(f"README.md:{block.line}: needs {block.needs}, which is not installed")
     script = tmp_path / "block.py"
     script.write_text(block.code, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}

@@ -70,6 +70,16 @@ def test_architectures_take_the_fast_path_and_match_eq3(arch, tokenizer):
     model = tiny(arch, tokenizer, **ARCHITECTURES[arch])
     judge = Judge.from_model(model, tokenizer, batch_tokens=256)
     fields = pairs()
+    if model.config._attn_implementation == "eager":
+        # transformers >= 5.20 runs Gemma-2 with eager attention only (SDPA cannot soft-cap); eager has no
+        # registry entry to route through, so the judge says so once and runs whole prompts, still exact
+        assert arch == "gemma2" and not type(model)._supports_sdpa
+        with pytest.warns(RuntimeWarning, match="whole prompts without prefix caching.*'eager'"):
+            got = judge.score("para-fs", **fields)
+        want = reference(model, tokenizer, "para-fs", fields)
+        assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-3
+        assert judge.engine.fast is False and "eager" in judge.engine.plain_reason()
+        return
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # no silent (or loud) slow path here
         got = judge.score("para-fs", **fields)

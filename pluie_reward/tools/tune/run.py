@@ -37,6 +37,7 @@ import numpy as np
 
 from ...core.judge import Judge
 from ...core.template import Template, load_template
+from ...engines.transformers.checkpointing import checkpointing_on, disable_checkpointing
 from .config import TuneConfig
 from .data import PairData, check_student_template, encode, teacher_targets
 from .report import evaluate_scores, write_card, write_plots
@@ -99,21 +100,6 @@ def template_to_dict(template: Template) -> dict[str, Any]:
 
 def _is_peft(model: Any) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "add_adapter") and hasattr(model, "get_base_model")
-
-
-def _checkpointing_on(model: Any) -> bool:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
-        if hasattr(base, name):
-            return bool(getattr(base, name))
-    return False
-
-
-def _checkpointing_off(model: Any) -> None:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    method = getattr(base, "activation_checkpointing_disable", None) or getattr(base, "gradient_checkpointing_disable", None)
-    if method is not None:
-        method()
 
 
 def _loadable_name(model: Any) -> str | None:
@@ -337,7 +323,7 @@ def trainable_adapter(model: Any, config: TuneConfig) -> Iterator[Any]:
     policy = _is_peft(model)
     modes = [(m, m.training) for m in model.modules()]
     flags = [(p, p.requires_grad) for p in model.parameters()]
-    checkpointing = _checkpointing_on(model)
+    checkpointing = checkpointing_on(model)
     previous = model.active_adapter if policy else None
     if policy:
         model.add_adapter(name, config.lora_config())
@@ -361,7 +347,7 @@ def trainable_adapter(model: Any, config: TuneConfig) -> Iterator[Any]:
         if not policy:
             peft_model.eval()
         if config.gradient_checkpointing and not checkpointing:
-            _checkpointing_off(peft_model)
+            disable_checkpointing(peft_model)
 
 
 def _evaluate(data: PairData, before: Sequence[float], after: Sequence[float], config: TuneConfig) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainingArguments
 
+from ...engines.transformers.checkpointing import training_arguments as checkpointing_arguments
 from ...engines.transformers.engine import longest_common_prefix
 from .config import TuneConfig
 from .data import LABEL, TARGET, PairCollator
@@ -94,8 +95,7 @@ def training_arguments(config: TuneConfig, output_dir: str, has_eval: bool, labe
         report_to="none",
         seed=config.seed,
         bf16=resolve_bf16(config),
-        gradient_checkpointing=config.gradient_checkpointing,
-        gradient_checkpointing_kwargs={"use_reentrant": False} if config.gradient_checkpointing else None,
+        **checkpointing_arguments(config.gradient_checkpointing),
         remove_unused_columns=False,  # the collator needs the supervision columns
         label_names=[label_key],
         disable_tqdm=not config.progress,

@@ -1,0 +1,93 @@
+"""Gradient (activation) checkpointing under the names each transformers release uses.
+
+transformers 5.20 renamed ``gradient_checkpointing*`` to ``activation_checkpointing*`` on models
+(``activation_checkpointing_enable(activation_checkpointing_kwargs=...)``, the flag
+``is_activation_checkpointing``) and on ``TrainingArguments``; the old names warn and go in v6.
+These helpers pick the name the installed release has, so the library follows the rename without
+warnings and keeps working on older releases (the README's vLLM set pins transformers < 5.20).
+
+Example:
+    >>> from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
+    >>> model = make_tiny_causal_lm(make_tiny_tokenizer())
+    >>> checkpointing_on(model)
+    False
+    >>> enable_checkpointing(model); checkpointing_on(model)
+    True
+    >>> disable_checkpointing(model); checkpointing_on(model)
+    False
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+_NEW, _OLD = "activation_checkpointing", "gradient_checkpointing"
+
+
+def _base(model: Any) -> Any:
+    """The transformers model under a PEFT wrapper (the model itself otherwise)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def checkpointing_on(model: Any) -> bool:
+    """Whether checkpointing is configured on a transformers model (or the base of a PEFT model).
+
+    Args:
+        model: a ``PreTrainedModel`` or a PEFT model around one.
+
+    Returns:
+        ``is_activation_checkpointing`` (transformers >= 5.20) or ``is_gradient_checkpointing``.
+
+    Raises:
+        AttributeError: the model has neither flag (not a transformers model).
+    """
+    base = _base(model)
+    for name in (f"is_{_NEW}", f"is_{_OLD}"):
+        if hasattr(base, name):
+            return bool(getattr(base, name))
+    raise AttributeError(f"{type(base).__name__} has no gradient checkpointing flag")
+
+
+def enable_checkpointing(model: Any, use_reentrant: bool = False) -> None:
+    """Turn checkpointing on under the method name this transformers has.
+
+    Args:
+        model: a ``PreTrainedModel`` or a PEFT model around one.
+        use_reentrant: passed to ``torch.utils.checkpoint`` (non-reentrant by default, as TRL does).
+    """
+    base = _base(model)
+    kwargs = {"use_reentrant": use_reentrant}
+    if hasattr(base, f"{_NEW}_enable"):
+        getattr(base, f"{_NEW}_enable")(**{f"{_NEW}_kwargs": kwargs})
+    else:
+        getattr(base, f"{_OLD}_enable")(**{f"{_OLD}_kwargs": kwargs})
+
+
+def disable_checkpointing(model: Any) -> None:
+    """Turn checkpointing off under the method name this transformers has (no-op without one)."""
+    base = _base(model)
+    method = getattr(base, f"{_NEW}_disable", None) or getattr(base, f"{_OLD}_disable", None)
+    if method is not None:
+        method()
+
+
+def training_arguments(enabled: bool, use_reentrant: bool = False) -> dict[str, Any]:
+    """The ``TrainingArguments`` keywords that switch checkpointing on or off, by this release's names.
+
+    Args:
+        enabled: checkpointing on or off.
+        use_reentrant: passed to ``torch.utils.checkpoint`` when enabled.
+
+    Returns:
+        ``{"activation_checkpointing": ..., "activation_checkpointing_kwargs": ...}`` on transformers
+        >= 5.20, the ``gradient_checkpointing`` names before.
+
+    Example:
+        >>> sorted(training_arguments(False).values(), key=str)
+        [False, None]
+    """
+    from transformers import TrainingArguments
+
+    name = _NEW if _NEW in inspect.signature(TrainingArguments).parameters else _OLD
+    return {name: enabled, f"{name}_kwargs": {"use_reentrant": use_reentrant} if enabled else None}
