@@ -6,7 +6,7 @@ from typing import Any, Iterable
 
 import torch
 
-from .engines.transformers.checkpointing import checkpointing_on, enable_checkpointing  # noqa: F401  (re-exported for tests)
+from .engines.transformers.compat import checkpointing_on, enable_checkpointing  # noqa: F401  (re-exported for tests)
 
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"

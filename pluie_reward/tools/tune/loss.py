@@ -23,6 +23,8 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
+from ...engines.transformers.compat import cache_argument, output_cache
+
 
 def accepts_logits_to_keep(model: Any) -> bool:
     """Whether the (base) model's forward takes ``logits_to_keep`` (then the LM head runs on a few positions).
@@ -69,10 +71,10 @@ def pluie_scores(
         if not bool((input_ids[:, :shared_prefix] == input_ids[:1, :shared_prefix]).all()):
             raise ValueError("the rows do not share their first shared_prefix tokens.")
         head = model(input_ids=input_ids[:1, :shared_prefix], use_cache=True, **({"logits_to_keep": 1} if takes_keep else {}))
-        cache = head.past_key_values
+        cache = output_cache(head)
         cache.batch_repeat_interleave(rows)
         positions = torch.arange(shared_prefix, input_ids.shape[1], device=input_ids.device).expand(rows, -1)
-        kwargs = {"past_key_values": cache, "position_ids": positions, "use_cache": True}
+        kwargs = {cache_argument(model): cache, "position_ids": positions, "use_cache": True}
         input_ids = input_ids[:, shared_prefix:]
         lengths = lengths - shared_prefix
     else:

@@ -37,7 +37,7 @@ import numpy as np
 
 from ...core.judge import Judge
 from ...core.template import Template, load_template
-from ...engines.transformers.checkpointing import checkpointing_on, disable_checkpointing
+from ...engines.transformers.compat import checkpointing_on, disable_checkpointing
 from .config import TuneConfig
 from .data import PairData, check_student_template, encode, teacher_targets
 from .report import evaluate_scores, write_card, write_plots

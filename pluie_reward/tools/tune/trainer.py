@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainingArguments
 
-from ...engines.transformers.checkpointing import training_arguments as checkpointing_arguments
+from ...engines.transformers.compat import training_arguments as checkpointing_arguments
 from ...engines.transformers.engine import longest_common_prefix
 from .config import TuneConfig
 from .data import LABEL, TARGET, PairCollator

@@ -1,10 +1,13 @@
-"""Gradient (activation) checkpointing under the names each transformers release uses.
+"""Names that transformers changed between releases, read the way the installed release has them.
 
-transformers 5.20 renamed ``gradient_checkpointing*`` to ``activation_checkpointing*`` on models
+Checkpointing: transformers 5.20 renamed ``gradient_checkpointing*`` to ``activation_checkpointing*`` on models
 (``activation_checkpointing_enable(activation_checkpointing_kwargs=...)``, the flag
 ``is_activation_checkpointing``) and on ``TrainingArguments``; the old names warn and go in v6.
 These helpers pick the name the installed release has, so the library follows the rename without
 warnings and keeps working on older releases (the README's vLLM set pins transformers < 5.20).
+
+Key/value cache: transformers 5.24 renamed the forward argument and output field ``past_key_values``
+to ``cache`` (the old name warns and goes in 5.40).
 
 Example:
     >>> from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
@@ -91,3 +94,23 @@ def training_arguments(enabled: bool, use_reentrant: bool = False) -> dict[str, 
 
     name = _NEW if _NEW in inspect.signature(TrainingArguments).parameters else _OLD
     return {name: enabled, f"{name}_kwargs": {"use_reentrant": use_reentrant} if enabled else None}
+
+
+def cache_argument(model: Any) -> str:
+    """The name of the key/value cache argument of ``model.forward``: ``"cache"`` (transformers >=
+    5.24) or ``"past_key_values"``.
+
+    Example:
+        >>> from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
+        >>> cache_argument(make_tiny_causal_lm(make_tiny_tokenizer())) in ("cache", "past_key_values")
+        True
+    """
+    base = _base(model)
+    parameters = inspect.signature(type(base).forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def output_cache(output: Any) -> Any:
+    """The key/value cache of a forward's output, under either name."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
