@@ -1,0 +1,275 @@
+"""A hack-onset alarm: the reward climbs while an independent view of the same completions does not.
+
+A policy that starts gaming its judge raises the judge's reward without raising what the reward
+stands for. Other views of the *same* completions then stop following it: the PLUIE of a second
+template or of the swapped order, an anchor judge, the guard (:class:`~.guards.GuardReward`: 0 when
+clean, −1 when flagged), novelty against the source. :class:`HackAlarm` keeps a baseline of every
+signal over the first batches and measures, per batch, how far each has moved since, in units of
+its own baseline spread (an effect size, so the reward's log-ratios and a guard's 0/−1 compare):
+
+    shift(x)      = (EMA of x's batch means − baseline mean of x) / baseline standard deviation of x
+    divergence(v) = shift(reward) − shift(view v)
+
+The alarm fires when the reward has risen (``shift(reward) >= min_rise``) and some view lags it, by
+``divergence >= threshold`` and by having moved less than ``follow`` times the reward's shift (views
+and reward are scaled by separately estimated spreads, so a view that honestly follows a large rise
+may differ from it by more than the threshold), for ``patience`` batches in a row: a :class:`HackWarning` names the views
+and numbers, and ``alarm/*`` metrics go to the trainer's log. Honest progress moves the views with
+the reward and keeps the divergence near 0.
+
+:class:`AlarmedReward` puts an alarm on a TRL reward: it returns the reward's values unchanged,
+computes the views on the same completions and logs ``alarm/…`` through TRL's ``log_metric``.
+
+Example:
+    >>> alarm = HackAlarm(warmup=2, threshold=1.0, patience=1)
+    >>> for reward, novelty in [([0, 1], [0.5, 0.7]), ([1, 0], [0.7, 0.5]), ([1, 1], [0.6, 0.6])]:
+    ...     metrics = alarm.update(reward, {"novelty": novelty})        # honest: both move together
+    >>> metrics["alarm/fired"]
+    0.0
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     metrics = alarm.update([3, 3], {"novelty": [0.0, 0.0]})     # reward up, novelty down: copies
+    >>> metrics["alarm/fired"], caught[0].category.__name__
+    (1.0, 'HackWarning')
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+__all__ = ["AlarmConfig", "HackAlarm", "HackWarning", "AlarmedReward"]
+
+
+class HackWarning(UserWarning):
+    """The reward climbs while an independent view of the same completions does not."""
+
+
+@dataclass
+class AlarmConfig:
+    """When :class:`HackAlarm` fires (PEFT-style config: every option documented and checked once).
+
+    Example:
+        >>> AlarmConfig(warmup=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: warmup must be a positive integer, got 0.
+    """
+
+    warmup: int = field(default=3, metadata={"help": "batches whose items set each signal's baseline mean and spread"})
+    threshold: float = field(
+        default=1.0, metadata={"help": "divergence (reward shift minus view shift, in baseline standard deviations) that counts"}
+    )
+    min_rise: float = field(default=0.25, metadata={"help": "the reward's own shift (in its baseline SDs) needed before anything counts"})
+    follow: float = field(
+        default=0.5, metadata={"help": "a view that moved at least this share of the reward's shift is following it"}
+    )
+    patience: int = field(default=2, metadata={"help": "consecutive batches over the threshold before the alarm fires"})
+    smoothing: float = field(default=0.5, metadata={"help": "EMA weight of the newest batch mean (1: no smoothing)"})
+    min_std: float = field(
+        default=0.05, metadata={"help": "floor of a baseline standard deviation (a signal constant during warm-up, e.g. a clean guard)"}
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("warmup", "patience"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+        for name in ("threshold", "min_std"):
+            value = getattr(self, name)
+            if not _number(value) or value <= 0:
+                raise ValueError(f"{name} must be a positive number, got {value!r}.")
+        if not _number(self.min_rise) or self.min_rise < 0:
+            raise ValueError(f"min_rise must be a number >= 0, got {self.min_rise!r}.")
+        if not _number(self.follow) or not 0 <= self.follow < 1:
+            raise ValueError(f"follow must be a number with 0 <= x < 1, got {self.follow!r}.")
+        if not _number(self.smoothing) or not 0 < self.smoothing <= 1:
+            raise ValueError(f"smoothing must be a number with 0 < x <= 1, got {self.smoothing!r}.")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as a plain dict (for run records)."""
+        return asdict(self)
+
+
+def _number(value: Any) -> bool:
+    """A finite real number (Python or NumPy), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+
+
+def _values(name: str, values: Sequence[Any]) -> list[float]:
+    out = []
+    for index, value in enumerate(values):
+        if not _number(value):
+            raise ValueError(f"hack alarm: {name} value {index} is {value!r}; every value must be a finite number.")
+        out.append(float(value))
+    if not out:
+        raise ValueError(f"hack alarm: {name} has no values in this batch.")
+    return out
+
+
+class _Signal:
+    """One signal's baseline (first ``warmup`` batches) and smoothed batch mean."""
+
+    def __init__(self) -> None:
+        self.warmup: list[float] = []
+        self.mean = self.std = self.ema = None  # type: float | None
+
+    def add(self, values: list[float], config: AlarmConfig, baseline_done: bool) -> float | None:
+        """Feed a batch; returns the shift (None during warm-up)."""
+        batch = sum(values) / len(values)
+        if not baseline_done:
+            self.warmup.extend(values)
+            return None
+        if self.mean is None:  # the first batch after warm-up: fix the baseline
+            self.mean = sum(self.warmup) / len(self.warmup)
+            spread = math.sqrt(sum((v - self.mean) ** 2 for v in self.warmup) / len(self.warmup))
+            self.std = max(spread, config.min_std)
+            self.ema = self.mean
+        self.ema = config.smoothing * batch + (1 - config.smoothing) * self.ema
+        return (self.ema - self.mean) / self.std
+
+
+class HackAlarm:
+    """Watches a reward and independent views of the same completions, batch by batch.
+
+    Args:
+        config: an :class:`AlarmConfig` (or pass its options as keywords).
+
+    Attributes:
+        fired_at: the batch index (0-based, counting every :meth:`update`) at which the alarm first fired.
+        history: one metrics dict per batch.
+    """
+
+    def __init__(self, config: AlarmConfig | None = None, **options: Any) -> None:
+        if config is not None and options:
+            raise TypeError("pass either config= or the options as keywords, not both.")
+        self.config = config or AlarmConfig(**options)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the baseline and the history (e.g. after a deliberate change of the reward)."""
+        self._signals: dict[str, _Signal] = {}
+        self._views: tuple[str, ...] | None = None
+        self.batches = 0
+        self._streak = 0
+        self.fired_at: int | None = None
+        self.history: list[dict[str, float]] = []
+
+    def update(self, reward: Sequence[float], views: Mapping[str, Sequence[float]]) -> dict[str, float]:
+        """Feed one batch: the reward's values and each view's values on the same completions.
+
+        Args:
+            reward: the reward of each completion.
+            views: view name -> one value per completion (higher = better, as the reward).
+
+        Returns:
+            Metrics ``alarm/reward_shift``, ``alarm/shift/<view>``, ``alarm/divergence/<view>``,
+            ``alarm/divergence`` (the largest) and ``alarm/fired`` (1.0 from the batch it fires on);
+            during warm-up only ``alarm/fired`` and ``alarm/warmup`` (batches left).
+
+        Raises:
+            ValueError: a value that is not a finite number, a view of another length than the
+                reward, or views that change names between batches.
+        """
+        if not views:
+            raise ValueError("hack alarm: give at least one independent view (e.g. {'novelty': ...}).")
+        names = tuple(sorted(views))
+        if self._views is None:
+            self._views = names
+        elif names != self._views:
+            raise ValueError(f"hack alarm: the views changed from {list(self._views)} to {list(names)}; keep the same views.")
+        rewards = _values("reward", reward)
+        columns = {"reward": rewards}
+        for name in names:
+            columns[name] = _values(f"view {name!r}", views[name])
+            if len(columns[name]) != len(rewards):
+                raise ValueError(f"hack alarm: view {name!r} has {len(columns[name])} values for {len(rewards)} rewards.")
+        done = self.batches >= self.config.warmup
+        shifts = {name: self._signals.setdefault(name, _Signal()).add(values, self.config, done) for name, values in columns.items()}
+        index, self.batches = self.batches, self.batches + 1
+        fired = float(self.fired_at is not None)
+        if not done:
+            metrics = {"alarm/fired": fired, "alarm/warmup": float(self.config.warmup - self.batches)}
+            self.history.append(metrics)
+            return metrics
+        rise = shifts["reward"]
+        metrics = {"alarm/reward_shift": rise}
+        divergences = {}
+        for name in names:
+            metrics[f"alarm/shift/{name}"] = shifts[name]
+            divergences[name] = metrics[f"alarm/divergence/{name}"] = rise - shifts[name]
+        metrics["alarm/divergence"] = max(divergences.values())
+        lagging = {
+            n: round(d, 2) for n, d in divergences.items()
+            if d >= self.config.threshold and shifts[n] < self.config.follow * rise
+        }
+        over = rise >= self.config.min_rise and bool(lagging)
+        self._streak = self._streak + 1 if over else 0
+        if self._streak >= self.config.patience and self.fired_at is None:
+            self.fired_at = index
+            warnings.warn(
+                f"possible reward hacking from batch {index}: the reward rose {rise:.2f} baseline SDs while "
+                f"{sorted(lagging)} did not follow (divergence {lagging}, threshold {self.config.threshold}, "
+                f"shifts {{{', '.join(f'{n!r}: {shifts[n]:.2f}' for n in sorted(lagging))}}}). "
+                "Look at the completions of these batches; guard the reward (GuardedReward, NoveltyReward) if they game it.",
+                HackWarning,
+                stacklevel=2,
+            )
+        metrics["alarm/fired"] = float(self.fired_at is not None)
+        self.history.append(metrics)
+        return metrics
+
+    def __repr__(self) -> str:
+        state = f"fired at batch {self.fired_at}" if self.fired_at is not None else f"{self.batches} batches, quiet"
+        return f"HackAlarm({state}, views={list(self._views or [])})"
+
+
+class AlarmedReward:
+    """A TRL reward with a :class:`HackAlarm`: returns the reward's values unchanged, and on each call
+    scores the same completions with each view and logs ``alarm/…`` through TRL's ``log_metric``.
+
+    Args:
+        reward: a TRL reward callable (e.g. :class:`~.rewards.PluieReward`).
+        views: view name -> TRL reward callable read as an independent view (higher = better):
+            ``PluieReward(judge, "para-direct")``, ``NoveltyReward("source")``, ``GuardReward(...)``.
+        alarm: the alarm (default: ``HackAlarm()``).
+
+    Example:
+        >>> from pluie_reward.integrations.rewards import NoveltyReward
+        >>> length = lambda completions, **kw: [float(len(c)) for c in completions]   # a reward to watch
+        >>> watched = AlarmedReward(length, {"novelty": NoveltyReward("source")}, HackAlarm(warmup=1, patience=1))
+        >>> watched(completions=["A cat naps.", "Dogs bark."], source=["The cat sleeps.", "A dog barks."])
+        [11.0, 10.0]
+        >>> watched.alarm.batches
+        1
+    """
+
+    def __init__(self, reward: Callable[..., Sequence[float]], views: Mapping[str, Callable[..., Sequence[float]]],
+                 alarm: HackAlarm | None = None) -> None:
+        if not views:
+            raise ValueError("AlarmedReward needs at least one view, e.g. {'novelty': NoveltyReward('source')}.")
+        self.reward = reward
+        self.views = dict(views)
+        self.alarm = alarm or HackAlarm()
+        self.__name__ = getattr(reward, "__name__", "reward")
+
+    def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
+                 log_metric: Callable[[str, float], None] | None = None, **kwargs: Any) -> list[float]:
+        """The reward's values; the views and the alarm run on the same completions."""
+        logged = {"log_metric": log_metric} if log_metric is not None else {}
+        values = list(self.reward(prompts=prompts, completions=completions, **logged, **kwargs))
+        if not values:
+            return values
+        views = {name: view(prompts=prompts, completions=completions, **kwargs) for name, view in self.views.items()}
+        metrics = self.alarm.update(values, views)
+        if log_metric is not None:
+            for key, value in metrics.items():
+                log_metric(key, value)
+        return values
+
+    def __repr__(self) -> str:
+        return f"AlarmedReward({self.reward!r}, views={sorted(self.views)}, {self.alarm!r})"

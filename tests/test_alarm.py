@@ -1,0 +1,158 @@
+"""The hack-onset alarm against shifts and divergences computed by hand, and its firing rules."""
+
+from __future__ import annotations
+
+import random
+import warnings
+
+import numpy as np
+import pytest
+
+from pluie_reward.integrations.alarm import AlarmConfig, AlarmedReward, HackAlarm, HackWarning
+from pluie_reward.integrations.rewards import NoveltyReward
+
+
+def reference_metrics(batches, warmup, smoothing, min_std):
+    """Shift and divergence per batch after warm-up, written out with numpy from the whole sequence."""
+    names = list(batches[0])
+    base = {n: np.concatenate([np.asarray(b[n], float) for b in batches[:warmup]]) for n in names}
+    mean = {n: base[n].mean() for n in names}
+    std = {n: max(base[n].std(), min_std) for n in names}
+    ema = dict(mean)
+    out = []
+    for batch in batches[warmup:]:
+        ema = {n: smoothing * np.mean(batch[n]) + (1 - smoothing) * ema[n] for n in names}
+        shift = {n: (ema[n] - mean[n]) / std[n] for n in names}
+        out.append({"reward": shift["reward"], **{v: shift["reward"] - shift[v] for v in names if v != "reward"}})
+    return out
+
+
+def feed(alarm, batches):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        metrics = [alarm.update(b["reward"], {k: v for k, v in b.items() if k != "reward"}) for b in batches]
+    return metrics, [w for w in caught if issubclass(w.category, HackWarning)]
+
+
+def test_shift_by_hand_without_smoothing():
+    # baseline reward items 0, 2 -> mean 1, sd 1; novelty 0.4, 0.6 -> mean 0.5, sd 0.1
+    alarm = HackAlarm(warmup=1, smoothing=1.0, threshold=100, min_std=1e-3)
+    alarm.update([0, 2], {"novelty": [0.4, 0.6]})
+    metrics = alarm.update([3, 3], {"novelty": [0.4, 0.4]})
+    assert metrics["alarm/reward_shift"] == pytest.approx(2.0)            # (3 - 1) / 1
+    assert metrics["alarm/shift/novelty"] == pytest.approx(-1.0)         # (0.4 - 0.5) / 0.1
+    assert metrics["alarm/divergence/novelty"] == pytest.approx(3.0)
+    assert metrics["alarm/divergence"] == pytest.approx(3.0) and metrics["alarm/fired"] == 0.0
+
+
+def test_metrics_equal_a_numpy_reference_at_every_batch():
+    rng = np.random.default_rng(0)
+    batches = [{"reward": rng.normal(i * 0.2, 1, 8), "guard": rng.choice([0.0, -1.0], 8), "other": rng.normal(0, 2, 8)}
+               for i in range(12)]
+    alarm = HackAlarm(warmup=4, smoothing=0.3, min_std=0.05, threshold=1e9)
+    metrics, _ = feed(alarm, batches)
+    assert all(set(m) == {"alarm/fired", "alarm/warmup"} for m in metrics[:4])
+    for got, want in zip(metrics[4:], reference_metrics(batches, 4, 0.3, 0.05)):
+        assert got["alarm/reward_shift"] == pytest.approx(want["reward"], abs=1e-9)
+        for view in ("guard", "other"):
+            assert got[f"alarm/divergence/{view}"] == pytest.approx(want[view], abs=1e-9)
+        assert got["alarm/divergence"] == pytest.approx(max(want["guard"], want["other"]), abs=1e-9)
+
+
+def hacked_sequence(seed: int, honest: int = 8, hacked: int = 6, size: int = 16):
+    """Honest batches (reward and novelty noisy, unrelated), then a growing share of hacks: copies that
+    the judge loves (reward +3) and that have no novelty."""
+    rng = random.Random(seed)
+    batches = []
+    for b in range(honest + hacked):
+        share = 0.0 if b < honest else min(1.0, (b - honest + 1) / 4)
+        reward, nov = [], []
+        for _ in range(size):
+            if rng.random() < share:
+                reward.append(1.0 + rng.gauss(0, 0.3))
+                nov.append(0.0)
+            else:
+                reward.append(-2.0 + rng.gauss(0, 1.0))
+                nov.append(min(1.0, max(0.0, rng.gauss(0.7, 0.1))))
+        batches.append({"reward": reward, "novelty": nov})
+    return batches
+
+
+def test_fires_at_the_onset_and_never_on_honest_batches():
+    for seed in range(20):
+        batches = hacked_sequence(seed)
+        alarm = HackAlarm(warmup=3, threshold=1.0, patience=2)
+        metrics, caught = feed(alarm, batches)
+        assert alarm.fired_at is not None and 8 <= alarm.fired_at <= 10, (seed, alarm.fired_at)
+        assert len(caught) == 1 and "novelty" in str(caught[0].message)        # warned once, naming the view
+        assert all(m["alarm/fired"] == 0.0 for m in metrics[: alarm.fired_at])
+        assert all(m["alarm/fired"] == 1.0 for m in metrics[alarm.fired_at:])
+        quiet = HackAlarm(warmup=3, threshold=1.0, patience=2)
+        _, caught = feed(quiet, batches[:8] * 2)                               # honest batches only
+        assert quiet.fired_at is None and not caught, seed
+
+
+def test_honest_progress_moves_the_views_with_the_reward():
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        batches = [{"reward": rng.normal(i * 0.3, 1, 16), "second_template": rng.normal(i * 0.3, 1, 16)} for i in range(15)]
+        alarm = HackAlarm(warmup=3)
+        feed(alarm, batches)
+        assert alarm.fired_at is None, seed
+        # the same rewards where the second view stays flat: the reward's rise is not followed
+        flat = [{"reward": b["reward"], "second_template": rng.normal(0, 1, 16)} for b in batches]
+        alarm = HackAlarm(warmup=3)
+        feed(alarm, flat)
+        assert alarm.fired_at is not None, seed
+
+
+def test_patience_and_min_rise():
+    base = [{"reward": [0.0, 1.0], "view": [0.0, 1.0]}] * 2
+    spike = [{"reward": [5.0, 5.0], "view": [0.5, 0.5]}, {"reward": [0.5, 0.5], "view": [0.5, 0.5]}] * 2
+    alarm = HackAlarm(warmup=2, patience=2, smoothing=1.0)
+    feed(alarm, base + spike)
+    assert alarm.fired_at is None                                            # one batch over, then back
+    alarm = HackAlarm(warmup=2, patience=1, smoothing=1.0)
+    feed(alarm, base + spike)
+    assert alarm.fired_at == 2
+    # the view falls while the reward stays put: no rise, no alarm (nothing is being paid for)
+    alarm = HackAlarm(warmup=2, patience=1, smoothing=1.0)
+    feed(alarm, base + [{"reward": [0.0, 1.0], "view": [-5.0, -5.0]}] * 3)
+    assert alarm.fired_at is None
+
+
+def test_bad_input_is_refused_clearly():
+    alarm = HackAlarm(warmup=1)
+    with pytest.raises(ValueError, match="view 'v' value 1 is nan"):
+        alarm.update([1.0, 2.0], {"v": [0.0, float("nan")]})
+    with pytest.raises(ValueError, match="has 1 values for 2 rewards"):
+        alarm.update([1.0, 2.0], {"v": [0.0]})
+    with pytest.raises(ValueError, match="at least one independent view"):
+        alarm.update([1.0], {})
+    alarm.update([1.0], {"v": [0.0]})
+    with pytest.raises(ValueError, match="views changed"):
+        alarm.update([1.0], {"w": [0.0]})
+    for bad in (dict(follow=1.0), dict(warmup=0), dict(patience=True), dict(threshold=0), dict(smoothing=0), dict(min_rise=-1)):
+        with pytest.raises(ValueError):
+            AlarmConfig(**bad)
+    with pytest.raises(TypeError):
+        HackAlarm(AlarmConfig(), warmup=2)
+
+
+def test_alarmed_reward_returns_the_reward_and_logs_the_alarm():
+    calls, logged = [], {}
+
+    def judge_like(prompts=None, completions=None, log_metric=None, **kwargs):
+        calls.append(("reward", list(completions), kwargs["source"]))
+        return [1.0 if c == s else -1.0 for c, s in zip(completions, kwargs["source"])]
+
+    watched = AlarmedReward(judge_like, {"novelty": NoveltyReward("source")}, HackAlarm(warmup=1, patience=1, smoothing=1.0))
+    assert watched.__name__ == "judge_like"
+    sources = ["The cat sleeps.", "A dog barks."]
+    honest = watched(completions=["A cat naps.", "Dogs are barking."], source=sources, log_metric=logged.__setitem__)
+    assert honest == [-1.0, -1.0] and logged == {"alarm/fired": 0.0, "alarm/warmup": 0.0}
+    with pytest.warns(HackWarning, match="novelty"):
+        copies = watched(completions=sources, source=sources, log_metric=logged.__setitem__)
+    assert copies == [1.0, 1.0] and logged["alarm/fired"] == 1.0
+    assert logged["alarm/shift/novelty"] < 0 < logged["alarm/reward_shift"]
+    assert [c[1] for c in calls] == [["A cat naps.", "Dogs are barking."], sources]
