@@ -156,3 +156,17 @@ def test_alarmed_reward_returns_the_reward_and_logs_the_alarm():
     assert copies == [1.0, 1.0] and logged["alarm/fired"] == 1.0
     assert logged["alarm/shift/novelty"] < 0 < logged["alarm/reward_shift"]
     assert [c[1] for c in calls] == [["A cat naps.", "Dogs are barking."], sources]
+
+
+def test_staged_onset_on_a_real_judge_fires_in_the_ramp_only(tiny_judge):
+    from pluie_reward.tools.probe.onset import hack_onset
+
+    for seed in range(3):
+        rows = hack_onset(tiny_judge, "para-fs", honest_batches=5, ramp=(0.25, 0.5, 1.0, 1.0), batch_size=8, seed=seed, limit=4)
+        assert [r["hack_share"] for r in rows] == [0.0] * 5 + [0.25, 0.5, 1.0, 1.0]
+        assert not any(r["fired"] for r in rows[:5]) and rows[-1]["fired"], seed
+        assert all(r["guard"] == 0.0 for r in rows[:5])
+        for row in rows[4:6]:  # the reward is the judge's PLUIE of each completion, scored one by one here
+            one_by_one = [tiny_judge.score("para-fs", source=s, hypothesis=[h], use_cache=False)[0]
+                          for s, h in zip(row["sources"], row["completions"])]
+            assert row["reward"] == pytest.approx(sum(one_by_one) / len(one_by_one), abs=1e-4)
