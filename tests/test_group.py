@@ -125,3 +125,15 @@ def test_group_reward_splits_trl_groups_and_reads_each_output(judge):
         fixed(prompts=prompts[:4], completions=completions[:4], source=sources[:4])
     with pytest.raises(ValueError, match="no other completion of the same prompt"):
         GroupPluieReward(judge)(prompts=["a", "b"], completions=["x", "y"], source=["s", "t"])
+
+
+def test_bench_compares_group_and_pointwise_on_the_same_groups(judge):
+    from pluie_reward.tools.bench.group import compare_group_judging, format_group_table, kendall_tau
+
+    pairs = [(f"Sentence number {i} is about topic {i}.", f"Topic {i} is what sentence {i} covers.") for i in range(6)]
+    result = compare_group_judging(judge, pairs, groups=3, size=3, orders=(1, 3))
+    pointwise, one, every = result["rows"]
+    assert pointwise["kendall_vs_pointwise"] == 1.0 and pointwise["top1_agreement"] == 1.0
+    assert result["bias"][3] == pytest.approx(0.0, abs=1e-9) and result["bias"][1] > 0
+    assert "Position bias left" in format_group_table(result)
+    assert kendall_tau([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / 3)

@@ -12,6 +12,7 @@ from typing import Sequence
 
 from ..cli.common import UsageError, add_judge_arguments, command, judge_from_args
 from .engines import compare_engines, comparison_json, format_engine_table, load_vllm_judge, parse_engines
+from .group import compare_group_judging, format_group_table
 from .grpo_share import PLACEMENTS as GRPO_PLACEMENTS, format_grpo_table, grpo_share
 from .run import (
     DEFAULT_METHODS,
@@ -64,6 +65,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--grpo-steps", type=int, default=0, metavar="N",
                        help="also time N steps of a small GRPOTrainer per judge placement (shared, separate, and vllm when "
                             "--engines has it), in fresh processes: the reward's share of the step")
+    group.add_argument("--groups", type=int, default=0, metavar="N",
+                       help="also compare group-relative judging (para-group) with pointwise PLUIE on N GRPO-shaped groups")
+    group.add_argument("--group-size", type=int, default=4, help="candidates per group of --groups (2 to 16, default 4)")
+    group.add_argument("--group-orders", default="1,2,4", help="numbers of cyclic orders to compare (default 1,2,4)")
 
 
 def check_args(args: argparse.Namespace, pairs_available: int | None = None) -> tuple[list[str], list[str], list[str]]:
@@ -82,8 +87,16 @@ def check_args(args: argparse.Namespace, pairs_available: int | None = None) -> 
     if set(methods) - set(METHODS):
         raise UsageError(f"--methods: choose from {list(METHODS)}, got {args.methods!r}.")
     engines = parse_engines(args.engines)
-    if not methods and not engines and not args.server_clients and not args.grpo_steps and not args.placement:
-        raise UsageError("nothing to run: give --methods, --engines, --server-clients, --grpo-steps or --placement.")
+    if not methods and not engines and not args.server_clients and not args.grpo_steps and not args.placement and not args.groups:
+        raise UsageError("nothing to run: give --methods, --engines, --server-clients, --grpo-steps, --groups or --placement.")
+    if args.groups < 0 or not 2 <= args.group_size <= 16:
+        raise UsageError("--groups must be >= 0 and --group-size from 2 to 16.")
+    try:
+        orders = [int(k) for k in args.group_orders.split(",") if k.strip()]
+    except ValueError:
+        raise UsageError(f"--group-orders: comma-separated whole numbers, got {args.group_orders!r}.") from None
+    if not orders or not all(1 <= k <= args.group_size for k in orders):
+        raise UsageError(f"--group-orders: each from 1 to --group-size ({args.group_size}), got {args.group_orders!r}.")
     if args.engine != "transformers":
         raise UsageError(f"--engine {args.engine}: the benchmark's methods read the transformers model; "
                          "compare engines with --engines transformers,vllm instead.")
@@ -176,6 +189,13 @@ def bench_command(args: argparse.Namespace) -> int:
         rows = grpo_share(placements, args.grpo_steps, args.threads)
         print(format_grpo_table(rows) + "\n")
         payload["grpo"] = rows
+    if args.groups:
+        say(f"group-relative judging: {args.groups} groups of {args.group_size} ...")
+        orders = [int(k) for k in args.group_orders.split(",") if k.strip()]
+        compared = compare_group_judging(judge, pairs, groups=args.groups, size=args.group_size, orders=orders,
+                                         pointwise_template=args.template)
+        print(format_group_table(compared) + "\n")
+        payload["groups"] = compared
     memory = None
     if args.placement:
         say("placement memory: three fresh processes ...")

@@ -1,0 +1,100 @@
+"""Group-relative judging next to pointwise PLUIE on the same GRPO-shaped groups: rank agreement,
+which candidate each picks, cost per group, and the position bias left by K orders.
+
+Groups come from MRPC pairs as the grpo workload builds them (:func:`.run.edit_variants`): the
+partner sentence (a human paraphrase), the source itself (a copy), edits of the source and another
+pair's sentence. Pointwise PLUIE scores the G candidates one by one (one ``Judge.score`` call per
+group); the group judge reads all G at once, in K cyclic orders (:func:`~pluie_reward.core.group.judge_groups`).
+
+Example:
+    >>> kendall_tau([1, 2, 3], [10, 20, 30]), kendall_tau([1, 2, 3], [3, 2, 1])
+    (1.0, -1.0)
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Sequence
+
+from ...core.group import judge_groups
+from ..evaluation.report import markdown_table
+from .run import edit_variants
+
+
+def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Kendall's tau-a between two score lists (None when no pair is ordered in both)."""
+    concordant = discordant = 0
+    for i in range(len(x)):
+        for j in range(i + 1, len(x)):
+            s = (x[i] - x[j]) * (y[i] - y[j])
+            concordant += s > 0
+            discordant += s < 0
+    total = len(x) * (len(x) - 1) / 2
+    return None if not total else (concordant - discordant) / total
+
+
+def make_groups(pairs: Sequence[tuple[str, str]], groups: int, size: int) -> list[tuple[str, list[str]]]:
+    """``groups`` (source, candidates) of ``size`` candidates; candidate 0 is the human paraphrase."""
+    others = [h for _, h in pairs[: groups + 16]]
+    return [
+        (source, edit_variants(source, partner, [o for o in others if o != partner], size, seed=i))
+        for i, (source, partner) in enumerate(pairs[:groups])
+    ]
+
+
+def compare_group_judging(judge: Any, pairs: Sequence[tuple[str, str]], *, groups: int = 16, size: int = 4,
+                          orders: Sequence[int] = (1, 2, 4), pointwise_template: str = "para-fs",
+                          group_template: str = "para-group") -> dict[str, Any]:
+    """Score the same groups pointwise and group-relatively (each K in ``orders``), side by side.
+
+    Returns:
+        ``rows`` (one per method: seconds per group, top-1 = the human paraphrase, top-1 = the copy,
+        Kendall tau with pointwise PLUIE, top-1 agreement with it), ``bias`` (per K: mean spread of
+        log p(best) over groups of ``size`` identical candidates, 0 with no position bias), and the setup.
+    """
+    data = make_groups(pairs, groups, size)
+    rows = []
+    start = time.perf_counter()
+    pointwise = [judge.score(pointwise_template, source=s, hypothesis=c, use_cache=False) for s, c in data]
+    seconds = (time.perf_counter() - start) / len(data)
+    rows.append(_row(f"pointwise {pointwise_template}", seconds, pointwise, pointwise, data))
+    for k in orders:
+        start = time.perf_counter()
+        out = judge_groups(judge, group_template, [c for _, c in data], orders=k, source=[s for s, _ in data])
+        seconds = (time.perf_counter() - start) / len(data)
+        rows.append(_row(f"{group_template}, {k} order{'s' if k > 1 else ''}", seconds, [r["logp_best"] for r in out], pointwise, data))
+    same = [[c[0]] * size for _, c in data]
+    bias = {}
+    for k in orders:
+        out = judge_groups(judge, group_template, same, orders=k, source=[s for s, _ in data])
+        bias[k] = statistics.fmean(max(r["logp_best"]) - min(r["logp_best"]) for r in out)
+    return {"rows": rows, "bias": bias, "groups": len(data), "size": size}
+
+
+def _row(method: str, seconds: float, scores: list[list[float]], pointwise: list[list[float]],
+         data: list[tuple[str, list[str]]]) -> dict[str, Any]:
+    top = [max(range(len(s)), key=s.__getitem__) for s in scores]
+    ref = [max(range(len(s)), key=s.__getitem__) for s in pointwise]
+    copies = [c.index(s) if s in c else -1 for s, c in data]
+    taus = [t for t in (kendall_tau(a, b) for a, b in zip(scores, pointwise)) if t is not None]
+    return {
+        "method": method,
+        "seconds_per_group": seconds,
+        "top1_paraphrase": sum(t == 0 for t in top) / len(top),
+        "top1_copy": sum(t == c for t, c in zip(top, copies)) / len(top),
+        "kendall_vs_pointwise": statistics.fmean(taus) if taus else None,
+        "top1_agreement": sum(a == b for a, b in zip(top, ref)) / len(top),
+    }
+
+
+def format_group_table(result: dict[str, Any]) -> str:
+    """The comparison as Markdown: one row per method, then the position bias per number of orders."""
+    rows = [[r["method"], f"{r['seconds_per_group']:.2f}", f"{r['top1_paraphrase']:.0%}", f"{r['top1_copy']:.0%}",
+             "-" if r["kendall_vs_pointwise"] is None else f"{r['kendall_vs_pointwise']:.2f}", f"{r['top1_agreement']:.0%}"]
+            for r in result["rows"]]
+    table = markdown_table(["method", "s/group", "top-1 = human paraphrase", "top-1 = copy", "Kendall τ vs pointwise",
+                            "same top-1 as pointwise"], rows, align="lrrrrr")
+    bias = markdown_table(["orders", "spread of log p(best), identical candidates"],
+                          [[str(k), f"{v:.3f}"] for k, v in result["bias"].items()], align="rr")
+    return f"{result['groups']} groups of {result['size']}:\n\n{table}\n\nPosition bias left:\n\n{bias}\n"
