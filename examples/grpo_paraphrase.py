@@ -14,6 +14,11 @@ writes ``run_curves.png`` (reward, PLUIE, novelty and accept rate per step) in t
     python examples/grpo_paraphrase.py                        # ~20-30 min on 2 CPU cores
     python examples/grpo_paraphrase.py --max-steps 2 --held-out 1   # smoke run, a few minutes
     python examples/grpo_paraphrase.py --max-steps 300 --num-generations 8 --batch-size 16 --data ../shared/data/paraphrasus/ms-mrpc.json
+    python examples/grpo_paraphrase.py --novelty-weight 0 --alarm   # unguarded PLUIE, watched by a hack alarm
+
+``--alarm`` wraps the PLUIE reward in :class:`~pluie_reward.AlarmedReward` with two independent views
+of the same completions, novelty against the source and the guard (0 clean, -1 flagged): the
+``alarm/*`` metrics are printed each step and a ``HackWarning`` says when PLUIE rises while they do not.
 
 The embedded 135M judge is for demos, not quality: use a 7B+ instruct model as judge for real runs
 (e.g. a policy and judge on the same 7B base via ``Judge.from_peft``, or ``Judge.load(..., offload_device="cpu")``).
@@ -33,7 +38,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import PrinterCallback, TrainerCallback, set_seed
 from trl import GRPOConfig, GRPOTrainer
 
-from pluie_reward import Judge, PluieCallback, PluieReward, load_trainable_embedded, novelty
+from pluie_reward import AlarmedReward, GuardReward, HackAlarm, Judge, PluieCallback, PluieReward, load_trainable_embedded, novelty
 from pluie_reward.integrations.rewards import novelty_score
 from pluie_reward.tools.runs import plot_run, read_run, summary
 
@@ -81,9 +86,11 @@ class PrintRewards(TrainerCallback):
         if logs and "rewards/pluie/mean" in logs:
             print(
                 f"step {state.global_step:>3}  {time.monotonic() - self.start:6.0f}s  reward {logs['reward']:+.3f}  "
-                f"pluie {logs['rewards/pluie/mean']:+.3f}  novelty {logs['rewards/novelty/mean']:.3f}  "
+                f"pluie {logs['rewards/pluie/mean']:+.3f}  novelty {logs.get('rewards/novelty/mean', float('nan')):.3f}  "
                 f"accept {logs.get('pluie/accept_rate', float('nan')):.2f}  "
-                f"length {logs.get('completions/mean_length', float('nan')):.1f}",
+                f"length {logs.get('completions/mean_length', float('nan')):.1f}"
+                + (f"  alarm: shift {logs['alarm/reward_shift']:+.2f} divergence {logs['alarm/divergence']:+.2f} "
+                   f"fired {int(logs['alarm/fired'])}" if "alarm/divergence" in logs else ""),
                 flush=True,
             )
 
@@ -113,6 +120,7 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=20, help="held-out PLUIE every N steps (and before/after)")
     parser.add_argument("--output-dir", type=Path, default=Path("runs/grpo_paraphrase"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--alarm", action="store_true", help="watch the PLUIE reward with a hack alarm (novelty and guard views)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's); 1 is much faster on a CPU shared with other jobs")
     args = parser.parse_args()
@@ -137,6 +145,8 @@ def main() -> None:
     )
     judge = Judge.from_peft(policy, tokenizer)  # the base weights, adapter disabled while scoring
     pluie = PluieReward(judge, template="para-fs", fields={"source": "source"})
+    if args.alarm:  # PLUIE's values unchanged; alarm/* metrics from two views of the same completions
+        pluie = AlarmedReward(pluie, {"novelty": novelty, "guard": GuardReward("para-fs", tokenizer)}, HackAlarm(warmup=5))
     reward_funcs, weights = [pluie], [1.0]
     if args.novelty_weight:
         reward_funcs.append(novelty)

@@ -264,7 +264,8 @@ class AlarmedReward:
         values = list(self.reward(prompts=prompts, completions=completions, **logged, **kwargs))
         if not values:
             return values
-        views = {name: view(prompts=prompts, completions=completions, **kwargs) for name, view in self.views.items()}
+        columns = {k: v for k, v in kwargs.items() if k != "log_extra"}  # the views log nothing of their own
+        views = {name: view(prompts=prompts, completions=completions, **columns) for name, view in self.views.items()}
         metrics = self.alarm.update(values, views)
         if log_metric is not None:
             for key, value in metrics.items():
