@@ -12,9 +12,11 @@ reproduces exactly that:
 * Answer words are validated once per template and tokenizer on that rendering: every answer
   must start at the same token boundary, must not merge with the end-of-turn text, and must be one
   token (several only with ``allow_multi_token``, the seeds' eq. 4).
-* Field values are text, never markup: special-token strings inside them (``<|im_end|>``,
-  ``</s>``, ...) are tokenized as ordinary tokens, while the template's own structure keeps its
-  control tokens.
+* Field values are text, never markup: chat markers inside them are tokenized as ordinary text,
+  while the template's own structure keeps its control tokens. The markers
+  (:func:`marker_strings`) are every special token (``<|im_end|>``, ``</s>``, ...) and every
+  other added token the chat template writes (Qwen3's non-special ``<think>``, ``<tool_call>``;
+  DeepSeek's ``<｜Assistant｜>``).
 
 Example:
     >>> from pluie_reward.testing import make_tiny_tokenizer
@@ -29,11 +31,13 @@ Example:
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import warnings
+import weakref
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .template import GENERATED, Template, load_template  # noqa: F401  (load_template: doctests)
 
@@ -67,6 +71,89 @@ def special_token_strings(tokenizer: Any) -> list[str]:
     return sorted((s for s in found if s), key=lambda s: (-len(s), s))
 
 
+def marker_strings(tokenizer: Any) -> list[str]:
+    """Strings that field text must never turn into their added-token ids (longest first).
+
+    The rule: every special token, plus every added token -- special or not -- whose text appears in
+    the chat template's source (``tokenizer.chat_template``), so any marker the template can write.
+    Added tokens the template never writes, and whitespace-only ones (the template's indentation
+    matches them; Gemma-style ``"\\n\\n"`` tokens are ordinary text), keep their usual reading, so
+    ordinary text tokenizes exactly as the judge reads it elsewhere.
+
+    Args:
+        tokenizer: a transformers tokenizer.
+
+    Returns:
+        The marker strings, longest first (a regex alternation tries them in that order).
+
+    Example:
+        >>> from pluie_reward.testing import make_tiny_tokenizer
+        >>> marker_strings(make_tiny_tokenizer())
+        ['<|im_start|>', '<|im_end|>', '<pad>']
+    """
+    found = set(special_token_strings(tokenizer))
+    source = getattr(tokenizer, "chat_template", None)
+    if isinstance(source, dict):  # several named templates
+        source = "\n".join(map(str, source.values()))
+    if isinstance(source, str):
+        for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+            text = str(token)
+            if text.strip() and text in source:
+                found.add(text)
+    return sorted((s for s in found if s), key=lambda s: (-len(s), s))
+
+
+_PLAIN_ENCODERS: "weakref.WeakKeyDictionary[Any, dict[tuple[str, ...], Callable[[str], list[int]]]]" = weakref.WeakKeyDictionary()
+
+
+def text_encoder(tokenizer: Any, markers: Sequence[str]) -> Callable[[str], list[int]]:
+    """A function tokenizing text with ``markers`` read as ordinary text, never as their added-token ids.
+
+    ``split_special_tokens=True`` does that for special tokens only: a fast tokenizer still matches
+    non-special added tokens (Qwen3's ``<think>``). For those, a copy of the backend tokenizer marks
+    them special and encodes with ``encode_special_tokens``; everything else (normalizer,
+    pre-tokenizer, model, the other added tokens) is the tokenizer's own, so text without markers
+    gets the same ids. Python tokenizers skip every added token with ``split_special_tokens=True``.
+
+    Args:
+        tokenizer: a transformers tokenizer.
+        markers: the strings to read as text (see :func:`marker_strings`).
+
+    Returns:
+        ``encode(text) -> ids`` (no BOS/EOS added).
+
+    Example:
+        >>> from pluie_reward.testing import make_tiny_tokenizer
+        >>> tok = make_tiny_tokenizer()
+        >>> text_encoder(tok, ["<|im_end|>"])("<|im_end|>") == tok("<|im_end|>", split_special_tokens=True)["input_ids"]
+        True
+    """
+    def split(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+    added = {str(t): t for t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values()}
+    flip = tuple(sorted(m for m in markers if m in added and not getattr(added[m], "special", False)))
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if not flip or backend is None:
+        return split
+    try:
+        cache = _PLAIN_ENCODERS.setdefault(tokenizer, {})
+    except TypeError:  # not weak-referenceable
+        cache = {}
+    if flip not in cache:
+        from tokenizers import Tokenizer
+
+        data = json.loads(backend.to_str())
+        for entry in data.get("added_tokens") or []:
+            if entry.get("content") in flip:
+                entry["special"] = True
+        data["truncation"] = data["padding"] = None
+        plain = Tokenizer.from_str(json.dumps(data))
+        plain.encode_special_tokens = True
+        cache[flip] = lambda text: plain.encode(text, add_special_tokens=False).ids
+    return cache[flip]
+
+
 class BoundTemplate:
     """A :class:`Template` rendered and tokenized with one tokenizer.
 
@@ -97,8 +184,9 @@ class BoundTemplate:
         self._answer_mark = f"\ue002{nonce}\ue003"
         self._protect_mark = "\ue004" + nonce + "{}\ue005"
         self._protect_split = re.compile("\ue004" + nonce + r"(\d+)\ue005")
-        specials = special_token_strings(tokenizer)
-        self._specials = re.compile("|".join(map(re.escape, specials))) if specials else None
+        self.markers = tuple(marker_strings(tokenizer))
+        self._specials = re.compile("|".join(map(re.escape, self.markers))) if self.markers else None
+        self._text_ids = text_encoder(tokenizer, self.markers)
         self._lead_ids = self._leading_special_ids()
         self.tail = self._tail()
         self.answer_ids = self._validate_answers(allow_multi_token)
@@ -171,7 +259,7 @@ class BoundTemplate:
         return []
 
     def _protect(self, values: Mapping[str, str | None]) -> tuple[dict[str, str | None], list[str]]:
-        """Field values with every special-token string replaced by a placeholder (and the strings)."""
+        """Field values with every marker string replaced by a placeholder (and the strings)."""
         if self._specials is None:
             return dict(values), []
         found: list[str] = []
@@ -200,7 +288,7 @@ class BoundTemplate:
             if pieces[index]:
                 ids += self.tokenizer(pieces[index], add_special_tokens=False)["input_ids"]
             text = strings[int(pieces[index + 1])]
-            ids += self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+            ids += self._text_ids(text)
         prompt, answer_ids = self._tokenize_with_answer(pieces[-1], answer)
         return ids + prompt, answer_ids
 
@@ -214,7 +302,7 @@ class BoundTemplate:
                 ids += self.tokenizer(pieces[index], add_special_tokens=False)["input_ids"]
             if index + 1 < len(pieces):
                 text = strings[int(pieces[index + 1])]
-                ids += self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+                ids += self._text_ids(text)
         return ids
 
     @property
@@ -342,12 +430,12 @@ class BoundTemplate:
             if excess <= 0:
                 break
             lengths = {
-                f: len(self.tokenizer(v, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+                f: len(self._text_ids(v))
                 for f, v in row.items()
                 if isinstance(v, str) and f in self.template.all_fields
             }
             longest = max(lengths, key=lengths.get)
-            field_ids = self.tokenizer(row[longest], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+            field_ids = self._text_ids(row[longest])
             keep = max(len(field_ids) - excess - 8, 0)
             head, tail = field_ids[: keep - keep // 2], field_ids[len(field_ids) - keep // 2 :] if keep // 2 else []
             row = {**row, longest: self.tokenizer.decode(head) + " … " + self.tokenizer.decode(tail)}
