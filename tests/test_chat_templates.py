@@ -60,16 +60,17 @@ def sample_fields(template_name: str, n: int = ITEMS) -> dict[str, list[str]]:
     return {f: every[f] for f in load_template(template_name).fields}
 
 
-def chat_ids(tokenizer, messages) -> list[int]:
-    out = tokenizer.apply_chat_template(messages, tokenize=True)
+def chat_ids(tokenizer, messages, **kwargs) -> list[int]:
+    out = tokenizer.apply_chat_template(messages, tokenize=True, **kwargs)
     if not isinstance(out, list):  # a BatchEncoding
         out = out["input_ids"]
     return list(out)
 
 
-def eq3(model64, tokenizer, messages, answers=("Yes", "No")) -> float:
-    """(T+1) * (loss(prompt o No) - loss(prompt o Yes)) on the chat rendering, end-of-turn cut."""
-    full = [chat_ids(tokenizer, messages + [{"role": "assistant", "content": a}]) for a in answers]
+def eq3(model64, tokenizer, messages, answers=("Yes", "No"), **kwargs) -> float:
+    """(T+1) * (loss(prompt o No) - loss(prompt o Yes)) on the chat rendering, end-of-turn cut
+    (``kwargs``: chat-template keywords)."""
+    full = [chat_ids(tokenizer, messages + [{"role": "assistant", "content": a}], **kwargs) for a in answers]
     common = 0
     while common < min(map(len, full)) and full[0][-1 - common] == full[1][-1 - common]:
         common += 1
@@ -279,3 +280,89 @@ def test_templates_render_command_shows_what_the_judge_reads(capsys):
     assert main(["templates", "--render", "para-direct", "--model", folder, "--field", "nope=1"]) == 2
     assert main(["templates", "--render", "para-fs-fr", "--model", folder]) == 0  # shown, with the multi-token note
     assert "several tokens" in capsys.readouterr().out
+
+
+# chat-template keywords and the clock ----------------------------------------------------------
+def _fixed(day: str):
+    import datetime
+
+    moment = datetime.datetime.fromisoformat(day)
+    return lambda fmt: moment.strftime(fmt)
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_qwen3_pluie_is_read_after_the_empty_think_block_in_both_modes(thinking):
+    """Qwen3's final assistant turn renders "<think>\\n\\n</think>\\n\\n" before the answer whatever
+    enable_thinking says: PLUIE equals the two-pass eq. 3 rendered with the same keyword, and is the same
+    in both modes; the keyword reaches the generation prompt of a judge-generated turn."""
+    tokenizer = load_tokenizer("qwen3-8b")
+    model = tiny_model(len(tokenizer), seed=3)
+    judge = Judge.from_model(model, tokenizer, chat_template_kwargs={"enable_thinking": thinking})
+    fields = sample_fields("para-fs")
+    got = judge.score("para-fs", **fields)
+    template = load_template("para-fs")
+    model64 = copy.deepcopy(model).double()
+    want = [eq3(model64, tokenizer, template.chat({k: v[i] for k, v in fields.items()}), template.answers,
+                enable_thinking=thinking) for i in range(ITEMS)]
+    assert max(want) - min(want) > 1e-2
+    assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-3
+    other = Judge.from_model(model, tokenizer, chat_template_kwargs={"enable_thinking": not thinking})
+    assert other.score("para-fs", **fields) == pytest.approx(got, abs=1e-4)  # the same reading in both modes
+    values = {"source": "a", "hypothesis": "b"}
+    assert judge.bind("para-fs").render(values).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    # the judge-generated turn (INDIRECT) starts from the generation prompt of this mode
+    bound = judge.bind("para-indirect")
+    prompt = load_template("para-indirect").chat(values, until_generated=True)
+    assert bound.encode_generation_prompt(values) == chat_ids(tokenizer, prompt, add_generation_prompt=True, enable_thinking=thinking)
+    assert bound.generation_text(values).endswith("</think>\n\n") is (not thinking)
+    # the bind cache follows the judge's keywords; a template's own keywords override them
+    judge.chat_template_kwargs = {"enable_thinking": not thinking}
+    assert judge.bind("para-indirect").generation_text(values).endswith("</think>\n\n") is thinking
+    own = load_template("para-indirect").with_chat_template_kwargs(enable_thinking=thinking)
+    assert judge.bind(own).generation_text(values).endswith("</think>\n\n") is (not thinking)
+
+
+def test_gpt_oss_scores_do_not_depend_on_the_clock(monkeypatch):
+    """gpt-oss's template writes "Current date: " from strftime_now: the same pair gets the same ids on
+    any day (a fixed date), a user-set date is written, and keywords reach eq. 3's rendering."""
+    import datetime
+
+    import transformers.utils.chat_template_utils as chat_utils
+    from pluie_reward.core.prompt import DEFAULT_CHAT_DATE, BoundTemplate
+
+    tokenizer = load_tokenizer("gpt-oss-20b")
+    values = {"source": "The cat sleeps.", "hypothesis": "A cat is asleep."}
+
+    def on(day: str):
+        class Clock(datetime.datetime):
+            @classmethod
+            def now(cls, tz=None):
+                return cls.fromisoformat(day)
+
+        monkeypatch.setattr(chat_utils, "datetime", Clock)  # the clock transformers' strftime_now reads
+        bound = BoundTemplate(load_template("para-direct"), tokenizer)
+        plain = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+        return bound.encode_values(values), bound.render(values), plain
+
+    first, text, plain_first = on("2031-03-04")
+    second, _, plain_second = on("2032-12-25")
+    assert "Current date: 2031-03-04" in plain_first and "Current date: 2032-12-25" in plain_second  # the fake works
+    assert first == second and f"Current date: {DEFAULT_CHAT_DATE}\n" in text
+    own = BoundTemplate(load_template("para-direct").with_chat_template_kwargs(strftime_now="2024-02-29"), tokenizer)
+    assert "Current date: 2024-02-29\n" in own.render(values) and own.encode_values(values) != first
+    assert own.date == "2024-02-29" and own.chat_template_kwargs == {"strftime_now": "2024-02-29"}
+    assert BoundTemplate(load_template("para-direct"), load_tokenizer("qwen3-8b")).date is None  # no clock read
+    # reasoning_effort and the date reach every rendering: PLUIE equals eq. 3 rendered with the same keywords
+    monkeypatch.undo()
+    model = tiny_model(len(tokenizer), seed=4)
+    judge = Judge.from_model(model, tokenizer, chat_template_kwargs={"reasoning_effort": "low", "strftime_now": "2025-06-28"})
+    assert "Reasoning: low\n" in judge.bind("para-fs").render(values)
+    fields = sample_fields("para-fs")
+    got = judge.score("para-fs", **fields)
+    template = load_template("para-fs")
+    model64 = copy.deepcopy(model).double()
+    want = [eq3(model64, tokenizer, template.chat({k: v[i] for k, v in fields.items()}), template.answers,
+                reasoning_effort="low", strftime_now=_fixed("2025-06-28")) for i in range(ITEMS)]
+    assert max(want) - min(want) > 1e-2
+    assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-3
+

@@ -17,6 +17,14 @@ reproduces exactly that:
   (:func:`marker_strings`) are every special token (``<|im_end|>``, ``</s>``, ...) and every
   other added token the chat template writes (Qwen3's non-special ``<think>``, ``<tool_call>``;
   DeepSeek's ``<｜Assistant｜>``).
+* Chat-template keywords (``chat_template_kwargs``: the judge's defaults, then the template's own)
+  reach every rendering. Scores never depend on the clock: a template that writes today's date
+  (gpt-oss: ``Current date:`` from ``strftime_now``) gets a fixed date, :data:`DEFAULT_CHAT_DATE`,
+  unless the keywords set one (``{"strftime_now": "2025-06-28"}``; ``"now"``: the real clock).
+* Qwen3 renders the final assistant turn after an empty ``<think>\n\n</think>\n\n`` block whatever
+  ``enable_thinking`` says, so PLUIE is read in non-thinking mode, as the papers' rendering of
+  the answer as the assistant turn does; ``enable_thinking`` only changes the generation prompt
+  of a judge-generated turn (INDIRECT templates).
 
 Example:
     >>> from pluie_reward.testing import make_tiny_tokenizer
@@ -31,6 +39,7 @@ Example:
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import secrets
@@ -39,9 +48,46 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from .template import GENERATED, Template, load_template  # noqa: F401  (load_template: doctests)
+from .template import GENERATED, Template, check_chat_template_kwargs, load_template  # noqa: F401  (load_template: doctests)
 
 _FIELD_MARK = "\ue000{}\ue001"  # private-use characters: no chat template touches them
+
+
+DEFAULT_CHAT_DATE = "2025-01-01"  # what a chat template's strftime_now sees unless the keywords set a date
+
+
+def chat_clock(value: Any) -> datetime.datetime | None:
+    """The moment a chat template's ``strftime_now`` formats: an ISO date or date-time (text, or a
+    ``datetime.date``/``datetime.datetime``), or ``None`` for ``"now"`` (the real clock).
+
+    Args:
+        value: the ``strftime_now`` keyword.
+
+    Returns:
+        The fixed moment, or ``None`` for the real clock.
+
+    Example:
+        >>> chat_clock("2025-06-28").strftime("%Y-%m-%d"), chat_clock("now")
+        ('2025-06-28', None)
+    """
+    if isinstance(value, str) and value.strip().lower() == "now":
+        return None
+    if isinstance(value, datetime.datetime):
+        return value
+    if isinstance(value, datetime.date):
+        return datetime.datetime(value.year, value.month, value.day)
+    try:
+        return datetime.datetime.fromisoformat(str(value).strip())
+    except ValueError:
+        raise ValueError(f"chat_template_kwargs: strftime_now must be an ISO date such as {DEFAULT_CHAT_DATE!r} "
+                         f"(or 'now' for the real clock), not {value!r}.") from None
+
+
+def _fixed_clock(moment: datetime.datetime) -> Callable[[str], str]:
+    def strftime_now(format: str) -> str:
+        return moment.strftime(format)
+
+    return strftime_now
 
 
 class AnswerTokenError(ValueError):
@@ -163,10 +209,15 @@ class BoundTemplate:
             ``User: ... / Assistant: ...`` rendering when it has none).
         max_length: the judge's context length (over-long items are truncated or refused).
         allow_multi_token: accept answers of several tokens (summed log-probabilities, eq. 4).
+        chat_template_kwargs: default keywords for the chat template (the judge's); the template's
+            own ``chat_template_kwargs`` override them.
 
     Attributes:
         answer_ids: the token ids of each answer, in the template's answer order.
         prefix_ids: a token prefix every item shares (instructions and few-shot turns).
+        chat_template_kwargs: the keywords every rendering uses, as JSON values; it holds the
+            ``strftime_now`` date when the chat template reads the clock (passing this dict back
+            reproduces the rendering).
     """
 
     def __init__(
@@ -175,11 +226,13 @@ class BoundTemplate:
         tokenizer: Any,
         max_length: int | None = None,
         allow_multi_token: bool = False,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         self.template = template
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.use_chat = getattr(tokenizer, "chat_template", None) is not None
+        self._set_chat_kwargs({**(chat_template_kwargs or {}), **template.chat_template_kwargs})
         nonce = secrets.token_hex(6)
         self._answer_mark = f"\ue002{nonce}\ue003"
         self._protect_mark = "\ue004" + nonce + "{}\ue005"
@@ -191,6 +244,26 @@ class BoundTemplate:
         self.tail = self._tail()
         self.answer_ids = self._validate_answers(allow_multi_token)
         self.prefix_ids = self._static_prefix_ids()
+
+    def _set_chat_kwargs(self, given: dict[str, Any]) -> None:
+        check_chat_template_kwargs(given, f"template {self.template.name!r}")
+        clock = given.pop("strftime_now", None)
+        moment = chat_clock(DEFAULT_CHAT_DATE if clock is None else clock)
+        self._render_kwargs = dict(given)
+        if moment is not None:
+            self._render_kwargs["strftime_now"] = _fixed_clock(moment)
+        source = getattr(self.tokenizer, "chat_template", None)
+        reads_clock = self.use_chat and "strftime_now" in str(source)
+        self.chat_template_kwargs: dict[str, Any] = dict(given)
+        if reads_clock or clock is not None:
+            shown = "now" if moment is None else moment.date().isoformat() if moment.time() == datetime.time() else moment.isoformat()
+            self.chat_template_kwargs["strftime_now"] = shown
+
+    @property
+    def date(self) -> str | None:
+        """The date the chat template writes (``strftime_now``), ``"now"`` for the real clock, or
+        ``None`` when it does not read the clock."""
+        return self.chat_template_kwargs.get("strftime_now")
 
     @property
     def answer_words(self) -> tuple[str, ...]:
@@ -218,7 +291,7 @@ class BoundTemplate:
     def _full_text(self, values: Mapping[str, str | None], answer: str) -> str:
         if self.use_chat:
             messages = self.template.chat(values) + [{"role": "assistant", "content": answer}]
-            return self.tokenizer.apply_chat_template(messages, tokenize=False)
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, **self._render_kwargs)
         prompt, between = self.template.plain(values)
         return prompt + between + answer
 
@@ -226,7 +299,7 @@ class BoundTemplate:
         """The conversation before the judge-generated turn, ending where the judge starts writing."""
         if self.use_chat:
             messages = self.template.chat(values, until_generated=True)
-            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **self._render_kwargs)
         labels = {"user": self.template.plain_user, "assistant": self.template.plain_assistant, "system": ""}
         turns = [labels[m["role"]] + m["content"] for m in self.template.chat(values, until_generated=True)]
         return self.template.plain_separator.join(turns + [self.template.plain_assistant.rstrip()])
