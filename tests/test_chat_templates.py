@@ -366,3 +366,16 @@ def test_gpt_oss_scores_do_not_depend_on_the_clock(monkeypatch):
     assert max(want) - min(want) > 1e-2
     assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-3
 
+
+def test_templates_render_command_shows_the_date(capsys):
+    from pluie_reward.core.prompt import DEFAULT_CHAT_DATE
+    from pluie_reward.tools.cli import main
+
+    folder = str(load_tokenizer("gpt-oss-20b").name_or_path)
+    assert main(["templates", "--render", "para-direct", "--model", folder]) == 0
+    out = capsys.readouterr().out
+    assert f"Current date: {DEFAULT_CHAT_DATE}\n" in out and f"date the chat template writes: {DEFAULT_CHAT_DATE} (fixed" in out
+    keywords = '{"strftime_now": "2024-02-29", "reasoning_effort": "high"}'
+    assert main(["templates", "--render", "para-direct", "--model", folder, "--chat-template-kwargs", keywords]) == 0
+    out = capsys.readouterr().out
+    assert "Current date: 2024-02-29\n" in out and "Reasoning: high\n" in out and "writes: 2024-02-29 (set by" in out
