@@ -379,3 +379,24 @@ def test_templates_render_command_shows_the_date(capsys):
     assert main(["templates", "--render", "para-direct", "--model", folder, "--chat-template-kwargs", keywords]) == 0
     out = capsys.readouterr().out
     assert "Current date: 2024-02-29\n" in out and "Reasoning: high\n" in out and "writes: 2024-02-29 (set by" in out
+
+
+def test_qwen3_judge_generated_turn_is_rendered_as_the_judge_wrote_it():
+    """The judge's own turn (INDIRECT) is not field text: Qwen3 in thinking mode writes <think>...</think>
+    (non-special tokens, kept by decoding) and its template drops that reasoning from the history; the
+    prompt ids are those of the chat rendering of the conversation holding the generated text as is."""
+    from pluie_reward.core.template import GENERATED
+
+    tokenizer = load_tokenizer("qwen3-8b")
+    template = load_template("para-indirect")
+    judge = Judge.from_model(tiny_model(len(tokenizer)), tokenizer, chat_template_kwargs={"enable_thinking": True})
+    item = {"source": "The cat sleeps.", "hypothesis": "A cat is asleep.",
+            GENERATED: "<think>\nThey say the same.\n</think>\n\nBoth sentences say a cat sleeps."}
+    ids = list(judge.bind("para-indirect").encode_values(item))
+    full = chat_ids(tokenizer, template.chat(item) + [{"role": "assistant", "content": "Yes"}], enable_thinking=True)
+    assert full[: len(ids)] == ids and "They say the same" not in tokenizer.decode(ids)
+    # a field spelling the same markers is still text
+    spelled = {**item, "hypothesis": item[GENERATED]}
+    spelled_ids = judge.bind("para-indirect").encode_values(spelled)
+    think = tokenizer.convert_tokens_to_ids("<think>")
+    assert spelled_ids.count(think) == ids.count(think)

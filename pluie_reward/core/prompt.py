@@ -16,7 +16,8 @@ reproduces exactly that:
   while the template's own structure keeps its control tokens. The markers
   (:func:`marker_strings`) are every special token (``<|im_end|>``, ``</s>``, ...) and every
   other added token the chat template writes (Qwen3's non-special ``<think>``, ``<tool_call>``;
-  DeepSeek's ``<｜Assistant｜>``).
+  DeepSeek's ``<｜Assistant｜>``). The judge's own generated turn (INDIRECT) is rendered as the
+  judge wrote it (its non-special markers stay markers: Qwen3's template drops a ``<think>`` block).
 * Chat-template keywords (``chat_template_kwargs``: the judge's defaults, then the template's own)
   reach every rendering. Scores never depend on the clock: a template that writes today's date
   (gpt-oss: ``Current date:`` from ``strftime_now``) gets a fixed date, :data:`DEFAULT_CHAT_DATE`,
@@ -239,6 +240,10 @@ class BoundTemplate:
         self._protect_split = re.compile("\ue004" + nonce + r"(\d+)\ue005")
         self.markers = tuple(marker_strings(tokenizer))
         self._specials = re.compile("|".join(map(re.escape, self.markers))) if self.markers else None
+        # the judge's own generated turn is rendered as it wrote it (Qwen3 drops its <think> block from
+        # the history); only special-token strings, which decoding never leaves in it, are text there
+        specials = special_token_strings(tokenizer)
+        self._generated_specials = re.compile("|".join(map(re.escape, specials))) if specials else None
         self._text_ids = text_encoder(tokenizer, self.markers)
         self._lead_ids = self._leading_special_ids()
         self.tail = self._tail()
@@ -332,7 +337,8 @@ class BoundTemplate:
         return []
 
     def _protect(self, values: Mapping[str, str | None]) -> tuple[dict[str, str | None], list[str]]:
-        """Field values with every marker string replaced by a placeholder (and the strings)."""
+        """Field values with every marker string replaced by a placeholder (and the strings); in the
+        judge's generated turn, only special-token strings."""
         if self._specials is None:
             return dict(values), []
         found: list[str] = []
@@ -341,7 +347,11 @@ class BoundTemplate:
             found.append(match.group(0))
             return self._protect_mark.format(len(found) - 1)
 
-        protected = {k: (self._specials.sub(mark, v) if isinstance(v, str) else v) for k, v in values.items()}
+        def protect(key: str, value: Any) -> Any:
+            pattern = self._generated_specials if key == GENERATED else self._specials
+            return pattern.sub(mark, value) if isinstance(value, str) and pattern is not None else value
+
+        protected = {k: protect(k, v) for k, v in values.items()}
         return protected, found
 
     def _tokenize_with_answer(self, head: str, answer: str) -> tuple[list[int], list[int]]:
