@@ -22,7 +22,7 @@ from pluie_reward.core.prompt import special_token_strings
 from conftest import SHARED, mrpc_pairs
 
 TOKENIZERS = SHARED / "tokenizers"
-NAMES = ["mistral-7b-instruct-v0.2", "llama3-8b-instruct", "qwen25-7b-instruct", "embedded"]
+NAMES = ["mistral-7b-instruct-v0.2", "llama3-8b-instruct", "qwen25-7b-instruct", "qwen3-8b", "gpt-oss-20b", "embedded"]
 ITEMS = 3
 
 
@@ -98,10 +98,10 @@ def test_mistral_reads_the_space_prefixed_answer_tokens():
     assert tokenizer.convert_ids_to_tokens([5592, 1770]) == ["▁Yes", "▁No"]
 
 
-def answer_probs(model64, tokenizer, messages, answers) -> list[float]:
+def answer_probs(model64, tokenizer, messages, answers, **kwargs) -> list[float]:
     """p(answer_k) renormalised over N one-token answers: one forward of the chat rendering cut
     before the answer (the common prefix of the N full renderings)."""
-    full = [chat_ids(tokenizer, messages + [{"role": "assistant", "content": a}]) for a in answers]
+    full = [chat_ids(tokenizer, messages + [{"role": "assistant", "content": a}], **kwargs) for a in answers]
     cut = 0
     while all(len(f) > cut for f in full) and len({f[cut] for f in full}) == 1:
         cut += 1
@@ -133,6 +133,8 @@ def test_every_builtin_template_equals_eq3_on_the_full_chat_rendering(setup, tem
     if name in ("mistral-7b-instruct-v0.2", "embedded"):
         assert template_name != "para-fs-fr", "oui is two tokens for this tokenizer: binding must refuse"
     fields = sample_fields(template_name)
+    # gpt-oss writes today's date: the reference renders the date the judge reports (fixed, not the clock's)
+    clock = {"strftime_now": _fixed(bound.date)} if bound.date else {}
     model64 = copy.deepcopy(model).double()
     variants = [fields] + ([{**fields, "gold": ["A gold revision."] * ITEMS}] if template_name == "rev" else [])
     for values in variants:
@@ -144,10 +146,10 @@ def test_every_builtin_template_equals_eq3_on_the_full_chat_rendering(setup, tem
                 item[GENERATED] = record["generated"]
             messages = messages_for(template, item)
             if template.kind == "binary":
-                reference.append(eq3(model64, tokenizer, messages, template.answers))
+                reference.append(eq3(model64, tokenizer, messages, template.answers, **clock))
                 got.append(record["logratio"])
             else:
-                reference.extend(answer_probs(model64, tokenizer, messages, template.answers))
+                reference.extend(answer_probs(model64, tokenizer, messages, template.answers, **clock))
                 got.extend(record["probs"][label] for label in template.labels)
         assert max(reference) - min(reference) > 1e-2, "reference scores do not vary: the test could not fail"
         diff = max(abs(a - b) for a, b in zip(got, reference))
@@ -157,7 +159,7 @@ def test_every_builtin_template_equals_eq3_on_the_full_chat_rendering(setup, tem
     if template.generates:
         item[GENERATED] = "E"
     ids = list(bound.encode_items({k: [v] for k, v in item.items()}, 1)[0].ids)
-    full = chat_ids(tokenizer, messages_for(template, item) + [{"role": "assistant", "content": template.answers[0]}])
+    full = chat_ids(tokenizer, messages_for(template, item) + [{"role": "assistant", "content": template.answers[0]}], **clock)
     assert full[: len(ids)] == ids and full[len(ids) : len(ids) + 1] == list(bound.answer_ids[0])
     bos = tokenizer.bos_token_id
     if name in ("mistral-7b-instruct-v0.2", "llama3-8b-instruct"):
