@@ -187,18 +187,24 @@ def text_encoder(tokenizer: Any, markers: Sequence[str]) -> Callable[[str], list
         cache = _PLAIN_ENCODERS.setdefault(tokenizer, {})
     except TypeError:  # not weak-referenceable
         cache = {}
-    if flip not in cache:
-        from tokenizers import Tokenizer
 
-        data = json.loads(backend.to_str())
-        for entry in data.get("added_tokens") or []:
-            if entry.get("content") in flip:
-                entry["special"] = True
-        data["truncation"] = data["padding"] = None
-        plain = Tokenizer.from_str(json.dumps(data))
-        plain.encode_special_tokens = True
-        cache[flip] = lambda text: plain.encode(text, add_special_tokens=False).ids
-    return cache[flip]
+    def encode(text: str) -> list[int]:
+        if not any(m in text for m in flip):  # the common case: no copy needed
+            return split(text)
+        if flip not in cache:  # built on first use (about a second for a 150k vocabulary), then shared
+            from tokenizers import Tokenizer
+
+            data = json.loads(backend.to_str())
+            for entry in data.get("added_tokens") or []:
+                if entry.get("content") in flip:
+                    entry["special"] = True
+            data["truncation"] = data["padding"] = None
+            plain = Tokenizer.from_str(json.dumps(data))
+            plain.encode_special_tokens = True
+            cache[flip] = lambda piece: plain.encode(piece, add_special_tokens=False).ids
+        return cache[flip](text)
+
+    return encode
 
 
 class BoundTemplate:
