@@ -2,10 +2,11 @@
 
 Some tests read the PARAPHRASUS data in ``../shared`` beside the checkout (CI has it). Without it
 they are skipped, reported on one line (``SKIPPED [N] ... ../shared is missing``), and the header
-of the run says so.
+of the run says so. ``PLUIE_SHARED=/path/to/shared`` points elsewhere (e.g. from a git worktree).
 """
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from pluie_reward import Judge
 from pluie_reward.testing import make_tiny_judge
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(os.environ.get("PLUIE_SHARED") or Path(__file__).resolve().parents[1].parent / "shared")
 PARAPHRASUS = SHARED / "data" / "paraphrasus"
 MISSING_SHARED = f"{PARAPHRASUS} is missing: tests reading the PARAPHRASUS data need ../shared beside the checkout"
 

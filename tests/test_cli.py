@@ -55,3 +55,27 @@ def test_templates_command(capsys):
     for name in ["para-direct", "para-fs", "para-fs-fr", "net", "rev"]:
         assert name in out
     assert "optional: gold" in out
+
+
+def test_chat_template_kwargs_flag(monkeypatch, capsys):
+    """--chat-template-kwargs JSON reaches Judge.load; bad JSON, a non-object, a reserved name or a bad date
+    exit 2 with a message and no traceback, before any model loads."""
+    from pluie_reward import Judge
+    from pluie_reward.testing import make_tiny_judge
+
+    seen = []
+
+    def fake_load(cls, model=None, **options):
+        seen.append(options.get("chat_template_kwargs"))
+        return make_tiny_judge(chat_template_kwargs=options.get("chat_template_kwargs"))
+
+    monkeypatch.setattr(Judge, "load", classmethod(fake_load))
+    assert cli.main(["score", "a", "b", "--chat-template-kwargs", '{"enable_thinking": false}']) == 0
+    assert seen == [{"enable_thinking": False}] and "logratio" in capsys.readouterr().out
+    for bad, message in (('{"enable_thinking": fals', "not valid JSON"), ("[1]", "JSON object"),
+                         ('{"tokenize": true}', "cannot set 'tokenize'"), ('{"strftime_now": "May 1st"}', "ISO date")):
+        for command in (["score", "a", "b"], ["templates", "--render", "para-fs"]):
+            assert cli.main([*command, "--chat-template-kwargs", bad]) == 2
+            err = capsys.readouterr().err
+            assert message in err and "Traceback" not in err
+    assert len(seen) == 1  # no judge loaded for a bad flag

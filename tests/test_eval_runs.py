@@ -218,6 +218,23 @@ def test_a_folder_of_another_run_is_refused_unless_overwrite(tiny_judge, use_jud
     assert cli.main([*base, "--overwrite"]) == 0
 
 
+def test_chat_template_kwargs_are_saved_with_the_run(use_judge, tmp_path, capsys):
+    """The keywords the judge renders with are part of the run's settings: saved in run.json, and a folder
+    scored with other keywords is refused (its scores were read from other prompts)."""
+    from pluie_reward.testing import make_tiny_judge
+
+    data = tmp_path / "pairs.jsonl"
+    data.write_text('{"source": "a", "hypothesis": "b", "label": 1}\n{"source": "c", "hypothesis": "d", "label": 0}\n')
+    base = ["eval", "classification", "-i", str(data), "-o", str(tmp_path / "out"), "--no-progress"]
+    use_judge(make_tiny_judge(chat_template_kwargs={"enable_thinking": False}))
+    assert cli.main(base) == 0
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["config"]["chat_template_kwargs"] == run["meta"]["chat_template_kwargs"] == {"PLUIE": {"enable_thinking": False}}
+    use_judge(make_tiny_judge(chat_template_kwargs={"enable_thinking": True}))
+    assert cli.main(base) == 2
+    assert "different chat_template_kwargs" in capsys.readouterr().err
+
+
 def test_limit_scores_the_first_items(tiny_judge, use_judge, tmp_path):
     judge = use_judge(Recorder(tiny_judge))
     assert cli.main(["eval", "parareval", str(PARAREVAL), "--limit", "2", "--no-progress", "-o", str(tmp_path / "o")]) == 0

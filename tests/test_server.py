@@ -54,8 +54,9 @@ def reference(tiny_judge, pairs) -> list[float]:
 
 @pytest.fixture(scope="module")
 def server():
-    app = create_app(
-        make_tiny_judge(), "para-fs", token=TOKEN, max_wait_ms=100, max_items_per_request=64, max_body_bytes=64_000
+    app = create_app(  # the tiny ChatML template ignores the keyword: the scores stay those of tiny_judge
+        make_tiny_judge(chat_template_kwargs={"enable_thinking": False}), "para-fs", token=TOKEN, max_wait_ms=100,
+        max_items_per_request=64, max_body_bytes=64_000,
     )
     with background(app, host="127.0.0.1", port=0) as srv:
         srv.app = app
@@ -113,6 +114,7 @@ def test_health_needs_no_token_and_names_the_fields(server):
     health = httpx.get(server.url + "/health", timeout=30).json()
     assert health["status"] == "ok" and health["template"] == "para-fs"
     assert health["fields"] == ["source", "hypothesis"]
+    assert health["chat_template_kwargs"] == {"enable_thinking": False}  # what every rendering uses
     assert httpx.get(server.url + "/metrics", timeout=30).status_code == 401
 
 

@@ -146,3 +146,19 @@ def test_bad_template_definitions():
                             "messages": [{"role": "user", "content": "{a} {other}"}]})
     with pytest.raises(ValueError, match="unknown template 'nope'"):
         load_template("nope")
+
+
+def test_chat_template_kwargs_in_yaml_and_on_templates():
+    base = {"name": "t", "fields": ["a"], "answers": ["Yes", "No"], "messages": [{"role": "user", "content": "{a}?"}]}
+    t = Template.from_dict({**base, "chat_template_kwargs": {"enable_thinking": False}})
+    assert t.chat_template_kwargs == {"enable_thinking": False}
+    more = t.with_chat_template_kwargs({"reasoning_effort": "low"}, enable_thinking=True)
+    assert more.chat_template_kwargs == {"enable_thinking": True, "reasoning_effort": "low"}
+    assert t.chat_template_kwargs == {"enable_thinking": False}  # unchanged
+    from pluie_reward.tools.tune.run import template_to_dict
+
+    assert Template.from_dict(template_to_dict(more)).chat_template_kwargs == more.chat_template_kwargs
+    with pytest.raises(ValueError, match="must be a mapping"):
+        Template.from_dict({**base, "chat_template_kwargs": ["enable_thinking"]})
+    with pytest.raises(ValueError, match="cannot set 'add_generation_prompt'"):
+        t.with_chat_template_kwargs(add_generation_prompt=True)

@@ -406,12 +406,16 @@ def test_cli_tune_then_score_with_the_adapter(tuned, tmp_path, capsys):
     out = tmp_path / "adapter"
     code = main(["tune", "--template", TEMPLATE, "--input", str(data), "--column", "source=s1", "--column", "hypothesis=s2",
                  "--label-column", "gold", "--output", str(out), "--model", str(tuned.base_dir), "--device", "cpu",
-                 "--epochs", "1", "--no-progress", "--lora-r", "2", "--target-modules", "q_proj,v_proj"])
+                 "--epochs", "1", "--no-progress", "--lora-r", "2", "--target-modules", "q_proj,v_proj",
+                 "--chat-template-kwargs", '{"enable_thinking": false}'])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "| held-out (n=4) | accuracy at 0 |" in captured.out
     card = json.loads((out / "pluie_tune.json").read_text())
     assert card["config"]["target_modules"] == ["q_proj", "v_proj"] and card["data"]["train"] == 16
+    # the chat-template keywords go with the saved template and the card
+    assert card["chat_template_kwargs"] == {"enable_thinking": False}
+    assert load_template(out / "template.yaml").chat_template_kwargs == {"enable_thinking": False}
     code = main(["score", "--model", str(tuned.base_dir), "--adapter", str(out), "--device", "cpu", "-t", TEMPLATE,
                  fields["source"][0], fields["hypothesis"][0]])
     scored = json.loads(capsys.readouterr().out.splitlines()[0])

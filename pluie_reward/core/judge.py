@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import math
 import threading
 from dataclasses import dataclass
@@ -13,10 +14,10 @@ from typing import Any, Sequence
 from ..engines.base import Engine, Request
 from .cache import ResultCache
 from .prompt import BoundTemplate
-from .template import GENERATED, Template, load_template, normalize_fields
+from .template import GENERATED, Template, check_chat_template_kwargs, load_template, normalize_fields
 
 TemplateLike = "str | Path | Template | None"
-_JUDGE_OPTIONS = ("cache_size", "threshold", "allow_multi_token")
+_JUDGE_OPTIONS = ("cache_size", "threshold", "allow_multi_token", "chat_template_kwargs")
 _ENGINE_OPTIONS = ("batch_tokens", "disable_adapters", "adapter_name", "device", "offload_device", "check_weights")
 
 
@@ -90,6 +91,9 @@ class Judge:
         threshold: the verdict is ``score > threshold``.
         allow_multi_token: accept answers of several tokens (the seeds' eq. 4).
         name: a label for reprs, logs and reports.
+        chat_template_kwargs: keywords for the judge's chat template in every rendering (Qwen3's
+            ``enable_thinking``, gpt-oss's ``reasoning_effort``; ``strftime_now``: the ISO date a
+            template writes as today, fixed by default); a template's own keywords override them.
         batch_tokens, disable_adapters, adapter_name, device, offload_device, check_weights: options of
             the transformers engine (:class:`~pluie_reward.engines.transformers.engine.TransformersEngine`).
 
@@ -111,6 +115,7 @@ class Judge:
         threshold: float = 0.0,
         allow_multi_token: bool = False,
         name: str | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
         **engine_options: Any,
     ) -> None:
         unknown = sorted(set(engine_options) - set(_ENGINE_OPTIONS))
@@ -131,6 +136,7 @@ class Judge:
             self.engine = TransformersEngine(model, tokenizer, **engine_options)
         self.threshold = threshold
         self.allow_multi_token = allow_multi_token
+        self.chat_template_kwargs: dict[str, Any] = dict(check_chat_template_kwargs(chat_template_kwargs or {}, "Judge"))
         self.name = name or self.engine.name
         self.results = ResultCache(cache_size)
         self._bound: dict[Any, BoundTemplate] = {}
@@ -162,7 +168,7 @@ class Judge:
             device_map: passed to ``from_pretrained`` (accelerate placement across devices). (transformers)
             model_kwargs: more ``from_pretrained`` arguments (transformers).
             judge_kwargs: :class:`Judge` arguments (``cache_size``, ``threshold``, ``allow_multi_token``,
-                ``name``); with ``engine="vllm"`` the others go to
+                ``name``, ``chat_template_kwargs``); with ``engine="vllm"`` the others go to
                 :class:`~pluie_reward.engines.vllm.VLLMEngine` (``tensor_parallel_size``,
                 ``gpu_memory_utilization``, ``max_model_len``, any ``vllm.AsyncEngineArgs``).
             adapter: a PEFT adapter folder (e.g. from ``pluie-reward tune``) put on the base model,
@@ -292,17 +298,20 @@ class Judge:
 
     # templates -------------------------------------------------------------------------------
     def bind(self, template: TemplateLike = None) -> BoundTemplate:
-        """Resolve a template and bind it to this judge's tokenizer (validated once, then reused).
+        """Resolve a template and bind it to this judge's tokenizer (validated once, then reused per
+        template and :attr:`chat_template_kwargs`).
 
         Example:
             >>> judge.bind("para-fs").answer_ids  # doctest: +SKIP
             ((10539,), (5230,))
         """
-        key = template if isinstance(template, (str, Path, type(None))) else id(template)
+        which = template if isinstance(template, (str, Path, type(None))) else id(template)
+        key = (which, json.dumps(self.chat_template_kwargs, sort_keys=True, default=repr))
         with self._lock:
             if key not in self._bound:
                 self._bound[key] = BoundTemplate(
-                    load_template(template), self.tokenizer, self.max_length, self.allow_multi_token
+                    load_template(template), self.tokenizer, self.max_length, self.allow_multi_token,
+                    chat_template_kwargs=self.chat_template_kwargs,
                 )
             return self._bound[key]
 

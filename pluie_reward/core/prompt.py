@@ -12,9 +12,20 @@ reproduces exactly that:
 * Answer words are validated once per template and tokenizer on that rendering: every answer
   must start at the same token boundary, must not merge with the end-of-turn text, and must be one
   token (several only with ``allow_multi_token``, the seeds' eq. 4).
-* Field values are text, never markup: special-token strings inside them (``<|im_end|>``,
-  ``</s>``, ...) are tokenized as ordinary tokens, while the template's own structure keeps its
-  control tokens.
+* Field values are text, never markup: chat markers inside them are tokenized as ordinary text,
+  while the template's own structure keeps its control tokens. The markers
+  (:func:`marker_strings`) are every special token (``<|im_end|>``, ``</s>``, ...) and every
+  other added token the chat template writes (Qwen3's non-special ``<think>``, ``<tool_call>``;
+  DeepSeek's ``<｜Assistant｜>``). The judge's own generated turn (INDIRECT) is rendered as the
+  judge wrote it (its non-special markers stay markers: Qwen3's template drops a ``<think>`` block).
+* Chat-template keywords (``chat_template_kwargs``: the judge's defaults, then the template's own)
+  reach every rendering. Scores never depend on the clock: a template that writes today's date
+  (gpt-oss: ``Current date:`` from ``strftime_now``) gets a fixed date, :data:`DEFAULT_CHAT_DATE`,
+  unless the keywords set one (``{"strftime_now": "2025-06-28"}``; ``"now"``: the real clock).
+* Qwen3 renders the final assistant turn after an empty ``<think>\n\n</think>\n\n`` block whatever
+  ``enable_thinking`` says, so PLUIE is read in non-thinking mode, as the papers' rendering of
+  the answer as the assistant turn does; ``enable_thinking`` only changes the generation prompt
+  of a judge-generated turn (INDIRECT templates).
 
 Example:
     >>> from pluie_reward.testing import make_tiny_tokenizer
@@ -29,15 +40,55 @@ Example:
 
 from __future__ import annotations
 
+import datetime
+import json
 import re
 import secrets
 import warnings
+import weakref
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from .template import GENERATED, Template, load_template  # noqa: F401  (load_template: doctests)
+from .template import GENERATED, Template, check_chat_template_kwargs, load_template  # noqa: F401  (load_template: doctests)
 
 _FIELD_MARK = "\ue000{}\ue001"  # private-use characters: no chat template touches them
+
+
+DEFAULT_CHAT_DATE = "2025-01-01"  # what a chat template's strftime_now sees unless the keywords set a date
+
+
+def chat_clock(value: Any) -> datetime.datetime | None:
+    """The moment a chat template's ``strftime_now`` formats: an ISO date or date-time (text, or a
+    ``datetime.date``/``datetime.datetime``), or ``None`` for ``"now"`` (the real clock).
+
+    Args:
+        value: the ``strftime_now`` keyword.
+
+    Returns:
+        The fixed moment, or ``None`` for the real clock.
+
+    Example:
+        >>> chat_clock("2025-06-28").strftime("%Y-%m-%d"), chat_clock("now")
+        ('2025-06-28', None)
+    """
+    if isinstance(value, str) and value.strip().lower() == "now":
+        return None
+    if isinstance(value, datetime.datetime):
+        return value
+    if isinstance(value, datetime.date):
+        return datetime.datetime(value.year, value.month, value.day)
+    try:
+        return datetime.datetime.fromisoformat(str(value).strip())
+    except ValueError:
+        raise ValueError(f"chat_template_kwargs: strftime_now must be an ISO date such as {DEFAULT_CHAT_DATE!r} "
+                         f"(or 'now' for the real clock), not {value!r}.") from None
+
+
+def _fixed_clock(moment: datetime.datetime) -> Callable[[str], str]:
+    def strftime_now(format: str) -> str:
+        return moment.strftime(format)
+
+    return strftime_now
 
 
 class AnswerTokenError(ValueError):
@@ -67,6 +118,95 @@ def special_token_strings(tokenizer: Any) -> list[str]:
     return sorted((s for s in found if s), key=lambda s: (-len(s), s))
 
 
+def marker_strings(tokenizer: Any) -> list[str]:
+    """Strings that field text must never turn into their added-token ids (longest first).
+
+    The rule: every special token, plus every added token -- special or not -- whose text appears in
+    the chat template's source (``tokenizer.chat_template``), so any marker the template can write.
+    Added tokens the template never writes, and whitespace-only ones (the template's indentation
+    matches them; Gemma-style ``"\\n\\n"`` tokens are ordinary text), keep their usual reading, so
+    ordinary text tokenizes exactly as the judge reads it elsewhere.
+
+    Args:
+        tokenizer: a transformers tokenizer.
+
+    Returns:
+        The marker strings, longest first (a regex alternation tries them in that order).
+
+    Example:
+        >>> from pluie_reward.testing import make_tiny_tokenizer
+        >>> marker_strings(make_tiny_tokenizer())
+        ['<|im_start|>', '<|im_end|>', '<pad>']
+    """
+    found = set(special_token_strings(tokenizer))
+    source = getattr(tokenizer, "chat_template", None)
+    if isinstance(source, dict):  # several named templates
+        source = "\n".join(map(str, source.values()))
+    if isinstance(source, str):
+        for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+            text = str(token)
+            if text.strip() and text in source:
+                found.add(text)
+    return sorted((s for s in found if s), key=lambda s: (-len(s), s))
+
+
+_PLAIN_ENCODERS: "weakref.WeakKeyDictionary[Any, dict[tuple[str, ...], Callable[[str], list[int]]]]" = weakref.WeakKeyDictionary()
+
+
+def text_encoder(tokenizer: Any, markers: Sequence[str]) -> Callable[[str], list[int]]:
+    """A function tokenizing text with ``markers`` read as ordinary text, never as their added-token ids.
+
+    ``split_special_tokens=True`` does that for special tokens only: a fast tokenizer still matches
+    non-special added tokens (Qwen3's ``<think>``). For those, a copy of the backend tokenizer marks
+    them special and encodes with ``encode_special_tokens``; everything else (normalizer,
+    pre-tokenizer, model, the other added tokens) is the tokenizer's own, so text without markers
+    gets the same ids. Python tokenizers skip every added token with ``split_special_tokens=True``.
+
+    Args:
+        tokenizer: a transformers tokenizer.
+        markers: the strings to read as text (see :func:`marker_strings`).
+
+    Returns:
+        ``encode(text) -> ids`` (no BOS/EOS added).
+
+    Example:
+        >>> from pluie_reward.testing import make_tiny_tokenizer
+        >>> tok = make_tiny_tokenizer()
+        >>> text_encoder(tok, ["<|im_end|>"])("<|im_end|>") == tok("<|im_end|>", split_special_tokens=True)["input_ids"]
+        True
+    """
+    def split(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+    added = {str(t): t for t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values()}
+    flip = tuple(sorted(m for m in markers if m in added and not getattr(added[m], "special", False)))
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if not flip or backend is None:
+        return split
+    try:
+        cache = _PLAIN_ENCODERS.setdefault(tokenizer, {})
+    except TypeError:  # not weak-referenceable
+        cache = {}
+
+    def encode(text: str) -> list[int]:
+        if not any(m in text for m in flip):  # the common case: no copy needed
+            return split(text)
+        if flip not in cache:  # built on first use (about a second for a 150k vocabulary), then shared
+            from tokenizers import Tokenizer
+
+            data = json.loads(backend.to_str())
+            for entry in data.get("added_tokens") or []:
+                if entry.get("content") in flip:
+                    entry["special"] = True
+            data["truncation"] = data["padding"] = None
+            plain = Tokenizer.from_str(json.dumps(data))
+            plain.encode_special_tokens = True
+            cache[flip] = lambda piece: plain.encode(piece, add_special_tokens=False).ids
+        return cache[flip](text)
+
+    return encode
+
+
 class BoundTemplate:
     """A :class:`Template` rendered and tokenized with one tokenizer.
 
@@ -76,10 +216,15 @@ class BoundTemplate:
             ``User: ... / Assistant: ...`` rendering when it has none).
         max_length: the judge's context length (over-long items are truncated or refused).
         allow_multi_token: accept answers of several tokens (summed log-probabilities, eq. 4).
+        chat_template_kwargs: default keywords for the chat template (the judge's); the template's
+            own ``chat_template_kwargs`` override them.
 
     Attributes:
         answer_ids: the token ids of each answer, in the template's answer order.
         prefix_ids: a token prefix every item shares (instructions and few-shot turns).
+        chat_template_kwargs: the keywords every rendering uses, as JSON values; it holds the
+            ``strftime_now`` date when the chat template reads the clock (passing this dict back
+            reproduces the rendering).
     """
 
     def __init__(
@@ -88,21 +233,48 @@ class BoundTemplate:
         tokenizer: Any,
         max_length: int | None = None,
         allow_multi_token: bool = False,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         self.template = template
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.use_chat = getattr(tokenizer, "chat_template", None) is not None
+        self._set_chat_kwargs({**(chat_template_kwargs or {}), **template.chat_template_kwargs})
         nonce = secrets.token_hex(6)
         self._answer_mark = f"\ue002{nonce}\ue003"
         self._protect_mark = "\ue004" + nonce + "{}\ue005"
         self._protect_split = re.compile("\ue004" + nonce + r"(\d+)\ue005")
+        self.markers = tuple(marker_strings(tokenizer))
+        self._specials = re.compile("|".join(map(re.escape, self.markers))) if self.markers else None
+        # the judge's own generated turn is rendered as it wrote it (Qwen3 drops its <think> block from
+        # the history); only special-token strings, which decoding never leaves in it, are text there
         specials = special_token_strings(tokenizer)
-        self._specials = re.compile("|".join(map(re.escape, specials))) if specials else None
+        self._generated_specials = re.compile("|".join(map(re.escape, specials))) if specials else None
+        self._text_ids = text_encoder(tokenizer, self.markers)
         self._lead_ids = self._leading_special_ids()
         self.tail = self._tail()
         self.answer_ids = self._validate_answers(allow_multi_token)
         self.prefix_ids = self._static_prefix_ids()
+
+    def _set_chat_kwargs(self, given: dict[str, Any]) -> None:
+        check_chat_template_kwargs(given, f"template {self.template.name!r}")
+        clock = given.pop("strftime_now", None)
+        moment = chat_clock(DEFAULT_CHAT_DATE if clock is None else clock)
+        self._render_kwargs = dict(given)
+        if moment is not None:
+            self._render_kwargs["strftime_now"] = _fixed_clock(moment)
+        source = getattr(self.tokenizer, "chat_template", None)
+        reads_clock = self.use_chat and "strftime_now" in str(source)
+        self.chat_template_kwargs: dict[str, Any] = dict(given)
+        if reads_clock or clock is not None:
+            shown = "now" if moment is None else moment.date().isoformat() if moment.time() == datetime.time() else moment.isoformat()
+            self.chat_template_kwargs["strftime_now"] = shown
+
+    @property
+    def date(self) -> str | None:
+        """The date the chat template writes (``strftime_now``), ``"now"`` for the real clock, or
+        ``None`` when it does not read the clock."""
+        return self.chat_template_kwargs.get("strftime_now")
 
     @property
     def answer_words(self) -> tuple[str, ...]:
@@ -130,7 +302,7 @@ class BoundTemplate:
     def _full_text(self, values: Mapping[str, str | None], answer: str) -> str:
         if self.use_chat:
             messages = self.template.chat(values) + [{"role": "assistant", "content": answer}]
-            return self.tokenizer.apply_chat_template(messages, tokenize=False)
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, **self._render_kwargs)
         prompt, between = self.template.plain(values)
         return prompt + between + answer
 
@@ -138,7 +310,7 @@ class BoundTemplate:
         """The conversation before the judge-generated turn, ending where the judge starts writing."""
         if self.use_chat:
             messages = self.template.chat(values, until_generated=True)
-            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **self._render_kwargs)
         labels = {"user": self.template.plain_user, "assistant": self.template.plain_assistant, "system": ""}
         turns = [labels[m["role"]] + m["content"] for m in self.template.chat(values, until_generated=True)]
         return self.template.plain_separator.join(turns + [self.template.plain_assistant.rstrip()])
@@ -171,7 +343,8 @@ class BoundTemplate:
         return []
 
     def _protect(self, values: Mapping[str, str | None]) -> tuple[dict[str, str | None], list[str]]:
-        """Field values with every special-token string replaced by a placeholder (and the strings)."""
+        """Field values with every marker string replaced by a placeholder (and the strings); in the
+        judge's generated turn, only special-token strings."""
         if self._specials is None:
             return dict(values), []
         found: list[str] = []
@@ -180,7 +353,11 @@ class BoundTemplate:
             found.append(match.group(0))
             return self._protect_mark.format(len(found) - 1)
 
-        protected = {k: (self._specials.sub(mark, v) if isinstance(v, str) else v) for k, v in values.items()}
+        def protect(key: str, value: Any) -> Any:
+            pattern = self._generated_specials if key == GENERATED else self._specials
+            return pattern.sub(mark, value) if isinstance(value, str) and pattern is not None else value
+
+        protected = {k: protect(k, v) for k, v in values.items()}
         return protected, found
 
     def _tokenize_with_answer(self, head: str, answer: str) -> tuple[list[int], list[int]]:
@@ -200,7 +377,7 @@ class BoundTemplate:
             if pieces[index]:
                 ids += self.tokenizer(pieces[index], add_special_tokens=False)["input_ids"]
             text = strings[int(pieces[index + 1])]
-            ids += self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+            ids += self._text_ids(text)
         prompt, answer_ids = self._tokenize_with_answer(pieces[-1], answer)
         return ids + prompt, answer_ids
 
@@ -214,7 +391,7 @@ class BoundTemplate:
                 ids += self.tokenizer(pieces[index], add_special_tokens=False)["input_ids"]
             if index + 1 < len(pieces):
                 text = strings[int(pieces[index + 1])]
-                ids += self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+                ids += self._text_ids(text)
         return ids
 
     @property
@@ -342,12 +519,12 @@ class BoundTemplate:
             if excess <= 0:
                 break
             lengths = {
-                f: len(self.tokenizer(v, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+                f: len(self._text_ids(v))
                 for f, v in row.items()
                 if isinstance(v, str) and f in self.template.all_fields
             }
             longest = max(lengths, key=lengths.get)
-            field_ids = self.tokenizer(row[longest], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+            field_ids = self._text_ids(row[longest])
             keep = max(len(field_ids) - excess - 8, 0)
             head, tail = field_ids[: keep - keep // 2], field_ids[len(field_ids) - keep // 2 :] if keep // 2 else []
             row = {**row, longest: self.tokenizer.decode(head) + " … " + self.tokenizer.decode(tail)}

@@ -23,6 +23,9 @@ GENERATED = "generated"  # the value key of a judge-generated turn (INDIRECT); n
 # Judge.score's own keyword arguments: a field with one of these names could not be passed
 # (tests check this list against the signature of Judge.score).
 RESERVED_FIELDS = ("template", "details", "threshold", "truncate", "use_cache", "max_new_tokens")
+# apply_chat_template's own arguments: a chat-template keyword with one of these names would clash
+_CHAT_ARGUMENTS = ("conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
+                   "continue_final_message", "tokenize", "return_dict", "tokenizer_kwargs")
 _YAML_BOOL_HINT = ("YAML reads unquoted yes/no/on/off/true/false as booleans; quote the word, "
                    "e.g. \"yes\": \"Yes\" or content: \"No\"")
 
@@ -50,6 +53,8 @@ class Template:
     ``values``, a rating scale whose score is the expected value under the answers' probabilities
     renormalised over them. A message with ``generate: true`` is written by the judge itself
     (greedy, at most ``max_new_tokens``) before the answer is read (ParaPLUIE's INDIRECT).
+    ``chat_template_kwargs`` (YAML key ``chat_template_kwargs:``) are keywords for the judge's chat
+    template, e.g. ``{"reasoning_effort": "low"}`` (see :meth:`with_chat_template_kwargs`).
 
     Example:
         >>> t = load_template("para-fs")
@@ -75,8 +80,11 @@ class Template:
     answer_labels: tuple[str, ...] = ()
     values: tuple[float, ...] = ()
     max_new_tokens: int = 256
+    # not in repr: saved runs fingerprint repr(template); they record the keywords on their own
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
+        check_chat_template_kwargs(self.chat_template_kwargs, f"template {self.name!r}")
         if not self.messages or self.messages[-1].role != "user":
             raise ValueError(f"template {self.name!r}: the last message must be a user turn (the question).")
         known = set(self.fields) | set(self.optional_fields)
@@ -197,6 +205,27 @@ class Template:
             raise ValueError(f"template {self.name!r} already has a system message; edit it in the template instead.")
         return dataclasses.replace(self, system=system)
 
+    def with_chat_template_kwargs(self, kwargs: Mapping[str, Any] | None = None, **more: Any) -> "Template":
+        """This template with keywords for the judge's chat template (merged over its own).
+
+        They are passed to ``tokenizer.apply_chat_template`` in every rendering: Qwen3's
+        ``enable_thinking``, gpt-oss's ``reasoning_effort``, and ``strftime_now`` (an ISO date) for
+        templates that write today's date (see :class:`~pluie_reward.core.prompt.BoundTemplate`).
+        They override the judge's own defaults (``Judge(..., chat_template_kwargs=...)``).
+
+        Args:
+            kwargs: keyword -> value (JSON values).
+            more: more keywords.
+
+        Returns:
+            A new template.
+
+        Example:
+            >>> load_template("para-fs").with_chat_template_kwargs({"reasoning_effort": "low"}).chat_template_kwargs
+            {'reasoning_effort': 'low'}
+        """
+        return dataclasses.replace(self, chat_template_kwargs={**self.chat_template_kwargs, **(kwargs or {}), **more})
+
     def plain(self, values: Mapping[str, str | None]) -> tuple[str, str]:
         """Plain-text rendering for models without a chat template.
 
@@ -273,7 +302,37 @@ class Template:
             plain_separator=plain.get("separator", "\n\n"),
             field_help=help_text,
             system=None if data.get("system") is None else str(data["system"]),
+            chat_template_kwargs=dict(check_chat_template_kwargs(data.get("chat_template_kwargs") or {}, f"template {label}")),
         )
+
+
+def check_chat_template_kwargs(kwargs: Any, where: str = "chat_template_kwargs") -> Mapping[str, Any]:
+    """Check keywords meant for ``tokenizer.apply_chat_template`` (a mapping of names to values).
+
+    Args:
+        kwargs: the keywords.
+        where: what holds them, for messages.
+
+    Returns:
+        ``kwargs`` unchanged.
+
+    Raises:
+        ValueError: not a mapping, a name that is not text, or one of apply_chat_template's own arguments.
+
+    Example:
+        >>> check_chat_template_kwargs({"enable_thinking": False})
+        {'enable_thinking': False}
+    """
+    if not isinstance(kwargs, Mapping):
+        raise ValueError(f"{where}: chat_template_kwargs must be a mapping of keyword to value "
+                         f"(e.g. {{\"enable_thinking\": false}}), not a {type(kwargs).__name__}.")
+    for name in kwargs:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"{where}: chat_template_kwargs has the key {name!r}, not a keyword name.")
+        if name in _CHAT_ARGUMENTS:
+            raise ValueError(f"{where}: chat_template_kwargs cannot set {name!r}, an argument pluie-reward passes "
+                             "to apply_chat_template itself.")
+    return kwargs
 
 
 def _builtin_dir() -> Any:

@@ -35,12 +35,54 @@ def add_judge_arguments(parser: argparse.ArgumentParser, adapter: bool = True) -
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: best available)")
     parser.add_argument("--dtype", default=None, help="float32 (default), bfloat16, float16, auto")
     parser.add_argument("--batch-tokens", type=int, default=None, help="token budget of one batch (default: 512 on CPU, 4096 on GPU)")
+    add_chat_template_kwargs_argument(parser)
     group = parser.add_argument_group("engine")
     group.add_argument("--engine", choices=("transformers", "vllm", "remote"), default="transformers",
                        help="transformers (this process, default), vllm (vLLM in this process) or remote (vLLM servers at --url)")
     group.add_argument("--url", default=None, help="with --engine remote: the vLLM server(s), e.g. http://host:8000 (comma-separated for several)")
     group.add_argument("--tensor-parallel-size", type=int, default=1, help="with --engine vllm: GPUs per replica (default 1)")
     group.add_argument("--gpu-memory-utilization", type=float, default=None, help="with --engine vllm: share of GPU memory vLLM may take")
+
+
+def add_chat_template_kwargs_argument(parser: argparse.ArgumentParser) -> None:
+    """``--chat-template-kwargs JSON``: keywords for the judge's chat template (read by :func:`chat_template_kwargs`)."""
+    parser.add_argument("--chat-template-kwargs", default=None, metavar="JSON",
+                        help="keywords for the judge's chat template, e.g. '{\"enable_thinking\": false}' (Qwen3) or "
+                             "'{\"reasoning_effort\": \"low\"}' (gpt-oss); \"strftime_now\": \"YYYY-MM-DD\" sets the date a "
+                             "template writes as today (default: a fixed date, so scores do not depend on the day)")
+
+
+def chat_template_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--chat-template-kwargs`` JSON object (``{}`` when not given); bad JSON is a :class:`UsageError`.
+
+    Example:
+        >>> chat_template_kwargs(argparse.Namespace(chat_template_kwargs='{"enable_thinking": false}'))
+        {'enable_thinking': False}
+    """
+    import json
+
+    from ...core.template import check_chat_template_kwargs
+
+    text = getattr(args, "chat_template_kwargs", None)
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UsageError(f"--chat-template-kwargs: not valid JSON ({err.msg} at character {err.pos}); give an object, "
+                         "e.g. '{\"enable_thinking\": false}'.") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"--chat-template-kwargs: give a JSON object of keyword to value, e.g. '{{\"enable_thinking\": false}}', "
+                         f"not {text!r}.")
+    try:
+        check_chat_template_kwargs(value, "--chat-template-kwargs")
+        if "strftime_now" in value:
+            from ...core.prompt import chat_clock
+
+            chat_clock(value["strftime_now"])
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    return value
 
 
 def check_device(device: str | None) -> None:
@@ -74,13 +116,15 @@ def judge_from_args(args: argparse.Namespace) -> Any:
     from ...core.judge import Judge
 
     engine = getattr(args, "engine", "transformers")
+    keywords = chat_template_kwargs(args)
+    own = {"chat_template_kwargs": keywords} if keywords else {}
     if engine == "remote":
         if not args.url:
             raise UsageError("--engine remote needs --url http://host:port (a vLLM OpenAI-compatible server).")
         from ...engines.remote import RemoteEngineError
 
         try:
-            return Judge.connect(args.url, tokenizer=args.model)
+            return Judge.connect(args.url, tokenizer=args.model, **own)
         except (RemoteEngineError, ValueError) as err:
             raise UsageError(f"--url {args.url}: {err}") from None
     if getattr(args, "url", None):
@@ -97,12 +141,12 @@ def judge_from_args(args: argparse.Namespace) -> Any:
             if args.gpu_memory_utilization is not None:
                 options["gpu_memory_utilization"] = args.gpu_memory_utilization
             try:
-                return Judge.load(args.model, engine="vllm", dtype=args.dtype, **options)
+                return Judge.load(args.model, engine="vllm", dtype=args.dtype, **options, **own)
             except ImportError as err:
                 raise UsageError(str(err)) from None
         adapter = getattr(args, "adapter", None)
         extra = {"adapter": adapter} if adapter is not None else {}
-        return Judge.load(args.model, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens, **extra)
+        return Judge.load(args.model, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens, **extra, **own)
     except OSError as err:  # transformers: not a folder, not in the HF cache and no network, gated repo...
         if args.model is None or Path(args.model).exists():
             raise

@@ -11,9 +11,11 @@ from typing import Iterator
 from ...core.template import builtin_template_names, load_template
 from .common import (
     UsageError,
+    add_chat_template_kwargs_argument,
     add_judge_arguments,
     auto_chunk_size,
     check_chunk_size,
+    chat_template_kwargs,
     check_output_file,
     command,
     field_columns,
@@ -116,6 +118,7 @@ def _configure_templates(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="with --render: the judge whose tokenizer and chat template render it "
                    "(HF id, folder or .gguf; default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--system", default=None, help="with --render: a system turn replacing the chat template's default one")
+    add_chat_template_kwargs_argument(p)
     p.add_argument("--field", action="append", default=[], metavar="FIELD=VALUE", help="with --render: a field value (default: {FIELD})")
 
 
@@ -145,6 +148,7 @@ def _render(args: argparse.Namespace) -> int:
     template = load_template(args.render)
     if args.system is not None:
         template = template.with_system(args.system)
+    keywords = chat_template_kwargs(args)
     values: dict[str, str | None] = {f: "{" + f + "}" for f in template.all_fields}
     for spec in args.field:
         name, sep, value = spec.partition("=")
@@ -153,7 +157,7 @@ def _render(args: argparse.Namespace) -> int:
         values[name] = value
     tokenizer = load_tokenizer(args.model)
     try:
-        bound = BoundTemplate(template, tokenizer, allow_multi_token=True)
+        bound = BoundTemplate(template, tokenizer, allow_multi_token=True, chat_template_kwargs=keywords)
     except AnswerTokenError as err:
         raise UsageError(str(err)) from None
     ids = bound.encode_values(values)
@@ -163,4 +167,11 @@ def _render(args: argparse.Namespace) -> int:
         note = "" if len(answer) == 1 else "  (several tokens: needs allow_multi_token=True, eq. 4)"
         print(f"    {word!r}: {bound.show(answer)}{note}")
     print(f"--- cut after the answer: {bound.tail!r}")
+    if bound.chat_template_kwargs:
+        print(f"--- chat template keywords: {json.dumps(bound.chat_template_kwargs, ensure_ascii=False)}")
+    if bound.date is not None:
+        how = "the real clock" if bound.date == "now" else (
+            "set by strftime_now" if "strftime_now" in {**keywords, **template.chat_template_kwargs}
+            else "fixed; set another with --chat-template-kwargs '{\"strftime_now\": \"YYYY-MM-DD\"}'")
+        print(f"--- date the chat template writes: {bound.date} ({how})")
     return 0

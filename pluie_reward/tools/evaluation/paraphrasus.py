@@ -242,7 +242,7 @@ def run_paraphrasus(
         >>> results["overall"]  # doctest: +SKIP
         0.41
     """
-    from .store import ScoreStore, fingerprint
+    from .store import ScoreStore, chat_settings, fingerprint
     from .tasks import JUDGE_ROW, Condition, edit_distances, score_items
 
     folder = find_data_dir(data_dir)
@@ -267,6 +267,9 @@ def run_paraphrasus(
     }
     config = {"task": "paraphrasus", "judge": meta["judge"], "template": [condition.template_name, fingerprint(repr(load_template(template)))],
               "selection": [meta["datasets_selected"], limit, seed]}
+    keywords = chat_settings(judge, {JUDGE_ROW: template}).get(JUDGE_ROW)
+    if keywords:  # Qwen3's enable_thinking, the date gpt-oss writes as today...
+        config["chat_template_kwargs"] = meta["chat_template_kwargs"] = keywords
     distances = {"edit_distance": lambda index: edit_distances([pairs[i].sentence1 for i in index], [pairs[i].sentence2 for i in index])}
     with ScoreStore(output_dir, config, meta, overwrite=overwrite) as store:
         lines = score_items(judge, [condition], items, extras=distances, store=store if output_dir else None,

@@ -42,6 +42,36 @@ def fingerprint(*parts: Any) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
+def chat_settings(judge: Any, templates: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The chat-template keywords each template is rendered with by ``judge`` (only non-empty ones:
+    Qwen3's ``enable_thinking``, the date gpt-oss writes as today...), saved with a run's settings.
+
+    Args:
+        judge: a :class:`~pluie_reward.Judge` (anything without ``bind`` gives ``{}``).
+        templates: row name -> template (name, path or Template).
+
+    Returns:
+        Row name -> keywords, for the rows that have some.
+
+    Example:
+        >>> from pluie_reward.testing import make_tiny_judge
+        >>> chat_settings(make_tiny_judge(chat_template_kwargs={"enable_thinking": False}), {"PLUIE": "para-fs"})
+        {'PLUIE': {'enable_thinking': False}}
+    """
+    bind = getattr(judge, "bind", None)
+    out: dict[str, dict[str, Any]] = {}
+    if bind is None:
+        return out
+    for name, template in templates.items():
+        try:
+            keywords = bind(template).chat_template_kwargs
+        except Exception:  # noqa: BLE001  (a template that does not bind fails when it is scored, with its message)
+            continue
+        if keywords:
+            out[name] = dict(keywords)
+    return out
+
+
 def read_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
     """The complete JSON lines of ``path`` and the byte length they span; a last line cut short by
     an interruption is ignored (it is rewritten on resume)."""

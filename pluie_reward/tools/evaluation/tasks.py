@@ -26,7 +26,7 @@ from ...core.template import load_template
 from .baselines import levenshtein_similarity, parse_baselines, score_baseline
 from .metrics import as_labels, as_preferences, choice_metrics, classification_report, preference_metrics
 from .report import write_outputs
-from .store import ScoreStore, fingerprint, load_run
+from .store import ScoreStore, chat_settings, fingerprint, load_run
 
 from .tables import JUDGE_ROW, PAPER_BASELINES, classification_markdown, preference_markdown, task_markdown
 
@@ -276,12 +276,20 @@ def score_items(
     return [lines[k] for k in range(len(items))]
 
 
+def _chat(judge: Any, conditions: Sequence[Condition]) -> dict[str, Any]:
+    """``{"chat_template_kwargs": {row: keywords}}`` when a row renders with chat-template keywords, else ``{}``
+    (so runs without any keep the settings they were saved with)."""
+    keywords = chat_settings(judge, {c.name: c.template for c in conditions})
+    return {"chat_template_kwargs": keywords} if keywords else {}
+
+
 def _config(task: str, judge: Any, conditions: Sequence[Condition], baselines: Sequence[str], **extra: Any) -> dict[str, Any]:
     return {
         "task": task,
         "judge": getattr(judge, "name", str(judge)),
         "conditions": [[c.name, c.template_name, fingerprint(repr(load_template(c.template)))] for c in conditions],
         "baselines": list(baselines),
+        **_chat(judge, conditions),
         **extra,
     }
 
@@ -294,6 +302,7 @@ def _meta(task: str, judge: Any, conditions: Sequence[Condition], names: Sequenc
         "conditions": [c.describe() for c in conditions],
         "baselines": list(names),
         "n": n,
+        **_chat(judge, conditions),
         **extra,
     }
 

@@ -322,6 +322,7 @@ def create_app(
             "kind": batcher.bound.template.kind,  # binary (Yes/No), choice or scale
             "answers": list(batcher.bound.template.labels),
             "values": list(batcher.bound.template.values) or None,  # a scale's ratings, in the answers' order
+            "chat_template_kwargs": batcher.bound.chat_template_kwargs,  # incl. the date a template writes as today
         }
 
     @app.get("/metrics")

@@ -155,12 +155,15 @@ def tune_command(args: argparse.Namespace) -> int:
                                  args.target_column, required=False)
 
     student = judge_from_args(args)
+    # the judge's chat-template keywords go with the template (saved in template.yaml); its own keep precedence
+    template = template.with_chat_template_kwargs({**student.chat_template_kwargs, **template.chat_template_kwargs})
     teacher = None
     if args.teacher:
         from ...core.judge import Judge
 
         source = None if args.teacher == "embedded" else args.teacher
-        teacher = Judge.load(source, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens)
+        teacher = Judge.load(source, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens,
+                             chat_template_kwargs=student.chat_template_kwargs)
     elif args.teacher_template:
         teacher = student  # the student's base with a better template; targets are computed before the adapter exists
     with contextlib.redirect_stdout(sys.stderr):  # the Trainer's log lines; stdout gets the report only

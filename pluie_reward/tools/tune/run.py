@@ -95,6 +95,8 @@ def template_to_dict(template: Template) -> dict[str, Any]:
         data["values"] = list(template.values)
     if template.system is not None:
         data["system"] = template.system
+    if template.chat_template_kwargs:
+        data["chat_template_kwargs"] = dict(template.chat_template_kwargs)
     return data
 
 
@@ -276,6 +278,7 @@ def tune(
     )
     card: dict[str, Any] = {
         "template": t.name,
+        "chat_template_kwargs": bound.chat_template_kwargs,
         "base_model": model_name,
         "load_model": load_name,
         "adapter_name": name,
