@@ -1,0 +1,246 @@
+"""Calibrated probabilities: ECE (per-bin rows), Brier, log loss, the Platt fit with its seeded
+held-out split, the calibration file, and ``Judge(calibration=...)`` / ``p_calibrated``.
+
+Hand-computed cases run everywhere; comparisons with scikit-learn run where it is installed."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from pluie_reward.core.calibration import Calibration
+from pluie_reward.tools.evaluation.calibration import (
+    CalibrationConfig,
+    brier_score,
+    calibration_metrics,
+    calibration_report,
+    expected_calibration_error,
+    fit_calibration,
+    fit_platt,
+    heldout_split,
+    log_loss,
+    logit_log_loss,
+    reliability_bins,
+)
+
+
+def sig(x):
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=float)))
+
+
+# metrics, by hand ---------------------------------------------------------------------------------
+def test_ece_by_hand_two_bins():
+    # bin [0, .5]: p .1 (neg), .4 (pos): mean .25, share .5; bin (.5, 1]: p .8, .9 (pos): mean .85, share 1
+    r = expected_calibration_error([0.1, 0.4, 0.8, 0.9], [False, True, True, True], n_bins=2)
+    assert r["ece"] == pytest.approx(0.5 * 0.25 + 0.5 * 0.15)
+    assert r["mce"] == pytest.approx(0.25)
+    assert r["n_bins"] == 2 and r["n"] == 4
+    first, second = r["bins"]
+    assert (first["lo"], first["hi"], first["count"]) == (0.0, 0.5, 2)
+    assert first["mean_probability"] == pytest.approx(0.25) and first["positive_rate"] == 0.5
+    assert first["gap"] == pytest.approx(0.25)
+    assert (second["lo"], second["hi"], second["count"]) == (0.5, 1.0, 2)
+    assert second["mean_probability"] == pytest.approx(0.85) and second["positive_rate"] == 1.0
+    # bins of unequal size are weighted by their share of the items: 2/3 * |.5 - .2| + 1/3 * |1 - .9|
+    uneven = expected_calibration_error([0.2, 0.2, 0.9], [False, True, True], n_bins=5)
+    assert uneven["ece"] == pytest.approx(2 / 3 * 0.3 + 1 / 3 * 0.1) and uneven["mce"] == pytest.approx(0.3)
+
+
+def test_bins_are_closed_on_the_right_and_empty_bins_are_rows():
+    # 0 and an inner edge (.5) go to the bin on their left; 1 to the last bin
+    rows = reliability_bins([0.0, 0.5, 1.0, 0.25], [False, True, True, False], n_bins=4)
+    assert [r["count"] for r in rows] == [2, 1, 0, 1]
+    assert [(r["lo"], r["hi"]) for r in rows] == [(0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0)]
+    assert rows[2] == {"lo": 0.5, "hi": 0.75, "count": 0, "mean_probability": None, "positive_rate": None, "gap": None}
+    assert rows[1]["positive_rate"] == 1.0 and rows[1]["mean_probability"] == 0.5
+    default = expected_calibration_error([0.05, 0.95], [False, True])
+    assert default["n_bins"] == 10 and len(default["bins"]) == 10
+    assert default["ece"] == pytest.approx(0.05)
+
+
+def test_perfectly_calibrated_and_constant_half():
+    p = [0.25] * 4 + [0.75] * 4
+    y = [True, False, False, False, True, True, True, False]
+    assert expected_calibration_error(p, y)["ece"] == pytest.approx(0.0)
+    m = calibration_metrics([0.5] * 6, [True, False, True, False, True, True])
+    assert m["brier"] == 0.25 and m["log_loss"] == pytest.approx(math.log(2))
+    assert m["ece"] == pytest.approx(abs(4 / 6 - 0.5))
+
+
+def test_brier_and_log_loss_by_hand():
+    assert brier_score([1.0, 0.5, 0.2], [True, True, False]) == pytest.approx((0 + 0.25 + 0.04) / 3)
+    assert log_loss([0.5, 0.8], [True, False]) == pytest.approx((math.log(2) + math.log(5)) / 2)
+    assert log_loss([0.9, 0.1], [1, 0]) == pytest.approx(-math.log(0.9))
+    assert math.isfinite(log_loss([0.0, 1.0], [True, False]))  # clipped, not infinite
+    # from logits: exact where probabilities would be clipped
+    assert logit_log_loss([0.0, 50.0], [True, False]) == pytest.approx((math.log(2) + 50.0) / 2)
+    z = np.array([-2.0, -0.3, 0.4, 3.0])
+    y = [False, True, True, False]
+    assert logit_log_loss(z, y) == pytest.approx(log_loss(sig(z), y))
+
+
+def test_bad_inputs_say_what_is_wrong():
+    with pytest.raises(ValueError, match=r"\[0, 1\].*sigmoid"):
+        expected_calibration_error([0.2, 1.5], [True, False])
+    with pytest.raises(ValueError, match="same length"):
+        brier_score([0.2, 0.5], [True])
+    with pytest.raises(ValueError, match="n_bins"):
+        reliability_bins([0.5], [True], n_bins=0)
+    with pytest.raises(ValueError, match="NaN"):
+        log_loss([float("nan")], [True])
+    with pytest.raises(ValueError, match="binary label"):
+        brier_score([0.5], ["maybe"])
+
+
+# metrics against scikit-learn -------------------------------------------------------------------
+def _random(n=400, seed=3):
+    rng = np.random.default_rng(seed)
+    p = rng.uniform(size=n)
+    p[:20] = np.round(p[:20], 1)  # values on bin edges too
+    p[20] = 0.0
+    p[21] = 1.0
+    y = rng.uniform(size=n) < p ** 1.5
+    return p, y
+
+
+def test_brier_and_log_loss_match_sklearn():
+    sk = pytest.importorskip("sklearn.metrics")
+    p, y = _random()
+    assert brier_score(p, y) == pytest.approx(sk.brier_score_loss(y, p), abs=1e-12)
+    q = np.clip(p, 1e-6, 1 - 1e-6)  # sklearn's own clipping differs from ours at exactly 0 and 1
+    assert log_loss(q, y) == pytest.approx(sk.log_loss(y, q), abs=1e-12)
+
+
+@pytest.mark.parametrize("n_bins", [1, 5, 10, 13])
+def test_bins_match_sklearn_calibration_curve(n_bins):
+    calibration = pytest.importorskip("sklearn.calibration")
+    p, y = _random()
+    prob_true, prob_pred = calibration.calibration_curve(y, p, n_bins=n_bins, strategy="uniform")
+    rows = [r for r in reliability_bins(p, y, n_bins) if r["count"]]
+    assert np.allclose([r["positive_rate"] for r in rows], prob_true, atol=1e-12)
+    assert np.allclose([r["mean_probability"] for r in rows], prob_pred, atol=1e-12)
+    # ECE from sklearn's curve and bin counts (np.histogram is right-open: count with sklearn's rule)
+    index = np.searchsorted(np.linspace(0, 1, n_bins + 1)[1:-1], p, side="left")
+    counts = np.bincount(index, minlength=n_bins)
+    assert [r["count"] for r in rows] == [int(c) for c in counts if c]
+    ece = float(np.sum(counts[counts > 0] / len(p) * np.abs(prob_true - prob_pred)))
+    assert expected_calibration_error(p, y, n_bins)["ece"] == pytest.approx(ece, abs=1e-12)
+
+
+# the Platt fit --------------------------------------------------------------------------------------
+def test_fit_by_hand_saturated_case():
+    # two distinct scores: the maximum-likelihood fit reproduces each group's share of positives
+    a, b = fit_platt([0, 0, 0, 0, 1, 1, 1, 1], [1, 0, 0, 0, 1, 1, 1, 0], l2=0)
+    assert b == pytest.approx(-math.log(3), abs=1e-8)       # sigmoid(b) = 1/4
+    assert a == pytest.approx(2 * math.log(3), abs=1e-8)    # sigmoid(a + b) = 3/4
+    # a pure shift: scores 2 and 4 with shares 1/2 and 1/2 -> a = 0, b = 0
+    a, b = fit_platt([2, 2, 4, 4], [1, 0, 1, 0], l2=0)
+    assert (a, b) == pytest.approx((0.0, 0.0), abs=1e-8)
+
+
+def test_fit_recovers_a_known_temperature_and_bias():
+    rng = np.random.default_rng(0)
+    s = rng.normal(0, 3, size=20000)
+    y = rng.uniform(size=s.size) < sig(0.4 * s - 1.0)
+    a, b = fit_platt(s, y, l2=0)
+    assert a == pytest.approx(0.4, abs=0.03) and b == pytest.approx(-1.0, abs=0.06)
+
+
+def test_fit_matches_sklearn_logistic_regression():
+    linear = pytest.importorskip("sklearn.linear_model")
+    rng = np.random.default_rng(1)
+    s = rng.normal(1.0, 2.0, size=300)
+    y = rng.uniform(size=s.size) < sig(0.7 * s + 0.3)
+    model = linear.LogisticRegression(C=np.inf, tol=1e-12, max_iter=10000).fit(s[:, None], y)
+    a, b = fit_platt(s, y, l2=0)
+    assert a == pytest.approx(float(model.coef_[0, 0]), abs=1e-5)
+    assert b == pytest.approx(float(model.intercept_[0]), abs=1e-5)
+
+
+def test_fit_lowers_the_log_loss_it_minimises():
+    rng = np.random.default_rng(2)
+    s = rng.normal(0, 4, size=500)
+    y = rng.uniform(size=s.size) < sig(0.3 * s + 0.8)  # an over-confident, shifted judge
+    a, b = fit_platt(s, y, l2=0)
+    best = logit_log_loss(a * s + b, y)
+    for da, db in ((0.01, 0), (-0.01, 0), (0, 0.01), (0, -0.01)):
+        assert logit_log_loss((a + da) * s + (b + db), y) > best
+    assert best < logit_log_loss(s, y)
+
+
+def test_separable_scores_stay_finite_with_the_default_ridge():
+    a, b = fit_platt([-3, -2, -1, 1, 2, 3], [0, 0, 0, 1, 1, 1])
+    assert math.isfinite(a) and math.isfinite(b) and a > 1  # sharper than raw, but finite
+    with pytest.raises(ValueError, match="both positive and negative"):
+        fit_platt([1, 2], [True, True])
+
+
+def test_heldout_split_is_seeded_and_sized_like_the_tuner():
+    fit, held = heldout_split(10, 0.3, seed=0)
+    assert len(held) == 3 and len(fit) == 7 and sorted([*fit, *held]) == list(range(10))
+    assert np.array_equal(heldout_split(10, 0.3, seed=0)[1], held)
+    assert not np.array_equal(heldout_split(10, 0.3, seed=1)[1], held)
+    assert len(heldout_split(10, 0.0)[1]) == 0 and len(heldout_split(10, 0.01)[1]) == 1
+    with pytest.raises(ValueError, match="cannot be split"):
+        heldout_split(1, 0.5)
+
+
+def test_fit_calibration_reports_before_after_on_the_heldout_items():
+    rng = np.random.default_rng(4)
+    s = rng.normal(0, 4, size=200)
+    y = rng.uniform(size=s.size) < sig(0.3 * s + 0.8)
+    c = fit_calibration(s, y, heldout_fraction=0.3, seed=7, template="para-fs", judge="j")
+    fit, held = heldout_split(200, 0.3, seed=7)
+    assert (c.n_fit, c.n_heldout, c.seed, c.template, c.judge) == (140, 60, 7, "para-fs", "j")
+    assert (c.a, c.b) == pytest.approx(fit_platt(s[fit], y[fit]))
+    before, after = c.metrics["heldout"]["before"], c.metrics["heldout"]["after"]
+    assert before["n"] == after["n"] == 60
+    assert before["ece"] == pytest.approx(expected_calibration_error(sig(s[held]), y[held])["ece"])
+    assert after["brier"] == pytest.approx(brier_score(sig(c.a * s[held] + c.b), y[held]))
+    assert after["log_loss"] < before["log_loss"] and after["ece"] < before["ece"]
+    assert c.metrics["fit"]["after"]["n"] == 140
+    assert c(1.5) == pytest.approx(float(sig(c.a * 1.5 + c.b)))
+    # no held-out part: in-sample metrics only
+    whole = fit_calibration(s, y, heldout_fraction=0)
+    assert "heldout" not in whole.metrics and whole.n_heldout == 0 and whole.n_fit == 200
+
+
+def test_fit_calibration_errors():
+    with pytest.raises(ValueError, match="both positive and negative.*fit part"):
+        fit_calibration([1.0, 2.0, 3.0, -1.0], [True, True, True, False], heldout_fraction=0.25, seed=2)  # holds out item 3
+    with pytest.raises(ValueError, match="heldout_fraction"):
+        CalibrationConfig(heldout_fraction=-0.1)
+    with pytest.raises(ValueError, match="l2"):
+        CalibrationConfig(l2=-1)
+
+
+def test_calibration_report_of_an_evaluation():
+    r = calibration_report([-2.0, 1.0, 3.0, -1.0, 0.5, -0.2], [False, True, True, False, False, True], heldout_fraction=0.5)
+    assert r["n"] == 6 and r["fit"]["n_heldout"] == 3 and set(r["fit"]["metrics"]) == {"heldout", "fit"}
+    one_class = calibration_report([1.0, 2.0], [True, True])
+    assert one_class["fit"] is None and "both positive and negative" in one_class["fit_error"]
+
+
+# the calibration file ---------------------------------------------------------------------------------
+def test_calibration_file_round_trip(tmp_path):
+    c = fit_calibration([-3, -1, -2, 0.5, 2, 3, -0.5, 1, 4, -4], [0, 0, 0, 1, 1, 1, 1, 0, 1, 0], template="para-fs")
+    path = c.save(tmp_path / "adapter")  # a folder: calibration.json inside
+    assert path == tmp_path / "adapter" / "calibration.json"
+    data = json.loads(path.read_text())
+    assert data["format"] == "pluie-calibration/1" and data["a"] == c.a and data["n_heldout"] == 3
+    assert Calibration.load(tmp_path / "adapter") == c == Calibration.load(path)
+    assert Calibration.resolve(str(path)) == c
+    assert c.save(tmp_path / "c.json") == tmp_path / "c.json"
+    (tmp_path / "bad.json").write_text('{"a": 1}')
+    with pytest.raises(ValueError, match="both 'a' and 'b'"):
+        Calibration.load(tmp_path / "bad.json")
+    (tmp_path / "typo.json").write_text('{"a": 1, "b": 0, "bias": 2}')
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['bias'\]"):
+        Calibration.load(tmp_path / "typo.json")
+    with pytest.raises(FileNotFoundError, match="pluie-reward calibrate"):
+        Calibration.load(tmp_path / "nowhere")
+    with pytest.raises(TypeError):
+        Calibration.resolve(3)
