@@ -244,3 +244,77 @@ def test_calibration_file_round_trip(tmp_path):
         Calibration.load(tmp_path / "nowhere")
     with pytest.raises(TypeError):
         Calibration.resolve(3)
+
+
+# applied by the judge ----------------------------------------------------------------------------------
+SOURCES = ["The cat sleeps on the mat.", "The dog barks at night.", "Alice bought a car."]
+HYPOTHESES = ["A cat is asleep on the mat.", "The dog sleeps all day.", "Alice purchased a car."]
+
+
+@pytest.fixture(scope="module")
+def judges():
+    from pluie_reward.testing import make_tiny_judge
+
+    c = Calibration(a=0.5, b=-0.25, template="para-fs", judge="tiny-random")
+    return make_tiny_judge(), make_tiny_judge(calibration=c), c
+
+
+def test_judge_adds_p_calibrated_and_keeps_raw_scores(judges, tmp_path):
+    raw, calibrated, c = judges
+    assert raw.calibration is None and calibrated.calibration is c
+    plain = raw.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES)
+    assert calibrated.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES) == plain  # floats: raw PLUIE, exactly
+    records = calibrated.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES, details=True)
+    reference = raw.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES, details=True)
+    for record, before, logratio in zip(records, reference, plain):
+        assert set(record) == {"logratio", "p_yes", "verdict", "p_calibrated"} and "p_calibrated" not in before
+        assert record["p_calibrated"] == pytest.approx(1 / (1 + math.exp(-(0.5 * logratio - 0.25))), abs=1e-12)
+        assert (record["logratio"], record["p_yes"], record["verdict"]) == (before["logratio"], before["p_yes"], before["verdict"])
+    # from a file or folder, as Judge.load(..., calibration=path) passes it on
+    from pluie_reward.testing import make_tiny_judge
+
+    c.save(tmp_path)
+    again = make_tiny_judge(calibration=tmp_path).score("para-fs", source=SOURCES[:1], hypothesis=HYPOTHESES[:1], details=True)
+    assert again[0]["p_calibrated"] == pytest.approx(records[0]["p_calibrated"])
+
+
+def test_templates_with_n_answers_and_other_templates(judges):
+    _, calibrated, _ = judges
+    choice = calibrated.score("rev-choice", original=["P"], instruction=["Fix"], hypothesis=["P."], alternative=["Q"],
+                              details=True)
+    assert "p_calibrated" not in choice[0]  # a calibration of PLUIE: Yes/No templates only
+    with pytest.warns(UserWarning, match="fitted on template 'para-fs'.*para-direct"):
+        calibrated.score("para-direct", source=SOURCES[:1], hypothesis=HYPOTHESES[:1], details=True)
+
+
+def test_load_passes_calibration_on():
+    import inspect
+
+    from pluie_reward.core import judge as judge_module
+
+    assert "calibration" in judge_module._JUDGE_OPTIONS  # vllm and connect hand it to Judge(...)
+    assert "calibration" in inspect.signature(judge_module.Judge.__init__).parameters
+
+
+def test_reward_transform_calibrated(judges):
+    from pluie_reward import PluieReward
+
+    raw, calibrated, c = judges
+    reward = PluieReward(calibrated, fields={"source": "src"}, transform="calibrated")
+    values = reward(prompts=["p"] * 3, completions=HYPOTHESES, src=SOURCES)
+    logratios = raw.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES)
+    assert values == pytest.approx([c(s) for s in logratios], abs=1e-12)
+    details = calibrated.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES, details=True)
+    assert values == pytest.approx([r["p_calibrated"] for r in details], abs=1e-12)
+    with pytest.raises(ValueError, match="transform='calibrated'.*has none"):
+        PluieReward(raw, fields={"source": "src"}, transform="calibrated")
+
+
+def test_server_score_passes_p_calibrated_through(judges):
+    testclient = pytest.importorskip("fastapi.testclient")
+    from pluie_reward.tools.server.app import create_app
+
+    _, calibrated, c = judges
+    with testclient.TestClient(create_app(calibrated, "para-fs", max_wait_ms=1)) as client:
+        body = client.post("/score", json={"source": SOURCES, "hypothesis": HYPOTHESES}).json()
+    assert body["p_calibrated"] == pytest.approx([c(s) for s in body["logratio"]], abs=1e-12)

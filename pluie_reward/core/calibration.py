@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
 FILE_NAME = "calibration.json"
 FORMAT = "pluie-calibration/1"
+_WARNED: set[tuple[str | None, str]] = set()  # (fitted template, scored template) pairs already warned about
 
 
 def _sigmoid(x: float) -> float:
@@ -97,6 +99,33 @@ class Calibration:
             0.5
         """
         return _sigmoid(self.logit(logratio))
+
+    def annotate(self, records: list[dict[str, Any]], template: str | None = None) -> list[dict[str, Any]]:
+        """Add ``p_calibrated`` to Yes/No records (those with a ``logratio``), in place; records of
+        templates with N answers are left as they are. Warns once when ``template`` is not the
+        template the calibration was fitted on.
+
+        Args:
+            records: ``Judge.score(..., details=True)`` records.
+            template: the name of the template they were scored with.
+
+        Returns:
+            The same records.
+
+        Example:
+            >>> Calibration(a=2.0, b=0.0).annotate([{"logratio": 0.0, "p_yes": 0.5, "verdict": False}])
+            [{'logratio': 0.0, 'p_yes': 0.5, 'verdict': False, 'p_calibrated': 0.5}]
+        """
+        if template is not None and self.template is not None and template != self.template and records \
+                and "logratio" in records[0] and (self.template, template) not in _WARNED:
+            _WARNED.add((self.template, template))
+            warnings.warn(f"the judge's calibration was fitted on template {self.template!r}; p_calibrated of template "
+                          f"{template!r} applies it anyway. Fit one per template (pluie-reward calibrate -t {template}).",
+                          stacklevel=3)
+        for record in records:
+            if "logratio" in record:
+                record["p_calibrated"] = self(record["logratio"])
+        return records
 
     # saving and loading ------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -12,11 +12,12 @@ from typing import Any, Sequence
 
 from ..engines.base import Engine, Request
 from .cache import ResultCache
+from .calibration import Calibration
 from .prompt import BoundTemplate
 from .template import GENERATED, Template, load_template, normalize_fields
 
 TemplateLike = "str | Path | Template | None"
-_JUDGE_OPTIONS = ("cache_size", "threshold", "allow_multi_token")
+_JUDGE_OPTIONS = ("cache_size", "threshold", "allow_multi_token", "calibration")
 _ENGINE_OPTIONS = ("batch_tokens", "disable_adapters", "adapter_name", "device", "offload_device", "check_weights")
 
 
@@ -90,6 +91,9 @@ class Judge:
         threshold: the verdict is ``score > threshold``.
         allow_multi_token: accept answers of several tokens (the seeds' eq. 4).
         name: a label for reprs, logs and reports.
+        calibration: a :class:`~pluie_reward.core.calibration.Calibration` (or the path of a
+            ``calibration.json``, or its folder): ``details=True`` records of Yes/No templates then
+            add ``p_calibrated = sigmoid(a * logratio + b)``; floats and verdicts stay raw.
         batch_tokens, disable_adapters, adapter_name, device, offload_device, check_weights: options of
             the transformers engine (:class:`~pluie_reward.engines.transformers.engine.TransformersEngine`).
 
@@ -111,6 +115,7 @@ class Judge:
         threshold: float = 0.0,
         allow_multi_token: bool = False,
         name: str | None = None,
+        calibration: "Calibration | str | Path | None" = None,
         **engine_options: Any,
     ) -> None:
         unknown = sorted(set(engine_options) - set(_ENGINE_OPTIONS))
@@ -130,6 +135,7 @@ class Judge:
 
             self.engine = TransformersEngine(model, tokenizer, **engine_options)
         self.threshold = threshold
+        self.calibration = Calibration.resolve(calibration)
         self.allow_multi_token = allow_multi_token
         self.name = name or self.engine.name
         self.results = ResultCache(cache_size)
@@ -162,7 +168,7 @@ class Judge:
             device_map: passed to ``from_pretrained`` (accelerate placement across devices). (transformers)
             model_kwargs: more ``from_pretrained`` arguments (transformers).
             judge_kwargs: :class:`Judge` arguments (``cache_size``, ``threshold``, ``allow_multi_token``,
-                ``name``); with ``engine="vllm"`` the others go to
+                ``name``, ``calibration``); with ``engine="vllm"`` the others go to
                 :class:`~pluie_reward.engines.vllm.VLLMEngine` (``tensor_parallel_size``,
                 ``gpu_memory_utilization``, ``max_model_len``, any ``vllm.AsyncEngineArgs``).
             adapter: a PEFT adapter folder (e.g. from ``pluie-reward tune``) put on the base model,
@@ -327,7 +333,8 @@ class Judge:
                 renormalised over the two answers). Templates with N answers: ``{"score",
                 "logprobs", "probs", "choice"}`` (log-probabilities and probabilities renormalised
                 over the N answers, by label; the most likely label) and ``"expected"`` for a rating
-                scale. Templates where the judge writes a turn first add ``"generated"``.
+                scale. Templates where the judge writes a turn first add ``"generated"``; a judge
+                with a ``calibration`` adds ``"p_calibrated"`` to Yes/No records.
             threshold: verdict is ``logratio > threshold`` (default: the judge's, 0).
             truncate: cut over-long fields from the middle (with a warning) instead of raising.
             use_cache: reuse results of identical prompts seen recently (same weights).
@@ -457,6 +464,8 @@ class Judge:
         if generated is not None:
             for record, text in zip(records, generated):
                 record["generated"] = text
+        if details and self.calibration is not None:
+            self.calibration.annotate(records, call.bound.template.name)
         if details:
             return records
         return [r["logratio"] if "logratio" in r else r["score"] for r in records]
