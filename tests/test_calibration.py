@@ -318,3 +318,44 @@ def test_server_score_passes_p_calibrated_through(judges):
     with testclient.TestClient(create_app(calibrated, "para-fs", max_wait_ms=1)) as client:
         body = client.post("/score", json={"source": SOURCES, "hypothesis": HYPOTHESES}).json()
     assert body["p_calibrated"] == pytest.approx([c(s) for s in body["logratio"]], abs=1e-12)
+
+
+# in evaluation reports ----------------------------------------------------------------------------------
+def test_classification_results_markdown_and_reliability_plot(tmp_path):
+    from pluie_reward.tools.evaluation.calibration import heldout_calibrated
+    from pluie_reward.tools.evaluation.plots import plot_facts
+    from pluie_reward.tools.evaluation.tasks import classification_plots, classification_results, task_markdown
+
+    rng = np.random.default_rng(5)
+    scores = [float(v) for v in rng.normal(0, 3, size=40)]
+    labels = [bool(v) for v in rng.uniform(size=40) < sig(0.4 * np.array(scores) + 0.5)]
+    meta = {"task": "classification", "judge": "j", "template": "para-fs", "threshold": 0.0, "baselines": ["bleu"],
+            "conditions": [{"name": "PLUIE", "template": "para-fs", "kind": "binary"},
+                           {"name": "Likert", "template": "net-likert", "kind": "scale"},
+                           {"name": "Old run", "template": "para-fs"}]}  # saved before "kind": looked up
+    lines = [{"i": i, "label": y, "scores": {"PLUIE": s, "Likert": 3.0, "Old run": s, "bleu": 0.5}}
+             for i, (s, y) in enumerate(zip(scores, labels))]
+    results = classification_results(meta, lines)
+    assert set(results["calibration"]) == {"PLUIE", "Old run"}  # not the scale, not the baseline
+    cal = results["calibration"]["PLUIE"]
+    assert cal["ece"] == pytest.approx(expected_calibration_error(sig(scores), labels)["ece"])
+    assert cal["brier"] == pytest.approx(brier_score(sig(scores), labels))
+    assert len(cal["bins"]) == 10 and sum(b["count"] for b in cal["bins"]) == 40
+    fit = cal["fit"]
+    assert (fit["n_fit"], fit["n_heldout"], fit["seed"]) == (28, 12, 0)
+    assert (fit["a"], fit["b"]) == pytest.approx((fit_calibration(scores, labels).a, fit_calibration(scores, labels).b))
+    held = fit["metrics"]["heldout"]
+    table = task_markdown(results)
+    assert "| PLUIE | 40 | " in table and f"| {held['before']['ece']:.3f} → {held['after']['ece']:.3f} |" in table
+    assert "Platt fit p = sigmoid(a · score + b) on 28 items" in table and "| 0.0–0.1 |" in table
+    plots = classification_plots(results, tmp_path)
+    reliability = tmp_path / "PLUIE_reliability.png"
+    assert str(reliability) in plots and not (tmp_path / "Likert_reliability.png").exists()
+    facts = plot_facts(reliability)
+    assert facts["p_yes = sigmoid(score), all items"]["ece"] == pytest.approx(cal["ece"])
+    assert facts["p_yes = sigmoid(score), all items"]["counts"] == [b["count"] for b in cal["bins"]]
+    after_p, after_y = heldout_calibrated(scores, labels, fit)
+    calibrated_series = next(v for k, v in facts.items() if k.startswith("Platt-calibrated"))
+    assert sum(calibrated_series["counts"]) == 12
+    assert calibrated_series["ece"] == pytest.approx(held["after"]["ece"]) == pytest.approx(
+        expected_calibration_error(after_p, after_y)["ece"])

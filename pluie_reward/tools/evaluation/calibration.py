@@ -23,8 +23,8 @@ import numpy as np
 from ...core.calibration import Calibration
 from .metrics import as_labels, as_scores, _same_length
 
-__all__ = ["Calibration", "CalibrationConfig", "brier_score", "calibration_metrics", "calibration_report",
-           "expected_calibration_error", "fit_calibration", "fit_platt", "heldout_split", "log_loss", "probabilities",
+__all__ = ["Calibration", "CalibrationConfig", "brier_score", "calibration_markdown", "calibration_metrics",
+           "calibration_report", "expected_calibration_error", "fit_calibration", "fit_platt", "heldout_split", "log_loss", "p_yes", "probabilities",
            "reliability_bins"]
 
 DEFAULT_BINS = 10
@@ -157,6 +157,16 @@ def logit_log_loss(logits: Iterable[float], labels: Iterable[Any]) -> float:
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
     return np.exp(-_softplus(-z))
+
+
+def p_yes(scores: Iterable[float]) -> np.ndarray:
+    """``sigmoid(PLUIE)`` of every score, computed without overflow.
+
+    Example:
+        >>> p_yes([0.0, -1000.0, 1000.0]).tolist()
+        [0.5, 0.0, 1.0]
+    """
+    return _sigmoid(as_scores(scores))
 
 
 def calibration_metrics(probs: Iterable[float], labels: Iterable[Any], n_bins: int = DEFAULT_BINS,
@@ -383,3 +393,74 @@ def calibrated(scores: Iterable[float], calibration: Calibration | Mapping[str, 
     """
     c = Calibration.resolve(calibration)
     return [c(x) for x in as_scores(scores)]
+
+
+# in evaluation reports -----------------------------------------------------------------------------
+EVAL_HELDOUT = 0.3  # the held-out share and seed of the Platt fit in evaluation reports
+EVAL_SEED = 0
+
+
+def _arrow(before: float, after: float, digits: int = 3) -> str:
+    return f"{before:.{digits}f} → {after:.{digits}f}"
+
+
+def calibration_markdown(calibration: Mapping[str, Mapping[str, Any]], bins: bool = True) -> str:
+    """The Markdown of an evaluation's ``results["calibration"]`` (one entry per judged Yes/No
+    condition, from :func:`calibration_report`): ECE, Brier and log loss of ``p_yes``, the Platt
+    fit with before → after on its held-out items, and (``bins``) each condition's per-bin rows.
+
+    Example:
+        >>> r = {"PLUIE": calibration_report([-2.0, 1.0, 3.0, -1.0, 0.5, -0.2], [0, 1, 1, 0, 0, 1], heldout_fraction=0.5)}
+        >>> print(calibration_markdown(r, bins=False).splitlines()[2])
+        | metric | n | ECE | Brier | log loss | Platt a | Platt b | held-out n | ECE before → after | Brier before → after | log loss before → after |
+    """
+    from .report import markdown_table
+
+    first = next(iter(calibration.values()))
+    rows, notes, tables = [], [], []
+    for name, r in calibration.items():
+        fit = r.get("fit")
+        cells = [name, r["n"], f"{r['ece']:.3f}", f"{r['brier']:.3f}", f"{r['log_loss']:.3f}"]
+        held = (fit or {}).get("metrics", {}).get("heldout")
+        if fit is None:
+            cells += ["–"] * 6
+            notes.append(f"- {name}: no Platt fit: {r.get('fit_error', 'not possible')}")
+        else:
+            cells += [f"{fit['a']:.3f}", f"{fit['b']:.3f}"]
+            if held:
+                cells += [fit["n_heldout"]] + [_arrow(held["before"][k], held["after"][k]) for k in ("ece", "brier", "log_loss")]
+            else:
+                cells += ["0 (in-sample)"] + ["–"] * 3
+        rows.append(cells)
+        if bins:
+            tables.append(f"{name}: p_yes per bin (bins (lo, hi], the first includes 0; gap = share positive − mean p_yes; "
+                          "an empty bin shows –)\n\n" + markdown_table(
+                ["bin", "items", "mean p_yes", "share positive", "gap"],
+                [[f"{b['lo']:.1f}–{b['hi']:.1f}", b["count"],
+                  *(("–",) * 3 if not b["count"] else
+                    (f"{b['mean_probability']:.3f}", f"{b['positive_rate']:.3f}", f"{b['gap']:+.3f}"))] for b in r["bins"]],
+                align="lrrrr"))
+    fit = next((r["fit"] for r in calibration.values() if r.get("fit")), None)
+    how = (f"Platt fit p = sigmoid(a · score + b) on {fit['n_fit']} items (minimal log loss; random split, seed {fit['seed']}), before → "
+           f"after on the {fit['n_heldout']} held-out items" if fit else "Platt fit p = sigmoid(a · score + b)")
+    head = (f"Calibration of p_yes = sigmoid(score) on all items: expected calibration error over {first['n_bins']} "
+            f"equal-width bins, Brier score, log loss (lower is better); {how}. Apply a fit with "
+            "`pluie-reward calibrate` and Judge.load(..., calibration=...).")
+    table = markdown_table(["metric", "n", "ECE", "Brier", "log loss", "Platt a", "Platt b", "held-out n",
+                            "ECE before → after", "Brier before → after", "log loss before → after"], rows,
+                           align="lrrrrrrrrrr")
+    return "\n\n".join([head, table, *(["\n".join(notes)] if notes else []), *tables])
+
+
+def heldout_calibrated(scores: Sequence[float], labels: Sequence[Any], fit: Mapping[str, Any]) -> tuple[list[float], list[bool]]:
+    """The calibrated probabilities and labels of a report's held-out items (its split redone from
+    ``fit``'s ``heldout_fraction`` and ``seed``), e.g. for the reliability diagram.
+
+    Example:
+        >>> fit = calibration_report([-2.0, 1.0, 3.0, -1.0, 0.5, -0.2], [0, 1, 1, 0, 0, 1], heldout_fraction=0.5)["fit"]
+        >>> len(heldout_calibrated([-2.0, 1.0, 3.0, -1.0, 0.5, -0.2], [0, 1, 1, 0, 0, 1], fit)[0])
+        3
+    """
+    s, y = as_scores(scores), as_labels(labels)
+    _, held = heldout_split(s.size, fit["heldout_fraction"], fit["seed"])
+    return [float(v) for v in _sigmoid(fit["a"] * s[held] + fit["b"])], [bool(v) for v in y[held]]
