@@ -359,3 +359,72 @@ def test_classification_results_markdown_and_reliability_plot(tmp_path):
     assert sum(calibrated_series["counts"]) == 12
     assert calibrated_series["ece"] == pytest.approx(held["after"]["ece"]) == pytest.approx(
         expected_calibration_error(after_p, after_y)["ece"])
+
+
+# the command ------------------------------------------------------------------------------------------
+def _labelled(tmp_path, n=40, seed=0):
+    from pluie_reward.tools.tune.synthetic import make_pairs
+
+    rng = np.random.default_rng(seed)
+    rows = [{"s1": p["source"], "hypothesis": p["hypothesis"], "label": p["label"],
+             "out": {"logratio": float(rng.normal(2 if p["label"] else -1, 3))}} for p in make_pairs(n, seed=seed)]
+    path = tmp_path / "labelled.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path, rows
+
+
+def test_cli_fits_from_a_score_column(tmp_path, capsys):
+    from pluie_reward.tools.cli.main import main
+
+    path, rows = _labelled(tmp_path)
+    out = tmp_path / "adapter"
+    assert main(["calibrate", "-i", str(path), "--score-column", "out.logratio", "-o", str(out), "--seed", "3",
+                 "--judge-name", "big", "--plot"]) == 0
+    saved = Calibration.load(out)
+    expected = fit_calibration([r["out"]["logratio"] for r in rows], [r["label"] for r in rows], seed=3)
+    assert (saved.a, saved.b, saved.n_fit, saved.n_heldout, saved.seed) == (expected.a, expected.b, 28, 12, 3)
+    assert (saved.template, saved.judge) == ("para-fs", "big")
+    printed = capsys.readouterr().out
+    held = saved.metrics["heldout"]
+    assert f"| calibrated p | {held['after']['ece']:.4f} |" in printed and "On 12 held-out items" in printed
+    assert (out / "calibration.png").exists()
+    assert main(["calibrate", "-i", str(path), "--score-column", "out.logratio", "-o", str(out)]) == 2  # exists
+    assert "--overwrite" in capsys.readouterr().err
+
+
+def test_cli_scores_with_the_judge(tmp_path, monkeypatch, judges):
+    import pluie_reward.tools.cli.common as common
+    from pluie_reward.tools.cli.main import main
+
+    raw, _, _ = judges
+    monkeypatch.setattr(common, "judge_from_args", lambda args: raw)
+    path, rows = _labelled(tmp_path, n=20)
+    target = tmp_path / "c.json"
+    assert main(["calibrate", "-i", str(path), "--column", "source=s1", "-o", str(target), "--no-progress",
+                 "--heldout", "0.25"]) == 0
+    scores = raw.score("para-fs", source=[r["s1"] for r in rows], hypothesis=[r["hypothesis"] for r in rows])
+    expected = fit_calibration(scores, [r["label"] for r in rows], heldout_fraction=0.25)
+    saved = Calibration.load(target)
+    assert (saved.a, saved.b) == pytest.approx((expected.a, expected.b)) and saved.judge == "tiny-random"
+
+
+@pytest.mark.parametrize("rows, extra, message", [
+    ([{"out": {"logratio": 1}, "label": "maybe"}], [], "line 1: column 'label'.*not a binary label"),
+    ([{"out": {"logratio": 1}, "label": True}, {"out": {"logratio": "x"}, "label": False}], [], "line 2: column 'out.logratio'.*not a number"),
+    ([{"out": {"logratio": v}, "label": True} for v in (1, 2, 3)], [], "both positive and negative"),
+    ([{"out": {"logratio": 1}, "label": True}], ["--heldout", "1"], "heldout_fraction.*--heldout"),
+    ([{"out": {"logratio": 1}, "label": True}], ["-t", "rev-choice"], "Yes/No template"),
+    ([{"out": {"logratio": 1}, "label": True}], ["--column", "source=s1"], "nothing is scored"),
+    ([{"out": {"logratio": 1}, "label": True}], ["--bins", "0"], "n_bins"),
+])
+def test_cli_bad_input_exits_2_with_a_message(tmp_path, capsys, rows, extra, message):
+    import re
+
+    from pluie_reward.tools.cli.main import main
+
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code = main(["calibrate", "-i", str(path), "--score-column", "out.logratio", "-o", str(tmp_path / "c.json"), *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and re.search(message, err) and "Traceback" not in err
+    assert not (tmp_path / "c.json").exists()
