@@ -428,3 +428,23 @@ def test_cli_bad_input_exits_2_with_a_message(tmp_path, capsys, rows, extra, mes
     err = capsys.readouterr().err
     assert code == 2 and re.search(message, err) and "Traceback" not in err
     assert not (tmp_path / "c.json").exists()
+
+
+def test_callback_records_pass_p_calibrated_through(judges):
+    from pluie_reward.integrations.callbacks import PluieCallback
+    from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
+
+    _, calibrated, c = judges
+    tok = make_tiny_tokenizer()
+    items = [{"prompt": [{"role": "user", "content": f"Paraphrase: {s}"}], "source": s} for s in SOURCES]
+    records = PluieCallback(calibrated, "para-fs", items, max_new_tokens=3).generate_and_score(make_tiny_causal_lm(tok, seed=1), tok)
+    assert [r["p_calibrated"] for r in records] == pytest.approx([c(r["score"]) for r in records], abs=1e-12)
+
+
+def test_judge_load_reads_a_calibration_file(tmp_path):
+    from pluie_reward import Judge
+
+    Calibration(a=0.5, b=1.0, template="para-fs").save(tmp_path)
+    judge = Judge.load(calibration=tmp_path)  # the embedded judge
+    record = judge.score("para-fs", source=["The cat sleeps."], hypothesis=["A cat is asleep."], details=True)[0]
+    assert record["p_calibrated"] == pytest.approx(1 / (1 + math.exp(-(0.5 * record["logratio"] + 1.0))), abs=1e-12)
