@@ -448,3 +448,14 @@ def test_judge_load_reads_a_calibration_file(tmp_path):
     judge = Judge.load(calibration=tmp_path)  # the embedded judge
     record = judge.score("para-fs", source=["The cat sleeps."], hypothesis=["A cat is asleep."], details=True)[0]
     assert record["p_calibrated"] == pytest.approx(1 / (1 + math.exp(-(0.5 * record["logratio"] + 1.0))), abs=1e-12)
+
+
+def test_threshold_on_the_raw_logratio_for_a_calibrated_verdict(judges):
+    c = Calibration(a=0.5, b=-0.25)
+    assert c.threshold() == pytest.approx(0.5) and c(c.threshold(0.8)) == pytest.approx(0.8)
+    with pytest.raises(ValueError, match="wrong way"):
+        Calibration(a=-1.0).threshold()
+    _, calibrated, judge_c = judges
+    cut = judge_c.threshold(0.5)
+    records = calibrated.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES, details=True, threshold=cut)
+    assert [r["verdict"] for r in records] == [r["p_calibrated"] > 0.5 for r in records]

@@ -100,6 +100,22 @@ class Calibration:
         """
         return _sigmoid(self.logit(logratio))
 
+    def threshold(self, p: float = 0.5) -> float:
+        """The raw log-ratio where the calibrated probability equals ``p``: ``(logit(p) - b) / a``; pass it
+        as ``Judge(threshold=...)`` for verdicts that mean ``p_calibrated > p`` (verdicts stay on the raw
+        log-ratio otherwise). Needs ``a > 0`` (a judge whose scores rank the labels the right way).
+
+        Example:
+            >>> Calibration(a=0.5, b=1.0).threshold()   # sigmoid(0.5 * s + 1) = 0.5 at s = -2
+            -2.0
+        """
+        if not 0 < p < 1:
+            raise ValueError(f"p must lie strictly between 0 and 1, got {p!r}.")
+        if self.a <= 0:
+            raise ValueError(f"a = {self.a:.4g} <= 0: the calibrated probability does not increase with PLUIE, so no "
+                             "threshold on PLUIE means 'p_calibrated > p'; this judge ranks the labels the wrong way.")
+        return (math.log(p) - math.log1p(-p) - self.b) / self.a
+
     def annotate(self, records: list[dict[str, Any]], template: str | None = None) -> list[dict[str, Any]]:
         """Add ``p_calibrated`` to Yes/No records (those with a ``logratio``), in place; records of
         templates with N answers are left as they are. Warns once when ``template`` is not the
