@@ -265,7 +265,8 @@ def test_evaluate_tasks_score_through_the_judge(tiny_judge, tmp_path):
     assert r["scores"]["levenshtein"] == pytest.approx([bl.levenshtein_similarity(s, h) for s, h in zip(src, hyp)])
     expected_acc = sum((s > 0) == y for s, y in zip(direct, labels)) / 4
     assert r["metrics"]["PLUIE"]["natural"]["accuracy"] == pytest.approx(expected_acc)
-    assert len(r["plots"]) == 9 and all((tmp_path / p).exists() for p in r["plots"])  # 3 rows x (curves, histogram, edit distance)
+    # 3 rows x (curves, histogram, edit distance) + the reliability diagram of PLUIE (a Yes/No row)
+    assert len(r["plots"]) == 10 and all((tmp_path / p).exists() for p in r["plots"])
 
     p = evaluate_preference(tiny_judge, {"source": src}, hyp, src[::-1], ["A", "B", "tie", "A"], progress=False)
     assert p["scores"]["PLUIE"]["A"] == pytest.approx(direct)

@@ -13,11 +13,12 @@ from typing import Any, Sequence
 
 from ..engines.base import Engine, Request
 from .cache import ResultCache
+from .calibration import Calibration
 from .prompt import BoundTemplate
 from .template import GENERATED, Template, check_chat_template_kwargs, load_template, normalize_fields
 
 TemplateLike = "str | Path | Template | None"
-_JUDGE_OPTIONS = ("cache_size", "threshold", "allow_multi_token", "chat_template_kwargs")
+_JUDGE_OPTIONS = ("cache_size", "threshold", "allow_multi_token", "chat_template_kwargs", "calibration")
 _ENGINE_OPTIONS = ("batch_tokens", "disable_adapters", "adapter_name", "device", "offload_device", "check_weights")
 
 
@@ -94,6 +95,9 @@ class Judge:
         chat_template_kwargs: keywords for the judge's chat template in every rendering (Qwen3's
             ``enable_thinking``, gpt-oss's ``reasoning_effort``; ``strftime_now``: the ISO date a
             template writes as today, fixed by default); a template's own keywords override them.
+        calibration: a :class:`~pluie_reward.core.calibration.Calibration` (or the path of a
+            ``calibration.json``, or its folder): ``details=True`` records of Yes/No templates then
+            add ``p_calibrated = sigmoid(a * logratio + b)``; floats and verdicts stay raw.
         batch_tokens, disable_adapters, adapter_name, device, offload_device, check_weights: options of
             the transformers engine (:class:`~pluie_reward.engines.transformers.engine.TransformersEngine`).
 
@@ -116,6 +120,7 @@ class Judge:
         allow_multi_token: bool = False,
         name: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        calibration: "Calibration | str | Path | None" = None,
         **engine_options: Any,
     ) -> None:
         unknown = sorted(set(engine_options) - set(_ENGINE_OPTIONS))
@@ -135,6 +140,7 @@ class Judge:
 
             self.engine = TransformersEngine(model, tokenizer, **engine_options)
         self.threshold = threshold
+        self.calibration = Calibration.resolve(calibration)
         self.allow_multi_token = allow_multi_token
         self.chat_template_kwargs: dict[str, Any] = dict(check_chat_template_kwargs(chat_template_kwargs or {}, "Judge"))
         self.name = name or self.engine.name
@@ -168,7 +174,7 @@ class Judge:
             device_map: passed to ``from_pretrained`` (accelerate placement across devices). (transformers)
             model_kwargs: more ``from_pretrained`` arguments (transformers).
             judge_kwargs: :class:`Judge` arguments (``cache_size``, ``threshold``, ``allow_multi_token``,
-                ``name``, ``chat_template_kwargs``); with ``engine="vllm"`` the others go to
+                ``name``, ``chat_template_kwargs``, ``calibration``); with ``engine="vllm"`` the others go to
                 :class:`~pluie_reward.engines.vllm.VLLMEngine` (``tensor_parallel_size``,
                 ``gpu_memory_utilization``, ``max_model_len``, any ``vllm.AsyncEngineArgs``).
             adapter: a PEFT adapter folder (e.g. from ``pluie-reward tune``) put on the base model,
@@ -336,7 +342,8 @@ class Judge:
                 renormalised over the two answers). Templates with N answers: ``{"score",
                 "logprobs", "probs", "choice"}`` (log-probabilities and probabilities renormalised
                 over the N answers, by label; the most likely label) and ``"expected"`` for a rating
-                scale. Templates where the judge writes a turn first add ``"generated"``.
+                scale. Templates where the judge writes a turn first add ``"generated"``; a judge
+                with a ``calibration`` adds ``"p_calibrated"`` to Yes/No records.
             threshold: verdict is ``logratio > threshold`` (default: the judge's, 0).
             truncate: cut over-long fields from the middle (with a warning) instead of raising.
             use_cache: reuse results of identical prompts seen recently (same weights).
@@ -466,6 +473,8 @@ class Judge:
         if generated is not None:
             for record, text in zip(records, generated):
                 record["generated"] = text
+        if details and self.calibration is not None:
+            self.calibration.annotate(records, call.bound.template.name)
         if details:
             return records
         return [r["logratio"] if "logratio" in r else r["score"] for r in records]

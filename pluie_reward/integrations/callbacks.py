@@ -437,7 +437,7 @@ class PluieCallback(TrainerCallback):
         """Generate for this process's slice of the evaluation set and score it with the judge.
 
         Returns one record per item of the slice: ``index, prompt, generation, score, p_yes, verdict``
-        and the template fields. The model's state is restored afterwards.
+        (and ``p_calibrated`` when the judge has a calibration) and the template fields. The model's state is restored afterwards.
 
         Example:
             >>> records = callback.generate_and_score(model, tokenizer)  # doctest: +SKIP
@@ -469,6 +469,8 @@ class PluieCallback(TrainerCallback):
             record = {"index": index, "prompt": items[position][self.prompt_field], "generation": generation}
             record.update({name: values[position] for name, values in fields.items()})
             record.update({"score": result["logratio"], "p_yes": result["p_yes"], "verdict": bool(result["verdict"])})
+            if "p_calibrated" in result:  # a judge with a calibration
+                record["p_calibrated"] = result["p_calibrated"]
             records.append(record)
         return records
 

@@ -23,7 +23,7 @@ from ..core.text import content_words, edit_distance, normalize_text, same_words
 from ..core.judge import Judge, sigmoid
 from ..core.template import load_template
 
-TRANSFORMS = ("logratio", "prob", "clip")
+TRANSFORMS = ("logratio", "prob", "clip", "calibrated")
 
 __all__ = ["PluieReward", "AsyncPluieReward", "NoveltyReward", "novelty", "novelty_score", "words", "completion_text"]
 
@@ -46,8 +46,10 @@ class PluieReward:
             dropped when pickled so the reward pickles without model weights).
         template: template name, YAML path or :class:`~pluie_reward.Template`.
         fields: field -> dataset column; unmapped template fields read the column of the same name.
-        transform: ``"logratio"`` (PLUIE, default), ``"prob"`` (p_yes in [0, 1]) or ``"clip"``
-            (PLUIE clipped to ``[-clip, clip]``).
+        transform: ``"logratio"`` (PLUIE, default), ``"prob"`` (p_yes in [0, 1]), ``"clip"``
+            (PLUIE clipped to ``[-clip, clip]``) or ``"calibrated"`` (the judge's ``p_calibrated =
+            sigmoid(a * PLUIE + b)`` in [0, 1]; the judge needs a ``calibration``, see
+            :func:`~pluie_reward.tools.evaluation.calibration.fit_calibration`).
         threshold: acceptance is ``PLUIE > threshold`` (default: the judge's); for a scale,
             ``expected rating > threshold`` (default: the middle of the scale).
         name: the name TRL logs under (``rewards/<name>/mean``); default ``"pluie"``.
@@ -111,6 +113,7 @@ class PluieReward:
         self.__name__ = name
         if isinstance(judge, Judge):
             self._judge, self._factory = judge, None
+            self._calibration()
         elif callable(judge):
             self._judge, self._factory = None, judge
         else:
@@ -199,7 +202,20 @@ class PluieReward:
             log_extra(f"{self.__name__}/{self.output}", [round(r, 4) for r in rewards])
         return rewards
 
+    def _calibration(self) -> Any:
+        """The judge's calibration, for ``transform="calibrated"`` (an error saying how to get one)."""
+        if self.transform != "calibrated":
+            return None
+        calibration = getattr(self.judge, "calibration", None)
+        if calibration is None:
+            raise ValueError(f"{self.__name__}: transform='calibrated' reads the judge's calibration, and this judge has "
+                             "none: load it with Judge.load(..., calibration='calibration.json') (from `pluie-reward "
+                             "calibrate` or fit_calibration(...).save(...)), or set judge.calibration.")
+        return calibration
+
     def _transform(self, logratio: float) -> float:
+        if self.transform == "calibrated":
+            return self._calibration()(logratio)
         if self.transform == "prob":
             return sigmoid(logratio)
         if self.transform == "clip":

@@ -13,6 +13,7 @@ from .common import COMMANDS, UsageError
 COMMAND_MODULES = (
     "pluie_reward.tools.cli.score",
     "pluie_reward.tools.evaluation.cli",
+    "pluie_reward.tools.evaluation.calibrate_cli",
     "pluie_reward.tools.server.cli",
     "pluie_reward.tools.bench.cli",
     "pluie_reward.tools.probe.cli",

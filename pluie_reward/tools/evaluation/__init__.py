@@ -7,6 +7,13 @@ Example:
     1.0
 """
 
+from .calibration import (
+    Calibration,
+    brier_score,
+    expected_calibration_error,
+    fit_calibration,
+    log_loss,
+)
 from .metrics import (
     best_threshold,
     classification_metrics,
@@ -19,11 +26,16 @@ from .metrics import (
 )
 
 __all__ = [
+    "Calibration",
     "best_threshold",
+    "brier_score",
     "classification_metrics",
     "classification_report",
     "cohens_kappa",
     "cramers_v",
+    "expected_calibration_error",
+    "fit_calibration",
+    "log_loss",
     "metrics_at",
     "preference_metrics",
     "tie_calibrated_accuracy",

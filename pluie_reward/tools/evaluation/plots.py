@@ -1,7 +1,7 @@
 """PNG figures of the seeds: metric curves against the decision threshold (Figures 3-4 of the
 *-PLUIE and ParaPLUIE papers), score histograms per label, score against edit distance per label
-(ParaPLUIE Fig. 2), share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1) and error rates
-beside the peer models. Uses matplotlib's Agg canvas (no display, no pyplot state).
+(ParaPLUIE Fig. 2), share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1), error rates
+beside the peer models, and reliability diagrams of the judge's probabilities. Uses matplotlib's Agg canvas (no display, no pyplot state).
 
 Every figure of one run uses the same label names (:data:`LABEL_NAMES`) and colours.
 
@@ -227,6 +227,73 @@ def plot_edit_distance(
     ax.legend(loc="best", fontsize=8, title="expected label (Pearson r with distance)", title_fontsize=8)
     figure.tight_layout()
     return _save(figure, path)
+
+
+def plot_reliability(
+    probs: Iterable[float],
+    labels: Iterable[Any],
+    path: str | Path,
+    *,
+    title: str | None = None,
+    n_bins: int = 10,
+    calibrated: tuple[Iterable[float], Iterable[Any]] | None = None,
+    name: str = "p_yes = sigmoid(PLUIE)",
+    calibrated_name: str = "Platt-calibrated",
+) -> Path:
+    """Reliability diagram: per equal-width probability bin, the share of positive labels against
+    the mean predicted probability (a calibrated judge lies on the diagonal), with each bin's item
+    count written by its point and drawn as bars on a second axis; ECE in the legend.
+
+    Args:
+        probs: probability of the positive label per item (e.g. ``p_yes``).
+        labels: binary labels.
+        path: the PNG to write.
+        title: the figure's title (judge and template).
+        n_bins: equal-width bins (default 10; see :func:`.calibration.reliability_bins`).
+        calibrated: ``(probabilities, labels)`` of a second series, e.g. Platt-calibrated ``p`` on a held-out split.
+        name, calibrated_name: the two series' legend names.
+
+    Returns:
+        The written PNG path; its facts (:func:`plot_facts`) hold each series' ECE and bin counts.
+
+    Example:
+        >>> plot_reliability([0.1, 0.8, 0.9], [False, True, False], "out/PLUIE_reliability.png")  # doctest: +SKIP
+    """
+    from .calibration import expected_calibration_error
+
+    series = [(name, probs, labels, "tab:blue", "o")]
+    if calibrated is not None:
+        series.append((calibrated_name, calibrated[0], calibrated[1], "tab:green", "s"))
+    figure, ax = _figure()
+    counts_ax = ax.twinx()
+    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="perfectly calibrated")
+    facts: dict[str, Any] = {"n_bins": n_bins}
+    width = 1.0 / n_bins / len(series)
+    for k, (label, p, y, colour, marker) in enumerate(series):
+        result = expected_calibration_error(p, y, n_bins)
+        rows = [r for r in result["bins"] if r["count"]]
+        xs = [r["mean_probability"] for r in rows]
+        ys = [r["positive_rate"] for r in rows]
+        ax.plot(xs, ys, color=colour, marker=marker, markersize=5, linewidth=1.4,
+                label=f"{label}: n={result['n']}, ECE {result['ece']:.3f}")
+        for x, yv, r in zip(xs, ys, rows):
+            ax.annotate(f"{r['count']}", (x, yv), textcoords="offset points", xytext=(4, -10 if k else 4), fontsize=7,
+                        color=colour)
+        counts_ax.bar([r["lo"] + k * width for r in result["bins"]], [r["count"] for r in result["bins"]], width=width * 0.9,
+                      align="edge", color=colour, alpha=0.15)
+        facts[label] = {"ece": result["ece"], "counts": [r["count"] for r in result["bins"]]}
+    counts_ax.set_ylabel("items per bin (bars)", fontsize=8)
+    counts_ax.set_ylim(0, max(1, *(max(v["counts"]) for k, v in facts.items() if k != "n_bins")) * 3)
+    ax.set_zorder(counts_ax.get_zorder() + 1)
+    ax.patch.set_visible(False)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel(f"mean predicted probability of the positive label ({n_bins} equal-width bins)")
+    ax.set_ylabel("share of positive labels")
+    _title(ax, title or "reliability diagram")
+    ax.legend(loc="upper left", fontsize=8)
+    figure.tight_layout()
+    return _save(figure, path, facts)
 
 
 STS_BINS = ((0, 1), (1, 2), (2, 3), (3, 4), (4, 5.0001))

@@ -42,6 +42,10 @@ def classification_markdown(results: Mapping[str, Any]) -> str:
             f"template {results['template']}.{_partial_note(results)}")
     parts = [head, _fields_note(results),
              markdown_table(["metric", "judge", "threshold choice", "Thr.", "Acc.", "Rec.", "Prec.", "F1"], rows)]
+    if results.get("calibration"):
+        from .calibration import calibration_markdown
+
+        parts.append(calibration_markdown(results["calibration"]))
     if paper:
         parts.append(f"Paper rows: {paper['caption']}, {paper['reference']}; they were computed on the full data set "
                      "with the judges named, this run on your file with yours.")

@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ...core.outputs import SECOND_CANDIDATE
 from ...core.template import load_template
 from .baselines import levenshtein_similarity, parse_baselines, score_baseline
+from .calibration import EVAL_HELDOUT, EVAL_SEED, calibration_report, heldout_calibrated
 from .metrics import as_labels, as_preferences, choice_metrics, classification_report, preference_metrics
 from .report import write_outputs
 from .store import ScoreStore, chat_settings, fingerprint, load_run
@@ -71,7 +72,7 @@ class Condition:
         """What the report shows about this condition (and, for a choice template, its answers' labels)."""
         template = load_template(self.template)
         out = {"name": self.name, "row": self.row, "variant": self.variant, "template": template.name,
-               "columns": dict(self.columns)}
+               "kind": template.kind, "columns": dict(self.columns)}
         if template.kind == "choice":
             out["labels"] = list(template.labels)
         return out
@@ -393,6 +394,22 @@ def evaluate_classification(
     return results
 
 
+def _yes_no_conditions(meta: Mapping[str, Any]) -> list[str]:
+    """The judged conditions whose score is PLUIE (a Yes/No template): their ``sigmoid(score)`` is
+    a probability to calibrate. Runs saved before conditions recorded their kind look the template up."""
+    names = []
+    for c in meta["conditions"]:
+        kind = c.get("kind")
+        if kind is None:
+            try:
+                kind = load_template(c["template"]).kind
+            except (FileNotFoundError, ValueError, OSError):
+                continue
+        if kind == "binary":
+            names.append(c["name"])
+    return names
+
+
 def classification_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Metrics of every condition and baseline from scored lines (no judge needed).
 
@@ -416,6 +433,10 @@ def classification_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str,
         "scores": scores,
         "labels": labels,
     }
+    calibration = {name: calibration_report(scores[name], labels, heldout_fraction=EVAL_HELDOUT, seed=EVAL_SEED)
+                   for name in _yes_no_conditions(meta)}
+    if calibration:
+        results["calibration"] = calibration
     if all(line.get("edit_distance") is not None for line in lines):
         from .plots import pearson
 
@@ -430,8 +451,11 @@ def classification_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str,
 
 
 def classification_plots(results: Mapping[str, Any], folder: str | Path) -> list[str]:
-    """Threshold curves, histograms and score-vs-edit-distance scatter for each row of ``results``."""
-    from .plots import PLUIE_AXIS, plot_edit_distance, plot_score_histograms, plot_threshold_curves
+    """Threshold curves, histograms and score-vs-edit-distance scatter for each row of ``results``,
+    and a reliability diagram of ``p_yes = sigmoid(score)`` for each judged Yes/No row (with the
+    Platt-calibrated probabilities of the held-out items beside it)."""
+    from .calibration import p_yes
+    from .plots import PLUIE_AXIS, plot_edit_distance, plot_reliability, plot_score_histograms, plot_threshold_curves
 
     folder = Path(folder)
     judged = {c["name"]: c for c in results["conditions"]}
@@ -450,6 +474,14 @@ def classification_plots(results: Mapping[str, Any], folder: str | Path) -> list
         if "edit_distance" in results:
             written.append(str(plot_edit_distance(scores, labels, results["edit_distance"], folder / f"{stem}_edit_distance.png",
                                                   title=title, natural_threshold=natural, ylabel=axis)))
+        calibration = results.get("calibration", {}).get(name)
+        if calibration is not None:
+            fit = calibration.get("fit")
+            after = heldout_calibrated(scores, labels, fit) if fit and fit["n_heldout"] else None
+            written.append(str(plot_reliability(
+                p_yes(scores), labels, folder / f"{stem}_reliability.png", title=title, n_bins=calibration["n_bins"], calibrated=after,
+                name="p_yes = sigmoid(score), all items",
+                calibrated_name=f"Platt-calibrated (a={fit['a']:.2f}, b={fit['b']:.2f}), held-out items" if after else "")))
     return written
 
 

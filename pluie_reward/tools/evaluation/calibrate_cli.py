@@ -1,0 +1,166 @@
+"""``pluie-reward calibrate``: labelled items in, ``calibration.json`` out (Platt scaling of PLUIE,
+``p = sigmoid(a * PLUIE + b)``, fitted by log loss with a seeded held-out split for the before/after report).
+
+The scores are either read from a column (``--score-column``: e.g. ``pluie-reward score`` output,
+or an evaluation's ``scores.jsonl`` with ``--score-column scores.PLUIE``) or computed here by the
+judge (``--model``/``--adapter``) on the template's fields. Everything about the input is checked
+before the judge loads; bad input exits with code 2 and a message naming the row.
+
+Example (shell)::
+
+    pluie-reward calibrate -i labelled.jsonl --column source=s1 --column hypothesis=s2 -o out/judge-adapter
+    pluie-reward calibrate -i out/cls/scores.jsonl --score-column scores.PLUIE -o calibration.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+from ..cli.common import UsageError, add_judge_arguments, check_output_file, command
+from .cli import INPUT_HELP, _convert, _load_generic
+
+
+def _configure(p: argparse.ArgumentParser) -> None:
+    data = p.add_argument_group("data")
+    data.add_argument("--input", "-i", type=Path, required=True, help=f"labelled items: {INPUT_HELP}")
+    data.add_argument("--split", default=None, help="split of a datasets folder holding several")
+    data.add_argument("--limit", type=int, default=None, help="only the first N items")
+    data.add_argument("--label-column", default="label", help="column with the binary label (default label)")
+    data.add_argument("--score-column", default=None, metavar="C",
+                      help="read the PLUIE log-ratios from column C (nested: a.b) instead of scoring with a judge")
+    data.add_argument("--template", "-t", default="para-fs",
+                      help="the Yes/No template scored (and recorded in the file) (default para-fs)")
+    data.add_argument("--column", action="append", default=[], metavar="FIELD=COLUMN",
+                      help="read template FIELD from COLUMN when scoring here (default: the column named like the field)")
+    data.add_argument("--judge-name", default=None,
+                      help="with --score-column: the judge the scores came from, recorded in the file")
+    fit = p.add_argument_group("fit (see CalibrationConfig)")
+    fit.add_argument("--heldout", type=float, default=0.3, help="share of the items kept out of the fit for the report (default 0.3)")
+    fit.add_argument("--seed", type=int, default=0, help="seed of the held-out split (default 0)")
+    fit.add_argument("--bins", type=int, default=10, help="equal-width bins of the expected calibration error (default 10)")
+    fit.add_argument("--l2", type=float, default=1e-4, help="ridge penalty on a and b (default 1e-4; 0: plain maximum likelihood)")
+    out = p.add_argument_group("output")
+    out.add_argument("--output", "-o", type=Path, required=True,
+                     help="calibration file to write, or a folder (e.g. an adapter folder) to write calibration.json into")
+    out.add_argument("--overwrite", action="store_true", help="replace an existing calibration file")
+    out.add_argument("--plot", action="store_true", help="also write a reliability diagram (PNG) beside the file")
+    out.add_argument("--chunk-size", type=int, default=None, help="items per Judge.score call when scoring here")
+    out.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_judge_arguments(p)
+
+
+def _target(output: Path) -> Path:
+    from ...core.calibration import FILE_NAME
+
+    return output / FILE_NAME if output.is_dir() or (not output.suffix and not output.exists()) else output
+
+
+def _float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a number (a PLUIE log-ratio)")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{value!r} is not a number (a PLUIE log-ratio)") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not finite")
+    return number
+
+
+@command("calibrate", _configure)
+def calibrate_command(args: argparse.Namespace) -> int:
+    """Fit p = sigmoid(a * PLUIE + b) on labelled items (held-out before/after report) and write calibration.json."""
+    from ...core.template import load_template
+    from ..cli.records import read_table
+    from .calibration import CalibrationConfig, fit_calibration
+    from .metrics import binary_label
+
+    try:
+        config = CalibrationConfig(heldout_fraction=args.heldout, seed=args.seed, n_bins=args.bins, l2=args.l2)
+    except ValueError as err:
+        raise UsageError(f"{err} (options --heldout, --seed, --bins, --l2)") from None
+    if args.limit is not None and args.limit < 1:
+        raise UsageError("--limit must be >= 1.")
+    if args.chunk_size is not None and args.chunk_size < 1:
+        raise UsageError(f"--chunk-size must be >= 1, got {args.chunk_size}.")
+    target = _target(args.output)
+    check_output_file(target, "--output")
+    if target.exists() and not args.overwrite:
+        raise UsageError(f"--output: {target} exists; pass --overwrite to replace it.")
+    template = load_template(args.template)
+    if template.kind != "binary":
+        raise UsageError(f"--template {args.template}: a calibration maps PLUIE, the log-ratio of a Yes/No template; "
+                         f"{template.name!r} has the answers {list(template.labels)}.")
+    if args.score_column is not None:
+        if args.column:
+            raise UsageError("--column chooses the template's fields for scoring here; with --score-column nothing is scored.")
+        records = read_table(args.input, args.split).limit(args.limit)
+        records.require({"labels": args.label_column, "scores": args.score_column}, "Use --label-column / --score-column.")
+        labels = _convert(records, args.label_column, binary_label, "binary label")
+        scores = _convert(records, args.score_column, _float, "PLUIE score")
+        judge_name = args.judge_name
+    else:
+        if args.judge_name:
+            raise UsageError("--judge-name records where --score-column's scores came from; here the judge is --model.")
+        from ..cli.common import judge_from_args
+        from .tasks import score_in_chunks
+
+        _, records, values, _, _ = _load_generic(args, {"labels": args.label_column})
+        labels = _convert(records, args.label_column, binary_label, "binary label")
+        judge = judge_from_args(args)
+        scores = score_in_chunks(judge, template, values, len(records), chunk_size=args.chunk_size,
+                                 progress=not args.no_progress, desc="scoring")
+        judge_name = judge.name
+    try:
+        calibration = fit_calibration(scores, labels, config=config, template=template.name, judge=judge_name)
+    except ValueError as err:
+        raise UsageError(f"{args.input}: {err}") from None
+    path = calibration.save(target)
+    print(summary(calibration))
+    if args.plot:
+        import numpy as np
+
+        from .calibration import heldout_split, p_yes
+        from .plots import plot_reliability
+
+        s, y = np.asarray(scores), np.asarray(labels)
+        _, held = heldout_split(len(s), config.heldout_fraction, config.seed)
+        part = held if held.size else np.arange(len(s))
+        where = "held-out" if held.size else "fit (in-sample)"
+        png = plot_reliability(
+            p_yes(s[part]), y[part], path.with_suffix(".png"), n_bins=config.n_bins,
+            title=f"judge {judge_name or '?'}, template {template.name}: {part.size} {where} items",
+            name="p_yes = sigmoid(PLUIE) (before)",
+            calibrated=([calibration(v) for v in s[part]], y[part]),
+            calibrated_name=f"sigmoid({calibration.a:.2f} · PLUIE + {calibration.b:.2f}) (after)")
+        print(f"reliability diagram: {png}")
+    print(f"\nwrote {path}; apply it with Judge.load(..., calibration={str(path)!r}) "
+          "(details records gain p_calibrated) or PluieReward(..., transform='calibrated').")
+    return 0
+
+
+def summary(calibration: Any) -> str:
+    """The Markdown the command prints: the fit, then ECE, Brier and log loss before and after.
+
+    Example:
+        >>> from pluie_reward.tools.evaluation.calibration import fit_calibration
+        >>> print(summary(fit_calibration([-2, -1, 0, 1, 2, 3, -3, 0.5, 1.5, -0.5], [0, 1, 0, 1, 0, 1, 0, 1, 1, 0])).splitlines()[0])
+        Platt fit p = sigmoid(a · PLUIE + b): a = 1.880, b = 1.484 on 7 items; template ?, judge ?.
+    """
+    from .report import markdown_table
+
+    c = calibration
+    lines = [f"Platt fit p = sigmoid(a · PLUIE + b): a = {c.a:.3f}, b = {c.b:.3f} on {c.n_fit} items; "
+             f"template {c.template or '?'}, judge {c.judge or '?'}."]
+    part = "heldout" if "heldout" in c.metrics else "fit"
+    m = c.metrics[part]
+    what = (f"{c.n_heldout} held-out items (random split, seed {c.seed})" if part == "heldout"
+            else f"the {c.n_fit} fit items (in-sample: --heldout 0)")
+    rows = [[label, f"{m[k]['ece']:.4f}", f"{m[k]['mce']:.4f}", f"{m[k]['brier']:.4f}", f"{m[k]['log_loss']:.4f}"]
+            for k, label in (("before", "p_yes = sigmoid(PLUIE)"), ("after", "calibrated p"))]
+    lines += ["", f"On {what}, ECE over {c.n_bins} equal-width bins (lower is better):", "",
+              markdown_table(["probability", "ECE", "max bin gap", "Brier", "log loss"], rows, align="lrrrr")]
+    return "\n".join(lines)
