@@ -28,6 +28,8 @@ _EXPORTS = {
     "GuardReward": "integrations.guards",
     "GuardedReward": "integrations.guards",
     "CompletionGuard": "integrations.guards",
+    "Calibration": "core.calibration",
+    "fit_calibration": "tools.evaluation.calibration",
     "GroupPluieReward": "integrations.group_reward",
     "judge_groups": "core.group",
     "load_group_template": "core.group",
