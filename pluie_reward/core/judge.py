@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import json
 import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..engines.base import Engine, Request
 from .cache import ResultCache
@@ -17,6 +18,7 @@ from .calibration import Calibration
 from .prompt import BoundTemplate
 from .template import GENERATED, Template, check_chat_template_kwargs, load_template, normalize_fields
 
+logger = logging.getLogger("pluie_reward")
 TemplateLike = "str | Path | Template | None"
 _JUDGE_OPTIONS = ("cache_size", "threshold", "allow_multi_token", "chat_template_kwargs", "calibration")
 _ENGINE_OPTIONS = ("batch_tokens", "disable_adapters", "adapter_name", "device", "offload_device", "check_weights")
@@ -45,6 +47,21 @@ class _Call:
     truncate: bool
     use_cache: bool
     limit: int  # max_new_tokens of a judge-generated turn
+
+
+@dataclass
+class _Plan:
+    """One step of a scoring call: each item's cache key, the cached values resolved when the step
+    is planned (an eviction by a concurrent call while the engine runs cannot lose them), and the
+    distinct keys the engine must still compute, in order."""
+
+    keys: list[tuple]
+    hits: dict[tuple, Any]
+    todo: list[tuple]
+
+    def resolve(self, computed: Mapping[tuple, Any]) -> list[Any]:
+        """Each item's value: computed now, or resolved at planning time."""
+        return [computed[k] if k in computed else self.hits[k] for k in self.keys]
 
 
 def answer_record(template: Template, values: Sequence[float], threshold: float = 0.0) -> dict[str, Any]:
@@ -163,7 +180,11 @@ class Judge:
         adapter: "str | Path | None" = None,
         **judge_kwargs: Any,
     ) -> "Judge":
-        """Load a judge: ``None`` for the embedded SmolLM2-135M-Instruct, a HF id, a folder or a ``.gguf`` file.
+        """Load a judge: ``None`` (or ``"embedded"``) for the default judge, a HF id, a folder or a ``.gguf`` file.
+
+        The default judge is the embedded SmolLM2-135M-Instruct with the PLUIE adapter this package
+        ships (merged into the weights, see :mod:`pluie_reward.judges`); ``"embedded-base"`` is the
+        untuned model. ``judge.name`` says which was loaded (also logged at INFO level).
 
         Args:
             engine: ``"transformers"`` (this process, default) or ``"vllm"`` (vLLM's engine in this
@@ -186,9 +207,11 @@ class Judge:
             >>> judge = Judge.load("meta-llama/Meta-Llama-3-70B-Instruct", engine="vllm", tensor_parallel_size=2)  # doctest: +SKIP
             >>> judge = Judge.load(adapter="out/judge-adapter")  # the embedded base + a tuned adapter  # doctest: +SKIP
         """
-        from ..engines.transformers.loading import EMBEDDED_NAME, load_adapter, load_model_and_tokenizer, model_source
+        from ..engines.transformers.loading import display_name, is_embedded, load_adapter, load_model_and_tokenizer, model_source
 
-        name = judge_kwargs.pop("name", EMBEDDED_NAME if model is None else str(model))
+        if adapter is not None and model is None:
+            model = "embedded-base"  # adapters of the embedded model are tuned on its untuned weights
+        name = judge_kwargs.pop("name", display_name(model))
         if engine == "vllm":
             from ..engines.vllm import VLLMEngine
 
@@ -201,7 +224,7 @@ class Judge:
                 raise ValueError("a tuned judge adapter is read by the transformers engine; merge it into the model "
                                  "(peft's merge_and_unload, then save_pretrained) to serve it with vLLM.")
             own = {k: judge_kwargs.pop(k) for k in _JUDGE_OPTIONS if k in judge_kwargs}
-            default_dtype = "float32" if model is None else "auto"
+            default_dtype = "float32" if is_embedded(model) else "auto"
             vllm = VLLMEngine(model_source(model), dtype=str(dtype or default_dtype).replace("torch.", ""), **judge_kwargs)
             return cls(vllm, name=name, **own)
         if engine != "transformers":
@@ -214,6 +237,7 @@ class Judge:
             name = f"{name}+{Path(adapter).name}"
         if offload_device is not None:
             judge_kwargs.update(device=device, offload_device=offload_device)
+        logger.info("pluie-reward: loaded the judge %s", name)
         return cls(lm, tokenizer, name=name, **judge_kwargs)
 
     @classmethod
@@ -363,18 +387,18 @@ class Judge:
         with self._lock, self.engine.session() as state:
             generated = None
             if call.bound.template.generates:
-                keys, todo = self._generation_todo(call, state)
+                plan = self._generation_plan(call, state)
                 outputs = (
-                    self.engine.generate([k[-1] for k in todo], max_new_tokens=call.limit, stop_ids=call.bound.stop_ids)
-                    if todo else []
+                    self.engine.generate([k[-1] for k in plan.todo], max_new_tokens=call.limit, stop_ids=call.bound.stop_ids)
+                    if plan.todo else []
                 )
-                generated = self._generated(call, keys, todo, outputs)
-            keys, todo, requests = self._answer_todo(call, state, generated)
+                generated = self._generated(call, plan, outputs)
+            plan, requests = self._answer_plan(call, state, generated)
             fresh = (
                 self.engine.answer_logprobs(requests, call.bound.answer_ids, prefix=call.bound.prefix_ids)
                 if requests else []
             )
-            answers = self._answers(call, keys, todo, fresh)
+            answers = self._answers(call, plan, fresh)
         return self._finish(call, answers, generated, details, threshold)
 
     async def ascore(
@@ -403,18 +427,18 @@ class Judge:
         with self.engine.session() as state:
             generated = None
             if call.bound.template.generates:
-                keys, todo = self._generation_todo(call, state)
+                plan = self._generation_plan(call, state)
                 outputs = (
-                    await self.engine.agenerate([k[-1] for k in todo], max_new_tokens=call.limit, stop_ids=call.bound.stop_ids)
-                    if todo else []
+                    await self.engine.agenerate([k[-1] for k in plan.todo], max_new_tokens=call.limit, stop_ids=call.bound.stop_ids)
+                    if plan.todo else []
                 )
-                generated = self._generated(call, keys, todo, outputs)
-            keys, todo, requests = self._answer_todo(call, state, generated)
+                generated = self._generated(call, plan, outputs)
+            plan, requests = self._answer_plan(call, state, generated)
             fresh = (
                 await self.engine.aanswer_logprobs(requests, call.bound.answer_ids, prefix=call.bound.prefix_ids)
                 if requests else []
             )
-            answers = self._answers(call, keys, todo, fresh)
+            answers = self._answers(call, plan, fresh)
         return self._finish(call, answers, generated, details, threshold)
 
     # the steps of a scoring call, shared by score and ascore ---------------------------------
@@ -426,46 +450,50 @@ class Judge:
             raise ValueError(f"max_new_tokens must be a positive integer, got {limit!r}.")
         return _Call(bound, columns, n, truncate, use_cache, limit)
 
-    def _generation_todo(self, call: "_Call", state: Any) -> tuple[list[tuple], list[tuple]]:
-        """The judge's own turn (INDIRECT): each item's cache key (state, prompt ids), and those to generate."""
+    def _plan(self, keys: list[tuple], use_cache: bool) -> "_Plan":
+        """Each item's key, the cached values resolved now, and the distinct keys left to compute."""
+        hits: dict[tuple, Any] = {}
+        if use_cache:
+            with self._lock:
+                for key in keys:
+                    if key not in hits and key in self.results:
+                        hits[key] = self.results.get(key)
+        return _Plan(keys, hits, list(dict.fromkeys(k for k in keys if k not in hits)))
+
+    def _generation_plan(self, call: "_Call", state: Any) -> "_Plan":
+        """The judge's own turn (INDIRECT): each item's cache key (state, prompt ids); the prompt ids
+        of those to generate are ``key[-1]`` of ``plan.todo``."""
         keys = []
         for index in range(call.n):
             row = {name: column[index] for name, column in call.columns.items()}
             _, ids = call.bound.fit(row, index, call.truncate, call.bound.encode_generation_prompt, reserve=call.limit + 64)
             keys.append((state, "generated", call.limit, tuple(ids)))
-        with self._lock:
-            todo = list(dict.fromkeys(k for k in keys if not (call.use_cache and k in self.results)))
-        return keys, todo
+        return self._plan(keys, call.use_cache)
 
-    def _generated(self, call: "_Call", keys: list[tuple], todo: list[tuple], outputs: Sequence[Sequence[int]]) -> list[str]:
-        texts = {k: self.tokenizer.decode(list(ids), skip_special_tokens=True).strip() for k, ids in zip(todo, outputs)}
-        with self._lock:
-            generated = [texts[k] if k in texts else self.results.get(k) for k in keys]
-            if call.use_cache:
+    def _generated(self, call: "_Call", plan: "_Plan", outputs: Sequence[Sequence[int]]) -> list[str]:
+        texts = {k: self.tokenizer.decode(list(ids), skip_special_tokens=True).strip() for k, ids in zip(plan.todo, outputs)}
+        if call.use_cache:
+            with self._lock:
                 self.results.update(texts.items())
-        return generated
+        return plan.resolve(texts)
 
-    def _answer_todo(self, call: "_Call", state: Any, generated: list[str] | None) -> tuple[list[tuple], dict[tuple, int], list[Request]]:
-        """Each item's cache key (state, answer ids, prompt ids), and the requests still to run."""
+    def _answer_plan(self, call: "_Call", state: Any, generated: list[str] | None) -> tuple["_Plan", list[Request]]:
+        """Each item's cache key (state, answer ids, prompt ids), and the engine requests still to run."""
         columns = call.columns if generated is None else {**call.columns, GENERATED: generated}
         items = call.bound.encode_items(columns, call.n, truncate=call.truncate)
         keys = [(state, call.bound.answer_ids, item.ids) for item in items]
-        todo: dict[tuple, int] = {}
-        requests: list[Request] = []
-        with self._lock:
-            for key, item in zip(keys, items):
-                if not (call.use_cache and key in self.results) and key not in todo:
-                    todo[key] = len(todo)
-                    requests.append(Request(item.ids, item.group))
-        return keys, todo, requests
+        plan = self._plan(keys, call.use_cache)
+        first = {}
+        for key, item in zip(keys, items):
+            first.setdefault(key, item)
+        return plan, [Request(first[key].ids, first[key].group) for key in plan.todo]
 
-    def _answers(self, call: "_Call", keys: list[tuple], todo: dict[tuple, int], fresh: Sequence[Sequence[float]]) -> list[tuple]:
-        computed = {key: self._checked(values) for key, values in zip(todo, fresh)}
-        with self._lock:
-            answers = [computed[k] if k in computed else self.results.get(k) for k in keys]
-            if call.use_cache:
+    def _answers(self, call: "_Call", plan: "_Plan", fresh: Sequence[Sequence[float]]) -> list[tuple]:
+        computed = {key: self._checked(values) for key, values in zip(plan.todo, fresh)}
+        if call.use_cache:
+            with self._lock:
                 self.results.update(computed.items())
-        return answers
+        return plan.resolve(computed)
 
     def _finish(self, call: "_Call", answers: list[tuple], generated: list[str] | None, details: bool, threshold: float | None) -> list:
         cut = self.threshold if threshold is None else threshold
