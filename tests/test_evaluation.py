@@ -401,3 +401,19 @@ def test_cli_paraphrasus(cli_tiny_judge, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "llama_3_8b_ins_q4_k_m" in printed and "| Minimize! | SNLI | 2 |" in printed
     assert main(["eval", "paraphrasus", "--data-dir", str(tmp_path), "--no-progress"]) == 2
+
+
+def test_roc_auc_by_hand_and_against_scikit_learn():
+    import numpy as np
+
+    from pluie_reward.tools.evaluation.metrics import roc_auc
+
+    # positives 0.35, 0.8 vs negatives 0.1, 0.4: pairs won 1 + 2 of 4
+    assert roc_auc([0.1, 0.4, 0.35, 0.8], [False, False, True, True]) == 0.75
+    assert roc_auc([2, 1], ["yes", "no"]) == 1.0 and roc_auc([1, 2], [True, False]) == 0.0
+    with pytest.raises(ValueError, match="both positive and negative"):
+        roc_auc([1, 2], [True, True])
+    sklearn = pytest.importorskip("sklearn.metrics")
+    rng = np.random.default_rng(0)
+    scores, labels = np.round(rng.normal(size=300), 1), rng.random(300) < 0.4  # rounded: many ties
+    assert roc_auc(scores, labels) == pytest.approx(sklearn.roc_auc_score(labels, scores), abs=1e-12)

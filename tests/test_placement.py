@@ -265,3 +265,45 @@ def test_both_shared_judge_constructions_are_the_same_judge(tokenizer, monkeypat
         assert judge.engine.stats["rows"] == rows  # cached: the judge's own weights did not change
         assert events and events[-1] == len(list(policy.parameters()))
         events.clear()
+
+
+def test_a_policy_forward_from_another_thread_while_the_shared_judge_scores_is_refused(tokenizer):
+    """The exact limit of the thread-safety claim: a judge sharing a policy's weights switches the shared
+    modules' mode and adapters while it scores, so a policy forward entering from another thread then
+    is refused clearly (not run with the judge's state); before and after, it runs and equals a plain
+    forward of the policy in training mode with its adapter on."""
+    import threading
+
+    from pluie_reward.engines.transformers.model_state import SharedModelBusy
+
+    policy = make_policy(tokenizer)
+    judge = Judge.from_peft(policy, tokenizer)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        want = policy(input_ids=ids).logits
+    outcome = []
+
+    def policy_forward():
+        try:
+            with torch.no_grad():
+                outcome.append(torch.equal(policy(input_ids=ids).logits, want))
+        except SharedModelBusy as err:
+            outcome.append(str(err))
+
+    with judge.engine.session():  # what every Judge.score call is inside of
+        thread = threading.Thread(target=policy_forward)
+        thread.start()
+        thread.join()
+        assert policy.training is False  # the judge's state: eval mode, adapters off
+    thread = threading.Thread(target=policy_forward)
+    thread.start()
+    thread.join()
+    assert "shared with the judge" in outcome[0] and "in one thread" in outcome[0]
+    assert outcome[1] is True and policy.training is True
+    # a separate judge (its own weights) never touches the policy: no refusal
+    separate = Judge.from_model(make_tiny_causal_lm(tokenizer, seed=0), tokenizer)
+    with separate.engine.session():
+        thread = threading.Thread(target=policy_forward)
+        thread.start()
+        thread.join()
+    assert outcome[2] is True

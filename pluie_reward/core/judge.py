@@ -267,10 +267,22 @@ class Judge:
         return cls(RemoteEngine(urls, model=model, tokenizer=tokenizer, **options), **own)
 
     def close(self) -> None:
-        """Release the engine (vLLM worker processes, HTTP connections); a no-op for transformers."""
+        """Release the engine (vLLM worker processes, HTTP connections); a no-op for transformers.
+        A vLLM engine is also closed at interpreter exit, so a script that forgets it still ends cleanly.
+
+        Example:
+            >>> with Judge.load(engine="vllm") as judge:  # closed when the block ends  # doctest: +SKIP
+            ...     judge.score("para-fs", source=["S"], hypothesis=["H"])
+        """
         close = getattr(self.engine, "close", None)
         if close is not None:
             close()
+
+    def __enter__(self) -> "Judge":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     @classmethod
     def from_model(cls, model: Any, tokenizer: Any, **judge_kwargs: Any) -> "Judge":

@@ -26,8 +26,10 @@ worker processes: scripts that load a vLLM judge need ``if __name__ == "__main__
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import os
+import weakref
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -130,16 +132,26 @@ class VLLMEngine(LoopEngine):
         self._ids = itertools.count()
         self._start_loop("vllm")
         try:
-            self.llm = self._run(self._create())
+            self._llm = [self._run(self._create())]  # the one strong reference, dropped by close()
         except BaseException:
             self._stop_loop()
             raise
+        # close() now, when the engine is garbage collected, or at interpreter exit -- whichever comes
+        # first -- so that vLLM's workers never outlive their engine's event loop (EngineDeadError and
+        # an ignored TypeError in AsyncLLM.__del__ at exit otherwise)
+        self._finalizer = weakref.finalize(self, _shutdown, self._llm, self._loop, self._thread)
         self.stats = {"requests": 0}
 
     async def _create(self) -> Any:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         return AsyncLLM.from_engine_args(self.args)
+
+    @property
+    def llm(self) -> Any:
+        """vLLM's ``AsyncLLM`` (None once closed)."""
+        llm = getattr(self, "_llm", None)
+        return llm[0] if llm else None
 
     @property
     def name(self) -> str:
@@ -158,12 +170,10 @@ class VLLMEngine(LoopEngine):
             self._run(self.llm.reset_prefix_cache())
 
     def close(self) -> None:
-        """Shut the engine and its worker processes down (also at interpreter exit)."""
-        llm = getattr(self, "llm", None)
-        if llm is not None:
-            llm.shutdown()
-            self.llm = None
-        self._stop_loop()
+        """Shut the engine and its worker processes down (idempotent; also done at interpreter exit)."""
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer()
 
     # requests --------------------------------------------------------------------------------------
     async def _one(self, ids: Sequence[int], params: Any) -> Any:
@@ -202,3 +212,25 @@ class VLLMEngine(LoopEngine):
 
     def __repr__(self) -> str:
         return f"VLLMEngine({self.model_path!r}, tp={self.args.tensor_parallel_size}, dtype={self.args.dtype})"
+
+
+async def _shutdown_llm(llm: Any) -> None:
+    llm.shutdown()
+
+
+def _shutdown(box: list, loop: Any, thread: Any) -> None:
+    """Shut the ``AsyncLLM`` in ``box`` down on its own event loop, stop the loop and join its thread,
+    then drop the last reference and collect it now: vLLM's ``AsyncLLM.__del__`` shuts down again, and
+    run during interpreter teardown (module globals gone) it raises an ignored ``TypeError``."""
+    try:
+        if box:
+            if loop.is_running():
+                asyncio.run_coroutine_threadsafe(_shutdown_llm(box[0]), loop).result(timeout=60)
+            else:
+                box[0].shutdown()
+    finally:
+        if loop.is_running():
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=10)
+        box.clear()
+        gc.collect()

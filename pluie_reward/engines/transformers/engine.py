@@ -38,7 +38,7 @@ import torch
 from ..base import Request
 from .attention import KV, AttentionUnsupported, SharedPrefix, WindowExceeded, install
 from .loading import resolve_device
-from .model_state import scoring_state, weights_digest
+from .model_state import scoring_state, this_thread_only, weights_digest
 from .placement import active_adapter, adapter_names, belongs_to_adapter, gathered_parameters
 
 # Token budget of one batch when none is given. CPU: measured on the embedded judge (2 cores, float32:
@@ -316,6 +316,8 @@ class TransformersEngine:
                     moved = True
                 with ExitStack() as stack:
                     stack.enter_context(gathered_parameters(self.model, self.wrapped_model))
+                    if self.disable_adapters or self.adapter_name is not None:  # weights shared with a policy
+                        stack.enter_context(this_thread_only(self.model, f"the judge {self.name!r}"))
                     if self.adapter_name is not None:
                         stack.enter_context(active_adapter(self.model, self.adapter_name))
                     stack.enter_context(scoring_state(self.model, self.disable_adapters))

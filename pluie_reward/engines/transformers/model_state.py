@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any, Iterator
 
@@ -133,3 +134,54 @@ def scoring_state(model: Any, disable_adapters: bool = False) -> Iterator[None]:
             module.training = mode
         if active is not None and getattr(model, "active_adapter", None) != active:
             model.set_adapter(active)
+
+
+class SharedModelBusy(RuntimeError):
+    """A forward of a model entered from another thread while a judge sharing its weights was scoring."""
+
+
+@contextmanager
+def this_thread_only(model: Any, who: str = "the judge") -> Iterator[None]:
+    """While the block runs, a forward of ``model`` (its base model under PEFT) entered from another
+    thread raises :class:`SharedModelBusy` instead of running with the judge's modes and adapters.
+
+    A judge sharing a policy's weights switches the shared modules to eval mode and disables (or
+    swaps) the policy's adapters while it scores, so a policy forward in another thread at that
+    moment would compute the wrong thing. The check is a forward pre-hook registered for the block
+    only; a forward that started before the block is not seen.
+
+    Example:
+        >>> import torch
+        >>> layer = torch.nn.Linear(2, 2)
+        >>> with this_thread_only(layer):
+        ...     _ = layer(torch.zeros(1, 2))                   # the scoring thread itself: fine
+        >>> seen = []
+        >>> def forward_elsewhere():
+        ...     try:
+        ...         layer(torch.zeros(1, 2)); seen.append("ran")
+        ...     except SharedModelBusy:
+        ...         seen.append("refused")
+        >>> with this_thread_only(layer):
+        ...     t = threading.Thread(target=forward_elsewhere); t.start(); t.join()
+        >>> t = threading.Thread(target=forward_elsewhere); t.start(); t.join()   # after scoring: runs
+        >>> seen
+        ['refused', 'ran']
+    """
+    owner = threading.get_ident()
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+
+    def check(module: Any, args: Any) -> None:
+        if threading.get_ident() != owner:
+            raise SharedModelBusy(
+                f"this model's weights are shared with {who}, which is scoring in another thread (eval mode, policy "
+                "adapters off): run the policy's forwards and the judge's scoring in one thread (as TRL does: rewards "
+                "are computed between generation and the training forward), or give the judge its own copy "
+                "(Judge.from_model / Judge.load)."
+            )
+
+    handle = base.register_forward_pre_hook(check)
+    try:
+        yield
+    finally:
+        handle.remove()
+

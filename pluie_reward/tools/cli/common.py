@@ -28,7 +28,7 @@ def command(name: str, configure: Callable[[argparse.ArgumentParser], None]) -> 
 
 def add_judge_arguments(parser: argparse.ArgumentParser, adapter: bool = True) -> None:
     """The options every judge-using command shares (``adapter``: also ``--adapter DIR``)."""
-    parser.add_argument("--model", default=None, help="HF id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
+    parser.add_argument("--model", default=None, help="HF id, local folder or .gguf file (default: the default judge, the embedded SmolLM2-135M-Instruct with its packaged PLUIE adapter; embedded-base: the untuned model)")
     if adapter:
         parser.add_argument("--adapter", default=None, metavar="DIR",
                             help="a judge adapter folder (pluie-reward tune --output DIR) put on --model, active while scoring")

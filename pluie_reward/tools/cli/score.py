@@ -77,6 +77,7 @@ def score_command(args: argparse.Namespace) -> int:
     values = check_texts(records, used, optional=template.optional_fields)
     check_output_file(args.output)
     judge = judge_from_args(args)
+    print(f"pluie-reward score: judge {judge.name}, template {template.name}", file=sys.stderr)
     size = args.chunk_size or auto_chunk_size(judge)
     out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
     written = 0

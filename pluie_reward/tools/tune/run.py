@@ -105,15 +105,15 @@ def _is_peft(model: Any) -> bool:
 
 
 def _loadable_name(model: Any) -> str | None:
-    """What ``Judge.load`` needs to load this base again: ``None`` for the embedded judge, else the
-    model's ``_name_or_path`` (or a placeholder when the model was built in memory)."""
-    from ...engines.transformers.loading import embedded_model_dir
+    """What ``Judge.load`` needs to load this base again: ``"embedded-base"`` for the untuned embedded
+    model, else the model's ``_name_or_path`` (or a placeholder when the model was built in memory)."""
+    from ...engines.transformers.loading import EMBEDDED_BASE, embedded_model_dir
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     path = getattr(getattr(base, "config", None), "_name_or_path", "") or ""
     try:
         if path and Path(path).resolve() == embedded_model_dir().resolve():
-            return None
+            return EMBEDDED_BASE
     except (ModuleNotFoundError, FileNotFoundError, OSError):
         pass
     return path or f"<your {type(base).__name__}>"
@@ -229,16 +229,17 @@ def tune(
             raise ValueError(f"eval_sets[{name!r}] lacks the field(s) {missing}.")
 
     # the student before tuning, and the exact prompt ids it reads
-    from ...engines.transformers.loading import EMBEDDED_NAME, load_model_and_tokenizer
+    from ...engines.transformers.loading import EMBEDDED_BASE, display_name, load_model_and_tokenizer
 
     if model is None or isinstance(model, (str, Path)):
-        load_name = None if model is None else str(model)
-        model, tokenizer = load_model_and_tokenizer(model)
+        # None: a new adapter on the untuned embedded model (the default judge already has one, merged)
+        load_name = EMBEDDED_BASE if model is None else str(model)
+        model, tokenizer = load_model_and_tokenizer(load_name)
     elif tokenizer is None:
         raise TypeError("tune(model, tokenizer): a model object needs its tokenizer.")
     else:
         load_name = _loadable_name(model)
-    model_name = model_name or (EMBEDDED_NAME if load_name is None else load_name)
+    model_name = model_name or display_name(load_name)
     policy = _is_peft(model)
     if policy and config.adapter_name in model.peft_config:
         raise ValueError(f"the policy already has an adapter named {config.adapter_name!r}; choose another adapter_name.")
