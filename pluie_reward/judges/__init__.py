@@ -1,0 +1,9 @@
+"""Judges shipped with the package: the default judge is the embedded SmolLM2-135M-Instruct with a
+PLUIE adapter tuned by :mod:`pluie_reward.judges.build` (``smollm2-pluie/``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DEFAULT_ADAPTER_DIR = Path(__file__).resolve().parent / "smollm2-pluie"
+DEFAULT_TEMPLATE = "para-fs"
