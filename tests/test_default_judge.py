@@ -1,0 +1,77 @@
+"""The default judge: the embedded SmolLM2-135M-Instruct with the packaged PLUIE adapter, merged.
+
+Its scores are checked against an independent two-pass eq. 3 on the *unmerged* PEFT model (base +
+adapter), so a wrong merge, a missing adapter or the base loaded instead all show."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from pluie_reward import Judge, load_template
+from pluie_reward.engines.transformers.loading import (
+    EMBEDDED_NAME,
+    default_adapter_dir,
+    load_adapter,
+    load_model_and_tokenizer,
+)
+from pluie_reward.judges import DEFAULT_ADAPTER_DIR, DEFAULT_TEMPLATE
+
+from test_chat_templates import eq3
+
+PAIRS = {
+    "source": ["The cat sleeps on the mat.", "The cat sleeps on the mat.", "Prices rose sharply in March."],
+    "hypothesis": ["A cat is sleeping on the mat.", "The stock market closed early on Friday.", "In March, prices went up steeply."],
+}
+
+
+@pytest.fixture(scope="module")
+def default_judge():
+    return Judge.load()
+
+
+def test_the_package_ships_the_adapter_and_its_card():
+    assert default_adapter_dir() == DEFAULT_ADAPTER_DIR
+    card = json.loads((DEFAULT_ADAPTER_DIR / "pluie_tune.json").read_text())
+    data = json.loads((DEFAULT_ADAPTER_DIR / "data.json").read_text())
+    assert card["template"] == DEFAULT_TEMPLATE
+    assert "ms-mrpc.json" in data["held_out_never_trained_on"]
+    assert set(data["sources"]) == {"synthetic", "sick", "snli", "sts", "simp"}
+    assert all("CC" in s["what"] or "Apache" in s["what"] for s in data["sources"].values())  # every licence said
+    assert not {"ms-mrpc.json", "amr_true_paraphrases.json", "fb-anli-pre-hyp.json"} & {s["what"].split()[2] for s in data["sources"].values()}
+    positives = sum(s["paraphrase"] for s in data["sources"].values())
+    assert positives == sum(s["not"] for s in data["sources"].values())  # balanced
+    size = sum(p.stat().st_size for p in DEFAULT_ADAPTER_DIR.iterdir())
+    assert size < 20_000_000, size  # small package data
+
+
+def test_default_judge_scores_equal_eq3_on_the_unmerged_adapter(default_judge):
+    assert default_judge.name == f"{EMBEDDED_NAME}+{DEFAULT_ADAPTER_DIR.name}"
+    base, tokenizer = load_model_and_tokenizer("embedded-base")
+    unmerged = copy.deepcopy(load_adapter(base, DEFAULT_ADAPTER_DIR)).double()
+    template = load_template(DEFAULT_TEMPLATE)
+    want = [eq3(unmerged, tokenizer, template.chat({"source": s, "hypothesis": h}), template.answers)
+            for s, h in zip(PAIRS["source"], PAIRS["hypothesis"])]
+    got = default_judge.score(DEFAULT_TEMPLATE, **PAIRS)
+    assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-3, (got, want)
+    base_judge = Judge.load("embedded-base")
+    assert base_judge.name == EMBEDDED_NAME
+    untuned = base_judge.score(DEFAULT_TEMPLATE, **PAIRS)
+    assert max(abs(a - b) for a, b in zip(got, untuned)) > 0.5  # the adapter is really there
+
+
+def test_default_judge_says_yes_to_the_readme_pair_and_no_to_an_unrelated_sentence(default_judge):
+    yes, no, paraphrase = default_judge.score(DEFAULT_TEMPLATE, **PAIRS)
+    assert yes > 0 > no
+    assert paraphrase > no
+
+
+def test_an_adapter_without_a_model_goes_on_the_untuned_base(tmp_path):
+    judge = Judge.load(adapter=DEFAULT_ADAPTER_DIR)  # the packaged adapter, unmerged, on the base
+    assert judge.name == f"{EMBEDDED_NAME}+{DEFAULT_ADAPTER_DIR.name}"
+    merged = Judge.load()
+    a = judge.score(DEFAULT_TEMPLATE, **PAIRS)
+    b = merged.score(DEFAULT_TEMPLATE, **PAIRS)
+    assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-3
