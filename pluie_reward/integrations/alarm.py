@@ -64,7 +64,7 @@ class AlarmConfig:
     threshold: float = field(
         default=1.0, metadata={"help": "divergence (reward shift minus view shift, in baseline standard deviations) that counts"}
     )
-    min_rise: float = field(default=0.25, metadata={"help": "the reward's own shift (in its baseline SDs) needed before anything counts"})
+    min_rise: float = field(default=0.1, metadata={"help": "the reward's own shift (in its baseline SDs) needed before anything counts"})
     follow: float = field(
         default=0.5, metadata={"help": "a view that moved at least this share of the reward's shift is following it"}
     )
