@@ -119,15 +119,20 @@ def _convert_gguf(folder: Path, gguf_file: str, target: Path) -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32)
-    plain = dequantized_copy(model)
+    save_to_cache(dequantized_copy(model), tokenizer, target)
+
+
+def save_to_cache(model: Any, tokenizer: Any, target: Path) -> None:
+    """Save a model and its tokenizer as the folder ``target``, atomically: written beside it, then
+    renamed (a process that finds ``target`` sees it whole; if another process wrote it first, its copy stays)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".converting-"))
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".saving-"))
     try:
-        plain.save_pretrained(tmp)
+        model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         try:
             tmp.rename(target)
-        except OSError:  # another process converted it first
+        except OSError:  # another process saved it first
             shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -170,18 +175,7 @@ def merged_model_dir(base: Path, adapter: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     lm = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    merged = load_adapter(lm, adapter).merge_and_unload()
-    tmp = Path(tempfile.mkdtemp(dir=cache_dir(), prefix=".merging-"))
-    try:
-        merged.save_pretrained(tmp)
-        AutoTokenizer.from_pretrained(base).save_pretrained(tmp)
-        try:
-            tmp.rename(target)
-        except OSError:  # another process merged it first
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    save_to_cache(load_adapter(lm, adapter).merge_and_unload(), AutoTokenizer.from_pretrained(base), target)
     return target
 
 
