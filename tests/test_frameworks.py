@@ -148,7 +148,7 @@ def test_trl_floor_is_1_14_where_async_callable_classes_are_awaited():
         assert trl_1_14_is_async_callable(reward)
     assert not trl_1_14_is_async_callable(PluieReward(make_tiny_judge()))
     pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
-    floors = re.findall(r'"trl>=([0-9.]+)"', pyproject)
+    floors = re.findall(r'"trl>=([0-9.]+)[,"]', pyproject)
     assert floors and all(tuple(map(int, f.split("."))) >= (1, 14) for f in floors), floors
 
 
