@@ -1,0 +1,90 @@
+"""Bring your own judge as one line: ``Judge.load("<file>.gguf")``, on a tiny GGUF written here (the
+embedded model's tokenizer and chat template, a 2-layer random llama), against an independent eq. 3
+on the model transformers reads from the same file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+
+from pluie_reward import Judge, load_template  # noqa: E402
+from pluie_reward.engines.transformers.loading import embedded_gguf_path  # noqa: E402
+
+from test_chat_templates import eq3  # noqa: E402
+
+HIDDEN, FFN, HEADS, KV_HEADS, LAYERS = 64, 128, 4, 2, 2
+
+
+def write_tiny_gguf(path, seed: int = 0) -> None:
+    """A llama GGUF with the embedded model's tokenizer fields and random float32 weights."""
+    source = gguf.GGUFReader(embedded_gguf_path())
+    writer = gguf.GGUFWriter(str(path), "llama")
+    fields = source.fields
+    vocab = len(fields["tokenizer.ggml.tokens"].data)
+    writer.add_name("tiny-test-llama")
+    writer.add_context_length(2048)
+    writer.add_embedding_length(HIDDEN)
+    writer.add_block_count(LAYERS)
+    writer.add_feed_forward_length(FFN)
+    writer.add_head_count(HEADS)
+    writer.add_head_count_kv(KV_HEADS)
+    writer.add_rope_dimension_count(HIDDEN // HEADS)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_vocab_size(vocab)
+    writer.add_tokenizer_model(fields["tokenizer.ggml.model"].contents())
+    writer.add_tokenizer_pre(fields["tokenizer.ggml.pre"].contents())
+    writer.add_token_list(fields["tokenizer.ggml.tokens"].contents())
+    writer.add_token_types(fields["tokenizer.ggml.token_type"].contents())
+    writer.add_token_merges(fields["tokenizer.ggml.merges"].contents())
+    for key, add in (("bos", writer.add_bos_token_id), ("eos", writer.add_eos_token_id),
+                     ("unknown", writer.add_unk_token_id), ("padding", writer.add_pad_token_id)):
+        add(fields[f"tokenizer.ggml.{key}_token_id"].contents())
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(fields["tokenizer.chat_template"].contents())
+    rng = np.random.default_rng(seed)
+
+    def tensor(name: str, *shape: int, scale: float = 0.2) -> None:
+        writer.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
+
+    head = HIDDEN // HEADS
+    tensor("token_embd.weight", vocab, HIDDEN)
+    writer.add_tensor("output_norm.weight", np.ones(HIDDEN, dtype=np.float32))
+    for i in range(LAYERS):
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(HIDDEN, dtype=np.float32))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(HIDDEN, dtype=np.float32))
+        tensor(f"blk.{i}.attn_q.weight", HEADS * head, HIDDEN)
+        tensor(f"blk.{i}.attn_k.weight", KV_HEADS * head, HIDDEN)
+        tensor(f"blk.{i}.attn_v.weight", KV_HEADS * head, HIDDEN)
+        tensor(f"blk.{i}.attn_output.weight", HIDDEN, HEADS * head)
+        tensor(f"blk.{i}.ffn_gate.weight", FFN, HIDDEN)
+        tensor(f"blk.{i}.ffn_up.weight", FFN, HIDDEN)
+        tensor(f"blk.{i}.ffn_down.weight", HIDDEN, FFN)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def test_a_gguf_file_is_a_judge_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLUIE_REWARD_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path)
+    judge = Judge.load(str(path))  # the one line: converted once, cached, scored like any model
+    assert judge.name == str(path)
+    pairs = {"source": ["The cat sleeps on the mat.", "Prices rose."], "hypothesis": ["A cat is asleep.", "Dogs bark."]}
+    got = judge.score("para-direct", **pairs)
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name).double().eval()
+    template = load_template("para-direct")
+    want = [eq3(model, tokenizer, template.chat({"source": s, "hypothesis": h}), template.answers)
+            for s, h in zip(pairs["source"], pairs["hypothesis"])]
+    assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-3, (got, want)
+    assert abs(got[0] - got[1]) > 1e-4  # a real model, not a constant
+    again = Judge.load(str(path))  # from the cache this time
+    assert again.score("para-direct", **pairs) == pytest.approx(got, abs=1e-6)
