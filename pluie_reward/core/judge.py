@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import json
+import logging
 import math
 import threading
 from dataclasses import dataclass
@@ -207,10 +207,12 @@ class Judge:
             >>> judge = Judge.load("meta-llama/Meta-Llama-3-70B-Instruct", engine="vllm", tensor_parallel_size=2)  # doctest: +SKIP
             >>> judge = Judge.load(adapter="out/judge-adapter")  # the embedded base + a tuned adapter  # doctest: +SKIP
         """
-        from ..engines.transformers.loading import display_name, is_embedded, load_adapter, load_model_and_tokenizer, model_source
+        from ..engines.transformers.loading import (
+            EMBEDDED_BASE, display_name, is_embedded, load_adapter, load_model_and_tokenizer, model_source,
+        )
 
         if adapter is not None and model is None:
-            model = "embedded-base"  # adapters of the embedded model are tuned on its untuned weights
+            model = EMBEDDED_BASE  # adapters of the embedded model are tuned on its untuned weights
         name = judge_kwargs.pop("name", display_name(model))
         if engine == "vllm":
             from ..engines.vllm import VLLMEngine
