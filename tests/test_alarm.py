@@ -170,3 +170,32 @@ def test_staged_onset_on_a_real_judge_fires_in_the_ramp_only(tiny_judge):
             one_by_one = [tiny_judge.score("para-fs", source=s, hypothesis=[h], use_cache=False)[0]
                           for s, h in zip(row["sources"], row["completions"])]
             assert row["reward"] == pytest.approx(sum(one_by_one) / len(one_by_one), abs=1e-4)
+
+
+def test_the_validation_callback_watches_with_an_alarm(tiny_judge):
+    """PluieCallback feeds its alarm the generations' PLUIE (the judge's scores of its table) and the views
+    on the same generations; the metrics join the evaluation's."""
+    from pluie_reward.integrations.callbacks import PluieCallback
+    from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
+
+    tokenizer = make_tiny_tokenizer()
+    model = make_tiny_causal_lm(tokenizer, seed=1)
+    items = [{"prompt": f"Paraphrase: sentence {i}.", "source": f"sentence {i}."} for i in range(4)]
+    seen = []
+
+    def view(completions, source, **kwargs):
+        seen.append((list(completions), list(source)))
+        return [0.5] * len(completions)
+
+    alarm = HackAlarm(warmup=1, patience=1)
+    callback = PluieCallback(tiny_judge, "para-fs", items, write_table=False, max_new_tokens=4,
+                             alarm=alarm, alarm_views={"flat": view})
+    first = callback.evaluate(model, tokenizer)
+    second = callback.evaluate(model, tokenizer)
+    assert first["eval_alarm_fired"] == 0.0 and "eval_alarm_warmup" in first
+    assert second["eval_alarm_reward_shift"] == pytest.approx(0.0, abs=1e-9)  # same model, same greedy generations
+    table = callback.generate_and_score(model, tokenizer)
+    assert seen[0][0] == [r["generation"] for r in table] and seen[0][1] == [it["source"] for it in items]
+    assert alarm.batches == 2
+    with pytest.raises(ValueError, match="go together"):
+        PluieCallback(tiny_judge, "para-fs", items, alarm=HackAlarm())

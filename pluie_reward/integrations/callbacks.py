@@ -197,6 +197,10 @@ class PluieCallback(TrainerCallback):
         quantiles: quantiles to log (0.1 -> ``eval_pluie_p10``). ``metric_prefix``: ``"eval"``.
         tokenizer: the generator's tokenizer (default: the trainer's ``processing_class``).
         write_table: write ``{output_dir}/pluie/step-XXXXXX.jsonl`` and a wandb table when a run is active.
+        alarm, alarm_views: a :class:`~pluie_reward.integrations.alarm.HackAlarm` fed at each run with the
+            generations' PLUIE and each view (name -> a TRL-style reward called with
+            ``completions=`` the generations and the evaluation items' columns, e.g. ``novelty``); its
+            metrics are logged as ``<prefix>_alarm_*`` and a ``HackWarning`` says when it fires.
         **generation_kwargs: passed to ``model.generate`` (``max_new_tokens=64``, greedy by default).
 
     The callback needs its trainer to log (metrics added in ``on_evaluate`` are otherwise not
@@ -228,8 +232,14 @@ class PluieCallback(TrainerCallback):
         tokenizer: Any = None,
         write_table: bool = True,
         fields: Mapping[str, str] | None = None,
+        alarm: Any = None,
+        alarm_views: Mapping[str, Any] | None = None,
         **generation_kwargs: Any,
     ) -> None:
+        if (alarm is None) != (not alarm_views):
+            raise ValueError("alarm= and alarm_views= go together: a HackAlarm and at least one view, e.g. "
+                             "alarm=HackAlarm(), alarm_views={'novelty': NoveltyReward('source')}.")
+        self.alarm, self.alarm_views = alarm, dict(alarm_views or {})
         if isinstance(judge, Judge):
             self._judge: Judge | None = judge
             self._judge_factory = None
@@ -493,6 +503,8 @@ class PluieCallback(TrainerCallback):
         if any(not math.isfinite(s) for s in scores):
             raise FloatingPointError("the judge returned a non-finite PLUIE score; check the judge's dtype and inputs.")
         metrics = summarize(scores, [r["verdict"] for r in records], self.quantiles, self.metric_prefix)
+        if self.alarm is not None and records:
+            metrics.update(self._watch(records, scores))
         step = getattr(state, "global_step", 0) if state is not None else 0
         entry: dict[str, Any] = {"step": step, "metrics": metrics, "table": None}
         if self.write_table and (state is None or state.is_world_process_zero):
@@ -502,6 +514,14 @@ class PluieCallback(TrainerCallback):
             self._log_table(step, records)
         self.history.append(entry)
         return metrics
+
+    def _watch(self, records: Sequence[Mapping[str, Any]], scores: Sequence[float]) -> dict[str, float]:
+        """Feed the hack alarm this run's PLUIE and views; its metrics under ``<prefix>_alarm_*``."""
+        columns = {k: [self.items[r["index"]].get(k) for r in records] for k in self.items[0] if k != self.prompt_field}
+        generations = [r["generation"] for r in records]
+        views = {name: view(completions=generations, **columns) for name, view in self.alarm_views.items()}
+        found = self.alarm.update(scores, views)
+        return {f"{self.metric_prefix}_{key.replace('/', '_')}": float(value) for key, value in found.items()}
 
     def _write_jsonl(self, output_dir: Path, step: int, records: Sequence[Mapping[str, Any]]) -> Path:
         path = output_dir / "pluie" / f"step-{step:06d}.jsonl"
