@@ -84,11 +84,22 @@ def chat_clock(value: Any) -> datetime.datetime | None:
                          f"(or 'now' for the real clock), not {value!r}.") from None
 
 
-def _fixed_clock(moment: datetime.datetime) -> Callable[[str], str]:
-    def strftime_now(format: str) -> str:
-        return moment.strftime(format)
+_CLOCK_CALL = re.compile(r"""strftime_now\(\s*(["'])((?:(?!\1).)*)\1\s*\)""")
 
-    return strftime_now
+
+def fixed_clock_template(source: str, moment: datetime.datetime) -> str:
+    """A chat template's source with every ``strftime_now("<format>")`` call replaced by the string
+    that call would return at ``moment``, so the rendering does not depend on the clock.
+
+    (Passing a ``strftime_now`` function as a template keyword stopped working in transformers 5.24,
+    which turns non-JSON keyword values into inert strings; the template source itself is a public
+    ``apply_chat_template(chat_template=...)`` argument.)
+
+    Example:
+        >>> fixed_clock_template('{{ "Today: " + strftime_now("%Y-%m-%d") }}', datetime.datetime(2025, 1, 1))
+        '{{ "Today: " + "2025-01-01" }}'
+    """
+    return _CLOCK_CALL.sub(lambda m: json.dumps(moment.strftime(m.group(2))), source)
 
 
 class AnswerTokenError(ValueError):
@@ -261,10 +272,14 @@ class BoundTemplate:
         clock = given.pop("strftime_now", None)
         moment = chat_clock(DEFAULT_CHAT_DATE if clock is None else clock)
         self._render_kwargs = dict(given)
-        if moment is not None:
-            self._render_kwargs["strftime_now"] = _fixed_clock(moment)
         source = getattr(self.tokenizer, "chat_template", None)
         reads_clock = self.use_chat and "strftime_now" in str(source)
+        if reads_clock and moment is not None and isinstance(source, str):
+            fixed = fixed_clock_template(source, moment)
+            if "strftime_now" in fixed:
+                warnings.warn(f"template {self.template.name!r}: the judge's chat template calls strftime_now with a "
+                              "format that is not a literal; its rendering may depend on the clock.", stacklevel=3)
+            self._render_kwargs["chat_template"] = fixed
         self.chat_template_kwargs: dict[str, Any] = dict(given)
         if reads_clock or clock is not None:
             shown = "now" if moment is None else moment.date().isoformat() if moment.time() == datetime.time() else moment.isoformat()
