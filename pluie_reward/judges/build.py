@@ -6,9 +6,10 @@ writes it to ``pluie_reward/judges/smollm2-pluie/`` (or ``--output``), with its 
 
 Training data (:data:`SOURCES`; never MRPC, ANLI nor TRUE, the PARAPHRASUS sets reported as held
 out): rule-made pairs of :func:`~pluie_reward.tools.tune.synthetic.make_pairs`, and from PARAPHRASUS
-files STS Benchmark pairs (similarity >= 4 / <= 1.5), OneStopEnglish simplifications (paraphrases),
-SICK (relatedness >= 4.5 / <= 2) and SNLI premise/hypothesis pairs (not paraphrases). The STS-H,
-STS, SICK, SNLI and SIMP error rates are therefore reported as *seen in training*.
+files STS Benchmark pairs (similarity >= 4 / <= 1.5), OneStopEnglish simplifications (paraphrases)
+and SNLI premise/hypothesis pairs (not paraphrases). The STS-H, STS, SNLI and SIMP error rates are
+therefore reported as *seen in training*. SICK (CC BY-NC-SA, non-commercial) is not used: this package
+is Apache-2.0.
 
 The files are read from ``../shared/data/paraphrasus`` (``--data``) at build time; none is shipped.
 
@@ -29,20 +30,23 @@ from . import DEFAULT_ADAPTER_DIR, DEFAULT_TEMPLATE
 
 SOURCES = {
     "synthetic": "rule-made pairs of pluie_reward.tools.tune.synthetic.make_pairs (Apache-2.0, this package)",
-    "sick": "SICK via PARAPHRASUS sickr-sts.json, relatedness >= 4.5 -> paraphrase, <= 2.0 -> not (CC BY-NC-SA 3.0)",
     "snli": "SNLI via PARAPHRASUS stannlp-snli-pre-hyp.json, premise/hypothesis -> not a paraphrase (CC BY-SA 4.0)",
     "sts": "STS Benchmark test via PARAPHRASUS stsbenchmark-test-sts.json, similarity >= 4.0 -> paraphrase, <= 1.5 -> not "
            "(sentences from news, captions and forums; CC BY-SA 4.0 where the sources allow, see the STS Benchmark)",
     "simp": "OneStopEnglish via PARAPHRASUS onestop_parallel_all_pairs.json, a text and its simplification -> paraphrase "
             "(CC BY-SA 4.0)",
 }
-# Never trained on: the PARAPHRASUS datasets reported as held out (MRPC, ANLI, TRUE).
+# Never trained on: the PARAPHRASUS datasets reported as held out (MRPC, ANLI, TRUE), and SICK, whose
+# licence (CC BY-NC-SA 3.0) forbids commercial use of an Apache-2.0 package's weights.
 HELD_OUT = ("ms-mrpc.json", "fb-anli-pre-hyp.json", "fb-anli-hyp-pre.json", "amr_true_paraphrases.json")
+NOT_LICENSED = ("sickr-sts.json",)
 
 
 def _rows(folder: Path, name: str) -> list[dict[str, Any]]:
     if name in HELD_OUT:
         raise ValueError(f"{name} is a held-out benchmark: the default judge is never trained on it.")
+    if name in NOT_LICENSED:
+        raise ValueError(f"{name}: its licence does not allow training the package's Apache-2.0 default judge on it.")
     path = folder / name
     if not path.is_file():
         raise FileNotFoundError(f"{path}: PARAPHRASUS data not found; pass --data DIR (../shared/data/paraphrasus).")
@@ -51,8 +55,8 @@ def _rows(folder: Path, name: str) -> list[dict[str, Any]]:
 
 def training_pairs(folder: Path, per_source: int = 200, seed: int = 0) -> list[dict[str, Any]]:
     """Balanced, seeded training pairs from the sources of :data:`SOURCES`: ``per_source`` synthetic
-    pairs (half each way), and from the PARAPHRASUS files ``per_source`` STS and SIMP paraphrases,
-    ``3/4 per_source`` SICK ones, then as many negatives (STS, SICK, SNLI) as positives.
+    pairs (half each way), and from the PARAPHRASUS files ``3/2 per_source`` STS and ``per_source``
+    SIMP paraphrases, then as many negatives (``per_source`` STS, the rest SNLI) as positives.
 
     Returns:
         Dicts with ``source``, ``hypothesis``, ``label`` and ``origin``.
@@ -67,12 +71,10 @@ def training_pairs(folder: Path, per_source: int = 200, seed: int = 0) -> list[d
         return [{"source": r["sentence1"], "hypothesis": r["sentence2"], "label": label, "origin": origin} for r in rows[:n]]
 
     pairs = [{**{k: p[k] for k in ("source", "hypothesis", "label")}, "origin": "synthetic"} for p in make_pairs(per_source, seed)]
-    sick, sts = _rows(folder, "sickr-sts.json"), _rows(folder, "stsbenchmark-test-sts.json")
-    positives = (take([r for r in sts if r["score"] >= 4.0], per_source, True, "sts")
-                 + take(_rows(folder, "onestop_parallel_all_pairs.json"), per_source, True, "simp")
-                 + take([r for r in sick if r["score"] >= 4.5], 3 * per_source // 4, True, "sick"))
-    negatives = (take([r for r in sts if r["score"] <= 1.5], 3 * per_source // 4, False, "sts")
-                 + take([r for r in sick if r["score"] <= 2.0], per_source // 2, False, "sick"))
+    sts = _rows(folder, "stsbenchmark-test-sts.json")
+    positives = (take([r for r in sts if r["score"] >= 4.0], 3 * per_source // 2, True, "sts")
+                 + take(_rows(folder, "onestop_parallel_all_pairs.json"), per_source, True, "simp"))
+    negatives = take([r for r in sts if r["score"] <= 1.5], per_source, False, "sts")
     negatives += take(_rows(folder, "stannlp-snli-pre-hyp.json"), len(positives) - len(negatives), False, "snli")
     pairs += positives + negatives
     for p in pairs:  # both directions appear: a paraphrase judge should not care which sentence comes first
