@@ -268,6 +268,31 @@ class Judge:
         own = {k: options.pop(k) for k in (*_JUDGE_OPTIONS, "name") if k in options}
         return cls(RemoteEngine(urls, model=model, tokenizer=tokenizer, **options), **own)
 
+    @classmethod
+    def from_vllm(cls, llm: Any, *, tokenizer: Any = None, lora: Any = None, weights: str = "base", **options: Any) -> "Judge":
+        """A judge inside a ``vllm.LLM`` somebody else owns, e.g. the trainer's rollout engine (TRL's
+        colocate mode: ``trainer.vllm_generation.llm``): its base weights, or a judge LoRA adapter
+        through vLLM's multi-LoRA. No second copy of the weights. See
+        :mod:`pluie_reward.engines.vllm_shared` for what happens when the trainer syncs the policy into
+        the engine (``weights="base"`` then raises instead of judging with the policy).
+
+        Args:
+            llm: the ``vllm.LLM``.
+            tokenizer: the tokenizer to render with (default: the engine's).
+            lora: a PEFT adapter folder to judge with (the LLM needs ``enable_lora=True``).
+            weights: ``"base"`` (the weights as bound, checked before each call) or ``"current"``.
+            options: :class:`Judge` arguments (``threshold``, ``name``, ``cache_size``, ...).
+
+        Returns:
+            The judge.
+
+        Example:
+            >>> judge = Judge.from_vllm(trainer.vllm_generation.llm, lora="out/judge-adapter")  # doctest: +SKIP
+        """
+        from ..engines.vllm_shared import SharedVLLMEngine
+
+        return cls(SharedVLLMEngine(llm, tokenizer=tokenizer, lora=lora, weights=weights), **options)
+
     def close(self) -> None:
         """Release the engine (vLLM worker processes, HTTP connections); a no-op for transformers.
         A vLLM engine is also closed at interpreter exit, so a script that forgets it still ends cleanly.

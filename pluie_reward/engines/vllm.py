@@ -61,6 +61,63 @@ def on_cpu() -> bool:
     return current_platform.is_cpu()
 
 
+def reading_jobs(requests: Sequence[Request], answers: Sequence[Sequence[int]]) -> list[tuple[list[int], list[int]]]:
+    """The vLLM requests that read the answers after each prompt: ``(prompt ids, logprob_token_ids)``.
+
+    One-token answers: one request per prompt reading every answer's token. Multi-token answers
+    (eq. 4, teacher forcing): one request per answer token, the prompt followed by the answer's
+    previous tokens, reading that token (vLLM's prefix cache shares the prompt).
+
+    Args:
+        requests: the judge's prompts.
+        answers: the template's answers, token ids each.
+
+    Returns:
+        The jobs, in the order :func:`read_answers` expects their outputs.
+
+    Example:
+        >>> reading_jobs([Request((1, 2))], [(7,), (8,)])
+        [([1, 2], [7, 8])]
+        >>> reading_jobs([Request((1, 2))], [(7, 9), (8,)])
+        [([1, 2], [7]), ([1, 2, 7], [9]), ([1, 2], [8])]
+    """
+    answers = [tuple(a) for a in answers]
+    if all(len(a) == 1 for a in answers):
+        return [(list(r.ids), [a[0] for a in answers]) for r in requests]
+    return [(list(r.ids) + list(a[:t]), [a[t]]) for r in requests for a in answers for t in range(len(a))]
+
+
+def reading_params(tokens: Sequence[int]) -> Any:
+    """vLLM's ``SamplingParams`` for one reading job: one greedy step returning the log-probabilities
+    of exactly ``tokens`` (``logprob_token_ids``), whatever their rank."""
+    from vllm import SamplingParams
+
+    return SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=list(tokens))
+
+
+def read_answers(n_requests: int, answers: Sequence[Sequence[int]], outputs: Sequence[Any]) -> list[list[float]]:
+    """Sum the log-probabilities returned for :func:`reading_jobs` into one list per request.
+
+    Args:
+        n_requests: the number of prompts.
+        answers: the template's answers, as given to :func:`reading_jobs`.
+        outputs: vLLM's ``CompletionOutput`` of each job, in job order.
+
+    Returns:
+        ``log p(answer_k | prompt)`` per prompt and answer.
+    """
+    answers = [tuple(a) for a in answers]
+    if all(len(a) == 1 for a in answers):
+        return [[out.logprobs[0][a[0]].logprob for a in answers] for out in outputs]
+    values = [[0.0] * len(answers) for _ in range(n_requests)]
+    job = iter(outputs)
+    for i in range(n_requests):
+        for k, answer in enumerate(answers):
+            for token in answer:
+                values[i][k] += next(job).logprobs[0][token].logprob
+    return values
+
+
 class VLLMEngine(LoopEngine):
     """A judge model served by vLLM in this process.
 
@@ -186,22 +243,9 @@ class VLLMEngine(LoopEngine):
         return final.outputs[0]
 
     async def _answers(self, requests: Sequence[Request], answers: Sequence[Sequence[int]]) -> list[list[float]]:
-        from vllm import SamplingParams
-
-        answers = [tuple(a) for a in answers]
-        if all(len(a) == 1 for a in answers):
-            params = SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=[a[0] for a in answers])
-            outputs = await asyncio.gather(*(self._one(r.ids, params) for r in requests))
-            return [[out.logprobs[0][a[0]].logprob for a in answers] for out in outputs]
-        # teacher forcing: log p(token i | prompt + answer[:i]) for every token of every answer
-        jobs = [(i, k, list(r.ids) + list(a[:t]), a[t]) for i, r in enumerate(requests) for k, a in enumerate(answers) for t in range(len(a))]
-        outputs = await asyncio.gather(*(
-            self._one(ids, SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=[token])) for _, _, ids, token in jobs
-        ))
-        values = [[0.0] * len(answers) for _ in requests]
-        for (i, k, _, token), out in zip(jobs, outputs):
-            values[i][k] += out.logprobs[0][token].logprob
-        return values
+        jobs = reading_jobs(requests, answers)
+        outputs = await asyncio.gather(*(self._one(ids, reading_params(tokens)) for ids, tokens in jobs))
+        return read_answers(len(requests), answers, outputs)
 
     async def _generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, stop_ids: Sequence[int]) -> list[list[int]]:
         from vllm import SamplingParams
