@@ -474,3 +474,23 @@ def test_cli_refuses_a_non_empty_output(tmp_path, capsys):
     (tmp_path / "out" / "x").write_text("x")
     assert main(["tune", "--input", str(data), "--label-column", "y", "--output", str(tmp_path / "out")]) == 2
     assert "not empty" in capsys.readouterr().err
+
+
+def test_cli_tunes_the_untuned_embedded_base_by_default(tmp_path, capsys):
+    """Without --model the student is ``embedded-base`` (as ``tune(None)``), the base
+    ``Judge.load(adapter=DIR)`` puts the adapter on -- not the default judge's merged weights."""
+    from pluie_reward.engines.transformers.loading import embedded_model_dir
+
+    fields, labels, _ = cat_dog(8)
+    data = _write(tmp_path / "pairs.jsonl", [{"source": s, "hypothesis": h, "label": y}
+                                               for s, h, y in zip(fields["source"], fields["hypothesis"], labels)])
+    out = tmp_path / "adapter"
+    code = main(["tune", "--template", "para-direct", "--input", str(data), "--label-column", "label", "--output", str(out),
+                 "--max-steps", "1", "--no-progress", "--lora-r", "2", "--target-modules", "q_proj,v_proj"])
+    assert code == 0, capsys.readouterr().err
+    base = json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert base == str(embedded_model_dir())
+    row = json.loads((out / "scores.jsonl").read_text().splitlines()[0])  # a held-out pair, scored by the tuned student
+    reloaded = Judge.load(adapter=out).score("para-direct", source=[row["source"]], hypothesis=[row["hypothesis"]])[0]
+    assert reloaded == pytest.approx(row["after"], abs=1e-4)
+    assert abs(row["after"] - Judge.load().score("para-direct", source=[row["source"]], hypothesis=[row["hypothesis"]])[0]) > 1e-3

@@ -26,9 +26,15 @@ def command(name: str, configure: Callable[[argparse.ArgumentParser], None]) -> 
     return wrap
 
 
-def add_judge_arguments(parser: argparse.ArgumentParser, adapter: bool = True) -> None:
-    """The options every judge-using command shares (``adapter``: also ``--adapter DIR``)."""
-    parser.add_argument("--model", default=None, help="HF id, local folder or .gguf file (default: the default judge, the embedded SmolLM2-135M-Instruct with its packaged PLUIE adapter; embedded-base: the untuned model)")
+def add_judge_arguments(parser: argparse.ArgumentParser, adapter: bool = True, base_model: bool = False) -> None:
+    """The options every judge-using command shares (``adapter``: also ``--adapter DIR``; ``base_model``:
+    ``--model`` names a base to tune, by default the untuned embedded model)."""
+    if base_model:
+        parser.add_argument("--model", default="embedded-base", help="the base model the adapter is tuned on: HF id, local "
+                            "folder or .gguf file (default: embedded-base, the untuned embedded SmolLM2-135M-Instruct, "
+                            "which Judge.load(adapter=DIR) puts the adapter on)")
+    else:
+        parser.add_argument("--model", default=None, help="HF id, local folder or .gguf file (default: the default judge, the embedded SmolLM2-135M-Instruct with its packaged PLUIE adapter; embedded-base: the untuned model)")
     if adapter:
         parser.add_argument("--adapter", default=None, metavar="DIR",
                             help="a judge adapter folder (pluie-reward tune --output DIR) put on --model, active while scoring")

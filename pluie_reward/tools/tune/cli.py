@@ -57,7 +57,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
     train.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None, help="bfloat16 mixed precision (GPU only; default: on if supported)")
     train.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations (less memory)")
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
-    add_judge_arguments(p, adapter=False)  # --model: the student's base
+    add_judge_arguments(p, adapter=False, base_model=True)  # --model: the student's base (default: embedded-base, as tune(None))
 
 
 def _float(value: Any, where: str) -> float:
@@ -154,7 +154,7 @@ def tune_command(args: argparse.Namespace) -> int:
         eval_sets[name] = _pairs(path, read_records(path), mapping, template, args.eval_label_column or args.label_column,
                                  args.target_column, required=False)
 
-    student = judge_from_args(args)
+    student = judge_from_args(args)  # --model defaults to embedded-base: Judge.load(adapter=DIR) puts DIR on it
     # the judge's chat-template keywords go with the template (saved in template.yaml); its own keep precedence
     template = template.with_chat_template_kwargs({**student.chat_template_kwargs, **template.chat_template_kwargs})
     teacher = None
