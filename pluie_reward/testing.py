@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable
 
 import torch
@@ -99,3 +100,94 @@ def make_tiny_judge(chat: bool = True, seed: int = 0, **judge_kwargs: Any) -> An
 
 
 
+
+
+def reference_logprobs(model: Any, ids: "list[int]", answers: "list[tuple[int, ...]]") -> list[float]:
+    """``log p(answer | ids)`` by one plain forward pass of a transformers causal LM per answer (no
+    cache, no batching): the independent reference :func:`check_engine` compares engines with."""
+    values = []
+    with torch.no_grad():
+        for answer in answers:
+            full = torch.tensor([list(ids) + list(answer)], device=model.device)
+            logprobs = torch.log_softmax(model(full).logits[0].float(), dim=-1)
+            values.append(sum(float(logprobs[len(ids) - 1 + t, token]) for t, token in enumerate(answer)))
+    return values
+
+
+def check_engine(engine: Any, reference: Any, *, atol: float = 1e-3, multi_token: bool = True) -> None:
+    """The engine conformance suite: every :class:`~pluie_reward.engines.base.Engine` passes it.
+
+    Checks the contract of :mod:`pluie_reward.engines.base` against ``reference``, a transformers
+    causal LM with the same weights read independently (:func:`reference_logprobs`, greedy
+    ``generate``): log-probabilities (up to a per-request constant for one-token answers, exact for
+    multi-token ones), independence from batching, order, groups and the prefix hint, the async twins,
+    greedy generation with stop ids, a hashable session state, ``clear`` and the declared attributes.
+
+    Args:
+        engine: the engine under test (not closed here).
+        reference: the transformers model holding the engine's weights.
+        atol: the tolerance on log-probabilities.
+        multi_token: also check a two-token answer (engines whose values are logits refuse them).
+
+    Raises:
+        AssertionError: the first broken part of the contract.
+    """
+    import asyncio
+
+    from .engines.base import Engine, Request
+
+    assert isinstance(engine, Engine), f"{type(engine).__name__} does not subclass Engine"
+    assert isinstance(engine.name, str) and engine.name
+    assert engine.max_length is None or (isinstance(engine.max_length, int) and engine.max_length > 0)
+    assert isinstance(engine.concurrent, bool) and isinstance(engine.batch_tokens, int)
+    tokenizer = engine.tokenizer
+    texts = ["The cat sleeps on the mat. Is it a cat?", "Prices rose in May.", "Prices rose in May, and then fell again."]
+    prompts = [tuple(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    yes, no = (tuple(tokenizer(w, add_special_tokens=False)["input_ids"][-1:]) for w in (" yes", " no"))
+    answers = [yes, no]
+
+    def close(got: list[list[float]], want: list[list[float]], one_token: bool, what: str) -> None:
+        for g, w in zip(got, want, strict=True):
+            if one_token:  # only differences between answers are defined
+                g, w = [x - g[0] for x in g], [x - w[0] for x in w]
+            assert all(abs(a - b) <= atol for a, b in zip(g, w, strict=True)), f"{what}: {g} != {w}"
+
+    requests = [Request(p, group=("g" if i else None)) for i, p in enumerate(prompts)]
+    with engine.session() as state:
+        hash(state)
+        got = engine.answer_logprobs(requests, answers, prefix=prompts[1][:2])
+    want = [reference_logprobs(reference, list(p), answers) for p in prompts]
+    assert all(math.isfinite(x) for row in got for x in row)
+    close(got, want, True, "one-token answers")
+    with engine.session():
+        one_by_one = [engine.answer_logprobs([r], answers)[0] for r in requests]
+        reversed_ = engine.answer_logprobs(list(reversed(requests)), answers)[::-1]
+    close(one_by_one, got, True, "one request per call")
+    close(reversed_, got, True, "requests in reverse order")
+
+    async def both() -> tuple[list[list[float]], list[list[int]]]:
+        with engine.session():
+            values = await engine.aanswer_logprobs(requests, answers)
+            tokens = await engine.agenerate([prompts[0]], max_new_tokens=3)
+        return values, tokens
+
+    async_values, async_tokens = asyncio.run(both())
+    close(async_values, got, True, "aanswer_logprobs")
+    if multi_token:
+        pair = [tuple(tokenizer(" yes indeed", add_special_tokens=False)["input_ids"][-2:]), no]
+        with engine.session():
+            got_multi = engine.answer_logprobs(requests[:2], pair)
+        close(got_multi, [reference_logprobs(reference, list(p), pair) for p in prompts[:2]], False, "multi-token answers")
+    with torch.no_grad():
+        greedy = reference.generate(torch.tensor([list(prompts[0])], device=reference.device), max_new_tokens=3, do_sample=False,
+                                    pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+    expected = greedy[0, len(prompts[0]):].tolist()
+    with engine.session():
+        generated = engine.generate([prompts[0]], max_new_tokens=3)
+        stopped = engine.generate([prompts[0]], max_new_tokens=3, stop_ids=[expected[0]])
+    assert generated == [expected] and async_tokens == [expected], (generated, async_tokens, expected)
+    assert stopped == [expected[:1]], stopped
+    engine.clear()
+    with engine.session():
+        again = engine.answer_logprobs(requests, answers)
+    close(again, got, True, "after clear()")

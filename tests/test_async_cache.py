@@ -7,14 +7,16 @@ import asyncio
 import contextlib
 
 from pluie_reward import Judge
+from pluie_reward.engines.base import Engine
 from pluie_reward.testing import make_tiny_tokenizer
 
 
-class SlowEngine:
+class SlowEngine(Engine):
     """A deterministic engine: log p(answer k) is a known function of the prompt ids; the request
     whose ids end with the token of ``slow`` awaits 0.2 s, the others 0.01 s."""
 
     name, max_length = "slow-fake", None
+    concurrent = True  # its async calls are awaited side by side
 
     def __init__(self, slow_token: int) -> None:
         self.tokenizer = make_tiny_tokenizer()

@@ -192,3 +192,11 @@ def test_judge_server_on_vllm_uses_the_engines_own_batching(engines, embedded_ju
         got = [a.json()[key][0] for a in answers]
         assert got == pytest.approx([w[key] for w in want], abs=1e-3)
         assert snapshot["queue"] == {"requests": 0, "items": 0}
+
+
+def test_the_vllm_and_remote_engines_conform(engines, embedded_judge):
+    from pluie_reward.testing import check_engine
+
+    local, remote, _ = engines
+    check_engine(local.engine, embedded_judge.model)
+    check_engine(remote.engine, embedded_judge.model)

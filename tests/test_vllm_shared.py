@@ -119,3 +119,10 @@ def test_a_weight_sync_is_caught_or_followed(llm):
     assert base.score("para-fs", **fields()) == pytest.approx(before, abs=1e-6)
     base.close()  # the engine is the test's: closing the judge leaves it running
     assert llm.generate([{"prompt_token_ids": [1, 2, 3]}], use_tqdm=False)
+
+
+@pytest.mark.slow
+def test_the_shared_engine_conforms(llm):
+    from pluie_reward.testing import check_engine
+
+    check_engine(Judge.from_vllm(llm).engine, Judge.load("embedded-base").model)

@@ -8,11 +8,12 @@ import json
 import logging
 import math
 import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..engines.base import Engine, Request
+from ..engines.base import Engine, LegacyEngine, Request, is_legacy_engine
 from .cache import ResultCache
 from .calibration import Calibration
 from .prompt import BoundTemplate
@@ -143,6 +144,13 @@ class Judge:
         unknown = sorted(set(engine_options) - set(_ENGINE_OPTIONS))
         if unknown:
             raise TypeError(f"Judge got unexpected argument(s) {unknown}.")
+        if is_legacy_engine(model):
+            warnings.warn(
+                f"{type(model).__name__} follows the earlier duck-typed engine protocol; subclass "
+                "pluie_reward.engines.base.Engine (it declares every method a caller uses, with defaults).",
+                DeprecationWarning, stacklevel=2,
+            )
+            model = LegacyEngine(model)
         if isinstance(model, Engine):
             if engine_options or tokenizer is not None:
                 raise TypeError(
@@ -301,9 +309,7 @@ class Judge:
             >>> with Judge.load(engine="vllm") as judge:  # closed when the block ends  # doctest: +SKIP
             ...     judge.score("para-fs", source=["S"], hypothesis=["H"])
         """
-        close = getattr(self.engine, "close", None)
-        if close is not None:
-            close()
+        self.engine.close()
 
     def __enter__(self) -> "Judge":
         return self
@@ -348,7 +354,7 @@ class Judge:
     @property
     def model(self) -> Any:
         """The engine's model object (a transformers model for the transformers engine)."""
-        return getattr(self.engine, "model", None)
+        return self.engine.model
 
     @property
     def tokenizer(self) -> Any:
@@ -459,7 +465,7 @@ class Judge:
             >>> await judge.ascore("para-fs", source=["S"], hypothesis=["H"])  # doctest: +SKIP
             [-2.39]
         """
-        if not hasattr(self.engine, "aanswer_logprobs"):
+        if not self.engine.concurrent:
             options = dict(details=details, threshold=threshold, truncate=truncate, use_cache=use_cache, max_new_tokens=max_new_tokens)
             return await asyncio.to_thread(functools.partial(self.score, template, **options, **fields))
         call = self._start(template, fields, truncate, use_cache, max_new_tokens)
@@ -560,9 +566,7 @@ class Judge:
         """Forget cached results and the engine's cached prefixes."""
         with self._lock:
             self.results.clear()
-            clear = getattr(self.engine, "clear", None)
-            if clear is not None:
-                clear()
+            self.engine.clear()
 
     def __repr__(self) -> str:
         return f"Judge({self.name!r}, engine={self.engine!r})"

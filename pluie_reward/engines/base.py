@@ -28,22 +28,35 @@ a hashable *state* that changes whenever results for the same ids may change (th
 changed); the judge keys its result cache on it. :meth:`Engine.generate` is greedy decoding, used
 by templates with a judge-generated turn.
 
+Everything a caller uses is declared here, like lm-eval's ``LM``: an engine subclasses
+:class:`Engine`, implements the three abstract methods and overrides what it does differently --
+:meth:`~Engine.aanswer_logprobs`/:meth:`~Engine.agenerate` and ``concurrent = True`` when it batches
+concurrent requests itself (vLLM, remote), :meth:`~Engine.clear` and :meth:`~Engine.close` when it
+holds caches or processes, :meth:`~Engine.to`/:meth:`~Engine.attach` when it places a model in this
+process. ``pluie_reward.testing.check_engine`` is the conformance suite every engine passes.
+
 Example:
-    >>> class Constant:
+    >>> class Constant(Engine):
     ...     name, tokenizer, max_length = "constant", None, None
     ...     def session(self): return contextlib.nullcontext(0)
     ...     def answer_logprobs(self, requests, answers, *, prefix=()):
     ...         return [[-0.5] * len(answers) for _ in requests]
     ...     def generate(self, prompts, *, max_new_tokens, stop_ids=()): return [[] for _ in prompts]
-    >>> isinstance(Constant(), Engine)
-    True
+    >>> engine = Constant()
+    >>> asyncio.run(engine.aanswer_logprobs([Request((1, 2))], [(5,), (6,)]))
+    [[-0.5, -0.5]]
+    >>> engine.concurrent, engine.device
+    (False, None)
 """
 
 from __future__ import annotations
 
+import abc
+import asyncio  # noqa: F401  (used by the doctest)
 import contextlib  # noqa: F401  (used by the doctest)
 from dataclasses import dataclass
-from typing import Any, ContextManager, Hashable, Protocol, Sequence, runtime_checkable
+from types import MappingProxyType
+from typing import Any, ClassVar, ContextManager, Hashable, Mapping, Sequence
 
 
 @dataclass(frozen=True)
@@ -59,30 +72,104 @@ class Request:
     group: Hashable | None = None
 
 
-@runtime_checkable
-class Engine(Protocol):
+class Engine(abc.ABC):
     """Runs a causal LM for a :class:`~pluie_reward.Judge` (see the module docstring for the contract).
 
     Attributes:
         name: a short description for reprs and logs.
         tokenizer: the tokenizer whose ids the engine reads (the judge renders with it).
         max_length: the context length in tokens, or ``None`` if unknown.
+        concurrent: ``True`` when the engine batches concurrent calls itself (its async methods are
+            awaited side by side); ``False``: the judge runs one call at a time, async calls in a thread.
+        model: the model object in this process (``None`` for engines whose model lives elsewhere).
+        batch_tokens: a hint for callers sizing their calls (tokens per call worth sending at once).
+        stats: counters for the judge server's ``/metrics`` (e.g. ``requests``, ``forward_passes``).
     """
 
     name: str
     tokenizer: Any
     max_length: int | None
+    concurrent: ClassVar[bool] = False
+    model: Any = None
+    batch_tokens: int = 512
+    stats: Mapping[str, Any] = MappingProxyType({})
 
+    @abc.abstractmethod
     def session(self) -> ContextManager[Hashable]:
         """Context entered around one scoring call; yields the state results depend on."""
-        ...
 
+    @abc.abstractmethod
     def answer_logprobs(
         self, requests: Sequence[Request], answers: Sequence[Sequence[int]], *, prefix: Sequence[int] = ()
     ) -> list[list[float]]:
         """``log p(answer_k | request.ids)`` for every request and answer (see the contract)."""
-        ...
 
+    @abc.abstractmethod
     def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, stop_ids: Sequence[int] = ()) -> list[list[int]]:
         """Greedy continuation ids of each prompt, at most ``max_new_tokens``, cut after a stop id."""
-        ...
+
+    async def aanswer_logprobs(
+        self, requests: Sequence[Request], answers: Sequence[Sequence[int]], *, prefix: Sequence[int] = ()
+    ) -> list[list[float]]:
+        """:meth:`answer_logprobs`, awaitable. Default: the synchronous method, run in the caller's thread
+        (a session may be bound to its thread, e.g. a model shared with a trainer); engines that serve
+        concurrent requests (``concurrent = True``) override it. :meth:`Judge.ascore` runs whole
+        calls of a non-concurrent engine in a worker thread instead."""
+        return self.answer_logprobs(requests, answers, prefix=prefix)
+
+    async def agenerate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, stop_ids: Sequence[int] = ()) -> list[list[int]]:
+        """:meth:`generate`, awaitable (default: the synchronous method, in the caller's thread)."""
+        return self.generate(prompts, max_new_tokens=max_new_tokens, stop_ids=stop_ids)
+
+    def clear(self) -> None:
+        """Drop the engine's own caches (prefix caches); :meth:`Judge.clear_cache` calls it. Default: none."""
+
+    def close(self) -> None:
+        """Release processes and connections (idempotent). Default: nothing to release."""
+
+    @property
+    def device(self) -> Any:
+        """Where the model computes in this process (``None``: the engine places it itself)."""
+        return None
+
+    def to(self, device: Any) -> "Engine":
+        """Move the model to ``device``; only engines holding a model in this process can."""
+        raise NotImplementedError(
+            f"{type(self).__name__} places its model itself and cannot move it; choose the placement when creating it "
+            "(e.g. tensor_parallel_size / CUDA_VISIBLE_DEVICES for vLLM, the server's own GPUs for remote)."
+        )
+
+    def attach(self, trainer: Any) -> "Engine":
+        """Let the engine gather a trainer's sharded parameters; only engines sharing a policy's weights need it."""
+        raise NotImplementedError(f"{type(self).__name__} does not share a trainer's weights: there is nothing to attach.")
+
+
+class LegacyEngine(Engine):
+    """An engine object written for the earlier duck-typed protocol (``session``, ``answer_logprobs``,
+    ``generate``), given the base class's defaults. Deprecated: subclass :class:`Engine` instead."""
+
+    def __init__(self, engine: Any) -> None:
+        self.inner = engine
+        self.name, self.tokenizer, self.max_length = engine.name, engine.tokenizer, engine.max_length
+        self.model = getattr(engine, "model", None)
+
+    def session(self) -> ContextManager[Hashable]:
+        return self.inner.session()
+
+    def answer_logprobs(self, requests: Sequence[Request], answers: Sequence[Sequence[int]], *, prefix: Sequence[int] = ()) -> list[list[float]]:
+        return self.inner.answer_logprobs(requests, answers, prefix=prefix)
+
+    def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, stop_ids: Sequence[int] = ()) -> list[list[int]]:
+        return self.inner.generate(prompts, max_new_tokens=max_new_tokens, stop_ids=stop_ids)
+
+    def clear(self) -> None:
+        getattr(self.inner, "clear", lambda: None)()
+
+    def close(self) -> None:
+        getattr(self.inner, "close", lambda: None)()
+
+
+def is_legacy_engine(obj: Any) -> bool:
+    """Whether ``obj`` is a duck-typed engine of the earlier protocol rather than a model."""
+    return not isinstance(obj, Engine) and all(callable(getattr(obj, m, None)) for m in ("session", "answer_logprobs", "generate")) \
+        and hasattr(obj, "tokenizer")

@@ -30,11 +30,13 @@ import contextlib
 import threading
 from typing import Any, Coroutine, Hashable, Iterator, Sequence
 
-from .base import Request
+from .base import Engine, Request
 
 
-class LoopEngine:
-    """Base of engines whose work is asynchronous (see the module docstring)."""
+class LoopEngine(Engine):
+    """Base of engines whose work is asynchronous (see the module docstring): they batch concurrent calls."""
+
+    concurrent = True
 
     _loop: asyncio.AbstractEventLoop
     _thread: threading.Thread

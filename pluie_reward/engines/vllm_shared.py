@@ -44,7 +44,7 @@ import json
 from pathlib import Path
 from typing import Any, Hashable, Iterator, Sequence
 
-from .base import Request
+from .base import Engine, Request
 from .vllm import read_answers, reading_jobs, reading_params
 
 WEIGHT_MODES = ("base", "current")
@@ -86,7 +86,7 @@ def _lora_request(lora: Any, llm: Any) -> Any:
     return LoRARequest(lora_name=f"pluie-judge-{path.name}", lora_int_id=next(_lora_ids), lora_path=str(path.resolve()))
 
 
-class SharedVLLMEngine:
+class SharedVLLMEngine(Engine):
     """A judge reading a ``vllm.LLM`` it does not own (see the module docstring).
 
     Args:

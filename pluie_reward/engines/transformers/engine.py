@@ -35,7 +35,7 @@ from typing import Any, Hashable, Iterator, Sequence
 
 import torch
 
-from ..base import Request
+from ..base import Engine, Request
 from .attention import KV, AttentionUnsupported, SharedPrefix, WindowExceeded, install
 from .loading import resolve_device
 from .model_state import scoring_state, this_thread_only, weights_digest
@@ -138,7 +138,7 @@ class _Restart(Exception):
     """The fast path turned out unusable mid-call: run the whole call on the plain path."""
 
 
-class TransformersEngine:
+class TransformersEngine(Engine):
     """A causal LM from transformers (or a PEFT model around one), run in this process.
 
     Args:

@@ -174,8 +174,7 @@ def auto_chunk_size(judge: Any, prompts_per_item: int = 1) -> int:
         >>> auto_chunk_size(None), auto_chunk_size(None, prompts_per_item=2)
         (8, 4)
     """
-    engine = getattr(judge, "engine", None) or getattr(judge, "scorer", None)  # the forward pass's batcher
-    tokens = getattr(engine, "batch_tokens", 512)
+    tokens = judge.engine.batch_tokens if judge is not None else 512
     prompts = int(tokens) // 64 if isinstance(tokens, int) else 8
     return max(1, prompts // max(1, prompts_per_item))
 

@@ -220,7 +220,7 @@ def create_app(
     if max_items_per_request < 1 or max_body_bytes < 1:
         raise ValueError("max_items_per_request and max_body_bytes must be at least 1.")
     metrics = ServerMetrics()
-    if hasattr(judge.engine, "aanswer_logprobs"):  # vLLM / remote: the engine batches concurrent requests
+    if judge.engine.concurrent:  # vLLM / remote: the engine batches concurrent requests
         batcher: Any = Direct(judge, template, threshold=threshold, truncate=truncate, on_batch=metrics.record_batch)
     else:
         batcher = Batcher(
@@ -331,7 +331,7 @@ def create_app(
         snapshot = metrics.snapshot()
         queued_requests, queued_items = batcher.pending
         snapshot["queue"] = {"requests": queued_requests, "items": queued_items}
-        snapshot["judge"] = {"name": judge.name, "template": template_name, **dict(getattr(judge.engine, 'stats', {}))}
+        snapshot["judge"] = {"name": judge.name, "template": template_name, **dict(judge.engine.stats)}
         return snapshot
 
     return app

@@ -242,7 +242,7 @@ class Direct:
     """One ``await Judge.ascore(...)`` per request, for engines that batch concurrent requests themselves.
 
     Args:
-        judge: a :class:`~pluie_reward.Judge` whose engine has ``aanswer_logprobs`` (vLLM, remote).
+        judge: a :class:`~pluie_reward.Judge` whose engine is ``concurrent`` (vLLM, remote).
         template, threshold, truncate, on_batch: as for :class:`Batcher`.
 
     Example:
@@ -259,7 +259,7 @@ class Direct:
         truncate: bool = True,
         on_batch: Callable[[int, int], None] | None = None,
     ) -> None:
-        if not hasattr(judge.engine, "aanswer_logprobs"):
+        if not judge.engine.concurrent:
             raise TypeError(f"{judge.engine!r} does not batch concurrent requests itself; use Batcher.")
         self.judge = judge
         self.template = template
