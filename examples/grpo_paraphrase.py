@@ -178,9 +178,10 @@ def main() -> None:
     )
     trainer = GRPOTrainer(
         model=policy, reward_funcs=reward_funcs, args=config, train_dataset=dataset,
-        processing_class=tokenizer, callbacks=[PrintRewards(), held_out_eval],
+        processing_class=tokenizer, callbacks=[PrintRewards()],
     )
     trainer.remove_callback(PrinterCallback)  # disable_tqdm=True adds it: it would print every log dict again
+    held_out_eval.attach(trainer)
     before = held_out_eval.evaluate(policy, tokenizer, args=config, state=trainer.state)  # step 0
     trainer.train()
     if trainer.state.global_step % args.eval_every:  # the last step was not evaluated yet

@@ -174,8 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     trainer = SFTTrainer(
         model=model, args=config, train_dataset=train, eval_dataset=dev, processing_class=tokenizer,
-        callbacks=[callback, EarlyStoppingCallback(early_stopping_patience=args.patience)],
+        callbacks=[EarlyStoppingCallback(early_stopping_patience=args.patience)],
     )
+    callback.attach(trainer)  # explicit; re-adds the early stopping after it, to read its metrics
     # a score for the starting point, so that improvement is visible
     trainer.evaluate()
     trainer.train()

@@ -84,8 +84,9 @@ def greedy_one(model, ids, max_new_tokens, encoder_decoder=False):
 def test_evaluate_logs_pluie_metrics_matching_independent_scores(tok, tiny_judge, tmp_path):
     model = make_tiny_causal_lm(tok, seed=1)
     # batch_size=2 forces left padding of prompts of different lengths
-    callback = PluieCallback(tiny_judge, "para-fs", chat_items(), batch_size=2, max_new_tokens=6, threshold=0.0)
-    trainer = Trainer(model=model, args=training_args(tmp_path), eval_dataset=lm_dataset(tok), processing_class=tok, callbacks=[callback])
+    trainer = Trainer(model=model, args=training_args(tmp_path), eval_dataset=lm_dataset(tok), processing_class=tok)
+    # the trainer given explicitly, as TRL's LogCompletionsCallback(trainer, ...)
+    PluieCallback(tiny_judge, "para-fs", chat_items(), batch_size=2, max_new_tokens=6, threshold=0.0, trainer=trainer)
     metrics = trainer.evaluate()
 
     logged = [entry for entry in trainer.state.log_history if "eval_pluie_mean" in entry]
@@ -143,8 +144,11 @@ def test_best_model_selection_and_early_stopping_use_pluie_mean(tok, tiny_judge,
     trainer = Trainer(
         model=model, args=args, train_dataset=data, eval_dataset=data, processing_class=tok,
         # given before PluieCallback: it must still see the PLUIE metrics
-        callbacks=[spy, EarlyStoppingCallback(early_stopping_patience=10), callback],
+        callbacks=[spy, EarlyStoppingCallback(early_stopping_patience=10)],
     )
+    callback.attach(trainer)
+    names = [type(cb).__name__ for cb in trainer.callback_handler.callbacks]
+    assert names.index("PluieCallback") < names.index("EarlyStoppingCallback")
     trainer.train()
 
     means = {e["step"]: e["eval_pluie_mean"] for e in trainer.state.log_history if "eval_pluie_mean" in e}
@@ -437,3 +441,19 @@ def test_warns_when_the_starting_point_beat_every_checkpoint(tiny_judge, tmp_pat
     callback.on_train_end(args, state, None)
     assert not caplog.records
     assert callback.best_evaluation()["step"] == 2
+
+
+def test_a_callback_only_passed_in_callbacks_still_works_with_a_deprecation_warning(tok, tiny_judge, tmp_path):
+    callback = PluieCallback(tiny_judge, "para-fs", chat_items(SOURCES[:2]), max_new_tokens=3)
+    with pytest.warns(DeprecationWarning, match="pass it explicitly"):
+        trainer = Trainer(model=make_tiny_causal_lm(tok, seed=1), args=training_args(tmp_path), eval_dataset=lm_dataset(tok),
+                          processing_class=tok, callbacks=[callback])
+    assert callback.trainer is trainer
+    trainer.evaluate()
+    assert any("eval_pluie_mean" in e for e in trainer.state.log_history)
+
+
+def test_a_callback_without_a_trainer_says_how_to_give_it(tiny_judge):
+    callback = PluieCallback(tiny_judge, "para-fs", chat_items(SOURCES[:2]), max_new_tokens=3)
+    with pytest.raises(RuntimeError, match="trainer=trainer.*attach"):
+        callback.on_train_begin(None, None, None)

@@ -19,6 +19,7 @@ import json
 import logging
 import math
 import sys
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -203,15 +204,19 @@ class PluieCallback(TrainerCallback):
             metrics are logged as ``<prefix>_alarm_*`` and a ``HackWarning`` says when it fires.
         **generation_kwargs: passed to ``model.generate`` (``max_new_tokens=64``, greedy by default).
 
+        trainer: the transformers ``Trainer`` to log through, as TRL's ``LogCompletionsCallback(trainer,
+            ...)`` takes it: the callback adds itself to it (:meth:`attach`). Or build the callback first
+            and call ``callback.attach(trainer)``.
+
     The callback needs its trainer to log (metrics added in ``on_evaluate`` are otherwise not
-    logged): it finds it on its own when passed in ``callbacks=[...]``; ``callback.attach(trainer)``
-    does it explicitly (and adds the callback if needed).
+    logged). A callback only passed in ``callbacks=[...]`` still finds it, with a ``DeprecationWarning``.
 
     Example:
         >>> callback = PluieCallback(judge, "para-fs", eval_set, max_items=64, max_new_tokens=48)  # doctest: +SKIP
         >>> args = TrainingArguments("out", eval_strategy="steps", eval_steps=50, load_best_model_at_end=True,
         ...                          metric_for_best_model="eval_pluie_mean", greater_is_better=True)  # doctest: +SKIP
-        >>> trainer = Trainer(model, args, train_dataset=train, eval_dataset=dev, callbacks=[callback])  # doctest: +SKIP
+        >>> trainer = Trainer(model, args, train_dataset=train, eval_dataset=dev)                  # doctest: +SKIP
+        >>> callback.attach(trainer)  # or PluieCallback(..., trainer=trainer)                   # doctest: +SKIP
     """
 
     def __init__(
@@ -234,6 +239,7 @@ class PluieCallback(TrainerCallback):
         fields: Mapping[str, str] | None = None,
         alarm: Any = None,
         alarm_views: Mapping[str, Any] | None = None,
+        trainer: Any = None,
         **generation_kwargs: Any,
     ) -> None:
         if (alarm is None) != (not alarm_views):
@@ -281,6 +287,8 @@ class PluieCallback(TrainerCallback):
         self.trainer: Any = None  # the transformers Trainer, see attach()
         self.history: list[dict[str, Any]] = []  # one entry per run: step, metrics, table path
         self._last: tuple[int, torch.Tensor, dict[str, float]] | None = None
+        if trainer is not None:
+            self.attach(trainer)
 
     # configuration ---------------------------------------------------------------------------
     def _validated_items(self, eval_set: Any, max_items: int | None) -> list[dict[str, Any]]:
@@ -331,17 +339,30 @@ class PluieCallback(TrainerCallback):
         return self._judge
 
     def attach(self, trainer: Any) -> Any:
-        """Give the callback its trainer (to log through it); adds the callback if it is missing and
-        moves it before the other callbacks so that e.g. EarlyStoppingCallback sees the metrics.
+        """Give the callback its trainer (to log through it) and add it with ``trainer.add_callback``
+        if it is missing. Callbacks registered before it that read evaluation metrics (their class
+        overrides ``on_evaluate``: ``EarlyStoppingCallback``, a user's own) are re-added after it
+        (``remove_callback``/``add_callback``), so that they read the PLUIE metrics it adds.
+
+        Args:
+            trainer: the transformers ``Trainer`` (or a TRL trainer).
+
+        Returns:
+            The trainer.
 
         Example:
             >>> trainer = callback.attach(Trainer(model, args, train_dataset=train, eval_dataset=dev))  # doctest: +SKIP
         """
+        from transformers import TrainerCallback
+
         self.trainer = trainer
-        handler = trainer.callback_handler
-        others = [cb for cb in handler.callbacks if cb is not self]
-        # a new list object: attach may run while the handler iterates over the old one
-        handler.callbacks = [self] + others
+        if self not in trainer.callback_handler.callbacks:
+            trainer.add_callback(self)
+        mine = trainer.callback_handler.callbacks.index(self)
+        for callback in list(trainer.callback_handler.callbacks[:mine]):
+            if type(callback).on_evaluate is not TrainerCallback.on_evaluate:
+                trainer.remove_callback(callback)
+                trainer.add_callback(callback)
         self._check_arguments(trainer.args)
         return trainer
 
@@ -354,7 +375,8 @@ class PluieCallback(TrainerCallback):
             )
 
     def _find_trainer(self) -> Any:
-        """The trainer calling this callback, found up the call stack when ``attach`` was not used."""
+        """The trainer given to :meth:`attach` (or ``trainer=``). Deprecated fallback: a callback only
+        passed in ``callbacks=[...]`` looks for the trainer calling it up the call stack, once."""
         if self.trainer is not None:
             return self.trainer
         from transformers import Trainer
@@ -363,10 +385,19 @@ class PluieCallback(TrainerCallback):
         while frame is not None:
             owner = frame.f_locals.get("self")
             if isinstance(owner, Trainer) and self in getattr(getattr(owner, "callback_handler", None), "callbacks", ()):
-                return self.attach(owner)
+                warnings.warn(
+                    "PluieCallback found its trainer up the call stack: pass it explicitly, "
+                    "PluieCallback(..., trainer=trainer) or callback.attach(trainer), as TRL's LogCompletionsCallback(trainer, ...).",
+                    DeprecationWarning, stacklevel=2,
+                )
+                self.trainer = owner  # not attach(): the handler may be iterating over its callbacks now
+                handler = owner.callback_handler
+                handler.callbacks = [self] + [cb for cb in handler.callbacks if cb is not self]  # a new list
+                self._check_arguments(owner.args)
+                return owner
             frame = frame.f_back
         raise RuntimeError(
-            "PluieCallback could not find its Trainer; call callback.attach(trainer) after building the trainer."
+            "PluieCallback has no trainer: build it with PluieCallback(..., trainer=trainer) or call callback.attach(trainer)."
         )
 
     # trainer events --------------------------------------------------------------------------
