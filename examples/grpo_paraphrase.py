@@ -1,8 +1,9 @@
 """LoRA GRPO of a small paraphrase generator rewarded by PLUIE + novelty, with a shared judge.
 
 The policy is the embedded SmolLM2-135M-Instruct (as a plain trainable model) with a LoRA adapter;
-the judge is the same weights with the adapter disabled (``Judge.from_peft``), so no second copy
-of the model is held. PLUIE alone would reward copying the source, so a novelty reward (1 - word
+the judge is the default judge -- the same base weights with the packaged PLUIE adapter, loaded
+frozen beside the policy's (``add_default_judge_adapter`` + ``Judge.from_peft(..., adapter_name="judge")``),
+so no second copy of the model is held. ``--judge base`` judges with the untuned base instead. PLUIE alone would reward copying the source, so a novelty reward (1 - word
 edit similarity to the source) is added with ``reward_weights``.
 
 The default run is sized to show learning on a CPU: 8 fixed training sentences seen over and over
@@ -38,7 +39,8 @@ from peft import LoraConfig, get_peft_model
 from transformers import PrinterCallback, TrainerCallback, set_seed
 from trl import GRPOConfig, GRPOTrainer
 
-from pluie_reward import AlarmedReward, GuardReward, HackAlarm, Judge, PluieCallback, PluieReward, load_trainable_embedded, novelty
+from pluie_reward import (AlarmedReward, GuardReward, HackAlarm, Judge, PluieCallback, PluieReward, add_default_judge_adapter,
+                          load_trainable_embedded, novelty)
 from pluie_reward.integrations.rewards import novelty_score
 from pluie_reward.tools.runs import plot_run, read_run, summary
 
@@ -120,6 +122,8 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=20, help="held-out PLUIE every N steps (and before/after)")
     parser.add_argument("--output-dir", type=Path, default=Path("runs/grpo_paraphrase"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--judge", choices=("default", "base"), default="default",
+                        help="default: the default judge (its adapter beside the policy's); base: the untuned embedded model")
     parser.add_argument("--alarm", action="store_true", help="watch the PLUIE reward with a hack alarm (novelty and guard views)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's); 1 is much faster on a CPU shared with other jobs")
@@ -143,7 +147,10 @@ def main() -> None:
         LoraConfig(r=args.lora_rank, lora_alpha=2 * args.lora_rank, lora_dropout=0.0,
                    target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], task_type="CAUSAL_LM"),
     )
-    judge = Judge.from_peft(policy, tokenizer)  # the base weights, adapter disabled while scoring
+    if args.judge == "default":  # the default judge: the packaged adapter, frozen, on the policy's base weights
+        judge = Judge.from_peft(add_default_judge_adapter(policy), tokenizer, adapter_name="judge")
+    else:  # the untuned base: the policy's weights with its adapter disabled while scoring
+        judge = Judge.from_peft(policy, tokenizer)
     pluie = PluieReward(judge, template="para-fs", fields={"source": "source"})
     if args.alarm:  # PLUIE's values unchanged; alarm/* metrics from two views of the same completions
         pluie = AlarmedReward(pluie, {"novelty": novelty, "guard": GuardReward("para-fs", tokenizer)}, HackAlarm(warmup=5))

@@ -1,10 +1,12 @@
 """Make a small judge better: tune a judge adapter on synthetic pairs, evaluate it on PARAPHRASUS.
 
-Two runs of ``pluie-reward tune`` on the embedded SmolLM2-135M-Instruct with the zero-shot
-``para-direct`` template (the student):
+Two runs of ``pluie-reward tune`` on the untuned embedded SmolLM2-135M-Instruct (``embedded-base``)
+with the zero-shot ``para-direct`` template (the student):
 
-* **distill**: the teacher is the same model with the few-shot ``para-fs`` template; the adapter
-  learns to give, zero-shot, the log-ratios the model gives with six examples in its prompt.
+* **distill**: the teacher is the default judge (the same base with the packaged PLUIE adapter)
+  with the few-shot ``para-fs`` template; the student's adapter learns to give, zero-shot, the
+  log-ratios the default judge gives. ``--teacher embedded-base`` distils the untuned model's
+  few-shot template instead.
 * **labels**: the adapter learns the synthetic pairs' labels.
 
 Training pairs are *synthetic* (:mod:`pluie_reward.tools.tune.synthetic`: templated sentences and
@@ -35,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=float, default=2.0)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--model", default=None, help="the student's base (default: the embedded SmolLM2-135M-Instruct)")
-    parser.add_argument("--teacher", default=None, help="a separate teacher model (default: the student's base with para-fs)")
+    parser.add_argument("--teacher", default="embedded", help="the teacher judge (default: embedded, the default judge; "
+                        "embedded-base: the untuned model; or an HF id / folder), with para-fs")
     parser.add_argument("--runs", default="distill,labels", help="comma-separated: distill, labels")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest on a busy shared CPU)")
@@ -68,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.model:
         common += ["--model", args.model]
     runs = {
-        "distill": ["--teacher-template", "para-fs"] + (["--teacher", args.teacher] if args.teacher else []),
+        "distill": ["--teacher-template", "para-fs", "--teacher", args.teacher],
         "labels": ["--label-column", "label"],
     }
     summary = ["# Tuning a small judge: measured on this machine", ""]

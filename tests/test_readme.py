@@ -81,7 +81,7 @@ def test_blocks_that_use_vllm_say_so():
     def code(block: Block) -> str:  # without comments
         return "\n".join(line.split("#")[0] for line in block.code.splitlines())
 
-    using = [b.line for b in BLOCKS if 'engine="vllm"' in code(b) or "import vllm" in code(b)]
+    using = [b.line for b in BLOCKS if any(k in code(b) for k in ('engine="vllm"', "import vllm", "from vllm"))]
     assert using, "the README shows the vLLM engine"
     assert [b.line for b in BLOCKS if b.needs == "vllm"] == using
 

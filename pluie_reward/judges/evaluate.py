@@ -3,7 +3,7 @@
 * MRPC (held out: never trained on): the first ``--mrpc`` pairs of ``ms-mrpc.json``; ROC-AUC,
   accuracy at threshold 0 and at the best threshold (a posteriori), pairs/s of ``Judge.score``.
 * PARAPHRASUS error rates (threshold 0) on a seeded sample of ``--limit`` pairs per dataset, marked
-  ``held out`` or ``seen in training`` (STS, SIMP, SICK and SNLI files were training sources of the default adapter).
+  ``held out`` or ``seen in training`` (STS, SIMP and SNLI files were training sources of the default adapter).
 
 Example (shell):
     python -m pluie_reward.judges.evaluate --model embedded-base     # the untuned model
@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from . import DEFAULT_TEMPLATE
 
-TRAINED_ON = ("STS-H", "SNLI", "STS", "SICK", "SIMP")  # PARAPHRASUS datasets the default adapter saw (judges.build)
+TRAINED_ON = ("STS-H", "SNLI", "STS", "SIMP")  # PARAPHRASUS datasets the default adapter saw (judges.build)
 
 
 def evaluate(judge: Any, data_dir: "str | Path | None" = None, mrpc: int = 400, limit: int = 100, seed: int = 0,
