@@ -76,3 +76,12 @@ def test_an_adapter_without_a_model_goes_on_the_untuned_base(tmp_path):
     a = judge.score(DEFAULT_TEMPLATE, **PAIRS)
     b = merged.score(DEFAULT_TEMPLATE, **PAIRS)
     assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-3
+
+
+@pytest.mark.parametrize("name", ["ms-mrpc.json", "fb-anli-pre-hyp.json", "amr_true_paraphrases.json", "sickr-sts.json"])
+def test_the_build_refuses_held_out_and_non_commercial_files(name, tmp_path):
+    from pluie_reward.judges.build import _rows
+
+    (tmp_path / name).write_text("{}")
+    with pytest.raises(ValueError, match="held-out benchmark|licence"):
+        _rows(tmp_path, name)
