@@ -5,11 +5,15 @@ The prefix part folds the batch into the query length (one key/value set for eve
 suffix part runs causally within each row, and the two softmaxes are merged exactly through
 their log-sum-exps. This is the same softmax computed in two parts.
 
-It reaches a model through transformers' public attention registry without touching the model:
-:func:`install` wraps the model's attention implementation (e.g. ``"sdpa"``) in a function that
-runs shared-prefix attention when (and only when) the forward call carries a ``pluie_prefix``
-keyword argument, and calls the original function unchanged otherwise. No config is switched, so
-other forwards of the same model -- in other threads too -- behave exactly as before.
+It reaches a model through transformers' public attention interface, without replacing anything:
+:func:`register` adds a new implementation, ``pluie_prefix_<name>`` (e.g. ``pluie_prefix_sdpa``),
+to ``AttentionInterface`` (and the original's mask function under the same name to
+``AttentionMaskInterface``). It runs shared-prefix attention when (and only when) the forward call
+carries a ``pluie_prefix`` keyword argument, and the original function unchanged otherwise. The
+engine selects it on its own model for the duration of a scoring call (:func:`selected`, through
+``model.set_attn_implementation``) and restores the model's implementation after; other models in
+the process never see it, and other forwards of the judge's model during a call behave exactly as
+with the original implementation.
 
 Example:
     >>> q = k = v = torch.randn(1, 2, 3, 4)
@@ -22,8 +26,9 @@ from __future__ import annotations
 
 import inspect
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -46,7 +51,7 @@ HANDLED_KWARGS = frozenset(
     }
 )
 # PyTorch's fused CPU flash-attention kernel returns the log-sum-exp we need; it is a private op
-# (tests/test_attention.py breaks if it moves). Elsewhere the scores are materialised in float32.
+# (tests/test_attention_registry.py breaks if it moves). Elsewhere the scores are materialised in float32.
 _FUSED_CPU_OP = "_scaled_dot_product_flash_attention_for_cpu"
 
 
@@ -225,31 +230,66 @@ def _wrap(original: Callable) -> Callable:
     return pluie_dispatch
 
 
-def install(implementation: str | None) -> bool:
-    """Make attention implementation ``implementation`` answer ``pluie_prefix`` calls.
+PREFIX = "pluie_prefix_"
 
-    The registered function (transformers' ``AttentionInterface``) is wrapped once: calls without
-    ``pluie_prefix`` go to the original function with the same arguments, so every other forward
-    of every model is unchanged. ``"eager"`` is not registered in transformers (each model has its
-    own eager function), so it cannot be wrapped: returns ``False`` and the engine runs full rows.
+
+def register(implementation: str | None) -> str | None:
+    """Register the shared-prefix version of attention implementation ``implementation``.
+
+    Adds ``pluie_prefix_<implementation>`` to transformers' ``AttentionInterface`` (the original
+    function for calls without ``pluie_prefix``, shared-prefix attention with it) and the original's
+    mask function under the same name to ``AttentionMaskInterface``. Nothing registered before is
+    replaced. ``"eager"`` has no registered function (each model has its own), so it cannot be
+    wrapped: returns ``None`` and the engine runs full rows.
+
+    Args:
+        implementation: the model's attention implementation (``config._attn_implementation``).
+
+    Returns:
+        The registered name, or ``None`` when it cannot be registered.
 
     Example:
-        >>> install("sdpa")
+        >>> register("sdpa")
+        'pluie_prefix_sdpa'
+        >>> register("eager") is None
         True
-        >>> install("eager")
-        False
     """
     try:
-        from transformers import AttentionInterface
-    except ImportError:  # pragma: no cover - transformers without the attention registry
-        return False
+        from transformers import AttentionInterface, AttentionMaskInterface
+    except ImportError:  # pragma: no cover - transformers without the attention interfaces
+        return None
     if not implementation:
-        return False
+        return None
+    if implementation.startswith(PREFIX):
+        return implementation
+    name = PREFIX + implementation
     with _INSTALL_LOCK:
-        registry = AttentionInterface()
-        if implementation not in registry:
-            return False
-        current = registry[implementation]
-        if not getattr(current, "pluie_dispatch", False):
-            AttentionInterface.register(implementation, _wrap(current))
-    return True
+        functions, masks = AttentionInterface(), AttentionMaskInterface()
+        if implementation not in functions or implementation not in masks:
+            return None
+        if name not in functions:
+            AttentionInterface.register(name, _wrap(functions[implementation]))
+            AttentionMaskInterface.register(name, masks[implementation])
+    return name
+
+
+@contextmanager
+def selected(model: Any, name: str | None) -> Iterator[bool]:
+    """Select attention implementation ``name`` on ``model`` for the block (``set_attn_implementation``,
+    public) and restore the model's own after. Yields whether the selection took (a model that cannot
+    switch implementations keeps its own: the engine then runs full rows).
+
+    Example:
+        >>> with selected(model, register("sdpa")):   # doctest: +SKIP
+        ...     model(input_ids, pluie_prefix=state)
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    own = getattr(base.config, "_attn_implementation", None)
+    if name is None or own == name or not hasattr(base, "set_attn_implementation"):
+        yield name is not None and own == name
+        return
+    base.set_attn_implementation(name)
+    try:
+        yield getattr(base.config, "_attn_implementation", None) == name
+    finally:
+        base.set_attn_implementation(own)

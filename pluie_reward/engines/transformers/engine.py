@@ -36,7 +36,7 @@ from typing import Any, Hashable, Iterator, Sequence
 import torch
 
 from ..base import Engine, Request
-from .attention import KV, AttentionUnsupported, SharedPrefix, WindowExceeded, install
+from .attention import KV, PREFIX, AttentionUnsupported, SharedPrefix, WindowExceeded, register, selected
 from .loading import resolve_device
 from .model_state import scoring_state, this_thread_only, weights_digest
 from .placement import active_adapter, adapter_names, belongs_to_adapter, gathered_parameters
@@ -196,7 +196,9 @@ class TransformersEngine(Engine):
         self.pad_id = int(pad or 0)
         self.stats = {"forward_calls": 0, "rows": 0, "prefix_passes": 0, "plain_rows": 0}
         # None: not checked yet; True: checked against a plain forward; False: plain path only
-        self.fast: bool | None = None if install(self._attention_implementation()) else False
+        # the shared-prefix attention, registered under its own name and selected per scoring call
+        self._prefix_attention = register(self._attention_implementation())
+        self.fast: bool | None = None if self._prefix_attention else False
         self._why_plain = "" if self.fast is not False else f"its attention implementation is {self._attention_implementation()!r}"
         self._prefixes: dict[tuple[int, ...], KV] = {}
         self._digest: torch.Tensor | None = None
@@ -321,6 +323,10 @@ class TransformersEngine(Engine):
                     if self.adapter_name is not None:
                         stack.enter_context(active_adapter(self.model, self.adapter_name))
                     stack.enter_context(scoring_state(self.model, self.disable_adapters))
+                    if self.fast is not False and self._prefix_attention is not None:
+                        if not stack.enter_context(selected(self.model, self._prefix_attention)):
+                            self._prefix_attention = None  # the model cannot switch: never ask again
+                            self._go_plain(f"the model cannot switch to the {PREFIX}* attention implementation")
                     yield self._state()
             finally:
                 if moved:
