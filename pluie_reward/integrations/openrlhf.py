@@ -61,8 +61,8 @@ def _local_scorer() -> tuple[Any, Any]:
             from pluie_reward.core.fields import parse_assignments
             from pluie_reward.core.judge import Judge
             from pluie_reward.core.template import load_template
-            from pluie_reward.tools.server.batcher import Batcher
-            from pluie_reward.tools.server.mapping import RewardMapping
+            from pluie_reward.integrations.batching import Batcher
+            from pluie_reward.integrations.reward_mapping import RewardMapping
 
             template = load_template(os.environ.get("PLUIE_REWARD_TEMPLATE") or "para-fs")
             specs = [s for s in (os.environ.get("PLUIE_REWARD_RM_FIELDS") or "").split(",") if s.strip()]

@@ -39,8 +39,8 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ...core.judge import answer_record
-from .batcher import Batcher, Direct, ScoringError, ShuttingDown
-from .mapping import RewardMapping
+from ...integrations.batching import Batcher, Direct, ScoringError, ShuttingDown
+from ...integrations.reward_mapping import RewardMapping
 from .metrics import ServerMetrics
 
 logger = logging.getLogger("pluie_reward.server")

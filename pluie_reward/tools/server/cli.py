@@ -11,7 +11,7 @@ from pathlib import Path
 from ..cli.common import UsageError, add_judge_arguments, command, judge_from_args
 from ...core.fields import parse_assignments
 from ...core.template import load_template
-from .mapping import DEFAULT_STRIP, REWARDS, SOURCES, RewardMapping
+from ...integrations.reward_mapping import DEFAULT_STRIP, REWARDS, SOURCES, RewardMapping
 
 TOKEN_ENV = "PLUIE_REWARD_TOKEN"
 

@@ -1,0 +1,180 @@
+"""OpenRLHF's remote reward-model request (query, prompts, labels) turned into template fields.
+
+OpenRLHF (>= 0.10.2: ``--reward.remote_url http://host:port/get_reward --data.label_key <column>``,
+OpenRLHF/OpenRLHF@64c1cc4f:openrlhf/cli/train_ppo_ray.py:519,543; ``--remote_rm_url``/``--label_key``
+up to 0.10.1) POSTs ``{"query": [prompt+response, ...], "prompts": [prompt, ...], "labels": [label, ...]}``,
+one sample per request (OpenRLHF@3c3be623:openrlhf/utils/agent.py:283-287,332-336), and reads
+``"rewards"``, ``"scores"`` and ``"extra_logs"`` from the JSON answer (agent.py:288-297). Without
+``--data.label_key`` every label is ``""`` (openrlhf/datasets/prompts_dataset.py:44). Which of these
+texts fills which template field is fixed when the server starts; the same mapping serves the
+in-process ``reward_func`` (:mod:`pluie_reward.integrations.openrlhf`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from ..core.fields import map_fields
+from ..core.template import Template
+
+SOURCES = ("response", "query", "prompt", "label")
+REWARDS = ("logratio", "p_yes", "verdict")
+DEFAULT_SOURCES = {"source": "label", "hypothesis": "response"}
+LABEL_HELP = (
+    "start OpenRLHF with --data.label_key <column> (OpenRLHF >= 0.10.2; --label_key up to 0.10.1), the dataset "
+    "column holding the reference text, or map the field differently with --rm-field"
+)
+# end-of-turn / padding markers a decoded policy sequence may end with
+DEFAULT_STRIP = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>", "<eos>", "<pad>", "<end_of_turn>")
+
+
+MIN_OVERLAP = 16  # characters of a left-truncated prompt's end that must match the query
+
+
+def _longest_tail_in(prompt: str, query: str) -> int:
+    """Length of the longest suffix of ``prompt`` occurring in ``query`` (if a suffix occurs, every
+    shorter one does: binary search)."""
+    low, high = 0, len(prompt)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if prompt[-middle:] in query:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+@dataclass(frozen=True)
+class RewardMapping:
+    """Where each template field comes from in an OpenRLHF request, and which score is the reward.
+
+    Sources: ``response`` (the query with the prompt cut off and end-of-turn markers stripped),
+    ``query``, ``prompt``, ``label``.
+
+    Example:
+        >>> from pluie_reward.core.template import load_template
+        >>> m = RewardMapping.for_template(load_template("para-fs"))
+        >>> m.fields
+        {'source': 'label', 'hypothesis': 'response'}
+        >>> m.columns(["<|im_start|>user\\nParaphrase: Hi<|im_end|>\\nHello!<|im_end|>"],
+        ...           ["<|im_start|>user\\nParaphrase: Hi<|im_end|>\\n"], ["Hi"])
+        {'source': ['Hi'], 'hypothesis': ['Hello!']}
+    """
+
+    fields: dict[str, str]
+    reward: str = "logratio"
+    strip: tuple[str, ...] = DEFAULT_STRIP
+
+    @classmethod
+    def for_template(
+        cls,
+        template: Template,
+        overrides: Mapping[str, str] | None = None,
+        reward: str = "logratio",
+        strip: Sequence[str] = DEFAULT_STRIP,
+    ) -> "RewardMapping":
+        """Default mapping (``hypothesis`` ← response, ``source`` ← label) updated by ``overrides``.
+
+        Raises ``ValueError`` naming the fields left unmapped or the unknown names.
+        """
+        field_map = map_fields(
+            template.fields, overrides, optional=template.optional_fields, defaults=DEFAULT_SOURCES,
+            template=template.name, setting="--rm-field", what="source",
+        )
+        bad = {f: c for f, c in field_map.columns.items() if f in (overrides or {}) and c not in SOURCES}
+        if bad:
+            name, source = next(iter(bad.items()))
+            raise ValueError(f"--rm-field {name}={source}: the source must be one of {list(SOURCES)}.")
+        fields = field_map.select(SOURCES, where=f"OpenRLHF requests (template {template.name!r})", addable=False)
+        if reward not in REWARDS:
+            raise ValueError(f"reward must be one of {list(REWARDS)}, got {reward!r}.")
+        return cls(dict(fields), reward, tuple(s for s in strip if s))
+
+    def columns(
+        self, queries: Sequence[str], prompts: Sequence[str] | None, labels: Sequence[Any] | None
+    ) -> dict[str, list[str]]:
+        """Template field columns for one request; ``ValueError`` (what is wrong, for which item) otherwise."""
+        n = len(queries)
+        for name, values in (("prompts", prompts), ("labels", labels)):
+            if values is not None and len(values) != n:
+                raise ValueError(f"'{name}' has {len(values)} entries but 'query' has {n}; send one per query.")
+        needed = set(self.fields.values())
+        if needed & {"prompt", "response"} and prompts is None:
+            raise ValueError(
+                "this server takes the response as the query minus its prompt, so requests need 'prompts' "
+                "(OpenRLHF sends them); or start the server with --rm-field hypothesis=query."
+            )
+        if "label" in needed:
+            if labels is None or any(label is None for label in labels):
+                raise ValueError(
+                    f"this server reads 'labels' (the reference text, e.g. the source sentence) but the request has none: {LABEL_HELP}."
+                )
+            bad = next((i for i, label in enumerate(labels) if not isinstance(label, str)), None)
+            if bad is not None:
+                raise ValueError(f"labels[{bad}] must be a string, got {type(labels[bad]).__name__}.")
+            empty = next((i for i, label in enumerate(labels) if not label.strip()), None)
+            if empty is not None:  # what OpenRLHF sends when no label key is set
+                raise ValueError(f"labels[{empty}] is empty, so there is no reference text to judge against: {LABEL_HELP}.")
+        texts = {"query": list(queries), "prompt": list(prompts or []), "label": list(labels or [])}
+        if "response" in needed:
+            texts["response"] = [self.response(i, q, p) for i, (q, p) in enumerate(zip(queries, prompts or []))]
+        return {name: texts[source] for name, source in self.fields.items()}
+
+    def response(self, index: int, query: str, prompt: str) -> str:
+        """The generated part of ``query``: what follows ``prompt``, without trailing end markers.
+
+        OpenRLHF cuts an over-long prompt from the left before generating but sends the whole prompt
+        (OpenRLHF@3c3be623:openrlhf/utils/agent.py:221-234,283-287): the query then starts with the
+        prompt's tail, and the response follows the longest end of the prompt found in the query
+        (at least ``MIN_OVERLAP`` characters).
+
+        Example:
+            >>> m = RewardMapping({"source": "label", "hypothesis": "response"})
+            >>> m.response(0, "ng prompt text, please paraphrase it:\\nHello!<|im_end|>", "A long prompt text, please paraphrase it:\\n")
+            'Hello!'
+        """
+        start = query.find(prompt)
+        if start >= 0:
+            start += len(prompt)
+        else:
+            overlap = _longest_tail_in(prompt, query)
+            if overlap < min(MIN_OVERLAP, len(prompt)) or not prompt:
+                raise ValueError(
+                    f"item {index}: the prompt is not contained in the query, so the response cannot be cut out; "
+                    "send query = prompt + response (as OpenRLHF does)."
+                )
+            start = query.find(prompt[-overlap:]) + overlap
+        text = query[start:]
+        changed = True
+        while changed:
+            changed = False
+            text = text.strip()
+            for marker in self.strip:
+                if text.endswith(marker):
+                    text, changed = text[: -len(marker)], True
+        return text
+
+    def reward_values(self, results: Sequence[Mapping[str, Any]]) -> list[float]:
+        """The configured score of each result as a float (verdict as 1.0 / 0.0)."""
+        return [float(r[self.reward]) for r in results]
+
+    def answer(self, results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """OpenRLHF's reward answer for ``Judge.score(..., details=True)`` results: ``rewards`` (the
+        configured score, the advantage's input), ``scores`` (p_yes in [0, 1]: OpenRLHF's dynamic
+        filtering keeps a group when ``min < mean(scores) < max``, OpenRLHF@3c3be623:
+        openrlhf/trainer/ppo_utils/samples_generator.py:169-173) and ``extra_logs`` (logged per sample).
+
+        Example:
+            >>> RewardMapping({"source": "label", "hypothesis": "response"}).answer([{"logratio": 1.0, "p_yes": 0.73, "verdict": True}])
+            {'rewards': [1.0], 'scores': [0.73], 'extra_logs': {'pluie_logratio': [1.0], 'pluie_p_yes': [0.73], 'pluie_verdict': [1.0]}}
+        """
+        return {
+            "rewards": self.reward_values(results),
+            "scores": [float(r["p_yes"]) for r in results],
+            "extra_logs": {
+                "pluie_logratio": [float(r["logratio"]) for r in results],
+                "pluie_p_yes": [float(r["p_yes"]) for r in results],
+                "pluie_verdict": [float(r["verdict"]) for r in results],
+            },
+        }
