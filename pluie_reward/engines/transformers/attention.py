@@ -280,8 +280,15 @@ def selected(model: Any, name: str | None) -> Iterator[bool]:
     switch implementations keeps its own: the engine then runs full rows).
 
     Example:
-        >>> with selected(model, register("sdpa")):   # doctest: +SKIP
-        ...     model(input_ids, pluie_prefix=state)
+        >>> state = SharedPrefix(None, collect=True)  # no prefix yet: collect these rows' keys/values
+        >>> with selected(model, register("sdpa")) as took:
+        ...     logits = model(ids, pluie_prefix=state, use_cache=False).logits
+        ...     took, model.config._attn_implementation
+        (True, 'pluie_prefix_sdpa')
+        >>> state.calls, len(state.collected)  # one call per attention layer
+        (2, 2)
+        >>> model.config._attn_implementation  # restored
+        'sdpa'
     """
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     own = getattr(base.config, "_attn_implementation", None)

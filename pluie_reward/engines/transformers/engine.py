@@ -156,10 +156,10 @@ class TransformersEngine(Engine):
         max_cached_prefixes: how many prefixes' key/values are kept.
 
     Example:
-        >>> engine = TransformersEngine(model, tokenizer)                         # doctest: +SKIP
-        >>> with engine.session():                                                # doctest: +SKIP
+        >>> engine = TransformersEngine(model, tokenizer)
+        >>> with engine.session():  # per request, log p(answer) up to a constant shared by the answers
         ...     engine.answer_logprobs([Request((1, 5, 9))], answers=[(3,), (4,)])
-        [[-0.7, -1.2]]
+        [[..., ...]]
     """
 
     def __init__(
@@ -307,8 +307,16 @@ class TransformersEngine(Engine):
         """One scoring call: locked, in scoring state, weights checked. Yields the weights' epoch.
 
         Example:
-            >>> with engine.session() as state:   # doctest: +SKIP
-            ...     values = engine.answer_logprobs(requests, answers)
+            >>> engine = TransformersEngine(model, tokenizer)
+            >>> with engine.session() as state:
+            ...     values = engine.answer_logprobs([Request((1, 5, 9))], answers=[(3,), (4,)])
+            >>> state
+            0
+            >>> with torch.no_grad():  # e.g. a training step on the judge's weights
+            ...     _ = model.lm_head.weight.mul_(2)
+            >>> with engine.session() as state:
+            ...     state  # a new epoch: results cached under the old one are stale
+            1
         """
         with model_lock(self.model):
             moved = False
@@ -634,9 +642,10 @@ class TransformersEngine(Engine):
         together without padding, so a continuation does not depend on the other prompts.
 
         Example:
-            >>> with engine.session():                                               # doctest: +SKIP
-            ...     engine.generate([[1, 5, 9]], max_new_tokens=8, stop_ids=[2])
-            [[17, 4, 2]]
+            >>> engine = TransformersEngine(model, tokenizer)
+            >>> with engine.session():  # the new token ids of each prompt, up to a stop id or max_new_tokens
+            ...     engine.generate([[1, 5, 9]], max_new_tokens=8, stop_ids=[tokenizer.eos_token_id])
+            [[...]]
         """
         stops = set(int(s) for s in stop_ids)
         out: list[list[int]] = [[] for _ in prompts]

@@ -33,8 +33,10 @@ def weights_precision(model: Any) -> Iterator[None]:
     The judge then scores the same under bf16/fp16 mixed-precision training as in evaluation.
 
     Example:
-        >>> with weights_precision(policy):  # doctest: +SKIP
-        ...     logits = policy(ids).logits
+        >>> with torch.autocast("cpu", dtype=torch.bfloat16), weights_precision(model):
+        ...     logits = model(ids).logits
+        >>> logits.dtype  # the weights' float32, not the ambient bf16
+        torch.float32
     """
     device = next(model.parameters()).device.type
     patched = model.__dict__.get("forward")
@@ -59,8 +61,13 @@ def scoring_state(model: Any, disable_adapters: bool = False) -> Iterator[None]:
     scoring (KV caches work) and left configured as it was.
 
     Example:
-        >>> with scoring_state(model):  # doctest: +SKIP
+        >>> _ = model.train()  # e.g. a policy in the middle of training
+        >>> with scoring_state(model):
         ...     logits = model(ids).logits
+        ...     model.training, torch.is_inference_mode_enabled()
+        (False, True)
+        >>> model.training  # restored
+        True
     """
     modes = [(module, module.training) for module in model.modules()]
     active = getattr(model, "active_adapter", None) if disable_adapters else None

@@ -26,7 +26,8 @@ def process_device() -> torch.device:
     """This process's accelerator under ``accelerate launch`` (or the best local device otherwise).
 
     Example:
-        >>> judge = Judge.load("Qwen/Qwen2.5-7B-Instruct", device=process_device())  # doctest: +SKIP
+        >>> from pluie_reward import Judge
+        >>> judge = Judge.load(device=process_device())  # each process scores on its own GPU (here: CPU)
     """
     from accelerate import PartialState
 
@@ -37,7 +38,7 @@ def adapter_names(model: Any) -> list[str]:
     """Names of the PEFT adapters loaded on ``model`` (empty for a plain model).
 
     Example:
-        >>> adapter_names(peft_model)  # doctest: +SKIP
+        >>> adapter_names(peft_model)
         ['default', 'judge']
     """
     return list(getattr(model, "peft_config", None) or {})
@@ -70,7 +71,7 @@ def gathered_parameters(model: Any, wrapped: Any = None) -> Iterator[None]:
     nothing: their forward gathers by itself.
 
     Example:
-        >>> with gathered_parameters(model):  # doctest: +SKIP
+        >>> with gathered_parameters(model):  # unsharded here: nothing to gather
         ...     logits = model(ids).logits
     """
     sharded = [p for p in model.parameters() if hasattr(p, "ds_id")]
@@ -110,8 +111,12 @@ def active_adapter(model: Any, name: str) -> Iterator[None]:
     """Activate PEFT adapter ``name`` (frozen) and restore the previous adapter and every ``requires_grad``.
 
     Example:
-        >>> with active_adapter(policy, "judge"):  # doctest: +SKIP
+        >>> with active_adapter(policy, "judge"):
         ...     logits = policy(ids).logits
+        ...     policy.active_adapter
+        'judge'
+        >>> policy.active_adapter  # the policy's own again
+        'default'
     """
     previous = model.active_adapter
     flags = [(p, p.requires_grad) for p in model.parameters()]

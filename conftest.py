@@ -1,0 +1,59 @@
+"""Names the docstring examples of ``pluie_reward/`` use without defining them (pytest runs them with
+``--doctest-modules``; the fixtures of the test suite are in ``tests/conftest.py``).
+
+Each doctest gets fresh objects, built only when its examples mention them (a tiny model costs
+milliseconds; nothing is downloaded):
+
+* ``judge``: a tiny random judge (:func:`pluie_reward.testing.make_tiny_judge`). Its scores are
+  deterministic but meaningless, so examples show types, keys or ``...`` rather than values.
+* ``model``, ``tokenizer``: the tiny judge's causal LM and tokenizer (ChatML chat template).
+* ``peft_model`` (alias ``policy``): a tiny model under two LoRA adapters, ``"default"`` (active,
+  trainable: a policy's) and ``"judge"`` (frozen: a judge sharing the policy's weights).
+* ``ids``: ``tokenizer("The cat sleeps on the mat.", return_tensors="pt").input_ids``.
+
+Examples that need a meaningful judge call ``Judge.load()`` themselves (the embedded default judge,
+offline; converted once into ``~/.cache/pluie_reward``).
+"""
+
+import re
+
+import pytest
+
+
+def _tiny(name: str) -> dict:
+    from pluie_reward.testing import make_tiny_judge
+
+    judge = make_tiny_judge()
+    objects = {"judge": judge, "model": judge.model, "tokenizer": judge.tokenizer}
+    objects["ids"] = judge.tokenizer("The cat sleeps on the mat.", return_tensors="pt").input_ids
+    if name in ("peft_model", "policy"):
+        from peft import LoraConfig, get_peft_model
+
+        lora = {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]}
+        peft_model = get_peft_model(judge.model, LoraConfig(**lora))
+        peft_model.add_adapter("judge", LoraConfig(**lora, inference_mode=True))
+        objects = {"peft_model": peft_model, "policy": peft_model, "tokenizer": judge.tokenizer, "ids": objects["ids"]}
+    return objects
+
+
+_NAMES = ("peft_model", "policy", "judge", "model", "tokenizer", "ids")
+
+
+@pytest.fixture(autouse=True)
+def _doctest_objects(request, doctest_namespace):
+    """Fresh tiny objects for the names a doctest's examples mention (doctests only)."""
+    dtest = getattr(request.node, "dtest", None)
+    if dtest is None:
+        yield
+        return
+    source = "\n".join(example.source for example in dtest.examples)
+    wanted = [name for name in _NAMES if re.search(rf"(?<![\w.]){name}\b", source)]
+    added: dict = {}
+    for name in wanted:
+        if name not in added:
+            built = _tiny(name)
+            added.update({k: v for k, v in built.items() if k not in added})
+    doctest_namespace.update(added)
+    yield
+    for name in added:
+        doctest_namespace.pop(name, None)
