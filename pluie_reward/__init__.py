@@ -14,6 +14,8 @@ from typing import Any
 # Names are imported on first use (PEP 562), so that light modules (the HTTP client with httpx
 # alone, pluie_reward.core.fields, the command line's --help) do not pull in torch and transformers.
 _EXPORTS = {
+    "PluieError": "core.errors",
+    "RemoteError": "core.errors",
     "AnswerTokenError": "core.prompt",
     "BoundTemplate": "core.prompt",
     "Judge": "core.judge",

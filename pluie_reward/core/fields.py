@@ -29,13 +29,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Collection, Iterable, Mapping, Sequence
 
+from .errors import PluieError
+
 # keyword arguments TRL's GRPO/RLOO trainers add to the dataset columns when calling a reward
 # (trl==1.14.0 (wheel):trl/trainer/grpo_trainer.py:1669-1683, trl==1.16.0:grpo_trainer.py:1579-1598); not columns
 TRAINER_KWARGS = frozenset({"trainer_state", "log_extra", "log_metric", "completion_ids", "environments"})
 PROMPT_COLUMN = "prompt"
 
 
-class MissingColumnError(KeyError, ValueError):
+class MissingColumnError(PluieError, KeyError, ValueError):
     """A template field's column is not there. A ``KeyError`` (as for a missing dict key, what TRL
     rewards raise) and a ``ValueError`` (bad input, for callers that catch that).
 

@@ -49,6 +49,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from .errors import PluieError
 from .template import GENERATED, Template, check_chat_template_kwargs, load_template  # noqa: F401  (load_template: doctests)
 
 _FIELD_MARK = "\ue000{}\ue001"  # private-use characters: no chat template touches them
@@ -102,7 +103,7 @@ def fixed_clock_template(source: str, moment: datetime.datetime) -> str:
     return _CLOCK_CALL.sub(lambda m: json.dumps(moment.strftime(m.group(2))), source)
 
 
-class AnswerTokenError(ValueError):
+class AnswerTokenError(PluieError, ValueError):
     """An answer word does not read as the template requires where the model would produce it."""
 
 

@@ -28,6 +28,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..core.errors import RemoteError
 from .base import Request
 from .loop import LoopEngine
 
@@ -35,8 +36,9 @@ RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 NORMALISED_MODES = frozenset({"raw_logprobs", "processed_logprobs"})
 
 
-class RemoteEngineError(RuntimeError):
-    """The judge server refused a request, or no replica answered after the retries."""
+class RemoteEngineError(RemoteError):
+    """The judge server refused a request, no replica answered after the retries, or an answer was
+    not what the engine needs (``status``, ``url``, ``detail``: see :class:`~pluie_reward.core.errors.RemoteError`)."""
 
 
 @dataclass

@@ -44,6 +44,7 @@ import json
 from pathlib import Path
 from typing import Any, Hashable, Iterator, Sequence
 
+from ..core.errors import PluieError
 from .base import Engine, Request
 from .vllm import read_answers, reading_jobs, reading_params
 
@@ -54,11 +55,11 @@ CANARY_READ_TOKENS = 16
 _lora_ids = itertools.count(1 << 20)  # high ids, out of the way of a trainer's own adapters
 
 
-class EngineWeightsChanged(RuntimeError):
+class EngineWeightsChanged(PluieError, RuntimeError):
     """The shared engine's weights changed since the judge was bound (``weights="base"``)."""
 
 
-class EngineAsleep(RuntimeError):
+class EngineAsleep(PluieError, RuntimeError):
     """The shared engine is asleep: its weights are discarded or offloaded."""
 
 

@@ -22,14 +22,15 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from ..core.errors import PluieError
 from ..core.template import normalize_fields
 
 
-class ShuttingDown(RuntimeError):
+class ShuttingDown(PluieError, RuntimeError):
     """The batcher no longer accepts requests (the server is stopping)."""
 
 
-class ScoringError(Exception):
+class ScoringError(PluieError):
     """``Judge.score`` failed on a request; ``client_error`` says whether the request was at fault."""
 
     def __init__(self, message: str, client_error: bool) -> None:

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import httpx
 
+from pluie_reward.core.errors import RemoteError
 from pluie_reward.core.fields import FieldMap, completion_text
 from pluie_reward.core.outputs import READS, SECOND_CANDIDATE, AnswerOutput
 
@@ -28,13 +29,9 @@ OUTPUTS = ("logratio", "p_yes", "verdict")
 URL_ENV, TOKEN_ENV = "PLUIE_REWARD_URL", "PLUIE_REWARD_TOKEN"
 
 
-class RemoteJudgeError(RuntimeError):
-    """The judge server refused the request (``status``: its HTTP status) or could not be reached
-    after the retries (``status`` None)."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
+class RemoteJudgeError(RemoteError):
+    """The judge server refused the request (``status``: its HTTP status, ``detail``: its message),
+    could not be reached after the retries (``status`` None), or answered something unexpected."""
 
 
 def _score_url(url: str | None) -> str:

@@ -32,6 +32,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from ...core.errors import PluieError
+
 KV = list[tuple[torch.Tensor, torch.Tensor]]
 
 # Keyword arguments the shared-prefix function understands (allow-list). Any other keyword a model
@@ -55,7 +57,7 @@ HANDLED_KWARGS = frozenset(
 _FUSED_CPU_OP = "_scaled_dot_product_flash_attention_for_cpu"
 
 
-class AttentionUnsupported(RuntimeError):
+class AttentionUnsupported(PluieError, RuntimeError):
     """The shared-prefix function cannot compute this attention exactly (the engine then runs full rows)."""
 
 

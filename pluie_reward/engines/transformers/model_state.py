@@ -8,6 +8,7 @@ from typing import Any, Iterator
 
 import torch
 
+from ...core.errors import PluieError
 from ...core.weights import weights_digest  # noqa: F401  (re-exported: the engine and older imports)
 
 
@@ -91,7 +92,7 @@ def scoring_state(model: Any, disable_adapters: bool = False) -> Iterator[None]:
             model.set_adapter(active)
 
 
-class SharedModelBusy(RuntimeError):
+class SharedModelBusy(PluieError, RuntimeError):
     """A forward of a model entered from another thread while a judge sharing its weights was scoring."""
 
 

@@ -8,11 +8,13 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ...core.errors import PluieError
+
 
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
 
 
-class UsageError(Exception):
+class UsageError(PluieError):
     """Bad input from the command line: printed without a traceback, exit code 2."""
 
 

@@ -22,12 +22,14 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from ...core.errors import PluieError
+
 RUN_FILE = "run.json"
 SCORES_FILE = "scores.jsonl"
 FORMAT = 1
 
 
-class StoreMismatch(ValueError):
+class StoreMismatch(PluieError, ValueError):
     """The output folder holds scores of a different run (other judge, template, data...)."""
 
 

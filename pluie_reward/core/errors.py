@@ -1,0 +1,52 @@
+"""The package's exception base: every error pluie-reward raises on purpose is a :class:`PluieError`.
+
+Each error also keeps the built-in base it always had (``ValueError`` for bad input, ``KeyError``
+for a missing column, ``RuntimeError`` for a failed remote call...), so ``except ValueError`` and
+the like still catch what they caught; ``except PluieError`` catches them all. Plain built-in
+errors (a ``ValueError`` for a wrong argument, a ``TypeError``) are raised as they are. Warnings
+(:class:`~pluie_reward.integrations.alarm.HackWarning`) are warning categories, not errors.
+
+Remote calls (:mod:`pluie_reward.core.http`) fail with :class:`RemoteError`, which carries the URL,
+the HTTP status and the server's message; it lives here, not beside the HTTP client, so that its
+subclasses can be imported without httpx.
+
+Example:
+    >>> from pluie_reward.core.fields import MissingColumnError
+    >>> issubclass(MissingColumnError, PluieError) and issubclass(MissingColumnError, KeyError)
+    True
+"""
+
+from __future__ import annotations
+
+
+class PluieError(Exception):
+    """Base class of the errors pluie-reward raises (see the module's docstring).
+
+    Example:
+        >>> try:
+        ...     raise PluieError("the judge server refused the request")
+        ... except PluieError as err:
+        ...     print(err)
+        the judge server refused the request
+    """
+
+
+class RemoteError(PluieError, RuntimeError):
+    """A remote call failed: the server refused it, or did not answer after the retries.
+
+    Args:
+        message: the whole explanation (``str(error)``).
+        status: the HTTP status of the (last) answer; ``None`` when no answer came (connection
+            error, timeout) or the failure is not an HTTP one (an answer of the wrong shape).
+        url: the URL called, when known.
+        detail: the server's own message, when it answered.
+
+    Example:
+        >>> err = RemoteError("http://h/score: HTTP 422: bad field", 422, url="http://h/score", detail="bad field")
+        >>> err.status, err.detail, isinstance(err, RuntimeError)
+        (422, 'bad field', True)
+    """
+
+    def __init__(self, message: str, status: int | None = None, *, url: str | None = None, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.url, self.detail = status, url, detail
