@@ -1,12 +1,14 @@
-"""Every ```python block of README.md runs as written, each in a fresh Python process (as a reader
-pasting it would), from an empty working folder.
+"""Every ```python block of README.md and of the documentation pages (docs/*.md) runs as written,
+each in a fresh Python process (as a reader pasting it would), from an empty working folder. Test ids
+name the file and the line of the block's opening fence (``docs/scoring.md:52-python``).
 
 A block may be skipped only with an HTML comment on the line right before its fence, saying why:
 
     <!-- skip-test: needs a GPU -->
 
-The list is kept short (at most MAX_SKIPPED blocks) and each entry must give a reason. A block that
-needs an optional package says so the same way, and is skipped only where that package is missing:
+The list is kept short (at most MAX_SKIPPED blocks over all the files) and each entry must give a
+reason. A block that needs an optional package says so the same way, and is skipped only where that
+package is missing:
 
     <!-- needs: vllm -->
 """
@@ -27,6 +29,7 @@ from conftest import PARAPHRASUS, skip_without_shared
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]  # the files whose blocks run
 SKIP = re.compile(r"^<!--\s*skip-test:\s*(.*?)\s*-->\s*$")
 NEEDS = re.compile(r"^<!--\s*needs:\s*([A-Za-z_][\w.]*)\s*-->\s*$")
 MAX_SKIPPED = 3
@@ -39,9 +42,14 @@ class Block:
     code: str
     skip: str | None
     needs: str | None = None  # an optional package the block imports (skipped where it is missing)
+    file: str = ""  # the Markdown file, relative to the repository root
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
 
 
-def python_blocks(text: str) -> list[Block]:
+def python_blocks(text: str, file: str = "") -> list[Block]:
     """The ```python blocks of a Markdown text, with their section (the last heading outside code)
     and skip reason."""
     blocks, section, lines = [], "", text.splitlines()
@@ -60,12 +68,13 @@ def python_blocks(text: str) -> list[Block]:
                 previous = lines[start - 2].strip() if start >= 2 else ""
                 match, needs = SKIP.match(previous), NEEDS.match(previous)
                 blocks.append(Block(start, section, "\n".join(body) + "\n", match.group(1) if match else None,
-                                    needs.group(1) if needs else None))
+                                    needs.group(1) if needs else None, file))
         i += 1
     return blocks
 
 
-BLOCKS = python_blocks(README.read_text(encoding="utf-8"))
+BLOCKS = [block for page in PAGES
+          for block in python_blocks(page.read_text(encoding="utf-8"), page.relative_to(ROOT).as_posix())]
 
 
 def test_parser_and_skip_convention():
@@ -81,25 +90,31 @@ def test_blocks_that_use_vllm_say_so():
     def code(block: Block) -> str:  # without comments
         return "\n".join(line.split("#")[0] for line in block.code.splitlines())
 
-    using = [b.line for b in BLOCKS if any(k in code(b) for k in ('engine="vllm"', "import vllm", "from vllm"))]
-    assert using, "the README shows the vLLM engine"
-    assert [b.line for b in BLOCKS if b.needs == "vllm"] == using
+    using = [b.where for b in BLOCKS if any(k in code(b) for k in ('engine="vllm"', "import vllm", "from vllm"))]
+    assert using, "the documentation shows the vLLM engine"
+    assert [b.where for b in BLOCKS if b.needs == "vllm"] == using
+
+
+def test_blocks_are_collected_from_the_readme_and_every_page():
+    files = {b.file for b in BLOCKS}
+    assert "README.md" in files and "docs/scoring.md" in files and "docs/rewards.md" in files
+    assert len(BLOCKS) >= 18  # the 16 blocks the README held before the docs/ pages, and the README's own
 
 
 def test_readme_skips_few_blocks_and_says_why():
     skipped = [b for b in BLOCKS if b.skip is not None]
     assert len(BLOCKS) >= 4
-    assert len(skipped) <= MAX_SKIPPED, [f"line {b.line}: {b.skip}" for b in skipped]
+    assert len(skipped) <= MAX_SKIPPED, [f"{b.where}: {b.skip}" for b in skipped]
     assert all(len(b.skip) >= 10 for b in skipped)  # a reason, not just a marker
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("block", BLOCKS, ids=[f"line{b.line}-{re.sub(r'[^a-z]+', '-', b.section.lower()).strip('-')}" for b in BLOCKS])
+@pytest.mark.parametrize("block", BLOCKS, ids=[f"{b.where}-{re.sub(r'[^a-z]+', '-', b.section.lower()).strip('-')}" for b in BLOCKS])
 def test_readme_python_block_runs(block: Block, tmp_path):
     if block.skip is not None:
-        pytest.skip(f"README.md:{block.line}: {block.skip}")
+        pytest.skip(f"{block.where}: {block.skip}")
     if block.needs is not None and importlib.util.find_spec(block.needs) is None:
-        pytest.skip(f"README.md:{block.line}: needs {block.needs}, which is not installed")
+        pytest.skip(f"{block.where}: needs {block.needs}, which is not installed")
     script = tmp_path / "block.py"
     script.write_text(block.code, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
@@ -108,4 +123,4 @@ def test_readme_python_block_runs(block: Block, tmp_path):
         skip_without_shared()
         env["PARAPHRASUS_DIR"] = str(PARAPHRASUS)
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
-    assert done.returncode == 0, f"README.md:{block.line} ({block.section}) failed:\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, f"{block.where} ({block.section}) failed:\n{done.stderr[-4000:]}"
