@@ -133,7 +133,7 @@ class VLLMEngine(LoopEngine):
             :data:`CPU_DEFAULTS`.
 
     Example:
-        >>> engine = VLLMEngine("Qwen/Qwen2.5-7B-Instruct", tensor_parallel_size=2)  # doctest: +SKIP
+        >>> engine = VLLMEngine("Qwen/Qwen2.5-7B-Instruct", tensor_parallel_size=2)  # needs 2 GPUs  # doctest: +SKIP
         >>> judge = Judge(engine)                                                    # doctest: +SKIP
     """
 

