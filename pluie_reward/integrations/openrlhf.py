@@ -101,8 +101,8 @@ def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence
         ``{"rewards": [...], "scores": [p_yes ...], "extra_logs": {"pluie_logratio", "pluie_p_yes", "pluie_verdict"}}``.
 
     Example:
-        >>> reward_func(["<|im_start|>user\\nHi<|im_end|>\\nHello<|im_end|>"], ["<|im_start|>user\\nHi<|im_end|>\\n"], ["Hi"])  # doctest: +SKIP
-        {'rewards': [-1.9], 'scores': [0.13], 'extra_logs': {...}}
+        >>> reward_func(["<|im_start|>user\\nHi<|im_end|>\\nHello<|im_end|>"], ["<|im_start|>user\\nHi<|im_end|>\\n"], ["Hi"])
+        {'rewards': [1.88...], 'scores': [0.86...], 'extra_logs': {'pluie_logratio': [1.88...], 'pluie_p_yes': [0.86...], 'pluie_verdict': [1.0]}}
     """
     queries, prompts, labels = list(queries), list(prompts), list(labels)
     try:
