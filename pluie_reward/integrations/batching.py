@@ -62,10 +62,10 @@ class Batcher:
         on_batch: called with (items, requests) after each ``Judge.score`` call (metrics).
 
     Example:
-        >>> batcher = Batcher(judge, "para-fs", max_wait_ms=5).start()        # doctest: +SKIP
-        >>> batcher.submit({"source": ["a"], "hypothesis": ["b"]}).result()  # doctest: +SKIP
-        [{'logratio': 0.4, 'p_yes': 0.6, 'verdict': True}]
-        >>> batcher.close()                                                 # doctest: +SKIP
+        >>> batcher = Batcher(judge, "para-fs", max_wait_ms=5).start()
+        >>> batcher.submit({"source": ["a"], "hypothesis": ["b"]}).result()
+        [{'logratio': ..., 'p_yes': ..., 'verdict': ...}]
+        >>> batcher.close()
     """
 
     def __init__(
@@ -247,7 +247,7 @@ class Direct:
         template, threshold, truncate, on_batch: as for :class:`Batcher`.
 
     Example:
-        >>> scorer = Direct(Judge.load(engine="vllm"), "para-fs").start()      # doctest: +SKIP
+        >>> scorer = Direct(Judge.load(engine="vllm"), "para-fs").start()  # needs vLLM on a GPU  # doctest: +SKIP
         >>> await scorer.score({"source": ["a"], "hypothesis": ["b"]})         # doctest: +SKIP
     """
 
