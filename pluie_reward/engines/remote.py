@@ -14,9 +14,11 @@ ids to ``POST /v1/completions``:
   ``VLLM_SERVER_DEV_MODE=1``) or takes ``logprobs_mode=`` from the caller, and refuses otherwise;
 * the judge's own turn (INDIRECT): greedy completion with ``return_token_ids``.
 
-Requests go to the replica with the fewest requests in flight; connection errors, timeouts and
-429/5xx answers are retried (with back-off) on the others; other errors raise
-:class:`RemoteEngineError` with the server's message.
+HTTP goes through :mod:`pluie_reward.core.http`, the package's one client: requests go to the
+replica with the fewest requests in flight; connection errors, timeouts and the statuses of
+:data:`~pluie_reward.core.http.RETRY_STATUS` (429, 5xx...) are retried with back-off, on another
+replica when there is one; other failures raise :class:`RemoteEngineError` with the URL, the status
+and the server's message.
 
 Example:
     >>> judge = Judge.connect(["http://10.0.0.5:8000", "http://10.0.0.6:8000"], tokenizer="Qwen/Qwen2.5-7B-Instruct")  # doctest: +SKIP
@@ -25,27 +27,18 @@ Example:
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..core.errors import RemoteError
 from .base import Request
 from .loop import LoopEngine
 
-RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 NORMALISED_MODES = frozenset({"raw_logprobs", "processed_logprobs"})
 
 
 class RemoteEngineError(RemoteError):
     """The judge server refused a request, no replica answered after the retries, or an answer was
     not what the engine needs (``status``, ``url``, ``detail``: see :class:`~pluie_reward.core.errors.RemoteError`)."""
-
-
-@dataclass
-class _Replica:
-    url: str
-    in_flight: int = 0
-    failures: int = 0
 
 
 def parse_urls(urls: "str | Sequence[str]") -> list[str]:
@@ -104,8 +97,10 @@ class RemoteEngine(LoopEngine):
         tokenizer: a tokenizer object or the HF id/folder of the served model's tokenizer (default:
             the model path the server reports, when it exists here, else ``model``).
         api_key: sent as ``Authorization: Bearer <api_key>`` (vLLM's ``--api-key``).
-        timeout: seconds per HTTP request.
+        timeout: seconds per HTTP request (connecting: at most 10 s).
         retries: extra attempts per request (on another replica when there is one).
+        backoff: seconds before the first retry, doubled at each further one (see
+            :class:`~pluie_reward.core.http.HTTPConfig`).
         chunk_size: prompts per HTTP request.
         logprobs_mode: the servers' ``--logprobs-mode`` when you know it (needed for multi-token
             answers when ``/server_info`` is not exposed).
@@ -129,31 +124,40 @@ class RemoteEngine(LoopEngine):
         chunk_size: int = 32,
         logprobs_mode: str | None = None,
     ) -> None:
-        import httpx
+        from ..core.http import HTTPConfig
 
-        if retries < 0 or chunk_size < 1 or timeout <= 0:
-            raise ValueError("retries must be >= 0, chunk_size >= 1 and timeout > 0.")
-        self.replicas = [_Replica(u) for u in parse_urls(urls)]
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
+        config = HTTPConfig(timeout=timeout, retries=retries, backoff=backoff)
+        urls = parse_urls(urls)
         self.retries, self.backoff, self.chunk_size = retries, backoff, chunk_size
         self.declared_mode = logprobs_mode
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._start_loop("remote")
-        self._client = self._run(self._make_client(httpx, timeout))
-        self.stats = {"requests": 0, "retries": 0}
+        self._http = self._run(self._make_client(urls, config, headers))
+        self.replicas = self._http.replicas  # the replica choice's state, shared with the client
+        self.stats = self._http.stats  # requests answered, attempts retried
         self._normalised: bool | None = None
-        served = self._run(self._get("/v1/models"))["data"]
-        if not served:
-            raise RemoteEngineError(f"{self.replicas[0].url} serves no model.")
-        entry = next((m for m in served if m.get("id") == model), None) if model else served[0]
-        if entry is None:
-            raise RemoteEngineError(f"the server does not serve {model!r}; it serves {[m.get('id') for m in served]}.")
-        self.model = entry["id"]
-        self.max_length = entry.get("max_model_len")
-        self.tokenizer = self._tokenizer(tokenizer, entry)
+        try:
+            served = self._run(self._get("/v1/models"))["data"]
+            if not served:
+                raise RemoteEngineError(f"{self.replicas[0].url} serves no model.", url=self.replicas[0].url)
+            entry = next((m for m in served if m.get("id") == model), None) if model else served[0]
+            if entry is None:
+                raise RemoteEngineError(f"the server does not serve {model!r}; it serves {[m.get('id') for m in served]}.")
+            self.model = entry["id"]
+            self.max_length = entry.get("max_model_len")
+            self.tokenizer = self._tokenizer(tokenizer, entry)
+        except BaseException:
+            self.close()  # a failed connect leaves no thread and no connections behind
+            raise
 
     @staticmethod
-    async def _make_client(httpx: Any, timeout: float) -> Any:
-        return httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=256))
+    async def _make_client(urls: list[str], config: Any, headers: dict[str, str]) -> Any:
+        """The HTTP client, made on the engine's event loop (which it will run on)."""
+        from ..core.http import AsyncHTTPClient
+
+        return AsyncHTTPClient(urls, config, headers=headers, name="judge server", error=RemoteEngineError, max_connections=256)
 
     def _tokenizer(self, tokenizer: Any, entry: dict) -> Any:
         if tokenizer is not None and not isinstance(tokenizer, str):
@@ -175,52 +179,16 @@ class RemoteEngine(LoopEngine):
     def close(self) -> None:
         """Close the HTTP connections."""
         if self._loop.is_running():
-            self._run(self._client.aclose())
+            self._run(self._http.aclose())
         self._stop_loop()
 
     async def _get(self, path: str) -> dict:
-        """GET from the first replica that answers (server facts are the same on every replica)."""
-        import httpx
-
-        problems = []
-        for replica in self.replicas:
-            try:
-                response = await self._client.get(replica.url + path, headers=self._headers)
-            except (httpx.TransportError, httpx.TimeoutException) as err:
-                problems.append(f"{replica.url}: {type(err).__name__}: {err}")
-                continue
-            if response.status_code >= 400:
-                raise RemoteEngineError(f"{replica.url}{path}: HTTP {response.status_code}: {response.text[:300]}")
-            return response.json()
-        raise RemoteEngineError(f"no judge server answered: {'; '.join(problems)}")
+        """GET from a replica (server facts are the same on every replica)."""
+        return await self._http.request("GET", path)
 
     async def _post(self, path: str, body: dict) -> dict:
-        """POST to the least busy replica; retry transient failures on the others."""
-        import httpx
-
-        problems = []
-        for attempt in range(self.retries + 1):
-            replica = min(self.replicas, key=lambda r: (r.in_flight, r.failures))
-            replica.in_flight += 1
-            try:
-                response = await self._client.post(replica.url + path, json=body, headers=self._headers)
-            except (httpx.TransportError, httpx.TimeoutException) as err:
-                problem = f"{replica.url}: {type(err).__name__}: {err}"
-            else:
-                if response.status_code < 400:
-                    replica.failures = 0
-                    self.stats["requests"] += 1
-                    return response.json()
-                problem = f"{replica.url}{path}: HTTP {response.status_code}: {response.text[:500]}"
-                if response.status_code not in RETRY_STATUS:
-                    raise RemoteEngineError(problem)
-            finally:
-                replica.in_flight -= 1
-            replica.failures += 1
-            problems.append(problem)
-            self.stats["retries"] += 1
-            await asyncio.sleep(self.backoff * 2**attempt)
-        raise RemoteEngineError(f"no judge server answered after {self.retries + 1} attempts: {problems[-1]}")
+        """POST to the least busy replica; transient failures are retried on the others."""
+        return await self._http.request("POST", path, json=body)
 
     async def _completions(self, prompts: Sequence[Sequence[int]], **body: Any) -> list[dict]:
         """``/v1/completions`` for many token-id prompts, in chunks sent concurrently; choices in order."""

@@ -1,7 +1,9 @@
 """Clients of the judge server: a TRL reward function and verl ``compute_score`` functions.
 
-They send the template fields to ``POST /score``, with a timeout, retries on connection errors and
-on 429/502/503/504 (exponential back-off), and a clear error on other failures. The completion's
+They send the template fields to ``POST /score`` through the package's one HTTP client
+(:mod:`pluie_reward.core.http`: timeouts, retries with exponential back-off on connection errors
+and the statuses of :data:`~pluie_reward.core.http.RETRY_STATUS`, ``Retry-After``), and fail with
+:class:`RemoteJudgeError` (URL, status, the server's message) otherwise. The completion's
 text and the field -> column mapping come from :mod:`pluie_reward.core.fields`, as for the local
 rewards. This module needs httpx only (no torch) and uses absolute imports, so verl can load it as
 ``pkg://pluie_reward.integrations.client`` or by file path.
@@ -14,7 +16,6 @@ import dataclasses
 import logging
 import os
 import threading
-import time
 import weakref
 from typing import Any, Mapping, Sequence
 
@@ -22,9 +23,9 @@ import httpx
 
 from pluie_reward.core.errors import RemoteError
 from pluie_reward.core.fields import FieldMap, completion_text
+from pluie_reward.core.http import RETRY_STATUS, AsyncHTTPClient, HTTPClient, HTTPConfig
 from pluie_reward.core.outputs import READS, SECOND_CANDIDATE, AnswerOutput
 
-RETRY_STATUS = frozenset({429, 502, 503, 504})
 OUTPUTS = ("logratio", "p_yes", "verdict")
 URL_ENV, TOKEN_ENV = "PLUIE_REWARD_URL", "PLUIE_REWARD_TOKEN"
 
@@ -47,78 +48,48 @@ def _headers(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def _answer(url: str, response: httpx.Response) -> dict[str, Any] | None:
-    """The JSON answer, ``None`` when worth retrying, or :class:`RemoteJudgeError`."""
-    if response.status_code in RETRY_STATUS:
-        return None
-    if response.status_code >= 400:
-        try:
-            detail = response.json().get("detail", response.text)
-        except ValueError:
-            detail = response.text
-        raise RemoteJudgeError(f"{url}: HTTP {response.status_code}: {detail}", response.status_code)
-    return response.json()
+def _client_options(token: str | None) -> dict[str, Any]:
+    """How the judge server's clients are made: its name in messages, the error raised, the token."""
+    return {"headers": _headers(token), "name": "judge server", "error": RemoteJudgeError}
 
 
 def post_json(
     url: str, payload: Mapping[str, Any], *, token: str | None = None, timeout: float = 120.0,
     retries: int = 3, backoff: float = 0.5, client: httpx.Client | None = None,
 ) -> dict[str, Any]:
-    """POST ``payload`` and return the JSON answer, retrying transient failures.
+    """POST ``payload`` to ``url`` and return the JSON answer, retrying transient failures
+    (:mod:`pluie_reward.core.http`'s policy).
+
+    Args:
+        url: the endpoint (``http://host:port/score``).
+        payload: the JSON body.
+        token: bearer token (default: ``$PLUIE_REWARD_TOKEN`` if set).
+        timeout, retries, backoff: see :class:`~pluie_reward.core.http.HTTPConfig`.
+        client: an ``httpx.Client`` to send with (kept open); default: a new one for this call.
+
+    Returns:
+        The server's JSON answer.
+
+    Raises:
+        RemoteJudgeError: the server refused the request, or did not answer after the retries.
 
     Example:
         >>> post_json("http://127.0.0.1:8000/score", {"source": ["a"], "hypothesis": ["b"]})  # doctest: +SKIP
         {'logratio': [0.4], 'p_yes': [0.6], 'verdict': [True]}
     """
-    if retries < 0:
-        raise ValueError(f"retries must be >= 0, got {retries}.")
-    own = client is None
-    client = client or httpx.Client(timeout=timeout)
-    last: object = None
-    try:
-        for attempt in range(retries + 1):
-            try:
-                response = client.post(url, json=payload, headers=_headers(token), timeout=timeout)
-                answer = _answer(url, response)
-                if answer is not None:
-                    return answer
-                last = f"HTTP {response.status_code}"
-            except httpx.TransportError as err:
-                last = f"{type(err).__name__}: {err}"
-            if attempt < retries:
-                time.sleep(backoff * 2**attempt)
-    finally:
-        if own:
-            client.close()
-    raise RemoteJudgeError(f"{url}: no answer after {retries + 1} attempts (last: {last}); is the server running?")
+    config = HTTPConfig(timeout=timeout, retries=retries, backoff=backoff)
+    with HTTPClient(url, config, client=client, **_client_options(token)) as http:
+        return http.request("POST", json=payload)
 
 
 async def apost_json(
     url: str, payload: Mapping[str, Any], *, token: str | None = None, timeout: float = 120.0,
     retries: int = 3, backoff: float = 0.5, client: httpx.AsyncClient | None = None,
 ) -> dict[str, Any]:
-    """Async :func:`post_json`."""
-    if retries < 0:
-        raise ValueError(f"retries must be >= 0, got {retries}.")
-    own = client is None
-    client = client or httpx.AsyncClient(timeout=timeout)
-    last: object = None
-    try:
-        for attempt in range(retries + 1):
-            try:
-                response = await client.post(url, json=payload, headers=_headers(token), timeout=timeout)
-                answer = _answer(url, response)
-                if answer is not None:
-                    return answer
-                last = f"HTTP {response.status_code}"
-            except httpx.TransportError as err:
-                last = f"{type(err).__name__}: {err}"
-            if attempt < retries:
-                await asyncio.sleep(backoff * 2**attempt)
-    finally:
-        if own:
-            await client.aclose()
-    raise RemoteJudgeError(f"{url}: no answer after {retries + 1} attempts (last: {last}); is the server running?")
+    """Async :func:`post_json` (``client``: an ``httpx.AsyncClient``)."""
+    config = HTTPConfig(timeout=timeout, retries=retries, backoff=backoff)
+    async with AsyncHTTPClient(url, config, client=client, **_client_options(token)) as http:
+        return await http.request("POST", json=payload)
 
 
 def _check_output(output: str) -> str:
@@ -166,7 +137,8 @@ class RemotePluieReward:
             ``expected``, ``prob`` or ``logprob`` for a template with N answers.
         answer, normalize, both_orders, scale: the N-answer read (see :class:`~pluie_reward.core.outputs.AnswerOutput`).
         token: bearer token (default: ``$PLUIE_REWARD_TOKEN`` if set).
-        timeout, retries, backoff: per request; retries on connection errors and 429/502/503/504.
+        timeout, retries, backoff: per request (:class:`~pluie_reward.core.http.HTTPConfig`); retries on
+            connection errors, timeouts and the statuses of :data:`~pluie_reward.core.http.RETRY_STATUS`.
         name: ``__name__``, used by TRL in ``rewards/<name>/mean``.
 
     When TRL passes ``log_metric``/``log_extra`` (TRL >= 1.0), it logs ``<name>/accept_rate`` and the
@@ -220,6 +192,7 @@ class RemotePluieReward:
             self.output = output
         self.token = token
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
+        HTTPConfig(timeout=timeout, retries=retries, backoff=backoff)  # checked now rather than at the first call
         if chunk_size < 1:
             raise ValueError("chunk_size must be at least 1.")
         self.chunk_size = chunk_size
@@ -244,14 +217,13 @@ class RemotePluieReward:
         if n == 0:
             return []
         starts = range(0, n, self.chunk_size)
-        async with httpx.AsyncClient(timeout=self.timeout) as client:
+        base = self.url[: -len("/score")]
+        config = HTTPConfig(timeout=self.timeout, retries=self.retries, backoff=self.backoff)
+        async with AsyncHTTPClient(base, config, **_client_options(self.token)) as client:
             if self.reading is not None and self.reading.normalize and self.reading.scale is None:
                 await self._read_scale(client)
             answers = await asyncio.gather(*(
-                apost_json(
-                    self.url, {k: v[s : s + self.chunk_size] for k, v in body.items()}, token=self.token,
-                    timeout=self.timeout, retries=self.retries, backoff=self.backoff, client=client,
-                )
+                client.request("POST", "/score", json={k: v[s : s + self.chunk_size] for k, v in body.items()})
                 for s in starts
             ))
         log_metric, log_extra = kwargs.get("log_metric"), kwargs.get("log_extra")
@@ -271,15 +243,17 @@ class RemotePluieReward:
             log_extra(f"{self.__name__}/logratio", [round(x, 4) for x in logratios])
         return values
 
-    async def _read_scale(self, client: httpx.AsyncClient) -> None:
+    async def _read_scale(self, client: AsyncHTTPClient) -> None:
         """The scale's range from the server's ``GET /health`` (its ``values``), for ``normalize=True``
-        without ``scale=``; a server that does not say leaves it unset (the reading then asks for ``scale=``)."""
-        health = self.url[: -len("/score")] + "/health"
+        without ``scale=``; a server that does not say leaves it unset (the reading then asks for ``scale=``).
+        A server that cannot be reached fails here, as ``/score`` would."""
         try:
-            response = await client.get(health, headers=_headers(self.token), timeout=self.timeout)
-            values = response.json().get("values") if response.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, AttributeError):
-            values = None
+            health = await client.request("GET", "/health")
+            values = health.get("values") if isinstance(health, dict) else None
+        except RemoteJudgeError as err:
+            if err.status is None or err.status in RETRY_STATUS:
+                raise
+            values = None  # e.g. 404: an older server without /health
         if values:
             self.reading = dataclasses.replace(self.reading, scale=(min(values), max(values)))
 

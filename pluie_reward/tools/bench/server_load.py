@@ -4,7 +4,9 @@ The benchmark starts ``pluie-reward serve --engine ENGINE`` as a subprocess on 1
 port), waits for ``/health``, sends one untimed warm-up request, then runs ``clients`` concurrent
 clients, each posting ``requests`` requests of ``items`` distinct MRPC pairs to ``/score`` one after
 the other (no item is sent twice, so the server's result cache never answers). Latency is per
-request, from send to answer; throughput is items over the wall time of the whole load.
+request, from send to answer; throughput is items over the wall time of the whole load. Requests
+go through the package's HTTP client (:mod:`pluie_reward.core.http`) with no retry: a failed request
+counts as an error instead of hiding in a latency.
 
 Example:
     $ pluie-reward bench --server-clients 4 --engines transformers,vllm
@@ -130,33 +132,41 @@ def stop_server(server: subprocess.Popen) -> None:
         server.wait()
 
 
-async def _wait_ready(httpx: Any, url: str, server: subprocess.Popen, log_path: Path, timeout: float) -> None:
+async def _wait_ready(url: str, server: subprocess.Popen, log_path: Path, timeout: float) -> None:
+    """Poll ``/health`` once a second until it answers, the server exits, or ``timeout`` passes."""
+    from ...core.http import AsyncHTTPClient, HTTPConfig, RemoteError
+
     deadline = time.monotonic() + timeout
-    async with httpx.AsyncClient() as client:
+    async with AsyncHTTPClient(url, HTTPConfig(timeout=5, retries=0)) as client:
         while True:
             if server.poll() is not None:
                 raise RuntimeError(f"the server exited with code {server.returncode}; see {log_path}")
             try:
-                if (await client.get(url + "/health", timeout=5)).status_code == 200:
-                    return
-            except httpx.HTTPError:
+                await client.request("GET", "/health")
+                return
+            except RemoteError:
                 pass
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the server did not answer /health within {timeout:.0f} s; see {log_path}")
             await asyncio.sleep(1)
 
 
-async def _load(httpx: Any, url: str, batches: list[dict[str, list[str]]], clients: int, result: ServerLoad) -> None:
-    limits = httpx.Limits(max_connections=clients + 1)
-    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
-        (await client.post("/score", json=batches[0])).raise_for_status()  # warm-up, untimed
+async def _load(url: str, batches: list[dict[str, list[str]]], clients: int, result: ServerLoad) -> None:
+    """Send ``batches[0]`` (warm-up, untimed), then the others from ``clients`` concurrent clients."""
+    from ...core.http import AsyncHTTPClient, HTTPConfig, RemoteError
+
+    async with AsyncHTTPClient(url, HTTPConfig(timeout=600, retries=0), name="judge server", max_connections=clients + 1) as client:
+        await client.request("POST", "/score", json=batches[0])
         work = batches[1:]
 
         async def one_client(k: int) -> None:
             for body in work[k::clients]:
                 start = time.perf_counter()
-                response = await client.post("/score", json=body)
-                if response.status_code == 200 and len(response.json()["logratio"]) == len(body["hypothesis"]):
+                try:
+                    answer = await client.request("POST", "/score", json=body)
+                except RemoteError:
+                    answer = None
+                if isinstance(answer, dict) and len(answer.get("logratio") or []) == len(body["hypothesis"]):
                     result.latencies.append(time.perf_counter() - start)
                 else:
                     result.errors += 1
@@ -197,7 +207,7 @@ def server_load(
         (8.1, 3.9, 4.6)
     """
     try:
-        import httpx
+        import httpx  # noqa: F401  (the HTTP client's one requirement)
     except ModuleNotFoundError:
         raise UsageError("--server-clients needs httpx: pip install 'pluie-reward[serve]'") from None
     check_load(clients, requests, items, len(pairs))
@@ -212,9 +222,9 @@ def server_load(
     server = start_server(engine, port, template, model, log_path)
     try:
         url = f"http://127.0.0.1:{port}"
-        asyncio.run(_wait_ready(httpx, url, server, log_path, start_timeout))
+        asyncio.run(_wait_ready(url, server, log_path, start_timeout))
         result.start_seconds = time.perf_counter() - started
-        asyncio.run(_load(httpx, url, batches, clients, result))
+        asyncio.run(_load(url, batches, clients, result))
     finally:
         stop_server(server)
     return result
