@@ -4,8 +4,11 @@ best teacher candidates per source (best-of-n) to build distillation data.
 Example:
     >>> from datasets import Dataset
     >>> ds = Dataset.from_dict({"source": ["The cat sleeps."] * 2, "hypothesis": ["A cat is asleep.", "Dogs bark."]})
-    >>> ds = score_dataset(ds, judge)  # adds pluie_logratio, pluie_p_yes, pluie_verdict   # doctest: +SKIP
-    >>> best_of_n(ds, group_by="source", k=1, threshold=0.0)  # doctest: +SKIP
+    >>> ds = score_dataset(ds, judge)  # adds pluie_logratio, pluie_p_yes, pluie_verdict
+    >>> ds.column_names
+    ['source', 'hypothesis', 'pluie_logratio', 'pluie_p_yes', 'pluie_verdict']
+    >>> best_of_n(ds, group_by="source", k=1).num_rows  # the best hypothesis of each source
+    1
 """
 
 from __future__ import annotations
@@ -53,9 +56,12 @@ def score_dataset(
         threshold: verdict is ``logratio > threshold`` (default: the judge's).
 
     Example:
-        >>> scored = score_dataset(ds, judge, "para-fs", columns={"hypothesis": "paraphrase"})  # doctest: +SKIP
-        >>> scored["pluie_logratio"][:2]  # doctest: +SKIP
-        [2.3, -1.7]
+        >>> from datasets import Dataset
+        >>> ds = Dataset.from_dict({"source": ["The cat sleeps.", "Prices rose."],
+        ...                         "paraphrase": ["A cat is asleep.", "Prices fell."]})
+        >>> scored = score_dataset(ds, judge, "para-fs", columns={"hypothesis": "paraphrase"})
+        >>> scored["pluie_logratio"][:2]
+        [..., ...]
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
@@ -103,7 +109,12 @@ def filter_dataset(
     (then ``score_column`` must be ``prefix + "logratio"``, the default).
 
     Example:
-        >>> kept = filter_dataset(ds, judge, threshold=0.0)  # doctest: +SKIP
+        >>> from datasets import Dataset
+        >>> ds = Dataset.from_dict({"source": ["The cat sleeps."] * 2, "hypothesis": ["A cat is asleep.", "Dogs bark."]})
+        >>> kept = filter_dataset(ds, judge, threshold=0.0)  # scored first
+        >>> scored = ds.add_column("pluie_logratio", [1.7, -2.4])  # or already scored
+        >>> list(filter_dataset(scored, threshold=0.0)["hypothesis"])
+        ['A cat is asleep.']
     """
     if judge is not None:
         dataset = score_dataset(dataset, judge, template, **score_kwargs)
@@ -124,7 +135,12 @@ def best_of_n(
     appearance; inside a group rows are sorted by decreasing score (equal scores: input order).
 
     Example:
-        >>> best = best_of_n(scored, group_by="source", k=1, threshold=0.0)  # doctest: +SKIP
+        >>> from datasets import Dataset
+        >>> scored = Dataset.from_dict({"source": ["s1", "s1", "s2"], "hypothesis": ["a", "b", "c"],
+        ...                             "pluie_logratio": [1.5, 2.5, -0.3]})
+        >>> best = best_of_n(scored, group_by="source", k=1, threshold=0.0)
+        >>> list(best["hypothesis"])  # s2's only candidate is not above the threshold
+        ['b']
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}.")
