@@ -9,15 +9,15 @@ import logging
 import math
 import threading
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Generator, Sequence
 
 from ..engines.base import Engine, LegacyEngine, Request, is_legacy_engine
 from .cache import ResultCache
 from .calibration import Calibration
+from .plan import CacheStep, EngineCall, ScoreOptions, ScoringPlan
 from .prompt import BoundTemplate
-from .template import GENERATED, Template, check_chat_template_kwargs, load_template, normalize_fields
+from .template import GENERATED, Template, check_chat_template_kwargs, load_template
 
 logger = logging.getLogger("pluie_reward")
 TemplateLike = "str | Path | Template | None"
@@ -36,33 +36,6 @@ def sigmoid(x: float) -> float:
         return 1.0 / (1.0 + math.exp(-x))
     z = math.exp(x)
     return z / (1.0 + z)
-
-
-@dataclass
-class _Call:
-    """One scoring call's inputs, bound and checked."""
-
-    bound: BoundTemplate
-    columns: dict
-    n: int
-    truncate: bool
-    use_cache: bool
-    limit: int  # max_new_tokens of a judge-generated turn
-
-
-@dataclass
-class _Plan:
-    """One step of a scoring call: each item's cache key, the cached values resolved when the step
-    is planned (an eviction by a concurrent call while the engine runs cannot lose them), and the
-    distinct keys the engine must still compute, in order."""
-
-    keys: list[tuple]
-    hits: dict[tuple, Any]
-    todo: list[tuple]
-
-    def resolve(self, computed: Mapping[tuple, Any]) -> list[Any]:
-        """Each item's value: computed now, or resolved at planning time."""
-        return [computed[k] if k in computed else self.hits[k] for k in self.keys]
 
 
 def answer_record(template: Template, values: Sequence[float], threshold: float = 0.0) -> dict[str, Any]:
@@ -171,7 +144,8 @@ class Judge:
         self.name = name or self.engine.name
         self.results = ResultCache(cache_size)
         self._bound: dict[Any, BoundTemplate] = {}
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # serialises scoring calls
+        self._cache_lock = threading.RLock()  # guards the result cache and bound templates (held briefly)
 
     # construction ----------------------------------------------------------------------------
     @classmethod
@@ -382,7 +356,7 @@ class Judge:
         """
         which = template if isinstance(template, (str, Path, type(None))) else id(template)
         key = (which, json.dumps(self.chat_template_kwargs, sort_keys=True, default=repr))
-        with self._lock:
+        with self._cache_lock:
             if key not in self._bound:
                 self._bound[key] = BoundTemplate(
                     load_template(template), self.tokenizer, self.max_length, self.allow_multi_token,
@@ -391,6 +365,36 @@ class Judge:
             return self._bound[key]
 
     # scoring ---------------------------------------------------------------------------------
+    def plan(
+        self,
+        template: TemplateLike = None,
+        *,
+        details: bool = False,
+        threshold: float | None = None,
+        truncate: bool = True,
+        use_cache: bool = True,
+        max_new_tokens: int | None = None,
+        **fields: Any,
+    ) -> ScoringPlan:
+        """A scoring call, bound and checked, not yet run: :meth:`run` or :meth:`arun` executes it.
+
+        Binds the template (once per template), normalises the fields and checks the options: bad
+        input raises here (``TypeError``, ``ValueError``, ``KeyError`` saying what to do), before any
+        work is queued. Arguments as for :meth:`score`.
+
+        Returns:
+            A :class:`~pluie_reward.core.plan.ScoringPlan`.
+
+        Example:
+            >>> plan = judge.plan("para-fs", source="The cat sleeps.", hypothesis=["A cat is asleep.", "It rains."])
+            >>> plan.n, plan.columns["source"]
+            (2, ['The cat sleeps.', 'The cat sleeps.'])
+            >>> judge.run(plan) == judge.score("para-fs", source="The cat sleeps.", hypothesis=["A cat is asleep.", "It rains."])
+            True
+        """
+        options = ScoreOptions(details, threshold, truncate, use_cache, max_new_tokens)
+        return ScoringPlan.build(self.bind(template), fields, options)
+
     def score(
         self,
         template: TemplateLike = None,
@@ -428,23 +432,8 @@ class Judge:
             >>> judge.score("rev", original=["P"], instruction=["Fix typos"], hypothesis=["P."], details=True)  # doctest: +SKIP
             [{'logratio': 2.1, 'p_yes': 0.89, 'verdict': True}]
         """
-        call = self._start(template, fields, truncate, use_cache, max_new_tokens)
-        with self._lock, self.engine.session() as state:
-            generated = None
-            if call.bound.template.generates:
-                plan = self._generation_plan(call, state)
-                outputs = (
-                    self.engine.generate([k[-1] for k in plan.todo], max_new_tokens=call.limit, stop_ids=call.bound.stop_ids)
-                    if plan.todo else []
-                )
-                generated = self._generated(call, plan, outputs)
-            plan, requests = self._answer_plan(call, state, generated)
-            fresh = (
-                self.engine.answer_logprobs(requests, call.bound.answer_ids, prefix=call.bound.prefix_ids)
-                if requests else []
-            )
-            answers = self._answers(call, plan, fresh)
-        return self._finish(call, answers, generated, details, threshold)
+        return self.run(self.plan(template, details=details, threshold=threshold, truncate=truncate,
+                                  use_cache=use_cache, max_new_tokens=max_new_tokens, **fields))
 
     async def ascore(
         self,
@@ -457,7 +446,7 @@ class Judge:
         max_new_tokens: int | None = None,
         **fields: Any,
     ) -> list[float] | list[dict[str, Any]]:
-        """:meth:`score` for ``asyncio`` code: the same steps, awaiting engines that serve concurrent
+        """:meth:`score` for ``asyncio`` code: the same plan, awaiting engines that serve concurrent
         requests (vLLM, remote) so that concurrent calls are batched by the engine itself. Other
         engines score in a worker thread, one call at a time.
 
@@ -465,90 +454,123 @@ class Judge:
             >>> await judge.ascore("para-fs", source=["S"], hypothesis=["H"])  # doctest: +SKIP
             [-2.39]
         """
+        return await self.arun(self.plan(template, details=details, threshold=threshold, truncate=truncate,
+                                         use_cache=use_cache, max_new_tokens=max_new_tokens, **fields))
+
+    def run(self, plan: ScoringPlan) -> list[float] | list[dict[str, Any]]:
+        """Execute a plan from :meth:`plan` (blocking): what :meth:`score` does.
+
+        Args:
+            plan: a plan of this judge (its template bound to this judge's tokenizer).
+
+        Returns:
+            As :meth:`score`.
+        """
+        self._own(plan)
+        with self._lock, self.engine.session() as state:
+            steps = self._steps(plan, state)
+            reply = None
+            while True:
+                try:
+                    call = steps.send(reply)
+                except StopIteration as done:
+                    return done.value
+                reply = call.run(self.engine)
+
+    async def arun(self, plan: ScoringPlan) -> list[float] | list[dict[str, Any]]:
+        """Execute a plan from :meth:`plan` in ``asyncio`` code: what :meth:`ascore` does.
+
+        Args:
+            plan: a plan of this judge.
+
+        Returns:
+            As :meth:`score`.
+        """
         if not self.engine.concurrent:
-            options = dict(details=details, threshold=threshold, truncate=truncate, use_cache=use_cache, max_new_tokens=max_new_tokens)
-            return await asyncio.to_thread(functools.partial(self.score, template, **options, **fields))
-        call = self._start(template, fields, truncate, use_cache, max_new_tokens)
+            return await asyncio.to_thread(self.run, plan)
+        self._own(plan)
         with self.engine.session() as state:
-            generated = None
-            if call.bound.template.generates:
-                plan = self._generation_plan(call, state)
-                outputs = (
-                    await self.engine.agenerate([k[-1] for k in plan.todo], max_new_tokens=call.limit, stop_ids=call.bound.stop_ids)
-                    if plan.todo else []
-                )
-                generated = self._generated(call, plan, outputs)
-            plan, requests = self._answer_plan(call, state, generated)
-            fresh = (
-                await self.engine.aanswer_logprobs(requests, call.bound.answer_ids, prefix=call.bound.prefix_ids)
-                if requests else []
+            steps = self._steps(plan, state)
+            reply = None
+            while True:
+                try:
+                    call = steps.send(reply)
+                except StopIteration as done:
+                    return done.value
+                reply = await call.arun(self.engine)
+
+    # the steps of a plan, shared by run and arun -----------------------------------------------
+    def _own(self, plan: ScoringPlan) -> None:
+        with self._cache_lock:
+            mine = any(bound is plan.bound for bound in self._bound.values())
+        if not mine:
+            raise ValueError("this plan was made by another judge (its template is bound to that judge's tokenizer); "
+                             "make it with this judge's plan().")
+
+    def _steps(self, plan: ScoringPlan, state: Any) -> Generator[EngineCall, Any, list]:
+        """The scoring call as a generator: yields each :class:`EngineCall`, receives its result,
+        returns the finished results. ``state`` is the engine session's (the cache key's first part)."""
+        bound, use_cache = plan.bound, plan.options.use_cache
+        generated = None
+        if bound.template.generates:
+            step = self._generation_step(plan, state)
+            outputs = (
+                (yield EngineCall("generate", ([k[-1] for k in step.todo],),
+                                  {"max_new_tokens": plan.max_new_tokens, "stop_ids": bound.stop_ids}))
+                if step.todo else []
             )
-            answers = self._answers(call, plan, fresh)
-        return self._finish(call, answers, generated, details, threshold)
+            texts = {k: self.tokenizer.decode(list(ids), skip_special_tokens=True).strip() for k, ids in zip(step.todo, outputs)}
+            generated = self._store(step, texts, use_cache)
+        columns = plan.columns if generated is None else {**plan.columns, GENERATED: generated}
+        items = bound.encode_items(columns, plan.n, truncate=plan.options.truncate)
+        step = self._lookup([(state, bound.answer_ids, item.ids) for item in items], use_cache)
+        first: dict[tuple, Any] = {}
+        for key, item in zip(step.keys, items):
+            first.setdefault(key, item)
+        requests = [Request(first[key].ids, first[key].group) for key in step.todo]
+        fresh = (
+            (yield EngineCall("answer_logprobs", (requests, bound.answer_ids), {"prefix": bound.prefix_ids}))
+            if requests else []
+        )
+        answers = self._store(step, {key: self._checked(values) for key, values in zip(step.todo, fresh)}, use_cache)
+        return self._finish(plan, answers, generated)
 
-    # the steps of a scoring call, shared by score and ascore ---------------------------------
-    def _start(self, template: TemplateLike, fields: dict, truncate: bool, use_cache: bool, max_new_tokens: int | None) -> "_Call":
-        bound = self.bind(template)
-        columns, n = normalize_fields(bound.template, fields)
-        limit = bound.template.max_new_tokens if max_new_tokens is None else max_new_tokens
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise ValueError(f"max_new_tokens must be a positive integer, got {limit!r}.")
-        return _Call(bound, columns, n, truncate, use_cache, limit)
-
-    def _plan(self, keys: list[tuple], use_cache: bool) -> "_Plan":
+    def _lookup(self, keys: list[tuple], use_cache: bool) -> CacheStep:
         """Each item's key, the cached values resolved now, and the distinct keys left to compute."""
         hits: dict[tuple, Any] = {}
         if use_cache:
-            with self._lock:
+            with self._cache_lock:
                 for key in keys:
                     if key not in hits and key in self.results:
                         hits[key] = self.results.get(key)
-        return _Plan(keys, hits, list(dict.fromkeys(k for k in keys if k not in hits)))
+        return CacheStep(keys, hits, list(dict.fromkeys(k for k in keys if k not in hits)))
 
-    def _generation_plan(self, call: "_Call", state: Any) -> "_Plan":
-        """The judge's own turn (INDIRECT): each item's cache key (state, prompt ids); the prompt ids
-        of those to generate are ``key[-1]`` of ``plan.todo``."""
-        keys = []
-        for index in range(call.n):
-            row = {name: column[index] for name, column in call.columns.items()}
-            _, ids = call.bound.fit(row, index, call.truncate, call.bound.encode_generation_prompt, reserve=call.limit + 64)
-            keys.append((state, "generated", call.limit, tuple(ids)))
-        return self._plan(keys, call.use_cache)
-
-    def _generated(self, call: "_Call", plan: "_Plan", outputs: Sequence[Sequence[int]]) -> list[str]:
-        texts = {k: self.tokenizer.decode(list(ids), skip_special_tokens=True).strip() for k, ids in zip(plan.todo, outputs)}
-        if call.use_cache:
-            with self._lock:
-                self.results.update(texts.items())
-        return plan.resolve(texts)
-
-    def _answer_plan(self, call: "_Call", state: Any, generated: list[str] | None) -> tuple["_Plan", list[Request]]:
-        """Each item's cache key (state, answer ids, prompt ids), and the engine requests still to run."""
-        columns = call.columns if generated is None else {**call.columns, GENERATED: generated}
-        items = call.bound.encode_items(columns, call.n, truncate=call.truncate)
-        keys = [(state, call.bound.answer_ids, item.ids) for item in items]
-        plan = self._plan(keys, call.use_cache)
-        first = {}
-        for key, item in zip(keys, items):
-            first.setdefault(key, item)
-        return plan, [Request(first[key].ids, first[key].group) for key in plan.todo]
-
-    def _answers(self, call: "_Call", plan: "_Plan", fresh: Sequence[Sequence[float]]) -> list[tuple]:
-        computed = {key: self._checked(values) for key, values in zip(plan.todo, fresh)}
-        if call.use_cache:
-            with self._lock:
+    def _store(self, step: CacheStep, computed: dict[tuple, Any], use_cache: bool) -> list[Any]:
+        if use_cache:
+            with self._cache_lock:
                 self.results.update(computed.items())
-        return plan.resolve(computed)
+        return step.resolve(computed)
 
-    def _finish(self, call: "_Call", answers: list[tuple], generated: list[str] | None, details: bool, threshold: float | None) -> list:
-        cut = self.threshold if threshold is None else threshold
-        records = [answer_record(call.bound.template, values, cut) for values in answers]
+    def _generation_step(self, plan: ScoringPlan, state: Any) -> CacheStep:
+        """The judge's own turn (INDIRECT): each item's cache key (state, prompt ids); the prompt ids
+        of those to generate are ``key[-1]`` of ``step.todo``."""
+        bound, limit = plan.bound, plan.max_new_tokens
+        keys = []
+        for index, row in enumerate(plan.rows()):
+            _, ids = bound.fit(row, index, plan.options.truncate, bound.encode_generation_prompt, reserve=limit + 64)
+            keys.append((state, "generated", limit, tuple(ids)))
+        return self._lookup(keys, plan.options.use_cache)
+
+    def _finish(self, plan: ScoringPlan, answers: list[tuple], generated: list[str] | None) -> list:
+        options = plan.options
+        cut = self.threshold if options.threshold is None else options.threshold
+        records = [answer_record(plan.template, values, cut) for values in answers]
         if generated is not None:
             for record, text in zip(records, generated):
                 record["generated"] = text
-        if details and self.calibration is not None:
-            self.calibration.annotate(records, call.bound.template.name)
-        if details:
+        if options.details and self.calibration is not None:
+            self.calibration.annotate(records, plan.template.name)
+        if options.details:
             return records
         return [r["logratio"] if "logratio" in r else r["score"] for r in records]
 
@@ -564,7 +586,7 @@ class Judge:
 
     def clear_cache(self) -> None:
         """Forget cached results and the engine's cached prefixes."""
-        with self._lock:
+        with self._lock, self._cache_lock:
             self.results.clear()
             self.engine.clear()
 

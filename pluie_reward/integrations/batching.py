@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..core.errors import PluieError
-from ..core.template import normalize_fields
+from ..core.plan import ScoringPlan
 
 
 class ShuttingDown(PluieError, RuntimeError):
@@ -40,8 +40,7 @@ class ScoringError(PluieError):
 
 @dataclass
 class _Job:
-    columns: dict[str, list[str | None]]
-    n: int
+    plan: ScoringPlan
     tokens: int
     future: Future = field(default_factory=Future)
     enqueued: float = field(default_factory=time.monotonic)
@@ -113,7 +112,7 @@ class Batcher:
     def pending(self) -> tuple[int, int]:
         """(requests, items) waiting in the queue."""
         with self._cond:
-            return len(self._pending), sum(job.n for job in self._pending)
+            return len(self._pending), sum(job.plan.n for job in self._pending)
 
     def submit(self, fields: Mapping[str, Any]) -> Future:
         """Queue one request; its future resolves to one ``{"logratio", "p_yes", "verdict"}`` per item.
@@ -121,9 +120,9 @@ class Batcher:
         Bad fields raise ``ValueError``/``TypeError`` here, before queueing. The future fails with
         :class:`ScoringError` if the judge rejects the request (e.g. too long with ``truncate=False``).
         """
-        columns, n = normalize_fields(self.bound.template, fields)
-        job = _Job(columns, n, self._estimate_tokens(columns))
-        if n == 0:
+        plan = self._plan(fields)
+        job = _Job(plan, self._estimate_tokens(plan))
+        if plan.n == 0:
             job.future.set_result([])
             return job.future
         with self._cond:
@@ -137,11 +136,14 @@ class Batcher:
         """:meth:`submit` and wait for the result without blocking the event loop."""
         return await asyncio.wrap_future(self.submit(fields))
 
-    def _estimate_tokens(self, columns: Mapping[str, list[str | None]]) -> int:
+    def _plan(self, fields: Mapping[str, Any]) -> ScoringPlan:
+        """The request's scoring plan (bad fields raise ``ValueError``/``TypeError``/``KeyError`` here)."""
+        return self.judge.plan(self.template, details=True, threshold=self.threshold, truncate=self.truncate, **fields)
+
+    def _estimate_tokens(self, plan: ScoringPlan) -> int:
         # field characters / 4 + the prompt's own tokens: cheap, only used to bound batch sizes
-        chars = sum(len(v) for column in columns.values() for v in column if v)
-        n = len(next(iter(columns.values()), []))
-        return chars // 4 + n * (len(self.bound.prefix_ids) + 16)
+        chars = sum(len(v) for column in plan.columns.values() for v in column if v)
+        return chars // 4 + plan.n * (len(self.bound.prefix_ids) + 16)
 
     # lifecycle -------------------------------------------------------------------------------
     def start(self) -> "Batcher":
@@ -186,9 +188,9 @@ class Batcher:
         """How many queued jobs (from the oldest) fit in one batch, and whether the batch is full."""
         items = tokens = count = 0
         for job in self._pending:
-            if count and (items + job.n > self.max_batch_items or tokens + job.tokens > self.max_batch_tokens):
+            if count and (items + job.plan.n > self.max_batch_items or tokens + job.tokens > self.max_batch_tokens):
                 return count, True
-            items, tokens, count = items + job.n, tokens + job.tokens, count + 1
+            items, tokens, count = items + job.plan.n, tokens + job.tokens, count + 1
         return count, items >= self.max_batch_items or tokens >= self.max_batch_tokens
 
     def _work(self) -> None:
@@ -203,10 +205,8 @@ class Batcher:
                     if not job.future.done():
                         job.future.set_exception(ScoringError(f"{type(err).__name__}: {err}", client_error=False))
 
-    def _score(self, columns: Mapping[str, list[str | None]], n_requests: int) -> list[dict[str, Any]]:
-        results = self.judge.score(
-            self.template, details=True, threshold=self.threshold, truncate=self.truncate, **columns
-        )
+    def _score(self, plan: ScoringPlan, n_requests: int) -> list[dict[str, Any]]:
+        results = self.judge.run(plan)
         if self.on_batch is not None:
             self.on_batch(len(results), n_requests)
         return results
@@ -214,25 +214,19 @@ class Batcher:
     def _run(self, batch: list[_Job]) -> None:
         if not batch:
             return
-        names = [f for f in self.bound.template.all_fields if any(f in job.columns for job in batch)]
-        merged = {f: [v for job in batch for v in job.columns.get(f, [None] * job.n)] for f in names}
+        joined = ScoringPlan.concat([job.plan for job in batch])
         try:
-            results = self._score(merged, len(batch))
+            results = self._score(joined, len(batch))
         except Exception:  # noqa: BLE001 - find the guilty request: run each alone
-            if len(batch) == 1:
-                self._run_alone(batch[0])
-            else:
-                for job in batch:
-                    self._run_alone(job)
+            for job in batch:
+                self._run_alone(job)
             return
-        start = 0
-        for job in batch:
-            job.future.set_result(results[start : start + job.n])
-            start += job.n
+        for job, part in zip(batch, joined.split(results)):
+            job.future.set_result(part)
 
     def _run_alone(self, job: _Job) -> None:
         try:
-            job.future.set_result(self._score(job.columns, 1))
+            job.future.set_result(self._score(job.plan, 1))
         except (ValueError, TypeError) as err:
             job.future.set_exception(ScoringError(str(err), client_error=True))
         except Exception as err:  # noqa: BLE001 - reported to the caller as a server error, never kills the worker
@@ -274,6 +268,7 @@ class Direct:
 
     fields = Batcher.fields
     optional_fields = Batcher.optional_fields
+    _plan = Batcher._plan
 
     @property
     def pending(self) -> tuple[int, int]:
@@ -294,7 +289,8 @@ class Direct:
 
     async def score(self, fields: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Score one request's items (bad fields raise ``ValueError``/``TypeError`` before scoring)."""
-        columns, n = normalize_fields(self.bound.template, fields)
+        plan = self._plan(fields)
+        n = plan.n
         if n == 0:
             return []
         if not self._accepting:
@@ -303,7 +299,7 @@ class Direct:
             self._in_flight[0] += 1
             self._in_flight[1] += n
         try:
-            results = await self.judge.ascore(self.template, details=True, threshold=self.threshold, truncate=self.truncate, **columns)
+            results = await self.judge.arun(plan)
         except (ValueError, TypeError) as err:
             raise ScoringError(str(err), client_error=True) from None
         except Exception as err:  # noqa: BLE001 - reported to the caller as a server error

@@ -1,0 +1,183 @@
+"""A scoring call as a first-class plan: bound, normalised and checked once, run by any driver.
+
+:meth:`Judge.plan <pluie_reward.Judge.plan>` binds the template to the judge's tokenizer and
+normalises the fields (the one field -> column mapping, :func:`~pluie_reward.core.template.normalize_fields`):
+bad input fails there, before anything is queued or computed. :meth:`Judge.run <pluie_reward.Judge.run>`
+and :meth:`Judge.arun <pluie_reward.Judge.arun>` then drive the *same* steps: each step resolves the
+judge's cache hits to values when it is planned, hands the engine an :class:`EngineCall` for what is
+left, and finishes into results. ``score``/``ascore``, the server's batchers and the rewards all go
+through plans; the server coalesces several requests' plans with :meth:`ScoringPlan.concat` and
+hands each caller its slice with :meth:`ScoringPlan.split`.
+
+Example:
+    >>> from pluie_reward.core.template import load_template
+    >>> options = ScoreOptions(details=True, threshold=1.0)
+    >>> options.max_new_tokens is None, options.truncate
+    (True, True)
+    >>> ScoreOptions(max_new_tokens=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: max_new_tokens must be a positive integer, got 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from .template import normalize_fields
+
+
+@dataclass(frozen=True)
+class ScoreOptions:
+    """How one scoring call reads and reports (the keyword options of :meth:`Judge.score`).
+
+    Checked once, when the plan is made.
+    """
+
+    details: bool = field(default=False, metadata={"help": "one record per item instead of a float"})
+    threshold: float | None = field(default=None, metadata={"help": "verdict = score > threshold (None: the judge's)"})
+    truncate: bool = field(default=True, metadata={"help": "cut over-long fields from the middle instead of raising"})
+    use_cache: bool = field(default=True, metadata={"help": "reuse results of identical prompts (same weights)"})
+    max_new_tokens: int | None = field(
+        default=None, metadata={"help": "length limit of a judge-generated turn (None: the template's)"}
+    )
+
+    def __post_init__(self) -> None:
+        limit = self.max_new_tokens
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+            raise ValueError(f"max_new_tokens must be a positive integer, got {limit!r}.")
+
+
+@dataclass(frozen=True)
+class EngineCall:
+    """One request of a plan to its engine: ``answer_logprobs`` or ``generate``, with its arguments.
+
+    Args:
+        method: the :class:`~pluie_reward.engines.base.Engine` method (its async twin is ``"a" + method``).
+        args: positional arguments.
+        kwargs: keyword arguments.
+    """
+
+    method: str
+    args: tuple
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def run(self, engine: Any) -> Any:
+        """Call the engine's method (blocking)."""
+        return getattr(engine, self.method)(*self.args, **self.kwargs)
+
+    async def arun(self, engine: Any) -> Any:
+        """Await the engine's async twin (``aanswer_logprobs``, ``agenerate``)."""
+        return await getattr(engine, "a" + self.method)(*self.args, **self.kwargs)
+
+
+@dataclass
+class CacheStep:
+    """One step of a scoring call: each item's cache key, the cached values resolved when the step
+    is planned (an eviction by a concurrent call while the engine runs cannot lose them), and the
+    distinct keys the engine must still compute, in order.
+
+    Example:
+        >>> step = CacheStep(keys=[("a",), ("b",), ("a",)], hits={("b",): 2.0}, todo=[("a",)])
+        >>> step.resolve({("a",): 1.0})
+        [1.0, 2.0, 1.0]
+    """
+
+    keys: list[tuple]
+    hits: dict[tuple, Any]
+    todo: list[tuple]
+
+    def resolve(self, computed: Mapping[tuple, Any]) -> list[Any]:
+        """Each item's value: computed now, or resolved at planning time."""
+        return [computed[k] if k in computed else self.hits[k] for k in self.keys]
+
+
+@dataclass
+class ScoringPlan:
+    """One scoring call, bound and checked: what :meth:`Judge.run <pluie_reward.Judge.run>` executes.
+
+    Make one with :meth:`Judge.plan <pluie_reward.Judge.plan>` (or :meth:`build`).
+
+    Attributes:
+        bound: the template bound to the judge's tokenizer.
+        columns: the normalised fields, one list of ``n`` values per field.
+        n: the number of items.
+        options: the call's :class:`ScoreOptions`.
+        sizes: the item counts of the plans :meth:`concat` joined (``(n,)`` for a single plan).
+    """
+
+    bound: Any
+    columns: dict[str, list]
+    n: int
+    options: ScoreOptions = field(default_factory=ScoreOptions)
+    sizes: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.sizes:
+            self.sizes = (self.n,)
+
+    @classmethod
+    def build(cls, bound: Any, fields: Mapping[str, Any], options: ScoreOptions | None = None) -> "ScoringPlan":
+        """Normalise ``fields`` against the bound template (raises ``TypeError``/``ValueError``/``KeyError``
+        with what to do on bad input).
+
+        Args:
+            bound: a :class:`~pluie_reward.core.prompt.BoundTemplate`.
+            fields: the template's fields, each a list (one value per item) or one shared string.
+            options: the call's options (default: :class:`ScoreOptions`).
+
+        Returns:
+            The plan.
+        """
+        columns, n = normalize_fields(bound.template, fields)
+        return cls(bound, columns, n, options or ScoreOptions())
+
+    @property
+    def template(self) -> Any:
+        """The (unbound) template."""
+        return self.bound.template
+
+    @property
+    def max_new_tokens(self) -> int:
+        """The judge-generated turn's length limit (the option, else the template's)."""
+        limit = self.options.max_new_tokens
+        return self.bound.template.max_new_tokens if limit is None else limit
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The items as ``{field: value}`` dicts."""
+        return [{name: column[i] for name, column in self.columns.items()} for i in range(self.n)]
+
+    @classmethod
+    def concat(cls, plans: Sequence["ScoringPlan"]) -> "ScoringPlan":
+        """One plan scoring several plans' items in one engine pass (same template and options);
+        :meth:`split` hands each its results. A field missing from one plan (optional) is ``None`` there.
+
+        Example:
+            >>> from pluie_reward.core.template import load_template
+            >>> class Bound: template = load_template("para-fs")
+            >>> a = ScoringPlan.build(Bound, {"source": ["s1", "s2"], "hypothesis": ["h1", "h2"]})
+            >>> b = ScoringPlan.build(Bound, {"source": "s3", "hypothesis": ["h3"]})
+            >>> both = ScoringPlan.concat([a, b])
+            >>> both.n, both.columns["source"], both.split(["r1", "r2", "r3"])
+            (3, ['s1', 's2', 's3'], [['r1', 'r2'], ['r3']])
+        """
+        if not plans:
+            raise ValueError("concat needs at least one plan.")
+        first = plans[0]
+        for plan in plans[1:]:
+            if plan.bound is not first.bound or plan.options != first.options:
+                raise ValueError("only plans of one bound template with the same options can be joined.")
+        names = [f for f in first.template.all_fields if any(f in plan.columns for plan in plans)]
+        columns = {f: [v for plan in plans for v in plan.columns.get(f, [None] * plan.n)] for f in names}
+        return cls(first.bound, columns, sum(p.n for p in plans), first.options, tuple(p.n for p in plans))
+
+    def split(self, results: Sequence[Any]) -> list[list[Any]]:
+        """The results of a joined plan, cut back into one list per plan given to :meth:`concat`."""
+        if len(results) != self.n:
+            raise ValueError(f"expected {self.n} results, got {len(results)}.")
+        out, start = [], 0
+        for size in self.sizes:
+            out.append(list(results[start : start + size]))
+            start += size
+        return out
