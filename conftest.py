@@ -13,11 +13,23 @@ milliseconds; nothing is downloaded):
 
 Examples that need a meaningful judge call ``Judge.load()`` themselves (the embedded default judge,
 offline; converted once into ``~/.cache/pluie_reward``).
+
+Each doctest runs in a fresh temporary working directory, so examples write ``out/...`` as users
+would, and ``$PARAPHRASUS_DIR`` points at the PARAPHRASUS data in ``../shared`` (``$PLUIE_SHARED``,
+as for the tests); examples reading it are skipped when it is missing.
 """
 
+import doctest
+import os
 import re
+from pathlib import Path
 
 import pytest
+
+SHARED = Path(os.environ.get("PLUIE_SHARED") or Path(__file__).resolve().parent.parent / "shared")
+PARAPHRASUS = SHARED / "data" / "paraphrasus"
+# functions whose examples read the PARAPHRASUS files
+_READS_SHARED = re.compile(r"\b(load_pairs|run_paraphrasus|find_data_dir|read_pairs|PARAPHRASUS_DIR)\b")
 
 
 def _tiny(name: str) -> dict:
@@ -40,13 +52,19 @@ _NAMES = ("peft_model", "policy", "judge", "model", "tokenizer", "ids")
 
 
 @pytest.fixture(autouse=True)
-def _doctest_objects(request, doctest_namespace):
-    """Fresh tiny objects for the names a doctest's examples mention (doctests only)."""
+def _doctest_objects(request, doctest_namespace, tmp_path, monkeypatch):
+    """A temporary working directory and fresh tiny objects for the names a doctest's examples
+    mention (doctests only)."""
     dtest = getattr(request.node, "dtest", None)
     if dtest is None:
         yield
         return
-    source = "\n".join(example.source for example in dtest.examples)
+    source = "\n".join(example.source for example in dtest.examples if not example.options.get(doctest.SKIP))
+    if _READS_SHARED.search(source):
+        if not PARAPHRASUS.is_dir():
+            pytest.skip(f"{PARAPHRASUS} is missing: examples reading the PARAPHRASUS data need ../shared beside the checkout")
+        monkeypatch.setenv("PARAPHRASUS_DIR", str(PARAPHRASUS))
+    monkeypatch.chdir(tmp_path)
     wanted = [name for name in _NAMES if re.search(rf"(?<![\w.]){name}\b", source)]
     added: dict = {}
     for name in wanted:
