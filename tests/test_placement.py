@@ -221,21 +221,45 @@ def test_trainable_embedded_model_is_accepted_by_trainer_and_matches_the_judge(t
     assert torch.allclose(got, want, atol=1e-4)
 
 
-def test_shared_judge_ignores_the_trainers_mixed_precision_wrapper(tokenizer):
-    from types import MethodType
+MIXED_PRECISION_SCRIPT = """
+import json, torch
+from accelerate import Accelerator
+from peft import LoraConfig, get_peft_model
+from pluie_reward import Judge
+from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
 
-    policy = make_policy(tokenizer)
-    # what accelerate.prepare_model does for bf16 mixed precision: forward wrapped in autocast
-    policy._original_forward = policy.forward
-    policy.forward = MethodType(torch.autocast("cpu", dtype=torch.bfloat16)(policy.forward.__func__), policy)
-    patched = policy.forward
-    want = reference_scores(tokenizer, source=SOURCES, hypothesis=HYPOTHESES)
-    ids = tokenizer(["The cat sleeps on the mat."], return_tensors="pt").input_ids
-    with torch.no_grad(), policy.disable_adapter():  # bf16 autocast really changes the outputs
-        assert not torch.allclose(policy(input_ids=ids).logits.float(), policy._original_forward(input_ids=ids).logits, atol=1e-3)
-    got = Judge.from_peft(policy, tokenizer).score("para-fs", source=SOURCES, hypothesis=HYPOTHESES)
-    assert got == pytest.approx(want, abs=1e-3)
-    assert policy.forward == patched  # the trainer's wrapper is back
+sources = ["The cat sleeps on the mat.", "The dog barks at night."]
+hypotheses = ["A cat is sleeping on the mat.", "The dog sleeps."]
+tokenizer = make_tiny_tokenizer()
+want = Judge.from_model(make_tiny_causal_lm(tokenizer, seed=0), tokenizer).score("para-fs", source=sources, hypothesis=hypotheses)
+policy = get_peft_model(make_tiny_causal_lm(tokenizer, seed=0), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+policy = Accelerator(mixed_precision="bf16", cpu=True).prepare_model(policy)   # the real wrapper
+patched = policy.forward
+ids = tokenizer(["The cat sleeps on the mat."], return_tensors="pt").input_ids
+with torch.no_grad(), policy.disable_adapter():
+    reference = make_tiny_causal_lm(tokenizer, seed=0)(input_ids=ids).logits
+    changed = float((policy(input_ids=ids).logits.float() - reference).abs().max())
+got = Judge.from_peft(policy, tokenizer).score("para-fs", source=sources, hypothesis=hypotheses)
+print("RESULT " + json.dumps({"want": want, "got": got, "changed": changed, "restored": policy.forward == patched}))
+"""
+
+
+def test_shared_judge_ignores_the_trainers_mixed_precision_wrapper(tmp_path):
+    """accelerate's bf16 mixed precision (the real ``Accelerator.prepare_model``, in a subprocess: its
+    state is process-wide) wraps the policy's forward in autocast; the shared judge scores in the
+    weights' float32 anyway and puts the wrapper back. Breaks if accelerate moves ``_original_forward``."""
+    import json
+    import subprocess
+
+    script = tmp_path / "mixed_precision.py"
+    script.write_text(MIXED_PRECISION_SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stderr[-3000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert result["changed"] > 1e-3  # bf16 autocast really changes this model's outputs
+    assert result["got"] == pytest.approx(result["want"], abs=1e-3)
+    assert result["restored"]  # the trainer's wrapper is back
 
 
 def test_both_shared_judge_constructions_are_the_same_judge(tokenizer, monkeypatch):
