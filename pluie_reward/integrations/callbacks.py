@@ -9,7 +9,7 @@ Example:
     >>> from pluie_reward import Judge
     >>> from pluie_reward.integrations.callbacks import PluieCallback
     >>> callback = PluieCallback(Judge.load, "para-fs", [{"prompt": "Paraphrase: The cat sleeps.", "source": "The cat sleeps."}])
-    >>> trainer = SFTTrainer(model, args=args, train_dataset=train, eval_dataset=dev, callbacks=[callback])  # doctest: +SKIP
+    >>> trainer = SFTTrainer(model, args=args, train_dataset=train, eval_dataset=dev, callbacks=[callback])  # needs minutes of training  # doctest: +SKIP
     >>> trainer.train()  # doctest: +SKIP
 """
 
@@ -68,8 +68,12 @@ def generation_state(model: Any) -> Iterator[None]:
     acts in training mode).
 
     Example:
-        >>> with generation_state(model):  # doctest: +SKIP
-        ...     out = model.generate(**batch)
+        >>> batch = tokenizer(["The cat"], return_tensors="pt")
+        >>> _ = model.train()  # e.g. called from inside a training loop
+        >>> with generation_state(model):
+        ...     out = model.generate(**batch, max_new_tokens=4, do_sample=False)
+        >>> model.training
+        True
     """
     modes = [(module, module.training) for module in model.modules()]
     config = getattr(model, "config", None)
@@ -100,8 +104,8 @@ def generate_texts(
     models decode the decoder output. The model's training flags and ``use_cache`` are restored.
 
     Example:
-        >>> generate_texts(model, tok, [[{"role": "user", "content": "Paraphrase: hi"}]], max_new_tokens=20)  # doctest: +SKIP
-        ['Hello.']
+        >>> generate_texts(model, tokenizer, [[{"role": "user", "content": "Paraphrase: hi"}]], max_new_tokens=20)
+        ['...']
     """
     tokenizer = _text_tokenizer(tokenizer)
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
@@ -212,11 +216,17 @@ class PluieCallback(TrainerCallback):
     logged). A callback only passed in ``callbacks=[...]`` still finds it, with a ``DeprecationWarning``.
 
     Example:
-        >>> callback = PluieCallback(judge, "para-fs", eval_set, max_items=64, max_new_tokens=48)  # doctest: +SKIP
+        >>> from transformers import Trainer, TrainingArguments
+        >>> eval_set = [{"prompt": [{"role": "user", "content": "Paraphrase: The cat sleeps."}], "source": "The cat sleeps."},
+        ...             {"prompt": [{"role": "user", "content": "Paraphrase: Prices rose."}], "source": "Prices rose."}]
+        >>> callback = PluieCallback(judge, "para-fs", eval_set, max_items=64, max_new_tokens=48)
         >>> args = TrainingArguments("out", eval_strategy="steps", eval_steps=50, load_best_model_at_end=True,
-        ...                          metric_for_best_model="eval_pluie_mean", greater_is_better=True)  # doctest: +SKIP
-        >>> trainer = Trainer(model, args, train_dataset=train, eval_dataset=dev)                  # doctest: +SKIP
-        >>> callback.attach(trainer)  # or PluieCallback(..., trainer=trainer)                   # doctest: +SKIP
+        ...                          metric_for_best_model="eval_pluie_mean", greater_is_better=True)
+        >>> ids = tokenizer("The cat sleeps.")["input_ids"]
+        >>> train = dev = [{"input_ids": ids, "labels": ids}]
+        >>> trainer = Trainer(model, args, train_dataset=train, eval_dataset=dev)
+        >>> callback.attach(trainer)  # or PluieCallback(..., trainer=trainer)
+        <transformers.trainer.Trainer object at 0x...>
     """
 
     def __init__(
@@ -351,7 +361,14 @@ class PluieCallback(TrainerCallback):
             The trainer.
 
         Example:
-            >>> trainer = callback.attach(Trainer(model, args, train_dataset=train, eval_dataset=dev))  # doctest: +SKIP
+            >>> from transformers import Trainer, TrainingArguments
+            >>> callback = PluieCallback(judge, "para-fs", [{"prompt": "Paraphrase: The cat sleeps.", "source": "The cat sleeps."}])
+            >>> ids = tokenizer("The cat sleeps.")["input_ids"]
+            >>> train = dev = [{"input_ids": ids, "labels": ids}]
+            >>> args = TrainingArguments("out", eval_strategy="steps", eval_steps=50)
+            >>> trainer = callback.attach(Trainer(model, args, train_dataset=train, eval_dataset=dev))
+            >>> callback in trainer.callback_handler.callbacks
+            True
         """
         from transformers import TrainerCallback
 
@@ -457,8 +474,13 @@ class PluieCallback(TrainerCallback):
         before training (step 0) included; ties go to the earliest step. ``None`` without history.
 
         Example:
-            >>> callback.best_evaluation()  # doctest: +SKIP
-            {'step': 0, 'metrics': {'eval_pluie_mean': -2.1, ...}, 'table': 'out/pluie/step-000000.jsonl'}
+            >>> callback = PluieCallback(judge, "para-fs", [{"prompt": "Paraphrase: The cat sleeps.", "source": "The cat sleeps."}],
+            ...                          max_new_tokens=8)
+            >>> callback.best_evaluation() is None  # no evaluation yet
+            True
+            >>> metrics = callback.evaluate(model, tokenizer)  # in training: at each evaluation
+            >>> callback.best_evaluation()
+            {'step': 0, 'metrics': {'eval_pluie_mean': ..., ...}, 'table': None}
         """
         entries = [e for e in self.history if metric in e["metrics"]]
         if not entries:
@@ -481,8 +503,12 @@ class PluieCallback(TrainerCallback):
         (and ``p_calibrated`` when the judge has a calibration) and the template fields. The model's state is restored afterwards.
 
         Example:
-            >>> records = callback.generate_and_score(model, tokenizer)  # doctest: +SKIP
-            >>> records[0]["generation"], records[0]["score"]  # doctest: +SKIP
+            >>> eval_set = [{"prompt": [{"role": "user", "content": "Paraphrase: The cat sleeps."}], "source": "The cat sleeps."},
+            ...             {"prompt": [{"role": "user", "content": "Paraphrase: Prices rose."}], "source": "Prices rose."}]
+            >>> callback = PluieCallback(judge, "para-fs", eval_set, max_new_tokens=8)
+            >>> records = callback.generate_and_score(model, tokenizer)
+            >>> records[0]["generation"], records[0]["score"]
+            ('...', ...)
         """
         tokenizer = self.tokenizer if self.tokenizer is not None else tokenizer
         if tokenizer is None:
@@ -520,8 +546,11 @@ class PluieCallback(TrainerCallback):
         gathered, the main process writes the table; returns the metrics (same on every process).
 
         Example:
-            >>> callback.evaluate(model, tokenizer)  # doctest: +SKIP
-            {'eval_pluie_mean': 1.2, 'eval_pluie_accept_rate': 0.75, 'eval_pluie_p10': -0.4, ...}
+            >>> eval_set = [{"prompt": [{"role": "user", "content": "Paraphrase: The cat sleeps."}], "source": "The cat sleeps."},
+            ...             {"prompt": [{"role": "user", "content": "Paraphrase: Prices rose."}], "source": "Prices rose."}]
+            >>> callback = PluieCallback(judge, "para-fs", eval_set, max_new_tokens=8)
+            >>> callback.evaluate(model, tokenizer)
+            {'eval_pluie_mean': ..., 'eval_pluie_accept_rate': ..., 'eval_pluie_p10': ..., ...}
         """
         process_index = getattr(args, "process_index", 0) if args is not None else 0
         num_processes = getattr(args, "world_size", 1) if args is not None else 1
