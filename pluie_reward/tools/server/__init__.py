@@ -6,8 +6,8 @@ live in :mod:`pluie_reward.integrations.client`. Names are imported lazily so th
 works without the server's dependencies.
 
 Example:
-    >>> from pluie_reward.integrations.client import RemotePluieReward                  # doctest: +SKIP
-    >>> reward = RemotePluieReward("http://127.0.0.1:8000")                 # doctest: +SKIP
+    >>> from pluie_reward.integrations.client import RemotePluieReward
+    >>> reward = RemotePluieReward("http://127.0.0.1:8000")  # a TRL reward scored by `pluie-reward serve`
 """
 
 from __future__ import annotations

@@ -214,8 +214,17 @@ def create_app(
     The batcher starts with the app's lifespan and, at shutdown, finishes the queued requests.
 
     Example:
-        >>> app = create_app(Judge.load(), "para-fs", token="s3cret", max_wait_ms=10)   # doctest: +SKIP
-        >>> uvicorn.run(app, host="127.0.0.1", port=8000)                               # doctest: +SKIP
+        >>> from pluie_reward import Judge
+        >>> app = create_app(Judge.load(), "para-fs", token="s3cret", max_wait_ms=10)
+        >>> uvicorn.run(app, host="127.0.0.1", port=8000)  # serves until Ctrl-C  # doctest: +SKIP
+
+        In-process, e.g. in tests (fastapi's ``TestClient`` runs the app's lifespan):
+
+        >>> from fastapi.testclient import TestClient
+        >>> with TestClient(create_app(judge, "para-fs", token="s3cret")) as client:
+        ...     client.post("/score", json={"source": ["a"], "hypothesis": ["b"]},
+        ...                 headers={"Authorization": "Bearer s3cret"}).json()
+        {'logratio': [...], 'p_yes': [...], 'verdict': [...]}
     """
     if max_items_per_request < 1 or max_body_bytes < 1:
         raise ValueError("max_items_per_request and max_body_bytes must be at least 1.")

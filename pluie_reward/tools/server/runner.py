@@ -13,7 +13,7 @@ def run(app: Any, host: str = "127.0.0.1", port: int = 8000, log_level: str = "i
     """Serve ``app`` until SIGINT/SIGTERM; in-flight requests finish before the process exits.
 
     Example:
-        >>> run(create_app(Judge.load()), port=8000)   # doctest: +SKIP
+        >>> run(create_app(Judge.load()), port=8000)  # serves until Ctrl-C  # doctest: +SKIP
     """
     import uvicorn
 
@@ -33,7 +33,9 @@ def background(app: Any, host: str = "127.0.0.1", port: int = 0, start_timeout: 
     ``port=0`` picks a free port. Leaving the block shuts the server down gracefully.
 
     Example:
-        >>> with background(create_app(judge)) as server:        # doctest: +SKIP
+        >>> import httpx
+        >>> from pluie_reward.tools.server import create_app
+        >>> with background(create_app(judge)) as server:
         ...     httpx.get(server.url + "/health").json()["status"]
         'ok'
     """
