@@ -6,7 +6,8 @@ beside the peer models, and reliability diagrams of the judge's probabilities. U
 Every figure of one run uses the same label names (:data:`LABEL_NAMES`) and colours.
 
 Example:
-    >>> plot_threshold_curves([-2.0, 1.0, 3.0], [False, True, True], "curves.png")  # doctest: +SKIP
+    >>> plot_threshold_curves([-2.0, 1.0, 3.0], [False, True, True], "curves.png")
+    PosixPath('curves.png')
 """
 
 from __future__ import annotations
@@ -73,7 +74,9 @@ def plot_threshold_curves(
     the natural threshold drawn as a dashed line. Returns the written PNG path.
 
     Example:
-        >>> plot_threshold_curves(scores, labels, "out/mrpc_curves.png", title="MRPC")  # doctest: +SKIP
+        >>> scores, labels = [-2.1, -0.4, 0.3, 1.8, 2.5, 3.1], [False, False, True, False, True, True]
+        >>> plot_threshold_curves(scores, labels, "out/mrpc_curves.png", title="MRPC")
+        PosixPath('out/mrpc_curves.png')
     """
     s, y = as_scores(scores), as_labels(labels)
     lo, hi = x_range(s, natural_threshold)
@@ -136,7 +139,9 @@ def plot_score_histograms(
     side of the threshold that is correct is shaded and the error rate written. Returns the PNG path.
 
     Example:
-        >>> plot_score_histograms(scores, labels, "out/mrpc_hist.png")  # doctest: +SKIP
+        >>> scores, labels = [-2.1, -0.4, 0.3, 1.8, 2.5, 3.1], [False, False, True, False, True, True]
+        >>> plot_score_histograms(scores, labels, "out/mrpc_hist.png")
+        PosixPath('out/mrpc_hist.png')
     """
     from matplotlib.ticker import MaxNLocator
 
@@ -205,7 +210,10 @@ def plot_edit_distance(
     that is independent of lexical distance separates the labels vertically, not along x.
 
     Example:
-        >>> plot_edit_distance(scores, labels, distances, "out/PLUIE_edit_distance.png")  # doctest: +SKIP
+        >>> scores, labels = [-2.1, -0.4, 0.3, 1.8, 2.5, 3.1], [False, False, True, False, True, True]
+        >>> distances = [0.1, 0.5, 0.3, 0.2, 0.4, 0.1]  # e.g. normalised Levenshtein of each pair
+        >>> plot_edit_distance(scores, labels, distances, "out/PLUIE_edit_distance.png")
+        PosixPath('out/PLUIE_edit_distance.png')
     """
     s, y = as_scores(scores), as_labels(labels)
     d = as_scores(distances, "distances")
@@ -257,7 +265,9 @@ def plot_reliability(
         The written PNG path; its facts (:func:`plot_facts`) hold each series' ECE and bin counts.
 
     Example:
-        >>> plot_reliability([0.1, 0.8, 0.9], [False, True, False], "out/PLUIE_reliability.png")  # doctest: +SKIP
+        >>> path = plot_reliability([0.1, 0.8, 0.9], [False, True, False], "out/PLUIE_reliability.png")
+        >>> round(plot_facts(path)["p_yes = sigmoid(PLUIE)"]["ece"], 3)
+        0.4
     """
     from .calibration import expected_calibration_error
 
@@ -325,7 +335,10 @@ def plot_sts_bins(
     unrelated ... 5 = equivalent); ``human`` adds the share the STS-H annotators labelled paraphrase.
 
     Example:
-        >>> plot_sts_bins(sts_scores, verdicts, "out/sts_bins.png")  # doctest: +SKIP
+        >>> sts_scores = [0.5, 1.5, 2.5, 3.5, 4.5, 4.9]  # STS-benchmark similarity of each pair
+        >>> verdicts = [False, False, True, True, True, True]  # the judge's
+        >>> plot_sts_bins(sts_scores, verdicts, "out/sts_bins.png")
+        PosixPath('out/sts_bins.png')
     """
     judged = sts_bin_shares(sts, predicted)
     figure, ax = _figure()
@@ -360,7 +373,8 @@ def plot_error_rates(
     as bars, every other system (the published peers) as a marker on the same row. Lower is better.
 
     Example:
-        >>> plot_error_rates({"judge": {"MRPC": 0.3}, "llama": {"MRPC": 0.24}}, "out/errors.png")  # doctest: +SKIP
+        >>> plot_error_rates({"judge": {"MRPC": 0.3}, "llama": {"MRPC": 0.24}}, "out/errors.png")
+        PosixPath('out/errors.png')
     """
     systems = list(columns)
     rows: list[str] = []
@@ -397,8 +411,9 @@ def plot_facts(path: str | Path) -> dict[str, Any]:
     """What a plot shows, as stored in its PNG "Description" text (e.g. the marked best threshold).
 
     Example:
-        >>> plot_facts("out/plots/PLUIE_thresholds.png")["best_f1_threshold"]  # doctest: +SKIP
-        -0.149
+        >>> _ = plot_threshold_curves([-2.0, 1.0, 3.0], [False, True, True], "out/plots/PLUIE_thresholds.png")
+        >>> plot_facts("out/plots/PLUIE_thresholds.png")["best_f1_threshold"]  # halfway between -2 and 1
+        -0.5
     """
     import json
 
