@@ -29,7 +29,7 @@ import pytest
 SHARED = Path(os.environ.get("PLUIE_SHARED") or Path(__file__).resolve().parent.parent / "shared")
 PARAPHRASUS = SHARED / "data" / "paraphrasus"
 # functions whose examples read the PARAPHRASUS files
-_READS_SHARED = re.compile(r"\b(load_pairs|run_paraphrasus|find_data_dir|read_pairs|PARAPHRASUS_DIR)\b")
+_READS_SHARED = re.compile(r"\b(load_pairs|run_paraphrasus|find_data_dir|peer_results|read_pairs|PARAPHRASUS_DIR)\b")
 
 
 def _tiny(name: str) -> dict:
@@ -60,10 +60,10 @@ def _doctest_objects(request, doctest_namespace, tmp_path, monkeypatch):
         yield
         return
     source = "\n".join(example.source for example in dtest.examples if not example.options.get(doctest.SKIP))
-    if _READS_SHARED.search(source):
-        if not PARAPHRASUS.is_dir():
-            pytest.skip(f"{PARAPHRASUS} is missing: examples reading the PARAPHRASUS data need ../shared beside the checkout")
+    if PARAPHRASUS.is_dir():
         monkeypatch.setenv("PARAPHRASUS_DIR", str(PARAPHRASUS))
+    elif _READS_SHARED.search(source):
+        pytest.skip(f"{PARAPHRASUS} is missing: examples reading the PARAPHRASUS data need ../shared beside the checkout")
     monkeypatch.chdir(tmp_path)
     wanted = [name for name in _NAMES if re.search(rf"(?<![\w.]){name}\b", source)]
     added: dict = {}

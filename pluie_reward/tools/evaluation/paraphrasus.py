@@ -8,8 +8,10 @@ over the datasets present; the peers' means are recomputed over the same dataset
 (their published averages, which include PAWS-X/XNLI, are kept in the results as well).
 
 Example:
-    >>> results = run_paraphrasus(judge, "../shared/data/paraphrasus", limit=20)  # doctest: +SKIP
-    >>> print(markdown_report(results))  # doctest: +SKIP
+    >>> results = run_paraphrasus(judge, "../shared/data/paraphrasus", limit=2)  # 2 pairs per dataset  # doctest: +SKIP
+    >>> results = run_paraphrasus(judge, limit=2)  # the same: data_dir from $PARAPHRASUS_DIR (set here)
+    >>> print(markdown_report(results))
+    | challenge | dataset | n | tiny-random (para-fs) | llama_3_8b_ins_q4_k_m | ...
 """
 
 from __future__ import annotations
@@ -83,8 +85,8 @@ def find_data_dir(data_dir: str | Path | None = None) -> Path:
     or ``shared/data/paraphrasus`` relative to the working directory.
 
     Example:
-        >>> find_data_dir("/data/paraphrasus")  # doctest: +SKIP
-        PosixPath('/data/paraphrasus')
+        >>> find_data_dir()  # $PARAPHRASUS_DIR is set here
+        PosixPath('.../paraphrasus')
     """
     if data_dir is not None:
         candidates = [Path(data_dir)]
@@ -126,9 +128,9 @@ def load_pairs(
     dataset (shared evenly between the two directions of SNLI/ANLI), in file order.
 
     Example:
-        >>> pairs = load_pairs(limit=10)  # doctest: +SKIP
-        >>> len(pairs["SNLI"]), {p.file for p in pairs["SNLI"]}  # doctest: +SKIP
-        (10, {'stannlp-snli-pre-hyp.json', 'stannlp-snli-hyp-pre.json'})
+        >>> pairs = load_pairs(limit=10)
+        >>> len(pairs["SNLI"]), sorted({p.file for p in pairs["SNLI"]})
+        (10, ['stannlp-snli-hyp-pre.json', 'stannlp-snli-pre-hyp.json'])
     """
     folder = find_data_dir(data_dir)
     wanted = list(DATASET_NAMES) if datasets is None else list(datasets)
@@ -167,8 +169,8 @@ def peer_results(data_dir: str | Path | None = None, peers: str = "all") -> dict
     ``peers`` is "all", "llama3" (results_llama3.json), "paper" (results_paper.json) or "none".
 
     Example:
-        >>> peer_results(peers="llama3")["llama_3_8b_ins_q4_k_m"]["MRPC"]  # doctest: +SKIP
-        0.241
+        >>> peer_results(peers="llama3")["llama_3_8b_ins_q4_k_m"]["MRPC"]
+        0.241...
     """
     if peers == "none":
         return {}
@@ -238,9 +240,11 @@ def run_paraphrasus(
     ``output_dir`` the scores are saved as they come: a second call resumes an interrupted run.
 
     Example:
-        >>> results = run_paraphrasus(judge, limit=20)  # doctest: +SKIP
-        >>> results["overall"]  # doctest: +SKIP
-        0.41
+        >>> results = run_paraphrasus(judge, limit=2, progress=False)
+        >>> results["n"], sorted(results["challenges"])  # 2 pairs per dataset
+        (16, ['Classify!', 'Maximize!', 'Minimize!'])
+        >>> 0.0 <= results["overall"] <= 1.0  # the mean of the challenges' mean error rates
+        True
     """
     from .store import ScoreStore, chat_settings, fingerprint
     from .tasks import JUDGE_ROW, Condition, edit_distances, score_items
@@ -286,7 +290,11 @@ def paraphrasus_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, An
     """Error rates per dataset, challenge and overall from scored lines (no judge needed).
 
     Example:
-        >>> paraphrasus_results(run["meta"], lines)["overall"]  # doctest: +SKIP
+        >>> from pluie_reward.tools.evaluation.store import load_run
+        >>> results = run_paraphrasus(judge, limit=2, progress=False, output_dir="out/paraphrasus")
+        >>> run, lines = load_run("out/paraphrasus")
+        >>> paraphrasus_results(run["meta"], lines)["overall"] == results["overall"]
+        True
     """
     threshold = meta.get("threshold", 0.0)
     by_dataset: dict[str, list[Mapping[str, Any]]] = {}
@@ -341,7 +349,9 @@ def paraphrasus_plots(results: Mapping[str, Any], folder: str | Path) -> list[st
     scored; error rates beside the peers. Needs ``results["pairs"]``.
 
     Example:
-        >>> paraphrasus_plots(results, "out/paraphrasus/plots")  # doctest: +SKIP
+        >>> results = run_paraphrasus(judge, limit=2, progress=False, keep_pairs=True)
+        >>> paraphrasus_plots(results, "out/paraphrasus/plots")[:2]
+        ['out/paraphrasus/plots/MRPC_histogram.png', 'out/paraphrasus/plots/MRPC_thresholds.png']
     """
     from .plots import PLUIE_AXIS, plot_edit_distance, plot_error_rates, plot_score_histograms, plot_sts_bins, plot_threshold_curves
 
@@ -416,7 +426,10 @@ def markdown_report(results: dict[str, Any]) -> str:
     column for this judge and one per peer (error rates in %, lower is better).
 
     Example:
-        >>> print(markdown_report(results))  # doctest: +SKIP
+        >>> results = run_paraphrasus(judge, limit=2, progress=False)
+        >>> print(markdown_report(results))
+        | challenge | dataset | n | tiny-random (para-fs) | llama_3_8b_ins_q4_k_m | ...
+        | Classify! | MRPC | 2 | ...
     """
     from .report import markdown_table, percent
 
