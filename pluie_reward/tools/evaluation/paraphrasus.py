@@ -8,8 +8,7 @@ over the datasets present; the peers' means are recomputed over the same dataset
 (their published averages, which include PAWS-X/XNLI, are kept in the results as well).
 
 Example:
-    >>> results = run_paraphrasus(judge, "../shared/data/paraphrasus", limit=2)  # 2 pairs per dataset  # doctest: +SKIP
-    >>> results = run_paraphrasus(judge, limit=2)  # the same: data_dir from $PARAPHRASUS_DIR (set here)
+    >>> results = run_paraphrasus(judge, limit=2)  # 2 pairs per dataset; data_dir: $PARAPHRASUS_DIR or ../shared/data/paraphrasus
     >>> print(markdown_report(results))
     | challenge | dataset | n | tiny-random (para-fs) | llama_3_8b_ins_q4_k_m | ...
 """
