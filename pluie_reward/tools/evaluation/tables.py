@@ -3,7 +3,14 @@ accuracy, recall, precision, F1) and Table 2 (preference: pairwise accuracy, V, 
 columns when a condition gives the gold revision), this run's rows next to the paper's.
 
 Example:
-    >>> print(task_markdown(results))  # doctest: +SKIP
+    >>> from pluie_reward.tools.evaluation.tasks import evaluate_classification
+    >>> results = evaluate_classification(judge, {"source": ["The cat sleeps.", "Prices rose."],
+    ...                                            "hypothesis": ["A cat is asleep.", "Prices fell."]}, [True, False], progress=False)
+    >>> print(task_markdown(results))  # the layout of the task: Table 1 here
+    2 pairs, 1 positive; judge tiny-random, template para-fs.
+    ...
+    | metric | judge | threshold choice | Thr. | Acc. | Rec. | Prec. | F1 |
+    ...
 """
 
 from __future__ import annotations
@@ -20,7 +27,14 @@ def classification_markdown(results: Mapping[str, Any]) -> str:
     """Table 1 layout: metric, threshold choice, Thr., Acc., Rec., Prec., F1 (and the paper's rows).
 
     Example:
-        >>> print(classification_markdown(results))  # doctest: +SKIP
+        >>> from pluie_reward.tools.evaluation.tasks import evaluate_classification
+        >>> results = evaluate_classification(judge, {"source": ["The cat sleeps.", "Prices rose."],
+        ...                                            "hypothesis": ["A cat is asleep.", "Prices fell."]}, [True, False], progress=False)
+        >>> print(classification_markdown(results))
+        2 pairs, 1 positive; judge tiny-random, template para-fs.
+        ...
+        | PLUIE | tiny-random (this run) | natural threshold | 0.00 | ...
+        | PLUIE | tiny-random (this run) | best F1 (a posteriori) | ...
     """
     ours: dict[str, list[list[str]]] = {}
     judged = {c["name"] for c in results.get("conditions", [{"name": JUDGE_ROW}])}
@@ -65,7 +79,16 @@ def preference_markdown(results: Mapping[str, Any]) -> str:
     range of V and κ over the equally good ones.
 
     Example:
-        >>> print(preference_markdown(results))  # doctest: +SKIP
+        >>> from pluie_reward.tools.evaluation.tasks import evaluate_preference
+        >>> results = evaluate_preference(judge, {"source": ["The cat sleeps.", "Prices rose."]},
+        ...                               ["A cat is asleep.", "Prices fell."], ["The cat sleeps.", "Prices went up."],
+        ...                               ["A", "B"], progress=False)
+        >>> print(preference_markdown(results))
+        2 instances (human: 1 A, 1 B, 0 ties); judge tiny-random, template para-fs.
+        <BLANKLINE>
+        | metric | judge | Pair acc. | V | κ |
+        |---|---|---|---|---|
+        | PLUIE | tiny-random (this run) | ...
     """
     metrics = results["metrics"]
     conditions = results.get("conditions", [{"name": n, "row": n, "variant": ""} for n in metrics])

@@ -11,8 +11,16 @@ call (:mod:`.store`): an interrupted run resumes, and :func:`report_folder` reco
 without the judge.
 
 Example:
-    >>> r = evaluate_classification(judge, {"source": S, "hypothesis": H}, labels)  # doctest: +SKIP
-    >>> print(classification_markdown(r))  # doctest: +SKIP
+    >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early.", "The shop is closed."]
+    >>> H = ["A cat is asleep.", "Prices fell in May.", "He went home early.", "The store is open."]
+    >>> labels = [True, False, True, False]  # paraphrase or not
+    >>> r = evaluate_classification(judge, {"source": S, "hypothesis": H}, labels, progress=False)
+    >>> print(classification_markdown(r))
+    4 pairs, 2 positive; judge tiny-random, template para-fs.
+    ...
+    | metric | judge | threshold choice | Thr. | Acc. | Rec. | Prec. | F1 |
+    |---|---|---|---|---|---|---|---|
+    | PLUIE | tiny-random (this run) | natural threshold | 0.00 | ...
 """
 
 from __future__ import annotations
@@ -131,7 +139,9 @@ def score_in_chunks(
     progress bar; list fields are sliced, string fields broadcast.
 
     Example:
-        >>> score_in_chunks(judge, "para-fs", {"source": S, "hypothesis": H}, len(S))  # doctest: +SKIP
+        >>> S, H = ["The cat sleeps.", "Prices rose."], ["A cat is asleep.", "Prices fell."]
+        >>> score_in_chunks(judge, "para-fs", {"source": S, "hypothesis": H}, len(S), chunk_size=1, progress=False)
+        [..., ...]
     """
     condition = Condition(JUDGE_ROW, template, fields)
     lines = score_items(judge, [condition], [{"i": i, "h": ""} for i in range(n)], chunk_size=chunk_size,
@@ -330,7 +340,13 @@ def run_classification(
     hypotheses) they compare; the normalised edit distance between them is kept for the plots).
 
     Example:
-        >>> run_classification(judge, [Condition("PLUIE", "para-fs", {"source": S, "hypothesis": H})], labels)  # doctest: +SKIP
+        >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early.", "The shop is closed."]
+        >>> H = ["A cat is asleep.", "Prices fell in May.", "He went home early.", "The store is open."]
+        >>> labels = [True, False, True, False]  # paraphrase or not
+        >>> r = run_classification(judge, [Condition("PLUIE", "para-fs", {"source": S, "hypothesis": H})], labels,
+        ...                        progress=False)
+        >>> r["n"], r["positives"], sorted(r["metrics"]["PLUIE"])
+        (4, 2, ['best_accuracy', 'best_f1', 'n', 'natural', 'positives'])
     """
     for condition in conditions:
         check_choice_condition(condition, False)
@@ -376,8 +392,14 @@ def evaluate_classification(
     ``output_dir`` as they come (resumable).
 
     Example:
-        >>> r = evaluate_classification(judge, {"source": S, "hypothesis": H}, [True, False])  # doctest: +SKIP
-        >>> r["metrics"]["PLUIE"]["natural"]["f1"]  # doctest: +SKIP
+        >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early.", "The shop is closed."]
+        >>> H = ["A cat is asleep.", "Prices fell in May.", "He went home early.", "The store is open."]
+        >>> labels = [True, False, True, False]  # paraphrase or not
+        >>> r = evaluate_classification(judge, {"source": S, "hypothesis": H}, labels, progress=False)
+        >>> sorted(r["metrics"])  # PLUIE and the baselines
+        ['PLUIE', 'bleu', 'levenshtein']
+        >>> r["metrics"]["PLUIE"]["natural"]  # at threshold 0
+        {'threshold': 0.0, 'accuracy': ..., 'precision': ..., 'recall': ..., 'f1': ..., 'tp': ..., 'fp': ..., 'tn': ..., 'fn': ...}
     """
     n = _length(fields)
     if len(labels) != n:
@@ -414,7 +436,13 @@ def classification_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str,
     """Metrics of every condition and baseline from scored lines (no judge needed).
 
     Example:
-        >>> classification_results(run["meta"], lines)["metrics"]["PLUIE"]["best_f1"]  # doctest: +SKIP
+        >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early.", "The shop is closed."]
+        >>> H = ["A cat is asleep.", "Prices fell in May.", "He went home early.", "The store is open."]
+        >>> labels = [True, False, True, False]  # paraphrase or not
+        >>> r = evaluate_classification(judge, {"source": S, "hypothesis": H}, labels, progress=False, output_dir="out/parareval")
+        >>> run, lines = load_run("out/parareval")  # later, without the judge
+        >>> classification_results(run["meta"], lines)["metrics"]["PLUIE"]["best_f1"] == r["metrics"]["PLUIE"]["best_f1"]
+        True
     """
     if not lines:
         raise ValueError("no scored items yet.")
@@ -509,7 +537,15 @@ def run_preference(
     each candidate to ``baseline_reference``.
 
     Example:
-        >>> run_preference(judge, [Condition("Rev-PLUIE", "rev", {"original": O, "instruction": I})], A, B, human)  # doctest: +SKIP
+        >>> O = ["Teh cat sleeps.", "Prices rose in may.", "he left early"]  # texts to revise
+        >>> I = ["Fix the typos."] * 3  # the instruction
+        >>> A = ["The cat sleeps.", "Prices rose in May.", "He left."]  # two candidate revisions
+        >>> B = ["The cats sleep.", "Prices rose in may.", "He left early."]
+        >>> human = ["A", "tie", "B"]
+        >>> r = run_preference(judge, [Condition("Rev-PLUIE", "rev", {"original": O, "instruction": I})], A, B, human,
+        ...                    progress=False)
+        >>> sorted(r["metrics"]["Rev-PLUIE"])[:4]
+        ['cohens_kappa', 'cohens_kappa_range', 'cramers_v', 'cramers_v_range']
     """
     h = as_preferences(human, "human", human_synonyms)
     n = len(h)
@@ -559,7 +595,12 @@ def evaluate_preference(
     human A/B/tie choices, for PLUIE and each baseline (similarity of the candidate to the reference).
 
     Example:
-        >>> r = evaluate_preference(judge, {"source": S}, A, B, ["A", "tie", "B"])  # doctest: +SKIP
+        >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early."]
+        >>> A = ["A cat is asleep.", "Prices fell.", "He left."]
+        >>> B = ["The cat sleeps.", "Prices went up in May.", "Nobody left."]
+        >>> r = evaluate_preference(judge, {"source": S}, A, B, ["A", "tie", "B"], progress=False)
+        >>> r["metrics"]["PLUIE"]["human_counts"], sorted(r["metrics"])
+        ({'A': 1, 'B': 1, 'tie': 1}, ['PLUIE', 'bleu', 'levenshtein'])
     """
     n = len(human)
     slots = ("hypothesis", SECOND_CANDIDATE) if load_template(template).kind == "choice" else ("hypothesis",)
@@ -580,7 +621,14 @@ def preference_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any
     """Table 2 metrics of every condition and baseline from scored lines (no judge needed).
 
     Example:
-        >>> preference_results(run["meta"], lines)["metrics"]["Rev-PLUIE"]["pairwise_accuracy"]  # doctest: +SKIP
+        >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early."]
+        >>> A = ["A cat is asleep.", "Prices fell.", "He left."]
+        >>> B = ["The cat sleeps.", "Prices went up in May.", "Nobody left."]
+        >>> r = run_preference(judge, [Condition("PLUIE", "para-fs", {"source": S})], A, B, ["A", "tie", "B"],
+        ...                    progress=False, output_dir="out/pref")
+        >>> run, lines = load_run("out/pref")  # later, without the judge
+        >>> preference_results(run["meta"], lines)["metrics"]["PLUIE"]["pairwise_accuracy"] == r["metrics"]["PLUIE"]["pairwise_accuracy"]
+        True
     """
     if not lines:
         raise ValueError("no scored items yet.")
@@ -638,7 +686,13 @@ def report_folder(folder: str | Path, *, plots: bool = False) -> dict[str, Any]:
     judge; works on an interrupted run too (the report says how many items it covers).
 
     Example:
-        >>> print(task_markdown(report_folder("out/parareval")))  # doctest: +SKIP
+        >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early.", "The shop is closed."]
+        >>> H = ["A cat is asleep.", "Prices fell in May.", "He went home early.", "The store is open."]
+        >>> labels = [True, False, True, False]  # paraphrase or not
+        >>> _ = evaluate_classification(judge, {"source": S, "hypothesis": H}, labels, progress=False, output_dir="out/parareval")
+        >>> print(task_markdown(report_folder("out/parareval")))
+        4 pairs, 2 positive; judge tiny-random, template para-fs.
+        ...
     """
     run, lines = load_run(folder)
     meta = run["meta"]
