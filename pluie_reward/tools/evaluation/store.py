@@ -102,7 +102,13 @@ def load_run(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """``run.json`` and the scored lines of an output folder (for ``eval report``).
 
     Example:
-        >>> run, lines = load_run("out/parareval")  # doctest: +SKIP
+        >>> from pluie_reward.tools.evaluation.tasks import evaluate_classification
+        >>> _ = evaluate_classification(judge, {"source": ["The cat sleeps.", "Prices rose."],
+        ...                                     "hypothesis": ["A cat is asleep.", "Prices fell."]}, [True, False],
+        ...                             progress=False, output_dir="out/parareval")
+        >>> run, lines = load_run("out/parareval")
+        >>> sorted(run), len(lines), sorted(lines[0]["scores"])
+        (['config', 'format', 'meta'], 2, ['PLUIE', 'bleu', 'levenshtein'])
     """
     folder = Path(folder)
     if not (folder / RUN_FILE).is_file():
