@@ -41,7 +41,7 @@ def main() -> None:
     print(rev_reward.__name__, rev_reward(
         prompts=["Revise: ..."] * 2, completions=revisions, paragraph=[original] * 2, instruction=[instruction] * 2
     ))
-    net_reward = PluieReward(judge, template="net", fields={"source": "intent"}, transform="prob", name="net_pluie")
+    net_reward = PluieReward(judge, template="net", fields={"source": "intent"}, output="prob", name="net_pluie")
     conversational = [[{"role": "assistant", "content": t}] for t in translations]
     print(net_reward.__name__, net_reward(prompts=["Translate: ..."] * 2, completions=conversational, intent=[intent] * 2))
 

@@ -25,6 +25,7 @@ _EXPORTS = {
     "load_template": "core.template",
     "PluieReward": "integrations.rewards",
     "AsyncPluieReward": "integrations.rewards",
+    "RewardConfig": "integrations.reward_config",
     "NoveltyReward": "integrations.rewards",
     "novelty": "integrations.rewards",
     "GuardReward": "integrations.guards",

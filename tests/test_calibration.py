@@ -296,18 +296,18 @@ def test_load_passes_calibration_on():
     assert "calibration" in inspect.signature(judge_module.Judge.__init__).parameters
 
 
-def test_reward_transform_calibrated(judges):
+def test_reward_output_calibrated(judges):
     from pluie_reward import PluieReward
 
     raw, calibrated, c = judges
-    reward = PluieReward(calibrated, fields={"source": "src"}, transform="calibrated")
+    reward = PluieReward(calibrated, fields={"source": "src"}, output="calibrated")
     values = reward(prompts=["p"] * 3, completions=HYPOTHESES, src=SOURCES)
     logratios = raw.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES)
     assert values == pytest.approx([c(s) for s in logratios], abs=1e-12)
     details = calibrated.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES, details=True)
     assert values == pytest.approx([r["p_calibrated"] for r in details], abs=1e-12)
-    with pytest.raises(ValueError, match="transform='calibrated'.*has none"):
-        PluieReward(raw, fields={"source": "src"}, transform="calibrated")
+    with pytest.raises(ValueError, match="output='calibrated'.*has none"):
+        PluieReward(raw, fields={"source": "src"}, output="calibrated")
 
 
 def test_server_score_passes_p_calibrated_through(judges):

@@ -172,7 +172,7 @@ def test_guarded_reward_replaces_flagged_scores(tiny_judge):
     assert got == pytest.approx([-10.0 if f else s for f, s in zip(FLAGGED, plain)], abs=1e-3)
     assert metrics["guard/flagged_rate"] == pytest.approx(4 / 5) and "pluie/accept_rate" in metrics  # both logged
     assert guarded.__name__ == "pluie" and guarded.template.name == "para-fs"
-    prob = GuardedReward(PluieReward(tiny_judge, fields={"source": "src"}, transform="prob"), guard=True)
+    prob = GuardedReward(PluieReward(tiny_judge, fields={"source": "src"}, output="prob"), guard=True)
     assert prob(completions=BATCH[:2], src=sources[:2]) == pytest.approx([1 / (1 + math.exp(-plain[0])), 0.0], abs=1e-4)
     custom = GuardedReward(novelty, guard=CompletionGuard("para-fs"), flagged_value=-1.0)
     assert custom(completions=["Dogs bark loudly", "Yes"], source=[SOURCE] * 2) == [1.0, -1.0]

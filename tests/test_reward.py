@@ -49,15 +49,15 @@ def test_reward_matches_judge_scores(tiny_judge, reference, conversational):
     assert len(set(round(x, 3) for x in got)) > 2  # scores differ between completions
 
 
-def test_transforms_are_computed_from_the_logratio(tiny_judge, reference):
-    prob = PluieReward(tiny_judge, fields={"source": "src"}, transform="prob")(**batch())
+def test_outputs_are_computed_from_the_logratio(tiny_judge, reference):
+    prob = PluieReward(tiny_judge, fields={"source": "src"}, output="prob")(**batch())
     assert prob == pytest.approx([1 / (1 + math.exp(-s)) for s in reference], abs=1e-4)
     c = min(abs(s) for s in reference) + 0.5 * (max(abs(s) for s in reference) - min(abs(s) for s in reference))
-    clipped = PluieReward(tiny_judge, fields={"source": "src"}, transform="clip", clip=c)(**batch())
+    clipped = PluieReward(tiny_judge, fields={"source": "src"}, output="clip", clip=c)(**batch())
     assert clipped == pytest.approx([max(-c, min(c, s)) for s in reference], abs=1e-3)
     assert any(abs(x) == pytest.approx(c) for x in clipped)  # the bound was hit
-    with pytest.raises(ValueError, match="unknown transform"):
-        PluieReward(tiny_judge, transform="sigmoid")
+    with pytest.raises(ValueError, match="unknown output 'sigmoid'"):
+        PluieReward(tiny_judge, output="sigmoid")
 
 
 def test_log_metric_and_log_extra(tiny_judge, reference):

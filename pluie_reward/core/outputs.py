@@ -106,9 +106,10 @@ class AnswerOutput:
         """
         named = f"template {template!r}" if template != "the judge's template" else template
         if kind == "binary":
-            raise ValueError(f"{who}{named} is a Yes/No template: its reward is PLUIE, log p(yes) - log p(no); leave "
-                             f"output= at its default and use transform= ('logratio', 'prob' or 'clip') instead of "
-                             f"output={self.read!r}.")
+            raise ValueError(f"{who}{named} is a Yes/No template: its reward is PLUIE, log p(yes) - log p(no); use "
+                             "output='logratio' (the default), 'prob' (p_yes, without answer=), 'clip', 'calibrated' or "
+                             f"'verdict' instead of output={self.read!r}" + (" with answer=" if self.answer is not None else "")
+                             + ".")
         if self.read == "expected" and kind != "scale":
             raise ValueError(f"{who}output='expected' is the expected rating of a scale template (answers with values, "
                              f"e.g. net-likert); {named} is a choice between {list(labels)}: use output='prob' (or "

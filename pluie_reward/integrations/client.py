@@ -24,9 +24,13 @@ import httpx
 from pluie_reward.core.errors import RemoteError
 from pluie_reward.core.fields import FieldMap, completion_text
 from pluie_reward.core.http import RETRY_STATUS, AsyncHTTPClient, HTTPClient, HTTPConfig
-from pluie_reward.core.outputs import READS, SECOND_CANDIDATE, AnswerOutput
+from pluie_reward.core.outputs import SECOND_CANDIDATE, AnswerOutput
+from pluie_reward.integrations.reward_config import RewardConfig, reward_config
 
 OUTPUTS = ("logratio", "p_yes", "verdict")
+"""The columns of a Yes/No server's ``/score`` answer (verl's ``output`` setting picks one)."""
+COLUMNS = {"logratio": "logratio", "prob": "p_yes", "clip": "logratio", "calibrated": "p_calibrated", "verdict": "verdict"}
+"""The ``/score`` column each Yes/No output of :class:`RemotePluieReward` reads."""
 URL_ENV, TOKEN_ENV = "PLUIE_REWARD_URL", "PLUIE_REWARD_TOKEN"
 
 
@@ -93,8 +97,10 @@ async def apost_json(
 
 
 def _check_output(output: str) -> str:
+    """The ``/score`` column a verl ``output`` setting reads (``"prob"``, the rewards' name, is ``"p_yes"``)."""
+    output = "p_yes" if output == "prob" else output
     if output not in OUTPUTS:
-        raise ValueError(f"output must be one of {list(OUTPUTS)}, got {output!r}.")
+        raise ValueError(f"output must be one of {list(OUTPUTS)} ('prob' is 'p_yes'), got {output!r}.")
     return output
 
 
@@ -106,6 +112,10 @@ def _values(answer: Mapping[str, Any], output: str, n: int, url: str) -> list[fl
             f"no {output!r}; RemotePluieReward reads it with output='prob' (or 'logprob') and answer=<label> for a "
             "choice, output='expected' for a rating scale."
         )
+    if values is None and output == "p_calibrated":
+        raise RemoteJudgeError(f"{url}: the server's judge has no calibration, so there is no p_calibrated for "
+                               "output='calibrated': serve a judge loaded with Judge.load(..., calibration=...), or use "
+                               "output='prob'.")
     if not isinstance(values, list) or len(values) != n:
         raise RemoteJudgeError(f"{url}: expected {n} values under {output!r}, got {str(answer)[:200]}.")
     return [float(v) for v in values]
@@ -123,6 +133,7 @@ class RemotePluieReward:
     Needs TRL >= 1.14, which awaits async callable classes (``trl.trainer.utils.is_async_callable``,
     trl==1.14.0 (wheel):trl/trainer/utils.py:238-249); TRL 1.13 and older call it synchronously and fail.
 
+    ``output`` has :class:`~pluie_reward.PluieReward`'s vocabulary (:class:`~pluie_reward.RewardConfig`).
     A server whose template has N answers (``pluie-reward serve -t net-likert``, ``-t rev-choice``)
     is read as by :class:`~pluie_reward.PluieReward`: ``output="expected"`` (a scale; with
     ``normalize=True`` the scale's range is read from the server's ``/health``, or give ``scale=(lowest, highest)``), or
@@ -133,9 +144,14 @@ class RemotePluieReward:
     Args:
         url: the server's base URL (``http://host:port``).
         fields: template field -> dataset column (default ``{"source": "source"}``).
-        output: ``logratio`` (default), ``p_yes`` or ``verdict`` (1.0/0.0) for a Yes/No template;
-            ``expected``, ``prob`` or ``logprob`` for a template with N answers.
+        output: for a Yes/No template ``"logratio"`` (default), ``"prob"`` (p_yes; ``"p_yes"`` is its
+            deprecated name), ``"clip"`` (with ``clip``), ``"calibrated"`` (the server's judge needs a
+            calibration) or ``"verdict"`` (1.0/0.0, the server's threshold); ``"expected"``,
+            ``"prob"`` or ``"logprob"`` (with ``answer``) for a template with N answers.
+        clip: ``output="clip"``: the logratio is clipped to ``[-clip, clip]`` (default 10).
         answer, normalize, both_orders, scale: the N-answer read (see :class:`~pluie_reward.core.outputs.AnswerOutput`).
+        config: ``output``, ``clip``, ``answer``, ``normalize``, ``both_orders`` and ``scale`` as one
+            :class:`~pluie_reward.RewardConfig` (its ``threshold`` must stay None: the server's verdict is used).
         token: bearer token (default: ``$PLUIE_REWARD_TOKEN`` if set).
         timeout, retries, backoff: per request (:class:`~pluie_reward.core.http.HTTPConfig`); retries on
             connection errors, timeouts and the statuses of :data:`~pluie_reward.core.http.RETRY_STATUS`.
@@ -165,31 +181,25 @@ class RemotePluieReward:
         normalize: bool = False,
         both_orders: bool = False,
         scale: tuple[float, float] | None = None,
+        clip: float = 10.0,
+        config: RewardConfig | None = None,
     ) -> None:
         self.url = _score_url(url)
         self.fields = dict({"source": "source"} if fields is None else fields)
         if "hypothesis" in self.fields:
             raise ValueError(f"{name}: fields cannot map 'hypothesis': the completion fills it.")
         self.field_map = FieldMap.explicit(self.fields, who=f"{name}: ")
-        if output in READS:
-            try:
-                self.reading: AnswerOutput | None = AnswerOutput(output, answer, normalize, both_orders, scale)
-            except ValueError as err:
-                raise ValueError(f"{name}: {err}") from None
-            if both_orders and SECOND_CANDIDATE not in self.fields:
-                raise ValueError(f"{name}: both_orders=True puts the completion in the second slot too: map the field "
-                                 f"{SECOND_CANDIDATE!r} to the column of the other candidate, e.g. "
-                                 f"fields={{..., '{SECOND_CANDIDATE}': 'reference'}}.")
-            self.output = output
-        else:
-            if output not in OUTPUTS:
-                raise ValueError(f"output must be one of {list(OUTPUTS)} (Yes/No templates) or {list(READS)} "
-                                 f"(templates with N answers), got {output!r}.")
-            if answer is not None or normalize or both_orders or scale is not None:
-                raise ValueError(f"{name}: answer=, normalize=, both_orders= and scale= go with output='prob', "
-                                 "'logprob' or 'expected' (templates with N answers).")
-            self.reading = None
-            self.output = output
+        self.config = reward_config(config, name, output=output, clip=clip, answer=answer, normalize=normalize,
+                                    both_orders=both_orders, scale=scale)
+        if self.config.threshold is not None:
+            raise ValueError(f"{name}: threshold= is the judge server's (pluie-reward serve --threshold): the verdict "
+                             "comes from the server; leave it out of the RewardConfig.")
+        self.output, self.clip = self.config.output, self.config.clip
+        self.reading: AnswerOutput | None = self.config.answer_output() if self.config.reads_answers else None
+        if self.reading is not None and self.reading.both_orders and SECOND_CANDIDATE not in self.fields:
+            raise ValueError(f"{name}: both_orders=True puts the completion in the second slot too: map the field "
+                             f"{SECOND_CANDIDATE!r} to the column of the other candidate, e.g. "
+                             f"fields={{..., '{SECOND_CANDIDATE}': 'reference'}}.")
         self.token = token
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
         HTTPConfig(timeout=timeout, retries=retries, backoff=backoff)  # checked now rather than at the first call
@@ -234,13 +244,15 @@ class RemotePluieReward:
         logratios: list[float] = []
         for s, answer in zip(starts, answers):
             size = min(self.chunk_size, n - s)
-            values += _values(answer, self.output, size, self.url)
+            values += _values(answer, COLUMNS[self.output], size, self.url)
             verdicts += _values(answer, "verdict", size, self.url)
             logratios += _values(answer, "logratio", size, self.url)
         if callable(log_metric):
             log_metric(f"{self.__name__}/accept_rate", sum(verdicts) / n)
         if callable(log_extra):
             log_extra(f"{self.__name__}/logratio", [round(x, 4) for x in logratios])
+        if self.output == "clip":
+            return [max(-self.clip, min(self.clip, x)) for x in values]
         return values
 
     async def _read_scale(self, client: AsyncHTTPClient) -> None:
@@ -265,9 +277,10 @@ class RemotePluieReward:
             size = min(self.chunk_size, items - s)
             if "logratio" in answer and "probs" not in answer:
                 raise RemoteJudgeError(
-                    f"{self.url}: the server's template is Yes/No (PLUIE), so output={self.output!r} does not apply; use "
-                    "output='logratio' (default), 'p_yes' or 'verdict', or serve a template with N answers (e.g. "
-                    "pluie-reward serve -t net-likert)."
+                    f"{self.url}: the server's template is Yes/No (PLUIE), so output={self.output!r}"
+                    f"{' with answer=' if self.reading.answer is not None else ''} does not apply; use output='logratio' "
+                    "(default), 'prob' (p_yes, without answer=), 'clip', 'calibrated' or 'verdict', or serve a template "
+                    "with N answers (e.g. pluie-reward serve -t net-likert)."
                 )
             keys = [k for k in ("probs", "logprobs", "choice", "expected") if k in answer]
             if any(not isinstance(answer[k], list) or len(answer[k]) != size for k in keys) or "probs" not in keys:
@@ -503,7 +516,7 @@ async def compute_score(
 
     Settings come from ``reward.custom_reward_function.reward_kwargs``: ``url``, ``token``, ``fields``
     (template field -> ``ground_truth`` (default for ``source``), ``data_source`` or
-    ``extra_info.<key>``), ``output`` (``logratio``, ``p_yes``, ``verdict``), ``timeout``,
+    ``extra_info.<key>``), ``output`` (``logratio``, ``p_yes`` (or ``prob``), ``verdict``), ``timeout``,
     ``retries``, ``backoff``, ``return_dict`` (default True), ``max_wait_ms`` (default 10),
     ``max_batch_items`` (default 256); or ``$PLUIE_REWARD_URL`` / ``$PLUIE_REWARD_TOKEN``. verl's
     other keyword arguments (``reward_router_address``, ``reward_model_tokenizer``, future ones) are

@@ -432,10 +432,11 @@ class GuardedReward:
         reward: the reward to wrap (any TRL reward callable; escaping needs a ``PluieReward``).
         guard: a :class:`CompletionGuard`, ``True`` for the default guard of the reward's template and
             judge tokenizer (built on the first call, so a lazy judge factory stays lazy), or None.
-        flagged_value: the reward of a flagged completion. Default for a ``PluieReward``: 0 with
-            ``transform="prob"``, ``-clip`` otherwise (``-10`` for PLUIE log-ratios: below any honest
-            score of a sane judge); with ``output=``: 0 for ``"prob"`` and normalised ratings, the
-            lowest grade for ``"expected"``; required for ``"logprob"`` and for other rewards.
+        flagged_value: the reward of a flagged completion. Default for a ``PluieReward`` of a Yes/No
+            template: 0 with ``output="prob"`` or ``"verdict"``, ``-clip`` otherwise (``-10`` for PLUIE
+            log-ratios: below any honest score of a sane judge); of a template with N answers: 0 for
+            ``"prob"`` and normalised ratings, the lowest grade for ``"expected"``; required for
+            ``"logprob"`` and for other rewards.
         escape_delimiters: escape the template's quote delimiters inside fields before scoring.
 
     Example:
@@ -482,7 +483,7 @@ class GuardedReward:
                     return reading.scale[0]
                 raise ValueError("a log-probability reward has no lowest value: pass flagged_value= (e.g. -10.0), "
                                  "or use output='prob'.")
-            return 0.0 if reward.transform == "prob" else -reward.clip
+            return 0.0 if reward.output in ("prob", "verdict") else -reward.clip
         return 0.0
 
     @property

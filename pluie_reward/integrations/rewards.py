@@ -18,12 +18,11 @@ import re
 from typing import Any, Callable, Mapping, Sequence
 
 from ..core.fields import FieldMap, completion_text, map_fields
-from ..core.outputs import READS, AnswerOutput
+from ..core.outputs import AnswerOutput
 from ..core.text import content_words, edit_distance, normalize_text, same_words
 from ..core.judge import Judge, sigmoid
 from ..core.template import load_template
-
-TRANSFORMS = ("logratio", "prob", "clip", "calibrated")
+from .reward_config import TRANSFORMS, RewardConfig, reward_config, warn_deprecated  # noqa: F401 (TRANSFORMS: its former home)
 
 __all__ = ["PluieReward", "AsyncPluieReward", "NoveltyReward", "novelty", "novelty_score", "words", "completion_text"]
 
@@ -33,35 +32,45 @@ class PluieReward:
     the other fields come from dataset columns (``fields`` maps field -> column; ``"prompt"`` is the
     prompt itself, its last user message when conversational).
 
-    Templates with N answers need ``output``: the expected rating of a scale (``net-likert``,
-    ``output="expected"``, a dense reward; ``normalize=True`` maps it to [0, 1]), or the probability
-    of one answer of a choice (``rev-choice``/``net-choice``, ``output="prob", answer="A"``: the
-    completion, in the first candidate slot ``hypothesis``, is preferred to the second candidate,
-    ``alternative``, read from a dataset column such as a reference). ``both_orders=True`` also
-    scores each completion in the second slot and averages p(A) in the first order with p(B) in the
-    second, which removes the judge's position bias and costs two judge passes per completion.
+    ``output`` says what the reward is (one vocabulary, :class:`~pluie_reward.RewardConfig`). For a
+    Yes/No template: PLUIE (``"logratio"``, the default), ``"prob"`` (p_yes), ``"clip"``,
+    ``"calibrated"`` or ``"verdict"``. Templates with N answers need ``output``: the expected rating
+    of a scale (``net-likert``, ``output="expected"``, a dense reward; ``normalize=True`` maps it to
+    [0, 1]), or the probability of one answer of a choice (``rev-choice``/``net-choice``,
+    ``output="prob", answer="A"``: the completion, in the first candidate slot ``hypothesis``, is
+    preferred to the second candidate, ``alternative``, read from a dataset column such as a
+    reference). ``both_orders=True`` also scores each completion in the second slot and averages
+    p(A) in the first order with p(B) in the second, which removes the judge's position bias and
+    costs two judge passes per completion.
 
     Args:
         judge: a :class:`Judge`, or a zero-argument factory returning one (built on first call, and
             dropped when pickled so the reward pickles without model weights).
         template: template name, YAML path or :class:`~pluie_reward.Template`.
         fields: field -> dataset column; unmapped template fields read the column of the same name.
-        transform: ``"logratio"`` (PLUIE, default), ``"prob"`` (p_yes in [0, 1]), ``"clip"``
-            (PLUIE clipped to ``[-clip, clip]``) or ``"calibrated"`` (the judge's ``p_calibrated =
-            sigmoid(a * PLUIE + b)`` in [0, 1]; the judge needs a ``calibration``, see
-            :func:`~pluie_reward.tools.evaluation.calibration.fit_calibration`).
-        threshold: acceptance is ``PLUIE > threshold`` (default: the judge's); for a scale,
-            ``expected rating > threshold`` (default: the middle of the scale).
+        transform: deprecated name of ``output`` for Yes/No templates (``transform="prob"`` is
+            ``output="prob"``, with a ``DeprecationWarning``).
+        clip: ``output="clip"``: PLUIE is clipped to ``[-clip, clip]`` (default 10).
+        threshold: acceptance is ``PLUIE > threshold`` (default: the judge's), for ``"verdict"`` and
+            the accept rate; for a scale, ``expected rating > threshold`` (default: the middle of the scale).
         name: the name TRL logs under (``rewards/<name>/mean``); default ``"pluie"``.
-        output: ``"logratio"`` (default): PLUIE of a Yes/No template, through ``transform``; for a
-            template with N answers (the default is then an error saying what to choose):
-            ``"expected"`` (scale), ``"prob"`` or ``"logprob"`` of ``answer`` (choice or scale),
-            renormalised over the template's answers
+        output: Yes/No templates: ``"logratio"`` (PLUIE, default), ``"prob"`` (p_yes in [0, 1]),
+            ``"clip"`` (PLUIE clipped to ``[-clip, clip]``), ``"calibrated"`` (the judge's
+            ``p_calibrated = sigmoid(a * PLUIE + b)`` in [0, 1]; the judge needs a ``calibration``,
+            see :func:`~pluie_reward.tools.evaluation.calibration.fit_calibration`) or ``"verdict"``
+            (1.0 if PLUIE > threshold, else 0.0). Templates with N answers (the default is then an
+            error saying what to choose): ``"expected"`` (scale), ``"prob"`` or ``"logprob"`` of
+            ``answer`` (choice or scale), renormalised over the template's answers
             (:class:`~pluie_reward.core.outputs.AnswerOutput`).
-        answer: the answer's label for ``"prob"``/``"logprob"`` (e.g. ``"A"``).
+        answer: the answer's label for ``"prob"``/``"logprob"`` of a template with N answers (e.g. ``"A"``).
         normalize: ``output="expected"`` only: ``(rating - lowest) / (highest - lowest)`` in [0, 1].
         both_orders: choice templates only: average over both candidate orders (2 judge passes per
             completion; with ``"logprob"``, the mean of the two log-probabilities).
+        config: all of ``output``, ``clip``, ``threshold``, ``answer``, ``normalize`` and
+            ``both_orders`` as one :class:`~pluie_reward.RewardConfig` (then leave those keywords out).
+
+    Raises:
+        ValueError: an option that does not fit the template (checked here, with what to pass instead).
 
     When TRL passes ``log_metric``/``log_extra``, it logs ``<name>/accept_rate`` and the
     per-completion ``<name>/logratio`` column of the completions table. With ``output=``, the
@@ -74,6 +83,8 @@ class PluieReward:
         [-0.73]
         >>> prefer = PluieReward(make_tiny_judge(), "net-choice", fields={"alternative": "reference"},
         ...                      output="prob", answer="A", both_orders=True)  # doctest: +SKIP
+        >>> same = PluieReward(make_tiny_judge(), "net-choice", fields={"alternative": "reference"},
+        ...                    config=RewardConfig(output="prob", answer="A", both_orders=True))  # doctest: +SKIP
     """
 
     def __init__(
@@ -81,7 +92,7 @@ class PluieReward:
         judge: "Judge | Callable[[], Judge]",
         template: Any = "para-fs",
         fields: Mapping[str, str] | None = None,
-        transform: str = "logratio",
+        transform: str | None = None,
         clip: float = 10.0,
         threshold: float | None = None,
         name: str = "pluie",
@@ -89,11 +100,11 @@ class PluieReward:
         answer: str | None = None,
         normalize: bool = False,
         both_orders: bool = False,
+        *,
+        config: RewardConfig | None = None,
     ) -> None:
-        if transform not in TRANSFORMS:
-            raise ValueError(f"unknown transform {transform!r}; use one of {list(TRANSFORMS)}.")
-        if transform == "clip" and not clip > 0:
-            raise ValueError(f"clip must be positive, got {clip}.")
+        self.config = reward_config(config, name, transform=transform, clip=clip, threshold=threshold, output=output,
+                                    answer=answer, normalize=normalize, both_orders=both_orders)
         self.template = load_template(template)
         if "hypothesis" not in self.template.fields:
             raise ValueError(
@@ -105,11 +116,8 @@ class PluieReward:
             self.template.fields, fields, optional=self.template.optional_fields, fixed={"hypothesis"},
             template=self.template.name, setting="fields", who=f"{name}: ",
         )
-        self.output = output
-        self.threshold = threshold
-        self.reading = self._reading(output, answer, normalize, both_orders, transform, name)
-        self.transform = transform
-        self.clip = float(clip)
+        self.output, self.threshold, self.clip = self.config.output, self.config.threshold, self.config.clip
+        self.reading = self._reading(name)
         self.__name__ = name
         if isinstance(judge, Judge):
             self._judge, self._factory = judge, None
@@ -119,36 +127,39 @@ class PluieReward:
         else:
             raise TypeError(f"judge must be a Judge or a zero-argument factory returning one, not {type(judge).__name__}.")
 
-    def _reading(self, output: str, answer: str | None, normalize: bool, both_orders: bool, transform: str,
-                 name: str) -> AnswerOutput | None:
-        """The N-answer read (None for PLUIE), checked against the template now."""
-        t = self.template
-        if output not in ("logratio", *READS):
-            raise ValueError(f"{name}: unknown output {output!r}; use 'logratio' (PLUIE of a Yes/No template, the "
-                             f"default) or, for templates with N answers, one of {list(READS)}.")
-        if output == "logratio":
-            if answer is not None or normalize or both_orders:
-                raise ValueError(f"{name}: answer=, normalize= and both_orders= go with output='prob', 'logprob' or "
-                                 "'expected' (templates with N answers).")
-            if t.kind != "binary":
-                what = (f"a rating scale {list(t.labels)}: pass output='expected' (the expected rating; normalize=True "
-                        "for [0, 1])" if t.kind == "scale" else
-                        f"a choice between {list(t.labels)}: pass output='prob' (or 'logprob') and answer= the label to "
-                        f"reward, e.g. answer={t.labels[0]!r} (the completion, in the first slot, is preferred)")
-                raise ValueError(f"{name}: template {t.name!r} has {len(t.answers)} answers, not Yes/No, so it has no "
-                                 f"PLUIE log-ratio; it is {what}.")
+    def _reading(self, name: str) -> AnswerOutput | None:
+        """The N-answer read (None for PLUIE and what is computed from it), checked against the template now.
+
+        Args:
+            name: the reward's name, for messages.
+
+        Returns:
+            The :class:`~pluie_reward.core.outputs.AnswerOutput` of a template with N answers, or None
+            for a Yes/No template.
+        """
+        t, config = self.template, self.config
+        if config.scale is not None:
+            raise ValueError(f"{name}: scale= is for a remote judge; template {t.name!r} gives its own ratings: leave it out.")
+        if t.kind == "binary" and not config.reads_answers:
             return None
-        if transform != "logratio":
-            raise ValueError(f"{name}: transform={transform!r} applies to PLUIE (Yes/No templates); output={output!r} is "
-                             "already the reward: leave transform out.")
+        if t.kind != "binary" and config.reads_answers is False:
+            what = (f"a rating scale {list(t.labels)}: pass output='expected' (the expected rating; normalize=True "
+                    "for [0, 1])" if t.kind == "scale" else
+                    f"a choice between {list(t.labels)}: pass output='prob' (or 'logprob') and answer= the label to "
+                    f"reward, e.g. answer={t.labels[0]!r} (the completion, in the first slot, is preferred)")
+            which = "it has no PLUIE log-ratio" if config.output == "logratio" else f"output={config.output!r} (read from PLUIE) does not apply"
+            raise ValueError(f"{name}: template {t.name!r} has {len(t.answers)} answers, not Yes/No, so {which}; it is {what}.")
         try:
-            reading = AnswerOutput(output, answer, normalize, both_orders)
+            reading = config.answer_output()  # a bare output='prob' on a template with N answers: "name it, e.g. answer='A'"
         except ValueError as err:
             raise ValueError(f"{name}: {err}") from None
-        if self.threshold is not None and output != "expected":
-            raise ValueError(f"{name}: threshold= is the acceptance cut of PLUIE or of an expected rating; with "
-                             f"output={output!r} the accept rate counts the judge's picks of answer {answer!r}: leave it out.")
         return reading.check(t.kind, t.labels, t.values, t.all_fields, t.name, who=f"{name}: ")
+
+    @property
+    def transform(self) -> str:
+        """Deprecated: :attr:`output` (``"logratio"`` for a template with N answers, as before)."""
+        warn_deprecated("PluieReward.transform is deprecated: read PluieReward.output.")
+        return self.output if self.reading is None else "logratio"
 
     @property
     def judge(self) -> Judge:
@@ -186,7 +197,7 @@ class PluieReward:
             log_metric(f"{self.__name__}/accept_rate", sum(s > cut for s in logratios) / n)
         if log_extra is not None:
             log_extra(f"{self.__name__}/logratio", [round(s, 4) for s in logratios])
-        return [self._transform(s) for s in logratios]
+        return [self._transform(s, cut) for s in logratios]
 
     def _read_answers(self, judge: Judge, hypotheses: list[str], values: dict[str, list[Any]],
                       log_metric: Callable[[str, float], None] | None, log_extra: Callable[[str, list], None] | None) -> list[float]:
@@ -203,27 +214,30 @@ class PluieReward:
         return rewards
 
     def _calibration(self) -> Any:
-        """The judge's calibration, for ``transform="calibrated"`` (an error saying how to get one)."""
-        if self.transform != "calibrated":
+        """The judge's calibration, for ``output="calibrated"`` (an error saying how to get one)."""
+        if self.output != "calibrated":
             return None
         calibration = getattr(self.judge, "calibration", None)
         if calibration is None:
-            raise ValueError(f"{self.__name__}: transform='calibrated' reads the judge's calibration, and this judge has "
+            raise ValueError(f"{self.__name__}: output='calibrated' reads the judge's calibration, and this judge has "
                              "none: load it with Judge.load(..., calibration='calibration.json') (from `pluie-reward "
                              "calibrate` or fit_calibration(...).save(...)), or set judge.calibration.")
         return calibration
 
-    def _transform(self, logratio: float) -> float:
-        if self.transform == "calibrated":
+    def _transform(self, logratio: float, cut: float) -> float:
+        """The reward of one PLUIE log-ratio (a Yes/No template), by :attr:`output`; ``cut``: the verdict's threshold."""
+        if self.output == "calibrated":
             return self._calibration()(logratio)
-        if self.transform == "prob":
+        if self.output == "prob":
             return sigmoid(logratio)
-        if self.transform == "clip":
+        if self.output == "clip":
             return max(-self.clip, min(self.clip, logratio))
+        if self.output == "verdict":
+            return 1.0 if logratio > cut else 0.0
         return logratio
 
     def __repr__(self) -> str:
-        read = f"transform={self.transform!r}" if self.reading is None else f"output={self.reading!r}"
+        read = f"output={self.output!r}" if self.reading is None else f"output={self.reading!r}"
         return f"PluieReward(name={self.__name__!r}, template={self.template.name!r}, fields={self.fields}, {read})"
 
     @property

@@ -1,0 +1,217 @@
+"""Options as config dataclasses: RewardConfig (the rewards' one output vocabulary), JudgeConfig and
+TransformersEngineConfig. Each check raises a clear message; the deprecated names warn and give the
+rewards of the new names, checked against values computed here from ``judge.score`` (sigmoid,
+clipping, the calibration's formula, the verdict's cut by hand); ``config=`` equals the keyword form."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import warnings
+
+import pytest
+
+from pluie_reward import Calibration, PluieReward, RewardConfig
+from pluie_reward.testing import make_tiny_judge
+
+SOURCES = ["The cat sleeps on the mat.", "The cat sleeps on the mat.", "It rains in Paris.", "It rains in Paris."]
+COMPLETIONS = ["A cat is asleep on the mat.", "The dog barks.", "Paris has rain.", ""]
+
+
+@pytest.fixture(scope="module")
+def judge():
+    return make_tiny_judge(seed=3)
+
+
+@pytest.fixture(scope="module")
+def logratios(judge):
+    """PLUIE of the batch, straight from the judge (what every Yes/No output is computed from)."""
+    values = judge.score("para-fs", source=SOURCES, hypothesis=COMPLETIONS)
+    assert len({round(v, 4) for v in values}) == len(values)  # distinct, so a mix-up shows
+    return values
+
+
+def call(reward):
+    return reward(prompts=["p"] * len(COMPLETIONS), completions=COMPLETIONS, src=SOURCES)
+
+
+def sig(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+# RewardConfig's own checks ----------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs,error", [
+    ({"output": "sigmoid"}, r"unknown output 'sigmoid'; use one of \['logratio', 'prob', 'clip', 'calibrated', 'verdict'\]"),
+    ({"output": "clip", "clip": 0}, r"clip must be a positive number .* got 0"),
+    ({"output": "clip", "clip": -2.0}, r"clip must be a positive number"),
+    ({"clip": float("inf")}, r"clip must be a positive number"),
+    ({"threshold": float("nan")}, r"threshold must be a finite number"),
+    ({"threshold": "high"}, r"threshold must be a finite number"),
+    ({"output": "expected", "normalize": 1}, r"normalize must be True or False"),
+    ({"output": "prob", "answer": "A", "both_orders": "yes"}, r"both_orders must be True or False"),
+    ({"output": "prob", "answer": 1}, r"answer must be an answer's label"),
+    ({"answer": "A"}, r"answer=, normalize=, both_orders= and scale= go with output='prob'.*output='logratio' reads a Yes/No"),
+    ({"output": "clip", "normalize": True}, r"go with output='prob'.*output='clip'"),
+    ({"output": "verdict", "scale": (1, 5)}, r"go with output='prob'"),
+    ({"output": "logprob"}, r"output='logprob' reads the probability of one answer: name it"),
+    ({"output": "prob", "both_orders": True}, r"name it, e\.g\. answer='A'"),
+    ({"output": "prob", "answer": "A", "normalize": True}, r"normalize=True maps an expected rating"),
+    ({"output": "expected", "answer": "5"}, r"leave answer out"),
+    ({"output": "expected", "scale": (5, 1)}, r"lowest < highest"),
+    ({"output": "prob", "answer": "A", "threshold": 0.5}, r"threshold= is the acceptance cut"),
+])
+def test_reward_config_checks(kwargs, error):
+    with pytest.raises(ValueError, match=error):
+        RewardConfig(**kwargs)
+
+
+def test_reward_config_fields_are_documented_and_frozen():
+    for f in dataclasses.fields(RewardConfig):
+        assert len(f.metadata.get("help", "")) > 20, f.name
+    config = RewardConfig(output="clip", clip=3)
+    assert config.clip == 3.0 and isinstance(config.clip, float)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.output = "prob"
+    assert RewardConfig(**config.to_dict()) == config
+    assert RewardConfig(output="expected", scale=(1, 5)).scale == (1.0, 5.0)
+    # which kind of template an output reads, known before any template is
+    assert [RewardConfig(output=o).reads_answers for o in ("logratio", "clip", "calibrated", "verdict")] == [False] * 4
+    assert RewardConfig(output="prob").reads_answers is None  # p_yes, or p(answer) on a choice (which then asks for answer=)
+    assert RewardConfig(output="prob", answer="A").reads_answers and RewardConfig(output="expected").reads_answers
+
+
+# the new names, against values computed here ------------------------------------------------------
+def test_yes_no_outputs_are_computed_from_the_logratio(judge, logratios):
+    c = sorted(abs(s) for s in logratios)[1] + 1e-3  # some scores beyond it, some within
+    cut = sorted(logratios)[1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # the new names do not warn
+        got = {o: call(PluieReward(judge, fields={"source": "src"}, output=o, clip=c, threshold=cut))
+               for o in ("logratio", "prob", "clip", "verdict")}
+    assert got["logratio"] == pytest.approx(logratios, abs=1e-6)
+    assert got["prob"] == pytest.approx([sig(s) for s in logratios], abs=1e-6)
+    assert got["clip"] == pytest.approx([max(-c, min(c, s)) for s in logratios], abs=1e-6)
+    assert any(abs(x) == pytest.approx(c) for x in got["clip"]) and got["clip"] != pytest.approx(logratios)
+    assert got["verdict"] == [1.0 if s > cut else 0.0 for s in logratios] and sum(got["verdict"]) == 2
+
+
+def test_calibrated_output_is_the_calibration_formula(logratios):
+    judge = make_tiny_judge(seed=3, calibration=Calibration(a=0.5, b=-0.25))
+    got = call(PluieReward(judge, fields={"source": "src"}, output="calibrated"))
+    assert got == pytest.approx([sig(0.5 * s - 0.25) for s in logratios], abs=1e-6)
+
+
+# the deprecated names -------------------------------------------------------------------------------
+@pytest.mark.parametrize("transform", ["logratio", "prob", "clip", "calibrated"])
+def test_transform_warns_and_equals_output(transform, logratios):
+    judge = make_tiny_judge(seed=3, calibration=Calibration(a=0.5, b=-0.25))
+    c = sorted(abs(s) for s in logratios)[1] + 1e-3
+    with pytest.warns(DeprecationWarning, match=rf"transform= is deprecated: use output='{transform}'"):
+        old = PluieReward(judge, fields={"source": "src"}, transform=transform, clip=c)
+    new = PluieReward(judge, fields={"source": "src"}, output=transform, clip=c)
+    assert old.config == new.config and old.output == transform
+    want = {"logratio": logratios, "prob": [sig(s) for s in logratios], "clip": [max(-c, min(c, s)) for s in logratios],
+            "calibrated": [sig(0.5 * s - 0.25) for s in logratios]}[transform]
+    assert call(old) == pytest.approx(want, abs=1e-6)
+    assert call(new) == pytest.approx(want, abs=1e-6)
+    with pytest.warns(DeprecationWarning, match="PluieReward.transform is deprecated"):
+        assert old.transform == transform
+
+
+def test_transform_with_output(judge):
+    # transform='logratio' was the default: an explicit one next to output= changes nothing (and warns)
+    with pytest.warns(DeprecationWarning, match="leave it out"):
+        reward = PluieReward(judge, "net-likert", transform="logratio", output="expected")
+    assert reward.output == "expected" and reward.reading is not None
+    with pytest.raises(ValueError, match=r"transform='clip' applies to PLUIE .* pass output= alone"):
+        PluieReward(judge, transform="clip", output="verdict")
+    with pytest.raises(ValueError, match=r"unknown transform 'sigmoid'; transform= is deprecated: use output="):
+        PluieReward(judge, transform="sigmoid")
+    # the warning points at the caller's line, not inside the package
+    with pytest.warns(DeprecationWarning) as caught:
+        PluieReward(judge, transform="prob")
+    assert caught[0].filename == __file__
+
+
+def test_p_yes_is_a_deprecated_name_of_prob(judge, logratios):
+    with pytest.warns(DeprecationWarning, match=r"output='p_yes' is deprecated: use output='prob'"):
+        config = RewardConfig(output="p_yes")
+    assert config == RewardConfig(output="prob")
+    with pytest.warns(DeprecationWarning, match="p_yes"):
+        reward = PluieReward(judge, fields={"source": "src"}, output="p_yes")
+    assert call(reward) == pytest.approx([sig(s) for s in logratios], abs=1e-6)
+
+
+# config= and the keyword form --------------------------------------------------------------------
+@pytest.mark.parametrize("options", [
+    {},
+    {"output": "clip", "clip": 0.05},
+    {"output": "verdict", "threshold": -0.01},
+    {"output": "prob", "threshold": 0.02},
+])
+def test_config_equals_the_keyword_form(judge, options):
+    by_keywords = PluieReward(judge, fields={"source": "src"}, name="kw", **options)
+    by_config = PluieReward(judge, fields={"source": "src"}, name="kw", config=RewardConfig(**options))
+    assert by_config.config == by_keywords.config == RewardConfig(**options)
+    assert repr(by_config) == repr(by_keywords)
+    logs_a: dict = {}
+    logs_b: dict = {}
+    a = by_keywords(prompts=["p"] * 4, completions=COMPLETIONS, src=SOURCES, log_metric=logs_a.__setitem__)
+    b = by_config(prompts=["p"] * 4, completions=COMPLETIONS, src=SOURCES, log_metric=logs_b.__setitem__)
+    assert a == b and logs_a == logs_b
+
+
+def test_config_equals_the_keyword_form_on_a_choice(judge):
+    options = {"output": "prob", "answer": "A", "both_orders": True}
+    by_keywords = PluieReward(judge, "net-choice", fields={"alternative": "ref"}, **options)
+    by_config = PluieReward(judge, "net-choice", fields={"alternative": "ref"}, config=RewardConfig(**options))
+    assert by_config.reading == by_keywords.reading
+    columns = {"source": SOURCES, "ref": list(reversed(COMPLETIONS))}
+    assert by_config(completions=COMPLETIONS, **columns) == by_keywords(completions=COMPLETIONS, **columns)
+
+
+def test_config_and_keywords_together_or_wrong(judge):
+    with pytest.raises(TypeError, match=r"either in config= or as keywords, not both .*\['output'\]"):
+        PluieReward(judge, output="prob", config=RewardConfig())
+    with pytest.raises(TypeError, match=r"\['transform'\]"):
+        PluieReward(judge, transform="prob", config=RewardConfig())
+    with pytest.raises(TypeError, match="config must be a RewardConfig, not dict"):
+        PluieReward(judge, config={"output": "prob"})
+    # the checks that need the template are the reward's, with its name
+    with pytest.raises(ValueError, match=r"^pref: scale= is for a remote judge"):
+        PluieReward(judge, "net-likert", name="pref", config=RewardConfig(output="expected", normalize=True, scale=(1, 5)))
+    with pytest.raises(ValueError, match=r"^pref: clip must be a positive number"):
+        PluieReward(judge, name="pref", output="clip", clip=0)
+
+
+# the remote reward: the same vocabulary over the judge server ----------------------------------------
+def test_remote_reward_outputs_and_p_yes(logratios):
+    pytest.importorskip("uvicorn")
+    from pluie_reward.integrations.client import RemoteJudgeError, RemotePluieReward
+    from pluie_reward.tools.server import background, create_app
+
+    def remote(url, **options):
+        reward = RemotePluieReward(url, fields={"source": "src"}, **options)
+        return asyncio.run(reward(prompts=["p"] * 4, completions=COMPLETIONS, src=SOURCES))
+
+    c = sorted(abs(s) for s in logratios)[1] + 1e-3
+    calibrated = make_tiny_judge(seed=3, calibration=Calibration(a=0.5, b=-0.25))
+    with background(create_app(calibrated, "para-fs", max_wait_ms=5), host="127.0.0.1", port=0) as server:
+        with pytest.warns(DeprecationWarning, match=r"output='p_yes' is deprecated: use output='prob'"):
+            old = remote(server.url, output="p_yes")
+        assert old == remote(server.url, output="prob")
+        assert old == pytest.approx([sig(s) for s in logratios], abs=1e-4)
+        assert remote(server.url, output="clip", clip=c) == pytest.approx([max(-c, min(c, s)) for s in logratios], abs=1e-4)
+        assert remote(server.url, config=RewardConfig(output="clip", clip=c)) == remote(server.url, output="clip", clip=c)
+        assert remote(server.url, output="calibrated") == pytest.approx([sig(0.5 * s - 0.25) for s in logratios], abs=1e-4)
+        assert remote(server.url, output="verdict") == [1.0 if s > 0 else 0.0 for s in logratios]
+        with pytest.raises(RemoteJudgeError, match=r"Yes/No \(PLUIE\), so output='prob' with answer= does not apply"):
+            remote(server.url, output="prob", answer="A")
+    with background(create_app(make_tiny_judge(seed=3), "para-fs", max_wait_ms=5), host="127.0.0.1", port=0) as server:
+        with pytest.raises(RemoteJudgeError, match="has no calibration"):
+            remote(server.url, output="calibrated")
+        with pytest.raises(ValueError, match=r"threshold= is the judge server's"):
+            RemotePluieReward(server.url, config=RewardConfig(threshold=1.0))
+        with pytest.raises(TypeError, match="not both"):
+            RemotePluieReward(server.url, output="prob", config=RewardConfig())
