@@ -8,8 +8,11 @@ Example:
     >>> from pluie_reward.tools.probe import family_names
     >>> family_names()[:4]
     ['honest', 'unrelated', 'copy', 'copy_case']
-    >>> rows = run_probe(Judge.load(), "para-fs", limit=4)   # doctest: +SKIP
-    >>> print(markdown_report(rows))                         # doctest: +SKIP
+    >>> rows = run_probe(judge, "para-fs", limit=2)  # e.g. judge = Judge.load()
+    >>> print(markdown_report(rows))
+    | family | kind | n | mean | max | > threshold | > honest | novelty | guarded |
+    |---|---|---|---|---|---|---|---|---|
+    | honest | reference | 2 | ...
 """
 
 from .families import ProbeContext, SourceItem, builtin_sample, family_kind, family_names, generate

@@ -38,7 +38,10 @@ def plot_probe(rows: Sequence[Mapping[str, Any]], path: str | Path, *, threshold
     and the shares above the threshold and above the honest answer. Returns the written PNG path.
 
     Example:
-        >>> plot_probe(rows, "probe.png", title="SmolLM2-135M-Instruct, para-fs")  # doctest: +SKIP
+        >>> from pluie_reward.tools.probe import run_probe
+        >>> rows = run_probe(judge, "para-fs", limit=2)
+        >>> plot_probe(rows, "probe.png", title=f"{judge.name}, para-fs")
+        PosixPath('probe.png')
     """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -1,9 +1,12 @@
 """Run the probe: score every family's hypotheses next to the honest answers, through ``Judge.score``.
 
 Example:
-    >>> from pluie_reward import Judge                                  # doctest: +SKIP
-    >>> rows = run_probe(Judge.load(), "para-fs", limit=4)              # doctest: +SKIP
-    >>> print(markdown_report(rows))                                    # doctest: +SKIP
+    >>> from pluie_reward.tools.probe import markdown_report
+    >>> rows = run_probe(judge, "para-fs", limit=2)  # e.g. judge = Judge.load()
+    >>> print(markdown_report(rows))
+    | family | kind | n | mean | max | > threshold | > honest | novelty | guarded |
+    |---|---|---|---|---|---|---|---|---|
+    | honest | reference | 2 | ...
 """
 
 from __future__ import annotations
@@ -235,8 +238,8 @@ def run_probe(
     for the arguments and :func:`summarize` for the rows); the threshold is the judge's.
 
     Example:
-        >>> rows = run_probe(Judge.load(), "para-fs", limit=4, families=["copy", "control_token"])  # doctest: +SKIP
-        >>> [(r["family"], r["n"]) for r in rows]                                                  # doctest: +SKIP
+        >>> rows = run_probe(judge, "para-fs", limit=4, families=["copy", "control_token"])
+        >>> [(r["family"], r["n"]) for r in rows]
         [('honest', 4), ('copy', 4), ('control_token', 16)]
     """
     records = probe_items(judge, template, sources, honest, limit, families,
