@@ -8,14 +8,15 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ...core.errors import PluieError
+from ...core.judge import Judge
+from ...core.prompt import chat_clock
+from ...core.template import check_chat_template_kwargs
+from ...engines.remote import RemoteEngineError
+from ..shared import UsageError, auto_chunk_size  # noqa: F401  (re-exported: the commands import them from here)
+from .records import parse_columns, read_table
 
 
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
-
-
-class UsageError(PluieError):
-    """Bad input from the command line: printed without a traceback, exit code 2."""
 
 
 def command(name: str, configure: Callable[[argparse.ArgumentParser], None]) -> Callable:
@@ -69,8 +70,6 @@ def chat_template_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """
     import json
 
-    from ...core.template import check_chat_template_kwargs
-
     text = getattr(args, "chat_template_kwargs", None)
     if text is None:
         return {}
@@ -85,8 +84,6 @@ def chat_template_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     try:
         check_chat_template_kwargs(value, "--chat-template-kwargs")
         if "strftime_now" in value:
-            from ...core.prompt import chat_clock
-
             chat_clock(value["strftime_now"])
     except ValueError as err:
         raise UsageError(str(err)) from None
@@ -121,16 +118,12 @@ def check_device(device: str | None) -> None:
 def judge_from_args(args: argparse.Namespace) -> Any:
     """Load the judge the shared options describe; a device this torch cannot use or a model that
     cannot be found (e.g. a Hub id while offline) is a :class:`UsageError` saying what to do."""
-    from ...core.judge import Judge
-
     engine = getattr(args, "engine", "transformers")
     keywords = chat_template_kwargs(args)
     own = {"chat_template_kwargs": keywords} if keywords else {}
     if engine == "remote":
         if not args.url:
             raise UsageError("--engine remote needs --url http://host:port (a vLLM OpenAI-compatible server).")
-        from ...engines.remote import RemoteEngineError
-
         try:
             return Judge.connect(args.url, tokenizer=args.model, **own)
         except (RemoteEngineError, ValueError) as err:
@@ -164,21 +157,6 @@ def judge_from_args(args: argparse.Namespace) -> Any:
             f"Without network access, download it elsewhere (huggingface-cli download {args.model}) and pass its "
             "folder to --model, or point HF_HOME at a cache that holds it."
         ) from None
-
-
-def auto_chunk_size(judge: Any, prompts_per_item: int = 1) -> int:
-    """Items per ``Judge.score`` call when ``--chunk-size`` is not given: about one forward batch of
-    prompts (the judge's ``batch_tokens`` / 64, so 8 prompts on CPU and 64 on GPU; an item with two
-    candidates is two prompts), so that progress bars and saved scores move often without starving
-    the batcher.
-
-    Example:
-        >>> auto_chunk_size(None), auto_chunk_size(None, prompts_per_item=2)
-        (8, 4)
-    """
-    tokens = judge.engine.batch_tokens if judge is not None else 512
-    prompts = int(tokens) // 64 if isinstance(tokens, int) else 8
-    return max(1, prompts // max(1, prompts_per_item))
 
 
 def check_chunk_size(value: int | None) -> None:
@@ -225,14 +203,10 @@ def check_output_dir(path: Path | None, option: str = "--output-dir") -> None:
 
 def read_records(path: Path, split: str | None = None) -> list[dict[str, Any]]:
     """Rows of an input file as dicts (see :func:`~pluie_reward.tools.cli.records.read_table`)."""
-    from .records import read_table
-
     return read_table(path, split).rows
 
 
 def field_columns(args: argparse.Namespace, fields: Sequence[str], optional: Sequence[str] = ()) -> dict[str, str | None]:
     """Field -> input column, from repeated ``--column FIELD=COLUMN`` (default: same name; ``FIELD=`` leaves
     an optional field out)."""
-    from .records import parse_columns
-
     return parse_columns(args.column, [f for f in fields if f not in optional], optional)

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import csv
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .common import UsageError
+from ...core.fields import map_fields, parse_assignments
+from ..shared import UsageError, relocate  # noqa: F401  (re-exported: relocate's home was here)
 
 JSON_SUFFIXES = {".jsonl", ".ndjson", ".json"}
 TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t"}
@@ -317,24 +317,6 @@ def _read_dataset(path: Path, split: str | None) -> Records:
     return _from_dataset(path, dataset)
 
 
-_ITEM = re.compile(r"\bitem (\d+)\b")
-
-
-def relocate(message: str, rows: Sequence[str], per_item: int = 1) -> str:
-    """Rewrite "item k" of a ``Judge.score`` error (an index into one call) as the input row it came
-    from; ``per_item`` calls entries per row (2 when A and B are scored together).
-
-    Example:
-        >>> relocate("field 'hypothesis', item 3: expected a string", ["a.jsonl line 8", "a.jsonl line 9"], per_item=2)
-        "field 'hypothesis', a.jsonl line 9: expected a string"
-    """
-    def swap(match: re.Match) -> str:
-        k = int(match.group(1)) // per_item
-        return rows[k] if k < len(rows) else match.group(0)
-
-    return _ITEM.sub(swap, message)
-
-
 def parse_columns(specs: Sequence[str], fields: Sequence[str], optional: Sequence[str] = ()) -> dict[str, str | None]:
     """Field -> input column from repeated ``FIELD=COLUMN`` (default: the column named like the field);
     ``FIELD=`` (empty) leaves an optional field out. A command-line wrapper around
@@ -344,8 +326,6 @@ def parse_columns(specs: Sequence[str], fields: Sequence[str], optional: Sequenc
         >>> parse_columns(["source=s1", "gold="], ["source", "hypothesis"], ["gold"])
         {'source': 's1', 'hypothesis': 'hypothesis', 'gold': None}
     """
-    from ...core.fields import map_fields, parse_assignments
-
     try:
         mapping = map_fields(fields, parse_assignments(specs, "--column"), optional=optional, setting="--column")
     except ValueError as err:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
+from ...core.prompt import AnswerTokenError, BoundTemplate
 from ...core.template import builtin_template_names, load_template
 from .common import (
     UsageError,
@@ -21,7 +22,7 @@ from .common import (
     field_columns,
     judge_from_args,
 )
-from .records import read_table
+from .records import Records, check_texts, read_table, relocate
 
 
 # score -----------------------------------------------------------------------------------------
@@ -51,8 +52,6 @@ def _chunks(n: int, size: int) -> Iterator[range]:
 def score_command(args: argparse.Namespace) -> int:
     """Score items given as arguments or in a file; write JSONL with logratio, p_yes, verdict."""
     from tqdm.auto import tqdm
-
-    from .records import Records, check_texts, relocate
 
     check_chunk_size(args.chunk_size)
     template = load_template(args.template)
@@ -143,8 +142,7 @@ def templates_command(args: argparse.Namespace) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from ...core.prompt import AnswerTokenError, BoundTemplate
-    from ...engines.transformers.loading import load_tokenizer
+    from ...engines.transformers.loading import load_tokenizer  # lazy: CLI start-up (torch)
 
     template = load_template(args.render)
     if args.system is not None:
