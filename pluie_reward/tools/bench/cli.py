@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..cli.common import UsageError, add_judge_arguments, command, judge_from_args
+from ..cli.main import main as cli_main
 from .engines import compare_engines, comparison_json, format_engine_table, load_vllm_judge, parse_engines
 from .group import compare_group_judging, format_group_table
 from .grpo_share import PLACEMENTS as GRPO_PLACEMENTS, format_grpo_table, grpo_share
@@ -210,8 +211,6 @@ def bench_command(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m pluie_reward.tools.bench [options]`` (same as ``pluie-reward bench``)."""
-    from ..cli.main import main as cli_main
-
     return cli_main(["bench", *(sys.argv[1:] if argv is None else argv)])
 
 

@@ -17,8 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..cli.common import UsageError
+from ...core.judge import Judge
 from ..evaluation.report import markdown_table
+from ..shared import UsageError
 
 ENGINES = ("transformers", "vllm")
 MAX_DIFF = 1e-3
@@ -57,8 +58,6 @@ def quiet_vllm_logs(environ: Any = None) -> Any:
 def load_vllm_judge(model: str | None, dtype: str, **options: Any) -> Any:
     """The judge on vLLM in this process (its INFO logs kept off the report unless asked for)."""
     quiet_vllm_logs()
-    from ...core.judge import Judge
-
     try:
         return Judge.load(model, engine="vllm", dtype=dtype, **options)
     except ImportError as err:

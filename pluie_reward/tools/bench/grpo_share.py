@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from ...core.judge import Judge
+from ...integrations.rewards import PluieReward
 from ..evaluation.report import markdown_table
 from .engines import quiet_vllm_logs
 
@@ -70,7 +72,7 @@ def grpo_child(placement: str, steps: int, output_dir: str, threads: int | None 
     from peft import LoraConfig, get_peft_model
     from trl import GRPOConfig, GRPOTrainer
 
-    from ... import Judge, PluieReward, load_trainable_embedded
+    from ...engines.transformers.loading import load_trainable_embedded  # lazy: CLI start-up (torch)
 
     policy, tokenizer = load_trainable_embedded()
     policy = get_peft_model(policy, LoraConfig(target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))

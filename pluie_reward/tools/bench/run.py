@@ -42,8 +42,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..cli.common import UsageError
+from ...core.judge import Judge
 from ..evaluation.report import markdown_table
+from ..shared import UsageError
 
 
 METHODS = ("reference", "generate", "score", "score-cold", "indirect")
@@ -585,8 +586,7 @@ def placement_child(kind: str, pairs: int = 16) -> dict[str, float]:
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from ...core.judge import Judge
-    from ...engines.transformers.loading import load_trainable_embedded
+    from ...engines.transformers.loading import load_trainable_embedded  # lazy: CLI start-up (torch)
 
     model, tokenizer = load_trainable_embedded()
     policy = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..cli.common import UsageError
 from ..evaluation.report import markdown_table
+from ..shared import UsageError
 from .engines import quiet_vllm_logs
 
 MAX_CLIENTS = 64
@@ -42,7 +42,7 @@ def check_load(clients: int, requests: int, items: int, pairs_available: int) ->
         >>> check_load(0, 4, 8, 5000)
         Traceback (most recent call last):
         ...
-        pluie_reward.tools.cli.common.UsageError: --server-clients must be between 1 and 64, got 0.
+        pluie_reward.tools.shared.UsageError: --server-clients must be between 1 and 64, got 0.
     """
     if not 1 <= clients <= MAX_CLIENTS:
         raise UsageError(f"--server-clients must be between 1 and {MAX_CLIENTS}, got {clients}.")
@@ -134,7 +134,7 @@ def stop_server(server: subprocess.Popen) -> None:
 
 async def _wait_ready(url: str, server: subprocess.Popen, log_path: Path, timeout: float) -> None:
     """Poll ``/health`` once a second until it answers, the server exits, or ``timeout`` passes."""
-    from ...core.http import AsyncHTTPClient, HTTPConfig, RemoteError
+    from ...core.http import AsyncHTTPClient, HTTPConfig, RemoteError  # optional: httpx
 
     deadline = time.monotonic() + timeout
     async with AsyncHTTPClient(url, HTTPConfig(timeout=5, retries=0)) as client:
@@ -153,7 +153,7 @@ async def _wait_ready(url: str, server: subprocess.Popen, log_path: Path, timeou
 
 async def _load(url: str, batches: list[dict[str, list[str]]], clients: int, result: ServerLoad) -> None:
     """Send ``batches[0]`` (warm-up, untimed), then the others from ``clients`` concurrent clients."""
-    from ...core.http import AsyncHTTPClient, HTTPConfig, RemoteError
+    from ...core.http import AsyncHTTPClient, HTTPConfig, RemoteError  # optional: httpx
 
     async with AsyncHTTPClient(url, HTTPConfig(timeout=600, retries=0), name="judge server", max_connections=clients + 1) as client:
         await client.request("POST", "/score", json=batches[0])
