@@ -158,8 +158,10 @@ def teacher_targets(
         One float per item.
 
     Example:
-        >>> teacher_targets(big_judge, "para-fs", data)  # doctest: +SKIP
-        array([ 2.1, -3.4, ...])
+        >>> data = PairData.build("para-fs", {"source": ["The cat sleeps.", "Prices rose."],
+        ...                                   "hypothesis": ["A cat is asleep.", "Prices fell."]})
+        >>> teacher_targets(judge, "para-fs", data, progress=False)  # e.g. a big judge
+        array([..., ...])
     """
     from tqdm.auto import tqdm
 
@@ -184,8 +186,13 @@ def encode(bound: BoundTemplate, data: PairData, truncate: bool = True) -> Any:
     where the answer starts) and the supervision (``pluie_label`` 0/1, ``pluie_target`` log-ratio).
 
     Example:
-        >>> encode(judge.bind("para-direct"), data)  # doctest: +SKIP
-        Dataset({features: ['input_ids', 'pluie_label'], num_rows: 160})
+        >>> data = PairData.build("para-direct", {"source": ["The cat sleeps.", "Prices rose."],
+        ...                                       "hypothesis": ["A cat is asleep.", "Prices fell."]}, labels=[True, False])
+        >>> encode(judge.bind("para-direct"), data)
+        Dataset({
+            features: ['input_ids', 'pluie_label'],
+            num_rows: 2
+        })
     """
     from datasets import Dataset
 

@@ -57,8 +57,14 @@ def pluie_scores(
         A float32 tensor of one score per row.
 
     Example:
-        >>> pluie_scores(model, batch["input_ids"], batch["attention_mask"], (10539, 5230))  # doctest: +SKIP
-        tensor([-2.31, 0.87], grad_fn=<SubBackward0>)
+        >>> from pluie_reward.tools.tune.data import PairCollator, PairData, encode
+        >>> bound = judge.bind("para-direct")
+        >>> data = PairData.build(bound.template, {"source": ["The cat sleeps.", "Prices rose."],
+        ...                                        "hypothesis": ["A cat is asleep.", "Prices fell."]}, labels=[True, False])
+        >>> batch = PairCollator(tokenizer.pad_token_id)(list(encode(bound, data)))
+        >>> yes_no = tuple(a[0] for a in bound.answer_ids)  # (10539, 5230) for SmolLM2
+        >>> pluie_scores(model, batch["input_ids"], batch["attention_mask"], yes_no)
+        tensor([..., ...], grad_fn=<SubBackward0>)
     """
     yes, no = int(answer_ids[0]), int(answer_ids[1])
     lengths = attention_mask.sum(dim=-1)

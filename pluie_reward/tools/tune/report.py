@@ -190,7 +190,8 @@ def write_plots(directory: Path, name: str, before: Sequence[float], after: Sequ
     teacher's verdicts, said by ``what``). Returns the file names written (none without matplotlib).
 
     Example:
-        >>> write_plots(Path("out"), "heldout", before, after, labels, "labels")  # doctest: +SKIP
+        >>> before, after, labels = [-1.0, 0.5, 2.0], [-2.0, 1.0, 3.0], [False, True, True]
+        >>> write_plots(Path("out"), "heldout", before, after, labels, "labels")
         ['heldout_thresholds_before.png', 'heldout_thresholds_after.png']
     """
     try:

@@ -18,9 +18,15 @@ Placement of the adapter:
 
 Example:
     >>> from pluie_reward.tools.tune import TuneConfig, tune
-    >>> result = tune(None, template="para-direct", fields={"source": s, "hypothesis": h}, labels=y,
-    ...               config=TuneConfig(epochs=2), output_dir="out/judge-adapter")       # doctest: +SKIP
-    >>> result.judge.score("para-direct", source=["..."], hypothesis=["..."])             # doctest: +SKIP
+    >>> s = [f"The animal number {i} sleeps." for i in range(8)]
+    >>> h, y = ["Yes a cat.", "No no dog."] * 4, [True, False] * 4
+    >>> result = tune(model, tokenizer, template="para-direct", fields={"source": s, "hypothesis": h}, labels=y,
+    ...               config=TuneConfig(epochs=2, progress=False), output_dir="out/judge-adapter")  # None: the embedded SmolLM2
+    {'eval_loss': ..., 'epoch': '1'}
+    {'eval_loss': ..., 'epoch': '2'}
+    {'train_runtime': ..., 'epoch': '2'}
+    >>> result.judge.score("para-direct", source=["The cat sleeps."], hypothesis=["A cat is asleep."])
+    [...]
 """
 
 from __future__ import annotations
@@ -203,8 +209,16 @@ def tune(
         A :class:`TuneResult` (tuned judge, PEFT model, card).
 
     Example:
-        >>> result = tune(None, template="para-direct", fields={"source": s, "hypothesis": h},
-        ...               teacher=Judge.load(), teacher_template="para-fs", output_dir="out/adapter")  # doctest: +SKIP
+        >>> s = [f"The animal number {i} sleeps." for i in range(8)]
+        >>> h = ["Yes a cat.", "No no dog."] * 4
+        >>> result = tune(model, tokenizer, template="para-direct", fields={"source": s, "hypothesis": h},
+        ...               teacher=judge, teacher_template="para-fs", output_dir="out/adapter",  # e.g. teacher=Judge.load()
+        ...               config=TuneConfig(epochs=2, progress=False))
+        {'eval_loss': ..., 'epoch': '1'}
+        {'eval_loss': ..., 'epoch': '2'}
+        {'train_runtime': ..., 'epoch': '2'}
+        >>> sorted(p.name for p in result.output_dir.iterdir())[:3]
+        ['README.md', 'adapter_config.json', 'adapter_model.safetensors']
     """
     config = config or TuneConfig()
     if not isinstance(config, TuneConfig):
@@ -314,8 +328,11 @@ def trainable_adapter(model: Any, config: TuneConfig) -> Iterator[Any]:
     Trainer is switched off again.
 
     Example:
-        >>> with trainable_adapter(policy, TuneConfig()) as peft_model:  # doctest: +SKIP
-        ...     train_adapter(peft_model, ...)
+        >>> with trainable_adapter(model, TuneConfig()) as peft_model:  # a plain model: wrapped in place
+        ...     peft_model.active_adapter  # train it here, e.g. with train_adapter(peft_model, ...)
+        'judge'
+        >>> any(p.requires_grad for p in peft_model.parameters())  # frozen afterwards
+        False
     """
     from peft import get_peft_model
     from transformers import set_seed

@@ -30,8 +30,13 @@ class JudgeTuneTrainer(Trainer):
         args, kwargs: as for ``transformers.Trainer``.
 
     Example:
+        >>> from pluie_reward.tools.tune.data import PairData, encode
+        >>> bound = judge.bind("para-direct")
+        >>> ds = encode(bound, PairData.build(bound.template, {"source": ["The cat sleeps."], "hypothesis": ["A cat is asleep."]},
+        ...                                   labels=[True]))
+        >>> args = training_arguments(TuneConfig(), "out", has_eval=False, label_key="pluie_label")
         >>> trainer = JudgeTuneTrainer(model=peft_model, args=args, train_dataset=ds, data_collator=PairCollator(0),
-        ...                            answer_ids=(10539, 5230), tune_config=TuneConfig())  # doctest: +SKIP
+        ...                            answer_ids=tuple(a[0] for a in bound.answer_ids), tune_config=TuneConfig())
     """
 
     # compute_loss returns a per-batch mean: Trainer divides it by the accumulation steps
@@ -110,8 +115,17 @@ def train_adapter(
     """Train the active (trainable) PEFT adapter of ``model``; returns the Trainer's log history.
 
     Example:
-        >>> history = train_adapter(peft_model, train_ds, heldout_ds, (10539, 5230), TuneConfig(), pad_id=0)  # doctest: +SKIP
-        >>> history[-1]["train_loss"]  # doctest: +SKIP
+        >>> from pluie_reward.tools.tune.data import PairData, encode
+        >>> bound = judge.bind("para-direct")
+        >>> data = PairData.build(bound.template, {"source": ["The cat sleeps.", "Prices rose."],
+        ...                                        "hypothesis": ["A cat is asleep.", "Prices fell."]}, labels=[True, False])
+        >>> train_ds = heldout_ds = encode(bound, data)
+        >>> yes_no = tuple(a[0] for a in bound.answer_ids)
+        >>> history = train_adapter(peft_model, train_ds, heldout_ds, yes_no, TuneConfig(epochs=1, progress=False), pad_id=0)
+        {'eval_loss': ..., 'epoch': '1'}
+        {'train_runtime': ..., 'epoch': '1'}
+        >>> history[-1]["train_loss"]
+        0...
     """
     label_key = LABEL if LABEL in train_dataset.column_names else TARGET
     shared = 0
