@@ -124,8 +124,8 @@ def train_adapter(
         >>> history = train_adapter(peft_model, train_ds, heldout_ds, yes_no, TuneConfig(epochs=1, progress=False), pad_id=0)
         {'eval_loss': ..., 'epoch': '1'}
         {'train_runtime': ..., 'epoch': '1'}
-        >>> history[-1]["train_loss"]
-        0...
+        >>> history[-1]["step"], "train_loss" in history[-1]  # one update on 2 pairs
+        (1, True)
     """
     label_key = LABEL if LABEL in train_dataset.column_names else TARGET
     shared = 0
