@@ -151,8 +151,14 @@ def check_texts(records: Records, columns: Mapping[str, str], optional: Iterable
     Fields in ``optional`` may be missing or ``None`` (the template leaves their turn out).
 
     Example:
-        >>> check_texts(records, {"source": "src"})  # doctest: +SKIP
-        {'source': ['The cat sleeps.', ...]}
+        >>> _ = Path("pairs.jsonl").write_text('{"src": "The cat sleeps."}\\n{"src": "Prices rose."}\\n')
+        >>> check_texts(read_table("pairs.jsonl"), {"source": "src"})
+        {'source': ['The cat sleeps.', 'Prices rose.']}
+        >>> _ = Path("bad.jsonl").write_text('{"src": "The cat sleeps."}\\n{"src": 3}\\n')
+        >>> check_texts(read_table("bad.jsonl"), {"source": "src"})
+        Traceback (most recent call last):
+        ...
+        pluie_reward.tools.shared.UsageError: bad.jsonl line 2: column 'src' (template field 'source') is int 3, not a string; every item needs a text value there: fix or remove the row.
     """
     optional = set(optional)
     out: dict[str, list[Any]] = {}
@@ -176,7 +182,9 @@ def read_table(path: str | Path, split: str | None = None) -> Records:
     """Read an input file (see ``FORMATS``) into :class:`Records`; raises :class:`UsageError`.
 
     Example:
-        >>> read_table("pairs.csv").values("source")  # doctest: +SKIP
+        >>> _ = Path("pairs.csv").write_text("source,hypothesis\\nThe cat sleeps.,A cat is asleep.\\nPrices rose.,Prices fell.\\n")
+        >>> read_table("pairs.csv").values("source")
+        ['The cat sleeps.', 'Prices rose.']
     """
     path = Path(path)
     if not path.exists():
