@@ -19,8 +19,16 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..cli.common import UsageError, add_judge_arguments, check_output_file, command
+from ...core.calibration import FILE_NAME
+from ...core.template import load_template
+from ..cli.common import UsageError, add_judge_arguments, check_output_file, command, judge_from_args
+from ..cli.records import read_table
+from .calibration import CalibrationConfig, fit_calibration, heldout_split, p_yes
 from .cli import INPUT_HELP, _convert, _load_generic
+from .metrics import binary_label
+from .plots import plot_reliability
+from .report import markdown_table
+from .scoring import score_in_chunks
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -53,8 +61,6 @@ def _configure(p: argparse.ArgumentParser) -> None:
 
 
 def _target(output: Path) -> Path:
-    from ...core.calibration import FILE_NAME
-
     return output / FILE_NAME if output.is_dir() or (not output.suffix and not output.exists()) else output
 
 
@@ -73,11 +79,6 @@ def _float(value: Any) -> float:
 @command("calibrate", _configure)
 def calibrate_command(args: argparse.Namespace) -> int:
     """Fit p = sigmoid(a * PLUIE + b) on labelled items (held-out before/after report) and write calibration.json."""
-    from ...core.template import load_template
-    from ..cli.records import read_table
-    from .calibration import CalibrationConfig, fit_calibration
-    from .metrics import binary_label
-
     try:
         config = CalibrationConfig(heldout_fraction=args.heldout, seed=args.seed, n_bins=args.bins, l2=args.l2)
     except ValueError as err:
@@ -105,9 +106,6 @@ def calibrate_command(args: argparse.Namespace) -> int:
     else:
         if args.judge_name:
             raise UsageError("--judge-name records where --score-column's scores came from; here the judge is --model.")
-        from ..cli.common import judge_from_args
-        from .tasks import score_in_chunks
-
         _, records, values, _, _ = _load_generic(args, {"labels": args.label_column})
         labels = _convert(records, args.label_column, binary_label, "binary label")
         judge = judge_from_args(args)
@@ -122,9 +120,6 @@ def calibrate_command(args: argparse.Namespace) -> int:
     print(summary(calibration))
     if args.plot:
         import numpy as np
-
-        from .calibration import heldout_split, p_yes
-        from .plots import plot_reliability
 
         s, y = np.asarray(scores), np.asarray(labels)
         _, held = heldout_split(len(s), config.heldout_fraction, config.seed)
@@ -150,8 +145,6 @@ def summary(calibration: Any) -> str:
         >>> print(summary(fit_calibration([-2, -1, 0, 1, 2, 3, -3, 0.5, 1.5, -0.5], [0, 1, 0, 1, 0, 1, 0, 1, 1, 0])).splitlines()[0])
         Platt fit p = sigmoid(a · PLUIE + b): a = 1.880, b = 1.484 on 7 items; template ?, judge ?.
     """
-    from .report import markdown_table
-
     c = calibration
     lines = [f"Platt fit p = sigmoid(a · PLUIE + b): a = {c.a:.3f}, b = {c.b:.3f} on {c.n_fit} items; "
              f"template {c.template or '?'}, judge {c.judge or '?'}."]

@@ -22,6 +22,7 @@ import numpy as np
 
 from ...core.calibration import Calibration
 from .metrics import as_labels, as_scores, _same_length
+from .report import markdown_table
 
 __all__ = ["Calibration", "CalibrationConfig", "brier_score", "calibration_markdown", "calibration_metrics",
            "calibration_report", "expected_calibration_error", "fit_calibration", "fit_platt", "heldout_split", "log_loss", "p_yes", "probabilities",
@@ -414,8 +415,6 @@ def calibration_markdown(calibration: Mapping[str, Mapping[str, Any]], bins: boo
         >>> print(calibration_markdown(r, bins=False).splitlines()[2])
         | metric | n | ECE | Brier | log loss | Platt a | Platt b | held-out n | ECE before → after | Brier before → after | log loss before → after |
     """
-    from .report import markdown_table
-
     first = next(iter(calibration.values()))
     rows, notes, tables = [], [], []
     for name, r in calibration.items():

@@ -21,7 +21,27 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..cli.common import UsageError, add_judge_arguments, check_chunk_size, check_output_dir, command, judge_from_args
+from ...core.outputs import SECOND_CANDIDATE
+from ...core.template import load_template
+from ..cli.common import (
+    UsageError,
+    add_judge_arguments,
+    check_chunk_size,
+    check_output_dir,
+    command,
+    field_columns,
+    judge_from_args,
+)
+from ..cli.records import check_texts, read_table, text_problem
+from .baselines import missing_baselines, parse_baselines
+from .metrics import binary_label, preference_label
+from .paraphrasus import find_data_dir, paraphrasus_plots, run_paraphrasus
+from .presets import FRENCH_PAIRS, PRESETS, paper_table
+from .report import write_outputs
+from .scoring import JUDGE_ROW, Condition, reference_field
+from .store import StoreMismatch
+from .tables import PAPER_BASELINES, task_markdown
+from .tasks import report_folder, run_classification, run_preference
 
 CHOICE_ROW = "LLM-choice"  # the result row of a choice template in eval preference (the seeds' name for it)
 INPUT_HELP = "the items: .jsonl/.json, .csv/.tsv, .parquet, .arrow or a datasets folder (save_to_disk)"
@@ -56,8 +76,6 @@ def _file_task(p: argparse.ArgumentParser) -> None:
 
 
 def _preset(p: argparse.ArgumentParser, name: str) -> None:
-    from .presets import PRESETS
-
     preset = PRESETS[name]
     roles = "; ".join(f"{role} ({preset.role_help.get(role, '')}, default column {column!r})" for role, column in preset.roles.items())
     p.add_argument("input", type=Path, help=INPUT_HELP)
@@ -146,8 +164,6 @@ def eval_command(args: argparse.Namespace) -> int:
 # helpers --------------------------------------------------------------------------------------
 def _baselines(spec: str) -> list[str]:
     """Parse --baselines; with 'all', say which baselines are left out because their package is missing."""
-    from .baselines import missing_baselines, parse_baselines
-
     names = parse_baselines(spec)
     if spec == "all":
         for name, hint in missing_baselines().items():
@@ -167,8 +183,6 @@ def _convert(records: Any, column: str, convert: Any, what: str) -> list[Any]:
 
 
 def _finish(args: argparse.Namespace, results: dict[str, Any]) -> int:
-    from .tasks import task_markdown
-
     print(task_markdown(results))
     if args.output_dir is not None:
         print(f"\nwrote {args.output_dir / 'results.json'} and results.md; scores in {args.output_dir / 'scores.jsonl'}"
@@ -183,8 +197,6 @@ class Interrupted(Exception):
 def _score_safely(run: Any, output_dir: Path | None) -> Any:
     """Run a scoring function: a folder of another run is a usage error; an interruption or a crash
     says what was kept and how to resume."""
-    from .store import StoreMismatch
-
     kept = (f"the scores computed so far are saved in {output_dir / 'scores.jsonl'}: run the same command again "
             f"to resume, or 'pluie-reward eval report {output_dir}' for the tables so far") if output_dir else \
         "nothing was saved (no --output-dir)"
@@ -206,10 +218,6 @@ def _score_safely(run: Any, output_dir: Path | None) -> Any:
 
 def _load_generic(args: argparse.Namespace, extra: dict[str, str], skip: tuple[str, ...] = ()) -> tuple[Any, Any, dict, dict, list[str]]:
     """Template, records, the field values (checked), the columns used, and notes about optional fields."""
-    from ...core.template import load_template
-    from ..cli.common import field_columns
-    from ..cli.records import check_texts, read_table
-
     template = load_template(args.template)
     records = read_table(args.input, args.split).limit(args.limit)
     mapping = field_columns(args, list(template.all_fields), template.optional_fields)
@@ -232,11 +240,6 @@ def _load_generic(args: argparse.Namespace, extra: dict[str, str], skip: tuple[s
 
 # file tasks -----------------------------------------------------------------------------------
 def _classification(args: argparse.Namespace) -> int:
-    from .metrics import binary_label
-    from .tasks import JUDGE_ROW, Condition, reference_field, run_classification
-
-    from ...core.template import load_template
-
     if load_template(args.template).kind == "choice":
         raise UsageError(f"--template {args.template}: a choice template picks between two candidates; evaluate it with "
                          "'pluie-reward eval preference' (--a-column, --b-column, --human-column).")
@@ -257,13 +260,6 @@ def _classification(args: argparse.Namespace) -> int:
 
 
 def _preference(args: argparse.Namespace) -> int:
-    from ..cli.records import check_texts
-    from .metrics import preference_label
-    from .tasks import JUDGE_ROW, Condition, reference_field, run_preference
-
-    from ...core.outputs import SECOND_CANDIDATE
-    from ...core.template import load_template
-
     names = _baselines(args.baselines)
     choice = load_template(args.template).kind == "choice"
     slots = ("hypothesis", SECOND_CANDIDATE) if choice else ("hypothesis",)
@@ -315,9 +311,6 @@ def _roles(args: argparse.Namespace, preset: Any) -> dict[str, str]:
 def _french_pairs(records: Any, roles: dict[str, str]) -> tuple[dict[str, list[str]], list[bool], list[str], list[str]]:
     """Expand one row per sentence (s, P(s), S(s), S(P(s))) into the paper's six labelled pairs;
     a pair whose sentence is missing (empty) is skipped and counted in the notes."""
-    from ..cli.records import text_problem
-    from .presets import FRENCH_PAIRS
-
     records.require({role: column for role, column in roles.items()}, "Use --column ROLE=COLUMN.")
     columns = {role: records.values(column, optional=True) for role, column in roles.items()}
     first, second, labels, rows = [], [], [], []
@@ -341,11 +334,6 @@ def _french_pairs(records: Any, roles: dict[str, str]) -> tuple[dict[str, list[s
 
 
 def _run_preset(args: argparse.Namespace) -> int:
-    from ..cli.records import check_texts, read_table
-    from .metrics import preference_label
-    from .presets import PRESETS, paper_table
-    from .tasks import PAPER_BASELINES, Condition, run_classification, run_preference
-
     preset = PRESETS[args.preset]
     names = _baselines(args.baselines)
     roles = _roles(args, preset)
@@ -405,9 +393,6 @@ def _run_preset(args: argparse.Namespace) -> int:
 
 # PARAPHRASUS ----------------------------------------------------------------------------------
 def _paraphrasus(args: argparse.Namespace) -> int:
-    from ...core.template import load_template
-    from .paraphrasus import find_data_dir, paraphrasus_plots, run_paraphrasus
-
     load_template(args.template)
     datasets = [d.strip() for d in args.datasets.split(",")] if args.datasets else None
     folder = find_data_dir(args.data_dir)
@@ -422,17 +407,11 @@ def _paraphrasus(args: argparse.Namespace) -> int:
     if not args.save_pairs:
         results.pop("pairs")
     if args.output_dir is not None:
-        from .report import write_outputs
-        from .tasks import task_markdown
-
         write_outputs(args.output_dir, results, task_markdown(results))
     return _finish(args, results)
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .store import StoreMismatch
-    from .tasks import report_folder, task_markdown
-
     try:
         results = report_folder(args.folder, plots=args.plots)
     except StoreMismatch as err:

@@ -23,6 +23,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ...core.template import load_template
+from .plots import PLUIE_AXIS, plot_edit_distance, plot_error_rates, plot_score_histograms, plot_sts_bins, plot_threshold_curves
+from .report import markdown_table, percent, write_outputs
+from .scoring import JUDGE_ROW, Condition, edit_distances, score_items
+from .store import ScoreStore, chat_settings, fingerprint
 
 CHALLENGES = ("Classify!", "Minimize!", "Maximize!")
 MISSING = ("PAWSX", "XNLI")  # in the benchmark, not in the data folder
@@ -245,9 +249,6 @@ def run_paraphrasus(
         >>> 0.0 <= results["overall"] <= 1.0  # the mean of the challenges' mean error rates
         True
     """
-    from .store import ScoreStore, chat_settings, fingerprint
-    from .tasks import JUDGE_ROW, Condition, edit_distances, score_items
-
     folder = find_data_dir(data_dir)
     pairs = [p for items in load_pairs(folder, datasets=datasets, limit=limit, seed=seed).values() for p in items]
     condition = Condition(JUDGE_ROW, template, {"source": [p.sentence1 for p in pairs], "hypothesis": [p.sentence2 for p in pairs]})
@@ -279,8 +280,6 @@ def run_paraphrasus(
                             chunk_size=chunk_size, progress=progress, desc="PARAPHRASUS")
     results = paraphrasus_results(meta, lines, keep_pairs=keep_pairs)
     if output_dir is not None:
-        from .report import write_outputs
-
         write_outputs(output_dir, results, markdown_report(results))
     return results
 
@@ -352,8 +351,6 @@ def paraphrasus_plots(results: Mapping[str, Any], folder: str | Path) -> list[st
         >>> paraphrasus_plots(results, "out/paraphrasus/plots")[:2]
         ['out/paraphrasus/plots/MRPC_histogram.png', 'out/paraphrasus/plots/MRPC_thresholds.png']
     """
-    from .plots import PLUIE_AXIS, plot_edit_distance, plot_error_rates, plot_score_histograms, plot_sts_bins, plot_threshold_curves
-
     folder = Path(folder)
     threshold = results["threshold"]
     who = f"judge {results['judge']}, template {results['template']}"
@@ -430,8 +427,6 @@ def markdown_report(results: dict[str, Any]) -> str:
         | challenge | dataset | n | tiny-random (para-fs) | llama_3_8b_ins_q4_k_m | ...
         | Classify! | MRPC | 2 | ...
     """
-    from .report import markdown_table, percent
-
     peers = list(results.get("peers", {}))
     headers = ["challenge", "dataset", "n", f"{results['judge']} ({results['template']})", *peers]
     rows = []

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .calibration import expected_calibration_error
 from .metrics import as_labels, as_scores, best_threshold, candidate_thresholds, metrics_at
 
 # the seeds' colours: blue accuracy, orange recall, red precision, green F1
@@ -269,8 +270,6 @@ def plot_reliability(
         >>> round(plot_facts(path)["p_yes = sigmoid(PLUIE)"]["ece"], 3)
         0.4
     """
-    from .calibration import expected_calibration_error
-
     series = [(name, probs, labels, "tab:blue", "o")]
     if calibrated is not None:
         series.append((calibrated_name, calibrated[0], calibrated[1], "tab:green", "s"))

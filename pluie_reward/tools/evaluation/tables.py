@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from .calibration import calibration_markdown
+from .paraphrasus import markdown_report
 from .report import markdown_table, number
-
-JUDGE_ROW = "PLUIE"
+from .scoring import JUDGE_ROW
 PAPER_BASELINES = {"levenshtein": "Levenshtein", "bleu": "BLEU"}  # our baseline -> the paper's row name
 
 
@@ -57,8 +58,6 @@ def classification_markdown(results: Mapping[str, Any]) -> str:
     parts = [head, _fields_note(results),
              markdown_table(["metric", "judge", "threshold choice", "Thr.", "Acc.", "Rec.", "Prec.", "F1"], rows)]
     if results.get("calibration"):
-        from .calibration import calibration_markdown
-
         parts.append(calibration_markdown(results["calibration"]))
     if paper:
         parts.append(f"Paper rows: {paper['caption']}, {paper['reference']}; they were computed on the full data set "
@@ -191,7 +190,5 @@ def _fields_note(results: Mapping[str, Any]) -> str:
 def task_markdown(results: Mapping[str, Any]) -> str:
     """The Markdown report of any evaluation's results."""
     if results.get("benchmark") == "PARAPHRASUS":
-        from .paraphrasus import markdown_report
-
         return markdown_report(results)
     return (classification_markdown if results["task"] == "classification" else preference_markdown)(results)
