@@ -6,9 +6,16 @@ written at the end of ``train()`` when checkpoints are saved) or in its latest `
 folder; the callback's tables in ``pluie/``.
 
 Example:
-    >>> run = read_run("runs/grpo_paraphrase")                   # doctest: +SKIP
-    >>> steps, values = run.series("rewards/pluie/mean")        # doctest: +SKIP
-    >>> plot_run(run, "runs/grpo_paraphrase/curves.png")        # doctest: +SKIP
+    >>> import json
+    >>> run_dir = Path("runs/grpo_paraphrase")  # what a GRPO run with a PluieCallback leaves, written by hand here
+    >>> (run_dir / "pluie").mkdir(parents=True)
+    >>> log = [{"step": s, "reward": 0.3 * s, "rewards/pluie/mean": 0.3 * s, "loss": 1.0 / s} for s in range(1, 9)]
+    >>> _ = (run_dir / "trainer_state.json").write_text(json.dumps({"log_history": log}))
+    >>> _ = (run_dir / "pluie" / "step-000000.jsonl").write_text(json.dumps({"score": -1.2, "verdict": False}) + "\\n")
+    >>> run = read_run("runs/grpo_paraphrase")
+    >>> steps, values = run.series("rewards/pluie/mean")
+    >>> plot_run(run, "runs/grpo_paraphrase/curves.png")
+    PosixPath('runs/grpo_paraphrase/curves.png')
 """
 
 from __future__ import annotations
@@ -100,7 +107,11 @@ def read_run(directory: str | Path) -> RunLog:
     ``trainer_state.json`` nor PLUIE tables.
 
     Example:
-        >>> read_run("runs/sft_validation").tables.keys()  # doctest: +SKIP
+        >>> for step in (0, 10, 20):  # the tables a PluieCallback wrote at three evaluations
+        ...     table = Path("runs/sft_validation/pluie", f"step-{step:06d}.jsonl")
+        ...     table.parent.mkdir(parents=True, exist_ok=True)
+        ...     _ = table.write_text('{"score": 1.5, "verdict": true}\\n')
+        >>> read_run("runs/sft_validation").tables.keys()
         dict_keys([0, 10, 20])
     """
     directory = Path(directory)
@@ -182,7 +193,13 @@ def plot_run(run: RunLog | str | Path, output: str | Path | None = None, *, titl
     mean over ``window`` steps on top (default: a tenth of the steps, at least 3).
 
     Example:
-        >>> plot_run("runs/grpo_paraphrase")  # doctest: +SKIP
+        >>> import json
+        >>> run_dir = Path("runs/grpo_paraphrase")  # what a GRPO run with a PluieCallback leaves, written by hand here
+        >>> (run_dir / "pluie").mkdir(parents=True)
+        >>> log = [{"step": s, "reward": 0.3 * s, "rewards/pluie/mean": 0.3 * s, "loss": 1.0 / s} for s in range(1, 9)]
+        >>> _ = (run_dir / "trainer_state.json").write_text(json.dumps({"log_history": log}))
+        >>> _ = (run_dir / "pluie" / "step-000000.jsonl").write_text(json.dumps({"score": -1.2, "verdict": False}) + "\\n")
+        >>> plot_run("runs/grpo_paraphrase")
         PosixPath('runs/grpo_paraphrase/run_curves.png')
     """
     import matplotlib
