@@ -15,7 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ...core.template import load_template
 from ..cli.common import UsageError, add_judge_arguments, command, field_columns, judge_from_args, read_records
+from .families import family_specs
+from .report import markdown_report, plot_probe
+from .run import failing_families, probe_items, summarize
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -74,11 +78,6 @@ def _read_sources(args: argparse.Namespace, template: Any) -> tuple[list[dict[st
 @command("probe", configure)
 def probe_command(args: argparse.Namespace) -> int:
     """Score adversarial hypotheses (copies, injections, master keys, control tokens) next to honest ones."""
-    from ...core.template import load_template
-    from .families import family_specs
-    from .report import markdown_report, plot_probe
-    from .run import failing_families, probe_items, summarize
-
     if args.list:
         for spec in family_specs():
             print(f"{spec['name']:18s} {spec['kind']:9s} {spec.get('description', '')}")

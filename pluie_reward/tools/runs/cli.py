@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..cli.common import UsageError, command
+from . import plot_run, read_run, summary
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -18,8 +19,6 @@ def _configure(p: argparse.ArgumentParser) -> None:
 @command("plot-run", _configure)
 def plot_run_command(args: argparse.Namespace) -> int:
     """Plot a training run's rewards, accept rates and PLUIE evaluations (trainer_state.json + pluie/ tables)."""
-    from . import plot_run, read_run, summary
-
     if args.window is not None and args.window < 1:
         raise UsageError("--window must be at least 1.")
     try:
