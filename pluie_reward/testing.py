@@ -7,6 +7,8 @@ from typing import Any, Iterable
 
 import torch
 
+from .core.judge import Judge
+from .engines.base import Engine, Request
 from .engines.transformers.compat import checkpointing_on, enable_checkpointing  # noqa: F401  (re-exported for tests)
 
 CHATML = (
@@ -93,8 +95,6 @@ def make_tiny_judge(chat: bool = True, seed: int = 0, **judge_kwargs: Any) -> An
         >>> len(judge.score("para-fs", source=["a"], hypothesis=["b"]))
         1
     """
-    from .core.judge import Judge
-
     tokenizer = make_tiny_tokenizer(chat=chat)
     return Judge.from_model(make_tiny_causal_lm(tokenizer, seed=seed), tokenizer, name="tiny-random", **judge_kwargs)
 
@@ -133,8 +133,6 @@ def check_engine(engine: Any, reference: Any, *, atol: float = 1e-3, multi_token
         AssertionError: the first broken part of the contract.
     """
     import asyncio
-
-    from .engines.base import Engine, Request
 
     assert isinstance(engine, Engine), f"{type(engine).__name__} does not subclass Engine"
     assert isinstance(engine.name, str) and engine.name

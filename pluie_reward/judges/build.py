@@ -26,6 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..tools.tune import TuneConfig
+from ..tools.tune.run import tune
+from ..tools.tune.synthetic import make_pairs
 from . import DEFAULT_ADAPTER_DIR, DEFAULT_TEMPLATE
 
 SOURCES = {
@@ -61,8 +64,6 @@ def training_pairs(folder: Path, per_source: int = 200, seed: int = 0) -> list[d
     Returns:
         Dicts with ``source``, ``hypothesis``, ``label`` and ``origin``.
     """
-    from ..tools.tune.synthetic import make_pairs
-
     rng = random.Random(seed)
 
     def take(rows: list[dict[str, Any]], n: int, label: bool, origin: str) -> list[dict[str, Any]]:
@@ -97,8 +98,6 @@ def half_precision(path: Path) -> None:
 def build(data: Path, output: Path, per_source: int = 200, epochs: float = 1.5, learning_rate: float = 2e-4,
           lora_r: int = 16, seed: int = 0, overwrite: bool = True, progress: bool = True) -> dict[str, Any]:
     """Tune the default judge's adapter and write it with its card. Returns the card."""
-    from ..tools.tune import TuneConfig, tune
-
     pairs = training_pairs(data, per_source, seed)
     config = TuneConfig(epochs=epochs, learning_rate=learning_rate, lora_r=lora_r, lora_alpha=2.0 * lora_r,
                         target_modules="all-linear", batch_size=16, heldout_fraction=0.1, seed=seed, progress=progress)

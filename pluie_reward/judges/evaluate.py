@@ -19,6 +19,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..core.judge import Judge
+from ..tools.evaluation.metrics import best_threshold, classification_metrics, roc_auc
+from ..tools.evaluation.paraphrasus import DATASET_NAMES, find_data_dir, load_pairs
 from . import DEFAULT_TEMPLATE
 
 TRAINED_ON = ("STS-H", "SNLI", "STS", "SIMP")  # PARAPHRASUS datasets the default adapter saw (judges.build)
@@ -32,9 +35,6 @@ def evaluate(judge: Any, data_dir: "str | Path | None" = None, mrpc: int = 400, 
         ``{"mrpc": {n, roc_auc, accuracy_at_0, best_threshold, accuracy_at_best, pairs_per_second},
         "paraphrasus": {dataset: {n, error_rate, trained_on}}}``.
     """
-    from ..tools.evaluation.metrics import best_threshold, classification_metrics, roc_auc
-    from ..tools.evaluation.paraphrasus import DATASET_NAMES, find_data_dir, load_pairs
-
     folder = find_data_dir(data_dir)
     rows = list(json.loads((folder / "ms-mrpc.json").read_text(encoding="utf-8")).values())[:mrpc]
     sources, hypotheses, labels = [r["sentence1"] for r in rows], [r["sentence2"] for r in rows], [r["label"] for r in rows]
@@ -83,7 +83,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    from .. import Judge
 
     try:
         result = evaluate(Judge.load(args.model), args.data_dir, args.mrpc, args.limit, args.seed)
