@@ -36,6 +36,8 @@ import os
 import threading
 from typing import Any, Sequence
 
+from pluie_reward.core.fields import parse_assignments
+
 logger = logging.getLogger("pluie_reward.openrlhf")
 URL_ENV, TOKEN_ENV = "PLUIE_REWARD_URL", "PLUIE_REWARD_TOKEN"
 _state: dict[str, Any] = {}
@@ -48,7 +50,7 @@ def _reward_url(url: str) -> str:
 
 
 def _remote(queries: list[Any], prompts: list[Any], labels: list[Any]) -> dict[str, Any]:
-    from pluie_reward.integrations.client import post_json
+    from pluie_reward.integrations.client import post_json  # optional: httpx
 
     url = _reward_url(os.environ[URL_ENV])
     return post_json(url, {"query": queries, "prompts": prompts, "labels": labels}, token=os.environ.get(TOKEN_ENV) or None)
@@ -58,7 +60,7 @@ def _local_scorer() -> tuple[Any, Any]:
     """The in-process judge's batcher and the request mapping, built once per process."""
     with _lock:
         if "batcher" not in _state:
-            from pluie_reward.core.fields import parse_assignments
+            # lazy: httpx-only client (the remote mode imports without torch, transformers or yaml; tests/test_fields.py)
             from pluie_reward.core.judge import Judge
             from pluie_reward.core.template import load_template
             from pluie_reward.integrations.batching import Batcher
