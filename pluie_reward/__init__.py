@@ -19,6 +19,8 @@ _EXPORTS = {
     "AnswerTokenError": "core.prompt",
     "BoundTemplate": "core.prompt",
     "Judge": "core.judge",
+    "JudgeConfig": "core.judge_config",
+    "TransformersEngineConfig": "engines.transformers.config",
     "sigmoid": "core.judge",
     "Template": "core.template",
     "builtin_template_names": "core.template",

@@ -292,7 +292,9 @@ def test_load_passes_calibration_on():
 
     from pluie_reward.core import judge as judge_module
 
-    assert "calibration" in judge_module._JUDGE_OPTIONS  # vllm and connect hand it to Judge(...)
+    from pluie_reward.core.judge_config import JudgeConfig, option_names
+
+    assert "calibration" in option_names(JudgeConfig)  # vllm and connect hand it to Judge(...)
     assert "calibration" in inspect.signature(judge_module.Judge.__init__).parameters
 
 

@@ -215,3 +215,84 @@ def test_remote_reward_outputs_and_p_yes(logratios):
             RemotePluieReward(server.url, config=RewardConfig(threshold=1.0))
         with pytest.raises(TypeError, match="not both"):
             RemotePluieReward(server.url, output="prob", config=RewardConfig())
+
+
+# JudgeConfig and TransformersEngineConfig ----------------------------------------------------------
+@pytest.mark.parametrize("kwargs,error", [
+    ({"cache_size": -1}, (ValueError, r"cache_size must be a non-negative integer, got -1")),
+    ({"cache_size": 2.5}, (ValueError, r"cache_size must be a non-negative integer")),
+    ({"threshold": float("nan")}, (ValueError, r"threshold must be a finite number")),
+    ({"threshold": None}, (ValueError, r"threshold must be a finite number")),
+    ({"allow_multi_token": "yes"}, (TypeError, r"allow_multi_token must be True or False")),
+    ({"name": 3}, (TypeError, r"name must be a string")),
+    ({"chat_template_kwargs": {"tokenize": True}}, (ValueError, r"cannot set 'tokenize'")),
+    ({"chat_template_kwargs": ["enable_thinking"]}, (ValueError, r"must be a mapping")),
+    ({"calibration": 0.5}, (TypeError, r"calibration must be a Calibration, a path")),
+])
+def test_judge_config_checks(judge, kwargs, error):
+    from pluie_reward import Judge, JudgeConfig
+
+    kind, message = error
+    with pytest.raises(kind, match=message):
+        JudgeConfig(**kwargs)
+    with pytest.raises(kind, match=message):  # the same check when the judge is made
+        Judge(judge.model, judge.tokenizer, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs,error", [
+    ({"batch_tokens": 0}, (ValueError, r"batch_tokens must be a positive integer or None")),
+    ({"batch_tokens": 1.5}, (ValueError, r"batch_tokens must be a positive integer or None")),
+    ({"check_weights": "no"}, (TypeError, r"check_weights must be True or False")),
+    ({"disable_adapters": 1}, (TypeError, r"disable_adapters must be True or False")),
+    ({"adapter_name": ""}, (ValueError, r"adapter_name must be the name of a PEFT adapter")),
+    ({"min_shared_tokens": 0}, (ValueError, r"min_shared_tokens must be a positive integer, got 0")),
+    ({"max_cached_prefixes": -3}, (ValueError, r"max_cached_prefixes must be a positive integer, got -3")),
+])
+def test_transformers_engine_config_checks(judge, kwargs, error):
+    from pluie_reward import Judge, TransformersEngineConfig
+
+    kind, message = error
+    with pytest.raises(kind, match=message):
+        TransformersEngineConfig(**kwargs)
+    with pytest.raises(kind, match=message):  # through Judge(model, tokenizer, **options)
+        Judge(judge.model, judge.tokenizer, **kwargs)
+
+
+def test_configs_are_documented():
+    from pluie_reward import JudgeConfig, TransformersEngineConfig
+
+    for config in (JudgeConfig, TransformersEngineConfig, RewardConfig):
+        for f in dataclasses.fields(config):
+            assert len(f.metadata.get("help", "")) > 20, (config.__name__, f.name)
+
+
+def test_judge_splits_options_by_the_configs_fields(tmp_path):
+    import inspect
+
+    from pluie_reward import Judge, JudgeConfig, TransformersEngineConfig
+    from pluie_reward.engines.transformers.engine import TransformersEngine
+
+    # the configs' fields are the constructors' keyword arguments, nothing more and nothing missing
+    judge_params = inspect.signature(Judge.__init__).parameters
+    assert [n for n in judge_params if n not in ("self", "model", "tokenizer", "engine_options")] == \
+        [f.name for f in dataclasses.fields(JudgeConfig)]
+    engine_params = inspect.signature(TransformersEngine.__init__).parameters
+    assert [n for n in engine_params if n not in ("self", "model", "tokenizer", "config")] == \
+        [f.name for f in dataclasses.fields(TransformersEngineConfig)]
+    # each option lands where its config says, including the engine's two that Judge did not pass on before
+    path = tmp_path / "calibration.json"
+    Calibration(a=2.0, b=0.5).save(path)
+    judge = make_tiny_judge(seed=3, cache_size=7, threshold=0.25, calibration=path, batch_tokens=300,
+                            check_weights=False, min_shared_tokens=3, max_cached_prefixes=5)
+    assert judge.config == JudgeConfig(cache_size=7, threshold=0.25, name="tiny-random", calibration=Calibration.load(path))
+    assert judge.threshold == 0.25 and judge.results.max_size == 7 and judge.calibration.a == 2.0
+    assert judge.engine.config == TransformersEngineConfig(batch_tokens=300, check_weights=False, min_shared_tokens=3,
+                                                           max_cached_prefixes=5)
+    assert (judge.engine.batch_tokens, judge.engine.check_weights, judge.engine.min_shared_tokens,
+            judge.engine.max_cached_prefixes) == (300, False, 3, 5)
+    with pytest.raises(TypeError, match=r"unexpected argument\(s\) \['tensor_parallel_size'\]; the judge's options are"):
+        make_tiny_judge(tensor_parallel_size=2)
+    with pytest.raises(TypeError, match=r"Judge\(engine\) takes only the judge's options"):
+        Judge(judge.engine, batch_tokens=10)
+    with pytest.raises(TypeError, match="not both"):
+        TransformersEngine(judge.model, judge.tokenizer, batch_tokens=10, config=TransformersEngineConfig())

@@ -15,14 +15,20 @@ from typing import Any, Generator, Sequence
 from ..engines.base import Engine, LegacyEngine, Request, is_legacy_engine
 from .cache import ResultCache
 from .calibration import Calibration
+from .judge_config import JudgeConfig, option_names, split_options
 from .plan import CacheStep, EngineCall, ScoreOptions, ScoringPlan
 from .prompt import BoundTemplate
-from .template import GENERATED, Template, check_chat_template_kwargs, load_template
+from .template import GENERATED, Template, load_template
 
 logger = logging.getLogger("pluie_reward")
 TemplateLike = "str | Path | Template | None"
-_JUDGE_OPTIONS = ("cache_size", "threshold", "allow_multi_token", "chat_template_kwargs", "calibration")
-_ENGINE_OPTIONS = ("batch_tokens", "disable_adapters", "adapter_name", "device", "offload_device", "check_weights")
+
+
+def _engine_options() -> tuple[str, ...]:
+    """The transformers engine's keyword arguments (its config's fields; no torch import)."""
+    from ..engines.transformers.config import TransformersEngineConfig
+
+    return option_names(TransformersEngineConfig)
 
 
 def sigmoid(x: float) -> float:
@@ -89,8 +95,17 @@ class Judge:
         calibration: a :class:`~pluie_reward.core.calibration.Calibration` (or the path of a
             ``calibration.json``, or its folder): ``details=True`` records of Yes/No templates then
             add ``p_calibrated = sigmoid(a * logratio + b)``; floats and verdicts stay raw.
-        batch_tokens, disable_adapters, adapter_name, device, offload_device, check_weights: options of
-            the transformers engine (:class:`~pluie_reward.engines.transformers.engine.TransformersEngine`).
+        engine_options: options of the transformers engine, the fields of
+            :class:`~pluie_reward.engines.transformers.config.TransformersEngineConfig` (``batch_tokens``,
+            ``disable_adapters``, ``adapter_name``, ``device``, ``offload_device``, ``check_weights``,
+            ``min_shared_tokens``, ``max_cached_prefixes``).
+
+    The judge's own options are checked together, as a :class:`~pluie_reward.core.judge_config.JudgeConfig`
+    (kept as :attr:`config`), and the engine's as a ``TransformersEngineConfig``.
+
+    Raises:
+        ValueError, TypeError: an option either config refuses, an unknown keyword argument, or
+            engine options next to an engine object (they belong to the engine's own constructor).
 
     Scoring calls on one judge (and on judges sharing one model) are serialised: threads and
     ``asyncio`` rewards may call :meth:`score` concurrently.
@@ -114,9 +129,12 @@ class Judge:
         calibration: "Calibration | str | Path | None" = None,
         **engine_options: Any,
     ) -> None:
-        unknown = sorted(set(engine_options) - set(_ENGINE_OPTIONS))
+        config = JudgeConfig(cache_size=cache_size, threshold=threshold, allow_multi_token=allow_multi_token, name=name,
+                             chat_template_kwargs=chat_template_kwargs, calibration=calibration)
+        unknown = sorted(set(engine_options) - set(_engine_options()))
         if unknown:
-            raise TypeError(f"Judge got unexpected argument(s) {unknown}.")
+            raise TypeError(f"Judge got unexpected argument(s) {unknown}; the judge's options are "
+                            f"{list(option_names(JudgeConfig))}, the transformers engine's {list(_engine_options())}.")
         if is_legacy_engine(model):
             warnings.warn(
                 f"{type(model).__name__} follows the earlier duck-typed engine protocol; subclass "
@@ -127,22 +145,24 @@ class Judge:
         if isinstance(model, Engine):
             if engine_options or tokenizer is not None:
                 raise TypeError(
-                    "pass the engine's own options to the engine; Judge(engine) takes only cache_size, threshold, "
-                    "allow_multi_token and name."
+                    "pass the engine's own options to the engine; Judge(engine) takes only the judge's options, "
+                    f"{list(option_names(JudgeConfig))}."
                 )
             self.engine = model
         else:
             if tokenizer is None:
                 raise TypeError("Judge(model, tokenizer): a transformers model needs its tokenizer.")
+            from ..engines.transformers.config import TransformersEngineConfig
             from ..engines.transformers.engine import TransformersEngine
 
-            self.engine = TransformersEngine(model, tokenizer, **engine_options)
-        self.threshold = threshold
-        self.calibration = Calibration.resolve(calibration)
-        self.allow_multi_token = allow_multi_token
-        self.chat_template_kwargs: dict[str, Any] = dict(check_chat_template_kwargs(chat_template_kwargs or {}, "Judge"))
-        self.name = name or self.engine.name
-        self.results = ResultCache(cache_size)
+            self.engine = TransformersEngine(model, tokenizer, config=TransformersEngineConfig(**engine_options))
+        self.config = config  # the options as made; threshold, calibration... below may be changed afterwards
+        self.threshold = config.threshold
+        self.calibration = config.calibration
+        self.allow_multi_token = config.allow_multi_token
+        self.chat_template_kwargs: dict[str, Any] = dict(config.chat_template_kwargs or {})
+        self.name = config.name or self.engine.name
+        self.results = ResultCache(config.cache_size)
         self._bound: dict[Any, BoundTemplate] = {}
         self._lock = threading.RLock()  # serialises scoring calls
         self._cache_lock = threading.RLock()  # guards the result cache and bound templates (held briefly)
@@ -176,12 +196,21 @@ class Judge:
             dtype: ``float32`` (default for the embedded judge), ``bfloat16``, ``float16`` or ``auto``.
             device_map: passed to ``from_pretrained`` (accelerate placement across devices). (transformers)
             model_kwargs: more ``from_pretrained`` arguments (transformers).
-            judge_kwargs: :class:`Judge` arguments (``cache_size``, ``threshold``, ``allow_multi_token``,
-                ``name``, ``chat_template_kwargs``, ``calibration``); with ``engine="vllm"`` the others go to
-                :class:`~pluie_reward.engines.vllm.VLLMEngine` (``tensor_parallel_size``,
-                ``gpu_memory_utilization``, ``max_model_len``, any ``vllm.AsyncEngineArgs``).
+            judge_kwargs: :class:`Judge` arguments, the fields of :class:`~pluie_reward.core.judge_config.JudgeConfig`
+                (``cache_size``, ``threshold``, ``allow_multi_token``, ``name``, ``chat_template_kwargs``,
+                ``calibration``); the others go to the engine: with ``engine="transformers"``, the fields of
+                :class:`~pluie_reward.engines.transformers.config.TransformersEngineConfig` (``batch_tokens``,
+                ``check_weights``...), with ``engine="vllm"`` :class:`~pluie_reward.engines.vllm.VLLMEngine`'s
+                (``tensor_parallel_size``, ``gpu_memory_utilization``, ``max_model_len``, any ``vllm.AsyncEngineArgs``).
             adapter: a PEFT adapter folder (e.g. from ``pluie-reward tune``) put on the base model,
                 frozen and active while scoring, under the name ``adapter_name`` (default ``"judge"``). (transformers)
+
+        Returns:
+            The judge.
+
+        Raises:
+            ValueError, TypeError: an option :class:`~pluie_reward.core.judge_config.JudgeConfig` or the
+                engine refuses (the judge's options are checked before the model is loaded into vLLM).
 
         Example:
             >>> judge = Judge.load("Qwen/Qwen2.5-7B-Instruct", device="cuda:0", dtype="bfloat16")  # doctest: +SKIP
@@ -207,22 +236,25 @@ class Judge:
             if adapter is not None:
                 raise ValueError("a tuned judge adapter is read by the transformers engine; merge it into the model "
                                  "(peft's merge_and_unload, then save_pretrained) to serve it with vLLM.")
-            own = {k: judge_kwargs.pop(k) for k in _JUDGE_OPTIONS if k in judge_kwargs}
+            own, engine_kwargs = split_options(JudgeConfig, judge_kwargs)
+            config = JudgeConfig(name=name, **own)  # checked before vLLM starts
             default_dtype = "float32" if is_embedded(model) else "auto"
-            vllm = VLLMEngine(model_source(model), dtype=str(dtype or default_dtype).replace("torch.", ""), **judge_kwargs)
-            return cls(vllm, name=name, **own)
+            vllm = VLLMEngine(model_source(model), dtype=str(dtype or default_dtype).replace("torch.", ""), **engine_kwargs)
+            return cls(vllm, **config.to_kwargs())
         if engine != "transformers":
             raise ValueError(f"unknown engine {engine!r}; use 'transformers' or 'vllm' (or Judge.connect for a server).")
+        own, engine_kwargs = split_options(JudgeConfig, judge_kwargs)
+        config = JudgeConfig(**own)  # checked before the model is loaded
         first = offload_device if offload_device is not None else device
         lm, tokenizer = load_model_and_tokenizer(model, device=first, dtype=dtype, device_map=device_map, **(model_kwargs or {}))
         if adapter is not None:
-            adapter_name = judge_kwargs.setdefault("adapter_name", "judge")
+            adapter_name = engine_kwargs.setdefault("adapter_name", "judge")
             lm = load_adapter(lm, adapter, adapter_name=adapter_name)
             name = f"{name}+{Path(adapter).name}"
         if offload_device is not None:
-            judge_kwargs.update(device=device, offload_device=offload_device)
+            engine_kwargs.update(device=device, offload_device=offload_device)
         logger.info("pluie-reward: loaded the judge %s", name)
-        return cls(lm, tokenizer, name=name, **judge_kwargs)
+        return cls(lm, tokenizer, **{**config.to_kwargs(), "name": name}, **engine_kwargs)
 
     @classmethod
     def connect(
@@ -239,16 +271,21 @@ class Judge:
             urls: ``http://host:8000`` or a list (requests go to the least busy replica).
             model: the served model name (default: the server's first).
             tokenizer: the served model's tokenizer (HF id or folder; default: the path the server reports).
-            options: :class:`Judge` arguments, and :class:`~pluie_reward.engines.remote.RemoteEngine`'s
-                (``api_key``, ``timeout``, ``retries``, ``chunk_size``, ``logprobs_mode``).
+            options: :class:`Judge` arguments (the fields of :class:`~pluie_reward.core.judge_config.JudgeConfig`),
+                the others :class:`~pluie_reward.engines.remote.RemoteEngine`'s (``api_key``, ``timeout``,
+                ``retries``, ``chunk_size``, ``logprobs_mode``).
+
+        Returns:
+            The judge (the judge's options are checked before connecting).
 
         Example:
             >>> judge = Judge.connect("http://judge-host:8000", tokenizer="meta-llama/Meta-Llama-3-70B-Instruct")  # doctest: +SKIP
         """
         from ..engines.remote import RemoteEngine
 
-        own = {k: options.pop(k) for k in (*_JUDGE_OPTIONS, "name") if k in options}
-        return cls(RemoteEngine(urls, model=model, tokenizer=tokenizer, **options), **own)
+        own, engine_options = split_options(JudgeConfig, options)
+        config = JudgeConfig(**own)  # checked before connecting
+        return cls(RemoteEngine(urls, model=model, tokenizer=tokenizer, **engine_options), **config.to_kwargs())
 
     @classmethod
     def from_vllm(cls, llm: Any, *, tokenizer: Any = None, lora: Any = None, weights: str = "base", **options: Any) -> "Judge":
@@ -263,7 +300,8 @@ class Judge:
             tokenizer: the tokenizer to render with (default: the engine's).
             lora: a PEFT adapter folder to judge with (the LLM needs ``enable_lora=True``).
             weights: ``"base"`` (the weights as bound, checked before each call) or ``"current"``.
-            options: :class:`Judge` arguments (``threshold``, ``name``, ``cache_size``, ...).
+            options: :class:`Judge` arguments, the fields of :class:`~pluie_reward.core.judge_config.JudgeConfig`
+                (``threshold``, ``name``, ``cache_size``, ...).
 
         Returns:
             The judge.
@@ -273,7 +311,12 @@ class Judge:
         """
         from ..engines.vllm_shared import SharedVLLMEngine
 
-        return cls(SharedVLLMEngine(llm, tokenizer=tokenizer, lora=lora, weights=weights), **options)
+        own, other = split_options(JudgeConfig, options)
+        if other:
+            raise TypeError(f"Judge.from_vllm got unexpected argument(s) {sorted(other)}; the judge's options are "
+                            f"{list(option_names(JudgeConfig))} (the LLM's own are set where it is made).")
+        config = JudgeConfig(**own)  # checked before the engine is bound
+        return cls(SharedVLLMEngine(llm, tokenizer=tokenizer, lora=lora, weights=weights), **config.to_kwargs())
 
     def close(self) -> None:
         """Release the engine (vLLM worker processes, HTTP connections); a no-op for transformers.

@@ -37,6 +37,7 @@ import torch
 
 from ..base import Engine, Request
 from .attention import KV, PREFIX, AttentionUnsupported, SharedPrefix, WindowExceeded, register, selected
+from .config import TransformersEngineConfig
 from .loading import resolve_device
 from .model_state import scoring_state, this_thread_only, weights_digest
 from .placement import active_adapter, adapter_names, belongs_to_adapter, gathered_parameters
@@ -154,6 +155,12 @@ class TransformersEngine(Engine):
         min_shared_tokens: a group of requests gets its own cached prefix when it shares at least
             this many tokens beyond the template prefix.
         max_cached_prefixes: how many prefixes' key/values are kept.
+        config: all of the above options as one :class:`~pluie_reward.engines.transformers.config.TransformersEngineConfig`
+            (then leave those keywords at their defaults).
+
+    Raises:
+        ValueError, TypeError: an option :class:`~pluie_reward.engines.transformers.config.TransformersEngineConfig`
+            refuses, or ``config=`` with keyword options too.
 
     Example:
         >>> engine = TransformersEngine(model, tokenizer)
@@ -175,19 +182,29 @@ class TransformersEngine(Engine):
         check_weights: bool = True,
         min_shared_tokens: int = 8,
         max_cached_prefixes: int = 16,
+        config: TransformersEngineConfig | None = None,
     ) -> None:
         if getattr(model.config, "is_encoder_decoder", False):
             raise TypeError("PLUIE needs a decoder-only (causal) chat LM as judge, not an encoder-decoder model.")
+        given = dict(batch_tokens=batch_tokens, disable_adapters=disable_adapters, adapter_name=adapter_name, device=device,
+                     offload_device=offload_device, check_weights=check_weights, min_shared_tokens=min_shared_tokens,
+                     max_cached_prefixes=max_cached_prefixes)
+        if config is None:
+            config = TransformersEngineConfig(**given)
+        elif given != vars(TransformersEngineConfig()):
+            raise TypeError("TransformersEngine: pass the options either in config= or as keywords, not both.")
+        self.config = config
         self.model = model
         self.tokenizer = tokenizer
-        self.batch_tokens = batch_tokens
-        self.disable_adapters = disable_adapters
-        self.adapter_name = adapter_name
-        self.check_weights = check_weights
-        self.min_shared_tokens = min_shared_tokens
-        self.max_cached_prefixes = max_cached_prefixes
+        self.batch_tokens = config.batch_tokens
+        self.disable_adapters = config.disable_adapters
+        self.adapter_name = config.adapter_name
+        self.check_weights = config.check_weights
+        self.min_shared_tokens = config.min_shared_tokens
+        self.max_cached_prefixes = config.max_cached_prefixes
         self.wrapped_model: Any = None
         self._ignored_adapters = self._setup_adapters()
+        offload_device, device = config.offload_device, config.device
         self.offload_device = torch.device(offload_device) if offload_device is not None else None
         self.target_device = resolve_device(device) if offload_device is not None else None
         if self.offload_device is not None:
