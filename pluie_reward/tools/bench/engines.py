@@ -114,9 +114,12 @@ def compare_engines(
         The per-round rates and the last round's scores of each engine.
 
     Example:
-        >>> c = compare_engines({"transformers": judge, "vllm": vllm_judge}, workload)  # doctest: +SKIP
-        >>> c.ratio("vllm", "transformers"), c.max_diff("vllm")                          # doctest: +SKIP
-        (1.1, 4.2e-05)
+        >>> from pluie_reward.tools.bench.run import Workload
+        >>> workload = Workload("demo", ["The cat sleeps.", "Prices rose."], ["A cat is asleep.", "Prices fell."])
+        >>> small = Judge.from_model(judge.model, judge.tokenizer, batch_tokens=256)  # e.g. Judge.load(engine="vllm")
+        >>> c = compare_engines({"transformers": judge, "batch_tokens=256": small}, workload, rounds=1)
+        >>> c.ratio("batch_tokens=256", "transformers") > 0, c.max_diff("batch_tokens=256") < 1e-3
+        (True, True)
     """
     if rounds < 1:
         raise UsageError("--rounds must be at least 1.")

@@ -105,7 +105,7 @@ def grpo_share(placements: Sequence[str], steps: int, threads: int | None = None
     """Each placement's timings, each in a fresh subprocess (so memory and threads do not leak between them).
 
     Example:
-        >>> grpo_share(["shared", "separate"], steps=4)[0]["share"]  # doctest: +SKIP
+        >>> grpo_share(["shared", "separate"], steps=4)[0]["share"]  # GRPO training in subprocesses: minutes  # doctest: +SKIP
         0.04
     """
     import tempfile

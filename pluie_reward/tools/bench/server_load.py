@@ -202,7 +202,7 @@ def server_load(
         Latencies of every answered request, wall time, errors and the server's start time.
 
     Example:
-        >>> load = server_load("transformers", pairs, clients=4)   # doctest: +SKIP
+        >>> load = server_load("transformers", pairs, clients=4)  # a `pluie-reward serve` subprocess under load: minutes  # doctest: +SKIP
         >>> load.items_per_second, load.p50, load.p99              # doctest: +SKIP
         (8.1, 3.9, 4.6)
     """
