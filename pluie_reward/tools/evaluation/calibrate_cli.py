@@ -133,7 +133,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
             calibrated_name=f"sigmoid({calibration.a:.2f} · PLUIE + {calibration.b:.2f}) (after)")
         print(f"reliability diagram: {png}")
     print(f"\nwrote {path}; apply it with Judge.load(..., calibration={str(path)!r}) "
-          "(details records gain p_calibrated) or PluieReward(..., transform='calibrated').")
+          "(details records gain p_calibrated) or PluieReward(..., output='calibrated').")
     return 0
 
 
