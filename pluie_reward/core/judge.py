@@ -111,9 +111,9 @@ class Judge:
     ``asyncio`` rewards may call :meth:`score` concurrently.
 
     Example:
-        >>> judge = Judge.load()  # embedded SmolLM2-135M-Instruct, offline   # doctest: +SKIP
-        >>> judge.score("para-fs", source=["The cat sleeps."], hypothesis=["The cat is asleep."])  # doctest: +SKIP
-        [1.83]
+        >>> judge = Judge.load()  # embedded SmolLM2-135M-Instruct, offline
+        >>> judge.score("para-fs", source=["The cat sleeps."], hypothesis=["The cat is asleep."])
+        [1.4...]
     """
 
     def __init__(
@@ -213,10 +213,11 @@ class Judge:
                 engine refuses (the judge's options are checked before the model is loaded into vLLM).
 
         Example:
-            >>> judge = Judge.load("Qwen/Qwen2.5-7B-Instruct", device="cuda:0", dtype="bfloat16")  # doctest: +SKIP
-            >>> judge = Judge.load("Qwen/Qwen2.5-7B-Instruct", device="cuda", offload_device="cpu")  # doctest: +SKIP
-            >>> judge = Judge.load("meta-llama/Meta-Llama-3-70B-Instruct", engine="vllm", tensor_parallel_size=2)  # doctest: +SKIP
-            >>> judge = Judge.load(adapter="out/judge-adapter")  # the embedded base + a tuned adapter  # doctest: +SKIP
+            >>> judge = Judge.load("Qwen/Qwen2.5-7B-Instruct", device="cuda:0", dtype="bfloat16")  # a GPU, a Hub model  # doctest: +SKIP
+            >>> judge = Judge.load("Qwen/Qwen2.5-7B-Instruct", device="cuda", offload_device="cpu")  # a GPU, a Hub model  # doctest: +SKIP
+            >>> judge = Judge.load("meta-llama/Meta-Llama-3-70B-Instruct", engine="vllm", tensor_parallel_size=2)  # 2 GPUs  # doctest: +SKIP
+            >>> from pluie_reward.judges import DEFAULT_ADAPTER_DIR  # e.g. "out/judge-adapter" from pluie-reward tune
+            >>> judge = Judge.load(adapter=DEFAULT_ADAPTER_DIR)  # the embedded base + a tuned adapter
         """
         from ..engines.transformers.loading import (
             EMBEDDED_BASE, display_name, is_embedded, load_adapter, load_model_and_tokenizer, model_source,
@@ -279,7 +280,7 @@ class Judge:
             The judge (the judge's options are checked before connecting).
 
         Example:
-            >>> judge = Judge.connect("http://judge-host:8000", tokenizer="meta-llama/Meta-Llama-3-70B-Instruct")  # doctest: +SKIP
+            >>> judge = Judge.connect("http://judge-host:8000", tokenizer="meta-llama/Meta-Llama-3-70B-Instruct")  # a vLLM server  # doctest: +SKIP
         """
         from ..engines.remote import RemoteEngine
 
@@ -307,7 +308,7 @@ class Judge:
             The judge.
 
         Example:
-            >>> judge = Judge.from_vllm(trainer.vllm_generation.llm, lora="out/judge-adapter")  # doctest: +SKIP
+            >>> judge = Judge.from_vllm(trainer.vllm_generation.llm, lora="out/judge-adapter")  # a trainer running vLLM  # doctest: +SKIP
         """
         from ..engines.vllm_shared import SharedVLLMEngine
 
@@ -323,7 +324,7 @@ class Judge:
         A vLLM engine is also closed at interpreter exit, so a script that forgets it still ends cleanly.
 
         Example:
-            >>> with Judge.load(engine="vllm") as judge:  # closed when the block ends  # doctest: +SKIP
+            >>> with Judge.load(engine="vllm") as judge:  # closed when the block ends; needs vLLM  # doctest: +SKIP
             ...     judge.score("para-fs", source=["S"], hypothesis=["H"])
         """
         self.engine.close()
@@ -339,7 +340,9 @@ class Judge:
         """Wrap an already loaded causal LM and its tokenizer.
 
         Example:
-            >>> judge = Judge.from_model(model, tokenizer, batch_tokens=2048)  # doctest: +SKIP
+            >>> judge = Judge.from_model(model, tokenizer, batch_tokens=2048)
+            >>> judge.score("para-fs", source=["The cat sleeps."], hypothesis=["A cat is asleep."])
+            [...]
         """
         return cls(model, tokenizer, **judge_kwargs)
 
@@ -354,7 +357,9 @@ class Judge:
         ``Judge(policy, tokenizer, disable_adapters=True)`` is the same judge.
 
         Example:
-            >>> judge = Judge.from_peft(policy, tokenizer)  # doctest: +SKIP
+            >>> judge = Judge.from_peft(policy, tokenizer)  # the policy's base weights, adapters off while scoring
+            >>> judge.name, Judge.from_peft(policy, tokenizer, adapter_name="judge").name
+            ('shared:base', 'shared:judge')
         """
         judge_kwargs.setdefault("name", f"shared:{adapter_name or 'base'}")
         return cls(policy_model, tokenizer, disable_adapters=adapter_name is None, adapter_name=adapter_name, **judge_kwargs)
@@ -363,7 +368,11 @@ class Judge:
         """Let a judge sharing the policy gather FSDP v1 parameters through ``trainer.model_wrapped``.
 
         Example:
-            >>> judge.attach(trainer)  # doctest: +SKIP
+            >>> from transformers import Trainer, TrainingArguments
+            >>> judge = Judge.from_peft(policy, tokenizer)
+            >>> trainer = Trainer(policy, TrainingArguments("out"))
+            >>> judge.attach(trainer) is judge
+            True
         """
         self.engine.attach(trainer)
         return self
@@ -394,8 +403,8 @@ class Judge:
         template and :attr:`chat_template_kwargs`).
 
         Example:
-            >>> judge.bind("para-fs").answer_ids  # doctest: +SKIP
-            ((10539,), (5230,))
+            >>> judge.bind("para-fs").answer_ids  # "Yes" and "No": ((10539,), (5230,)) for SmolLM2
+            ((...,), (...,))
         """
         which = template if isinstance(template, (str, Path, type(None))) else id(template)
         key = (which, json.dumps(self.chat_template_kwargs, sort_keys=True, default=repr))
@@ -472,8 +481,8 @@ class Judge:
             answer) - log p(second answer)`` for a choice, the expected value for a rating scale.
 
         Example:
-            >>> judge.score("rev", original=["P"], instruction=["Fix typos"], hypothesis=["P."], details=True)  # doctest: +SKIP
-            [{'logratio': 2.1, 'p_yes': 0.89, 'verdict': True}]
+            >>> judge.score("rev", original=["P"], instruction=["Fix typos"], hypothesis=["P."], details=True)
+            [{'logratio': ..., 'p_yes': ..., 'verdict': ...}]
         """
         return self.run(self.plan(template, details=details, threshold=threshold, truncate=truncate,
                                   use_cache=use_cache, max_new_tokens=max_new_tokens, **fields))
@@ -494,8 +503,8 @@ class Judge:
         engines score in a worker thread, one call at a time.
 
         Example:
-            >>> await judge.ascore("para-fs", source=["S"], hypothesis=["H"])  # doctest: +SKIP
-            [-2.39]
+            >>> asyncio.run(judge.ascore("para-fs", source=["S"], hypothesis=["H"]))  # await judge.ascore(...) in async code
+            [...]
         """
         return await self.arun(self.plan(template, details=details, threshold=threshold, truncate=truncate,
                                          use_cache=use_cache, max_new_tokens=max_new_tokens, **fields))
