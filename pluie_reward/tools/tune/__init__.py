@@ -17,7 +17,7 @@ from .data import PairData, teacher_targets
 
 def __getattr__(name: str):
     if name in {"tune", "TuneResult", "save_adapter", "template_to_dict"}:
-        from . import run
+        from . import run  # lazy: package exports (run loads torch and transformers' Trainer)
 
         return getattr(run, name)
     raise AttributeError(f"module 'pluie_reward.tools.tune' has no attribute {name!r}")

@@ -14,9 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from ...core.judge import Judge
 from ...core.template import load_template
 from ..cli.common import UsageError, add_judge_arguments, command, field_columns, judge_from_args, read_records
 from .config import TuneConfig
+from .data import PairData
+from .report import metrics_table
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -73,8 +76,6 @@ def _float(value: Any, where: str) -> float:
 def _pairs(path: Path, records: Sequence[dict], mapping: dict[str, str], template: Any,
            label_column: str | None, target_column: str | None, required: bool) -> Any:
     """Pairs of one input file as :class:`PairData` (bad rows: a :class:`UsageError` naming file, row and column)."""
-    from .data import PairData
-
     if not records:
         raise UsageError(f"{path}: no rows.")
     columns = {}
@@ -111,7 +112,7 @@ def _pairs(path: Path, records: Sequence[dict], mapping: dict[str, str], templat
 @command("tune", _configure)
 def tune_command(args: argparse.Namespace) -> int:
     """Tune a judge adapter (LoRA) from labelled pairs or a teacher judge's log-ratios."""
-    from .run import check_output_dir, tune
+    from .run import check_output_dir, tune  # lazy: CLI start-up (torch, transformers)
 
     template = load_template(args.template)
     if args.target_column and args.teacher:
@@ -159,8 +160,6 @@ def tune_command(args: argparse.Namespace) -> int:
     template = template.with_chat_template_kwargs({**student.chat_template_kwargs, **template.chat_template_kwargs})
     teacher = None
     if args.teacher:
-        from ...core.judge import Judge
-
         source = None if args.teacher == "embedded" else args.teacher
         teacher = Judge.load(source, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens,
                              chat_template_kwargs=student.chat_template_kwargs)
@@ -175,7 +174,6 @@ def tune_command(args: argparse.Namespace) -> int:
             eval_sets=eval_sets, config=config, output_dir=args.output, overwrite=args.overwrite,
             model_name=student.name,
         )
-    from .report import metrics_table
 
     print(metrics_table(result.card["evaluation"]))
     print(f"\nadapter written to {result.output_dir} (card: README.md, pluie_tune.json; template: template.yaml)")

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..evaluation.metrics import as_scores, classification_report
+from ..evaluation.plots import plot_threshold_curves
 from ..evaluation.report import markdown_table, number, percent
 
 
@@ -195,8 +196,6 @@ def write_plots(directory: Path, name: str, before: Sequence[float], after: Sequ
         ['heldout_thresholds_before.png', 'heldout_thresholds_after.png']
     """
     try:
-        from ..evaluation.plots import plot_threshold_curves
-
         written = []
         for when, scores in (("before", before), ("after", after)):
             file = f"{name}_thresholds_{when}.png"

@@ -44,9 +44,13 @@ import numpy as np
 from ...core.judge import Judge
 from ...core.template import Template, load_template
 from ...engines.transformers.compat import checkpointing_on, disable_checkpointing
+from ...engines.transformers.loading import EMBEDDED_BASE, display_name, embedded_model_dir, load_model_and_tokenizer
+from ...engines.transformers.placement import belongs_to_adapter
 from .config import TuneConfig
 from .data import PairData, check_student_template, encode, teacher_targets
+from .loss import tune_loss
 from .report import evaluate_scores, write_card, write_plots
+from .trainer import train_adapter
 
 
 
@@ -113,8 +117,6 @@ def _is_peft(model: Any) -> bool:
 def _loadable_name(model: Any) -> str | None:
     """What ``Judge.load`` needs to load this base again: ``"embedded-base"`` for the untuned embedded
     model, else the model's ``_name_or_path`` (or a placeholder when the model was built in memory)."""
-    from ...engines.transformers.loading import EMBEDDED_BASE, embedded_model_dir
-
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     path = getattr(getattr(base, "config", None), "_name_or_path", "") or ""
     try:
@@ -160,8 +162,6 @@ def _score(judge: Judge, template: Template, data: PairData, truncate: bool) -> 
 
 def _loss(scores: Sequence[float], data: PairData, config: TuneConfig) -> float:
     import torch
-
-    from .loss import tune_loss
 
     labels = None if data.labels is None else torch.tensor(data.labels.astype(float))
     targets = None if data.targets is None else torch.tensor(data.targets)
@@ -243,8 +243,6 @@ def tune(
             raise ValueError(f"eval_sets[{name!r}] lacks the field(s) {missing}.")
 
     # the student before tuning, and the exact prompt ids it reads
-    from ...engines.transformers.loading import EMBEDDED_BASE, display_name, load_model_and_tokenizer
-
     if model is None or isinstance(model, (str, Path)):
         # None: a new adapter on the untuned embedded model (the default judge already has one, merged)
         load_name = EMBEDDED_BASE if model is None else str(model)
@@ -275,8 +273,6 @@ def tune(
     before = {name: _score(before_judge, t, ev, config.truncate) for name, ev in evaluations.items()}
 
     # the adapter
-    from .trainer import train_adapter
-
     train_ds = encode(bound, train, config.truncate)
     heldout_ds = encode(bound, heldout, config.truncate) if len(heldout) else None
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -336,8 +332,6 @@ def trainable_adapter(model: Any, config: TuneConfig) -> Iterator[Any]:
     """
     from peft import get_peft_model
     from transformers import set_seed
-
-    from ...engines.transformers.placement import belongs_to_adapter
 
     set_seed(config.seed)  # the LoRA initialisation
     name = config.adapter_name
