@@ -2,8 +2,9 @@
 
 Example:
     >>> from pluie_reward import Judge
-    >>> judge = Judge.load()  # doctest: +SKIP
-    >>> judge.score("para-fs", source=["The cat sleeps."], hypothesis=["The cat is asleep."])  # doctest: +SKIP
+    >>> judge = Judge.load()  # the embedded default judge (SmolLM2-135M-Instruct + its PLUIE adapter), offline
+    >>> judge.score("para-fs", source=["The cat sleeps."], hypothesis=["The cat is asleep."])
+    [1.4...]
 """
 
 from __future__ import annotations
