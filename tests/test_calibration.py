@@ -395,11 +395,11 @@ def test_cli_fits_from_a_score_column(tmp_path, capsys):
 
 
 def test_cli_scores_with_the_judge(tmp_path, monkeypatch, judges):
-    import pluie_reward.tools.cli.common as common
+    import pluie_reward.tools.evaluation.calibrate_cli as calibrate_cli
     from pluie_reward.tools.cli.main import main
 
     raw, _, _ = judges
-    monkeypatch.setattr(common, "judge_from_args", lambda args: raw)
+    monkeypatch.setattr(calibrate_cli, "judge_from_args", lambda args: raw)
     path, rows = _labelled(tmp_path, n=20)
     target = tmp_path / "c.json"
     assert main(["calibrate", "-i", str(path), "--column", "source=s1", "-o", str(target), "--no-progress",
