@@ -13,6 +13,10 @@ from pathlib import Path
 from typing import Any, Generator, Sequence
 
 from ..engines.base import Engine, LegacyEngine, Request, is_legacy_engine
+from ..engines.remote import RemoteEngine
+from ..engines.transformers.config import TransformersEngineConfig
+from ..engines.vllm import VLLMEngine
+from ..engines.vllm_shared import SharedVLLMEngine
 from .cache import ResultCache
 from .calibration import Calibration
 from .judge_config import JudgeConfig, option_names, split_options
@@ -26,8 +30,6 @@ TemplateLike = "str | Path | Template | None"
 
 def _engine_options() -> tuple[str, ...]:
     """The transformers engine's keyword arguments (its config's fields; no torch import)."""
-    from ..engines.transformers.config import TransformersEngineConfig
-
     return option_names(TransformersEngineConfig)
 
 
@@ -152,8 +154,7 @@ class Judge:
         else:
             if tokenizer is None:
                 raise TypeError("Judge(model, tokenizer): a transformers model needs its tokenizer.")
-            from ..engines.transformers.config import TransformersEngineConfig
-            from ..engines.transformers.engine import TransformersEngine
+            from ..engines.transformers.engine import TransformersEngine  # lazy: CLI start-up (torch)
 
             self.engine = TransformersEngine(model, tokenizer, config=TransformersEngineConfig(**engine_options))
         self.config = config  # the options as made; threshold, calibration... below may be changed afterwards
@@ -219,7 +220,7 @@ class Judge:
             >>> from pluie_reward.judges import DEFAULT_ADAPTER_DIR  # e.g. "out/judge-adapter" from pluie-reward tune
             >>> judge = Judge.load(adapter=DEFAULT_ADAPTER_DIR)  # the embedded base + a tuned adapter
         """
-        from ..engines.transformers.loading import (
+        from ..engines.transformers.loading import (  # lazy: CLI start-up (torch)
             EMBEDDED_BASE, display_name, is_embedded, load_adapter, load_model_and_tokenizer, model_source,
         )
 
@@ -227,8 +228,6 @@ class Judge:
             model = EMBEDDED_BASE  # adapters of the embedded model are tuned on its untuned weights
         name = judge_kwargs.pop("name", display_name(model))
         if engine == "vllm":
-            from ..engines.vllm import VLLMEngine
-
             if device is not None or device_map is not None or offload_device is not None or model_kwargs:
                 raise ValueError(
                     "engine='vllm' places the model itself: use tensor_parallel_size / pipeline_parallel_size and "
@@ -282,8 +281,6 @@ class Judge:
         Example:
             >>> judge = Judge.connect("http://judge-host:8000", tokenizer="meta-llama/Meta-Llama-3-70B-Instruct")  # a vLLM server  # doctest: +SKIP
         """
-        from ..engines.remote import RemoteEngine
-
         own, engine_options = split_options(JudgeConfig, options)
         config = JudgeConfig(**own)  # checked before connecting
         return cls(RemoteEngine(urls, model=model, tokenizer=tokenizer, **engine_options), **config.to_kwargs())
@@ -310,8 +307,6 @@ class Judge:
         Example:
             >>> judge = Judge.from_vllm(trainer.vllm_generation.llm, lora="out/judge-adapter")  # a trainer running vLLM  # doctest: +SKIP
         """
-        from ..engines.vllm_shared import SharedVLLMEngine
-
         own, other = split_options(JudgeConfig, options)
         if other:
             raise TypeError(f"Judge.from_vllm got unexpected argument(s) {sorted(other)}; the judge's options are "
