@@ -12,6 +12,7 @@ from ..cli.common import UsageError, add_judge_arguments, command, judge_from_ar
 from ...core.fields import parse_assignments
 from ...core.template import load_template
 from ...integrations.reward_mapping import DEFAULT_STRIP, REWARDS, SOURCES, RewardMapping
+from .runner import run
 
 TOKEN_ENV = "PLUIE_REWARD_TOKEN"
 
@@ -92,8 +93,7 @@ def serve_command(args: argparse.Namespace) -> int:
     if args.max_body_mb <= 0 or args.max_wait_ms < 0:
         raise UsageError("--max-body-mb must be > 0 and --max-wait-ms >= 0.")
     try:
-        from .app import create_app
-        from .runner import run
+        from .app import create_app  # optional: fastapi
     except ModuleNotFoundError as err:
         raise UsageError(f"the server needs {err.name}: pip install 'pluie-reward[serve]'") from None
     if not _is_loopback(args.host) and token is None:
