@@ -5,6 +5,7 @@ no cycle. Read from the source with ``ast`` (no import needed)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "pluie_reward"
@@ -108,3 +109,155 @@ def test_module_level_imports_form_no_cycle():
         if v not in index:
             visit(v)
     assert not cycles, cycles
+
+
+# Function-local imports of the package ------------------------------------------------------------
+# A module imports the package's modules at module level, unless a comment on the import (or on the
+# comment line right above a block of imports) says why not, with one of these reasons, each checked:
+#   "# optional: DEP"             the imported module needs DEP, an optional dependency (pyproject.toml's
+#                                 extras), when it is imported;
+#   "# lazy: CLI start-up"        the importing module loads with `pluie-reward --help` and the imported one
+#                                 loads a heavy or optional dependency (torch, transformers...);
+#   "# lazy: package exports"     a package's __getattr__ (PEP 562) keeps a heavy module off the package's import;
+#   "# lazy: httpx-only client"   a module that must import with httpx alone (LIGHT_CLIENTS) defers the rest.
+REASON = re.compile(r"#\s*(optional: ([\w.-]+)|lazy: (CLI start-up|package exports|httpx-only client))")
+HEAVY = {"torch", "transformers", "accelerate", "datasets", "gguf"}  # core dependencies too slow for start-up
+LIGHT_CLIENTS = {"pluie_reward.integrations.openrlhf": {"torch", "transformers", "yaml"}}  # tests/test_fields.py
+
+
+def optional_dependencies() -> set[str]:
+    """Import names of pyproject.toml's extras (read with a regex: tomllib is Python >= 3.11)."""
+    text = (ROOT.parent / "pyproject.toml").read_text(encoding="utf-8")
+    section = text.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+    section = "\n".join(line.split("#", 1)[0] for line in section.splitlines())
+    return {name.replace("-", "_").lower() for name in re.findall(r'"([A-Za-z0-9_.-]+)', section)}
+
+
+def runtime_imports(path: Path) -> tuple[set[str], set[str]]:
+    """(package modules, top-level names of other modules) that importing ``path`` runs: module-level
+    imports, outside functions and ``if TYPE_CHECKING:`` blocks."""
+    ours: set[str] = set()
+    others: set[str] = set()
+    top = {(target, line) for target, at_top, line in imports(path) if at_top}
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.ImportFrom) and not node.level and not (node.module or "").startswith("pluie_reward"):
+            others.add((node.module or "").split(".")[0])
+        elif isinstance(node, ast.Import):
+            others.update(a.name.split(".")[0] for a in node.names if not a.name.startswith("pluie_reward"))
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            ours.update(t for t, line in top if line == node.lineno)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return {m for m in (known(t, set(MODULES)) for t in ours) if m}, others
+
+
+RUNTIME = {name: runtime_imports(path) for name, path in MODULES.items()}
+
+
+def loaded_with(names: set[str]) -> set[str]:
+    """The package's modules that importing ``names`` loads (their packages' ``__init__`` included)."""
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        todo += [p for p in (".".join(parts[:i]) for i in range(1, len(parts))) if p in MODULES]
+        todo += RUNTIME[name][0]
+    return seen
+
+
+def dependencies_of(names: set[str]) -> set[str]:
+    """Other top-level modules (torch, httpx...) that importing ``names`` loads."""
+    return set().union(*(RUNTIME[m][1] for m in loaded_with(names)))
+
+
+def command_modules() -> set[str]:
+    """``COMMAND_MODULES`` of tools/cli/main.py: what ``pluie-reward`` imports before parsing arguments."""
+    tree = ast.parse((ROOT / "tools" / "cli" / "main.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "COMMAND_MODULES" for t in node.targets):
+            return set(ast.literal_eval(node.value)) | {"pluie_reward.tools.cli.main"}
+    raise AssertionError("tools/cli/main.py has no COMMAND_MODULES")
+
+
+def function_local_imports(path: Path) -> list[tuple[ast.stmt, set[str], bool, str]]:
+    """(import node, package modules it imports, inside a module __getattr__?, its reason comment or "")."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    tree = ast.parse("\n".join(lines))
+    local: dict[int, set[str]] = {}  # line -> the package's modules imported there
+    for target, at_top, line in imports(path):
+        if not at_top:
+            local.setdefault(line, set()).update(m for m in [known(target, set(MODULES))] if m)
+    exports = {id(n) for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "__getattr__" for n in ast.walk(f)}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and node.lineno in local:
+            text = " ".join(lines[node.lineno - 1 : node.end_lineno])
+            above = node.lineno - 2  # a comment line above a block of imports speaks for the block
+            while above >= 0 and re.match(r"\s*(from|import) ", lines[above]):
+                above -= 1
+            if above >= 0 and lines[above].strip().startswith("#"):
+                text += " " + lines[above]
+            match = REASON.search(text)
+            out.append((node, local[node.lineno], id(node) in exports, match.group(1) if match else ""))
+    return out
+
+
+def test_function_local_imports_of_the_package_say_why():
+    optional = optional_dependencies()
+    start_up = loaded_with(command_modules())
+    wrong = []
+    for name, path in MODULES.items():
+        for node, targets, in_getattr, reason in function_local_imports(path):
+            needs = dependencies_of(targets)
+            where = f"{path.relative_to(ROOT.parent)}:{node.lineno}: {ast.unparse(node)}"
+            if not reason:
+                wrong.append(f"{where}: import it at module level, or say why not (# optional: DEP, # lazy: CLI start-up, "
+                             "# lazy: package exports)")
+            elif reason.startswith("optional: "):
+                dep = reason.split(": ", 1)[1]
+                if dep not in optional or dep not in needs:
+                    wrong.append(f"{where}: {dep} is not an optional dependency this import loads ({sorted(needs & optional)})")
+            elif reason == "lazy: CLI start-up":
+                if name not in start_up:
+                    wrong.append(f"{where}: 'CLI start-up', but `pluie-reward --help` does not load {name}")
+                elif not needs & (HEAVY | optional):
+                    wrong.append(f"{where}: 'CLI start-up', but this import loads no heavy or optional dependency")
+            elif reason == "lazy: package exports":
+                if not (path.name == "__init__.py" and in_getattr and needs & (HEAVY | optional)):
+                    wrong.append(f"{where}: 'package exports' is for a package __getattr__ deferring a heavy module")
+            elif reason == "lazy: httpx-only client":
+                if not needs & LIGHT_CLIENTS.get(name, set()):
+                    wrong.append(f"{where}: 'httpx-only client' is for {sorted(LIGHT_CLIENTS)} deferring what they must not load")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_command_line_starts_without_heavy_dependencies():
+    """``pluie-reward --help`` and argument errors load no torch, transformers or optional dependency."""
+    heavy = sorted(dependencies_of(command_modules()) & (HEAVY | optional_dependencies()))
+    assert not heavy, f"the command modules load {heavy} when imported; import it where the command runs (# lazy: CLI start-up)"
+
+
+def test_only_commands_import_the_command_line_package():
+    """A tool's library code does not import ``tools.cli``: what it shares with the commands lives below (tools.shared)."""
+    allowed = command_modules()
+    wrong = []
+    for name, path in MODULES.items():
+        if name in allowed or name.startswith("pluie_reward.tools.cli") or name.endswith("__main__"):
+            continue
+        for line in sorted({line for target, _, line in imports(path)
+                            if (known(target, set(MODULES)) or "").startswith("pluie_reward.tools.cli")}):
+            wrong.append(f"{path.relative_to(ROOT.parent)}:{line}: {name} imports the command-line package")
+    assert not wrong, "\n".join(wrong)
