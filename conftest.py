@@ -65,6 +65,7 @@ def _doctest_objects(request, doctest_namespace, tmp_path, monkeypatch):
     elif _READS_SHARED.search(source):
         pytest.skip(f"{PARAPHRASUS} is missing: examples reading the PARAPHRASUS data need ../shared beside the checkout")
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PLUIE_REWARD_URL", raising=False)  # an example may set it; unset again afterwards
     wanted = [name for name in _NAMES if re.search(rf"(?<![\w.]){name}\b", source)]
     added: dict = {}
     for name in wanted:

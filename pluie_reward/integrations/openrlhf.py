@@ -103,8 +103,15 @@ def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence
         ``{"rewards": [...], "scores": [p_yes ...], "extra_logs": {"pluie_logratio", "pluie_p_yes", "pluie_verdict"}}``.
 
     Example:
-        >>> reward_func(["<|im_start|>user\\nHi<|im_end|>\\nHello<|im_end|>"], ["<|im_start|>user\\nHi<|im_end|>\\n"], ["Hi"])
-        {'rewards': [1.88...], 'scores': [0.86...], 'extra_logs': {'pluie_logratio': [1.88...], 'pluie_p_yes': [0.86...], 'pluie_verdict': [1.0]}}
+        Without ``PLUIE_REWARD_URL`` the default judge scores in this process (the default judge gives
+        this sample 1.88); here a judge server (``pluie-reward serve``, on a tiny judge) answers:
+
+        >>> from pluie_reward.tools.server import background, create_app
+        >>> with background(create_app(judge, "para-fs")) as server:
+        ...     os.environ[URL_ENV] = server.url
+        ...     reward_func(["<|im_start|>user\\nHi<|im_end|>\\nHello<|im_end|>"], ["<|im_start|>user\\nHi<|im_end|>\\n"], ["Hi"])
+        {'rewards': [...], 'scores': [...], 'extra_logs': {'pluie_logratio': [...], 'pluie_p_yes': [...], 'pluie_verdict': [...]}}
+        >>> del os.environ[URL_ENV]
     """
     queries, prompts, labels = list(queries), list(prompts), list(labels)
     try:
