@@ -5,9 +5,9 @@ one float per completion; completions are strings (standard datasets) or lists o
 (conversational datasets); dataset columns arrive as keyword arguments.
 
 Example:
-    >>> from trl import GRPOConfig, GRPOTrainer                                     # doctest: +SKIP
-    >>> reward = PluieReward(judge, template="para-fs", fields={"source": "source"})  # doctest: +SKIP
-    >>> trainer = GRPOTrainer(model=policy, reward_funcs=[reward, novelty],         # doctest: +SKIP
+    >>> reward = PluieReward(judge, template="para-fs", fields={"source": "source"})
+    >>> from trl import GRPOConfig, GRPOTrainer  # for the trainer below (TRL imports vLLM: seconds)  # doctest: +SKIP
+    >>> trainer = GRPOTrainer(model=policy, reward_funcs=[reward, novelty],  # needs a dataset ds  # doctest: +SKIP
     ...                       args=GRPOConfig(reward_weights=[1.0, 0.5]), train_dataset=ds)
 """
 
@@ -78,13 +78,16 @@ class PluieReward:
     choice) or of expected ratings above the threshold (a scale), and the column is ``<name>/<output>``.
 
     Example:
-        >>> reward = PluieReward(make_tiny_judge(), fields={"source": "src"})  # doctest: +SKIP
-        >>> reward(prompts=["Paraphrase: The cat sleeps."], completions=["A cat is asleep."], src=["The cat sleeps."])  # doctest: +SKIP
-        [-0.73]
-        >>> prefer = PluieReward(make_tiny_judge(), "net-choice", fields={"alternative": "reference"},
-        ...                      output="prob", answer="A", both_orders=True)  # doctest: +SKIP
-        >>> same = PluieReward(make_tiny_judge(), "net-choice", fields={"alternative": "reference"},
-        ...                    config=RewardConfig(output="prob", answer="A", both_orders=True))  # doctest: +SKIP
+        >>> reward = PluieReward(judge, fields={"source": "src"})
+        >>> reward(prompts=["Paraphrase: The cat sleeps."], completions=["A cat is asleep."], src=["The cat sleeps."])
+        [...]
+        >>> prefer = PluieReward(judge, "net-choice", fields={"alternative": "reference"},
+        ...                      output="prob", answer="A", both_orders=True)
+        >>> same = PluieReward(judge, "net-choice", fields={"alternative": "reference"},
+        ...                    config=RewardConfig(output="prob", answer="A", both_orders=True))
+        >>> prefer(prompts=["Paraphrase: The cat sleeps."], completions=["A cat is asleep."], source=["The cat sleeps."],
+        ...        reference=["The cat is sleeping."])  # p(the completion is the better one)
+        [...]
     """
 
     def __init__(
@@ -254,7 +257,11 @@ class AsyncPluieReward(PluieReward):
     score concurrently with itself).
 
     Example:
-        >>> reward = AsyncPluieReward(Judge.load("<model>", device="cuda:1"), fields={"source": "source"})  # doctest: +SKIP
+        >>> reward = AsyncPluieReward(Judge.load("<model>", device="cuda:1"), fields={"source": "source"})  # a second GPU  # doctest: +SKIP
+        >>> reward = AsyncPluieReward(judge, fields={"source": "source"})
+        >>> asyncio.run(reward(prompts=["Paraphrase: The cat sleeps."], completions=["A cat is asleep."],
+        ...                    source=["The cat sleeps."]))  # TRL awaits it
+        [...]
     """
 
     async def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:  # type: ignore[override]
