@@ -82,9 +82,10 @@ def mapping_from_args(args: argparse.Namespace) -> RewardMapping | None:
         raise UsageError(str(err)) from None
 
 
-@command("serve", _configure)
-def serve_command(args: argparse.Namespace) -> int:
-    """Serve a judge over HTTP for RL frameworks (POST /score, /get_reward; GET /health, /metrics)."""
+def server_options(args: argparse.Namespace, command: str = "serve") -> dict:
+    """The keyword arguments of :func:`~pluie_reward.tools.server.app.create_app` (after the template)
+    that the server's options describe, checked before any model loads; warns on stderr when
+    ``--host`` is not a loopback address and no token is set. ``pluie-reward pool`` uses it too."""
     mapping = mapping_from_args(args)  # fail on bad options before loading a model
     token = _token(args)
     for name in ("max_items_per_request", "max_batch_items", "max_batch_tokens"):
@@ -92,29 +93,34 @@ def serve_command(args: argparse.Namespace) -> int:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1.")
     if args.max_body_mb <= 0 or args.max_wait_ms < 0:
         raise UsageError("--max-body-mb must be > 0 and --max-wait-ms >= 0.")
+    if not _is_loopback(args.host) and token is None:
+        print(
+            f"pluie-reward {command}: warning: listening on {args.host} without a token; anyone who can reach this "
+            f"port can use the judge. Set ${TOKEN_ENV} or --token-file.",
+            file=sys.stderr,
+        )
+    return {
+        "mapping": mapping,
+        "token": token,
+        "max_body_bytes": int(args.max_body_mb * 1024 * 1024),
+        "max_items_per_request": args.max_items_per_request,
+        "max_batch_items": args.max_batch_items,
+        "max_batch_tokens": args.max_batch_tokens,
+        "max_wait_ms": args.max_wait_ms,
+        "threshold": args.threshold,
+        "truncate": not args.no_truncate,
+    }
+
+
+@command("serve", _configure)
+def serve_command(args: argparse.Namespace) -> int:
+    """Serve a judge over HTTP for RL frameworks (POST /score, /get_reward; GET /health, /metrics)."""
+    options = server_options(args)  # fail on bad options before loading a model
     try:
         from .app import create_app  # optional: fastapi
     except ModuleNotFoundError as err:
         raise UsageError(f"the server needs {err.name}: pip install 'pluie-reward[serve]'") from None
-    if not _is_loopback(args.host) and token is None:
-        print(
-            f"pluie-reward serve: warning: listening on {args.host} without a token; anyone who can reach this "
-            f"port can use the judge. Set ${TOKEN_ENV} or --token-file.",
-            file=sys.stderr,
-        )
     judge = judge_from_args(args)
-    app = create_app(
-        judge,
-        args.template,
-        mapping=mapping,
-        token=token,
-        max_body_bytes=int(args.max_body_mb * 1024 * 1024),
-        max_items_per_request=args.max_items_per_request,
-        max_batch_items=args.max_batch_items,
-        max_batch_tokens=args.max_batch_tokens,
-        max_wait_ms=args.max_wait_ms,
-        threshold=args.threshold,
-        truncate=not args.no_truncate,
-    )
+    app = create_app(judge, args.template, **options)
     run(app, host=args.host, port=args.port, log_level=args.log_level, graceful_timeout=args.graceful_timeout)
     return 0
