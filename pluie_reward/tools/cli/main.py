@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     "pluie_reward.tools.evaluation.cli",
     "pluie_reward.tools.evaluation.calibrate_cli",
     "pluie_reward.tools.server.cli",
+    "pluie_reward.tools.pool.cli",
     "pluie_reward.tools.bench.cli",
     "pluie_reward.tools.probe.cli",
     "pluie_reward.tools.runs.cli",

@@ -1,0 +1,161 @@
+"""``pluie-reward pool``: a pool of judge servers on Ray Serve (Ray is imported only when it runs).
+
+Takes every option of ``pluie-reward serve`` (template, judge, batching, token, limits, OpenRLHF
+mapping) plus the pool's: replicas or autoscaling bounds, CPUs and GPU fraction per replica, the
+Ray cluster to join.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from functools import partial
+from typing import Any
+
+from ..cli.common import UsageError, check_device, chat_template_kwargs, command, judge_from_args
+from ...core.template import load_template
+from ..server.cli import _configure as configure_server
+from ..server.cli import server_options
+from .deployment import PoolOptions, PoolStartError, deploy, shutdown, start_ray
+
+# what judge_from_args reads; the replicas get these (not the token, the limits...)
+JUDGE_OPTIONS = ("model", "adapter", "device", "dtype", "batch_tokens", "chat_template_kwargs", "engine", "url",
+                 "tensor_parallel_size", "gpu_memory_utilization")
+
+
+def _configure(p: argparse.ArgumentParser) -> None:
+    configure_server(p)
+    g = p.add_argument_group("pool (Ray Serve)")
+    g.add_argument("--replicas", type=int, default=1, help="replicas, each with its own judge (default 1)")
+    g.add_argument("--min-replicas", type=int, default=None, help="autoscale from this many (with --max-replicas; 0 scales to zero)")
+    g.add_argument("--max-replicas", type=int, default=None, help="autoscale up to this many on queue length (replaces --replicas)")
+    g.add_argument("--target-ongoing-requests", type=float, default=16.0,
+                   help="autoscaling aims at this many requests in flight or queued per replica (default 16)")
+    g.add_argument("--max-ongoing-requests", type=int, default=64,
+                   help="requests a replica holds at once, batched together; the rest queue in Ray's proxy (default 64)")
+    g.add_argument("--replica-cpus", type=float, default=1.0, help="CPUs per replica, also its torch threads (default 1)")
+    g.add_argument("--replica-gpus", type=float, default=0.0,
+                   help="GPUs per replica: a fraction shares a GPU, e.g. 0.25 (default 0)")
+    g.add_argument("--address", default=None,
+                   help="join this Ray cluster (auto, head-host:6379, ray://head:10001) instead of starting one here")
+    g.add_argument("--num-cpus", type=float, default=None, help="CPUs of the local Ray cluster started here (default: all)")
+    g.add_argument("--name", default="pluie", help="the application's name in Ray Serve (default pluie)")
+    g.add_argument("--detach", action="store_true",
+                   help="with --address: deploy and exit, leaving the pool in the cluster (stop it with `serve delete NAME`)")
+
+
+def load_judge(options: dict[str, Any]) -> Any:
+    """A replica's judge from the command line's judge options (run in the replica's process)."""
+    return judge_from_args(argparse.Namespace(**options))
+
+
+def pool_options(args: argparse.Namespace) -> Any:
+    """The :class:`~pluie_reward.tools.pool.deployment.PoolOptions` of the command line."""
+    try:
+        return PoolOptions(
+            replicas=args.replicas, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
+            target_ongoing_requests=args.target_ongoing_requests, max_ongoing_requests=args.max_ongoing_requests,
+            num_cpus=args.replica_cpus, num_gpus=args.replica_gpus, graceful_shutdown_timeout_s=args.graceful_timeout,
+        )
+    except ValueError as err:  # check_pool_args names the flags of the common mistakes
+        raise UsageError(str(err)) from None
+
+
+def check_pool_args(args: argparse.Namespace) -> None:
+    """Refuse what a pool cannot do, before Ray starts."""
+    if args.engine == "remote":
+        raise UsageError("--engine remote: a pool of clients of vLLM servers adds nothing; run `pluie-reward serve --engine remote`, "
+                         "or scale the vLLM server itself (vllm serve --data-parallel-size N).")
+    if args.engine == "vllm" and args.tensor_parallel_size > 1:
+        raise UsageError("--tensor-parallel-size > 1 inside a pool replica is not supported: use one replica per GPU, or a "
+                         "tensor-parallel `pluie-reward serve --engine vllm`.")
+    if args.detach and args.address is None:
+        raise UsageError("--detach needs --address: a local Ray cluster stops with this command.")
+    if args.address is not None and args.num_cpus is not None:
+        raise UsageError("--num-cpus sizes the local cluster; a joined cluster has its own (ray start --num-cpus).")
+    if args.num_cpus is not None and args.num_cpus <= 0:
+        raise UsageError(f"--num-cpus must be > 0, got {args.num_cpus}.")
+    if not 1 <= args.port <= 65535:
+        raise UsageError(f"--port must be between 1 and 65535, got {args.port}.")
+    if args.replicas < 1:
+        raise UsageError(f"--replicas must be at least 1, got {args.replicas}.")
+    if args.max_replicas is None and args.min_replicas is not None:
+        raise UsageError("--min-replicas needs --max-replicas (autoscaling between the two).")
+    if args.max_replicas is not None and (args.max_replicas < 1 or not 0 <= (args.min_replicas or 0) <= args.max_replicas):
+        raise UsageError(f"--min-replicas and --max-replicas: need 0 <= min <= max and max >= 1, got {args.min_replicas} "
+                         f"and {args.max_replicas}.")
+    if args.replica_cpus < 0 or args.replica_gpus < 0:
+        raise UsageError("--replica-cpus and --replica-gpus must be >= 0.")
+    if args.replica_gpus > 1 and args.replica_gpus != int(args.replica_gpus):
+        raise UsageError(f"--replica-gpus: a fraction below 1 or a whole number, got {args.replica_gpus:g}.")
+    device = args.device or ""
+    if device.startswith("cuda") and args.replica_gpus == 0:
+        raise UsageError(f"--device {device} needs --replica-gpus > 0: Ray gives a replica only the GPUs it asks for.")
+    if args.address is None:
+        check_device(args.device)  # the replicas run on this machine
+    chat_template_kwargs(args)
+    try:
+        load_template(args.template)  # here rather than in every replica
+    except (ValueError, OSError) as err:
+        raise UsageError(str(err)) from None
+    if args.address is None and args.num_cpus is not None:
+        needed = args.replica_cpus * (args.max_replicas if args.max_replicas is not None else args.replicas)
+        if needed > args.num_cpus:
+            print(f"pluie-reward pool: warning: the replicas ask for {needed:g} CPUs and the cluster has {args.num_cpus:g}: "
+                  "the others wait for CPUs (lower --replica-cpus).", file=sys.stderr)
+
+
+def _wait_for_signal() -> None:
+    """Block until SIGINT or SIGTERM (both set here: a shell starting the command with ``&`` ignores SIGINT)."""
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@command("pool", _configure)
+def pool_command(args: argparse.Namespace) -> int:
+    """Serve a pool of judges on Ray Serve: N replicas (or autoscaled) behind one URL, the judge server's API."""
+    check_pool_args(args)
+    options = pool_options(args)
+    app_options = server_options(args, "pool")
+    try:
+        import ray  # noqa: F401
+        from ray import serve  # noqa: F401
+
+        from ..server import app  # noqa: F401  # optional: fastapi
+    except ModuleNotFoundError as err:
+        raise UsageError(f"the pool needs {err.name}: pip install 'pluie-reward[pool]'") from None
+    judge_options = {name: getattr(args, name, None) for name in JUDGE_OPTIONS}
+    started = start_ray(args.address, num_cpus=args.num_cpus)
+    try:
+        url = deploy(partial(load_judge, judge_options), args.template, options, host=args.host, port=args.port,
+                     app_name=args.name, log_level=args.log_level, **app_options)
+    except PoolStartError as err:  # e.g. the judge did not load in a replica
+        print(f"pluie-reward pool: error: the pool did not start: {err}", file=sys.stderr)
+        shutdown(None if started and args.address is None else args.name, stop_ray=started)
+        return 1
+    if options.autoscaling:
+        low = 1 if options.min_replicas is None else options.min_replicas
+        size = f"{low}-{options.max_replicas} replicas (autoscaled on queue length)"
+    else:
+        size = f"{options.replicas} replica{'s' * (options.replicas > 1)}"
+    print(f"pluie-reward pool: {size} serving {args.template!r} at {url}  (POST {url}/score, {url}/get_reward)", flush=True)
+    if args.detach:
+        print(f"pluie-reward pool: left running in the cluster; stop it with `serve delete {args.name}` "
+              f"(RAY_ADDRESS={args.address}).", flush=True)
+        return 0
+    _wait_for_signal()
+    print("pluie-reward pool: stopping (the replicas finish their requests) ...", file=sys.stderr, flush=True)
+    shutdown(None if args.address is None else args.name, stop_ray=started)
+    return 0

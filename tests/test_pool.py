@@ -1,0 +1,228 @@
+"""The judge pool on Ray Serve (``pluie_reward/tools/pool``, docs/pool.md).
+
+One local Ray cluster for the module (2 CPUs, no dashboard; Serve's HTTP proxy on a free port of
+127.0.0.1) with one pool of 2 replicas of the tiny random judge, 1 CPU and 1 request at a time each
+(so that under load each replica certainly holds a request when it is killed). Through it: the scores
+equal ``Judge.score`` of the same judge in this process (``/score`` as verl's client sends it,
+``RemotePluieReward`` as TRL calls it, ``compute_score`` as verl's reward loop awaits it,
+``/get_reward`` as OpenRLHF posts it); bad requests get 4xx with the server's message; and a
+replica killed during a bounded load loses no request. The command line's refusals need no Ray.
+
+Everything that starts the cluster is ``slow`` (the cluster and two replicas take ~30-40 s here);
+without Ray (``pip install 'pluie-reward[pool]'``) those tests are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+import pytest
+
+from pluie_reward.testing import make_tiny_judge
+from pluie_reward.tools import cli
+
+TEMPLATE = "para-fs"
+MAX_ITEMS = 512  # the pool's --max-items-per-request (the long requests below take that many)
+
+
+def sentences(tag: str, n: int, padding: int = 0) -> tuple[list[str], list[str]]:
+    """n distinct (source, hypothesis) pairs of different lengths (no result-cache hit across requests);
+    ``padding`` lengthens the sources by as many 4-word phrases."""
+    sources = [f"Sentence {tag}-{i}: the cat sat on the mat number {i} " + "and it slept " * (i % 5)
+               + "quietly all day long " * padding for i in range(n)]
+    hypotheses = [f"A cat ({tag}, {i}) was sitting on mat {i}" + ", sleeping" * (i % 3) for i in range(n)]
+    return sources, hypotheses
+
+
+# --- the command line, before any Ray ---------------------------------------------------------------
+
+@pytest.mark.parametrize("args, message", [
+    (["--replicas", "0"], "--replicas must be at least 1"),
+    (["--min-replicas", "2"], "--min-replicas needs --max-replicas"),
+    (["--max-replicas", "2", "--min-replicas", "3"], "need 0 <= min <= max"),
+    (["--replica-gpus", "1.5"], "a fraction below 1 or a whole number"),
+    (["--max-replicas", "2", "--target-ongoing-requests", "100"], "above max_ongoing_requests"),
+    (["--engine", "remote", "--url", "http://127.0.0.1:9"], "a pool of clients of vLLM servers adds nothing"),
+    (["--engine", "vllm", "--tensor-parallel-size", "2"], "one replica per GPU"),
+    (["--detach"], "--detach needs --address"),
+    (["--device", "cuda"], "needs --replica-gpus > 0"),
+    (["--address", "auto", "--num-cpus", "2"], "--num-cpus sizes the local cluster"),
+    (["-t", "no-such-template"], "unknown template 'no-such-template'"),
+    (["--port", "0"], "--port must be between 1 and 65535"),
+    (["--chat-template-kwargs", "[1]"], "JSON object"),
+    (["--max-items-per-request", "0"], "--max-items-per-request must be at least 1"),
+])
+def test_bad_pool_options_exit_2_with_a_message(args, message, capsys):
+    assert cli.main(["pool", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pluie-reward pool: error: ") and message in err and "Traceback" not in err
+
+
+def test_pool_without_ray_says_what_to_install(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ModuleNotFoundError
+    assert cli.main(["pool"]) == 2
+    assert "the pool needs ray: pip install 'pluie-reward[pool]'" in capsys.readouterr().err
+
+
+# --- one Ray cluster, one pool ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pool_url():
+    pytest.importorskip("ray")
+    pytest.importorskip("ray.serve")
+    pytest.importorskip("fastapi")
+    from pluie_reward.tools.bench.server_load import free_port
+    from pluie_reward.tools.pool import PoolOptions, deploy, shutdown, start_ray
+
+    port = free_port()
+    assert start_ray(num_cpus=2, log_to_driver=False)
+    try:
+        options = PoolOptions(replicas=2, num_cpus=1, max_ongoing_requests=1, health_check_period_s=2)
+        url = deploy(make_tiny_judge, TEMPLATE, options, host="127.0.0.1", port=port, log_level="warning",
+                     max_wait_ms=10, max_items_per_request=MAX_ITEMS)
+        assert url == f"http://127.0.0.1:{port}"
+        yield url
+    finally:
+        shutdown(None)  # every Serve application, then the local cluster
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The same tiny judge, in this process, on one torch thread as each replica (two threads are
+    several times slower, not faster, on a shared 2-core machine while the replicas run)."""
+    import torch
+
+    judge = make_tiny_judge()
+
+    def score(sources: list[str], hypotheses: list[str]) -> list[float]:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return judge.score(TEMPLATE, source=sources, hypothesis=hypotheses)
+        finally:
+            torch.set_num_threads(threads)
+
+    return score
+
+
+def replica_names() -> list[str]:
+    import ray
+
+    return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("SERVE_REPLICA::"))
+
+
+@pytest.mark.slow
+def test_pool_scores_equal_judge_score_through_every_client(pool_url, reference):
+    from pluie_reward.integrations.client import RemotePluieReward, compute_score, post_json
+
+    assert len(replica_names()) == 2
+    sources, hypotheses = sentences("a", 12)
+    want = reference(sources, hypotheses)
+    # verl's and our own loops: POST /score with the template's fields
+    answer = post_json(pool_url + "/score", {"source": sources, "hypothesis": hypotheses})
+    assert answer["logratio"] == pytest.approx(want, abs=1e-4)
+    assert answer["verdict"] == [x > 0 for x in answer["logratio"]]
+    # TRL: the async reward GRPOTrainer awaits, in chunks of 5 (three concurrent requests)
+    reward = RemotePluieReward(pool_url, fields={"source": "source"}, chunk_size=5)
+    assert asyncio.run(reward(prompts=["p"] * 12, completions=hypotheses, source=sources)) == pytest.approx(want, abs=1e-4)
+
+    # verl's reward loop: one awaited call per sample, coalesced into requests by the client
+    async def verl() -> list[dict]:
+        return await asyncio.gather(*(compute_score("mrpc", h, s, url=pool_url) for s, h in zip(sources, hypotheses)))
+
+    assert [r["score"] for r in asyncio.run(verl())] == pytest.approx(want, abs=1e-4)
+    # OpenRLHF: /get_reward, the response being the query minus its prompt
+    prompts = [f"Paraphrase: {s}\n" for s in sources[:3]]
+    rewards = post_json(pool_url + "/get_reward", {"query": [p + h for p, h in zip(prompts, hypotheses)],
+                                                   "prompts": prompts, "labels": sources[:3]})
+    assert rewards["rewards"] == pytest.approx(want[:3], abs=1e-4)
+
+
+@pytest.mark.slow
+def test_pool_answers_bad_requests_with_4xx_and_the_message(pool_url):
+    import httpx
+
+    from pluie_reward.integrations.client import RemoteJudgeError, post_json
+
+    with httpx.Client(base_url=pool_url, timeout=30) as http:
+        assert http.get("/health").json()["fields"] == ["source", "hypothesis"]
+        missing = http.post("/score", json={"source": ["a"], "hypothsis": ["b"]})
+        assert missing.status_code == 422 and "missing field(s) ['hypothesis']" in missing.json()["detail"]
+        not_json = http.post("/score", content=b"source=a", headers={"Content-Type": "text/plain"})
+        assert not_json.status_code == 422 and "Content-Type: application/json" in not_json.json()["hint"]
+        big = http.post("/score", json={"source": ["a"] * (MAX_ITEMS + 1), "hypothesis": ["b"] * (MAX_ITEMS + 1)})
+        assert big.status_code == 413 and f"at most {MAX_ITEMS}" in big.json()["detail"]
+        no_label = http.post("/get_reward", json={"query": ["p h"], "prompts": ["p "], "labels": [""]})
+        assert no_label.status_code == 422 and "label_key" in no_label.json()["detail"]
+    start = time.perf_counter()
+    with pytest.raises(RemoteJudgeError) as caught:  # a 4xx is the request's fault: no retry
+        post_json(pool_url + "/score", {"source": ["a"], "hypothesis": ["b", "c"]}, retries=3, backoff=2.0)
+    assert caught.value.status == 422 and caught.value.detail and time.perf_counter() - start < 2.0
+
+
+@pytest.mark.slow
+def test_a_replica_killed_under_load_loses_no_request(pool_url, reference, monkeypatch):
+    """A replica killed (ray.kill) while it scores a request, during a bounded load, loses nothing.
+
+    Two long requests (512 items of ~130 tokens: ~5 s each on one thread here) go first: each replica takes one (1 request at a time),
+    so whichever replica is killed holds one. Then 6 trainer-like clients x 10 calls of 8 completions
+    (60 requests, each bounded by its timeout) queue in Ray's proxy, and one replica is killed 1 s
+    later, before either long request is answered. Every call is answered, with the reference scores:
+    the long request of the dead replica comes back as 500 from Ray's proxy and the client retries it
+    (core/http.py; the spy counts it), the queued ones Ray routes to the live replica. Ray then starts
+    a replica in its place."""
+    import ray
+    from ray import serve
+
+    from pluie_reward.integrations import client as client_module
+    from pluie_reward.integrations.client import RemotePluieReward
+
+    retried = [0]
+
+    class CountingClient(client_module.AsyncHTTPClient):  # RemotePluieReward's HTTP client, counting retries
+        async def aclose(self) -> None:
+            retried[0] += self.stats["retries"]
+            await super().aclose()
+
+    monkeypatch.setattr(client_module, "AsyncHTTPClient", CountingClient)
+    clients, calls, items = 6, 10, 8
+    work = {(k, j): sentences(f"{k}.{j}", items) for k in range(clients) for j in range(calls)}
+    work.update({("long", j): sentences(f"long{j}", MAX_ITEMS, padding=5) for j in range(2)})
+    reward = RemotePluieReward(pool_url, fields={"source": "source"}, timeout=30, retries=3, backoff=0.2)
+    answered: dict = {}
+    victim = replica_names()[0]
+    killed: list[str] = []
+
+    async def call(key: tuple) -> None:
+        sources, hypotheses = work[key]
+        answered[key] = await reward(prompts=["p"] * len(sources), completions=hypotheses, source=sources)
+
+    async def client(k: int) -> None:
+        for j in range(calls):
+            await call((k, j))
+
+    async def load() -> None:
+        long = [asyncio.ensure_future(call(("long", j))) for j in range(2)]
+        await asyncio.sleep(0.5)  # each replica has taken one long request
+        trainers = [asyncio.ensure_future(client(k)) for k in range(clients)]
+        await asyncio.sleep(1.0)
+        killed.append(f"{len(answered)} answered, long ones answered: {[('long', j) in answered for j in range(2)]}")
+        ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
+        await asyncio.wait_for(asyncio.gather(*long, *trainers), timeout=120)
+
+    start = time.perf_counter()
+    asyncio.run(load())
+    seconds = time.perf_counter() - start
+    assert killed and "long ones answered: [False, False]" in killed[0], killed  # the victim held a request
+    assert len(answered) == clients * calls + 2
+    assert retried[0] >= 1, "no request was retried: the killed replica held none (see the docstring)"
+    for key, got in answered.items():
+        assert got == pytest.approx(reference(*work[key]), abs=1e-4), key
+    print(f"\n{len(answered)} requests in {seconds:.1f} s; replica {victim} killed ({killed[0]}); {retried[0]} retried")
+    deadline = time.monotonic() + 60  # Ray starts a replica in its place (which then loads its judge)
+    while time.monotonic() < deadline and (victim in replica_names() or len(replica_names()) < 2):
+        time.sleep(0.5)
+    states = serve.status().applications["pluie"].deployments["PluieJudge"].replica_states
+    assert victim not in replica_names() and len(replica_names()) == 2, (states, replica_names())
