@@ -78,8 +78,10 @@ def post_json(
         RemoteJudgeError: the server refused the request, or did not answer after the retries.
 
     Example:
-        >>> post_json("http://127.0.0.1:8000/score", {"source": ["a"], "hypothesis": ["b"]})  # doctest: +SKIP
-        {'logratio': [0.4], 'p_yes': [0.6], 'verdict': [True]}
+        >>> from pluie_reward.tools.server import background, create_app
+        >>> with background(create_app(judge, "para-fs")) as server:  # a judge server (pluie-reward serve) on a free port
+        ...     post_json(server.url + "/score", {"source": ["a"], "hypothesis": ["b"]})  # e.g. http://127.0.0.1:8000/score
+        {'logratio': [...], 'p_yes': [...], 'verdict': [...]}
     """
     config = HTTPConfig(timeout=timeout, retries=retries, backoff=backoff)
     with HTTPClient(url, config, client=client, **_client_options(token)) as http:
@@ -161,8 +163,17 @@ class RemotePluieReward:
     per-completion ``<name>/logratio`` column of the completions table, like ``PluieReward``.
 
     Example:
-        >>> reward = RemotePluieReward("http://127.0.0.1:8000", fields={"source": "source"})  # doctest: +SKIP
-        >>> trainer = GRPOTrainer(model=..., reward_funcs=[reward], args=GRPOConfig(...), train_dataset=ds)  # doctest: +SKIP
+        >>> reward = RemotePluieReward("http://127.0.0.1:8000", fields={"source": "source"})
+        >>> trainer = GRPOTrainer(model=..., reward_funcs=[reward], args=GRPOConfig(...), train_dataset=ds)  # a policy, a dataset  # doctest: +SKIP
+
+        TRL awaits the reward; here against a judge server on a free port:
+
+        >>> from pluie_reward.tools.server import background, create_app
+        >>> with background(create_app(judge, "para-fs")) as server:  # a judge server (pluie-reward serve) on a free port
+        ...     reward = RemotePluieReward(server.url, fields={"source": "source"})
+        ...     asyncio.run(reward(prompts=["Paraphrase: The cat sleeps."], completions=["A cat is asleep."],
+        ...                        source=["The cat sleeps."]))
+        [...]
     """
 
     def __init__(
@@ -395,8 +406,10 @@ def compute_score_batch(
     Other keyword arguments (e.g. verl's ``reward_router_address``) are ignored.
 
     Example:
-        >>> compute_score_batch(["mrpc"], ["A cat is asleep."], ["The cat sleeps."], url="http://127.0.0.1:8000")  # doctest: +SKIP
-        [1.7]
+        >>> from pluie_reward.tools.server import background, create_app
+        >>> with background(create_app(judge, "para-fs")) as server:  # a judge server (pluie-reward serve) on a free port
+        ...     compute_score_batch(["mrpc"], ["A cat is asleep."], ["The cat sleeps."], url=server.url)
+        [...]
     """
     _settings(ignored)
     output = _check_output(output)
@@ -421,8 +434,10 @@ def compute_score_sync(
     Settings as for :func:`compute_score`; ``return_dict`` defaults to True.
 
     Example:
-        >>> compute_score_sync("mrpc", "A cat is asleep.", "The cat sleeps.", url="http://127.0.0.1:8000")  # doctest: +SKIP
-        {'score': 1.7, 'acc': 1.0, 'logratio': 1.7, 'p_yes': 0.85}
+        >>> from pluie_reward.tools.server import background, create_app
+        >>> with background(create_app(judge, "para-fs")) as server:  # a judge server (pluie-reward serve) on a free port
+        ...     compute_score_sync("mrpc", "A cat is asleep.", "The cat sleeps.", url=server.url)
+        {'score': ..., 'acc': ..., 'logratio': ..., 'p_yes': ...}
     """
     settings = _settings(kwargs)
     settings.setdefault("return_dict", True)
@@ -527,8 +542,10 @@ async def compute_score(
         ``val-core/<data source>/acc`` is then the accept rate), or the float with ``return_dict=False``.
 
     Example:
-        >>> await compute_score("mrpc", "A cat is asleep.", "The cat sleeps.", url="http://127.0.0.1:8000")  # doctest: +SKIP
-        {'score': 1.7, 'acc': 1.0, 'logratio': 1.7, 'p_yes': 0.85}
+        >>> from pluie_reward.tools.server import background, create_app
+        >>> with background(create_app(judge, "para-fs")) as server:  # a judge server (pluie-reward serve) on a free port
+        ...     asyncio.run(compute_score("mrpc", "A cat is asleep.", "The cat sleeps.", url=server.url))  # verl awaits it
+        {'score': ..., 'acc': ..., 'logratio': ..., 'p_yes': ...}
     """
     settings = _settings(kwargs)
     output = _check_output(settings.get("output", "logratio"))
