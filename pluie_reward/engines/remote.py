@@ -21,7 +21,7 @@ replica when there is one; other failures raise :class:`RemoteEngineError` with 
 and the server's message.
 
 Example:
-    >>> judge = Judge.connect(["http://10.0.0.5:8000", "http://10.0.0.6:8000"], tokenizer="Qwen/Qwen2.5-7B-Instruct")  # doctest: +SKIP
+    >>> judge = Judge.connect(["http://10.0.0.5:8000", "http://10.0.0.6:8000"], tokenizer="Qwen/Qwen2.5-7B-Instruct")  # vLLM servers  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class RemoteEngine(LoopEngine):
             answers when ``/server_info`` is not exposed).
 
     Example:
-        >>> engine = RemoteEngine("http://127.0.0.1:8000", tokenizer="Qwen/Qwen2.5-7B-Instruct")  # doctest: +SKIP
+        >>> engine = RemoteEngine("http://127.0.0.1:8000", tokenizer="Qwen/Qwen2.5-7B-Instruct")  # a vLLM server  # doctest: +SKIP
     """
 
     batch_tokens = 8192  # a hint for callers sizing their calls: the engine batches continuously itself
