@@ -27,10 +27,12 @@ repeats costs the bounded waits (at most 0.5 + 1 + 2 s with the defaults) before
 raised. Other 4xx are the request's fault and are never retried.
 
 Example:
+    >>> from pluie_reward.tools.server import background, create_app
     >>> config = HTTPConfig(timeout=30, retries=2)
-    >>> with HTTPClient("http://127.0.0.1:8000", config, name="judge server") as client:  # doctest: +SKIP
-    ...     client.request("POST", "/score", json={"source": ["a"], "hypothesis": ["b"]})
-    {'logratio': [0.4], 'p_yes': [0.6], 'verdict': [True]}
+    >>> with background(create_app(judge, "para-fs")) as server:  # a judge server, e.g. http://127.0.0.1:8000
+    ...     with HTTPClient(server.url, config, name="judge server") as client:
+    ...         client.request("POST", "/score", json={"source": ["a"], "hypothesis": ["b"]})
+    {'logratio': [...], 'p_yes': [...], 'verdict': [...]}
 """
 
 from __future__ import annotations
@@ -316,10 +318,12 @@ class AsyncHTTPClient(_Policy):
     """The asynchronous :class:`HTTPClient` (same arguments, ``client`` an ``httpx.AsyncClient``).
 
     Example:
-        >>> async def health():
-        ...     async with AsyncHTTPClient("http://127.0.0.1:8000", HTTPConfig(retries=0)) as client:
+        >>> async def health(url):
+        ...     async with AsyncHTTPClient(url, HTTPConfig(retries=0)) as client:
         ...         return await client.request("GET", "/health")
-        >>> asyncio.run(health())  # doctest: +SKIP
+        >>> from pluie_reward.tools.server import background, create_app
+        >>> with background(create_app(judge, "para-fs")) as server:  # a judge server, e.g. http://127.0.0.1:8000
+        ...     asyncio.run(health(server.url))
         {'status': 'ok', ...}
     """
 
