@@ -52,13 +52,16 @@ _NAMES = ("peft_model", "policy", "judge", "model", "tokenizer", "ids")
 
 
 @pytest.fixture(autouse=True)
-def _doctest_objects(request, doctest_namespace, tmp_path, monkeypatch):
+def _doctest_objects(request):
     """A temporary working directory and fresh tiny objects for the names a doctest's examples
-    mention (doctests only)."""
+    mention (doctests only: the tests' fixtures are in tests/conftest.py)."""
     dtest = getattr(request.node, "dtest", None)
     if dtest is None:
         yield
         return
+    doctest_namespace = request.getfixturevalue("doctest_namespace")
+    monkeypatch = request.getfixturevalue("monkeypatch")
+    tmp_path = request.getfixturevalue("tmp_path")
     source = "\n".join(example.source for example in dtest.examples if not example.options.get(doctest.SKIP))
     if PARAPHRASUS.is_dir():
         monkeypatch.setenv("PARAPHRASUS_DIR", str(PARAPHRASUS))
