@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from ...core.judge import Judge
 from ...core.prompt import chat_clock
@@ -14,19 +14,7 @@ from ...core.template import check_chat_template_kwargs
 from ...engines.remote import RemoteEngineError
 from ..shared import UsageError, auto_chunk_size  # noqa: F401  (re-exported: the commands import them from here)
 from .records import parse_columns, read_table
-
-
-COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
-
-
-def command(name: str, configure: Callable[[argparse.ArgumentParser], None]) -> Callable:
-    """Register a sub-command (its argument setup and its function returning an exit code)."""
-
-    def wrap(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-        COMMANDS[name] = (configure, run)
-        return run
-
-    return wrap
+from .registry import COMMANDS, command  # noqa: F401  (re-exported)
 
 
 def add_judge_arguments(parser: argparse.ArgumentParser, adapter: bool = True, base_model: bool = False) -> None:

@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import Sequence
 
-from .common import COMMANDS, UsageError
+from ..shared import UsageError
+from .registry import COMMANDS
 
 
 # Modules whose import registers their sub-commands (cheap: heavy imports happen inside the commands).
