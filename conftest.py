@@ -14,6 +14,9 @@ milliseconds; nothing is downloaded):
 Examples that need a meaningful judge call ``Judge.load()`` themselves (the embedded default judge,
 offline; converted once into ``~/.cache/pluie_reward``).
 
+Doctests run torch on one thread (restored afterwards): on a machine whose cores other work also
+uses, two OpenMP threads wait on each other and the examples run several times slower.
+
 Each doctest runs in a fresh temporary working directory, so examples write ``out/...`` as users
 would, and ``$PARAPHRASUS_DIR`` points at the PARAPHRASUS data in ``../shared`` (``$PLUIE_SHARED``,
 as for the tests); examples reading it are skipped when it is missing.
@@ -69,6 +72,11 @@ def _doctest_objects(request):
         pytest.skip(f"{PARAPHRASUS} is missing: examples reading the PARAPHRASUS data need ../shared beside the checkout")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PLUIE_REWARD_URL", raising=False)  # an example may set it; unset again afterwards
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    request.addfinalizer(lambda: torch.set_num_threads(threads))
     wanted = [name for name in _NAMES if re.search(rf"(?<![\w.]){name}\b", source)]
     added: dict = {}
     for name in wanted:
