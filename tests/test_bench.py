@@ -1,6 +1,7 @@
 """Smoke test of the benchmark (2 pairs, tiny random judge) and its parts; no timed assertions."""
 
 import math
+from pathlib import Path
 
 import torch
 
@@ -231,3 +232,21 @@ def test_server_load_starts_a_server_and_times_every_request():
     assert load.errors == 0 and len(load.latencies) == 4  # the warm-up request is not timed
     assert load.wall_seconds >= max(load.latencies) > 0 and load.start_seconds > 0
     assert load.items_per_second == pytest.approx(8 / load.wall_seconds)
+
+
+def test_default_data_path_finds_the_data_as_the_evaluation_does(tmp_path, monkeypatch):
+    from pluie_reward.tools.bench.run import default_data_path
+
+    folder = tmp_path / "shared" / "data" / "paraphrasus"
+    folder.mkdir(parents=True)
+    (folder / "ms-mrpc.json").write_text("{}")
+    monkeypatch.delenv("PARAPHRASUS_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert default_data_path() == Path("shared/data/paraphrasus/ms-mrpc.json")
+    (tmp_path / "checkout").mkdir()
+    monkeypatch.chdir(tmp_path / "checkout")  # the checkout, with ../shared beside it
+    assert default_data_path().resolve() == (folder / "ms-mrpc.json").resolve()
+    monkeypatch.chdir(folder)
+    assert default_data_path() is None
+    monkeypatch.setenv("PARAPHRASUS_DIR", str(folder))
+    assert default_data_path() == folder / "ms-mrpc.json"

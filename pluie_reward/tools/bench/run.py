@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ...core.judge import Judge
+from ..evaluation.paraphrasus import find_data_dir
 from ..evaluation.report import markdown_table
 from ..shared import UsageError
 
@@ -76,12 +77,13 @@ class Workload:
 
 
 def default_data_path() -> Path | None:
-    """``ms-mrpc.json`` of the PARAPHRASUS data beside the checkout (``../shared/data/paraphrasus``), if present."""
-    for root in (Path.cwd().parent, Path(__file__).resolve().parents[2]):
-        path = root / "shared" / "data" / "paraphrasus" / _DATA_NAME
-        if path.is_file():
-            return path
-    return None
+    """``ms-mrpc.json`` of the PARAPHRASUS data, found as the evaluation finds it
+    (:func:`~pluie_reward.tools.evaluation.paraphrasus.find_data_dir`: ``$PARAPHRASUS_DIR``, else
+    ``../shared/data/paraphrasus`` or ``shared/data/paraphrasus``), or ``None`` when it is missing."""
+    try:
+        return find_data_dir() / _DATA_NAME
+    except FileNotFoundError:
+        return None
 
 
 def read_pairs(path: Path) -> list[tuple[str, str]]:
