@@ -116,8 +116,9 @@ def test_module_level_imports_form_no_cycle():
 # comment line right above a block of imports) says why not, with one of these reasons, each checked:
 #   "# optional: DEP"             the imported module needs DEP, an optional dependency (pyproject.toml's
 #                                 extras), when it is imported;
-#   "# lazy: CLI start-up"        the importing module loads with `pluie-reward --help` and the imported one
-#                                 loads a heavy or optional dependency (torch, transformers...);
+#   "# lazy: CLI start-up"        the importing module loads with `pluie-reward --help`, and the imported one
+#                                 loads a heavy or optional dependency (torch, transformers...) or modules
+#                                 that --help does not load otherwise (a command's library, kept off start-up);
 #   "# lazy: package exports"     a package's __getattr__ (PEP 562) keeps a heavy module off the package's import;
 #   "# lazy: httpx-only client"   a module that must import with httpx alone (LIGHT_CLIENTS) defers the rest.
 REASON = re.compile(r"#\s*(optional: ([\w.-]+)|lazy: (CLI start-up|package exports|httpx-only client))")
@@ -233,8 +234,8 @@ def test_function_local_imports_of_the_package_say_why():
             elif reason == "lazy: CLI start-up":
                 if name not in start_up:
                     wrong.append(f"{where}: 'CLI start-up', but `pluie-reward --help` does not load {name}")
-                elif not needs & (HEAVY | optional):
-                    wrong.append(f"{where}: 'CLI start-up', but this import loads no heavy or optional dependency")
+                elif not needs & (HEAVY | optional) and loaded_with(targets) <= start_up:
+                    wrong.append(f"{where}: 'CLI start-up', but `pluie-reward --help` loads {sorted(targets)} anyway")
             elif reason == "lazy: package exports":
                 if not (path.name == "__init__.py" and in_getattr and needs & (HEAVY | optional)):
                     wrong.append(f"{where}: 'package exports' is for a package __getattr__ deferring a heavy module")

@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ...core.judge import Judge
-from ..evaluation.paraphrasus import find_data_dir
 from ..evaluation.report import markdown_table
 from ..shared import UsageError
 
@@ -80,6 +79,8 @@ def default_data_path() -> Path | None:
     """``ms-mrpc.json`` of the PARAPHRASUS data, found as the evaluation finds it
     (:func:`~pluie_reward.tools.evaluation.paraphrasus.find_data_dir`: ``$PARAPHRASUS_DIR``, else
     ``../shared/data/paraphrasus`` or ``shared/data/paraphrasus``), or ``None`` when it is missing."""
+    from ..evaluation.paraphrasus import find_data_dir  # lazy: CLI start-up (it brings the evaluation's scoring and plots)
+
     try:
         return find_data_dir() / _DATA_NAME
     except FileNotFoundError:

@@ -26,9 +26,7 @@ from ..cli.records import read_table
 from .calibration import CalibrationConfig, fit_calibration, heldout_split, p_yes
 from .cli import INPUT_HELP, _convert, _load_generic
 from .metrics import binary_label
-from .plots import plot_reliability
 from .report import markdown_table
-from .scoring import score_in_chunks
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -106,6 +104,8 @@ def calibrate_command(args: argparse.Namespace) -> int:
     else:
         if args.judge_name:
             raise UsageError("--judge-name records where --score-column's scores came from; here the judge is --model.")
+        from .scoring import score_in_chunks  # lazy: CLI start-up
+
         _, records, values, _, _ = _load_generic(args, {"labels": args.label_column})
         labels = _convert(records, args.label_column, binary_label, "binary label")
         judge = judge_from_args(args)
@@ -120,6 +120,8 @@ def calibrate_command(args: argparse.Namespace) -> int:
     print(summary(calibration))
     if args.plot:
         import numpy as np
+
+        from .plots import plot_reliability  # lazy: CLI start-up
 
         s, y = np.asarray(scores), np.asarray(labels)
         _, held = heldout_split(len(s), config.heldout_fraction, config.seed)

@@ -35,13 +35,9 @@ from ..cli.common import (
 from ..cli.records import check_texts, read_table, text_problem
 from .baselines import missing_baselines, parse_baselines
 from .metrics import binary_label, preference_label
-from .paraphrasus import find_data_dir, paraphrasus_plots, run_paraphrasus
 from .presets import FRENCH_PAIRS, PRESETS, paper_table
 from .report import write_outputs
-from .scoring import JUDGE_ROW, Condition, reference_field
 from .store import StoreMismatch
-from .tables import PAPER_BASELINES, task_markdown
-from .tasks import report_folder, run_classification, run_preference
 
 CHOICE_ROW = "LLM-choice"  # the result row of a choice template in eval preference (the seeds' name for it)
 INPUT_HELP = "the items: .jsonl/.json, .csv/.tsv, .parquet, .arrow or a datasets folder (save_to_disk)"
@@ -183,6 +179,8 @@ def _convert(records: Any, column: str, convert: Any, what: str) -> list[Any]:
 
 
 def _finish(args: argparse.Namespace, results: dict[str, Any]) -> int:
+    from .tables import task_markdown  # lazy: CLI start-up
+
     print(task_markdown(results))
     if args.output_dir is not None:
         print(f"\nwrote {args.output_dir / 'results.json'} and results.md; scores in {args.output_dir / 'scores.jsonl'}"
@@ -240,6 +238,8 @@ def _load_generic(args: argparse.Namespace, extra: dict[str, str], skip: tuple[s
 
 # file tasks -----------------------------------------------------------------------------------
 def _classification(args: argparse.Namespace) -> int:
+    from .tasks import JUDGE_ROW, Condition, reference_field, run_classification  # lazy: CLI start-up
+
     if load_template(args.template).kind == "choice":
         raise UsageError(f"--template {args.template}: a choice template picks between two candidates; evaluate it with "
                          "'pluie-reward eval preference' (--a-column, --b-column, --human-column).")
@@ -260,6 +260,8 @@ def _classification(args: argparse.Namespace) -> int:
 
 
 def _preference(args: argparse.Namespace) -> int:
+    from .tasks import JUDGE_ROW, Condition, reference_field, run_preference  # lazy: CLI start-up
+
     names = _baselines(args.baselines)
     choice = load_template(args.template).kind == "choice"
     slots = ("hypothesis", SECOND_CANDIDATE) if choice else ("hypothesis",)
@@ -334,6 +336,8 @@ def _french_pairs(records: Any, roles: dict[str, str]) -> tuple[dict[str, list[s
 
 
 def _run_preset(args: argparse.Namespace) -> int:
+    from .tasks import PAPER_BASELINES, Condition, run_classification, run_preference  # lazy: CLI start-up
+
     preset = PRESETS[args.preset]
     names = _baselines(args.baselines)
     roles = _roles(args, preset)
@@ -393,6 +397,9 @@ def _run_preset(args: argparse.Namespace) -> int:
 
 # PARAPHRASUS ----------------------------------------------------------------------------------
 def _paraphrasus(args: argparse.Namespace) -> int:
+    from .paraphrasus import find_data_dir, paraphrasus_plots, run_paraphrasus  # lazy: CLI start-up
+    from .tables import task_markdown  # lazy: CLI start-up
+
     load_template(args.template)
     datasets = [d.strip() for d in args.datasets.split(",")] if args.datasets else None
     folder = find_data_dir(args.data_dir)
@@ -412,6 +419,8 @@ def _paraphrasus(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from .tasks import report_folder, task_markdown  # lazy: CLI start-up
+
     try:
         results = report_folder(args.folder, plots=args.plots)
     except StoreMismatch as err:

@@ -19,7 +19,6 @@ from ...core.template import load_template
 from ..cli.common import UsageError, add_judge_arguments, command, field_columns, judge_from_args, read_records
 from .config import TuneConfig
 from .data import PairData
-from .report import metrics_table
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -112,6 +111,7 @@ def _pairs(path: Path, records: Sequence[dict], mapping: dict[str, str], templat
 @command("tune", _configure)
 def tune_command(args: argparse.Namespace) -> int:
     """Tune a judge adapter (LoRA) from labelled pairs or a teacher judge's log-ratios."""
+    from .report import metrics_table  # lazy: CLI start-up (it imports the evaluation plots)
     from .run import check_output_dir, tune  # lazy: CLI start-up (torch, transformers)
 
     template = load_template(args.template)
