@@ -47,6 +47,7 @@ def sentences(tag: str, n: int, padding: int = 0) -> tuple[list[str], list[str]]
     (["--engine", "remote", "--url", "http://127.0.0.1:9"], "a pool of clients of vLLM servers adds nothing"),
     (["--engine", "vllm", "--tensor-parallel-size", "2"], "one replica per GPU"),
     (["--detach"], "--detach needs --address"),
+    (["--stop"], "--stop needs --address"),
     (["--device", "cuda"], "needs --replica-gpus > 0"),
     (["--address", "auto", "--num-cpus", "2"], "--num-cpus sizes the local cluster"),
     (["-t", "no-such-template"], "unknown template 'no-such-template'"),
@@ -118,6 +119,10 @@ def test_pool_scores_equal_judge_score_through_every_client(pool_url, reference)
     from pluie_reward.integrations.client import RemotePluieReward, compute_score, post_json
 
     assert len(replica_names()) == 2
+    # the private Ray Serve API the printed URL reads (docs/architecture.md): the running proxy's address
+    from pluie_reward.tools.pool.deployment import _serving_address
+
+    assert _serving_address("192.0.2.1", 1) == ("127.0.0.1", int(pool_url.rsplit(":", 1)[1]))
     sources, hypotheses = sentences("a", 12)
     want = reference(sources, hypotheses)
     # verl's and our own loops: POST /score with the template's fields

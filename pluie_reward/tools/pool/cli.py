@@ -43,7 +43,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num-cpus", type=float, default=None, help="CPUs of the local Ray cluster started here (default: all)")
     g.add_argument("--name", default="pluie", help="the application's name in Ray Serve (default pluie)")
     g.add_argument("--detach", action="store_true",
-                   help="with --address: deploy and exit, leaving the pool in the cluster (stop it with `serve delete NAME`)")
+                   help="with --address: deploy and exit, leaving the pool in the cluster (stop it with --stop)")
+    g.add_argument("--stop", action="store_true", help="with --address: remove the pool --name from the cluster, then exit")
 
 
 def load_judge(options: dict[str, Any]) -> Any:
@@ -73,6 +74,8 @@ def check_pool_args(args: argparse.Namespace) -> None:
                          "tensor-parallel `pluie-reward serve --engine vllm`.")
     if args.detach and args.address is None:
         raise UsageError("--detach needs --address: a local Ray cluster stops with this command.")
+    if args.stop and (args.address is None or args.detach):
+        raise UsageError("--stop needs --address (the cluster the pool runs in), and not --detach.")
     if args.address is not None and args.num_cpus is not None:
         raise UsageError("--num-cpus sizes the local cluster; a joined cluster has its own (ray start --num-cpus).")
     if args.num_cpus is not None and args.num_cpus <= 0:
@@ -92,7 +95,8 @@ def check_pool_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--replica-gpus: a fraction below 1 or a whole number, got {args.replica_gpus:g}.")
     device = args.device or ""
     if device.startswith("cuda") and args.replica_gpus == 0:
-        raise UsageError(f"--device {device} needs --replica-gpus > 0: Ray gives a replica only the GPUs it asks for.")
+        raise UsageError(f"--device {device} needs --replica-gpus > 0: Ray places replicas by the GPUs they ask for "
+                         "(without, a replica may land on a node with no GPU, and nothing accounts for its GPU use).")
     if args.address is None:
         check_device(args.device)  # the replicas run on this machine
     chat_template_kwargs(args)
@@ -105,6 +109,46 @@ def check_pool_args(args: argparse.Namespace) -> None:
         if needed > args.num_cpus:
             print(f"pluie-reward pool: warning: the replicas ask for {needed:g} CPUs and the cluster has {args.num_cpus:g}: "
                   "the others wait for CPUs (lower --replica-cpus).", file=sys.stderr)
+
+
+def _connect(args: argparse.Namespace) -> bool:
+    """Start the local Ray cluster, or join ``--address``; a :class:`PoolStartError` saying why not."""
+    try:
+        return start_ray(args.address, num_cpus=args.num_cpus)
+    except (ConnectionError, RuntimeError) as err:
+        chain, cause = [], err
+        while cause is not None:
+            chain.append(f"{type(cause).__name__}: {cause}")
+            cause = cause.__cause__ or cause.__context__
+        where = f"join the Ray cluster at {args.address}" if args.address else "start a local Ray cluster"
+        hint = ""
+        if any("AuthToken" in text or "AuthenticationError" in text for text in chain):
+            hint = (" The cluster uses Ray's token authentication: run with RAY_AUTH_MODE=token and the cluster's token "
+                    "where Ray looks for it (RAY_AUTH_TOKEN, or ~/.ray/auth_token).")
+        raise PoolStartError(f"could not {where}: {str(err).strip().splitlines()[-1]}.{hint}") from None
+
+
+def _stop(args: argparse.Namespace) -> int:
+    """``--stop``: delete the application ``--name`` from the cluster at ``--address``."""
+    try:
+        import ray
+        from ray import serve
+    except ModuleNotFoundError as err:
+        raise UsageError(f"the pool needs {err.name}: pip install 'pluie-reward[pool]'") from None
+    try:
+        _connect(args)
+    except PoolStartError as err:
+        print(f"pluie-reward pool: error: {err}", file=sys.stderr)
+        return 1
+    try:
+        if args.name not in serve.status().applications:
+            raise UsageError(f"no Serve application {args.name!r} in the cluster at {args.address} "
+                             f"(it has {sorted(serve.status().applications)}).")
+        serve.delete(args.name)
+    finally:
+        ray.shutdown()  # disconnects; the cluster keeps running
+    print(f"pluie-reward pool: {args.name!r} removed.", flush=True)
+    return 0
 
 
 def _wait_for_signal() -> None:
@@ -127,6 +171,8 @@ def _wait_for_signal() -> None:
 def pool_command(args: argparse.Namespace) -> int:
     """Serve a pool of judges on Ray Serve: N replicas (or autoscaled) behind one URL, the judge server's API."""
     check_pool_args(args)
+    if args.stop:
+        return _stop(args)
     options = pool_options(args)
     app_options = server_options(args, "pool")
     try:
@@ -137,7 +183,11 @@ def pool_command(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as err:
         raise UsageError(f"the pool needs {err.name}: pip install 'pluie-reward[pool]'") from None
     judge_options = {name: getattr(args, name, None) for name in JUDGE_OPTIONS}
-    started = start_ray(args.address, num_cpus=args.num_cpus)
+    try:
+        started = _connect(args)
+    except PoolStartError as err:
+        print(f"pluie-reward pool: error: {err}", file=sys.stderr)
+        return 1
     try:
         url = deploy(partial(load_judge, judge_options), args.template, options, host=args.host, port=args.port,
                      app_name=args.name, log_level=args.log_level, **app_options)
@@ -152,8 +202,8 @@ def pool_command(args: argparse.Namespace) -> int:
         size = f"{options.replicas} replica{'s' * (options.replicas > 1)}"
     print(f"pluie-reward pool: {size} serving {args.template!r} at {url}  (POST {url}/score, {url}/get_reward)", flush=True)
     if args.detach:
-        print(f"pluie-reward pool: left running in the cluster; stop it with `serve delete {args.name}` "
-              f"(RAY_ADDRESS={args.address}).", flush=True)
+        print(f"pluie-reward pool: left running in the cluster; stop it with "
+              f"`pluie-reward pool --address {args.address} --name {args.name} --stop`.", flush=True)
         return 0
     _wait_for_signal()
     print("pluie-reward pool: stopping (the replicas finish their requests) ...", file=sys.stderr, flush=True)
