@@ -1,0 +1,128 @@
+"""Throughput of the judge pool with 1 and 2 replicas, beside ``pluie-reward serve``, in one run.
+
+One local Ray cluster (all of this machine's CPUs, no dashboard) is started; each configuration
+serves the same judge (default: the embedded default judge, ``Judge.load()``) and is put under the
+same load as ``pluie-reward bench --server-clients`` (:mod:`pluie_reward.tools.bench.server_load`):
+one untimed warm-up request, then ``clients`` concurrent clients each posting ``requests`` requests
+of ``items`` distinct MRPC pairs to ``/score``, the same pairs for every configuration, no retry (a
+failed request counts as an error). Every configuration starts fresh (new replicas, empty caches),
+and the configurations are run ``rounds`` times in turn, so a change in the machine's load shows
+as a difference between rounds rather than between configurations.
+
+The configurations on a machine of C CPUs: ``serve`` (one process, torch's default threads), ``1 x C``
+(one replica, C CPUs: C torch threads) and ``2 x C/2`` (two replicas, C/2 each). The replicas split
+the same CPUs: two replicas run two batches at once, each on half the threads.
+
+Example:
+    $ python -m pluie_reward.tools.pool.bench --clients 8 --requests 3 --items 8 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from dataclasses import asdict
+from functools import partial
+from pathlib import Path
+from typing import Any, Sequence
+
+from ...core.judge import Judge
+from ..bench.run import default_data_path, read_pairs
+from ..bench.server_load import ServerLoad, _load, check_load, format_server_table, free_port, server_load
+from ..shared import UsageError
+from .deployment import PoolOptions, deploy, shutdown, start_ray
+
+
+def pool_load(
+    replicas: int, cpus_per_replica: float, batches: list[dict[str, list[str]]], clients: int, requests: int, items: int,
+    template: str = "para-fs", model: str | None = None,
+) -> ServerLoad:
+    """Deploy a pool of ``replicas`` on the connected Ray cluster, load it, delete it."""
+    from ray import serve
+
+    label = f"pool {replicas} x {cpus_per_replica:g} CPU"
+    result = ServerLoad(label, clients, requests, items)
+    started = time.perf_counter()
+    options = PoolOptions(replicas=replicas, num_cpus=cpus_per_replica, max_ongoing_requests=64)
+    url = deploy(partial(Judge.load, model), template, options, port=free_port(), log_level="warning",
+                 app_name="pluie-bench")
+    result.start_seconds = time.perf_counter() - started
+    try:
+        asyncio.run(_load(url, batches, clients, result))
+    finally:
+        serve.delete("pluie-bench")
+    return result
+
+
+def run(clients: int, requests: int, items: int, rounds: int, pairs: Sequence[tuple[str, str]], *,
+        template: str = "para-fs", model: str | None = None, with_serve: bool = True, log: Any = print) -> list[ServerLoad]:
+    """Every configuration, ``rounds`` times in turn (see the module's docstring)."""
+    check_load(clients, requests, items, len(pairs))
+    batches = []
+    for j in range(clients * requests + 1):
+        chunk = pairs[j * items : (j + 1) * items]
+        batches.append({"source": [s for s, _ in chunk], "hypothesis": [h for _, h in chunk]})
+    cpus = os.cpu_count() or 2
+    results: list[ServerLoad] = []
+    start_ray(num_cpus=cpus, log_to_driver=False)
+    try:
+        for k in range(rounds):
+            if with_serve:
+                log(f"round {k + 1}: pluie-reward serve ...")
+                results.append(server_load("transformers", pairs, clients, requests, items, template=template, model=model))
+                results[-1].engine = "serve (1 process)"
+            for replicas in (1, 2):
+                log(f"round {k + 1}: pool of {replicas} ...")
+                results.append(pool_load(replicas, cpus / replicas, batches, clients, requests, items, template, model))
+    finally:
+        shutdown(None)
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pluie_reward.tools.pool.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--requests", type=int, default=3, help="requests per client")
+    parser.add_argument("--items", type=int, default=8, help="distinct pairs per request")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--model", default=None, help="default: the embedded default judge")
+    parser.add_argument("--template", default="para-fs")
+    parser.add_argument("--no-serve", action="store_true", help="skip the pluie-reward serve reference")
+    parser.add_argument("--data", type=Path, default=None, help="PARAPHRASUS' ms-mrpc.json (default: ../shared)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument("--worker-niceness", type=int, default=0,
+                        help="nice value of Ray's workers, the replicas included (Ray's default is 15, which on a shared "
+                             "machine gives the pool less CPU than `serve` at 0; default here 0)")
+    args = parser.parse_args(argv)
+    try:
+        data = args.data or default_data_path()
+        if data is None:
+            raise UsageError("no ms-mrpc.json beside the checkout; pass --data PATH.")
+        if args.rounds < 1:
+            raise UsageError("--rounds must be >= 1.")
+        pairs = read_pairs(data)
+        os.environ["RAY_worker_niceness"] = str(args.worker_niceness)  # read by the raylet ray.init starts
+        load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+        started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        results = run(args.clients, args.requests, args.items, args.rounds, pairs, template=args.template, model=args.model,
+                      with_serve=not args.no_serve, log=lambda text: print(text, file=sys.stderr, flush=True))
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    after = "/".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"# judge pool, {started}: {os.cpu_count()} CPUs, load average {load} before, {after} after; "
+          f"Ray workers at nice {args.worker_niceness}\n")
+    print(format_server_table(results).replace("engine", "configuration", 1))
+    if args.json is not None:
+        import json
+
+        args.json.write_text(json.dumps([{**asdict(r), "items_per_second": r.items_per_second, "p50": r.p50, "p99": r.p99}
+                                         for r in results], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
