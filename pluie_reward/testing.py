@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Iterable
 
 import torch
@@ -97,6 +98,39 @@ def make_tiny_judge(chat: bool = True, seed: int = 0, **judge_kwargs: Any) -> An
     """
     tokenizer = make_tiny_tokenizer(chat=chat)
     return Judge.from_model(make_tiny_causal_lm(tokenizer, seed=seed), tokenizer, name="tiny-random", **judge_kwargs)
+
+
+def make_slow_tiny_judge(seconds: float, min_requests: int, **kwargs: Any) -> Any:
+    """:func:`make_tiny_judge` whose engine sleeps ``seconds`` before each call of at least
+    ``min_requests`` requests: a long request that takes a known time whatever the machine's load
+    (tests of servers and pools under load). Its scores are those of :func:`make_tiny_judge`. Items
+    found in the judge's result cache do not reach the engine, so they count for nothing.
+
+    Args:
+        seconds: the sleep before a long call (in the calling thread; a server's event loop goes on).
+        min_requests: calls with fewer requests are not delayed.
+        kwargs: :func:`make_tiny_judge`'s arguments.
+
+    Example:
+        >>> import time
+        >>> judge = make_slow_tiny_judge(0.2, min_requests=2)
+        >>> start = time.perf_counter(); judge.score("para-fs", source=["a"], hypothesis=["b"]) == make_tiny_judge().score("para-fs", source=["a"], hypothesis=["b"])
+        True
+        >>> time.perf_counter() - start < 0.2
+        True
+        >>> start = time.perf_counter(); _ = judge.score("para-fs", source=["c", "e"], hypothesis=["d", "f"]); time.perf_counter() - start >= 0.2
+        True
+    """
+    judge = make_tiny_judge(**kwargs)
+    answer_logprobs = judge.engine.answer_logprobs
+
+    def slow(requests: Any, answers: Any, **options: Any) -> Any:
+        if len(requests) >= min_requests:
+            time.sleep(seconds)
+        return answer_logprobs(requests, answers, **options)
+
+    judge.engine.answer_logprobs = slow
+    return judge
 
 
 

@@ -1,8 +1,10 @@
 """The judge pool on Ray Serve (``pluie_reward/tools/pool``, docs/pool.md).
 
 One local Ray cluster for the module (2 CPUs, no dashboard; Serve's HTTP proxy on a free port of
-127.0.0.1) with one pool of 2 replicas of the tiny random judge, 1 CPU and 1 request at a time each
-(so that under load each replica certainly holds a request when it is killed). Through it: the scores
+127.0.0.1) with one pool of 2 replicas of the tiny random judge, 1 CPU and 1 request at a time each.
+The replicas' judge sleeps ``LONG_SECONDS`` before scoring a request of ``LONG_ITEMS`` items or more
+(``make_slow_tiny_judge``: same scores), so that a replica killed under load certainly holds a
+request, however loaded the machine is. Through it: the scores
 equal ``Judge.score`` of the same judge in this process (``/score`` as verl's client sends it,
 ``RemotePluieReward`` as TRL calls it, ``compute_score`` as verl's reward loop awaits it,
 ``/get_reward`` as OpenRLHF posts it); bad requests get 4xx with the server's message; and a
@@ -20,18 +22,17 @@ import time
 
 import pytest
 
-from pluie_reward.testing import make_tiny_judge
+from pluie_reward.testing import make_slow_tiny_judge, make_tiny_judge
 from pluie_reward.tools import cli
 
 TEMPLATE = "para-fs"
-MAX_ITEMS = 512  # the pool's --max-items-per-request (the long requests below take that many)
+MAX_ITEMS = 512  # the pool's --max-items-per-request
+LONG_ITEMS, LONG_SECONDS = 64, 8.0  # a request of 64 items or more takes 8 s more in a replica
 
 
-def sentences(tag: str, n: int, padding: int = 0) -> tuple[list[str], list[str]]:
-    """n distinct (source, hypothesis) pairs of different lengths (no result-cache hit across requests);
-    ``padding`` lengthens the sources by as many 4-word phrases."""
-    sources = [f"Sentence {tag}-{i}: the cat sat on the mat number {i} " + "and it slept " * (i % 5)
-               + "quietly all day long " * padding for i in range(n)]
+def sentences(tag: str, n: int) -> tuple[list[str], list[str]]:
+    """n distinct (source, hypothesis) pairs of different lengths (no result-cache hit across requests)."""
+    sources = [f"Sentence {tag}-{i}: the cat sat on the mat number {i} " + "and it slept " * (i % 5) for i in range(n)]
     hypotheses = [f"A cat ({tag}, {i}) was sitting on mat {i}" + ", sleeping" * (i % 3) for i in range(n)]
     return sources, hypotheses
 
@@ -41,9 +42,9 @@ def sentences(tag: str, n: int, padding: int = 0) -> tuple[list[str], list[str]]
 @pytest.mark.parametrize("args, message", [
     (["--replicas", "0"], "--replicas must be at least 1"),
     (["--min-replicas", "2"], "--min-replicas needs --max-replicas"),
-    (["--max-replicas", "2", "--min-replicas", "3"], "need 0 <= min <= max"),
+    (["--max-replicas", "2", "--min-replicas", "3"], "needs 0 <= --min-replicas <= --max-replicas"),
     (["--replica-gpus", "1.5"], "a fraction below 1 or a whole number"),
-    (["--max-replicas", "2", "--target-ongoing-requests", "100"], "above max_ongoing_requests"),
+    (["--max-replicas", "2", "--target-ongoing-requests", "100"], "above --max-ongoing-requests"),
     (["--engine", "remote", "--url", "http://127.0.0.1:9"], "a pool of clients of vLLM servers adds nothing"),
     (["--engine", "vllm", "--tensor-parallel-size", "2"], "one replica per GPU"),
     (["--detach"], "--detach needs --address"),
@@ -77,11 +78,14 @@ def pool_url():
     from pluie_reward.tools.bench.server_load import free_port
     from pluie_reward.tools.pool import PoolOptions, deploy, shutdown, start_ray
 
+    from functools import partial
+
     port = free_port()
     assert start_ray(num_cpus=2, log_to_driver=False)
     try:
         options = PoolOptions(replicas=2, num_cpus=1, max_ongoing_requests=1, health_check_period_s=2)
-        url = deploy(make_tiny_judge, TEMPLATE, options, host="127.0.0.1", port=port, log_level="warning",
+        load = partial(make_slow_tiny_judge, LONG_SECONDS, min_requests=LONG_ITEMS)
+        url = deploy(load, TEMPLATE, options, host="127.0.0.1", port=port, log_level="warning",
                      max_wait_ms=10, max_items_per_request=MAX_ITEMS)
         assert url == f"http://127.0.0.1:{port}"
         yield url
@@ -171,11 +175,11 @@ def test_pool_answers_bad_requests_with_4xx_and_the_message(pool_url):
 def test_a_replica_killed_under_load_loses_no_request(pool_url, reference, monkeypatch):
     """A replica killed (ray.kill) while it scores a request, during a bounded load, loses nothing.
 
-    Two long requests (512 items of ~130 tokens: ~5 s each on one thread here) go first: each replica takes one (1 request at a time),
-    so whichever replica is killed holds one. Then 6 trainer-like clients x 10 calls of 8 completions
-    (60 requests, each bounded by its timeout) queue in Ray's proxy, and one replica is killed 1 s
-    later, before either long request is answered. Every call is answered, with the reference scores:
-    the long request of the dead replica comes back as 500 from Ray's proxy and the client retries it
+    Two long requests (``LONG_ITEMS`` items: ``LONG_SECONDS`` in a replica) go first: each replica takes
+    one (1 request at a time). Then 6 trainer-like clients x 10 calls of 8 completions (60 requests,
+    each bounded by its timeout) queue in Ray's proxy, and one replica is killed 1 s later, before
+    anything can have been answered. Every call is answered, with the reference scores: the long
+    request of the dead replica comes back as 500 from Ray's proxy and the client retries it
     (core/http.py; the spy counts it), the queued ones Ray routes to the live replica. Ray then starts
     a replica in its place."""
     import ray
@@ -194,7 +198,7 @@ def test_a_replica_killed_under_load_loses_no_request(pool_url, reference, monke
     monkeypatch.setattr(client_module, "AsyncHTTPClient", CountingClient)
     clients, calls, items = 6, 10, 8
     work = {(k, j): sentences(f"{k}.{j}", items) for k in range(clients) for j in range(calls)}
-    work.update({("long", j): sentences(f"long{j}", MAX_ITEMS, padding=5) for j in range(2)})
+    work.update({("long", j): sentences(f"long{j}", LONG_ITEMS) for j in range(2)})
     reward = RemotePluieReward(pool_url, fields={"source": "source"}, timeout=30, retries=3, backoff=0.2)
     answered: dict = {}
     victim = replica_names()[0]
@@ -220,7 +224,7 @@ def test_a_replica_killed_under_load_loses_no_request(pool_url, reference, monke
     start = time.perf_counter()
     asyncio.run(load())
     seconds = time.perf_counter() - start
-    assert killed and "long ones answered: [False, False]" in killed[0], killed  # the victim held a request
+    assert killed == ["0 answered, long ones answered: [False, False]"], killed  # the victim held a long request
     assert len(answered) == clients * calls + 2
     assert retried[0] >= 1, "no request was retried: the killed replica held none (see the docstring)"
     for key, got in answered.items():

@@ -8,6 +8,7 @@ Ray cluster to join.
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 import time
@@ -52,16 +53,34 @@ def load_judge(options: dict[str, Any]) -> Any:
     return judge_from_args(argparse.Namespace(**options))
 
 
-def pool_options(args: argparse.Namespace) -> Any:
-    """The :class:`~pluie_reward.tools.pool.deployment.PoolOptions` of the command line."""
+# PoolOptions' fields as the command line spells them (its messages name the fields)
+FLAGS = {"replicas": "--replicas", "min_replicas": "--min-replicas", "max_replicas": "--max-replicas",
+         "target_ongoing_requests": "--target-ongoing-requests", "max_ongoing_requests": "--max-ongoing-requests",
+         "num_cpus": "--replica-cpus", "num_gpus": "--replica-gpus", "graceful_shutdown_timeout_s": "--graceful-timeout"}
+
+
+def pool_options(args: argparse.Namespace) -> PoolOptions:
+    """The :class:`~pluie_reward.tools.pool.deployment.PoolOptions` of the command line.
+
+    Raises:
+        UsageError: the options' own check failed; its message names the flags.
+
+    Example:
+        >>> pool_options(argparse.Namespace(replicas=0, min_replicas=None, max_replicas=None, target_ongoing_requests=16.0,
+        ...                                 max_ongoing_requests=64, replica_cpus=1.0, replica_gpus=0.0, graceful_timeout=None))
+        Traceback (most recent call last):
+        ...
+        pluie_reward.tools.shared.UsageError: --replicas must be at least 1, got 0.
+    """
     try:
         return PoolOptions(
             replicas=args.replicas, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
             target_ongoing_requests=args.target_ongoing_requests, max_ongoing_requests=args.max_ongoing_requests,
             num_cpus=args.replica_cpus, num_gpus=args.replica_gpus, graceful_shutdown_timeout_s=args.graceful_timeout,
         )
-    except ValueError as err:  # check_pool_args names the flags of the common mistakes
-        raise UsageError(str(err)) from None
+    except ValueError as err:
+        message = re.sub(r"\b(" + "|".join(FLAGS) + r")\b", lambda m: FLAGS[m.group(1)], str(err))
+        raise UsageError(message) from None
 
 
 def check_pool_args(args: argparse.Namespace) -> None:
@@ -82,17 +101,7 @@ def check_pool_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--num-cpus must be > 0, got {args.num_cpus}.")
     if not 1 <= args.port <= 65535:
         raise UsageError(f"--port must be between 1 and 65535, got {args.port}.")
-    if args.replicas < 1:
-        raise UsageError(f"--replicas must be at least 1, got {args.replicas}.")
-    if args.max_replicas is None and args.min_replicas is not None:
-        raise UsageError("--min-replicas needs --max-replicas (autoscaling between the two).")
-    if args.max_replicas is not None and (args.max_replicas < 1 or not 0 <= (args.min_replicas or 0) <= args.max_replicas):
-        raise UsageError(f"--min-replicas and --max-replicas: need 0 <= min <= max and max >= 1, got {args.min_replicas} "
-                         f"and {args.max_replicas}.")
-    if args.replica_cpus < 0 or args.replica_gpus < 0:
-        raise UsageError("--replica-cpus and --replica-gpus must be >= 0.")
-    if args.replica_gpus > 1 and args.replica_gpus != int(args.replica_gpus):
-        raise UsageError(f"--replica-gpus: a fraction below 1 or a whole number, got {args.replica_gpus:g}.")
+    pool_options(args)
     device = args.device or ""
     if device.startswith("cuda") and args.replica_gpus == 0:
         raise UsageError(f"--device {device} needs --replica-gpus > 0: Ray places replicas by the GPUs they ask for "
