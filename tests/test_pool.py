@@ -150,6 +150,24 @@ def test_pool_scores_equal_judge_score_through_every_client(pool_url, reference)
 
 
 @pytest.mark.slow
+def test_replicas_and_proxy_run_at_the_callers_priority(pool_url):
+    """start_ray puts the local cluster's workers at nice 0, not Ray's 15 (at 15 a busy process beside
+    them starves Serve's proxy until it misses its start-up check). Read from the processes themselves."""
+    import os
+
+    import psutil
+    from ray._private import ray_constants  # the name of Ray's variable: this breaks if Ray renames it
+
+    from pluie_reward.tools.pool.deployment import NICENESS_VARIABLE
+
+    assert ray_constants.RAY_WORKER_NICENESS == NICENESS_VARIABLE and NICENESS_VARIABLE not in os.environ
+    titles = {p.pid: " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])}
+    workers = {pid: t for pid, t in titles.items() if t.startswith(("ray::ServeReplica", "ray::ProxyActor"))}
+    assert sum(t.startswith("ray::ServeReplica") for t in workers.values()) == 2 and len(workers) == 3, workers
+    assert {pid: psutil.Process(pid).nice() for pid in workers} == {pid: os.nice(0) for pid in workers}
+
+
+@pytest.mark.slow
 def test_pool_answers_bad_requests_with_4xx_and_the_message(pool_url):
     import httpx
 

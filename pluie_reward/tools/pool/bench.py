@@ -58,7 +58,8 @@ def pool_load(
 
 
 def run(clients: int, requests: int, items: int, rounds: int, pairs: Sequence[tuple[str, str]], *,
-        template: str = "para-fs", model: str | None = None, with_serve: bool = True, log: Any = print) -> list[ServerLoad]:
+        template: str = "para-fs", model: str | None = None, with_serve: bool = True, worker_niceness: int = 0,
+        log: Any = print) -> list[ServerLoad]:
     """Every configuration, ``rounds`` times in turn (see the module's docstring)."""
     check_load(clients, requests, items, len(pairs))
     batches = []
@@ -67,7 +68,7 @@ def run(clients: int, requests: int, items: int, rounds: int, pairs: Sequence[tu
         batches.append({"source": [s for s, _ in chunk], "hypothesis": [h for _, h in chunk]})
     cpus = os.cpu_count() or 2
     results: list[ServerLoad] = []
-    start_ray(num_cpus=cpus, log_to_driver=False)
+    start_ray(num_cpus=cpus, log_to_driver=False, worker_niceness=worker_niceness)
     try:
         for k in range(rounds):
             if with_serve:
@@ -94,8 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=None, help="PARAPHRASUS' ms-mrpc.json (default: ../shared)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--worker-niceness", type=int, default=0,
-                        help="nice value of Ray's workers, the replicas included (Ray's default is 15, which on a shared "
-                             "machine gives the pool less CPU than `serve` at 0; default here 0)")
+                        help="nice value of Ray's workers, the replicas included (start_ray's default, 0; Ray's own is 15, "
+                             "which on a shared machine gives the pool less CPU than `serve` at 0)")
     args = parser.parse_args(argv)
     try:
         data = args.data or default_data_path()
@@ -104,11 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.rounds < 1:
             raise UsageError("--rounds must be >= 1.")
         pairs = read_pairs(data)
-        os.environ["RAY_worker_niceness"] = str(args.worker_niceness)  # read by the raylet ray.init starts
         load = "/".join(f"{x:.1f}" for x in os.getloadavg())
         started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         results = run(args.clients, args.requests, args.items, args.rounds, pairs, template=args.template, model=args.model,
-                      with_serve=not args.no_serve, log=lambda text: print(text, file=sys.stderr, flush=True))
+                      with_serve=not args.no_serve, worker_niceness=args.worker_niceness, log=lambda text: print(text, file=sys.stderr, flush=True))
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

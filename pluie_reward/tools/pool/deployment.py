@@ -43,12 +43,14 @@ Example:
 from __future__ import annotations
 
 import inspect
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ...core.errors import PluieError
 
 DEFAULT_APP = "pluie"
+NICENESS_VARIABLE = "RAY_worker_niceness"  # Ray's worker_niceness setting (ray_constants.RAY_WORKER_NICENESS)
 DEPLOYMENT = "PluieJudge"
 
 
@@ -230,6 +232,7 @@ def judge_deployment(
 
 def start_ray(
     address: str | None = None, *, num_cpus: float | None = None, num_gpus: float | None = None, log_to_driver: bool = True,
+    worker_niceness: int | None = 0,
 ) -> bool:
     """Connect to a Ray cluster: join ``address`` (``"auto"``, ``"head-host:6379"``, ``"ray://head:10001"``)
     or start a local one on this machine (no dashboard). Nothing happens when Ray is already
@@ -239,6 +242,13 @@ def start_ray(
         address: the cluster to join (None: start a local one).
         num_cpus, num_gpus: the local cluster's resources (default: what Ray detects).
         log_to_driver: print the replicas' logs here.
+        worker_niceness: the nice value of the local cluster's workers, the replicas included
+            (Ray's own default is 15: beside any busy process at the default priority, such as a
+            trainer or another job on a shared machine, the replicas and Serve's proxy get the CPU
+            last, and the proxy can miss its 5 s start-up check, which fails ``serve.start``).
+            Default 0, the priority of the process calling; None keeps Ray's. An environment
+            variable ``RAY_worker_niceness`` wins. A joined cluster keeps its own (its ``ray start``
+            decides).
 
     Returns:
         True when this call started or joined Ray (so :func:`shutdown` should disconnect it).
@@ -251,8 +261,16 @@ def start_ray(
         if num_cpus is not None or num_gpus is not None:
             raise ValueError("num_cpus and num_gpus size a local cluster; a joined cluster has its own (ray start --num-cpus).")
         ray.init(address=address, log_to_driver=log_to_driver)
-    else:
+        return True
+    # Ray's raylet reads its configuration from RAY_<name> variables of the environment it starts in
+    set_niceness = worker_niceness is not None and NICENESS_VARIABLE not in os.environ
+    if set_niceness:
+        os.environ[NICENESS_VARIABLE] = str(worker_niceness)
+    try:
         ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, log_to_driver=log_to_driver)
+    finally:
+        if set_niceness:
+            del os.environ[NICENESS_VARIABLE]
     return True
 
 
