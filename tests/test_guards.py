@@ -174,6 +174,14 @@ def test_guarded_reward_replaces_flagged_scores(tiny_judge):
     assert guarded.__name__ == "pluie" and guarded.template.name == "para-fs"
     prob = GuardedReward(PluieReward(tiny_judge, fields={"source": "src"}, output="prob"), guard=True)
     assert prob(completions=BATCH[:2], src=sources[:2]) == pytest.approx([1 / (1 + math.exp(-plain[0])), 0.0], abs=1e-4)
+    # calibrated probabilities are in [0, 1] too: a flagged one gets 0, not -clip
+    from pluie_reward.core.calibration import Calibration
+    from pluie_reward.testing import make_tiny_judge
+
+    calibrated_judge = make_tiny_judge(calibration=Calibration(a=0.5, b=-0.25))
+    calibrated = GuardedReward(PluieReward(calibrated_judge, fields={"source": "src"}, output="calibrated"), guard=True)
+    assert calibrated(completions=BATCH[:2], src=sources[:2]) == pytest.approx(
+        [1 / (1 + math.exp(-(0.5 * plain[0] - 0.25))), 0.0], abs=1e-4)
     custom = GuardedReward(novelty, guard=CompletionGuard("para-fs"), flagged_value=-1.0)
     assert custom(completions=["Dogs bark loudly", "Yes"], source=[SOURCE] * 2) == [1.0, -1.0]
     with pytest.raises(ValueError, match="flagged_value"):

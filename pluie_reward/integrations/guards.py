@@ -433,7 +433,7 @@ class GuardedReward:
         guard: a :class:`CompletionGuard`, ``True`` for the default guard of the reward's template and
             judge tokenizer (built on the first call, so a lazy judge factory stays lazy), or None.
         flagged_value: the reward of a flagged completion. Default for a ``PluieReward`` of a Yes/No
-            template: 0 with ``output="prob"`` or ``"verdict"``, ``-clip`` otherwise (``-10`` for PLUIE
+            template: 0 with ``output="prob"``, ``"calibrated"`` or ``"verdict"``, ``-clip`` otherwise (``-10`` for PLUIE
             log-ratios: below any honest score of a sane judge); of a template with N answers: 0 for
             ``"prob"`` and normalised ratings, the lowest grade for ``"expected"``; required for
             ``"logprob"`` and for other rewards.
@@ -483,7 +483,7 @@ class GuardedReward:
                     return reading.scale[0]
                 raise ValueError("a log-probability reward has no lowest value: pass flagged_value= (e.g. -10.0), "
                                  "or use output='prob'.")
-            return 0.0 if reward.output in ("prob", "verdict") else -reward.clip
+            return 0.0 if reward.output in ("prob", "calibrated", "verdict") else -reward.clip  # the first three in [0, 1]
         return 0.0
 
     @property
