@@ -1,6 +1,6 @@
 """The judge pool on Ray Serve (``pluie_reward/tools/pool``, docs/pool.md).
 
-One local Ray cluster for the module (2 CPUs, no dashboard; Serve's HTTP proxy on a free port of
+One local Ray cluster for the module (3 logical CPUs, no dashboard; Serve's HTTP proxy on a free port of
 127.0.0.1) with one pool of 2 replicas of the tiny random judge, 1 CPU and 1 request at a time each.
 The replicas' judge sleeps ``LONG_SECONDS`` before scoring a request of ``LONG_ITEMS`` items or more
 (``make_slow_tiny_judge``: same scores), so that a replica killed under load certainly holds a
@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from functools import partial
 
 import pytest
 
@@ -45,6 +46,8 @@ def sentences(tag: str, n: int) -> tuple[list[str], list[str]]:
     (["--max-replicas", "2", "--min-replicas", "3"], "needs 0 <= --min-replicas <= --max-replicas"),
     (["--replica-gpus", "1.5"], "a fraction below 1 or a whole number"),
     (["--max-replicas", "2", "--target-ongoing-requests", "100"], "above --max-ongoing-requests"),
+    (["--upscale-delay", "5"], "--upscale-delay and --downscale-delay need --max-replicas"),
+    (["--max-replicas", "2", "--downscale-delay", "-1"], "must be >= 0"),
     (["--engine", "remote", "--url", "http://127.0.0.1:9"], "a pool of clients of vLLM servers adds nothing"),
     (["--engine", "vllm", "--tensor-parallel-size", "2"], "one replica per GPU"),
     (["--detach"], "--detach needs --address"),
@@ -78,10 +81,8 @@ def pool_url():
     from pluie_reward.tools.bench.server_load import free_port
     from pluie_reward.tools.pool import PoolOptions, deploy, shutdown, start_ray
 
-    from functools import partial
-
     port = free_port()
-    assert start_ray(num_cpus=2, log_to_driver=False)
+    assert start_ray(num_cpus=3, log_to_driver=False)  # 2 for this pool, 1 for the autoscaled one (2 x 0.5)
     try:
         options = PoolOptions(replicas=2, num_cpus=1, max_ongoing_requests=1, health_check_period_s=2)
         load = partial(make_slow_tiny_judge, LONG_SECONDS, min_requests=LONG_ITEMS)
@@ -253,3 +254,52 @@ def test_a_replica_killed_under_load_loses_no_request(pool_url, reference, monke
         time.sleep(0.5)
     states = serve.status().applications["pluie"].deployments["PluieJudge"].replica_states
     assert victim not in replica_names() and len(replica_names()) == 2, (states, replica_names())
+
+
+@pytest.mark.slow
+def test_an_autoscaled_pool_grows_under_load_and_shrinks_after(pool_url, reference):
+    """A second application (one route beside the first pool): 1 to 2 replicas of half a CPU, target 1
+    request per replica, Ray's delays cut to 1 s up and 5 s down. Six long requests (8 s each in a
+    replica, at most 2 at a time per replica) keep the queue above the target: Ray adds the second
+    replica while they run, every answer equals the reference, and once idle the pool is back to one."""
+    from ray import serve
+
+    from pluie_reward.integrations.client import RemotePluieReward
+    from pluie_reward.tools.pool import PoolOptions, deploy
+
+    def replicas() -> int:
+        return sum(name.startswith("SERVE_REPLICA::auto#") for name in replica_names())
+
+    options = PoolOptions(min_replicas=1, max_replicas=2, target_ongoing_requests=1, max_ongoing_requests=2,
+                          num_cpus=0.5, upscale_delay_s=1, downscale_delay_s=5, health_check_period_s=2)
+    port = int(pool_url.rsplit(":", 1)[1])
+    url = deploy(partial(make_slow_tiny_judge, LONG_SECONDS, min_requests=LONG_ITEMS), TEMPLATE, options, port=port,
+                 app_name="auto", route_prefix="/auto", log_level="warning", max_wait_ms=10)
+    try:
+        assert url == pool_url + "/auto" and replicas() == 1
+        work = [sentences(f"auto{j}", LONG_ITEMS) for j in range(6)]
+        reward = RemotePluieReward(url, fields={"source": "source"}, timeout=60, retries=3, backoff=0.2)
+        seen: list[int] = []
+
+        async def load() -> list:
+            calls = [asyncio.ensure_future(reward(prompts=["p"] * LONG_ITEMS, completions=h, source=s)) for s, h in work]
+            while not all(c.done() for c in calls):
+                seen.append(replicas())
+                await asyncio.sleep(0.5)
+            return [c.result() for c in calls]
+
+        start = time.perf_counter()
+        answers = asyncio.run(load())
+        busy = time.perf_counter() - start
+        assert max(seen) == 2, seen  # grew while the load ran
+        for (sources, hypotheses), got in zip(work, answers):
+            assert got == pytest.approx(reference(sources, hypotheses), abs=1e-4)
+        deadline = time.monotonic() + 120  # Ray averages the load over 30 s before it sees the pool idle
+        while time.monotonic() < deadline and replicas() > 1:
+            time.sleep(0.5)
+        idle = time.perf_counter() - start - busy
+        assert replicas() == 1, serve.status().applications["auto"].deployments
+        print(f"\nautoscaled 1 -> 2 replicas {seen.index(2) * 0.5:.1f} s into the load; 6 long requests in {busy:.1f} s; "
+              f"back to 1 replica {idle:.1f} s after")
+    finally:
+        serve.delete("auto")

@@ -34,6 +34,10 @@ def _configure(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-replicas", type=int, default=None, help="autoscale up to this many on queue length (replaces --replicas)")
     g.add_argument("--target-ongoing-requests", type=float, default=16.0,
                    help="autoscaling aims at this many requests in flight or queued per replica (default 16)")
+    g.add_argument("--upscale-delay", type=float, default=None,
+                   help="autoscaling: seconds the load stays above the target before a replica is added (Ray's default 30)")
+    g.add_argument("--downscale-delay", type=float, default=None,
+                   help="autoscaling: seconds the load stays below the target before a replica is removed (Ray's default 600)")
     g.add_argument("--max-ongoing-requests", type=int, default=64,
                    help="requests a replica holds at once, batched together; the rest queue in Ray's proxy (default 64)")
     g.add_argument("--replica-cpus", type=float, default=1.0, help="CPUs per replica, also its torch threads (default 1)")
@@ -56,7 +60,8 @@ def load_judge(options: dict[str, Any]) -> Any:
 # PoolOptions' fields as the command line spells them (its messages name the fields)
 FLAGS = {"replicas": "--replicas", "min_replicas": "--min-replicas", "max_replicas": "--max-replicas",
          "target_ongoing_requests": "--target-ongoing-requests", "max_ongoing_requests": "--max-ongoing-requests",
-         "num_cpus": "--replica-cpus", "num_gpus": "--replica-gpus", "graceful_shutdown_timeout_s": "--graceful-timeout"}
+         "num_cpus": "--replica-cpus", "num_gpus": "--replica-gpus", "graceful_shutdown_timeout_s": "--graceful-timeout",
+         "upscale_delay_s": "--upscale-delay", "downscale_delay_s": "--downscale-delay"}
 
 
 def pool_options(args: argparse.Namespace) -> PoolOptions:
@@ -67,7 +72,8 @@ def pool_options(args: argparse.Namespace) -> PoolOptions:
 
     Example:
         >>> pool_options(argparse.Namespace(replicas=0, min_replicas=None, max_replicas=None, target_ongoing_requests=16.0,
-        ...                                 max_ongoing_requests=64, replica_cpus=1.0, replica_gpus=0.0, graceful_timeout=None))
+        ...                                 max_ongoing_requests=64, replica_cpus=1.0, replica_gpus=0.0, graceful_timeout=None,
+        ...                                 upscale_delay=None, downscale_delay=None))
         Traceback (most recent call last):
         ...
         pluie_reward.tools.shared.UsageError: --replicas must be at least 1, got 0.
@@ -76,6 +82,7 @@ def pool_options(args: argparse.Namespace) -> PoolOptions:
         return PoolOptions(
             replicas=args.replicas, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
             target_ongoing_requests=args.target_ongoing_requests, max_ongoing_requests=args.max_ongoing_requests,
+            upscale_delay_s=args.upscale_delay, downscale_delay_s=args.downscale_delay,
             num_cpus=args.replica_cpus, num_gpus=args.replica_gpus, graceful_shutdown_timeout_s=args.graceful_timeout,
         )
     except ValueError as err:

@@ -70,6 +70,8 @@ class PoolOptions:
             then waits for a replica to load its judge).
         target_ongoing_requests: with autoscaling, the requests in flight or queued per replica
             Ray Serve aims at (above: it adds replicas; below: it removes them).
+        upscale_delay_s, downscale_delay_s: with autoscaling, how long the load must stay above
+            (below) the target before Ray Serve adds (removes) a replica (None: Ray's, 30 s and 600 s).
         max_ongoing_requests: requests a replica holds at once. Its batcher coalesces them into
             ``Judge.score`` calls, so this is high compared with Ray's default (5): one request per
             sample (OpenRLHF) needs many at once to fill a batch.
@@ -89,6 +91,12 @@ class PoolOptions:
         2
         >>> PoolOptions(min_replicas=1, max_replicas=4, num_gpus=0.25).deployment_options()["autoscaling_config"]
         {'min_replicas': 1, 'max_replicas': 4, 'target_ongoing_requests': 16.0}
+        >>> PoolOptions(max_replicas=2, upscale_delay_s=5).deployment_options()["autoscaling_config"]["upscale_delay_s"]
+        5.0
+        >>> PoolOptions(upscale_delay_s=5)
+        Traceback (most recent call last):
+        ...
+        ValueError: upscale_delay_s and downscale_delay_s need max_replicas (they tune autoscaling).
         >>> PoolOptions(num_gpus=1.5)
         Traceback (most recent call last):
         ...
@@ -99,6 +107,8 @@ class PoolOptions:
     min_replicas: int | None = None
     max_replicas: int | None = None
     target_ongoing_requests: float = 16.0
+    upscale_delay_s: float | None = None
+    downscale_delay_s: float | None = None
     max_ongoing_requests: int = 64
     num_cpus: float = 1.0
     num_gpus: float = 0.0
@@ -116,6 +126,12 @@ class PoolOptions:
             if self.max_replicas < 1 or not 0 <= low <= self.max_replicas:
                 raise ValueError(f"autoscaling needs 0 <= min_replicas <= max_replicas and max_replicas >= 1, "
                                  f"got {self.min_replicas} and {self.max_replicas}.")
+        delays = [d for d in (self.upscale_delay_s, self.downscale_delay_s) if d is not None]
+        if delays and self.max_replicas is None:
+            raise ValueError("upscale_delay_s and downscale_delay_s need max_replicas (they tune autoscaling).")
+        if any(not d >= 0 for d in delays):
+            raise ValueError(f"upscale_delay_s and downscale_delay_s must be >= 0, got {self.upscale_delay_s} and "
+                             f"{self.downscale_delay_s}.")
         if self.max_ongoing_requests < 1 or not self.target_ongoing_requests > 0:
             raise ValueError("max_ongoing_requests must be >= 1 and target_ongoing_requests > 0.")
         if self.max_replicas is not None and self.target_ongoing_requests > self.max_ongoing_requests:
@@ -151,6 +167,9 @@ class PoolOptions:
                 "max_replicas": self.max_replicas,
                 "target_ongoing_requests": float(self.target_ongoing_requests),
             }
+            for name in ("upscale_delay_s", "downscale_delay_s"):
+                if getattr(self, name) is not None:
+                    options["autoscaling_config"][name] = float(getattr(self, name))
         else:
             options["num_replicas"] = self.replicas
         return options
