@@ -151,8 +151,24 @@ async def _wait_ready(url: str, server: subprocess.Popen, log_path: Path, timeou
             await asyncio.sleep(1)
 
 
-async def _load(url: str, batches: list[dict[str, list[str]]], clients: int, result: ServerLoad) -> None:
-    """Send ``batches[0]`` (warm-up, untimed), then the others from ``clients`` concurrent clients."""
+def request_batches(pairs: Sequence[tuple[str, str]], clients: int, requests: int, items: int) -> list[dict[str, list[str]]]:
+    """The ``/score`` bodies of a load: one warm-up request, then ``clients * requests``; request ``j``
+    takes pairs ``j*items .. (j+1)*items - 1``.
+
+    Example:
+        >>> request_batches([("a", "b"), ("c", "d"), ("e", "f")], clients=1, requests=1, items=1)
+        [{'source': ['a'], 'hypothesis': ['b']}, {'source': ['c'], 'hypothesis': ['d']}]
+    """
+    batches = []
+    for j in range(clients * requests + 1):
+        chunk = pairs[j * items : (j + 1) * items]
+        batches.append({"source": [s for s, _ in chunk], "hypothesis": [h for _, h in chunk]})
+    return batches
+
+
+async def load_url(url: str, batches: list[dict[str, list[str]]], clients: int, result: ServerLoad) -> None:
+    """Put the judge server (or pool) at ``url`` under load: send ``batches[0]`` (warm-up, untimed),
+    then the others from ``clients`` concurrent clients, recording into ``result``."""
     from ...core.http import AsyncHTTPClient, HTTPConfig, RemoteError  # optional: httpx
 
     async with AsyncHTTPClient(url, HTTPConfig(timeout=600, retries=0), name="judge server", max_connections=clients + 1) as client:
@@ -211,10 +227,7 @@ def server_load(
     except ModuleNotFoundError:
         raise UsageError("--server-clients needs httpx: pip install 'pluie-reward[serve]'") from None
     check_load(clients, requests, items, len(pairs))
-    batches = []
-    for j in range(clients * requests + 1):
-        chunk = pairs[j * items : (j + 1) * items]
-        batches.append({"source": [s for s, _ in chunk], "hypothesis": [h for _, h in chunk]})
+    batches = request_batches(pairs, clients, requests, items)
     port = free_port()
     log_path = Path(tempfile.gettempdir()) / f"pluie-bench-server-{engine}-{port}.log"
     result = ServerLoad(engine, clients, requests, items)
@@ -224,7 +237,7 @@ def server_load(
         url = f"http://127.0.0.1:{port}"
         asyncio.run(_wait_ready(url, server, log_path, start_timeout))
         result.start_seconds = time.perf_counter() - started
-        asyncio.run(_load(url, batches, clients, result))
+        asyncio.run(load_url(url, batches, clients, result))
     finally:
         stop_server(server)
     return result

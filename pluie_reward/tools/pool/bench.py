@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 from ...core.judge import Judge
 from ..bench.run import default_data_path, read_pairs
-from ..bench.server_load import ServerLoad, _load, check_load, format_server_table, free_port, server_load
+from ..bench.server_load import ServerLoad, check_load, format_server_table, free_port, load_url, request_batches, server_load
 from ..shared import UsageError
 from .deployment import PoolOptions, deploy, shutdown, start_ray
 
@@ -51,7 +51,7 @@ def pool_load(
                  app_name="pluie-bench")
     result.start_seconds = time.perf_counter() - started
     try:
-        asyncio.run(_load(url, batches, clients, result))
+        asyncio.run(load_url(url, batches, clients, result))
     finally:
         serve.delete("pluie-bench")
     return result
@@ -62,10 +62,7 @@ def run(clients: int, requests: int, items: int, rounds: int, pairs: Sequence[tu
         log: Any = print) -> list[ServerLoad]:
     """Every configuration, ``rounds`` times in turn (see the module's docstring)."""
     check_load(clients, requests, items, len(pairs))
-    batches = []
-    for j in range(clients * requests + 1):
-        chunk = pairs[j * items : (j + 1) * items]
-        batches.append({"source": [s for s, _ in chunk], "hypothesis": [h for _, h in chunk]})
+    batches = request_batches(pairs, clients, requests, items)
     cpus = os.cpu_count() or 2
     results: list[ServerLoad] = []
     start_ray(num_cpus=cpus, log_to_driver=False, worker_niceness=worker_niceness)
