@@ -29,6 +29,7 @@ from pluie_reward.tools import cli
 TEMPLATE = "para-fs"
 MAX_ITEMS = 512  # the pool's --max-items-per-request
 LONG_ITEMS, LONG_SECONDS = 64, 8.0  # a request of 64 items or more takes 8 s more in a replica
+SLOW_JUDGE = partial(make_slow_tiny_judge, LONG_SECONDS, min_requests=LONG_ITEMS)  # every replica's judge
 
 
 def sentences(tag: str, n: int) -> tuple[list[str], list[str]]:
@@ -85,8 +86,7 @@ def pool_url():
     assert start_ray(num_cpus=3, log_to_driver=False)  # 2 for this pool, 1 for the autoscaled one (2 x 0.5)
     try:
         options = PoolOptions(replicas=2, num_cpus=1, max_ongoing_requests=1, health_check_period_s=2)
-        load = partial(make_slow_tiny_judge, LONG_SECONDS, min_requests=LONG_ITEMS)
-        url = deploy(load, TEMPLATE, options, host="127.0.0.1", port=port, log_level="warning",
+        url = deploy(SLOW_JUDGE, TEMPLATE, options, host="127.0.0.1", port=port, log_level="warning",
                      max_wait_ms=10, max_items_per_request=MAX_ITEMS)
         assert url == f"http://127.0.0.1:{port}"
         yield url
@@ -273,7 +273,7 @@ def test_an_autoscaled_pool_grows_under_load_and_shrinks_after(pool_url, referen
     options = PoolOptions(min_replicas=1, max_replicas=2, target_ongoing_requests=1, max_ongoing_requests=2,
                           num_cpus=0.5, upscale_delay_s=1, downscale_delay_s=5, health_check_period_s=2)
     port = int(pool_url.rsplit(":", 1)[1])
-    url = deploy(partial(make_slow_tiny_judge, LONG_SECONDS, min_requests=LONG_ITEMS), TEMPLATE, options, port=port,
+    url = deploy(SLOW_JUDGE, TEMPLATE, options, port=port,
                  app_name="auto", route_prefix="/auto", log_level="warning", max_wait_ms=10)
     try:
         assert url == pool_url + "/auto" and replicas() == 1

@@ -90,8 +90,8 @@ def pool_options(args: argparse.Namespace) -> PoolOptions:
         raise UsageError(message) from None
 
 
-def check_pool_args(args: argparse.Namespace) -> None:
-    """Refuse what a pool cannot do, before Ray starts."""
+def check_pool_args(args: argparse.Namespace) -> PoolOptions:
+    """Refuse what a pool cannot do, before Ray starts; the pool's options when all is well."""
     if args.engine == "remote":
         raise UsageError("--engine remote: a pool of clients of vLLM servers adds nothing; run `pluie-reward serve --engine remote`, "
                          "or scale the vLLM server itself (vllm serve --data-parallel-size N).")
@@ -108,7 +108,7 @@ def check_pool_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--num-cpus must be > 0, got {args.num_cpus}.")
     if not 1 <= args.port <= 65535:
         raise UsageError(f"--port must be between 1 and 65535, got {args.port}.")
-    pool_options(args)
+    options = pool_options(args)
     device = args.device or ""
     if device.startswith("cuda") and args.replica_gpus == 0:
         raise UsageError(f"--device {device} needs --replica-gpus > 0: Ray places replicas by the GPUs they ask for "
@@ -125,6 +125,7 @@ def check_pool_args(args: argparse.Namespace) -> None:
         if needed > args.num_cpus:
             print(f"pluie-reward pool: warning: the replicas ask for {needed:g} CPUs and the cluster has {args.num_cpus:g}: "
                   "the others wait for CPUs (lower --replica-cpus).", file=sys.stderr)
+    return options
 
 
 def _connect(args: argparse.Namespace) -> bool:
@@ -186,10 +187,9 @@ def _wait_for_signal() -> None:
 @command("pool", _configure)
 def pool_command(args: argparse.Namespace) -> int:
     """Serve a pool of judges on Ray Serve: N replicas (or autoscaled) behind one URL, the judge server's API."""
-    check_pool_args(args)
+    options = check_pool_args(args)
     if args.stop:
         return _stop(args)
-    options = pool_options(args)
     app_options = server_options(args, "pool")
     try:
         import ray  # noqa: F401
