@@ -187,6 +187,10 @@ def reference_scores(judge: Any, template: Any, sources: Sequence[str], hypothes
         raise UsageError(f"the benchmark needs a two-field (source, hypothesis) template; {t.name!r} has {t.fields}.")
     tokenizer, model = judge.tokenizer, judge.model
     device = judge.engine.device
+    keywords = dict(judge.chat_template_kwargs)
+    if bound.date and bound.date != "now":  # a template that writes today's date (gpt-oss) renders the judge's fixed date, not the clock's
+        keywords.pop("strftime_now", None)
+        keywords["chat_template"] = tokenizer.chat_template.replace('strftime_now("%Y-%m-%d")', json.dumps(bound.date[:10]))
     out = []
     with judge.engine.session():
         for source, hypothesis in zip(sources, hypotheses):
@@ -195,7 +199,7 @@ def reference_scores(judge: Any, template: Any, sources: Sequence[str], hypothes
             for answer in t.answers:
                 if bound.use_chat:
                     turns = t.chat(values) + [{"role": "assistant", "content": answer}]
-                    text = tokenizer.apply_chat_template(turns, tokenize=False)
+                    text = tokenizer.apply_chat_template(turns, tokenize=False, **keywords)
                     text = text[: text.rindex(answer) + len(answer)]
                 else:
                     prompt, joiner = t.plain(values)

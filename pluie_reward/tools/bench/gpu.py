@@ -1,0 +1,572 @@
+"""GPU evidence in one command: exactness on CUDA, throughput of a 7B-shaped judge beside the seeds'
+two-pass method and a generating judge, the memory of a judge sharing a PEFT policy, and the reward's
+share of a GRPO step. Writes ``DIR/gpu.json`` and the Markdown table ``DIR/gpu.md``.
+
+Nothing is downloaded: the models are random weights made on the device from published shapes
+(Qwen2.5-7B-Instruct, Llama-3-8B-Instruct, Qwen2.5-1.5B), paired with the real tokenizers of
+``../shared/tokenizers`` (``--tokenizers``); throughput and memory do not depend on the weights' values.
+Sections:
+
+a. exactness -- :meth:`Judge.score` against the seeds' two-pass PLUIE (eq. 3, one pair at a time,
+   :func:`~pluie_reward.tools.bench.run.reference_scores`) computed on a float64 copy of the same
+   weights, for every real tokenizer with a small random model, in float32 and bfloat16; and, on the
+   7B-shaped bf16 judge, the batched scores against one item at a time.
+b. throughput -- pairs/s and tokens/s of ``Judge.score`` on MRPC pairs and GRPO groups (G = 8 and 16,
+   completions of 128 and 512 tokens), the seeds' two-pass method and a generating judge (greedy, up to
+   8 new tokens, Yes/No parsed) on the same items in the same run; the share of the card's bf16 peak
+   (measured by a matmul in the same run) that scoring reaches; peak GPU memory.
+c. sharing -- a 1.5B-shaped policy with a LoRA adapter and ``Judge.from_peft`` on its base: the bytes the
+   judge keeps on the device beyond its activations, and what ``offload_device="cpu"`` costs in time.
+d. GRPO -- one ``trl.GRPOTrainer`` step on that policy (completions of 256 tokens) with
+   :class:`~pluie_reward.PluieReward` on the shared judge: the share of the step spent in the reward.
+
+``--tiny --device cpu`` runs every section at tiny shapes on the CPU (the test suite does), so the
+command cannot rot between the days a GPU is lent.
+
+Example:
+    $ python -m pluie_reward.tools.bench.gpu --out gpu-run --tokenizers ../shared/tokenizers
+    >>> trie_tokens([[1, 2, 3], [1, 2, 4], [5]])  # distinct prefixes: 1, 12, 123, 124, 5
+    5
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ...core.judge import Judge
+from ..evaluation.report import markdown_table
+from ..shared import UsageError
+from .run import generate_answers, read_pairs, reference_scores
+
+TEMPLATE = "para-fs"
+WIDE_BATCH_TOKENS = {False: 16384, True: 2048}  # a second PLUIE column: batch_tokens raised from the default (4096 on GPUs)
+TOLERANCE = 1e-3  # max |PLUIE - float64 reference| for an exactness row to pass
+# Published shapes (config.json of each model); the weights are random.
+SHAPES: dict[str, dict[str, Any]] = {
+    "qwen2.5-7b": dict(model_type="qwen2", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                       num_attention_heads=28, num_key_value_heads=4, vocab_size=152064, rope_theta=1e6,
+                       rms_norm_eps=1e-6, tie_word_embeddings=False, tokenizer="qwen25-7b-instruct"),
+    "llama-3-8b": dict(model_type="llama", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                       num_attention_heads=32, num_key_value_heads=8, vocab_size=128256, rope_theta=5e5,
+                       rms_norm_eps=1e-5, tie_word_embeddings=False, tokenizer="llama3-8b-instruct"),
+    "qwen2.5-1.5b": dict(model_type="qwen2", hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                         num_attention_heads=12, num_key_value_heads=2, vocab_size=151936, rope_theta=1e6,
+                         rms_norm_eps=1e-6, tie_word_embeddings=True, tokenizer="qwen25-7b-instruct"),
+}
+TINY_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+BUILTIN_PAIRS = [
+    ("The company said its third-quarter profit rose on strong demand.", "Strong demand lifted the firm's profit in the third quarter."),
+    ("The cat sleeps on the mat near the window.", "A cat is asleep on the mat by the window."),
+    ("Officials expect the new bridge to open next spring.", "The new bridge should open next spring, officials say."),
+    ("She sold her old car to a neighbour last week.", "Last week she sold her old car to a neighbour."),
+    ("The museum will stay closed until Monday.", "The museum will remain open until Monday."),
+    ("Heavy rain delayed the match by two hours.", "The match started two hours late because of heavy rain."),
+    ("The minister resigned after the report was published.", "After the report came out, the minister stepped down."),
+    ("Shares fell 3 percent in early trading.", "Shares rose 3 percent in early trading."),
+]
+
+
+# helpers ---------------------------------------------------------------------------------------
+def trie_tokens(sequences: Sequence[Sequence[int]]) -> int:
+    """Distinct prefixes over ``sequences``: the tokens a forward must compute at least when shared
+    prefixes are computed once (the scoring's useful work)."""
+    seen: set[tuple[int, ...]] = set()
+    for seq in sequences:
+        for end in range(1, len(seq) + 1):
+            seen.add(tuple(seq[:end]))
+    return len(seen)
+
+
+def synchronize(device: Any) -> None:
+    """Wait for the device's queued work (a no-op off CUDA)."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(device: Any, run: Callable[[], Any], rounds: int = 2) -> tuple[float, Any, float | None]:
+    """Median seconds of ``rounds`` timed calls after one untimed call, the last value, and the peak
+    CUDA memory (MiB) of the timed calls (None off CUDA)."""
+    import torch
+
+    run()
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    times, value = [], None
+    for _ in range(rounds):
+        synchronize(device)
+        start = time.perf_counter()
+        value = run()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    peak = torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None
+    return statistics.median(times), value, peak
+
+
+def bf16_peak_flops(device: Any, tiny: bool) -> float:
+    """FLOP/s of a square bf16 matmul (8192 on a GPU, 512 with ``tiny``): the card's practical peak."""
+    import torch
+
+    n = 512 if tiny else 8192
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    seconds, _, _ = timed(device, lambda: [a @ b for _ in range(10)], rounds=3)
+    return 10 * 2 * n**3 / seconds
+
+
+def load_tokenizer(folder: Path | None, name: str) -> Any:
+    """A real tokenizer from ``folder/name``, else the package's tiny chat tokenizer (noted by the caller)."""
+    from transformers import AutoTokenizer
+
+    from ...testing import make_tiny_tokenizer
+
+    if folder is not None and (folder / name).is_dir():
+        tok = AutoTokenizer.from_pretrained(str(folder / name))
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        return tok
+    return make_tiny_tokenizer()
+
+
+def random_model(shape: str, tokenizer: Any, device: Any, dtype: Any, tiny: bool) -> Any:
+    """A causal LM of a published ``shape`` with random weights made on ``device`` (tiny dimensions
+    with ``tiny``), its vocabulary at least the tokenizer's."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    spec = {k: v for k, v in SHAPES[shape].items() if k != "tokenizer"}
+    if tiny:
+        spec.update(TINY_SHAPE)
+    spec["vocab_size"] = max(spec["vocab_size"], len(tokenizer))
+    config = AutoConfig.for_model(spec.pop("model_type"), **spec, max_position_embeddings=4096,
+                                  pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+
+
+def body_parameters(model: Any) -> int:
+    """Parameters of the decoder layers (embeddings and output head left out: PLUIE reads one position)."""
+    return sum(p.numel() for name, p in model.named_parameters() if ".layers." in name)
+
+
+def completions(tokenizer: Any, text: str, count: int, length: int) -> list[str]:
+    """``count`` different texts of about ``length`` tokens, windows over ``text``."""
+    ids = tokenizer(text, add_special_tokens=False).input_ids
+    while len(ids) < length + count * 7:
+        ids = ids + ids
+    return [tokenizer.decode(ids[7 * i : 7 * i + length]) for i in range(count)]
+
+
+def prompt_ids(judge: Any, sources: Sequence[str], hypotheses: Sequence[str]) -> list[list[int]]:
+    """The token ids of each rendered prompt (the answer position last), as the judge's template renders it."""
+    bound = judge.bind(TEMPLATE)
+    t = bound.template
+    out = []
+    for s, h in zip(sources, hypotheses):
+        values = dict(zip(t.fields, (s, h)))
+        if bound.use_chat:
+            ids = judge.tokenizer.apply_chat_template(t.chat(values), add_generation_prompt=True, tokenize=True, **judge.chat_template_kwargs)
+            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+        else:
+            prompt, _ = t.plain(values)
+            ids = judge.tokenizer(prompt).input_ids
+        out.append(list(ids))
+    return out
+
+
+def free(*objects: Any) -> None:
+    """Drop references and give the device's cached blocks back."""
+    import torch
+
+    del objects
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+# a. exactness ----------------------------------------------------------------------------------
+def exactness(folder: Path | None, pairs: Sequence[tuple[str, str]], device: Any) -> list[dict[str, Any]]:
+    """Judge.score vs the float64 two-pass reference, per real tokenizer and dtype.
+
+    float32 rows pass within :data:`TOLERANCE`. A bfloat16 judge cannot be that close to float64 (its
+    activations are rounded to 8 bits of mantissa), so a bfloat16 row also runs the seeds' two-pass
+    method in bfloat16 on the same weights: it passes when ``Judge.score`` is no further from float64
+    than twice the seeds' own method in the same dtype (or within :data:`TOLERANCE`): the method adds
+    no error beyond the dtype's rounding.
+    """
+    import torch
+
+    from ...testing import make_tiny_causal_lm, make_tiny_tokenizer
+
+    names = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder is not None and folder.is_dir() else []
+    rows = []
+    sources, hypotheses = [s for s, _ in pairs], [h for _, h in pairs]
+    for name in names or ["tiny (no --tokenizers)"]:
+        tok = load_tokenizer(folder, name) if names else make_tiny_tokenizer()
+        base = make_tiny_causal_lm(tok)
+        for dtype in (torch.float32, torch.bfloat16):
+            model = copy.deepcopy(base).to(device, dtype)
+            judge = Judge.from_model(model, tok)
+            # the reference: the same (rounded) weights in float64, the seeds' two passes per pair
+            ref = reference_scores(Judge.from_model(copy.deepcopy(model).to(torch.float64), tok), TEMPLATE, sources, hypotheses)
+            scores = judge.score(TEMPLATE, source=sources, hypothesis=hypotheses, use_cache=False)
+            diff = max(abs(a - b) for a, b in zip(scores, ref))
+            row = {"check": f"{name}, random 2-layer model", "dtype": str(dtype).removeprefix("torch."), "n": len(scores),
+                   "score_range": [min(ref), max(ref)], "max_abs_diff": diff, "tolerance": TOLERANCE}
+            if dtype == torch.bfloat16:
+                seeds = reference_scores(judge, TEMPLATE, sources, hypotheses)
+                row["two_pass_same_dtype_diff"] = max(abs(a - b) for a, b in zip(seeds, ref))
+                row["tolerance"] = max(TOLERANCE, 2 * row["two_pass_same_dtype_diff"])
+            row["ok"] = diff <= row["tolerance"]
+            rows.append(row)
+            free(judge, model)
+    return rows
+
+
+# b. throughput ---------------------------------------------------------------------------------
+def workloads(judge: Any, pairs: Sequence[tuple[str, str]], tiny: bool) -> list[tuple[str, list[str], list[str]]]:
+    """(name, sources, hypotheses): MRPC pairs, then GRPO groups of G completions of L tokens (64 per call)."""
+    n = 16 if tiny else 64
+    out = [(f"MRPC, {n} pairs", [s for s, _ in pairs[:n]], [h for _, h in pairs[:n]])]
+    text = " ".join(h for _, h in pairs)
+    for group in (8, 16):
+        for length in ((16, 32) if tiny else (128, 512)):
+            groups = max(1, n // group)
+            src, hyp = [], []
+            for g in range(groups):
+                src += [pairs[g][0]] * group
+                hyp += completions(judge.tokenizer, text[g * 97 :] + text, group, length)
+            out.append((f"GRPO, {groups} x G={group}, {length}-token completions", src, hyp))
+    return out
+
+
+def throughput(shape: str, folder: Path | None, pairs: Sequence[tuple[str, str]], device: Any, tiny: bool,
+               peak: float, subset: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows of PLUIE / two-pass / generating judge per workload on one random bf16 judge of ``shape``,
+    and the batched-vs-one-at-a-time exactness row."""
+    import torch
+
+    tok = load_tokenizer(folder, SHAPES[shape]["tokenizer"])
+    model = random_model(shape, tok, device, torch.bfloat16, tiny)
+    judge = Judge.from_model(model, tok, name=f"random {shape}")
+    params = body_parameters(model)
+    wide = Judge.from_model(model, tok, batch_tokens=WIDE_BATCH_TOKENS[tiny])  # the same weights, larger forward batches
+    rows = []
+    for name, src, hyp in workloads(judge, pairs, tiny):
+        ids = prompt_ids(judge, src, hyp)
+        tokens = sum(map(len, ids))
+        flops = 2 * params * trie_tokens(ids)
+        seconds, _, mem = timed(device, lambda: judge.score(TEMPLATE, source=src, hypothesis=hyp, use_cache=False))
+        wide_seconds, _, _ = timed(device, lambda: wide.score(TEMPLATE, source=src, hypothesis=hyp, use_cache=False))
+        row = {"model": shape, "workload": name, "n": len(src), "prompt_tokens": tokens, "pluie_pairs_s": len(src) / seconds,
+               "pluie_tokens_s": tokens / seconds, "pluie_peak_share": flops / seconds / peak, "pluie_peak_mib": mem,
+               "wide_batch_tokens": WIDE_BATCH_TOKENS[tiny], "wide_pairs_s": len(src) / wide_seconds,
+               "wide_peak_share": flops / wide_seconds / peak}
+        k = min(subset, len(src))
+        two, _, mem2 = timed(device, lambda: reference_scores(judge, TEMPLATE, src[:k], hyp[:k]), rounds=1)
+        gen, (answers, _), mem3 = timed(device, lambda: generate_answers(judge, src[:k], hyp[:k], batch_size=k, max_new_tokens=8), rounds=1)
+        row.update({"subset": k, "two_pass_pairs_s": k / two, "generate_pairs_s": k / gen,
+                    "two_pass_peak_mib": mem2, "generate_peak_mib": mem3, "generate_unparsed": sum(a is None for a in answers)})
+        row["speedup_vs_two_pass"] = row["pluie_pairs_s"] / row["two_pass_pairs_s"]
+        row["speedup_vs_generate"] = row["pluie_pairs_s"] / row["generate_pairs_s"]
+        rows.append(row)
+    src, hyp = [s for s, _ in pairs[:8]], [h for _, h in pairs[:8]]
+    batched = judge.score(TEMPLATE, source=src, hypothesis=hyp, use_cache=False)
+    single = [judge.score(TEMPLATE, source=[s], hypothesis=[h], use_cache=False)[0] for s, h in zip(src, hyp)]
+    diff = max(abs(a - b) for a, b in zip(batched, single))
+    check = {"check": f"{shape} (random), batched vs one at a time", "dtype": "bfloat16", "n": len(src),
+             "score_range": [min(single), max(single)], "max_abs_diff": diff, "tolerance": None, "ok": None}
+    judge.close()
+    wide.close()
+    free(judge, wide, model)
+    return rows, check
+
+
+# c. sharing ------------------------------------------------------------------------------------
+def policy_with_lora(folder: Path | None, device: Any, tiny: bool) -> tuple[Any, Any]:
+    """The 1.5B-shaped random bf16 policy with a LoRA adapter (r=16 on q/k/v/o), and its tokenizer."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    tok = load_tokenizer(folder, SHAPES["qwen2.5-1.5b"]["tokenizer"])
+    dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+    model = random_model("qwen2.5-1.5b", tok, device, dtype, tiny)
+    lora = LoraConfig(r=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], task_type="CAUSAL_LM")
+    return get_peft_model(model, lora), tok
+
+
+def sharing(policy: Any, tok: Any, pairs: Sequence[tuple[str, str]], device: Any, tiny: bool) -> dict[str, Any]:
+    """Device bytes of the policy, what ``Judge.from_peft`` adds (kept after scoring; after ``clear_cache``),
+    and the seconds per call of the shared judge beside a separate copy offloaded to the CPU."""
+    import torch
+
+    cuda = torch.device(device).type == "cuda"
+    allocated = (lambda: torch.cuda.memory_allocated(device)) if cuda else (lambda: None)
+    free()
+    before = allocated()
+    judge = Judge.from_peft(policy, tok)
+    _, src, hyp = workloads(judge, pairs, tiny)[1]
+    seconds, _, peak = timed(device, lambda: judge.score(TEMPLATE, source=src, hypothesis=hyp, use_cache=False))
+    free()
+    kept = allocated() - before if cuda else None
+    judge.clear_cache()
+    free()
+    cleared = allocated() - before if cuda else None
+    base = copy.deepcopy(policy.get_base_model()).to("cpu") if not cuda else None
+    if cuda:  # a separate copy of the base weights, made on the device and parked on the CPU
+        base = random_model("qwen2.5-1.5b", tok, device, next(policy.parameters()).dtype, tiny).to("cpu")
+        free()
+    offloaded = Judge.from_model(base, tok, offload_device="cpu", device=device)
+    off_seconds, _, _ = timed(device, lambda: offloaded.score(TEMPLATE, source=src, hypothesis=hyp, use_cache=False))
+    offloaded.close()
+    free(offloaded, base)
+    return {"policy_bytes": before, "judge_kept_bytes": kept, "judge_kept_share": kept / before if cuda else None,
+            "judge_bytes_after_clear_cache": cleared, "n": len(src), "shared_seconds": seconds, "shared_peak_mib": peak,
+            "offloaded_seconds": off_seconds, "offload_cost": off_seconds / seconds}
+
+
+# d. GRPO ---------------------------------------------------------------------------------------
+def grpo_step(policy: Any, tok: Any, pairs: Sequence[tuple[str, str]], device: Any, tiny: bool) -> dict[str, Any]:
+    """Two ``GRPOTrainer`` steps (8 prompts x G=8 completions of 256 tokens; tiny: 2 x 4 of 16) with
+    PluieReward on ``Judge.from_peft(policy)``; the second step's time and the reward's share of it."""
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from ...integrations.rewards import PluieReward
+    from .grpo_share import TimedReward
+
+    cuda = torch.device(device).type == "cuda"
+    prompts, group, length = (2, 4, 16) if tiny else (8, 8, 256)
+    sources = [s for s, _ in pairs[:prompts]]
+    ds = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Paraphrase: {s}"}] for s in sources], "source": sources})
+    judge = Judge.from_peft(policy, tok)
+    reward = TimedReward(PluieReward(judge, template=TEMPLATE, fields={"source": "source"}))
+    marks: list[tuple[float, float]] = []
+
+    class Steps(TrainerCallback):
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            synchronize(device)
+            marks.append((time.perf_counter(), reward.seconds))
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            synchronize(device)
+            marks.append((time.perf_counter(), reward.seconds))
+
+    with tempfile.TemporaryDirectory(prefix="pluie-gpu-grpo-") as out:
+        args = GRPOConfig(output_dir=out, num_generations=group, per_device_train_batch_size=prompts * group,
+                          max_completion_length=length, max_steps=2, logging_steps=1, report_to="none", save_strategy="no",
+                          use_cpu=not cuda, bf16=cuda, seed=0, temperature=1.0)
+        trainer = GRPOTrainer(model=policy, processing_class=tok, train_dataset=ds, args=args, reward_funcs=[reward], callbacks=[Steps()])
+        trainer.train()
+    (t0, r0), (t1, r1) = marks[-2], marks[-1]
+    return {"prompts": prompts, "group": group, "completion_tokens": length, "step_seconds": t1 - t0,
+            "reward_seconds": r1 - r0, "reward_share": (r1 - r0) / (t1 - t0), "reward_calls": reward.calls}
+
+
+# report ----------------------------------------------------------------------------------------
+GOALS = {"peak_share": 0.40, "vs_generate": 8.0, "shared_memory": 0.01, "reward_share": 0.05}
+
+
+def goal(value: float | None, target: float, higher: bool) -> str:
+    """'met' or how far from the goal (None: not measured).
+
+    Example:
+        >>> goal(0.3, 0.4, True), goal(0.02, 0.05, False), goal(None, 1, True)
+        ('missed (0.75x of the goal)', 'met', 'not measured')
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "not measured"
+    if (value >= target) if higher else (value <= target):
+        return "met"
+    return f"missed ({value / target:.2f}x of the goal)"
+
+
+def mib(n: int | None) -> float | None:
+    """Bytes as MiB (None stays None)."""
+    return None if n is None else n / 2**20
+
+
+def _f(x: Any, spec: str = ".3g", none: str = "not run") -> str:
+    return none if x is None else (f"{x:{spec}}" if isinstance(x, (int, float)) else str(x))
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """``gpu.md``: the machine, then one table per section and the goals."""
+    lines = [f"# GPU check: {result['device_name']}", "",
+             f"torch {result['torch']}, transformers {result['transformers']}, shapes: {'tiny' if result['tiny'] else 'published'}; "
+             f"bf16 matmul peak measured: {result['peak_tflops']:.3g} TFLOP/s; {result['seconds']:.0f} s in all.", "",
+             "## a. Exactness (max |PLUIE - reference|; reference: seed eq. 3 two-pass on float64 copies of the same weights)", "",
+             f"failed: {failed(result['exactness'])}" if failed(result["exactness"]) else markdown_table(["check", "dtype", "n", "score range", "max abs diff", "seeds' two-pass, same dtype", "tolerance", "ok"],
+                            [[r["check"], r["dtype"], str(r["n"]), f"{r['score_range'][0]:.2f} .. {r['score_range'][1]:.2f}",
+                              f"{r['max_abs_diff']:.1e}", "-" if r.get("two_pass_same_dtype_diff") is None else f"{r['two_pass_same_dtype_diff']:.1e}",
+                              "informative" if r["tolerance"] is None else f"{r['tolerance']:.1e}",
+                              "-" if r["ok"] is None else ("yes" if r["ok"] else "NO")]
+                             for r in result["exactness"]], align="llrrrrrl"), "",
+             "## b. Throughput (random bf16 weights; two-pass and generating judge on the first `subset` items; "
+             f"larger batches: batch_tokens={WIDE_BATCH_TOKENS[result['tiny']]})", "",
+             markdown_table(["model", "workload", "n", "PLUIE pairs/s", "PLUIE tokens/s", "share of bf16 peak", "peak MiB",
+                             "pairs/s, larger batches", "share of peak, larger batches",
+                             "two-pass pairs/s", "generating pairs/s", "x two-pass", "x generating", "subset"],
+                            [[r["model"], r["workload"], str(r["n"]), _f(r["pluie_pairs_s"], ".1f"), _f(r["pluie_tokens_s"], ".0f"),
+                              _f(r["pluie_peak_share"], ".1%"), _f(r["pluie_peak_mib"], ".0f", "n/a on CPU"),
+                              _f(r["wide_pairs_s"], ".1f"), _f(r["wide_peak_share"], ".1%"), _f(r["two_pass_pairs_s"], ".1f"),
+                              _f(r["generate_pairs_s"], ".1f"), _f(r["speedup_vs_two_pass"], ".1f"), _f(r["speedup_vs_generate"], ".1f"),
+                              str(r["subset"])] for r in result["throughput"]], align="llrrrrrrrrrrrr")]
+    lines += [f"failed: {key[len('throughput '):]}: {value['error']}" for key, value in result.items() if key.startswith("throughput ")]
+    s, cpu = result["sharing"], "n/a on CPU"
+    lines += ["", "## c. A judge sharing the policy (1.5B-shaped, LoRA r=16)", "",
+              f"failed: {failed(s)}" if failed(s) else markdown_table(["policy MiB", "judge keeps MiB (caches)", "share of policy", "after clear_cache MiB",
+                              "shared s/call", "offloaded s/call", "offload cost"],
+                             [[_f(mib(s["policy_bytes"]), ".0f", cpu), _f(mib(s["judge_kept_bytes"]), ".1f", cpu), _f(s["judge_kept_share"], ".2%", cpu),
+                               _f(mib(s["judge_bytes_after_clear_cache"]), ".1f", cpu), _f(s["shared_seconds"], ".3f"),
+                               _f(s["offloaded_seconds"], ".3f"), _f(s["offload_cost"], ".1f") + "x"]], align="rrrrrrr")]
+    g = result["grpo"]
+    lines += ["", "## d. Reward share of a GRPO step (trl.GRPOTrainer, second step)", ""]
+    if failed(g):
+        lines.append(f"failed: {failed(g)}")
+    else:
+        lines.append(markdown_table(["prompts x G", "completion tokens", "step s", "reward s", "reward share"],
+                                    [[f"{g['prompts']} x {g['group']}", str(g["completion_tokens"]), _f(g["step_seconds"], ".2f"),
+                                      _f(g["reward_seconds"], ".3f"), _f(g["reward_share"], ".1%")]], align="rrrrr"))
+    lines += ["", "## Goals", "", markdown_table(["goal", "measured", "verdict"], [
+        [f"scoring >= {GOALS['peak_share']:.0%} of bf16 peak (7B judge, GRPO groups, best)", _f(result["goals"]["peak_share"], ".1%"),
+         goal(result["goals"]["peak_share"], GOALS["peak_share"], True)],
+        [f">= {GOALS['vs_generate']:g}x a generating judge (7B judge, slowest workload)", _f(result["goals"]["vs_generate"], ".1f"),
+         goal(result["goals"]["vs_generate"], GOALS["vs_generate"], True)],
+        [f"shared judge adds <= {GOALS['shared_memory']:.0%} of the policy's memory", _f(result["goals"]["shared_memory"], ".2%", "n/a on CPU"),
+         goal(result["goals"]["shared_memory"], GOALS["shared_memory"], False)],
+        [f"reward <= {GOALS['reward_share']:.0%} of a GRPO step", _f(result["goals"]["reward_share"], ".1%"),
+         goal(result["goals"]["reward_share"], GOALS["reward_share"], False)]], align="lrl")]
+    return "\n".join(lines) + "\n"
+
+
+# the command -----------------------------------------------------------------------------------
+def section(result: dict[str, Any], key: str, work: Callable[[], Any], out: Path, log: Callable[[str], None]) -> Any:
+    """``result[key] = work()``, or ``{"error": ...}`` with the traceback logged when it fails, so that
+    one broken section (a missing package on the lent machine) does not cost the others; the partial
+    ``gpu.json`` is written after each section."""
+    try:
+        result[key] = work()
+    except Exception as err:  # noqa: BLE001 - reported in the table, and the command exits 1
+        log(traceback.format_exc())
+        result[key] = {"error": f"{type(err).__name__}: {err}"}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    return result[key]
+
+
+def failed(value: Any) -> str | None:
+    """The error a section recorded, if it failed."""
+    return value["error"] if isinstance(value, dict) and "error" in value else None
+
+
+def run(out: Path, device: str, tiny: bool, tokenizers: Path | None, data: Path | None, models: Sequence[str],
+        budget_s: float, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Every section in turn; returns what ``gpu.json`` holds (also written, with ``gpu.md``, into ``out``)."""
+    import torch
+    import transformers
+
+    start = time.perf_counter()
+    clock = lambda: f"({time.perf_counter() - start:.0f} s)"  # noqa: E731
+    pairs = read_pairs(data) if data is not None else BUILTIN_PAIRS * 8
+    name = torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
+    result: dict[str, Any] = {"device_name": name, "tiny": tiny, "torch": torch.__version__, "transformers": transformers.__version__,
+                              "data": str(data) if data else "built-in pairs", "tokenizers": str(tokenizers) if tokenizers else None}
+    result["peak_flops"] = bf16_peak_flops(device, tiny)
+    result["peak_tflops"] = result["peak_flops"] / 1e12
+    log(f"[gpu] {name}: bf16 peak {result['peak_tflops']:.3g} TFLOP/s")
+    section(result, "exactness", lambda: exactness(tokenizers, pairs[: 4 if tiny else 8], device), out, log)
+    log(f"[gpu] a. exactness done {clock()}")
+    result["throughput"] = []
+    for shape in models:
+        if result["throughput"] and time.perf_counter() - start > budget_s / 2:
+            log(f"[gpu] b. {shape} skipped: {time.perf_counter() - start:.0f} s spent of the {budget_s:.0f} s budget")
+            continue
+        got = section(result, f"throughput {shape}", lambda: throughput(shape, tokenizers, pairs, device, tiny, result["peak_flops"],
+                                                                         subset=4 if tiny else 16), out, log)
+        if not failed(got):
+            result["throughput"] += got[0]
+            if isinstance(result["exactness"], list):
+                result["exactness"].append(got[1])
+            del result[f"throughput {shape}"]
+        log(f"[gpu] b. {shape} done {clock()}")
+    policy, tok = policy_with_lora(tokenizers, device, tiny)
+    section(result, "sharing", lambda: sharing(policy, tok, pairs, device, tiny), out, log)
+    log(f"[gpu] c. sharing done {clock()}")
+    section(result, "grpo", lambda: grpo_step(policy, tok, pairs, device, tiny), out, log)
+    log(f"[gpu] d. grpo done {clock()}")
+    big = [r for r in result["throughput"] if r["workload"].startswith("GRPO") and r["model"] == models[0]]
+    result["goals"] = {
+        "peak_share": max((max(r["pluie_peak_share"], r["wide_peak_share"]) for r in big), default=None),
+        "vs_generate": min((r["speedup_vs_generate"] for r in result["throughput"] if r["model"] == models[0]), default=None),
+        "shared_memory": None if failed(result["sharing"]) else result["sharing"]["judge_kept_share"],
+        "reward_share": None if failed(result["grpo"]) else result["grpo"]["reward_share"],
+    }
+    result["seconds"] = time.perf_counter() - start
+    (out / "gpu.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    (out / "gpu.md").write_text(markdown(result), encoding="utf-8")
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m pluie_reward.tools.bench.gpu``; exit 2 with a message on bad options."""
+    parser = argparse.ArgumentParser(prog="python -m pluie_reward.tools.bench.gpu", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for gpu.json and gpu.md")
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (with --tiny)")
+    parser.add_argument("--tiny", action="store_true", help="tiny shapes: every section in minutes on a CPU")
+    parser.add_argument("--tokenizers", type=Path, default=None, help="../shared/tokenizers (default: that folder if it exists)")
+    parser.add_argument("--data", type=Path, default=None, help="PARAPHRASUS ms-mrpc.json (default: found as the bench finds it, else built-in pairs)")
+    parser.add_argument("--models", default="qwen2.5-7b,llama-3-8b", help="judge shapes for b, in order (default qwen2.5-7b,llama-3-8b)")
+    parser.add_argument("--budget", type=float, default=420.0, help="seconds; a later judge shape is skipped past half of it (default 420)")
+    args = parser.parse_args(argv)
+    try:
+        import torch
+
+        models = [m.strip() for m in args.models.split(",") if m.strip()]
+        if not models or set(models) - set(SHAPES):
+            raise UsageError(f"--models: a comma-separated subset of {', '.join(SHAPES)}, got {args.models!r}.")
+        if not math.isfinite(args.budget) or args.budget <= 0:
+            raise UsageError(f"--budget must be a positive number of seconds, got {args.budget}.")
+        if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+            raise UsageError("--device cuda: no CUDA device here; use --tiny --device cpu to check the command on a CPU.")
+        if args.device == "cpu" and not args.tiny:
+            raise UsageError("--device cpu needs --tiny (7B shapes on a CPU would take hours).")
+        tokenizers = args.tokenizers
+        if tokenizers is None and Path("../shared/tokenizers").is_dir():
+            tokenizers = Path("../shared/tokenizers")
+        if tokenizers is not None and not tokenizers.is_dir():
+            raise UsageError(f"--tokenizers {tokenizers}: no such folder.")
+        data = args.data
+        if data is None:
+            from .run import default_data_path
+
+            data = default_data_path()
+            data = data if data is not None and data.is_file() else None
+        result = run(args.out, args.device, args.tiny, tokenizers, data, models, args.budget)
+    except UsageError as err:
+        print(f"python -m pluie_reward.tools.bench.gpu: {err}", file=sys.stderr)
+        return 2
+    text = markdown(result)
+    print(text)
+    return 1 if "failed: " in text else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
