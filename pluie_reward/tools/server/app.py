@@ -2,17 +2,20 @@
 
 Endpoints:
 - ``POST /score``: ``{"source": [...], "hypothesis": [...]}`` (the template's fields, lists of
-  strings, or one string shared by all items) -> ``{"logratio": [...], "p_yes": [...], "verdict": [...]}``.
+  strings, or one string shared by all items; a request may also set ``threshold`` and ``use_cache``)
+  -> ``{"logratio": [...], "p_yes": [...], "verdict": [...]}``.
 - ``POST /get_reward``: OpenRLHF's remote reward model protocol,
   ``{"query": [...], "prompts": [...], "labels": [...]}`` -> ``{"rewards": [...], "scores": [...], "extra_logs": {...}}``.
-  An empty request (``{"query": [], ...}``, what OpenRLHF sends every server but the first of a
-  comma-separated ``--reward.remote_url``, OpenRLHF@3c3be623:openrlhf/utils/agent.py:324-336) gets empty lists.
+  An empty request (``{"query": [], ...}``, what OpenRLHF up to 0.11.0 sends every server but the
+  first of a comma-separated ``--reward.remote_url``, OpenRLHF@3c3be623:openrlhf/utils/agent.py:324-336)
+  gets empty lists.
 
 Every 4xx answer is also logged (WARNING, logger ``pluie_reward.server``) with the request path and the
-message: OpenRLHF logs only the status (agent.py:345-346) and then drops the sample's reward
+message, every 5xx (ERROR) with its reason: OpenRLHF logs only the status (agent.py:345-346) and then drops the sample's reward
 (agent.py:298-299), so the server's log is where the reason shows.
 - ``GET /health``: liveness plus the template's fields (no token needed).
-- ``GET /metrics``: requests, items, batches and batch sizes, latency percentiles.
+- ``GET /metrics``: requests (by path, by status, 5xx as ``server_errors``), items, batches and batch
+  sizes, latency percentiles.
 
 FastAPI and uvicorn are imported here, so import this module only where they are installed.
 """
