@@ -132,6 +132,20 @@ def test_non_finite_threshold_in_a_body_gets_422(pairs):
             assert got.status_code == 422 and "'threshold' must be a finite number" in got.text, got.text
 
 
+def test_an_error_in_a_part_names_the_item_of_the_request(pairs):
+    """A request cut into parts of 2 items whose 4th item is too long: the error names item 3 (of
+    the request), not item 1 (of its part), and no result of the request is returned."""
+    batcher = Batcher(make_tiny_judge(), "para-fs", max_wait_ms=0, max_batch_items=2, truncate=False).start()
+    try:
+        hypotheses = list(pairs[1][:5])
+        hypotheses[3] = "word " * 6000
+        future = batcher.submit({"source": pairs[0][:5], "hypothesis": hypotheses})
+        with pytest.raises(Exception, match=r"item 3\b.*longer than the judge's context"):
+            future.result(60)
+    finally:
+        batcher.close()
+
+
 # a large request does not stall the others; a client that hung up loses its work ------------------
 def test_a_large_request_does_not_hold_back_small_ones(pairs, reference):
     judge = make_slow_tiny_judge(1.0, min_requests=2)  # each chunk of the big request takes 1 s; 1-item calls do not wait
