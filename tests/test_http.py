@@ -19,7 +19,6 @@ ROOT = Path(__file__).resolve().parents[1] / "pluie_reward"
 PRIVATE = {
     "_Restart": "engines/transformers/engine.py",  # the fast path gave up: rerun on the plain path
     "Interrupted": "tools/evaluation/cli.py",  # Ctrl-C during an evaluation, turned into exit code 130
-    "BodyTooLarge": "tools/server/app.py",  # a request body over the limit, answered 413
 }
 
 

@@ -48,7 +48,7 @@ def sentences(tag: str, n: int) -> tuple[list[str], list[str]]:
     (["--replica-gpus", "1.5"], "a fraction below 1 or a whole number"),
     (["--max-replicas", "2", "--target-ongoing-requests", "100"], "above --max-ongoing-requests"),
     (["--upscale-delay", "5"], "--upscale-delay and --downscale-delay need --max-replicas"),
-    (["--max-replicas", "2", "--downscale-delay", "-1"], "must be >= 0"),
+    (["--max-replicas", "2", "--downscale-delay", "-1"], "--downscale-delay must be a finite number >= 0"),
     (["--engine", "remote", "--url", "http://127.0.0.1:9"], "a pool of clients of vLLM servers adds nothing"),
     (["--engine", "vllm", "--tensor-parallel-size", "2"], "one replica per GPU"),
     (["--detach"], "--detach needs --address"),

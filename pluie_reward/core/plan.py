@@ -172,6 +172,21 @@ class ScoringPlan:
         columns = {f: [v for plan in plans for v in plan.columns.get(f, [None] * plan.n)] for f in names}
         return cls(first.bound, columns, sum(p.n for p in plans), first.options, tuple(p.n for p in plans))
 
+    def part(self, start: int, stop: int) -> "ScoringPlan":
+        """The plan of items ``start:stop`` only (same bound template and options): a large call cut
+        into pieces that are scored one at a time (the server interleaves them with other requests).
+
+        Example:
+            >>> from pluie_reward.core.template import load_template
+            >>> class Bound: template = load_template("para-fs")
+            >>> plan = ScoringPlan.build(Bound, {"source": "s", "hypothesis": ["h1", "h2", "h3"]})
+            >>> piece = plan.part(1, 3)
+            >>> piece.n, piece.columns["hypothesis"], piece.options == plan.options
+            (2, ['h2', 'h3'], True)
+        """
+        columns = {name: column[start:stop] for name, column in self.columns.items()}
+        return type(self)(self.bound, columns, len(range(start, min(stop, self.n))), self.options)
+
     def split(self, results: Sequence[Any]) -> list[list[Any]]:
         """The results of a joined plan, cut back into one list per plan given to :meth:`concat`."""
         if len(results) != self.n:

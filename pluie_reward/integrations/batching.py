@@ -1,10 +1,12 @@
 """How the server turns concurrent requests into scoring calls.
 
-* :class:`Batcher` (the transformers engine): requests are queued in arrival order; one worker
-  thread takes the oldest, waits up to ``max_wait_ms`` for more (or until the batch is full by item
-  count or by token estimate), concatenates their fields, calls ``Judge.score`` once and hands each
-  request its own slice of the results. One worker owns the judge, so its result cache and prefix
-  caches serve every request.
+* :class:`Batcher` (the transformers engine): requests are queued in arrival order and cut into
+  parts within the batch limits; one worker thread takes the next part of each queued request in
+  turn (round-robin, so a large request never holds back a small one), waits up to ``max_wait_ms``
+  for company (or until the batch is full by item count or by token estimate), concatenates the
+  parts of requests with the same options, calls ``Judge.score`` once and hands each request its
+  own slice of the results. One worker owns the judge, so its result cache and prefix caches serve
+  every request.
 * :class:`Direct` (engines that batch by themselves: vLLM's continuous batching, remote vLLM
   servers): each request is one ``await Judge.ascore(...)``; the engine interleaves them. No second
   batcher sits in front of vLLM's.
@@ -15,10 +17,12 @@ Both expose ``await scorer.score(fields)``, ``start``, ``close``, ``pending``, `
 from __future__ import annotations
 
 import asyncio
+import math
+import re
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -38,25 +42,101 @@ class ScoringError(PluieError):
         self.client_error = client_error
 
 
+CLIENT_OPTIONS = ("threshold", "use_cache")
+SERVER_OPTIONS = ("details", "truncate", "max_new_tokens", "template")
+_ITEM = re.compile(r"\bitem (\d+)\b")
+
+
+def split_request(template: Any, body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A request's keys split into the template's fields and the options a client may set.
+
+    A client may set ``threshold`` (a finite number: its verdicts are ``logratio > threshold``) and
+    ``use_cache`` (true or false). ``details``, ``truncate``, ``max_new_tokens`` and ``template``
+    are the server's: a request naming one is refused (``ValueError``, answered 422), as is an
+    option of the wrong type. Any other key is left with the fields (an unknown field is refused
+    when the plan is made). Requests with different options are never joined into one batch.
+
+    Args:
+        template: the served :class:`~pluie_reward.core.template.Template`.
+        body: the request's JSON object.
+
+    Returns:
+        ``(fields, options)``.
+
+    Example:
+        >>> from pluie_reward.core.template import load_template
+        >>> split_request(load_template("para-fs"), {"source": "s", "hypothesis": ["h"], "threshold": 1})
+        ({'source': 's', 'hypothesis': ['h']}, {'threshold': 1.0})
+        >>> split_request(load_template("para-fs"), {"source": "s", "hypothesis": ["h"], "truncate": False})
+        Traceback (most recent call last):
+        ...
+        ValueError: 'truncate' is set by the server, not per request; a request may set only 'threshold' and 'use_cache' besides the template's fields.
+    """
+    fields, options = {}, {}
+    for key, value in body.items():
+        if key in template.all_fields or key not in CLIENT_OPTIONS + SERVER_OPTIONS:
+            fields[key] = value
+        elif key in SERVER_OPTIONS:
+            raise ValueError(f"{key!r} is set by the server, not per request; a request may set only "
+                             f"{' and '.join(map(repr, CLIENT_OPTIONS))} besides the template's fields.")
+        elif key == "use_cache":
+            if not isinstance(value, bool):
+                raise ValueError(f"'use_cache' must be true or false, got {value!r}.")
+            options[key] = value
+        else:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"'threshold' must be a finite number, got {value!r}.")
+            options[key] = float(value)
+    return fields, options
+
+
 @dataclass
 class _Job:
+    """One request: its plan, cut into parts that are scored in turn (round-robin with other requests)."""
+
     plan: ScoringPlan
-    tokens: int
+    parts: deque  # (part plan, estimated tokens, offset of its first item) not yet handed to the worker
     future: Future = field(default_factory=Future)
     enqueued: float = field(default_factory=time.monotonic)
+    results: list = field(default_factory=list)
+
+    @property
+    def waiting_items(self) -> int:
+        """Items not yet handed to the worker."""
+        return sum(part.n for part, _, _ in self.parts)
+
+
+def _settle(future: Future, result: Any = None, error: BaseException | None = None) -> None:
+    """Answer a caller, unless it is answered already (it went away, or the batcher gave up at shutdown)."""
+    try:
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+    except InvalidStateError:
+        pass
 
 
 class Batcher:
     """One judge, one template, one worker thread; many concurrent callers.
 
+    Requests are cut into parts of at most ``max_batch_items`` items / ``max_batch_tokens``
+    estimated tokens. The worker takes the next part of each queued request in turn (round-robin),
+    joining the parts of requests with the same options into one ``Judge.score`` call, so a small
+    request waits for at most one part of each request queued before it, never for a large request
+    to finish. A request whose caller went away (cancelled future: the client disconnected) is
+    dropped before its next part.
+
     Args:
         judge: a :class:`~pluie_reward.Judge`; only this batcher's worker may use it while running.
         template: template name, YAML path or Template (validated against the judge at construction).
-        max_batch_items: coalesce at most this many items into one ``Judge.score`` call.
-        max_batch_tokens: ... and at most about this many field tokens (a request larger than the
-            limits is run alone; the judge splits it further by its own ``batch_tokens``).
-        max_wait_ms: how long the oldest queued request may wait for company.
-        threshold: verdict = logratio > threshold (default: the judge's).
+        max_batch_items: coalesce at most this many items into one ``Judge.score`` call (and cut
+            larger requests into parts of this many).
+        max_batch_tokens: ... and at most about this many field tokens (characters / 4, plus 16
+            per item); a single item above the limit is a part alone (the judge splits it further by
+            its own ``batch_tokens``).
+        max_wait_ms: how long the oldest queued request may wait for company (finite, >= 0).
+        threshold: verdict = logratio > threshold (default: the judge's); a request may set its own.
         truncate: passed to ``Judge.score`` (False: over-long items fail their request).
         on_batch: called with (items, requests) after each ``Judge.score`` call (metrics).
 
@@ -64,6 +144,8 @@ class Batcher:
         >>> batcher = Batcher(judge, "para-fs", max_wait_ms=5).start()
         >>> batcher.submit({"source": ["a"], "hypothesis": ["b"]}).result()
         [{'logratio': ..., 'p_yes': ..., 'verdict': ...}]
+        >>> batcher.submit({"source": ["a"], "hypothesis": ["b"], "threshold": 100}).result()[0]["verdict"]
+        False
         >>> batcher.close()
     """
 
@@ -81,8 +163,8 @@ class Batcher:
     ) -> None:
         if max_batch_items < 1 or max_batch_tokens < 1:
             raise ValueError("max_batch_items and max_batch_tokens must be at least 1.")
-        if max_wait_ms < 0:
-            raise ValueError(f"max_wait_ms must be >= 0, got {max_wait_ms}.")
+        if not (math.isfinite(max_wait_ms) and max_wait_ms >= 0):
+            raise ValueError(f"max_wait_ms must be a finite number >= 0, got {max_wait_ms}.")
         self.judge = judge
         self.template = template
         self.bound = judge.bind(template)  # fails now (not on the first request) for a bad template
@@ -92,9 +174,11 @@ class Batcher:
         self.threshold = threshold
         self.truncate = truncate
         self.on_batch = on_batch
-        self._pending: deque[_Job] = deque()
+        self._pending: deque[_Job] = deque()  # requests with parts still to score, in turn order
+        self._running: list[_Job] = []  # requests of the batch being scored
         self._cond = threading.Condition()
         self._closing = False
+        self._deadline = math.inf  # when close() stops waiting and answers the rest 503
         self._thread: threading.Thread | None = None
 
     # callers ---------------------------------------------------------------------------------
@@ -110,18 +194,22 @@ class Batcher:
 
     @property
     def pending(self) -> tuple[int, int]:
-        """(requests, items) waiting in the queue."""
+        """(requests, items) waiting in the queue (items not yet handed to the worker)."""
         with self._cond:
-            return len(self._pending), sum(job.plan.n for job in self._pending)
+            live = [job for job in self._pending if not job.future.done()]
+            return len(live), sum(job.waiting_items for job in live)
 
     def submit(self, fields: Mapping[str, Any]) -> Future:
         """Queue one request; its future resolves to one ``{"logratio", "p_yes", "verdict"}`` per item.
 
-        Bad fields raise ``ValueError``/``TypeError`` here, before queueing. The future fails with
-        :class:`ScoringError` if the judge rejects the request (e.g. too long with ``truncate=False``).
+        ``fields`` are the template's fields and the options a client may set
+        (:func:`split_request`). Bad fields or options raise ``ValueError``/``TypeError`` here,
+        before queueing. The future fails with :class:`ScoringError` if the judge rejects the
+        request (e.g. too long with ``truncate=False``), with :class:`ShuttingDown` if the batcher
+        stopped before finishing it. Cancel it to drop the rest of the request.
         """
         plan = self._plan(fields)
-        job = _Job(plan, self._estimate_tokens(plan))
+        job = _Job(plan, deque(self._parts(plan)))
         if plan.n == 0:
             job.future.set_result([])
             return job.future
@@ -133,65 +221,106 @@ class Batcher:
         return job.future
 
     async def score(self, fields: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """:meth:`submit` and wait for the result without blocking the event loop."""
+        """:meth:`submit` and wait for the result without blocking the event loop (cancelling
+        the wait drops the request's remaining parts)."""
         return await asyncio.wrap_future(self.submit(fields))
 
-    def _plan(self, fields: Mapping[str, Any]) -> ScoringPlan:
-        """The request's scoring plan (bad fields raise ``ValueError``/``TypeError``/``KeyError`` here)."""
-        return self.judge.plan(self.template, details=True, threshold=self.threshold, truncate=self.truncate, **fields)
+    def _plan(self, body: Mapping[str, Any]) -> ScoringPlan:
+        """The request's scoring plan (bad fields or options raise ``ValueError``/``TypeError``/``KeyError`` here)."""
+        fields, options = split_request(self.bound.template, body)
+        options = {"threshold": self.threshold, **options}
+        return self.judge.plan(self.template, details=True, truncate=self.truncate, **options, **fields)
 
-    def _estimate_tokens(self, plan: ScoringPlan) -> int:
-        # field characters / 4 + the prompt's own tokens: cheap, only used to bound batch sizes
-        chars = sum(len(v) for column in plan.columns.values() for v in column if v)
-        return chars // 4 + plan.n * (len(self.bound.prefix_ids) + 16)
+    def _parts(self, plan: ScoringPlan) -> list[tuple[ScoringPlan, int, int]]:
+        """The plan cut into parts within the batch limits: (part, estimated tokens, first item)."""
+        # field characters / 4 + a few tokens: cheap, only used to bound batch sizes (the template's
+        # own prefix is shared by every item and computed once, so it is not counted per item)
+        costs = [sum(len(column[i]) for column in plan.columns.values() if column[i]) // 4 + 16 for i in range(plan.n)]
+        parts, start, tokens = [], 0, 0
+        for i, cost in enumerate(costs):
+            if i > start and (i - start >= self.max_batch_items or tokens + cost > self.max_batch_tokens):
+                parts.append((plan.part(start, i), tokens, start))
+                start, tokens = i, 0
+            tokens += cost
+        if plan.n:
+            parts.append((plan if start == 0 else plan.part(start, plan.n), tokens, start))
+        return parts
 
     # lifecycle -------------------------------------------------------------------------------
     def start(self) -> "Batcher":
         """Start the worker thread (idempotent)."""
         with self._cond:
             if self._thread is None:
-                self._closing = False
+                self._closing, self._deadline = False, math.inf
                 self._thread = threading.Thread(target=self._work, name="pluie-batcher", daemon=True)
                 self._thread.start()
         return self
 
     def close(self, timeout: float | None = None) -> None:
-        """Stop accepting requests, finish every queued one, then stop the worker."""
+        """Stop accepting requests and finish the queued ones, for at most ``timeout`` seconds
+        (None: all of them); then answer the unfinished ones :class:`ShuttingDown` and return (the
+        worker stops after the batch it is computing). Calls after the first keep its deadline."""
         with self._cond:
             self._closing = True
+            if timeout is not None:
+                self._deadline = min(self._deadline, time.monotonic() + timeout)
             self._cond.notify_all()
-            thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
-            if not thread.is_alive():
-                self._thread = None
+            thread, deadline = self._thread, self._deadline
+        if thread is None:
+            return
+        thread.join(None if deadline == math.inf else max(0.0, deadline - time.monotonic()))
+        if not thread.is_alive():
+            self._thread = None
+            return
+        error = ShuttingDown("the judge server is shutting down and did not finish this request within its shutdown "
+                             "time; retry on another server.")
+        with self._cond:
+            for job in [*self._pending, *self._running]:
+                _settle(job.future, error=error)
+            self._pending.clear()
 
     # worker ----------------------------------------------------------------------------------
-    def _next_batch(self) -> list[_Job] | None:
+    def _next_batch(self) -> list[tuple[_Job, ScoringPlan, int]] | None:
+        """The next part of each request that fits, from the oldest in turn order, all with the
+        options of the first; None when closing and drained."""
         with self._cond:
-            while not self._pending and not self._closing:
-                self._cond.wait()
-            if not self._pending:
-                return None  # closing and drained
-            deadline = self._pending[0].enqueued + self.max_wait
             while True:
-                count, full = self._fitting()
-                remaining = deadline - time.monotonic()
+                self._pending = deque(job for job in self._pending if not job.future.done())  # callers gone
+                if not self._pending:
+                    if self._closing:
+                        return None
+                    self._cond.wait()
+                    continue
+                chosen, full = self._fitting()
+                remaining = self._pending[0].enqueued + self.max_wait - time.monotonic()
                 if full or self._closing or remaining <= 0:
                     break
                 self._cond.wait(remaining)
-            taken = [self._pending.popleft() for _ in range(count)]
-        # a caller that gave up (cancelled its future) is skipped; the others can no longer be cancelled
-        return [job for job in taken if job.future.set_running_or_notify_cancel()]
+            batch = []
+            for job in chosen:
+                part, _, offset = job.parts.popleft()
+                batch.append((job, part, offset))
+                self._pending.remove(job)
+                if job.parts:  # its next part waits behind the requests queued now
+                    self._pending.append(job)
+            self._running = [job for job, _, _ in batch]
+            return batch
 
-    def _fitting(self) -> tuple[int, bool]:
-        """How many queued jobs (from the oldest) fit in one batch, and whether the batch is full."""
-        items = tokens = count = 0
+    def _fitting(self) -> tuple[list[_Job], bool]:
+        """The queued requests (from the oldest, with its options) whose next part fits in one
+        batch, and whether the batch is full."""
+        key = self._pending[0].plan.options
+        chosen: list[_Job] = []
+        items = tokens = 0
         for job in self._pending:
-            if count and (items + job.plan.n > self.max_batch_items or tokens + job.tokens > self.max_batch_tokens):
-                return count, True
-            items, tokens, count = items + job.plan.n, tokens + job.tokens, count + 1
-        return count, items >= self.max_batch_items or tokens >= self.max_batch_tokens
+            if job.plan.options != key:
+                continue
+            part, cost, _ = job.parts[0]
+            if chosen and (items + part.n > self.max_batch_items or tokens + cost > self.max_batch_tokens):
+                return chosen, True
+            chosen.append(job)
+            items, tokens = items + part.n, tokens + cost
+        return chosen, items >= self.max_batch_items or tokens >= self.max_batch_tokens
 
     def _work(self) -> None:
         while True:
@@ -201,9 +330,11 @@ class Batcher:
             try:
                 self._run(batch)
             except BaseException as err:  # noqa: BLE001 - never leave a caller waiting forever
-                for job in batch:
-                    if not job.future.done():
-                        job.future.set_exception(ScoringError(f"{type(err).__name__}: {err}", client_error=False))
+                for job, _, _ in batch:
+                    _settle(job.future, error=ScoringError(f"{type(err).__name__}: {err}", client_error=False))
+            finally:
+                with self._cond:
+                    self._running = []
 
     def _score(self, plan: ScoringPlan, n_requests: int) -> list[dict[str, Any]]:
         results = self.judge.run(plan)
@@ -211,26 +342,35 @@ class Batcher:
             self.on_batch(len(results), n_requests)
         return results
 
-    def _run(self, batch: list[_Job]) -> None:
-        if not batch:
-            return
-        joined = ScoringPlan.concat([job.plan for job in batch])
+    def _run(self, batch: list[tuple[_Job, ScoringPlan, int]]) -> None:
+        joined = ScoringPlan.concat([part for _, part, _ in batch])
         try:
             results = self._score(joined, len(batch))
         except Exception:  # noqa: BLE001 - find the guilty request: run each alone
-            for job in batch:
-                self._run_alone(job)
+            for job, part, offset in batch:
+                self._run_alone(job, part, offset)
             return
-        for job, part in zip(batch, joined.split(results)):
-            job.future.set_result(part)
+        for (job, _, _), got in zip(batch, joined.split(results)):
+            self._deliver(job, got)
 
-    def _run_alone(self, job: _Job) -> None:
+    def _deliver(self, job: _Job, results: list[Any]) -> None:
+        """Add a part's results to its request; answer the request after its last part."""
+        job.results.extend(results)
+        if not job.parts:
+            _settle(job.future, job.results)
+
+    def _run_alone(self, job: _Job, part: ScoringPlan, offset: int) -> None:
+        if job.future.done():
+            return
         try:
-            job.future.set_result(self._score(job.plan, 1))
-        except (ValueError, TypeError) as err:
-            job.future.set_exception(ScoringError(str(err), client_error=True))
+            results = self._score(part, 1)
+        except (ValueError, TypeError) as err:  # "item k" of the part is item offset + k of the request
+            message = _ITEM.sub(lambda m: f"item {int(m.group(1)) + offset}", str(err))
+            _settle(job.future, error=ScoringError(message, client_error=True))
         except Exception as err:  # noqa: BLE001 - reported to the caller as a server error, never kills the worker
-            job.future.set_exception(ScoringError(f"{type(err).__name__}: {err}", client_error=False))
+            _settle(job.future, error=ScoringError(f"{type(err).__name__}: {err}", client_error=False))
+        else:
+            self._deliver(job, results)
 
 
 class Direct:

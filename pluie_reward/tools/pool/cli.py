@@ -16,9 +16,10 @@ from functools import partial
 from typing import Any
 
 from ..cli.common import UsageError, check_device, chat_template_kwargs, command, judge_from_args
+from ..shared import finite_positive
 from ...core.template import load_template
 from ..server.cli import _configure as configure_server
-from ..server.cli import server_options
+from ..server.cli import check_server_numbers, server_options
 from .deployment import PoolOptions, PoolStartError, deploy, shutdown, start_ray
 
 # what judge_from_args reads; the replicas get these (not the token, the limits...)
@@ -104,10 +105,11 @@ def check_pool_args(args: argparse.Namespace) -> PoolOptions:
         raise UsageError("--stop needs --address (the cluster the pool runs in), and not --detach.")
     if args.address is not None and args.num_cpus is not None:
         raise UsageError("--num-cpus sizes the local cluster; a joined cluster has its own (ray start --num-cpus).")
-    if args.num_cpus is not None and args.num_cpus <= 0:
-        raise UsageError(f"--num-cpus must be > 0, got {args.num_cpus}.")
-    if not 1 <= args.port <= 65535:
-        raise UsageError(f"--port must be between 1 and 65535, got {args.port}.")
+    check_server_numbers(args)
+    finite_positive(args.num_cpus, "--num-cpus")
+    finite_positive(args.target_ongoing_requests, "--target-ongoing-requests")
+    for flag in ("--upscale-delay", "--downscale-delay", "--replica-cpus", "--replica-gpus"):
+        finite_positive(getattr(args, flag[2:].replace("-", "_")), flag, zero_ok=True)
     options = pool_options(args)
     device = args.device or ""
     if device.startswith("cuda") and args.replica_gpus == 0:

@@ -2,17 +2,20 @@
 
 Endpoints:
 - ``POST /score``: ``{"source": [...], "hypothesis": [...]}`` (the template's fields, lists of
-  strings, or one string shared by all items) -> ``{"logratio": [...], "p_yes": [...], "verdict": [...]}``.
+  strings, or one string shared by all items; a request may also set ``threshold`` and ``use_cache``)
+  -> ``{"logratio": [...], "p_yes": [...], "verdict": [...]}``.
 - ``POST /get_reward``: OpenRLHF's remote reward model protocol,
   ``{"query": [...], "prompts": [...], "labels": [...]}`` -> ``{"rewards": [...], "scores": [...], "extra_logs": {...}}``.
-  An empty request (``{"query": [], ...}``, what OpenRLHF sends every server but the first of a
-  comma-separated ``--reward.remote_url``, OpenRLHF@3c3be623:openrlhf/utils/agent.py:324-336) gets empty lists.
+  An empty request (``{"query": [], ...}``, what OpenRLHF up to 0.11.0 sends every server but the
+  first of a comma-separated ``--reward.remote_url``, OpenRLHF@3c3be623:openrlhf/utils/agent.py:324-336)
+  gets empty lists.
 
 Every 4xx answer is also logged (WARNING, logger ``pluie_reward.server``) with the request path and the
-message: OpenRLHF logs only the status (agent.py:345-346) and then drops the sample's reward
+message, every 5xx (ERROR) with its reason: OpenRLHF logs only the status (agent.py:345-346) and then drops the sample's reward
 (agent.py:298-299), so the server's log is where the reason shows.
 - ``GET /health``: liveness plus the template's fields (no token needed).
-- ``GET /metrics``: requests, items, batches and batch sizes, latency percentiles.
+- ``GET /metrics``: requests (by path, by status, 5xx as ``server_errors``), items, batches and batch
+  sizes, latency percentiles.
 
 FastAPI and uvicorn are imported here, so import this module only where they are installed.
 """
@@ -24,7 +27,9 @@ import base64
 import binascii
 import json
 import logging
+import math
 import secrets
+import threading
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -98,13 +103,10 @@ class _BearerAuth:
         return await self.app(scope, receive, send)
 
 
-class BodyTooLarge(Exception):
-    """A request body over the server's limit (answered 413)."""
-
-
 class _BodyLimit:
     """Answer 413 to bodies over ``max_bytes``: from ``Content-Length`` before reading, or while
-    reading a streamed (chunked) body, so an oversized body is never held in memory whole."""
+    reading a streamed (chunked) body, so an oversized body is never held in memory whole. The body
+    is read here, within the limit, and handed on whole."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -119,30 +121,31 @@ class _BodyLimit:
         length = Headers(scope=scope).get("content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             return await self._too_large()(scope, receive, send)
-        seen, started = [0], [False]
-
-        async def counted_receive() -> Any:
+        chunks, size = [], 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen[0] += len(message.get("body", b""))
-                if seen[0] > self.max_bytes:
-                    raise BodyTooLarge
-            return message
+            if message["type"] != "http.request":  # the client left before sending its whole body
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_bytes:
+                return await self._too_large()(scope, receive, send)
+            if not message.get("more_body", False):
+                break
+        whole: list[bytes] = [b"".join(chunks)]
 
-        async def noting_send(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                started[0] = True
-            await send(message)
+        async def replay() -> Any:
+            """The body once, then whatever the server says next (``http.disconnect``)."""
+            if whole:
+                return {"type": "http.request", "body": whole.pop(), "more_body": False}
+            return await receive()
 
-        try:
-            await self.app(scope, counted_receive, noting_send)
-        except BodyTooLarge:
-            if not started[0]:
-                await self._too_large()(scope, receive, send)
+        await self.app(scope, replay, send)
 
 
 class _Timing:
-    """Count every request by path and status, with its latency; log every 4xx with its message."""
+    """Count every request by path and status, with its latency; log every 4xx (WARNING) and 5xx
+    (ERROR) with its reason: the body's ``detail``, or the exception no handler caught."""
 
     def __init__(self, app: ASGIApp, metrics: ServerMetrics) -> None:
         self.app = app
@@ -151,24 +154,27 @@ class _Timing:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        start, status, body = time.perf_counter(), [500], bytearray()
+        start, status, body, reason = time.perf_counter(), [500], bytearray(), [""]
 
         async def send_and_note(message: Mapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
-            elif message["type"] == "http.response.body" and 400 <= status[0] < 500 and len(body) < 2000:
+            elif message["type"] == "http.response.body" and status[0] >= 400 and len(body) < 2000:
                 body.extend(message.get("body", b"")[:2000])
             await send(message)
 
         try:
             await self.app(scope, receive, send_and_note)
+        except Exception as err:  # answered 500 by Starlette's outermost middleware; the reason is logged here
+            status[0], reason[0] = 500, f"{type(err).__name__}: {err}"
+            raise
         finally:
             path = scope["path"] if scope["path"] in KNOWN_PATHS else "other"
             self.metrics.record_request(path, status[0], time.perf_counter() - start)
-            if 400 <= status[0] < 500:
-                logger.warning(
-                    "%s %s -> %d: %s", scope.get("method", "?"), scope["path"], status[0], _detail(bytes(body))
-                )
+            if status[0] >= 400:
+                level = logging.ERROR if status[0] >= 500 else logging.WARNING
+                logger.log(level, "%s %s -> %d: %s", scope.get("method", "?"), scope["path"], status[0],
+                           reason[0] or _detail(bytes(body)) or "(no reason given)")
 
 
 def _detail(body: bytes) -> str:
@@ -179,6 +185,13 @@ def _detail(body: bytes) -> str:
         detail = body.decode("utf-8", "replace")
     text = detail if isinstance(detail, str) else json.dumps(detail, ensure_ascii=False)
     return text[:1000]
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the client has closed the connection (the body is read already: the next ASGI
+    message is ``http.disconnect``, sent when the client leaves or after the response)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def public_name(name: str) -> str:
@@ -208,10 +221,14 @@ def create_app(
     max_wait_ms: float = 5.0,
     threshold: float | None = None,
     truncate: bool = True,
+    shutdown_timeout: float = 30.0,
 ) -> FastAPI:
     """A FastAPI app serving ``judge`` with one template; run it with uvicorn (or :mod:`.runner`).
 
-    The batcher starts with the app's lifespan and, at shutdown, finishes the queued requests.
+    The batcher starts with the app's lifespan. At shutdown it finishes the queued requests for at
+    most ``shutdown_timeout`` seconds, then answers the unfinished ones 503 (retry elsewhere);
+    :func:`.runner.run` starts that drain as soon as the signal arrives (``app.state.drain``).
+    A request whose client disconnects is answered 499 and its remaining work dropped.
 
     Example:
         >>> from pluie_reward import Judge
@@ -228,6 +245,8 @@ def create_app(
     """
     if max_items_per_request < 1 or max_body_bytes < 1:
         raise ValueError("max_items_per_request and max_body_bytes must be at least 1.")
+    if not (math.isfinite(shutdown_timeout) and shutdown_timeout >= 0):
+        raise ValueError(f"shutdown_timeout must be a finite number of seconds >= 0, got {shutdown_timeout}.")
     metrics = ServerMetrics()
     if judge.engine.concurrent:  # vLLM / remote: the engine batches concurrent requests
         batcher: Any = Direct(judge, template, threshold=threshold, truncate=truncate, on_batch=metrics.record_batch)
@@ -256,7 +275,12 @@ def create_app(
         try:
             yield
         finally:  # uvicorn has let in-flight requests finish; drain whatever is still queued
-            await asyncio.to_thread(batcher.close)
+            await asyncio.to_thread(batcher.close, shutdown_timeout)
+
+    def drain() -> None:
+        """Stop accepting requests and finish (or answer 503) the queued ones within ``shutdown_timeout``,
+        in a background thread: what the runner calls when a stop signal arrives."""
+        threading.Thread(target=batcher.close, args=(shutdown_timeout,), name="pluie-drain", daemon=True).start()
 
     app = FastAPI(
         title="PLUIE judge server",
@@ -266,6 +290,7 @@ def create_app(
     app.state.batcher = batcher
     app.state.metrics = metrics
     app.state.mapping = rm_mapping
+    app.state.drain = drain
     app.add_middleware(_BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(_BearerAuth, token=token)
     app.add_middleware(_Timing, metrics=metrics)
@@ -277,9 +302,18 @@ def create_app(
             body["hint"] = "send the body as JSON with the header 'Content-Type: application/json'."
         return JSONResponse(body, status_code=422)
 
-    async def score_items(fields: Mapping[str, Any]) -> list[dict[str, Any]]:
+    async def score_items(fields: Mapping[str, Any], request: Request) -> list[dict[str, Any]]:
+        work = asyncio.ensure_future(batcher.score(fields))
+        gone = asyncio.ensure_future(_disconnected(request))
         try:
-            results = await batcher.score(fields)
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # also when this handler is cancelled: the batcher drops the request's remaining parts
+            for task in (work, gone):
+                task.cancel()
+        if not work.done() or work.cancelled():
+            raise HTTPException(499, "the client closed the connection; the rest of its request was dropped.")
+        try:
+            results = work.result()
         except (ValueError, TypeError) as err:
             raise HTTPException(422, str(err)) from None
         except ShuttingDown as err:
@@ -296,16 +330,20 @@ def create_app(
             )
 
     @app.post("/score")
-    async def score(body: dict[str, Any] = Body(..., examples=[{"source": ["The cat sleeps."], "hypothesis": ["The cat is asleep."]}])) -> dict[str, Any]:
-        """Score items given as template fields (lists of strings, or one string for all items)."""
+    async def score(
+        request: Request,
+        body: dict[str, Any] = Body(..., examples=[{"source": ["The cat sleeps."], "hypothesis": ["The cat is asleep."]}]),
+    ) -> dict[str, Any]:
+        """Score items given as template fields (lists of strings, or one string for all items); a
+        request may also set ``threshold`` (a finite number) and ``use_cache`` (true/false)."""
         lengths = [len(v) for v in body.values() if isinstance(v, list)]
         check_size(max(lengths, default=1))
-        results = await score_items(body)
+        results = await score_items(body, request)
         keys = list(results[0]) if results else list(answer_record(batcher.bound.template, [0.0] * len(batcher.bound.answer_ids)))
         return {key: [r[key] for r in results] for key in keys}  # logratio/p_yes/verdict for Yes/No templates
 
     @app.post("/get_reward")
-    async def get_reward(body: RewardRequest) -> dict[str, Any]:
+    async def get_reward(body: RewardRequest, request: Request) -> dict[str, Any]:
         """OpenRLHF remote reward model: rewards (the configured score), scores (p_yes, in [0, 1]), extra_logs."""
         if rm_mapping is None:
             raise HTTPException(501, rm_problem)
@@ -316,7 +354,7 @@ def create_app(
             raise HTTPException(422, str(err)) from None
         if not body.query:
             return rm_mapping.answer([])
-        results = await score_items(columns)
+        results = await score_items(columns, request)
         return rm_mapping.answer(results)
 
     @app.get("/health")

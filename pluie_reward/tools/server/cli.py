@@ -9,12 +9,14 @@ import sys
 from pathlib import Path
 
 from ..cli.common import UsageError, add_judge_arguments, command, judge_from_args
+from ..shared import finite_number, finite_positive
 from ...core.fields import parse_assignments
 from ...core.template import load_template
 from ...integrations.reward_mapping import DEFAULT_STRIP, REWARDS, SOURCES, RewardMapping
 from .runner import run
 
 TOKEN_ENV = "PLUIE_REWARD_TOKEN"
+SHUTDOWN_S = 30.0  # default drain bound at SIGTERM (--graceful-timeout)
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -31,7 +33,9 @@ def _configure(p: argparse.ArgumentParser) -> None:
     g.add_argument("--token-file", type=Path, help=f"file holding the bearer token clients must send (default: ${TOKEN_ENV} if set, else none)")
     g.add_argument("--max-items-per-request", type=int, default=1024, help="larger requests get 413 (default 1024)")
     g.add_argument("--max-body-mb", type=float, default=4.0, help="larger request bodies get 413 (default 4 MiB)")
-    g.add_argument("--graceful-timeout", type=float, default=None, help="seconds to wait for in-flight requests at shutdown (default: all)")
+    g.add_argument("--graceful-timeout", type=float, default=None,
+                   help=f"at SIGTERM/SIGINT, seconds the queued and running requests get to finish before they are answered "
+                        f"503 (default {SHUTDOWN_S:g}; pool: also Ray's wait for a replica's requests, default 20)")
     g = p.add_argument_group("OpenRLHF /get_reward")
     g.add_argument("--rm-field", action="append", default=[], metavar="FIELD=SOURCE",
                    help=f"fill template FIELD from SOURCE, one of {list(SOURCES)} (default: source=label, hypothesis=response)")
@@ -86,13 +90,9 @@ def server_options(args: argparse.Namespace, command: str = "serve") -> dict:
     """The keyword arguments of :func:`~pluie_reward.tools.server.app.create_app` (after the template)
     that the server's options describe, checked before any model loads; warns on stderr when
     ``--host`` is not a loopback address and no token is set. ``pluie-reward pool`` uses it too."""
+    check_server_numbers(args)
     mapping = mapping_from_args(args)  # fail on bad options before loading a model
     token = _token(args)
-    for name in ("max_items_per_request", "max_batch_items", "max_batch_tokens"):
-        if getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be at least 1.")
-    if args.max_body_mb <= 0 or args.max_wait_ms < 0:
-        raise UsageError("--max-body-mb must be > 0 and --max-wait-ms >= 0.")
     if not _is_loopback(args.host) and token is None:
         print(
             f"pluie-reward {command}: warning: listening on {args.host} without a token; anyone who can reach this "
@@ -109,7 +109,32 @@ def server_options(args: argparse.Namespace, command: str = "serve") -> dict:
         "max_wait_ms": args.max_wait_ms,
         "threshold": args.threshold,
         "truncate": not args.no_truncate,
+        "shutdown_timeout": SHUTDOWN_S if args.graceful_timeout is None else args.graceful_timeout,
     }
+
+
+def check_server_numbers(args: argparse.Namespace) -> None:
+    """Every numeric option of the server: a port in 1..65535, counts >= 1, finite positive sizes and
+    times (``--max-wait-ms`` may be 0), a finite threshold; a :class:`UsageError` naming the option.
+
+    Example:
+        >>> ok = dict(port=8000, threshold=0.0, max_wait_ms=0.0, max_batch_items=1, max_batch_tokens=1,
+        ...           max_items_per_request=1, max_body_mb=0.5, graceful_timeout=None)
+        >>> check_server_numbers(argparse.Namespace(**ok))
+        >>> check_server_numbers(argparse.Namespace(**{**ok, "max_wait_ms": float("inf")}))
+        Traceback (most recent call last):
+        ...
+        pluie_reward.tools.shared.UsageError: --max-wait-ms must be a finite number >= 0, got inf.
+    """
+    if not 1 <= args.port <= 65535:
+        raise UsageError(f"--port must be between 1 and 65535, got {args.port}.")
+    for name in ("max_items_per_request", "max_batch_items", "max_batch_tokens"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}.")
+    finite_number(args.threshold, "--threshold")
+    finite_positive(args.max_wait_ms, "--max-wait-ms", zero_ok=True)
+    finite_positive(args.max_body_mb, "--max-body-mb")
+    finite_positive(args.graceful_timeout, "--graceful-timeout")
 
 
 @command("serve", _configure)
@@ -122,5 +147,6 @@ def serve_command(args: argparse.Namespace) -> int:
         raise UsageError(f"the server needs {err.name}: pip install 'pluie-reward[serve]'") from None
     judge = judge_from_args(args)
     app = create_app(judge, args.template, **options)
-    run(app, host=args.host, port=args.port, log_level=args.log_level, graceful_timeout=args.graceful_timeout)
+    # the app answers everything within shutdown_timeout; uvicorn's own bound is a backstop a little later
+    run(app, host=args.host, port=args.port, log_level=args.log_level, graceful_timeout=options["shutdown_timeout"] + 5.0)
     return 0

@@ -51,6 +51,7 @@ class ServerMetrics:
         self.started = time.time()
         self.requests_by_path: Counter[str] = Counter()
         self.requests_by_status: Counter[str] = Counter()
+        self.server_errors = 0
         self.items = 0
         self.batches = 0
         self.batch_items_total = 0
@@ -61,10 +62,12 @@ class ServerMetrics:
         self._batch_requests: deque[int] = deque(maxlen=window)
 
     def record_request(self, path: str, status: int, seconds: float) -> None:
-        """Count one finished HTTP request; latency is kept for the scoring endpoints only."""
+        """Count one finished HTTP request (5xx also as a server error); latency is kept for the
+        scoring endpoints only."""
         with self._lock:
             self.requests_by_path[path] += 1
             self.requests_by_status[str(status)] += 1
+            self.server_errors += status >= 500
             if path in ("/score", "/get_reward"):
                 self._latency.append(seconds * 1000.0)
 
@@ -92,6 +95,7 @@ class ServerMetrics:
                     "total": sum(self.requests_by_path.values()),
                     "by_path": dict(self.requests_by_path),
                     "by_status": dict(self.requests_by_status),
+                    "server_errors": self.server_errors,  # 5xx answers, each logged with its reason
                 },
                 "items": self.items,
                 "batches": self.batches,

@@ -9,8 +9,27 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 
-def run(app: Any, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info", graceful_timeout: float | None = None) -> None:
-    """Serve ``app`` until SIGINT/SIGTERM; in-flight requests finish before the process exits.
+def _server(app: Any, config: Any) -> Any:
+    """A ``uvicorn.Server`` that, when told to stop (SIGINT/SIGTERM, or ``should_exit``), first starts
+    the app's drain (``app.state.drain``: the queued requests are finished or answered 503 within the
+    app's ``shutdown_timeout``), then shuts down as uvicorn does: no new connections, the requests in
+    flight answered, the lifespan's shutdown."""
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        async def shutdown(self, sockets: Any = None) -> None:
+            drain = getattr(getattr(app, "state", None), "drain", None)
+            if drain is not None:
+                drain()
+            await super().shutdown(sockets)
+
+    return DrainingServer(config)
+
+
+def run(app: Any, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info", graceful_timeout: float = 30.0) -> None:
+    """Serve ``app`` until SIGINT/SIGTERM. Then no new connection is accepted; the requests in
+    flight are answered (scored, or 503 once the app's ``shutdown_timeout`` has passed) and the
+    process exits; after ``graceful_timeout`` seconds uvicorn cancels whatever is still running.
 
     Example:
         >>> run(create_app(Judge.load()), port=8000)  # serves until Ctrl-C  # doctest: +SKIP
@@ -23,7 +42,8 @@ def run(app: Any, host: str = "127.0.0.1", port: int = 8000, log_level: str = "i
         handler.setFormatter(logging.Formatter("%(levelname)s:  %(message)s"))
         server_log.addHandler(handler)
         server_log.setLevel(logging.WARNING)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=graceful_timeout)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=graceful_timeout)
+    _server(app, config).run()
 
 
 @contextmanager
@@ -41,7 +61,7 @@ def background(app: Any, host: str = "127.0.0.1", port: int = 0, start_timeout: 
     """
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+    server = _server(app, uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, name="pluie-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + start_timeout
