@@ -7,9 +7,8 @@ import pytest
 from pluie_reward import AnswerTokenError, Template, builtin_template_names, load_template
 from pluie_reward.testing import make_tiny_judge
 
-from conftest import SHARED
+from conftest import shared_path
 
-SEEDS = SHARED / "seeds"
 ITEM = {"source": "SRC", "hypothesis": "HYP", "original": "ORIG", "instruction": "INSTR", "alternative": "ALT", "generated": "GEN"}
 
 
@@ -85,7 +84,7 @@ def test_renders_seed_text(name, tiny_judge):
     for line in SEED_LINES[name]:
         assert line in text, f"{name}: missing seed line {line!r}"
     # the seeds' own text holds the same lines (modulo their PDF line breaks and quote doubling)
-    seeds = squash((SEEDS / "parapluie_coling2025.txt").read_text() + (SEEDS / "star-pluie_2026.txt").read_text())
+    seeds = squash(shared_path("seeds/parapluie_coling2025.txt").read_text() + shared_path("seeds/star-pluie_2026.txt").read_text())
     for line in SEED_LINES[name]:
         words = [w for w in re.findall(r"[A-Za-zÀ-ÿ]+", line) if w not in {"SRC", "HYP", "ORIG", "INSTR"}]
         if len(words) > 6 and name != "rev-choice":  # rev-choice adapts Rev-PLUIE's wording to a choice
