@@ -18,19 +18,25 @@ Doctests run torch on one thread (restored afterwards): on a machine whose cores
 uses, two OpenMP threads wait on each other and the examples run several times slower.
 
 Each doctest runs in a fresh temporary working directory, so examples write ``out/...`` as users
-would, and ``$PARAPHRASUS_DIR`` points at the PARAPHRASUS data in ``../shared`` (``$PLUIE_SHARED``,
-as for the tests); examples reading it are skipped when it is missing.
+would, and ``$PARAPHRASUS_DIR`` points at the PARAPHRASUS data in ``../shared`` for the examples that
+read it (found by :func:`shared_path`, as for the tests: skipped, naming the path, when it is missing).
 """
 
 import doctest
-import os
+import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
-SHARED = Path(os.environ.get("PLUIE_SHARED") or Path(__file__).resolve().parent.parent / "shared")
-PARAPHRASUS = SHARED / "data" / "paraphrasus"
+
+# tests/shared_files.py: the one way tests and doctests reach ../shared (tests/conftest.py imports this same module)
+if "shared_files" not in sys.modules:
+    _spec = importlib.util.spec_from_file_location("shared_files", Path(__file__).resolve().parent / "tests" / "shared_files.py")
+    sys.modules["shared_files"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules["shared_files"])
+shared_path = sys.modules["shared_files"].shared_path
 # functions whose examples read the PARAPHRASUS files
 _READS_SHARED = re.compile(r"\b(load_pairs|run_paraphrasus|find_data_dir|peer_results|read_pairs|PARAPHRASUS_DIR)\b")
 
@@ -66,10 +72,8 @@ def _doctest_objects(request):
     monkeypatch = request.getfixturevalue("monkeypatch")
     tmp_path = request.getfixturevalue("tmp_path")
     source = "\n".join(example.source for example in dtest.examples if not example.options.get(doctest.SKIP))
-    if PARAPHRASUS.is_dir():
-        monkeypatch.setenv("PARAPHRASUS_DIR", str(PARAPHRASUS))
-    elif _READS_SHARED.search(source):
-        pytest.skip(f"{PARAPHRASUS} is missing: examples reading the PARAPHRASUS data need ../shared beside the checkout")
+    if _READS_SHARED.search(source):
+        monkeypatch.setenv("PARAPHRASUS_DIR", str(shared_path("data/paraphrasus")))
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PLUIE_REWARD_URL", raising=False)  # an example may set it; unset again afterwards
     import torch

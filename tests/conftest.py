@@ -1,50 +1,46 @@
 """Shared fixtures: tiny random judges built locally, and the embedded SmolLM2 judge (loaded once).
 
-Some tests read the PARAPHRASUS data in ``../shared`` beside the checkout (CI has it). Without it
-they are skipped, reported on one line (``SKIPPED [N] ... ../shared is missing``), and the header
-of the run says so. ``PLUIE_SHARED=/path/to/shared`` points elsewhere (e.g. from a git worktree).
+Some tests read ``../shared`` beside the checkout (the seeds' texts, real tokenizers, the PARAPHRASUS
+data), always through :func:`shared_path` (tests/shared_files.py): without the file they are skipped
+with a reason naming it (``pytest -ra`` groups them, one line per missing path), and the header of
+the run says so. ``PLUIE_SHARED=/path/to/shared`` points elsewhere.
 """
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
 from pluie_reward import Judge
 from pluie_reward.testing import make_tiny_judge
-
-SHARED = Path(os.environ.get("PLUIE_SHARED") or Path(__file__).resolve().parents[1].parent / "shared")
-PARAPHRASUS = SHARED / "data" / "paraphrasus"
-MISSING_SHARED = f"{PARAPHRASUS} is missing: tests reading the PARAPHRASUS data need ../shared beside the checkout"
-
+from shared_files import SHARED, shared_path
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a slow test (the CI runs it too); deselect with -m 'not slow'")
-    config.addinivalue_line("markers", "needs_shared: reads ../shared/data/paraphrasus; skipped when it is missing")
 
 
 def pytest_report_header(config):
-    if not PARAPHRASUS.is_dir():
-        return f"note: {MISSING_SHARED}; they are skipped."
+    if not SHARED.is_dir():
+        return f"note: {SHARED} is missing; the tests reading ../shared are skipped."
     return None
 
 
-def skip_without_shared() -> None:
-    """Skip the current test when ../shared is missing (one place, so pytest -ra groups the skips in one line)."""
-    if not PARAPHRASUS.is_dir():
-        pytest.skip(MISSING_SHARED)
+def shared_tokenizer(name: str):
+    """A real tokenizer from ``../shared/tokenizers``, read from its folder only (never asked of the Hub).
 
+    Args:
+        name: the folder's name, e.g. ``"mistral-7b-instruct-v0.2"``.
 
-def pytest_runtest_setup(item):
-    if item.get_closest_marker("needs_shared") is not None:
-        skip_without_shared()
+    Returns:
+        The tokenizer; the calling test is skipped when the folder is missing.
+    """
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(shared_path(f"tokenizers/{name}"), local_files_only=True)
 
 
 def mrpc_pairs(n: int, offset: int = 0) -> tuple[list[str], list[str], list[bool]]:
     """The first ``n`` MRPC pairs of the PARAPHRASUS files (sources, hypotheses, labels)."""
-    skip_without_shared()
-    rows = list(json.loads((PARAPHRASUS / "ms-mrpc.json").read_text()).values())[offset : offset + n]
+    rows = list(json.loads(shared_path("data/paraphrasus/ms-mrpc.json").read_text()).values())[offset : offset + n]
     return [r["sentence1"] for r in rows], [r["sentence2"] for r in rows], [r["label"] for r in rows]
 
 

@@ -9,13 +9,12 @@ import math
 
 import pytest
 import torch
-from transformers import AutoTokenizer
 
 from pluie_reward import AnswerTokenError, Judge, Template, load_template
 from pluie_reward.core.template import GENERATED
 from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
 
-from conftest import SHARED
+from conftest import shared_tokenizer
 from test_chat_templates import chat_ids, eq3
 
 
@@ -117,7 +116,7 @@ def test_n_way_answers_equal_a_softmax_over_their_logits(judge, name):
 
 
 def test_n_way_answers_are_validated_on_the_chat_rendering():
-    tokenizer = AutoTokenizer.from_pretrained(SHARED / "tokenizers" / "mistral-7b-instruct-v0.2")
+    tokenizer = shared_tokenizer("mistral-7b-instruct-v0.2")
     judge = Judge.from_model(make_tiny_causal_lm(tokenizer), tokenizer)
     assert judge.bind("rev-choice").answer_ids == ((330,), (365,), (334,))  # ▁A ▁B ▁C, as Mistral writes them
     assert tokenizer.convert_ids_to_tokens([330, 365, 334]) == ["▁A", "▁B", "▁C"]

@@ -20,9 +20,8 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 from pluie_reward import AnswerTokenError, Judge, builtin_template_names, load_template
 from pluie_reward.core.prompt import special_token_strings
 
-from conftest import SHARED, mrpc_pairs
+from conftest import mrpc_pairs, shared_tokenizer
 
-TOKENIZERS = SHARED / "tokenizers"
 NAMES = ["mistral-7b-instruct-v0.2", "llama3-8b-instruct", "qwen25-7b-instruct", "qwen3-8b", "gpt-oss-20b", "embedded"]
 ITEMS = 3
 
@@ -32,10 +31,7 @@ def load_tokenizer(name: str):
         from pluie_reward.engines.transformers.loading import embedded_model_dir
 
         return AutoTokenizer.from_pretrained(embedded_model_dir())
-    folder = TOKENIZERS / name
-    if not folder.is_dir():
-        pytest.skip(f"{folder} is missing (the tests need ../shared beside the checkout)")
-    return AutoTokenizer.from_pretrained(folder)
+    return shared_tokenizer(name)
 
 
 def tiny_model(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
@@ -208,9 +204,6 @@ def test_field_text_never_becomes_control_tokens(name):
     assert all(math.isfinite(s) for s in scores)
 
 
-ALL_NAMES = sorted(p.name for p in TOKENIZERS.iterdir() if p.is_dir()) + ["embedded"] if TOKENIZERS.is_dir() else ["embedded"]
-
-
 def chat_markers(tokenizer) -> dict[str, int]:
     """Every added token (special or not) the chat template can write, and every special token: computed
     here from the tokenizer, independently of pluie_reward's own list."""
@@ -222,7 +215,7 @@ def chat_markers(tokenizer) -> dict[str, int]:
     }
 
 
-@pytest.mark.parametrize("name", ALL_NAMES)
+@pytest.mark.parametrize("name", NAMES)
 def test_field_text_never_becomes_a_chat_marker_special_or_not(name):
     """Qwen3 marks <think>, </think>, <tool_call>, <tool_response>... non-special, and its template writes
     them: a hypothesis spelling them must still be text (no marker id more than the plain prompt)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -37,9 +38,45 @@ def test_ci_leg_a_runs_the_readme_commands_verbatim():
 
 def test_ci_leg_b_takes_the_newest_allowed_releases_without_vllm():
     b = ci_legs()["b"]
-    assert b[-1] == "python -m pytest -q"
+    assert b[-2:] == ["python -m pytest -q", "alone"]  # the suite, then (same virtualenv) a clone alone
     assert "vllm" not in " ".join(b) and 'pip install -e ".[test]"' in b[0]
     assert not any("==" in part for part in b[0].split() if "torch" not in part)  # nothing else held back
+
+
+def files_reaching_shared() -> set[str]:
+    """The test files that call ``shared_path`` directly or through a helper of the tests (a function,
+    fixture included, defined in tests/ that calls one), found here with ``ast``."""
+    trees = {path.name: ast.parse(path.read_text(encoding="utf-8")) for path in (ROOT / "tests").glob("*.py")}
+
+    def called(node: ast.AST) -> set[str]:
+        return {n.func.id for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+
+    helpers = {"shared_path"}
+    while True:
+        more = {f.name for tree in trees.values() for f in ast.walk(tree)
+                if isinstance(f, ast.FunctionDef) and not f.name.startswith("test_") and called(f) & helpers}
+        if more <= helpers:
+            return {name for name, tree in trees.items() if name.startswith("test_") and called(tree) & helpers}
+        helpers |= more
+
+
+def test_ci_runs_every_test_reaching_shared_from_a_clone_alone():
+    """``alone`` (leg b) runs, from a clone with nothing beside it, every test file that reaches ../shared
+    and the doctests of every module whose examples read the PARAPHRASUS data (conftest.py's list)."""
+    step = re.search(r"^alone\(\) \{.*?^\}", (ROOT / ".ci" / "run").read_text(), re.S | re.M).group(0)
+    assert 'git clone -q "$root" "$work/alone/pluie-reward"' in step  # $work/alone holds nothing else
+    assert "unset PLUIE_SHARED PARAPHRASUS_DIR" in step and "export PYTHONPATH=$PWD" in step
+    tests_pattern = re.search(r"grep -lE '([^']+)' tests/\*\.py", step).group(1)
+    selected = {p.name for p in (ROOT / "tests").glob("test_*.py") if re.search(tests_pattern, p.read_text(encoding="utf-8"))}
+    reaching = files_reaching_shared()
+    assert {"test_templates.py", "test_answers.py", "test_guards.py", "test_eval_runs.py"} <= reaching
+    assert reaching <= selected, f"not run by .ci/run's alone step: {sorted(reaching - selected)}"
+    doctest_pattern = re.search(r"grep -rliE '([^']+)' pluie_reward --include=\*\.py", step).group(1)
+    reads = re.search(r'_READS_SHARED = re.compile\(r"(.+)"\)', (ROOT / "conftest.py").read_text()).group(1)
+    for module in (ROOT / "pluie_reward").rglob("*.py"):
+        text = module.read_text(encoding="utf-8")
+        if re.search(reads, text):
+            assert re.search(doctest_pattern, text, re.I), f"{module}: its doctests read ../shared but alone does not run them"
 
 
 def test_every_requirement_has_an_upper_bound():

@@ -18,7 +18,7 @@ from pluie_reward.tools import cli
 from pluie_reward.tools.evaluation import cli as eval_cli
 from pluie_reward.tools.evaluation.presets import FRENCH_PAIRS, mushra_label, paper_table
 
-from conftest import SHARED
+from conftest import shared_path
 
 DATA = Path(__file__).parent / "data"
 PARAREVAL = DATA / "parareval_sample.jsonl"
@@ -285,7 +285,7 @@ def test_french_preset_builds_the_six_pairs_of_appendix_b(tiny_judge, use_judge,
 
 # the paper's numbers ---------------------------------------------------------------------------
 def _seed_rows(header: str, caption: str) -> dict[str, list[str]]:
-    text = (SHARED / "seeds" / "star-pluie_2026.txt").read_text()
+    text = shared_path("seeds/star-pluie_2026.txt").read_text()
     block = text[text.index(header) : text.index(caption)]
     out = {}
     for line in block.splitlines()[2:]:

@@ -31,7 +31,7 @@ from pluie_reward.tools.evaluation.plots import (
 )
 from pluie_reward.tools.evaluation.tasks import evaluate_classification, evaluate_preference
 
-from conftest import PARAPHRASUS
+from conftest import shared_path
 
 # ---------------------------------------------------------------------------------------------
 # classification, hand-computed
@@ -276,12 +276,12 @@ def test_evaluate_tasks_score_through_the_judge(tiny_judge, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # PARAPHRASUS protocol (counts from the data folder's README)
 def _raw(name):
-    return json.loads((PARAPHRASUS / name).read_text())
+    return json.loads(shared_path(f"data/paraphrasus/{name}").read_text())
 
 
-@pytest.mark.needs_shared
 def test_paraphrasus_pair_selection_follows_the_readme():
-    pairs = load_pairs(PARAPHRASUS)
+    paraphrasus = shared_path("data/paraphrasus")
+    pairs = load_pairs(paraphrasus)
     counts = {k: len(v) for k, v in pairs.items()}
     assert counts["MRPC"] == 1725 and counts["STS-H"] == 338 and counts["STS"] == 706
     assert counts["SICK"] == 2305 and counts["TRUE"] == 167 and counts["SIMP"] == 600
@@ -298,15 +298,15 @@ def test_paraphrasus_pair_selection_follows_the_readme():
     assert sum(p.expected for p in pairs["MRPC"]) == sum(e["label"] for e in mrpc.values())
 
 
-@pytest.mark.needs_shared
 def test_paraphrasus_limit_keeps_both_directions():
-    pairs = load_pairs(PARAPHRASUS, limit=5, seed=1)
+    paraphrasus = shared_path("data/paraphrasus")
+    pairs = load_pairs(paraphrasus, limit=5, seed=1)
     assert all(len(v) == 5 for v in pairs.values())
     for name in ("SNLI", "ANLI"):
         files = [p.file for p in pairs[name]]
         assert files.count(files[0]) == 3 and len(set(files)) == 2  # 5 shared as 3 + 2
     with pytest.raises(ValueError, match="unknown PARAPHRASUS dataset"):
-        load_pairs(PARAPHRASUS, datasets=["PAWSX"])
+        load_pairs(paraphrasus, datasets=["PAWSX"])
 
 
 def test_summary_hand_computed():
@@ -317,17 +317,17 @@ def test_summary_hand_computed():
     assert s["overall"] == pytest.approx(1.375 / 3)
 
 
-@pytest.mark.needs_shared
 def test_peer_figures_are_read_as_fractions():
-    peers = peer_results(PARAPHRASUS, "llama3")
+    paraphrasus = shared_path("data/paraphrasus")
+    peers = peer_results(paraphrasus, "llama3")
     assert peers["llama_3_8b_ins_q4_k_m"]["MRPC"] == pytest.approx(0.241)
     assert peers["llama_3_3_70b_ins_q8"]["averages"]["Overall Average"] == pytest.approx(0.158)
 
 
-@pytest.mark.needs_shared
 def test_paraphrasus_runner_with_a_tiny_judge(tiny_judge):
-    results = run_paraphrasus(tiny_judge, PARAPHRASUS, limit=3, progress=False, keep_pairs=True, peers="llama3")
-    pairs = load_pairs(PARAPHRASUS, limit=3)
+    paraphrasus = shared_path("data/paraphrasus")
+    results = run_paraphrasus(tiny_judge, paraphrasus, limit=3, progress=False, keep_pairs=True, peers="llama3")
+    pairs = load_pairs(paraphrasus, limit=3)
     for name, items in pairs.items():
         # independent recomputation: score each pair as (source=sentence1, hypothesis=sentence2)
         scores = tiny_judge.score("para-fs", source=[p.sentence1 for p in items], hypothesis=[p.sentence2 for p in items])
@@ -386,10 +386,10 @@ def test_cli_classification_and_preference(cli_tiny_judge, tmp_path, capsys):
     assert "no column(s) ['source']" in capsys.readouterr().err
 
 
-@pytest.mark.needs_shared
 def test_cli_paraphrasus(cli_tiny_judge, tmp_path, capsys):
+    paraphrasus = shared_path("data/paraphrasus")
     out = tmp_path / "para"
-    code = main(["eval", "paraphrasus", "--data-dir", str(PARAPHRASUS), "--limit", "2", "--datasets", "MRPC,SNLI",
+    code = main(["eval", "paraphrasus", "--data-dir", str(paraphrasus), "--limit", "2", "--datasets", "MRPC,SNLI",
                  "--peers", "llama3", "--plots", "-o", str(out), "--no-progress"])
     assert code == 0
     saved = json.loads((out / "results.json").read_text())

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PARAPHRASUS, skip_without_shared
+from conftest import shared_path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -120,7 +120,6 @@ def test_readme_python_block_runs(block: Block, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     env.setdefault("OMP_NUM_THREADS", "1")  # faster than oversubscribed threads on a shared CPU
     if "paraphrasus" in block.code:  # blocks reading ../shared/data/paraphrasus (the reader's checkout has it beside)
-        skip_without_shared()
-        env["PARAPHRASUS_DIR"] = str(PARAPHRASUS)
+        env["PARAPHRASUS_DIR"] = str(shared_path("data/paraphrasus"))
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, f"{block.where} ({block.section}) failed:\n{done.stderr[-4000:]}"

@@ -7,9 +7,8 @@ import pytest
 from pluie_reward import AnswerTokenError, Template, builtin_template_names, load_template
 from pluie_reward.testing import make_tiny_judge
 
-from conftest import SHARED
+from conftest import shared_path
 
-SEEDS = SHARED / "seeds"
 ITEM = {"source": "SRC", "hypothesis": "HYP", "original": "ORIG", "instruction": "INSTR", "alternative": "ALT", "generated": "GEN"}
 
 
@@ -84,17 +83,22 @@ def test_renders_seed_text(name, tiny_judge):
     text = bound.render({f: ITEM.get(f) for f in (*bound.template.all_fields, "generated")})
     for line in SEED_LINES[name]:
         assert line in text, f"{name}: missing seed line {line!r}"
-    # the seeds' own text holds the same lines (modulo their PDF line breaks and quote doubling)
-    seeds = squash((SEEDS / "parapluie_coling2025.txt").read_text() + (SEEDS / "star-pluie_2026.txt").read_text())
-    for line in SEED_LINES[name]:
-        words = [w for w in re.findall(r"[A-Za-zÀ-ÿ]+", line) if w not in {"SRC", "HYP", "ORIG", "INSTR"}]
-        if len(words) > 6 and name != "rev-choice":  # rev-choice adapts Rev-PLUIE's wording to a choice
-            assert squash(" ".join(words)) in squash(" ".join(re.findall(r"[A-Za-zÀ-ÿ]+", seeds)))
     # the prompt ends where the answer token comes: after the generation prompt, no end-of-turn
     assert text.endswith("<|im_start|>assistant\n")
     turns = load_template(name).chat({f: ITEM.get(f) for f in (*bound.template.fields, "generated")})
     assert [t["content"] for t in turns if t["role"] == "assistant"][1:] == FEW_SHOT_ANSWERS.get(name, [])
 
+
+
+def test_hand_copied_lines_are_in_the_seeds():
+    """The seeds' own text holds the lines copied above (modulo their PDF line breaks and quote doubling)."""
+    seeds = shared_path("seeds/parapluie_coling2025.txt").read_text() + shared_path("seeds/star-pluie_2026.txt").read_text()
+    seed_words = squash(" ".join(re.findall(r"[A-Za-zÀ-ÿ]+", seeds)))
+    for name, lines in SEED_LINES.items():
+        for line in lines:
+            words = [w for w in re.findall(r"[A-Za-zÀ-ÿ]+", line) if w not in {"SRC", "HYP", "ORIG", "INSTR"}]
+            if len(words) > 6 and name != "rev-choice":  # rev-choice adapts Rev-PLUIE's wording to a choice
+                assert squash(" ".join(words)) in seed_words, f"{name}: {line!r} is not in the seeds"
 
 def test_rev_gold_one_shot(tiny_judge):
     bound = tiny_judge.bind("rev")
