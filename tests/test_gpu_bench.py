@@ -47,10 +47,10 @@ def test_tiny_gpu_check_fills_every_cell(tmp_path):
     rows = result["exactness"]
     checked = [r for r in rows if r["ok"] is not None]
     assert len(checked) == 2  # the family in float32 and bfloat16  # each family in float32 and bfloat16
-    for r in checked:
-        assert r["max_abs_diff"] <= r["tolerance"], r
+    for r in checked:  # within 1e-3, or no further from float64 than twice the seeds' own method in that dtype
+        assert r["max_abs_diff"] <= max(1e-3, 2 * r["two_pass_same_dtype_diff"]), r
         if r["dtype"] == "float32":
-            assert r["tolerance"] == 1e-3
+            assert r["max_abs_diff"] <= 1e-3, r
         assert r["score_range"][1] - r["score_range"][0] > 0.1  # the random model's scores differ: the check can fail
     assert {r["workload"] for r in result["throughput"]} >= {"GRPO, 1 x G=16, 32-token completions"}
     assert "error" not in result["grpo"], result["grpo"]
@@ -61,7 +61,7 @@ def test_tiny_gpu_check_fills_every_cell(tmp_path):
             cells = [c.strip() for c in line.strip("|").split("|")]
             assert all(cells), line
             assert not any(re.fullmatch(r"(?i)nan|inf|not run|", c) for c in cells), line
-    assert "not run" not in table and "NO" not in re.findall(r"\| (NO) \|", table)
+    assert "not run" not in table and "failed:" not in table and "| NO |" not in table
 
 
 def test_gpu_check_refuses_bad_options(tmp_path):
