@@ -1,5 +1,9 @@
 """What the tools' library code shares with the command line, below it: :class:`UsageError`, the
-default chunk size of a scoring loop and the re-location of a ``Judge.score`` error to its input row.
+default chunk size of a scoring loop, the re-location of a ``Judge.score`` error to its input row,
+and the ``type=`` checks of numeric command-line options (:func:`finite_float`, :func:`positive_float`,
+:func:`nonneg_float`, :func:`positive_int`, :func:`nonneg_int`), which refuse ``nan``, ``inf`` and
+out-of-range numbers while the command line is parsed, so before anything loads or binds (exit
+code 2, the message names the option).
 
 The command line (:mod:`pluie_reward.tools.cli`) re-exports these names; a tool's library code
 (evaluation tasks, benchmarks) imports them from here, never from the command-line package.
@@ -7,8 +11,10 @@ The command line (:mod:`pluie_reward.tools.cli`) re-exports these names; a tool'
 
 from __future__ import annotations
 
+import argparse
+import math
 import re
-from typing import Any, Sequence
+from typing import Any, AnyStr, Iterator, Sequence
 
 from ..core.errors import PluieError
 
@@ -48,3 +54,117 @@ def relocate(message: str, rows: Sequence[str], per_item: int = 1) -> str:
         return rows[k] if k < len(rows) else match.group(0)
 
     return _ITEM.sub(swap, message)
+
+
+def json_lines(data: AnyStr) -> Iterator[tuple[AnyStr, int]]:
+    r"""The lines of JSON Lines text (or bytes), each with the offset just past its end: split on
+    ``"\n"`` only, a ``"\r"`` before it dropped (CRLF files). Not ``str.splitlines()``, which also
+    breaks at U+2028, U+2029, ``\x85``, ``\x0b``, ``\x0c`` and ``\x1c``-``\x1e``: JSON strings may
+    hold the first three raw (``json.dumps(..., ensure_ascii=False)`` writes them so).
+
+    Example:
+        >>> [line for line, _ in json_lines('{"a": "x\u2028y"}\r\n{"b": 2}\n')]
+        ['{"a": "x\u2028y"}', '{"b": 2}']
+        >>> list(json_lines(b'{"a": 1}\n{"b"'))
+        [(b'{"a": 1}', 9), (b'{"b"', 13)]
+    """
+    newline = "\n" if isinstance(data, str) else b"\n"
+    start = 0
+    while start < len(data):
+        cut = data.find(newline, start)  # type: ignore[arg-type]
+        end = len(data) if cut < 0 else cut + 1
+        line = data[start:cut if cut >= 0 else end]
+        if line.endswith("\r" if isinstance(data, str) else b"\r"):  # type: ignore[arg-type]
+            line = line[:-1]
+        yield line, end
+        start = end
+
+
+# numeric command-line options --------------------------------------------------------------------
+def _number(text: str, kind: type) -> float | int:
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        what = "a whole number" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}.") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}.")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """``type=`` of a numeric option that may be any finite number (a threshold, a log-ratio).
+
+    Example:
+        >>> finite_float("-1.5")
+        -1.5
+        >>> finite_float("nan")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be a finite number, got 'nan'.
+    """
+    return float(_number(text, float))
+
+
+def positive_float(text: str) -> float:
+    """``type=`` of a numeric option that must be a finite number > 0 (a rate, a size, a duration).
+
+    Example:
+        >>> positive_float("0.5")
+        0.5
+        >>> positive_float("0")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be a finite number > 0, got '0'.
+    """
+    value = float(_number(text, float))
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}.")
+    return value
+
+
+def nonneg_float(text: str) -> float:
+    """``type=`` of a numeric option that must be a finite number >= 0 (a margin, a penalty, a share).
+
+    Example:
+        >>> nonneg_float("0")
+        0.0
+        >>> nonneg_float("inf")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be a finite number, got 'inf'.
+    """
+    value = float(_number(text, float))
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}.")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """``type=`` of a count that must be a whole number >= 1 (items, steps, tokens).
+
+    Example:
+        >>> positive_int("8")
+        8
+        >>> positive_int("-1")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be a whole number >= 1, got '-1'.
+    """
+    value = int(_number(text, int))
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}.")
+    return value
+
+
+def nonneg_int(text: str) -> int:
+    """``type=`` of a whole number >= 0 (a seed; a count where 0 means "skip").
+
+    Example:
+        >>> nonneg_int("0")
+        0
+    """
+    value = int(_number(text, int))
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}.")
+    return value
