@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ...core.errors import PluieError
+from ..shared import json_lines
 
 RUN_FILE = "run.json"
 SCORES_FILE = "scores.jsonl"
@@ -82,9 +83,7 @@ def read_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
     if not path.is_file():
         return lines, good
     data = path.read_bytes()
-    offset = 0
-    for raw in data.splitlines(keepends=True):
-        offset += len(raw)
+    for raw, offset in json_lines(data):
         if not raw.strip():
             good = offset
             continue
