@@ -264,3 +264,11 @@ def test_the_evaluation_store_reads_back_what_it_saved(tmp_path):
         store.add([{"i": i, "h": "x", "row": text} for i, text in enumerate(ODD)])
     lines, good = read_lines(tmp_path / "scores.jsonl")
     assert [line["row"] for line in lines] == ODD and good == (tmp_path / "scores.jsonl").stat().st_size
+
+
+def test_run_tables_read_back_what_was_written(tmp_path):
+    from pluie_reward.tools.runs import read_run
+
+    (tmp_path / "pluie").mkdir()
+    _jsonl(tmp_path / "pluie" / "step-10.jsonl", [{"completion": text, "reward": 0.5} for text in ODD])
+    assert [row["completion"] for row in read_run(tmp_path).tables[10]] == ODD
