@@ -272,3 +272,39 @@ def test_run_tables_read_back_what_was_written(tmp_path):
     (tmp_path / "pluie").mkdir()
     _jsonl(tmp_path / "pluie" / "step-10.jsonl", [{"completion": text, "reward": 0.5} for text in ODD])
     assert [row["completion"] for row in read_run(tmp_path).tables[10]] == ODD
+
+
+# the other commands that write files ---------------------------------------------------------------------
+def test_calibrate_and_probe_refuse_their_input_as_output_before_loading(no_judge, tmp_path, capsys, monkeypatch):
+    from pluie_reward.tools.probe import cli as probe_cli
+
+    monkeypatch.setattr(probe_cli, "judge_from_args", NoJudge())
+    data = _jsonl(tmp_path / "in.jsonl", [{"source": "a", "hypothesis": "b", "label": 1, "logratio": 0.5}])
+    before = data.read_bytes()
+    _refused(["calibrate", "-i", str(data), "--score-column", "logratio", "-o", str(data), "--overwrite"], capsys,
+             "would destroy the input")
+    _refused(["probe", "-i", str(data), "--items", str(data)], capsys, "--items", "would destroy the input")
+    assert data.read_bytes() == before
+
+
+def test_calibrate_writes_its_file_whole(tmp_path, capsys):
+    rows = [{"s": x, "label": int(x > 0)} for x in (-3, -2, -1, -0.5, 0.2, 0.5, 1, 2, 3, -0.1, 0.3, 1.5)]
+    data = _jsonl(tmp_path / "scores.jsonl", rows)
+    target = tmp_path / "cal" / "calibration.json"
+    assert cli.main(["calibrate", "-i", str(data), "--score-column", "s", "-o", str(target)]) == 0
+    assert json.loads(target.read_text())["a"] > 0 and not partial_path(target).exists()
+    _refused(["calibrate", "-i", str(data), "--score-column", "s", "-o", str(target)], capsys, "exists", "--overwrite")
+
+
+def test_two_evaluations_cannot_write_one_folder(tiny_judge, tmp_path, monkeypatch, capsys):
+    from pluie_reward.tools.evaluation import cli as eval_cli
+
+    monkeypatch.setattr(eval_cli, "judge_from_args", lambda args: tiny_judge)
+    data = _jsonl(tmp_path / "in.jsonl", [{"source": "a", "hypothesis": "b", "label": 1}, {"source": "c", "hypothesis": "d", "label": 0}])
+    folder = tmp_path / "run"
+    with ScoreStore(folder, {"task": "other"}, {}):  # another evaluation writing there now
+        with pytest.raises(ValueError, match="another run is writing into this folder"):
+            ScoreStore(folder, {"task": "other"}, {})
+        _refused(["eval", "classification", "-i", str(data), "-o", str(folder), "--no-progress", "--baselines", "none"],
+                 capsys, "another run is writing into this folder")
+    assert cli.main(["eval", "classification", "-i", str(data), "-o", str(folder), "--no-progress", "--baselines", "none"]) == 0

@@ -12,6 +12,7 @@ from typing import Sequence
 
 from ..cli.common import UsageError, add_judge_arguments, command, judge_from_args, nonneg_int, positive_int
 from ..cli.main import main as cli_main
+from ..cli.output import check_output_file, write_text_file
 from .engines import compare_engines, comparison_json, format_engine_table, load_vllm_judge, parse_engines
 from .group import compare_group_judging, format_group_table
 from .grpo_share import PLACEMENTS as GRPO_PLACEMENTS, format_grpo_table, grpo_share
@@ -116,6 +117,7 @@ def bench_command(args: argparse.Namespace) -> int:
     """Benchmark Judge.score against the seeds' two-pass method and an LLM-Yes/No generate judge,
     engines side by side, the judge server under load and the reward's share of GRPO steps."""
     check_args(args)
+    check_output_file(args.json, "--json", inputs=[args.data])
     data = args.data or default_data_path()
     if data is None:
         raise UsageError(f"no {_DATA_NAME} found beside the checkout; pass --data PATH.")
@@ -197,7 +199,7 @@ def bench_command(args: argparse.Namespace) -> int:
         print(format_placements(memory) + "\n")
     payload["placement"] = memory
     if args.json:
-        args.json.write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
+        write_text_file(args.json, json.dumps(payload, indent=1, default=str), "--json")
     return 0
 
 

@@ -25,12 +25,7 @@ import os
 from pathlib import Path
 from typing import IO, Any, Iterable
 
-from ..shared import UsageError, json_lines
-
-try:  # POSIX; elsewhere the partial file is opened exclusively instead
-    import fcntl
-except ImportError:  # pragma: no cover
-    fcntl = None  # type: ignore[assignment]
+from ..shared import UsageError, json_lines, lock_file
 
 PARTIAL = ".partial"
 
@@ -43,17 +38,6 @@ def partial_path(path: Path) -> Path:
         PosixPath('out/scored.jsonl.partial')
     """
     return path.with_name(path.name + PARTIAL)
-
-
-def _lock(fd: int) -> bool:
-    """Take the write lock of an open file (``False`` when another process holds it)."""
-    if fcntl is None:  # pragma: no cover
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
 
 
 def _busy(path: Path, option: str) -> UsageError:
@@ -118,7 +102,7 @@ def check_output_file(path: Path | None, option: str = "--output", *, inputs: It
     if partial.is_file():
         fd = os.open(partial, os.O_RDONLY)
         try:
-            if not _lock(fd):
+            if not lock_file(fd):
                 raise _busy(path, option)
         finally:
             os.close(fd)
@@ -167,7 +151,7 @@ class OutputFile:
         if self.resume and not self.partial.exists() and self.path.is_file():
             self.partial.write_bytes(self.path.read_bytes())  # complete the old output in a copy
         fd = os.open(self.partial, os.O_RDWR | os.O_CREAT, 0o666)
-        if not _lock(fd) or not _is_open_file(self.partial, fd):  # renamed by a writer that just finished
+        if not lock_file(fd) or not _is_open_file(self.partial, fd):  # renamed by a writer that just finished
             os.close(fd)
             raise _busy(self.path, self.option)
         if not self.resume:
@@ -228,3 +212,19 @@ class OutputFile:
                 self.partial.unlink(missing_ok=True)  # nothing to keep
         self.handle.close()
         self.handle = None
+
+
+def write_text_file(path: Path, text: str, option: str = "--output") -> Path:
+    """Write a whole text file through :class:`OutputFile`: renamed into place complete, never half
+    written, and refused while another command writes it.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "rows.json"
+        >>> write_text_file(path, "[]\\n").read_text()
+        '[]\\n'
+    """
+    with OutputFile(path, option) as out:
+        out.write(text)
+        out.commit()
+    return path

@@ -31,6 +31,7 @@ from ..cli.common import (
     nonneg_int,
     positive_int,
 )
+from ..cli.output import OutputFile
 from ..cli.records import read_table
 from .calibration import CalibrationConfig, fit_calibration, heldout_split, p_yes
 from .cli import INPUT_HELP, _convert, _load_generic
@@ -91,9 +92,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise UsageError(f"{err} (options --heldout, --seed, --bins, --l2)") from None
     target = _target(args.output)
-    check_output_file(target, "--output")
-    if target.exists() and not args.overwrite:
-        raise UsageError(f"--output: {target} exists; pass --overwrite to replace it.")
+    check_output_file(target, "--output", inputs=[args.input], overwrite=args.overwrite)
     template = load_template(args.template)
     if template.kind != "binary":
         raise UsageError(f"--template {args.template}: a calibration maps PLUIE, the log-ratio of a Yes/No template; "
@@ -121,7 +120,10 @@ def calibrate_command(args: argparse.Namespace) -> int:
         calibration = fit_calibration(scores, labels, config=config, template=template.name, judge=judge_name)
     except ValueError as err:
         raise UsageError(f"{args.input}: {err}") from None
-    path = calibration.save(target)
+    with OutputFile(target) as out:  # written beside, renamed into place when complete
+        calibration.save(out.partial)
+        out.commit()
+    path = target
     print(summary(calibration))
     if args.plot:
         import numpy as np

@@ -26,6 +26,7 @@ from ..cli.common import (
     positive_int,
     read_records,
 )
+from ..cli.output import check_output_file, write_text_file
 from .families import family_specs
 from .report import markdown_report, plot_probe
 from .run import failing_families, probe_items, summarize
@@ -93,6 +94,8 @@ def probe_command(args: argparse.Namespace) -> int:
         return 0
     if args.fail_above is not None and args.fail_above > 1:
         raise UsageError(f"--fail-above is a share in [0, 1], got {args.fail_above}.")
+    for option, path in (("--json", args.json), ("--items", args.items), ("--plot", args.plot)):
+        check_output_file(path, option, inputs=[args.input])  # before the judge loads
     template = load_template(args.template)
     families, gated = _split(args.families), _split(args.fail_on)
     names = [s["name"] for s in family_specs()]
@@ -114,11 +117,9 @@ def probe_command(args: argparse.Namespace) -> int:
           "> honest: share scoring above the honest answer of the same source.\n")
     print(markdown_report(rows))
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_text_file(args.json, json.dumps(rows, indent=1, ensure_ascii=False) + "\n", "--json")
     if args.items:
-        with args.items.open("w", encoding="utf-8") as handle:
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        write_text_file(args.items, "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records), "--items")
     if args.plot:
         plot_probe(rows, args.plot, threshold=judge.threshold, title=title)
     if args.fail_above is not None:
