@@ -173,6 +173,8 @@ def test_ctrl_c_keeps_the_old_file_and_resume_equals_a_clean_run(tiny_judge, tmp
     _refused(["score", "-i", str(data), "-o", str(out), "--chunk-size", "3"], capsys, "--resume", "--overwrite")
     assert cli.main(["score", "-i", str(data), "-o", str(out), "--chunk-size", "3", "--resume"]) == 0
     assert out.read_text() == clean.read_text() and not partial_path(out).exists()
+    assert cli.main(["score", "-i", str(data), "-o", str(out), "--chunk-size", "3", "--resume"]) == 0  # complete: kept
+    assert out.read_text() == clean.read_text() and not partial_path(out).exists()
     # and the clean run's scores are the judge's (an independent call)
     scored = [json.loads(x) for x in out.read_text().splitlines()]
     expected = tiny_judge.score("para-fs", source=[r["source"] for r in rows], hypothesis=[r["hypothesis"] for r in rows])
