@@ -71,7 +71,7 @@ def _writable_folder(folder: Path, option: str) -> None:
 
 
 def check_output_file(path: Path | None, option: str = "--output", *, inputs: Iterable[Path | None] = (),
-                      overwrite: bool | None = None, resume: bool = False) -> None:
+                      overwrite: bool | None = None, resume: bool | None = None) -> None:
     """Fail early, before anything loads, if ``path`` cannot be written as a file.
 
     Args:
@@ -80,7 +80,8 @@ def check_output_file(path: Path | None, option: str = "--output", *, inputs: It
         inputs: files the command reads: the output may not be one of them (same file, also through
             a symbolic or hard link).
         overwrite: ``False``: an existing ``path`` is refused (say ``--overwrite``); ``None``: not checked.
-        resume: an existing ``path`` or ``path.partial`` is continued, not refused.
+        resume: ``True``: an existing ``path`` or ``path.partial`` is continued, not refused (``None``: the
+            command cannot resume, its messages do not offer ``--resume``).
 
     Raises:
         UsageError: a folder, an unwritable place, an input, an existing file or the file of a run
@@ -107,11 +108,12 @@ def check_output_file(path: Path | None, option: str = "--output", *, inputs: It
         finally:
             os.close(fd)
         if overwrite is False and not resume:
-            raise UsageError(f"{option} {path}: an interrupted run left {partial}; pass --resume to continue it, "
-                             "or --overwrite to start again.")
+            how = "pass --resume to continue it, or --overwrite to start again" if resume is not None else \
+                "pass --overwrite to write the file again"
+            raise UsageError(f"{option} {path}: an interrupted run left {partial}; {how}.")
     if overwrite is False and not resume and path.exists():
-        raise UsageError(f"{option} {path} exists; pass --overwrite to replace it (or --resume to complete it), "
-                         "or choose another output file.")
+        how = " (or --resume to complete it)" if resume is not None else ""
+        raise UsageError(f"{option} {path} exists; pass --overwrite to replace it{how}, or choose another output file.")
 
 
 def check_output_dir(path: Path | None, option: str = "--output-dir") -> None:
