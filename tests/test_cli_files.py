@@ -310,3 +310,59 @@ def test_two_evaluations_cannot_write_one_folder(tiny_judge, tmp_path, monkeypat
         _refused(["eval", "classification", "-i", str(data), "-o", str(folder), "--no-progress", "--baselines", "none"],
                  capsys, "another run is writing into this folder")
     assert cli.main(["eval", "classification", "-i", str(data), "-o", str(folder), "--no-progress", "--baselines", "none"]) == 0
+
+
+SLOW_SCORE = """
+import sys, time
+from pluie_reward.testing import make_tiny_judge
+from pluie_reward.tools.cli import score
+from pluie_reward.tools.cli.main import main
+
+judge = make_tiny_judge()
+
+class Slow:  # the tiny judge, taking its time so that Ctrl-C comes while scoring
+    engine, name = judge.engine, judge.name
+
+    def score(self, *args, **kwargs):
+        result = judge.score(*args, **kwargs)
+        time.sleep(0.3)
+        return result
+
+score.judge_from_args = lambda args: Slow()
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow  # a fresh Python process imports torch (~1 min on a loaded 2-core machine)
+def test_a_real_ctrl_c_exits_130_in_one_line_and_resume_completes(tiny_judge, tmp_path, monkeypatch, capsys):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rows = _rows(40)
+    data = _jsonl(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "out.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(__import__("pathlib").Path(__file__).resolve().parents[1]),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen([sys.executable, "-c", SLOW_SCORE, "score", "-i", str(data), "-o", str(out), "--chunk-size", "2"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    partial = partial_path(out)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and process.poll() is None:
+        if partial.exists() and partial.read_text().count("\n") >= 4:
+            break
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    assert "Traceback" not in err
+    lines = [x for x in err.splitlines() if "interrupted" in x]
+    assert len(lines) == 1 and "--resume" in lines[0] and str(partial) in lines[0], err
+    assert not out.exists()
+    monkeypatch.setattr(score_cli, "judge_from_args", lambda args: tiny_judge)
+    assert cli.main(["score", "-i", str(data), "-o", str(out), "--chunk-size", "2", "--resume"]) == 0
+    scored = [json.loads(x) for x in out.read_text().splitlines()]
+    expected = tiny_judge.score("para-fs", source=[r["source"] for r in rows], hypothesis=[r["hypothesis"] for r in rows])
+    assert [r["id"] for r in scored] == list(range(40))
+    assert [r["logratio"] for r in scored] == pytest.approx(expected, abs=1e-5)
