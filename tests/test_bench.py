@@ -125,13 +125,13 @@ from pluie_reward.tools.bench import engines as bench_engines, grpo_share, serve
     (["--server-clients", "65"], "between 1 and 64"),
     (["--server-clients", "-1"], ">= 0"),
     (["--server-clients", "64", "--server-requests", "20"], "keep it <= 1000"),
-    (["--server-clients", "2", "--server-items", "0"], "at least 1"),
+    (["--server-clients", "2", "--server-items", "0"], "--server-items: must be a whole number >= 1"),
     (["--grpo-steps", "2", "--model", "Qwen/Qwen2.5-0.5B-Instruct"], "drop --model"),
     (["--engine", "vllm"], "--engines transformers,vllm"),
     (["--methods", ""], "nothing to run"),
     (["--methods", "score,indirectt"], "--methods: choose from"),
     (["--indirect-max-new-tokens", "0"], "--indirect-max-new-tokens"),
-    (["--threads", "0"], "--threads must be >= 1"),
+    (["--threads", "0"], "--threads: must be a whole number >= 1"),
 ])
 def test_bench_new_options_are_checked_before_anything_loads(argv, message, tmp_path, capsys):
     # a missing data file would be reported after the options: the option's message comes first

@@ -417,7 +417,7 @@ def test_cli_scores_with_the_judge(tmp_path, monkeypatch, judges):
     ([{"out": {"logratio": 1}, "label": True}], ["--heldout", "1"], "heldout_fraction.*--heldout"),
     ([{"out": {"logratio": 1}, "label": True}], ["-t", "rev-choice"], "Yes/No template"),
     ([{"out": {"logratio": 1}, "label": True}], ["--column", "source=s1"], "nothing is scored"),
-    ([{"out": {"logratio": 1}, "label": True}], ["--bins", "0"], "n_bins"),
+    ([{"out": {"logratio": 1}, "label": True}], ["--bins", "0"], "--bins: must be a whole number >= 1"),
 ])
 def test_cli_bad_input_exits_2_with_a_message(tmp_path, capsys, rows, extra, message):
     import re

@@ -93,8 +93,8 @@ def test_csv_with_bom_and_latin1(tiny_cli, tmp_path, capsys):
 def test_chunk_size_must_be_positive_before_loading(no_judge, tmp_path, capsys):
     data = _jsonl(tmp_path / "in.jsonl", [{"source": "a", "hypothesis": "b", "label": 1}])
     for value in ("-1", "0"):
-        _fails(["score", "-i", str(data), "--chunk-size", value], capsys, "--chunk-size must be >= 1")
-        _fails(["eval", "classification", "-i", str(data), "--chunk-size", value], capsys, "--chunk-size must be >= 1")
+        _fails(["score", "-i", str(data), "--chunk-size", value], capsys, "--chunk-size: must be a whole number >= 1")
+        _fails(["eval", "classification", "-i", str(data), "--chunk-size", value], capsys, "--chunk-size: must be a whole number >= 1")
 
 
 def test_output_paths_are_checked_before_loading(no_judge, tmp_path, capsys):
@@ -116,9 +116,10 @@ def test_error_in_a_later_chunk_names_the_input_row_and_keeps_what_was_written(m
     data = _jsonl(tmp_path / "in.jsonl", rows)
     out = tmp_path / "out.jsonl"
     err = _fails(["score", "-i", str(data), "-o", str(out), "--chunk-size", "4", "--no-truncate"], capsys,
-                 "in.jsonl line 10", "8 item(s) before it were scored and kept", str(out))
+                 "in.jsonl line 10", "8 of 12 item(s), in input order, are kept in", f"{out}.partial", "--resume")
     assert "item 1" not in err  # not the index inside the chunk
-    kept = [json.loads(line) for line in out.read_text().splitlines()]
+    assert not out.exists()
+    kept = [json.loads(line) for line in (tmp_path / "out.jsonl.partial").read_text().splitlines()]
     assert [r["hypothesis"] for r in kept] == [f"short {i}" for i in range(8)]
 
 
@@ -250,3 +251,19 @@ def test_health_shows_the_model_name_not_its_path():
         health = client.get("/health").json()
     assert health["judge"] == "judge-v2" and "/srv" not in json.dumps(health)
     assert public_name("Qwen/Qwen2.5-7B-Instruct") == "Qwen/Qwen2.5-7B-Instruct"
+
+
+def test_a_field_declared_twice_is_refused(tmp_path, no_judge, capsys):
+    messages = "messages:\n  - role: user\n    content: 'A: \"{source}\"; B: \"{hypothesis}\"'\n"
+    answers = "answers: {'yes': 'Yes', 'no': 'No'}\n"
+    path = _template(tmp_path, "name: t\nfields: [source, hypothesis, source]\n" + answers + messages)
+    with pytest.raises(ValueError, match=rf"template file {path}: .*field\(s\) \['source'\] declared twice"):
+        load_template(path)
+    path = _template(tmp_path, "name: t\nfields: [source, hypothesis]\noptional_fields: [hypothesis]\n" + answers + messages)
+    with pytest.raises(ValueError, match=r"\['hypothesis'\] declared twice"):
+        load_template(path)
+    # the mapping form: YAML would keep the last of two equal keys
+    path = _template(tmp_path, "name: t\nfields:\n  source: the text\n  hypothesis: the other\n  source: again\n" + answers + messages)
+    with pytest.raises(ValueError, match=r"the key 'source' appears twice at line 5"):
+        load_template(path)
+    _fails(["score", "-t", str(path), "a", "b"], capsys, str(path), "appears twice")

@@ -155,8 +155,9 @@ def mapping_hint(setting: str, field_name: str, what: str = "column") -> str:
 
 
 def parse_assignments(specs: Iterable[str], setting: str = "--column") -> dict[str, str]:
-    """Repeated ``FIELD=COLUMN`` command-line values as a dict (later ones win). ``FIELD=`` (nothing
-    after ``=``) maps the field to ``""``: :func:`map_fields` then leaves that optional field out.
+    """Repeated ``FIELD=COLUMN`` command-line values as a dict; a field given twice is an error (not
+    "the last one wins"). ``FIELD=`` (nothing after ``=``) maps the field to ``""``: :func:`map_fields`
+    then leaves that optional field out.
 
     Example:
         >>> parse_assignments(["source=s1", "hypothesis = s2", "gold="])
@@ -169,6 +170,8 @@ def parse_assignments(specs: Iterable[str], setting: str = "--column") -> dict[s
         name, column = (part.strip() for part in spec.split("=", 1))
         if not name:
             raise ValueError(f"{setting} expects FIELD=COLUMN with a field name, got {spec!r}.")
+        if name in mapping:
+            raise ValueError(f"{setting} {name} is given twice ({name}={mapping[name]} and {name}={column}); give it once.")
         mapping[name] = column
     return mapping
 

@@ -87,6 +87,11 @@ class Template:
         check_chat_template_kwargs(self.chat_template_kwargs, f"template {self.name!r}")
         if not self.messages or self.messages[-1].role != "user":
             raise ValueError(f"template {self.name!r}: the last message must be a user turn (the question).")
+        declared = list(self.fields) + list(self.optional_fields)
+        twice = sorted({f for f in declared if declared.count(f) > 1})
+        if twice:
+            raise ValueError(f"template {self.name!r}: field(s) {twice} declared twice (fields and optional_fields "
+                             "together name each field once); remove the repeat.")
         known = set(self.fields) | set(self.optional_fields)
         for message in self.messages:
             if message.role not in _ROLES:
@@ -373,13 +378,31 @@ def load_template(template: "str | Path | Template | None" = None) -> Template:
             f"unknown template {str(template)!r}; built-in templates: {builtin_template_names()} "
             "(or pass a path to a YAML file)."
         )
-    return Template.from_dict(yaml.safe_load(resource.read_text(encoding="utf-8")), default_name=str(template))
+    return Template.from_dict(_load_yaml(resource.read_text(encoding="utf-8")), default_name=str(template))
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a mapping that repeats a key (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} appears twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _load_yaml(text: str) -> Any:
+    """A template's YAML text as Python data (safe loading; a repeated key is a ``yaml.YAMLError``)."""
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506  (a SafeLoader subclass)
 
 
 def _template_file(path: Path) -> Template:
     """A template read from a YAML file; every problem is a ``ValueError`` naming the file."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = _load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -1,7 +1,9 @@
 """What the tools' library code shares with the command line, below it: :class:`UsageError`, the
-default chunk size of a scoring loop and the re-location of a ``Judge.score`` error to its input row.
-
-Also the checks of command-line numbers (:func:`finite_positive`, :func:`finite_number`).
+default chunk size of a scoring loop, the re-location of a ``Judge.score`` error to its input row,
+and the ``type=`` checks of numeric command-line options (:func:`finite_float`, :func:`positive_float`,
+:func:`nonneg_float`, :func:`positive_int`, :func:`nonneg_int`, :func:`port`), which refuse ``nan``, ``inf`` and
+out-of-range numbers while the command line is parsed, so before anything loads or binds (exit
+code 2, the message names the option).
 
 The command line (:mod:`pluie_reward.tools.cli`) re-exports these names; a tool's library code
 (evaluation tasks, benchmarks) imports them from here, never from the command-line package.
@@ -9,9 +11,15 @@ The command line (:mod:`pluie_reward.tools.cli`) re-exports these names; a tool'
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
-from typing import Any, Sequence
+
+try:  # POSIX
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+from typing import Any, AnyStr, Iterator, Sequence
 
 from ..core.errors import PluieError
 
@@ -53,47 +61,156 @@ def relocate(message: str, rows: Sequence[str], per_item: int = 1) -> str:
     return _ITEM.sub(swap, message)
 
 
-def finite_positive(value: float | None, option: str, *, zero_ok: bool = False) -> float | None:
-    """A command-line number checked before anything loads: finite and > 0 (>= 0 with ``zero_ok``);
-    ``None`` (an option left unset) passes.
-
-    Args:
-        value: the parsed option.
-        option: its flag, for the message (``--max-body-mb``).
-        zero_ok: whether 0 means something (``--max-wait-ms 0``: no waiting).
-
-    Returns:
-        ``value``.
-
-    Raises:
-        UsageError: naming the option (exit 2).
+def lock_file(fd: int) -> bool:
+    """Take an exclusive lock (``flock``) on an open file or folder for as long as it stays open, or
+    say ``False`` at once when another process holds it. The lock goes with the process, so a killed
+    run leaves none behind. (Where ``fcntl`` is missing, always ``True``.)
 
     Example:
-        >>> finite_positive(2.5, "--max-body-mb"), finite_positive(0, "--max-wait-ms", zero_ok=True)
-        (2.5, 0)
-        >>> finite_positive(float("nan"), "--max-body-mb")
-        Traceback (most recent call last):
-        ...
-        pluie_reward.tools.shared.UsageError: --max-body-mb must be a finite number > 0, got nan.
+        >>> import os, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> one, two = os.open(folder, os.O_RDONLY), os.open(folder, os.O_RDONLY)
+        >>> lock_file(one), lock_file(two)
+        (True, False)
+        >>> os.close(one); lock_file(two)
+        True
+        >>> os.close(two)
     """
-    if value is None:
-        return None
-    if not (math.isfinite(value) and (value >= 0 if zero_ok else value > 0)):
-        raise UsageError(f"{option} must be a finite number {'>=' if zero_ok else '>'} 0, got {value}.")
+    if fcntl is None:  # pragma: no cover
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def json_lines(data: AnyStr) -> Iterator[tuple[AnyStr, int]]:
+    r"""The lines of JSON Lines text (or bytes), each with the offset just past its end: split on
+    ``"\n"`` only, a ``"\r"`` before it dropped (CRLF files). Not ``str.splitlines()``, which also
+    breaks at U+2028, U+2029, ``\x85``, ``\x0b``, ``\x0c`` and ``\x1c``-``\x1e``: JSON strings may
+    hold the first three raw (``json.dumps(..., ensure_ascii=False)`` writes them so).
+
+    Example:
+        >>> [line for line, _ in json_lines('{"a": "x\u2028y"}\r\n{"b": 2}\n')]
+        ['{"a": "x\u2028y"}', '{"b": 2}']
+        >>> list(json_lines(b'{"a": 1}\n{"b"'))
+        [(b'{"a": 1}', 9), (b'{"b"', 13)]
+    """
+    newline = "\n" if isinstance(data, str) else b"\n"
+    start = 0
+    while start < len(data):
+        cut = data.find(newline, start)  # type: ignore[arg-type]
+        end = len(data) if cut < 0 else cut + 1
+        line = data[start:cut if cut >= 0 else end]
+        if line.endswith("\r" if isinstance(data, str) else b"\r"):  # type: ignore[arg-type]
+            line = line[:-1]
+        yield line, end
+        start = end
+
+
+# numeric command-line options --------------------------------------------------------------------
+def _number(text: str, kind: type) -> float | int:
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        what = "a whole number" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}.") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}.")
     return value
 
 
-def finite_number(value: float | None, option: str) -> float | None:
-    """A command-line number that may take any finite value (``--threshold``); ``None`` passes.
+def finite_float(text: str) -> float:
+    """``type=`` of a numeric option that may be any finite number (a threshold, a log-ratio).
 
     Example:
-        >>> finite_number(-1.5, "--threshold")
+        >>> finite_float("-1.5")
         -1.5
-        >>> finite_number(float("inf"), "--threshold")
+        >>> finite_float("nan")
         Traceback (most recent call last):
         ...
-        pluie_reward.tools.shared.UsageError: --threshold must be a finite number, got inf.
+        argparse.ArgumentTypeError: must be a finite number, got 'nan'.
     """
-    if value is not None and not math.isfinite(value):
-        raise UsageError(f"{option} must be a finite number, got {value}.")
+    return float(_number(text, float))
+
+
+def positive_float(text: str) -> float:
+    """``type=`` of a numeric option that must be a finite number > 0 (a rate, a size, a duration).
+
+    Example:
+        >>> positive_float("0.5")
+        0.5
+        >>> positive_float("0")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be a finite number > 0, got '0'.
+    """
+    value = float(_number(text, float))
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}.")
+    return value
+
+
+def nonneg_float(text: str) -> float:
+    """``type=`` of a numeric option that must be a finite number >= 0 (a margin, a penalty, a share).
+
+    Example:
+        >>> nonneg_float("0")
+        0.0
+        >>> nonneg_float("inf")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be a finite number, got 'inf'.
+    """
+    value = float(_number(text, float))
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}.")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """``type=`` of a count that must be a whole number >= 1 (items, steps, tokens).
+
+    Example:
+        >>> positive_int("8")
+        8
+        >>> positive_int("-1")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be a whole number >= 1, got '-1'.
+    """
+    value = int(_number(text, int))
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}.")
+    return value
+
+
+def nonneg_int(text: str) -> int:
+    """``type=`` of a whole number >= 0 (a seed; a count where 0 means "skip").
+
+    Example:
+        >>> nonneg_int("0")
+        0
+    """
+    value = int(_number(text, int))
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}.")
+    return value
+
+
+def port(text: str) -> int:
+    """``type=`` of a TCP port to listen on: a whole number in 1..65535.
+
+    Example:
+        >>> port("8000")
+        8000
+        >>> port("99999")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be a port between 1 and 65535, got '99999'.
+    """
+    value = int(_number(text, int))
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port between 1 and 65535, got {text!r}.")
     return value

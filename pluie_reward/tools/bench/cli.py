@@ -10,8 +10,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
-from ..cli.common import UsageError, add_judge_arguments, command, judge_from_args
+from ..cli.common import UsageError, add_judge_arguments, command, judge_from_args, nonneg_int, positive_int
 from ..cli.main import main as cli_main
+from ..cli.output import check_output_file, write_text_file
 from .engines import compare_engines, comparison_json, format_engine_table, load_vllm_judge, parse_engines
 from .group import compare_group_judging, format_group_table
 from .grpo_share import PLACEMENTS as GRPO_PLACEMENTS, format_grpo_table, grpo_share
@@ -38,37 +39,37 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_judge_arguments(parser)
     parser.add_argument("--data", type=Path, default=None, help=f"PARAPHRASUS {_DATA_NAME} (default: ../shared/data/paraphrasus/)")
     parser.add_argument("--template", default="para-fs", help="two-field paraphrase template (default para-fs)")
-    parser.add_argument("--pairs", type=int, default=64, help="pairs of the mrpc workload (default 64)")
-    parser.add_argument("--sources", type=int, default=8, help="sources of the grpo workload (default 8)")
-    parser.add_argument("--per-source", type=int, default=8, help="hypotheses per source in the grpo workload (default 8)")
+    parser.add_argument("--pairs", type=positive_int, default=64, help="pairs of the mrpc workload (default 64)")
+    parser.add_argument("--sources", type=positive_int, default=8, help="sources of the grpo workload (default 8)")
+    parser.add_argument("--per-source", type=positive_int, default=8, help="hypotheses per source in the grpo workload (default 8)")
     parser.add_argument("--workloads", default="mrpc,grpo", help="comma-separated: mrpc, grpo (default both)")
     parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                         help=f"comma-separated subset of {','.join(METHODS)} (default: all but indirect)")
     parser.add_argument("--indirect-template", default="para-indirect", help="the INDIRECT method's template (default para-indirect)")
-    parser.add_argument("--indirect-max-new-tokens", type=int, default=None,
+    parser.add_argument("--indirect-max-new-tokens", type=positive_int, default=None,
                         help="length limit of the INDIRECT judge's own answer (default: the template's)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; (3) runs once per round (default 3)")
-    parser.add_argument("--sample-every", type=int, default=2, help="(1) and (2) run on every k-th pair (default 2)")
-    parser.add_argument("--generate-batch-size", type=int, default=8, help="batch size of the LLM-Yes/No generate (default 8)")
+    parser.add_argument("--rounds", type=positive_int, default=3, help="interleaved rounds; (3) runs once per round (default 3)")
+    parser.add_argument("--sample-every", type=positive_int, default=2, help="(1) and (2) run on every k-th pair (default 2)")
+    parser.add_argument("--generate-batch-size", type=positive_int, default=8, help="batch size of the LLM-Yes/No generate (default 8)")
     parser.add_argument("--placement", action="store_true", help="also measure judge placement memory in fresh processes")
     parser.add_argument("--json", type=Path, default=None, help="write all numbers to this JSON file")
-    parser.add_argument("--threads", type=int, default=None,
+    parser.add_argument("--threads", type=positive_int, default=None,
                         help="torch threads of this process (default: torch's; 1 is steadier on a loaded machine)")
     group = parser.add_argument_group("engines, server and training (off by default)")
     group.add_argument("--engines", default=None, metavar="LIST",
                        help="compare Judge.score on these engines side by side, e.g. transformers,vllm (pairs/s, ratio, max |diff|)")
-    group.add_argument("--vllm-max-model-len", type=int, default=4096, help="context length of the benchmark's vLLM judges (default 4096)")
-    group.add_argument("--server-clients", type=int, default=0, metavar="N",
+    group.add_argument("--vllm-max-model-len", type=positive_int, default=4096, help="context length of the benchmark's vLLM judges (default 4096)")
+    group.add_argument("--server-clients", type=nonneg_int, default=0, metavar="N",
                        help="also load a judge server (pluie-reward serve, started here on 127.0.0.1) with N concurrent clients, "
                             "for each engine of --engines (default: transformers)")
-    group.add_argument("--server-requests", type=int, default=4, help="requests per client (default 4)")
-    group.add_argument("--server-items", type=int, default=8, help="distinct pairs per request (default 8)")
-    group.add_argument("--grpo-steps", type=int, default=0, metavar="N",
+    group.add_argument("--server-requests", type=positive_int, default=4, help="requests per client (default 4)")
+    group.add_argument("--server-items", type=positive_int, default=8, help="distinct pairs per request (default 8)")
+    group.add_argument("--grpo-steps", type=nonneg_int, default=0, metavar="N",
                        help="also time N steps of a small GRPOTrainer per judge placement (shared, separate, and vllm when "
                             "--engines has it), in fresh processes: the reward's share of the step")
-    group.add_argument("--groups", type=int, default=0, metavar="N",
+    group.add_argument("--groups", type=nonneg_int, default=0, metavar="N",
                        help="also compare group-relative judging (para-group) with pointwise PLUIE on N GRPO-shaped groups")
-    group.add_argument("--group-size", type=int, default=4, help="candidates per group of --groups (2 to 16, default 4)")
+    group.add_argument("--group-size", type=positive_int, default=4, help="candidates per group of --groups (2 to 16, default 4)")
     group.add_argument("--group-orders", default="1,2,4", help="numbers of cyclic orders to compare (default 1,2,4)")
 
 
@@ -90,8 +91,8 @@ def check_args(args: argparse.Namespace, pairs_available: int | None = None) -> 
     engines = parse_engines(args.engines)
     if not methods and not engines and not args.server_clients and not args.grpo_steps and not args.placement and not args.groups:
         raise UsageError("nothing to run: give --methods, --engines, --server-clients, --grpo-steps, --groups or --placement.")
-    if args.groups < 0 or not 2 <= args.group_size <= 16:
-        raise UsageError("--groups must be >= 0 and --group-size from 2 to 16.")
+    if not 2 <= args.group_size <= 16:
+        raise UsageError(f"--group-size must be from 2 to 16, got {args.group_size}.")
     try:
         orders = [int(k) for k in args.group_orders.split(",") if k.strip()]
     except ValueError:
@@ -103,19 +104,11 @@ def check_args(args: argparse.Namespace, pairs_available: int | None = None) -> 
                          "compare engines with --engines transformers,vllm instead.")
     if engines and engines[0] != "transformers":
         raise UsageError("--engines: list transformers first (the other engines' scores are compared with it).")
-    if args.server_clients < 0 or args.grpo_steps < 0:
-        raise UsageError("--server-clients and --grpo-steps must be >= 0 (0 = skip).")
     if args.server_clients:
         check_load(args.server_clients, args.server_requests, args.server_items,
                    pairs_available if pairs_available is not None else 10**9)
     if args.grpo_steps and (args.model is not None or args.adapter is not None):
         raise UsageError("--grpo-steps trains the embedded demo model with its own judges; drop --model/--adapter.")
-    if args.vllm_max_model_len < 1:
-        raise UsageError("--vllm-max-model-len must be >= 1.")
-    if args.threads is not None and args.threads < 1:
-        raise UsageError("--threads must be >= 1.")
-    if args.indirect_max_new_tokens is not None and args.indirect_max_new_tokens < 1:
-        raise UsageError("--indirect-max-new-tokens must be >= 1.")
     return names, methods, engines
 
 
@@ -124,6 +117,7 @@ def bench_command(args: argparse.Namespace) -> int:
     """Benchmark Judge.score against the seeds' two-pass method and an LLM-Yes/No generate judge,
     engines side by side, the judge server under load and the reward's share of GRPO steps."""
     check_args(args)
+    check_output_file(args.json, "--json", inputs=[args.data])
     data = args.data or default_data_path()
     if data is None:
         raise UsageError(f"no {_DATA_NAME} found beside the checkout; pass --data PATH.")
@@ -205,7 +199,7 @@ def bench_command(args: argparse.Namespace) -> int:
         print(format_placements(memory) + "\n")
     payload["placement"] = memory
     if args.json:
-        args.json.write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
+        write_text_file(args.json, json.dumps(payload, indent=1, default=str), "--json")
     return 0
 
 

@@ -4,7 +4,6 @@ and reading input files. Sub-commands live in their own modules and register her
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -12,7 +11,16 @@ from ...core.judge import Judge
 from ...core.prompt import chat_clock
 from ...core.template import check_chat_template_kwargs
 from ...engines.remote import RemoteEngineError
-from ..shared import UsageError, auto_chunk_size  # noqa: F401  (re-exported: the commands import them from here)
+from ..shared import (  # noqa: F401  (re-exported: the commands import them from here)
+    UsageError,
+    auto_chunk_size,
+    finite_float,
+    nonneg_float,
+    nonneg_int,
+    positive_float,
+    positive_int,
+)
+from .output import check_output_dir, check_output_file  # noqa: F401  (re-exported)
 from .records import parse_columns, read_table
 from .registry import COMMANDS, command  # noqa: F401  (re-exported)
 
@@ -31,14 +39,14 @@ def add_judge_arguments(parser: argparse.ArgumentParser, adapter: bool = True, b
                             help="a judge adapter folder (pluie-reward tune --output DIR) put on --model, active while scoring")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: best available)")
     parser.add_argument("--dtype", default=None, help="float32 (default), bfloat16, float16, auto")
-    parser.add_argument("--batch-tokens", type=int, default=None, help="token budget of one batch (default: 512 on CPU, 4096 on GPU)")
+    parser.add_argument("--batch-tokens", type=positive_int, default=None, help="token budget of one batch (default: 512 on CPU, 4096 on GPU)")
     add_chat_template_kwargs_argument(parser)
     group = parser.add_argument_group("engine")
     group.add_argument("--engine", choices=("transformers", "vllm", "remote"), default="transformers",
                        help="transformers (this process, default), vllm (vLLM in this process) or remote (vLLM servers at --url)")
     group.add_argument("--url", default=None, help="with --engine remote: the vLLM server(s), e.g. http://host:8000 (comma-separated for several)")
-    group.add_argument("--tensor-parallel-size", type=int, default=1, help="with --engine vllm: GPUs per replica (default 1)")
-    group.add_argument("--gpu-memory-utilization", type=float, default=None, help="with --engine vllm: share of GPU memory vLLM may take")
+    group.add_argument("--tensor-parallel-size", type=positive_int, default=1, help="with --engine vllm: GPUs per replica (default 1)")
+    group.add_argument("--gpu-memory-utilization", type=positive_float, default=None, help="with --engine vllm: share of GPU memory vLLM may take")
 
 
 def add_chat_template_kwargs_argument(parser: argparse.ArgumentParser) -> None:
@@ -139,54 +147,24 @@ def judge_from_args(args: argparse.Namespace) -> Any:
     except OSError as err:  # transformers: not a folder, not in the HF cache and no network, gated repo...
         if args.model is None or Path(args.model).exists():
             raise
-        reason = str(err).strip().splitlines()[0]
-        raise UsageError(
-            f"--model {args.model}: not a local folder or file, and the Hugging Face Hub did not provide it ({reason}). "
-            f"Without network access, download it elsewhere (huggingface-cli download {args.model}) and pass its "
-            "folder to --model, or point HF_HOME at a cache that holds it."
-        ) from None
+        raise model_not_found(args.model, err) from None
 
 
-def check_chunk_size(value: int | None) -> None:
-    """``--chunk-size`` must be a positive number of items (checked before the model loads)."""
-    if value is not None and value < 1:
-        raise UsageError(f"--chunk-size must be >= 1 (items per scoring call), got {value}.")
-
-
-def _writable_folder(folder: Path, option: str) -> None:
-    for parent in [folder, *folder.parents]:
-        if parent.exists():
-            if not parent.is_dir():
-                raise UsageError(f"{option}: {parent} is a file, so nothing can be written under it; choose another path.")
-            if not os.access(parent, os.W_OK):
-                raise UsageError(f"{option}: {parent} is not writable; choose another path.")
-            return
-
-
-def check_output_file(path: Path | None, option: str = "--output") -> None:
-    """Fail early (before the model loads) if ``path`` cannot be written as a file.
+def model_not_found(model: str, err: OSError) -> UsageError:
+    """The usage error for a ``--model`` that is neither a local path nor provided by the Hub.
 
     Example:
-        >>> check_output_file(None)
+        >>> print(model_not_found("./missing", OSError("Repo id must use alphanumeric chars")))
+        --model ./missing: no such file or folder; give a local model folder, a .gguf file or a Hugging Face id.
     """
-    if path is None:
-        return
-    if path.is_dir():
-        raise UsageError(f"{option} {path} is a folder; give a file name, e.g. {path / 'scored.jsonl'}.")
-    _writable_folder(path.parent, option)
-
-
-def check_output_dir(path: Path | None, option: str = "--output-dir") -> None:
-    """Fail early (before the model loads) if ``path`` cannot be used as an output folder.
-
-    Example:
-        >>> check_output_dir(None)
-    """
-    if path is None:
-        return
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"{option} {path} is a file; give a folder (it is created if needed).")
-    _writable_folder(path, option)
+    if model.startswith(("/", "./", "../", "~")) or "\\" in model:
+        return UsageError(f"--model {model}: no such file or folder; give a local model folder, a .gguf file or a Hugging Face id.")
+    reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return UsageError(
+        f"--model {model}: not a local folder or file, and the Hugging Face Hub did not provide it ({reason}). "
+        f"Without network access, download it elsewhere (huggingface-cli download {model}) and pass its "
+        "folder to --model, or point HF_HOME at a cache that holds it."
+    )
 
 
 def read_records(path: Path, split: str | None = None) -> list[dict[str, Any]]:

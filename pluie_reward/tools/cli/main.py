@@ -31,8 +31,8 @@ def _load_commands() -> None:
         importlib.import_module(module)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``pluie-reward`` console script."""
+def build_parser() -> argparse.ArgumentParser:
+    """The ``pluie-reward`` parser with every registered sub-command (each with ``run`` as default)."""
     _load_commands()
     parser = argparse.ArgumentParser(prog="pluie-reward", description="PLUIE: an LLM judge read from its Yes/No logits.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -40,7 +40,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         sp = sub.add_parser(name, help=(run.__doc__ or "").strip().splitlines()[0])
         configure(sp)
         sp.set_defaults(run=run)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``pluie-reward`` console script: the command's exit code (2 for bad usage,
+    argparse's refusals of an option included; 130 after Ctrl-C)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help (0) or an option argparse refused (2, its message already printed)
+        return done.code if isinstance(done.code, int) else 2
     try:
         return args.run(args)
     except BrokenPipeError:  # e.g. piped into `head`: stop quietly, as Unix tools do
@@ -48,6 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:  # a command that keeps work says so itself; the others stop in one line
+        print(f"pluie-reward {args.command}: interrupted.", file=sys.stderr)
+        return 130
     except UsageError as err:
         print(f"pluie-reward {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ...core.fields import map_fields, parse_assignments
-from ..shared import UsageError, relocate  # noqa: F401  (re-exported: relocate's home was here)
+from ..shared import UsageError, json_lines, relocate  # noqa: F401  (re-exported: relocate's home was here)
 
 JSON_SUFFIXES = {".jsonl", ".ndjson", ".json"}
 TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t"}
@@ -240,7 +240,7 @@ def _read_json(path: Path) -> Records:
         if isinstance(data, dict):
             return Records(path, [data], ["item 1"])
     rows, locations = [], []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, (line, _) in enumerate(json_lines(text), 1):
         if not line.strip():
             continue
         try:

@@ -6,22 +6,25 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator, Sequence
 
 from ...core.prompt import AnswerTokenError, BoundTemplate
-from ...core.template import builtin_template_names, load_template
+from ...core.template import Template, builtin_template_names, load_template
 from .common import (
     UsageError,
     add_chat_template_kwargs_argument,
     add_judge_arguments,
     auto_chunk_size,
-    check_chunk_size,
     chat_template_kwargs,
     check_output_file,
     command,
     field_columns,
+    finite_float,
     judge_from_args,
+    model_not_found,
+    positive_int,
 )
+from .output import OutputFile, partial_path
 from .records import Records, check_texts, read_table, relocate
 
 
@@ -34,30 +37,84 @@ def _configure_score(p: argparse.ArgumentParser) -> None:
     p.add_argument("--column", action="append", default=[], metavar="FIELD=COLUMN",
                    help="read FIELD from COLUMN of the input (nested: a.b; default: the column named like the field; "
                         "FIELD= leaves an optional field out)")
-    p.add_argument("--output", "-o", type=Path, help="JSONL output file (default: standard output)")
+    p.add_argument("--output", "-o", type=Path,
+                   help="JSONL output file (default: standard output); written as FILE.partial, renamed to FILE when complete")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --output file (or start an interrupted one again)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted --output (FILE.partial, or an incomplete FILE) where it stopped; the result "
+                        "is the file a clean run writes")
     p.add_argument("--template", "-t", default="para-fs", help="template name or YAML path (default para-fs)")
-    p.add_argument("--threshold", type=float, default=0.0, help="verdict = logratio > threshold (default 0)")
+    p.add_argument("--threshold", type=finite_float, default=0.0, help="verdict = logratio > threshold (default 0)")
     p.add_argument("--no-truncate", action="store_true", help="fail on prompts longer than the context instead of truncating")
-    p.add_argument("--chunk-size", type=int, default=None,
+    p.add_argument("--chunk-size", type=positive_int, default=None,
                    help="items per Judge.score call, written out after each (default: one forward batch, 8 on CPU)")
     add_judge_arguments(p)
 
 
-def _chunks(n: int, size: int) -> Iterator[range]:
-    for start in range(0, n, size):
-        yield range(start, min(start + size, n))
+def _chunks(n: int, size: int, start: int = 0) -> Iterator[range]:
+    for first in range(start, n, size):
+        yield range(first, min(first + size, n))
+
+
+def output_fields(template: Template) -> tuple[str, ...]:
+    """The keys ``score`` adds to each input row for ``template`` (``Judge.score(details=True)``'s
+    records, ``p_calibrated`` and ``generated`` included): input columns may not have these names.
+
+    Example:
+        >>> output_fields(load_template("para-fs"))
+        ('logratio', 'p_yes', 'verdict', 'p_calibrated')
+    """
+    if template.kind == "binary":
+        keys = ["logratio", "p_yes", "verdict", "p_calibrated"]
+    else:
+        keys = ["score", "logprobs", "probs", "choice"] + (["expected"] if template.kind == "scale" else [])
+    return tuple(keys + (["generated"] if template.generates else []))
+
+
+def _check_columns(records: Records, template: Template) -> None:
+    """Output fields never replace input columns: refuse an input with columns of their names."""
+    clash = sorted({key for row in records.rows for key in row} & set(output_fields(template)))
+    if clash:
+        raise UsageError(
+            f"{records.path}: column(s) {clash} have the names of fields score writes ({', '.join(output_fields(template))}), "
+            "and the output would replace them; rename those columns in the input."
+        )
+
+
+def _close(saved: Any, new: Any) -> bool:
+    """A saved output value equals a new one (numbers within 1e-4, relative)."""
+    if isinstance(new, float) and isinstance(saved, (int, float)) and not isinstance(saved, bool):
+        return abs(saved - new) <= 1e-4 * max(1.0, abs(new))
+    if isinstance(new, dict) and isinstance(saved, dict):
+        return saved.keys() == new.keys() and all(_close(saved[k], v) for k, v in new.items())
+    return saved == new
+
+
+def _check_done(done: list[dict[str, Any]], records: Records, partial: Path) -> None:
+    """The rows an interrupted run wrote must be the input's first rows (else the input changed)."""
+    if len(done) > len(records):
+        raise UsageError(f"{partial} holds {len(done)} rows but the input {len(records)}: it is the output of another input; "
+                         "pass --overwrite to start again.")
+    for i, line in enumerate(done):
+        row = records.rows[i]
+        if not set(row) <= set(line) or json.dumps({k: line[k] for k in row}, sort_keys=True, default=str) != \
+                json.dumps(row, sort_keys=True, default=str):
+            raise UsageError(f"{partial} line {i + 1} does not hold {records.where(i)}: the input changed since it was written; "
+                             "pass --overwrite to start again.")
 
 
 @command("score", _configure_score)
 def score_command(args: argparse.Namespace) -> int:
     """Score items given as arguments or in a file; write JSONL with logratio, p_yes, verdict."""
-    from tqdm.auto import tqdm
-
-    check_chunk_size(args.chunk_size)
     template = load_template(args.template)
     fields = list(template.fields)
     if args.input is not None and args.values:
         raise UsageError("give either positional values or --input, not both.")
+    if args.output is None and (args.resume or args.overwrite):
+        raise UsageError("--resume and --overwrite are about an --output file; give one.")
+    if args.resume and args.overwrite:
+        raise UsageError("--resume continues the output, --overwrite starts it again: choose one.")
+    check_output_file(args.output, "--output", inputs=[args.input], overwrite=args.overwrite, resume=args.resume)
     if args.input is None:
         if len(args.values) != len(fields):
             raise UsageError(
@@ -71,44 +128,98 @@ def score_command(args: argparse.Namespace) -> int:
         mapping = field_columns(args, list(template.all_fields), template.optional_fields)
         records.require({f"field {f}": c for f, c in mapping.items() if f in fields and c is not None},
                         "Use --column FIELD=COLUMN.")
+    _check_columns(records, template)
     # optional fields are read when their column is in the file (or named with --column)
     used = {f: c for f, c in mapping.items() if c is not None and (f in fields or records.has(c) or f"{f}={c}" in args.column)}
     values = check_texts(records, used, optional=template.optional_fields)
-    check_output_file(args.output)
     judge = judge_from_args(args)
     print(f"pluie-reward score: judge {judge.name}, template {template.name}", file=sys.stderr)
     size = args.chunk_size or auto_chunk_size(judge)
-    out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
-    written = 0
+    run = _Run(args, judge, template, records, values, size)
     try:
-        with tqdm(total=len(records), desc="scoring", unit="item", disable=args.input is None, file=sys.stderr) as bar:
-            for chunk in _chunks(len(records), size):
-                part = {f: v[chunk.start : chunk.stop] for f, v in values.items()}
-                try:
-                    results = judge.score(template, details=True, threshold=args.threshold, truncate=not args.no_truncate, **part)
-                except (TypeError, ValueError) as err:
-                    rows = [records.where(i) for i in chunk]
-                    raise UsageError(relocate(str(err), rows) + _partial(args.output, written)) from None
-                for i, result in zip(chunk, results):
-                    out.write(json.dumps({**records.rows[i], **result}, ensure_ascii=False) + "\n")
-                out.flush()
-                written += len(chunk)
-                bar.update(len(chunk))
-    except (KeyboardInterrupt, Exception) as err:
-        if not isinstance(err, UsageError) and args.output is not None:
-            print(f"pluie-reward score: interrupted{_partial(args.output, written)}", file=sys.stderr)
+        if args.output is None:
+            run.write(sys.stdout)
+        else:
+            with OutputFile(args.output, resume=args.resume) as out:
+                run.write(out, out.done_lines() if args.resume else [])
+                out.commit()
+    except KeyboardInterrupt:
+        print(f"pluie-reward score: interrupted; {run.kept() or 'nothing was written'}.", file=sys.stderr)
+        return 130
+    except _Refused:
         raise
-    finally:
-        if args.output:
-            out.close()
+    except UsageError as err:
+        raise UsageError(f"{err}" + (f" ({run.kept(fix=True)})." if run.kept() else "")) from None
+    except Exception:
+        if run.kept():
+            print(f"pluie-reward score: failed; {run.kept()}.", file=sys.stderr)
+        raise
     return 0
 
 
-def _partial(output: Path | None, written: int) -> str:
-    if output is None or not written:
-        return ""
-    return (f" ({written} item(s) before it were scored and kept in {output}, one line per input row in order; "
-            f"fix the row and score the rest, e.g. from row {written + 1})")
+class _Refused(UsageError):
+    """A resumed output that this run cannot continue (said before anything is written)."""
+
+
+class _Run:
+    """One ``score`` run writing its records, chunk after chunk, and able to say what it kept."""
+
+    def __init__(self, args: argparse.Namespace, judge: Any, template: Template, records: Records,
+                 values: dict[str, list[Any]], size: int) -> None:
+        self.args, self.judge, self.template, self.records, self.values, self.size = args, judge, template, records, values, size
+        self.written = 0
+        self.started = False  # the output is checked and being written
+
+    def write(self, out: Any, done: Sequence[dict[str, Any]] = ()) -> None:
+        """Score and write every row after ``done`` (rows an interrupted run wrote); the chunk holding
+        the last of them is scored again, as in a clean run, and must give the saved results."""
+        from tqdm.auto import tqdm
+
+        if done:
+            try:
+                _check_done(list(done), self.records, partial_path(self.args.output))
+            except UsageError as err:
+                raise _Refused(str(err)) from None
+        self.written = len(done)
+        self.started = True
+        first = (len(done) - 1) // self.size * self.size if done else 0
+        with tqdm(total=len(self.records), initial=self.written, desc="scoring", unit="item",
+                  disable=self.args.input is None, file=sys.stderr) as bar:
+            for chunk in _chunks(len(self.records), self.size, first):
+                part = {f: v[chunk.start : chunk.stop] for f, v in self.values.items()}
+                try:
+                    results = self.judge.score(self.template, details=True, threshold=self.args.threshold,
+                                               truncate=not self.args.no_truncate, **part)
+                except (TypeError, ValueError) as err:
+                    raise UsageError(relocate(str(err), [self.records.where(i) for i in chunk])) from None
+                for i, result in zip(chunk, results):
+                    row = self.records.rows[i]
+                    if i < len(done):
+                        if not _close({k: done[i].get(k) for k in result}, result):
+                            raise _Refused(
+                                f"{partial_path(self.args.output)} line {i + 1} was scored with other settings (judge, "
+                                f"template, threshold...): it holds {({k: done[i].get(k) for k in result})}, this run gives "
+                                f"{result}. Resume with the same options, or pass --overwrite to start again.")
+                        continue
+                    if set(result) & set(row):  # _check_columns prevents it; never replace an input column
+                        raise UsageError(f"{self.records.where(i)}: column(s) {sorted(set(result) & set(row))} would be replaced.")
+                    out.write(json.dumps({**row, **result}, ensure_ascii=False) + "\n")
+                out.flush()
+                new = max(0, chunk.stop - max(chunk.start, self.written))
+                self.written += new
+                bar.update(new)
+
+    def kept(self, fix: bool = False) -> str:
+        """What the run kept and how to go on ("" before it started writing); ``fix``: after fixing the input."""
+        output, total = self.args.output, len(self.records)
+        if not self.started:
+            return ""
+        if output is None:
+            return f"{self.written} of {total} item(s) were written to standard output"
+        if not self.written:
+            return f"nothing was written; {output} is untouched"
+        return (f"{self.written} of {total} item(s), in input order, are kept in {partial_path(output)} "
+                f"({output} is untouched); {'fix it, then ' if fix else ''}run the same command with --resume to score the rest")
 
 
 # templates -------------------------------------------------------------------------------------
@@ -154,7 +265,14 @@ def _render(args: argparse.Namespace) -> int:
         if not sep or name not in values:
             raise UsageError(f"--field expects FIELD=VALUE with FIELD in {list(values)}, got {spec!r}.")
         values[name] = value
-    tokenizer = load_tokenizer(args.model)
+    try:
+        tokenizer = load_tokenizer(args.model)
+    except OSError as err:  # transformers: no such folder, not on the Hub, no network
+        if args.model is None:
+            raise
+        if Path(args.model).exists():
+            raise UsageError(f"--model {args.model}: cannot read its tokenizer ({str(err).strip().splitlines()[0]}).") from None
+        raise model_not_found(args.model, err) from None
     try:
         bound = BoundTemplate(template, tokenizer, allow_multi_token=True, chat_template_kwargs=keywords)
     except AnswerTokenError as err:

@@ -21,7 +21,17 @@ from typing import Any
 
 from ...core.calibration import FILE_NAME
 from ...core.template import load_template
-from ..cli.common import UsageError, add_judge_arguments, check_output_file, command, judge_from_args
+from ..cli.common import (
+    UsageError,
+    add_judge_arguments,
+    check_output_file,
+    command,
+    judge_from_args,
+    nonneg_float,
+    nonneg_int,
+    positive_int,
+)
+from ..cli.output import OutputFile
 from ..cli.records import read_table
 from .calibration import CalibrationConfig, fit_calibration, heldout_split, p_yes
 from .cli import INPUT_HELP, _convert, _load_generic
@@ -33,7 +43,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
     data = p.add_argument_group("data")
     data.add_argument("--input", "-i", type=Path, required=True, help=f"labelled items: {INPUT_HELP}")
     data.add_argument("--split", default=None, help="split of a datasets folder holding several")
-    data.add_argument("--limit", type=int, default=None, help="only the first N items")
+    data.add_argument("--limit", type=positive_int, default=None, help="only the first N items")
     data.add_argument("--label-column", default="label", help="column with the binary label (default label)")
     data.add_argument("--score-column", default=None, metavar="C",
                       help="read the PLUIE log-ratios from column C (nested: a.b) instead of scoring with a judge")
@@ -44,16 +54,16 @@ def _configure(p: argparse.ArgumentParser) -> None:
     data.add_argument("--judge-name", default=None,
                       help="with --score-column: the judge the scores came from, recorded in the file")
     fit = p.add_argument_group("fit (see CalibrationConfig)")
-    fit.add_argument("--heldout", type=float, default=0.3, help="share of the items kept out of the fit for the report (default 0.3)")
-    fit.add_argument("--seed", type=int, default=0, help="seed of the held-out split (default 0)")
-    fit.add_argument("--bins", type=int, default=10, help="equal-width bins of the expected calibration error (default 10)")
-    fit.add_argument("--l2", type=float, default=1e-4, help="ridge penalty on a and b (default 1e-4; 0: plain maximum likelihood)")
+    fit.add_argument("--heldout", type=nonneg_float, default=0.3, help="share of the items kept out of the fit for the report (default 0.3)")
+    fit.add_argument("--seed", type=nonneg_int, default=0, help="seed of the held-out split (default 0)")
+    fit.add_argument("--bins", type=positive_int, default=10, help="equal-width bins of the expected calibration error (default 10)")
+    fit.add_argument("--l2", type=nonneg_float, default=1e-4, help="ridge penalty on a and b (default 1e-4; 0: plain maximum likelihood)")
     out = p.add_argument_group("output")
     out.add_argument("--output", "-o", type=Path, required=True,
                      help="calibration file to write, or a folder (e.g. an adapter folder) to write calibration.json into")
     out.add_argument("--overwrite", action="store_true", help="replace an existing calibration file")
     out.add_argument("--plot", action="store_true", help="also write a reliability diagram (PNG) beside the file")
-    out.add_argument("--chunk-size", type=int, default=None, help="items per Judge.score call when scoring here")
+    out.add_argument("--chunk-size", type=positive_int, default=None, help="items per Judge.score call when scoring here")
     out.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_judge_arguments(p)
 
@@ -81,14 +91,8 @@ def calibrate_command(args: argparse.Namespace) -> int:
         config = CalibrationConfig(heldout_fraction=args.heldout, seed=args.seed, n_bins=args.bins, l2=args.l2)
     except ValueError as err:
         raise UsageError(f"{err} (options --heldout, --seed, --bins, --l2)") from None
-    if args.limit is not None and args.limit < 1:
-        raise UsageError("--limit must be >= 1.")
-    if args.chunk_size is not None and args.chunk_size < 1:
-        raise UsageError(f"--chunk-size must be >= 1, got {args.chunk_size}.")
     target = _target(args.output)
-    check_output_file(target, "--output")
-    if target.exists() and not args.overwrite:
-        raise UsageError(f"--output: {target} exists; pass --overwrite to replace it.")
+    check_output_file(target, "--output", inputs=[args.input], overwrite=args.overwrite)
     template = load_template(args.template)
     if template.kind != "binary":
         raise UsageError(f"--template {args.template}: a calibration maps PLUIE, the log-ratio of a Yes/No template; "
@@ -116,7 +120,10 @@ def calibrate_command(args: argparse.Namespace) -> int:
         calibration = fit_calibration(scores, labels, config=config, template=template.name, judge=judge_name)
     except ValueError as err:
         raise UsageError(f"{args.input}: {err}") from None
-    path = calibration.save(target)
+    with OutputFile(target) as out:  # written beside, renamed into place when complete
+        calibration.save(out.partial)
+        out.commit()
+    path = target
     print(summary(calibration))
     if args.plot:
         import numpy as np

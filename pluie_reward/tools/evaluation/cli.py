@@ -26,11 +26,14 @@ from ...core.template import load_template
 from ..cli.common import (
     UsageError,
     add_judge_arguments,
-    check_chunk_size,
     check_output_dir,
     command,
     field_columns,
+    finite_float,
     judge_from_args,
+    nonneg_float,
+    nonneg_int,
+    positive_int,
 )
 from ..cli.records import check_texts, read_table, text_problem
 from .baselines import missing_baselines, parse_baselines
@@ -47,7 +50,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output-dir", "-o", type=Path,
                    help="save scores as they come (scores.jsonl; a rerun resumes), results.json/.md and plots here")
     p.add_argument("--overwrite", action="store_true", help="discard scores already in --output-dir instead of resuming")
-    p.add_argument("--chunk-size", type=int, default=None,
+    p.add_argument("--chunk-size", type=positive_int, default=None,
                    help="items per Judge.score call, saved after each (default: about one forward batch: 8 prompts on CPU, 64 on GPU; A and B count as two)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_judge_arguments(p)
@@ -61,7 +64,7 @@ def _baseline_options(p: argparse.ArgumentParser, default: str = "levenshtein,bl
 def _file_task(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", "-i", type=Path, required=True, help=INPUT_HELP)
     p.add_argument("--split", default=None, help="split of a datasets folder holding several")
-    p.add_argument("--limit", type=int, default=None, help="only the first N items")
+    p.add_argument("--limit", type=positive_int, default=None, help="only the first N items")
     p.add_argument("--column", action="append", default=[], metavar="FIELD=COLUMN",
                    help="read template FIELD from COLUMN (nested: a.b; default: the column named like the field; "
                         "FIELD= leaves an optional field such as gold out)")
@@ -76,14 +79,14 @@ def _preset(p: argparse.ArgumentParser, name: str) -> None:
     roles = "; ".join(f"{role} ({preset.role_help.get(role, '')}, default column {column!r})" for role, column in preset.roles.items())
     p.add_argument("input", type=Path, help=INPUT_HELP)
     p.add_argument("--split", default=None, help="split of a datasets folder holding several")
-    p.add_argument("--limit", type=int, default=None, help="only the first N items")
+    p.add_argument("--limit", type=positive_int, default=None, help="only the first N items")
     p.add_argument("--column", action="append", default=[], metavar="ROLE=COLUMN", help=f"read ROLE from COLUMN; roles: {roles}")
     _baseline_options(p)
     if preset.task == "classification":
-        p.add_argument("--threshold", type=float, default=0.0, help="the judge's natural threshold (default 0)")
+        p.add_argument("--threshold", type=finite_float, default=0.0, help="the judge's natural threshold (default 0)")
         p.add_argument("--plots", action="store_true", help="write threshold-curve, histogram and edit-distance PNGs")
     else:
-        p.add_argument("--epsilon", type=float, default=None, help="fixed tie margin instead of tie calibration")
+        p.add_argument("--epsilon", type=nonneg_float, default=None, help="fixed tie margin instead of tie calibration")
     _run_options(p)
     p.set_defaults(eval_run=_run_preset, preset=name)
 
@@ -94,7 +97,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
     c = sub.add_parser("classification", help="accuracy/precision/recall/F1 at threshold 0 and a posteriori, with baselines")
     _file_task(c)
     c.add_argument("--label-column", default="label", help="column with the binary label (default label)")
-    c.add_argument("--threshold", type=float, default=0.0, help="the judge's natural threshold (default 0)")
+    c.add_argument("--threshold", type=finite_float, default=0.0, help="the judge's natural threshold (default 0)")
     c.add_argument("--plots", action="store_true", help="write threshold-curve, histogram and edit-distance PNGs into --output-dir")
     _run_options(c)
     c.set_defaults(eval_run=_classification)
@@ -110,7 +113,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
     r.add_argument("--b-column", default="b", help="column of candidate B (default b)")
     r.add_argument("--human-column", default="human",
                    help="column of the human choice: A, B or tie (also =, equal, same, both, none, neither) (default human)")
-    r.add_argument("--epsilon", type=float, default=None, help="fixed tie margin instead of tie calibration")
+    r.add_argument("--epsilon", type=nonneg_float, default=None, help="fixed tie margin instead of tie calibration")
     _run_options(r)
     r.set_defaults(eval_run=_preference)
 
@@ -122,10 +125,10 @@ def _configure(p: argparse.ArgumentParser) -> None:
     b = sub.add_parser("paraphrasus", help="PARAPHRASUS error rates next to the published Llama-3 figures")
     b.add_argument("--data-dir", type=Path, default=None,
                    help="folder with the benchmark's JSON files (default: $PARAPHRASUS_DIR or ../shared/data/paraphrasus)")
-    b.add_argument("--limit", type=int, default=None, help="random subset of at most N pairs per dataset (full run: ~21k pairs)")
-    b.add_argument("--seed", type=int, default=0, help="seed of the --limit subset (default 0)")
+    b.add_argument("--limit", type=positive_int, default=None, help="random subset of at most N pairs per dataset (full run: ~21k pairs)")
+    b.add_argument("--seed", type=nonneg_int, default=0, help="seed of the --limit subset (default 0)")
     b.add_argument("--datasets", default=None, help="comma-separated subset of MRPC,STS-H,SNLI,ANLI,STS,SICK,TRUE,SIMP")
-    b.add_argument("--threshold", type=float, default=0.0, help="paraphrase when logratio > threshold (default 0)")
+    b.add_argument("--threshold", type=finite_float, default=0.0, help="paraphrase when logratio > threshold (default 0)")
     b.add_argument("--peers", default="all", choices=["all", "llama3", "paper", "none"],
                    help="published figures to print beside (default all)")
     b.add_argument("--plots", action="store_true",
@@ -145,12 +148,9 @@ def _configure(p: argparse.ArgumentParser) -> None:
 def eval_command(args: argparse.Namespace) -> int:
     """Evaluate a judge: classification, preference, the paper's presets, PARAPHRASUS, or report a saved run."""
     if args.eval_task != "report":
-        check_chunk_size(args.chunk_size)
         check_output_dir(args.output_dir)
         if getattr(args, "plots", False) and args.output_dir is None:
             raise UsageError("--plots needs --output-dir.")
-        if getattr(args, "limit", None) is not None and args.limit < 1:
-            raise UsageError("--limit must be >= 1.")
     try:
         return args.eval_run(args)
     except Interrupted:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ...core.errors import PluieError
+from ..shared import json_lines, lock_file
 
 RUN_FILE = "run.json"
 SCORES_FILE = "scores.jsonl"
@@ -82,9 +83,7 @@ def read_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
     if not path.is_file():
         return lines, good
     data = path.read_bytes()
-    offset = 0
-    for raw in data.splitlines(keepends=True):
-        offset += len(raw)
+    for raw, offset in json_lines(data):
         if not raw.strip():
             good = offset
             continue
@@ -124,7 +123,8 @@ class ScoreStore:
     """Append-only score file of one run in ``folder`` (or an in-memory no-op when ``folder`` is None).
 
     ``config`` identifies what is scored (task, judge, templates, baselines): a folder holding
-    another configuration is refused (:class:`StoreMismatch`) unless ``overwrite``. ``meta`` is what
+    another configuration is refused (:class:`StoreMismatch`) unless ``overwrite``, and so is a
+    folder another store holds open (a lock on the folder, released by :meth:`close`). ``meta`` is what
     the report needs (names, threshold, paper rows...) and is rewritten on every run.
     """
 
@@ -132,9 +132,24 @@ class ScoreStore:
         self.folder = Path(folder) if folder is not None else None
         self.lines: dict[int, dict[str, Any]] = {}
         self._handle = None
+        self._lock: int | None = None
         if self.folder is None:
             return
         self.folder.mkdir(parents=True, exist_ok=True)
+        self._lock = os.open(self.folder, os.O_RDONLY)  # one run writes into a folder at a time
+        if not lock_file(self._lock):
+            self.close()
+            raise StoreMismatch(f"{self.folder}: another run is writing into this folder now; wait for it to finish, "
+                                "or give another --output-dir.")
+        try:
+            self._open(config, meta, overwrite)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, config: Mapping[str, Any], meta: Mapping[str, Any], overwrite: bool) -> None:
+        """Check the folder's earlier scores (resume) and open the score file."""
+        assert self.folder is not None
         run_path, scores_path = self.folder / RUN_FILE, self.folder / SCORES_FILE
         config = json.loads(json.dumps(config, default=repr))
         if overwrite:
@@ -178,9 +193,13 @@ class ScoreStore:
             os.fsync(self._handle.fileno())
 
     def close(self) -> None:
+        """Close the score file and release the folder."""
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def __enter__(self) -> "ScoreStore":
         return self

@@ -16,10 +16,10 @@ from functools import partial
 from typing import Any
 
 from ..cli.common import UsageError, check_device, chat_template_kwargs, command, judge_from_args
-from ..shared import finite_positive
+from ..shared import nonneg_float, nonneg_int, positive_float, positive_int
 from ...core.template import load_template
 from ..server.cli import _configure as configure_server
-from ..server.cli import check_server_numbers, server_options
+from ..server.cli import server_options
 from .deployment import PoolOptions, PoolStartError, deploy, shutdown, start_ray
 
 # what judge_from_args reads; the replicas get these (not the token, the limits...)
@@ -30,23 +30,23 @@ JUDGE_OPTIONS = ("model", "adapter", "device", "dtype", "batch_tokens", "chat_te
 def _configure(p: argparse.ArgumentParser) -> None:
     configure_server(p)
     g = p.add_argument_group("pool (Ray Serve)")
-    g.add_argument("--replicas", type=int, default=1, help="replicas, each with its own judge (default 1)")
-    g.add_argument("--min-replicas", type=int, default=None, help="autoscale from this many (with --max-replicas; 0 scales to zero)")
-    g.add_argument("--max-replicas", type=int, default=None, help="autoscale up to this many on queue length (replaces --replicas)")
-    g.add_argument("--target-ongoing-requests", type=float, default=16.0,
+    g.add_argument("--replicas", type=positive_int, default=1, help="replicas, each with its own judge (default 1)")
+    g.add_argument("--min-replicas", type=nonneg_int, default=None, help="autoscale from this many (with --max-replicas; 0 scales to zero)")
+    g.add_argument("--max-replicas", type=positive_int, default=None, help="autoscale up to this many on queue length (replaces --replicas)")
+    g.add_argument("--target-ongoing-requests", type=positive_float, default=16.0,
                    help="autoscaling aims at this many requests in flight or queued per replica (default 16)")
-    g.add_argument("--upscale-delay", type=float, default=None,
+    g.add_argument("--upscale-delay", type=nonneg_float, default=None,
                    help="autoscaling: seconds the load stays above the target before a replica is added (Ray's default 30)")
-    g.add_argument("--downscale-delay", type=float, default=None,
+    g.add_argument("--downscale-delay", type=nonneg_float, default=None,
                    help="autoscaling: seconds the load stays below the target before a replica is removed (Ray's default 600)")
-    g.add_argument("--max-ongoing-requests", type=int, default=64,
+    g.add_argument("--max-ongoing-requests", type=positive_int, default=64,
                    help="requests a replica holds at once, batched together; the rest queue in Ray's proxy (default 64)")
-    g.add_argument("--replica-cpus", type=float, default=1.0, help="CPUs per replica, also its torch threads (default 1)")
-    g.add_argument("--replica-gpus", type=float, default=0.0,
+    g.add_argument("--replica-cpus", type=positive_float, default=1.0, help="CPUs per replica, also its torch threads (default 1)")
+    g.add_argument("--replica-gpus", type=nonneg_float, default=0.0,
                    help="GPUs per replica: a fraction shares a GPU, e.g. 0.25 (default 0)")
     g.add_argument("--address", default=None,
                    help="join this Ray cluster (auto, head-host:6379, ray://head:10001) instead of starting one here")
-    g.add_argument("--num-cpus", type=float, default=None, help="CPUs of the local Ray cluster started here (default: all)")
+    g.add_argument("--num-cpus", type=positive_float, default=None, help="CPUs of the local Ray cluster started here (default: all)")
     g.add_argument("--name", default="pluie", help="the application's name in Ray Serve (default pluie)")
     g.add_argument("--detach", action="store_true",
                    help="with --address: deploy and exit, leaving the pool in the cluster (stop it with --stop)")
@@ -105,11 +105,6 @@ def check_pool_args(args: argparse.Namespace) -> PoolOptions:
         raise UsageError("--stop needs --address (the cluster the pool runs in), and not --detach.")
     if args.address is not None and args.num_cpus is not None:
         raise UsageError("--num-cpus sizes the local cluster; a joined cluster has its own (ray start --num-cpus).")
-    check_server_numbers(args)
-    finite_positive(args.num_cpus, "--num-cpus")
-    finite_positive(args.target_ongoing_requests, "--target-ongoing-requests")
-    for flag in ("--upscale-delay", "--downscale-delay", "--replica-cpus", "--replica-gpus"):
-        finite_positive(getattr(args, flag[2:].replace("-", "_")), flag, zero_ok=True)
     options = pool_options(args)
     device = args.device or ""
     if device.startswith("cuda") and args.replica_gpus == 0:

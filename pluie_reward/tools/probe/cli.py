@@ -16,7 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from ...core.template import load_template
-from ..cli.common import UsageError, add_judge_arguments, command, field_columns, judge_from_args, read_records
+from ..cli.common import (
+    UsageError,
+    add_judge_arguments,
+    command,
+    field_columns,
+    judge_from_args,
+    nonneg_float,
+    positive_int,
+    read_records,
+)
+from ..cli.output import check_output_file, write_text_file
 from .families import family_specs
 from .report import markdown_report, plot_probe
 from .run import failing_families, probe_items, summarize
@@ -32,7 +42,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="read template FIELD from COLUMN of the input file (default: the column named like the field)")
     p.add_argument("--honest-column", default=None,
                    help="column of the honest answers (default: 'honest', else 'hypothesis' if the file has one)")
-    p.add_argument("--limit", type=int, default=None, help="probe the first N sources only")
+    p.add_argument("--limit", type=positive_int, default=None, help="probe the first N sources only")
     p.add_argument("--families", default=None, help="comma-separated families to run (default all; see --list)")
     p.add_argument("--list", action="store_true", help="list the families with their kind and description, and exit")
     p.add_argument("--escape-delimiters", action="store_true",
@@ -40,7 +50,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, default=None, help="write the rows (one per family) to this JSON file")
     p.add_argument("--items", type=Path, default=None, help="write every hypothesis with its score to this JSONL file")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG figure of the rows (needs matplotlib)")
-    p.add_argument("--fail-above", type=float, default=None, metavar="X",
+    p.add_argument("--fail-above", type=nonneg_float, default=None, metavar="X",
                    help="exit with code 1 when a gated family's above_threshold or above_honest share exceeds X (in [0, 1])")
     p.add_argument("--fail-on", default=None, metavar="FAMILIES",
                    help="comma-separated families gated by --fail-above (default: every attack family; copies are not gated)")
@@ -82,10 +92,10 @@ def probe_command(args: argparse.Namespace) -> int:
         for spec in family_specs():
             print(f"{spec['name']:18s} {spec['kind']:9s} {spec.get('description', '')}")
         return 0
-    if args.limit is not None and args.limit < 1:
-        raise UsageError(f"--limit must be at least 1, got {args.limit}.")
-    if args.fail_above is not None and not 0 <= args.fail_above <= 1:
+    if args.fail_above is not None and args.fail_above > 1:
         raise UsageError(f"--fail-above is a share in [0, 1], got {args.fail_above}.")
+    for option, path in (("--json", args.json), ("--items", args.items), ("--plot", args.plot)):
+        check_output_file(path, option, inputs=[args.input])  # before the judge loads
     template = load_template(args.template)
     families, gated = _split(args.families), _split(args.fail_on)
     names = [s["name"] for s in family_specs()]
@@ -107,11 +117,9 @@ def probe_command(args: argparse.Namespace) -> int:
           "> honest: share scoring above the honest answer of the same source.\n")
     print(markdown_report(rows))
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_text_file(args.json, json.dumps(rows, indent=1, ensure_ascii=False) + "\n", "--json")
     if args.items:
-        with args.items.open("w", encoding="utf-8") as handle:
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        write_text_file(args.items, "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records), "--items")
     if args.plot:
         plot_probe(rows, args.plot, threshold=judge.threshold, title=title)
     if args.fail_above is not None:

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..shared import json_lines
+
 _REWARD = re.compile(r"^rewards/(.+)/mean$")
 _TABLE = re.compile(r"^step-(\d+)\.jsonl$")
 
@@ -124,7 +126,7 @@ def read_run(directory: str | Path) -> RunLog:
     for path in sorted((directory / "pluie").glob("step-*.jsonl")):
         match = _TABLE.match(path.name)
         if match:
-            rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            rows = [json.loads(line) for line, _ in json_lines(path.read_text(encoding="utf-8")) if line.strip()]
             run.tables[int(match.group(1))] = rows
     if run.state_file is None and not run.tables:
         raise FileNotFoundError(

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from ..cli.common import UsageError, add_judge_arguments, command, judge_from_args
-from ..shared import finite_number, finite_positive
+from ..shared import finite_float, nonneg_float, port, positive_float, positive_int
 from ...core.fields import parse_assignments
 from ...core.template import load_template
 from ...integrations.reward_mapping import DEFAULT_STRIP, REWARDS, SOURCES, RewardMapping
@@ -22,18 +22,18 @@ SHUTDOWN_S = 30.0  # default drain bound at SIGTERM (--graceful-timeout)
 def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--template", "-t", default="para-fs", help="template name or YAML path (default para-fs)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    p.add_argument("--threshold", type=float, default=0.0, help="verdict = logratio > threshold (default 0)")
+    p.add_argument("--port", type=port, default=8000, help="port (default 8000)")
+    p.add_argument("--threshold", type=finite_float, default=0.0, help="verdict = logratio > threshold (default 0)")
     p.add_argument("--no-truncate", action="store_true", help="reject over-long items (422) instead of cutting them")
     g = p.add_argument_group("batching")
-    g.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a request may wait for others to batch with (default 5)")
-    g.add_argument("--max-batch-items", type=int, default=256, help="items per Judge.score call (default 256)")
-    g.add_argument("--max-batch-tokens", type=int, default=32768, help="estimated field tokens per Judge.score call (default 32768)")
+    g.add_argument("--max-wait-ms", type=nonneg_float, default=5.0, help="how long a request may wait for others to batch with (default 5)")
+    g.add_argument("--max-batch-items", type=positive_int, default=256, help="items per Judge.score call (default 256)")
+    g.add_argument("--max-batch-tokens", type=positive_int, default=32768, help="estimated field tokens per Judge.score call (default 32768)")
     g = p.add_argument_group("safety")
     g.add_argument("--token-file", type=Path, help=f"file holding the bearer token clients must send (default: ${TOKEN_ENV} if set, else none)")
-    g.add_argument("--max-items-per-request", type=int, default=1024, help="larger requests get 413 (default 1024)")
-    g.add_argument("--max-body-mb", type=float, default=4.0, help="larger request bodies get 413 (default 4 MiB)")
-    g.add_argument("--graceful-timeout", type=float, default=None,
+    g.add_argument("--max-items-per-request", type=positive_int, default=1024, help="larger requests get 413 (default 1024)")
+    g.add_argument("--max-body-mb", type=positive_float, default=4.0, help="larger request bodies get 413 (default 4 MiB)")
+    g.add_argument("--graceful-timeout", type=nonneg_float, default=None,
                    help=f"at SIGTERM/SIGINT, seconds the queued and running requests get to finish before they are answered "
                         f"503 (default {SHUTDOWN_S:g}; pool: also Ray's wait for a replica's requests, default 20)")
     g = p.add_argument_group("OpenRLHF /get_reward")
@@ -88,9 +88,8 @@ def mapping_from_args(args: argparse.Namespace) -> RewardMapping | None:
 
 def server_options(args: argparse.Namespace, command: str = "serve") -> dict:
     """The keyword arguments of :func:`~pluie_reward.tools.server.app.create_app` (after the template)
-    that the server's options describe, checked before any model loads; warns on stderr when
+    that the server's options describe (their numbers were checked while parsing), checked before any model loads; warns on stderr when
     ``--host`` is not a loopback address and no token is set. ``pluie-reward pool`` uses it too."""
-    check_server_numbers(args)
     mapping = mapping_from_args(args)  # fail on bad options before loading a model
     token = _token(args)
     if not _is_loopback(args.host) and token is None:
@@ -111,30 +110,6 @@ def server_options(args: argparse.Namespace, command: str = "serve") -> dict:
         "truncate": not args.no_truncate,
         "shutdown_timeout": SHUTDOWN_S if args.graceful_timeout is None else args.graceful_timeout,
     }
-
-
-def check_server_numbers(args: argparse.Namespace) -> None:
-    """Every numeric option of the server: a port in 1..65535, counts >= 1, finite positive sizes and
-    times (``--max-wait-ms`` may be 0), a finite threshold; a :class:`UsageError` naming the option.
-
-    Example:
-        >>> ok = dict(port=8000, threshold=0.0, max_wait_ms=0.0, max_batch_items=1, max_batch_tokens=1,
-        ...           max_items_per_request=1, max_body_mb=0.5, graceful_timeout=None)
-        >>> check_server_numbers(argparse.Namespace(**ok))
-        >>> check_server_numbers(argparse.Namespace(**{**ok, "max_wait_ms": float("inf")}))
-        Traceback (most recent call last):
-        ...
-        pluie_reward.tools.shared.UsageError: --max-wait-ms must be a finite number >= 0, got inf.
-    """
-    if not 1 <= args.port <= 65535:
-        raise UsageError(f"--port must be between 1 and 65535, got {args.port}.")
-    for name in ("max_items_per_request", "max_batch_items", "max_batch_tokens"):
-        if getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}.")
-    finite_number(args.threshold, "--threshold")
-    finite_positive(args.max_wait_ms, "--max-wait-ms", zero_ok=True)
-    finite_positive(args.max_body_mb, "--max-body-mb")
-    finite_positive(args.graceful_timeout, "--graceful-timeout")
 
 
 @command("serve", _configure)

@@ -16,9 +16,30 @@ from typing import Any, Sequence
 
 from ...core.judge import Judge
 from ...core.template import load_template
-from ..cli.common import UsageError, add_judge_arguments, command, field_columns, judge_from_args, read_records
+from ..cli.common import (
+    UsageError,
+    add_judge_arguments,
+    command,
+    field_columns,
+    judge_from_args,
+    nonneg_float,
+    nonneg_int,
+    positive_float,
+    positive_int,
+    read_records,
+)
 from .config import TuneConfig
 from .data import PairData
+
+
+def max_steps(text: str) -> int:
+    """``type=`` of ``--max-steps``: a whole number >= 1, or -1 (the epochs decide).
+
+    Example:
+        >>> max_steps("-1"), max_steps("20")
+        (-1, 20)
+    """
+    return -1 if text.strip() == "-1" else positive_int(text)
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -35,27 +56,27 @@ def _configure(p: argparse.ArgumentParser) -> None:
     io.add_argument("--eval-input", action="append", default=[], type=Path, metavar="FILE",
                     help="another evaluation set (same columns; labels/targets if present, else teacher targets), repeatable")
     io.add_argument("--eval-label-column", metavar="C", help="label column of the --eval-input files (default: --label-column)")
-    io.add_argument("--limit", type=int, default=None, metavar="N", help="use only the first N training pairs")
+    io.add_argument("--limit", type=positive_int, default=None, metavar="N", help="use only the first N training pairs")
     io.add_argument("--output", "-o", type=Path, required=True, help="adapter folder to write (must be new or empty)")
     io.add_argument("--overwrite", action="store_true", help="write into a non-empty --output folder")
     train = p.add_argument_group("training (see TuneConfig)")
     defaults = TuneConfig()
-    train.add_argument("--epochs", type=float, default=defaults.epochs, help=f"passes over the pairs (default {defaults.epochs:g})")
-    train.add_argument("--max-steps", type=int, default=defaults.max_steps, help="stop after N updates (-1: epochs decide)")
-    train.add_argument("--learning-rate", "--lr", type=float, default=defaults.learning_rate, help=f"default {defaults.learning_rate:g}")
-    train.add_argument("--batch-size", type=int, default=defaults.batch_size, help=f"pairs per step (default {defaults.batch_size})")
-    train.add_argument("--gradient-accumulation-steps", type=int, default=defaults.gradient_accumulation_steps)
+    train.add_argument("--epochs", type=positive_float, default=defaults.epochs, help=f"passes over the pairs (default {defaults.epochs:g})")
+    train.add_argument("--max-steps", type=max_steps, default=defaults.max_steps, help="stop after N updates (-1: epochs decide)")
+    train.add_argument("--learning-rate", "--lr", type=positive_float, default=defaults.learning_rate, help=f"default {defaults.learning_rate:g}")
+    train.add_argument("--batch-size", type=positive_int, default=defaults.batch_size, help=f"pairs per step (default {defaults.batch_size})")
+    train.add_argument("--gradient-accumulation-steps", type=positive_int, default=defaults.gradient_accumulation_steps)
     train.add_argument("--loss", choices=("auto", "bce", "mse"), default="auto",
                        help="bce: sigmoid cross-entropy vs labels / teacher p_yes; mse: on teacher log-ratios")
-    train.add_argument("--temperature", type=float, default=defaults.temperature, help="teacher temperature of the bce loss")
-    train.add_argument("--label-weight", type=float, default=defaults.label_weight, help="label share of the loss with labels and a teacher")
-    train.add_argument("--heldout", type=float, default=defaults.heldout_fraction, help="held-out share of the pairs (default 0.2)")
-    train.add_argument("--lora-r", type=int, default=defaults.lora_r)
-    train.add_argument("--lora-alpha", type=float, default=defaults.lora_alpha)
-    train.add_argument("--lora-dropout", type=float, default=defaults.lora_dropout)
+    train.add_argument("--temperature", type=positive_float, default=defaults.temperature, help="teacher temperature of the bce loss")
+    train.add_argument("--label-weight", type=nonneg_float, default=defaults.label_weight, help="label share of the loss with labels and a teacher")
+    train.add_argument("--heldout", type=nonneg_float, default=defaults.heldout_fraction, help="held-out share of the pairs (default 0.2)")
+    train.add_argument("--lora-r", type=positive_int, default=defaults.lora_r)
+    train.add_argument("--lora-alpha", type=positive_float, default=defaults.lora_alpha)
+    train.add_argument("--lora-dropout", type=nonneg_float, default=defaults.lora_dropout)
     train.add_argument("--target-modules", default="all-linear", help="'all-linear' or comma-separated module names (q_proj,v_proj)")
     train.add_argument("--adapter-name", default=defaults.adapter_name, help="the adapter's name when loaded (default judge)")
-    train.add_argument("--seed", type=int, default=defaults.seed)
+    train.add_argument("--seed", type=nonneg_int, default=defaults.seed)
     train.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None, help="bfloat16 mixed precision (GPU only; default: on if supported)")
     train.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations (less memory)")
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -122,8 +143,6 @@ def tune_command(args: argparse.Namespace) -> int:
     if not (args.label_column or args.target_column or args.teacher or args.teacher_template):
         raise UsageError("nothing to learn from: give --label-column C, --target-column C or a teacher "
                          "(--teacher MODEL and/or --teacher-template T).")
-    if args.limit is not None and args.limit < 1:
-        raise UsageError(f"--limit must be a positive integer, got {args.limit}.")
     target_modules: Any = args.target_modules
     if target_modules != "all-linear":
         target_modules = [m.strip() for m in target_modules.split(",") if m.strip()]

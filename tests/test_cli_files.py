@@ -1,0 +1,368 @@
+"""The command line never loses a file: ``score -o`` writes FILE.partial and renames it when done,
+refuses its own input, an existing file (without --overwrite) and a second writer, never replaces
+input columns, exits 130 on Ctrl-C with how to resume, and ``--resume`` gives the clean run's file.
+JSON Lines are read as JSON Lines: every character a field may hold comes back as written."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from pluie_reward.tools import cli
+from pluie_reward.tools.cli import score as score_cli
+from pluie_reward.tools.cli.output import OutputFile, partial_path
+from pluie_reward.tools.cli.records import read_table
+from pluie_reward.tools.evaluation.store import ScoreStore, read_lines
+
+
+class NoJudge:
+    def __call__(self, args):
+        raise AssertionError("the judge was loaded although the command had to be refused first")
+
+
+@pytest.fixture()
+def no_judge(monkeypatch):
+    monkeypatch.setattr(score_cli, "judge_from_args", NoJudge())
+
+
+@pytest.fixture()
+def tiny_cli(monkeypatch, tiny_judge):
+    monkeypatch.setattr(score_cli, "judge_from_args", lambda args: tiny_judge)
+    return tiny_judge
+
+
+def _rows(n):
+    return [{"id": i, "source": f"The cat sleeps on mat {i}.", "hypothesis": f"A cat is asleep ({i})."} for i in range(n)]
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _refused(argv, capsys, *needles):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    for needle in needles:
+        assert needle in err, err
+    assert "Traceback" not in err
+    return err
+
+
+# refusals before loading ------------------------------------------------------------------------------
+def test_output_equal_to_the_input_is_refused_also_through_links(no_judge, tmp_path, capsys):
+    data = _jsonl(tmp_path / "in.jsonl", _rows(3))
+    before = data.read_bytes()
+    (tmp_path / "sym.jsonl").symlink_to(data)
+    os.link(data, tmp_path / "hard.jsonl")
+    for out in (data, tmp_path / "sym.jsonl", tmp_path / "hard.jsonl", tmp_path / "." / "in.jsonl"):
+        for extra in ([], ["--overwrite"], ["--resume"]):
+            _refused(["score", "-i", str(data), "-o", str(out), *extra], capsys, "would destroy the input")
+    assert data.read_bytes() == before
+
+
+def test_existing_output_needs_overwrite(tiny_cli, tmp_path, capsys):
+    data = _jsonl(tmp_path / "in.jsonl", _rows(2))
+    out = tmp_path / "out.jsonl"
+    out.write_text("precious\n")
+    _refused(["score", "-i", str(data), "-o", str(out)], capsys, f"{out} exists", "--overwrite")
+    assert out.read_text() == "precious\n"
+    assert cli.main(["score", "-i", str(data), "-o", str(out), "--overwrite"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == [0, 1] and not partial_path(out).exists()
+
+
+def test_a_second_writer_of_the_same_output_is_refused(tiny_cli, tmp_path, capsys):
+    data = _jsonl(tmp_path / "in.jsonl", _rows(2))
+    out = tmp_path / "out.jsonl"
+    with OutputFile(out) as first:  # another command writing out.jsonl right now
+        first.write('{"id": 0}\n')
+        first.flush()
+        for extra in ([], ["--overwrite"], ["--resume"]):
+            _refused(["score", "-i", str(data), "-o", str(out), *extra], capsys, "another command is writing it now")
+        first.commit()
+    assert out.read_text() == '{"id": 0}\n'
+
+
+def test_the_lock_is_checked_again_when_the_file_is_opened(tiny_cli, tmp_path, monkeypatch, capsys):
+    """Two commands that both passed the early checks: the second to open the file is refused."""
+    data = _jsonl(tmp_path / "in.jsonl", _rows(2))
+    out = tmp_path / "out.jsonl"
+    holder = {}
+
+    def judge_then_race(args):
+        holder["other"] = OutputFile(out).__enter__()  # the other command opens it while this one loads
+        return tiny_cli
+
+    monkeypatch.setattr(score_cli, "judge_from_args", judge_then_race)
+    _refused(["score", "-i", str(data), "-o", str(out)], capsys, "another command is writing it now")
+    holder["other"].__exit__(None, None, None)
+
+
+def test_input_columns_named_like_outputs_are_refused(no_judge, tmp_path, capsys):
+    for column in ("verdict", "p_yes", "logratio", "p_calibrated"):
+        rows = _rows(2)
+        rows[1][column] = "mine"  # in a later row only
+        data = _jsonl(tmp_path / "in.jsonl", rows)
+        _refused(["score", "-i", str(data)], capsys, f"column(s) ['{column}']", "rename")
+    data = _jsonl(tmp_path / "in.jsonl", [{"original": "a", "instruction": "i", "hypothesis": "b", "alternative": "c", "choice": "A"}])
+    _refused(["score", "-t", "rev-choice", "-i", str(data)], capsys, "['choice']")
+
+
+def test_output_into_missing_folders_is_created_and_a_file_in_the_way_refused_first(tiny_cli, tmp_path, capsys, monkeypatch):
+    data = _jsonl(tmp_path / "in.jsonl", _rows(2))
+    out = tmp_path / "new" / "deeper" / "out.jsonl"
+    assert cli.main(["score", "-i", str(data), "-o", str(out)]) == 0
+    assert len(out.read_text().splitlines()) == 2
+    monkeypatch.setattr(score_cli, "judge_from_args", NoJudge())
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("x")
+    _refused(["score", "-i", str(data), "-o", str(blocker / "sub" / "out.jsonl")], capsys, "is a file")
+
+
+def test_repeated_column_and_nan_threshold_are_refused(no_judge, tmp_path, capsys):
+    data = _jsonl(tmp_path / "in.jsonl", _rows(2))
+    _refused(["score", "-i", str(data), "--column", "source=id", "--column", "source=source"], capsys,
+             "--column source is given twice")
+    for value in ("nan", "inf", "-inf"):
+        _refused(["score", "-i", str(data), f"--threshold={value}"], capsys, "--threshold", "finite")
+
+
+def test_render_with_a_missing_model_is_a_usage_error(capsys, tmp_path):
+    _refused(["templates", "--render", "para-fs", "--model", str(tmp_path / "missing")], capsys,
+             f"--model {tmp_path / 'missing'}: no such file or folder")
+
+
+# interruption and resume ---------------------------------------------------------------------------------
+class StopAfter:
+    """A judge whose score() raises ``error`` on call number ``calls`` (1-based)."""
+
+    def __init__(self, judge, calls, error=KeyboardInterrupt):
+        self.judge, self.calls, self.error, self.seen = judge, calls, error, 0
+        self.engine, self.name = judge.engine, judge.name
+
+    def score(self, *args, **kwargs):
+        self.seen += 1
+        if self.seen == self.calls:
+            raise self.error()
+        return self.judge.score(*args, **kwargs)
+
+
+def test_ctrl_c_keeps_the_old_file_and_resume_equals_a_clean_run(tiny_judge, tmp_path, monkeypatch, capsys):
+    rows = _rows(11)
+    data = _jsonl(tmp_path / "in.jsonl", rows)
+    clean = tmp_path / "clean.jsonl"
+    monkeypatch.setattr(score_cli, "judge_from_args", lambda args: tiny_judge)
+    assert cli.main(["score", "-i", str(data), "-o", str(clean), "--chunk-size", "3"]) == 0
+    out = tmp_path / "out.jsonl"
+    out.write_text("the old output\n")
+    monkeypatch.setattr(score_cli, "judge_from_args", lambda args: StopAfter(tiny_judge, calls=3))
+    assert cli.main(["score", "-i", str(data), "-o", str(out), "--chunk-size", "3", "--overwrite"]) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = next(x for x in err.splitlines() if "interrupted" in x)
+    assert "6 of 11" in line and str(partial_path(out)) in line and "--resume" in line
+    assert out.read_text() == "the old output\n"  # untouched
+    assert len(partial_path(out).read_text().splitlines()) == 6
+    # an interruption while a line was being written: the cut line is written again on resume
+    with partial_path(out).open("a") as handle:
+        handle.write('{"id": 6, "source": "The cat')
+    monkeypatch.setattr(score_cli, "judge_from_args", lambda args: tiny_judge)
+    _refused(["score", "-i", str(data), "-o", str(out), "--chunk-size", "3"], capsys, "--resume", "--overwrite")
+    assert cli.main(["score", "-i", str(data), "-o", str(out), "--chunk-size", "3", "--resume"]) == 0
+    assert out.read_text() == clean.read_text() and not partial_path(out).exists()
+    assert cli.main(["score", "-i", str(data), "-o", str(out), "--chunk-size", "3", "--resume"]) == 0  # complete: kept
+    assert out.read_text() == clean.read_text() and not partial_path(out).exists()
+    # and the clean run's scores are the judge's (an independent call)
+    scored = [json.loads(x) for x in out.read_text().splitlines()]
+    expected = tiny_judge.score("para-fs", source=[r["source"] for r in rows], hypothesis=[r["hypothesis"] for r in rows])
+    assert [r["id"] for r in scored] == list(range(11))
+    assert [r["logratio"] for r in scored] == pytest.approx(expected, abs=1e-5)
+    assert [r["verdict"] for r in scored] == [x > 0 for x in expected]
+
+
+def test_resume_with_other_settings_or_another_input_is_refused(tiny_judge, tmp_path, monkeypatch, capsys):
+    data = _jsonl(tmp_path / "in.jsonl", _rows(7))
+    out = tmp_path / "out.jsonl"
+    monkeypatch.setattr(score_cli, "judge_from_args", lambda args: StopAfter(tiny_judge, calls=2))
+    assert cli.main(["score", "-i", str(data), "-o", str(out), "--chunk-size", "2"]) == 130
+    kept = partial_path(out).read_text()
+    monkeypatch.setattr(score_cli, "judge_from_args", lambda args: tiny_judge)
+    _refused(["score", "-i", str(data), "-o", str(out), "--chunk-size", "2", "--resume", "--threshold", "50"], capsys,
+             "line 1 was scored with other settings")
+    changed = _rows(7)
+    changed[1]["hypothesis"] = "Something else."
+    _jsonl(data, changed)
+    _refused(["score", "-i", str(data), "-o", str(out), "--chunk-size", "2", "--resume"], capsys,
+             "line 2 does not hold in.jsonl line 2", "--overwrite")
+    assert partial_path(out).read_text() == kept and not out.exists()
+
+
+def test_an_error_in_a_later_chunk_keeps_the_rows_before_it(tiny_judge, tmp_path, monkeypatch, capsys):
+    data = _jsonl(tmp_path / "in.jsonl", _rows(9))
+    out = tmp_path / "out.jsonl"
+    monkeypatch.setattr(score_cli, "judge_from_args", lambda args: StopAfter(tiny_judge, calls=3, error=RuntimeError))
+    with pytest.raises(RuntimeError):
+        cli.main(["score", "-i", str(data), "-o", str(out), "--chunk-size", "3"])
+    assert "6 of 9 item(s)" in capsys.readouterr().err and not out.exists()
+    monkeypatch.setattr(score_cli, "judge_from_args", lambda args: tiny_judge)
+    assert cli.main(["score", "-i", str(data), "-o", str(out), "--chunk-size", "3", "--resume"]) == 0
+    assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == list(range(9))
+
+
+def test_ctrl_c_on_standard_output_exits_130_in_one_line(tiny_judge, tmp_path, monkeypatch, capsys):
+    data = _jsonl(tmp_path / "in.jsonl", _rows(4))
+    monkeypatch.setattr(score_cli, "judge_from_args", lambda args: StopAfter(tiny_judge, calls=2))
+    assert cli.main(["score", "-i", str(data), "--chunk-size", "2"]) == 130
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 2 and "Traceback" not in captured.err
+    assert "interrupted; 2 of 4 item(s) were written to standard output" in captured.err
+
+
+# JSON Lines ------------------------------------------------------------------------------------------------
+# every character class a text field may hold, as json.dumps(ensure_ascii=False) writes it (raw or escaped)
+ODD = ["line\u2028separator", "para\u2029separator", "next\x85line", "vertical\x0btab", "form\x0cfeed", "file\x1csep",
+       "group\x1dsep", "record\x1esep", "carriage\rreturn", "crlf\r\ninside", "new\nline", "tab\there", "nul\x00byte",
+       "emoji 🙂👍🏽", "combining e\u0301", "bom\ufeffinside", "rtl \u202e mark", "quote \" and \\ backslash", "   ", "中文 文本"]
+
+
+def test_everything_score_writes_it_reads_back(tiny_cli, tmp_path, capsys):
+    rows = [{"source": text, "hypothesis": f"h {i}", "note": text} for i, text in enumerate(ODD)]
+    data = _jsonl(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "out.jsonl"
+    assert cli.main(["score", "-i", str(data), "-o", str(out)]) == 0
+    back = read_table(out)
+    assert back.values("source") == ODD and back.values("note") == ODD and len(back) == len(ODD)
+    # the output scored again: its own output is a valid input (output columns dropped)
+    again = _jsonl(tmp_path / "again.jsonl", [{k: v for k, v in r.items() if k in ("source", "hypothesis")} for r in back.rows])
+    assert cli.main(["score", "-i", str(again)]) == 0
+    assert [json.loads(x)["source"] for x in capsys.readouterr().out.split("\n") if x] == ODD
+
+
+def test_csv_text_written_as_jsonl_reads_back(tiny_cli, tmp_path):
+    import csv
+
+    src = tmp_path / "in.csv"
+    with src.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["source", "hypothesis"])
+        writer.writerows([[text, "h"] for text in ODD if "\x00" not in text])  # csv cannot hold NUL
+    out = tmp_path / "out.jsonl"
+    assert cli.main(["score", "-i", str(src), "-o", str(out)]) == 0
+    assert read_table(out).values("source") == [t for t in ODD if "\x00" not in t]
+
+
+def test_jsonl_with_crlf_and_raw_separators_is_read_line_by_line(tmp_path):
+    path = tmp_path / "crlf.jsonl"
+    path.write_bytes(b"".join(json.dumps({"a": t}, ensure_ascii=False).encode() + b"\r\n" for t in ODD))
+    records = read_table(path)
+    assert records.values("a") == ODD and records.where(len(ODD) - 1) == f"crlf.jsonl line {len(ODD)}"
+
+
+def test_the_evaluation_store_reads_back_what_it_saved(tmp_path):
+    with ScoreStore(tmp_path, {"task": "t"}, {}) as store:
+        store.add([{"i": i, "h": "x", "row": text} for i, text in enumerate(ODD)])
+    lines, good = read_lines(tmp_path / "scores.jsonl")
+    assert [line["row"] for line in lines] == ODD and good == (tmp_path / "scores.jsonl").stat().st_size
+
+
+def test_run_tables_read_back_what_was_written(tmp_path):
+    from pluie_reward.tools.runs import read_run
+
+    (tmp_path / "pluie").mkdir()
+    _jsonl(tmp_path / "pluie" / "step-10.jsonl", [{"completion": text, "reward": 0.5} for text in ODD])
+    assert [row["completion"] for row in read_run(tmp_path).tables[10]] == ODD
+
+
+# the other commands that write files ---------------------------------------------------------------------
+def test_calibrate_and_probe_refuse_their_input_as_output_before_loading(no_judge, tmp_path, capsys, monkeypatch):
+    from pluie_reward.tools.probe import cli as probe_cli
+
+    monkeypatch.setattr(probe_cli, "judge_from_args", NoJudge())
+    data = _jsonl(tmp_path / "in.jsonl", [{"source": "a", "hypothesis": "b", "label": 1, "logratio": 0.5}])
+    before = data.read_bytes()
+    _refused(["calibrate", "-i", str(data), "--score-column", "logratio", "-o", str(data), "--overwrite"], capsys,
+             "would destroy the input")
+    _refused(["probe", "-i", str(data), "--items", str(data)], capsys, "--items", "would destroy the input")
+    assert data.read_bytes() == before
+
+
+def test_calibrate_writes_its_file_whole(tmp_path, capsys):
+    rows = [{"s": x, "label": int(x > 0)} for x in (-3, -2, -1, -0.5, 0.2, 0.5, 1, 2, 3, -0.1, 0.3, 1.5)]
+    data = _jsonl(tmp_path / "scores.jsonl", rows)
+    target = tmp_path / "cal" / "calibration.json"
+    assert cli.main(["calibrate", "-i", str(data), "--score-column", "s", "-o", str(target)]) == 0
+    assert json.loads(target.read_text())["a"] > 0 and not partial_path(target).exists()
+    _refused(["calibrate", "-i", str(data), "--score-column", "s", "-o", str(target)], capsys, "exists", "--overwrite")
+
+
+def test_two_evaluations_cannot_write_one_folder(tiny_judge, tmp_path, monkeypatch, capsys):
+    from pluie_reward.tools.evaluation import cli as eval_cli
+
+    monkeypatch.setattr(eval_cli, "judge_from_args", lambda args: tiny_judge)
+    data = _jsonl(tmp_path / "in.jsonl", [{"source": "a", "hypothesis": "b", "label": 1}, {"source": "c", "hypothesis": "d", "label": 0}])
+    folder = tmp_path / "run"
+    with ScoreStore(folder, {"task": "other"}, {}):  # another evaluation writing there now
+        with pytest.raises(ValueError, match="another run is writing into this folder"):
+            ScoreStore(folder, {"task": "other"}, {})
+        _refused(["eval", "classification", "-i", str(data), "-o", str(folder), "--no-progress", "--baselines", "none"],
+                 capsys, "another run is writing into this folder")
+    assert cli.main(["eval", "classification", "-i", str(data), "-o", str(folder), "--no-progress", "--baselines", "none"]) == 0
+
+
+SLOW_SCORE = """
+import sys, time
+from pluie_reward.testing import make_tiny_judge
+from pluie_reward.tools.cli import score
+from pluie_reward.tools.cli.main import main
+
+judge = make_tiny_judge()
+
+class Slow:  # the tiny judge, taking its time so that Ctrl-C comes while scoring
+    engine, name = judge.engine, judge.name
+
+    def score(self, *args, **kwargs):
+        result = judge.score(*args, **kwargs)
+        time.sleep(0.3)
+        return result
+
+score.judge_from_args = lambda args: Slow()
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow  # a fresh Python process imports torch (~1 min on a loaded 2-core machine)
+def test_a_real_ctrl_c_exits_130_in_one_line_and_resume_completes(tiny_judge, tmp_path, monkeypatch, capsys):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rows = _rows(40)
+    data = _jsonl(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "out.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(__import__("pathlib").Path(__file__).resolve().parents[1]),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen([sys.executable, "-c", SLOW_SCORE, "score", "-i", str(data), "-o", str(out), "--chunk-size", "2"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    partial = partial_path(out)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and process.poll() is None:
+        if partial.exists() and partial.read_text().count("\n") >= 4:
+            break
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    assert "Traceback" not in err
+    lines = [x for x in err.splitlines() if "interrupted" in x]
+    assert len(lines) == 1 and "--resume" in lines[0] and str(partial) in lines[0], err
+    assert not out.exists()
+    monkeypatch.setattr(score_cli, "judge_from_args", lambda args: tiny_judge)
+    assert cli.main(["score", "-i", str(data), "-o", str(out), "--chunk-size", "2", "--resume"]) == 0
+    scored = [json.loads(x) for x in out.read_text().splitlines()]
+    expected = tiny_judge.score("para-fs", source=[r["source"] for r in rows], hypothesis=[r["hypothesis"] for r in rows])
+    assert [r["id"] for r in scored] == list(range(40))
+    assert [r["logratio"] for r in scored] == pytest.approx(expected, abs=1e-5)
