@@ -46,7 +46,7 @@ from typing import Any, Callable, Sequence
 
 from ...core.judge import Judge
 from ..evaluation.report import markdown_table
-from ..shared import UsageError
+from ..shared import UsageError, positive_float
 from .run import generate_answers, read_pairs, reference_scores
 
 TEMPLATE = "para-fs"
@@ -533,16 +533,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tokenizers", type=Path, default=None, help="../shared/tokenizers (default: that folder if it exists)")
     parser.add_argument("--data", type=Path, default=None, help="PARAPHRASUS ms-mrpc.json (default: found as the bench finds it, else built-in pairs)")
     parser.add_argument("--models", default="qwen2.5-7b,llama-3-8b", help="judge shapes for b, in order (default qwen2.5-7b,llama-3-8b)")
-    parser.add_argument("--budget", type=float, default=420.0, help="seconds; a later judge shape is skipped past half of it (default 420)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--budget", type=positive_float, default=420.0, help="seconds; a later judge shape is skipped past half of it (default 420)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, or an option argparse refused (its message printed)
+        return done.code if isinstance(done.code, int) else 2
     try:
         import torch
 
         models = [m.strip() for m in args.models.split(",") if m.strip()]
         if not models or set(models) - set(SHAPES):
             raise UsageError(f"--models: a comma-separated subset of {', '.join(SHAPES)}, got {args.models!r}.")
-        if not math.isfinite(args.budget) or args.budget <= 0:
-            raise UsageError(f"--budget must be a positive number of seconds, got {args.budget}.")
         if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device here; use --tiny --device cpu to check the command on a CPU.")
         if args.device == "cpu" and not args.tiny:
