@@ -45,7 +45,7 @@ from ..core.template import load_template
 from ..core.text import contains_words, repetition, same_words
 from .rewards import PluieReward, novelty_score
 
-__all__ = ["Task", "TASKS", "CopyProofReward", "ParaphraseReward", "TranslationReward", "RevisionReward",
+__all__ = ["Task", "TASKS", "TEMPLATE_TASKS", "task_of", "CopyProofReward", "ParaphraseReward", "TranslationReward", "RevisionReward",
            "copy_proof_novelty", "copy_proof_score", "is_copy"]
 
 
@@ -81,6 +81,22 @@ at or above 0.3); translation shares it (a real translation shares only names, n
 with its source: the NEAT sample's are at 0.85 or more); 0.05 is the 5th–10th percentile of the 600
 OneStopEnglish simplifications (SIMP, a revision task: 0.045–0.056; 93 % at or above 0.05), one word
 changed in twenty."""
+
+
+TEMPLATE_TASKS: dict[str, str] = {"para-fs": "paraphrase", "para-direct": "paraphrase", "para-indirect": "paraphrase",
+                                   "para-fs-fr": "paraphrase", "net": "translation", "rev": "revision"}
+"""The task of each built-in Yes/No template that judges a generation against a source."""
+
+
+def task_of(template: Any) -> Task | None:
+    """The :class:`Task` a built-in template judges (:data:`TEMPLATE_TASKS`), or None.
+
+    Example:
+        >>> task_of("rev").source_field, task_of("net-likert")
+        ('original', None)
+    """
+    name = template if isinstance(template, str) else getattr(template, "name", None)
+    return TASKS[TEMPLATE_TASKS[name]] if name in TEMPLATE_TASKS else None
 
 
 def _check_target(target: float) -> float:
