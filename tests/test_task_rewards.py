@@ -182,10 +182,10 @@ def test_default_judge_probe_copies_below_honest(embedded_judge, template):
     from pluie_reward.tools.probe import probe_items
 
     families = ["copy", "copy_case", "copy_spacing", "copy_punctuation", "copy_zero_width", "copy_homoglyph", "repeat"]
-    records = probe_items(embedded_judge, template, families=families)
+    records = probe_items(embedded_judge, template, families=families, limit=4)
     honest = {r["source_index"]: r for r in records if r["family"] == "honest"}
     copies = [r for r in records if r["kind"] == "copy"]
-    assert len(copies) >= 10 * len(honest)
+    assert len(honest) == 4 and len(copies) >= 10 * len(honest)
     for r in copies:
         if template == "rev" and r["family"] == "repeat":
             # revision: an unchanged paragraph said twice is judged (not a copy), and must still lose
