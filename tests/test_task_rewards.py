@@ -37,6 +37,7 @@ def disguises(rng: random.Random, source: str) -> list[str]:
         no_punct,
         source + "!!!",
         source.replace(" ", " , "),
+        source.replace(" ", "", 1),                 # two words joined ("peer-to-peer" without its hyphens)
         "\u200b".join(source),                      # zero-width space between all characters
         "\u00ad".join(source),                      # soft hyphen
         "".join(HOMOGLYPHS.get(c, c) for c in source),

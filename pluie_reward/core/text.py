@@ -118,15 +118,19 @@ def content_words(text: str) -> list[str]:
 
 def same_words(a: str, b: str) -> bool:
     """Whether ``b`` is ``a`` up to case, spacing, punctuation, invisible characters, accents and
-    homoglyphs: a copy, for a reward that must not pay for copying.
+    homoglyphs: a copy, for a reward that must not pay for copying. Word boundaries made of
+    punctuation count as punctuation: "peer-to-peer" with its hyphens removed ("peertopeer") is the
+    same text.
 
     Example:
         >>> same_words("The cat sleeps.", "the   cat, SLEEPS")
         True
+        >>> same_words("Use peer-to-peer sharing.", "Use peertopeer sharing")
+        True
         >>> same_words("The cat sleeps.", "The cat slept.")
         False
     """
-    return content_words(a) == content_words(b)
+    return "".join(content_words(a)) == "".join(content_words(b))
 
 
 def contains_words(a: str, b: str) -> bool:
