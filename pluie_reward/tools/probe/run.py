@@ -4,8 +4,8 @@ Example:
     >>> from pluie_reward.tools.probe import markdown_report
     >>> rows = run_probe(judge, "para-fs", limit=2)  # e.g. judge = Judge.load()
     >>> print(markdown_report(rows))
-    | family | kind | n | mean | max | > threshold | > honest | novelty | guarded |
-    |---|---|---|---|---|---|---|---|---|
+    | family | kind | n | mean | max | > threshold | > honest | novelty | guarded | copy-proof | copy-proof ≥ honest |
+    |---|---|---|---|---|---|---|---|---|---|---|
     | honest | reference | 2 | ...
 """
 
