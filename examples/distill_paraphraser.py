@@ -1,7 +1,9 @@
 """Distil a paraphraser with a PLUIE judge: a teacher samples N candidates per source, the judge
-keeps the best (best-of-n above a threshold), TRL's SFTTrainer trains a smaller or fresh student
-on them, and (optionally) a short GRPO run rewarded by PLUIE + novelty follows. The student's mean PLUIE on
-held-out sources is reported before and after.
+keeps the best by the copy-proof score (p_yes x min(1, novelty / 0.3): PLUIE alone would keep copies of
+the source, which a judge rates above paraphrases), TRL's SFTTrainer trains a smaller or fresh student
+on them, and (optionally) a short GRPO run rewarded by ParaphraseReward (the same score) follows. The kept
+pairs' copy rate and novelty are printed beside their PLUIE, and beside those PLUIE best-of-n would have
+kept; the student's mean PLUIE on held-out sources is reported before and after.
 
 Defaults are CPU-sized (a few minutes on 2 cores): the embedded SmolLM2-135M-Instruct is teacher
 and judge, and the student is a fresh 2-layer Llama sharing its tokenizer (which, trained on 16 pairs, learns little more
@@ -75,15 +77,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threshold", type=float, default=None,
                    help="keep only candidates with PLUIE > threshold, e.g. 0 with a real judge (default: none, since "
                         "the 135M demo judge scores nearly everything below 0)")
+    p.add_argument("--select", choices=["copy-proof", "pluie"], default="copy-proof",
+                   help="rank each source's candidates by the copy-proof score (default) or by PLUIE (prefers copies)")
+    p.add_argument("--target", type=float, default=None,
+                   help="novelty that earns full credit in the copy-proof score and the GRPO reward (default: the task's, 0.3)")
     p.add_argument("--temperature", type=float, default=0.9)
     p.add_argument("--max-new-tokens", type=int, default=40)
     p.add_argument("--epochs", type=float, default=None, help="SFT epochs (default 10 for a fresh student, 3 otherwise)")
     p.add_argument("--learning-rate", type=float, default=None, help="default 3e-3 for a fresh student, 2e-5 otherwise")
     p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--grpo", action="store_true", help="then run a short GRPO phase rewarded by PLUIE + novelty")
+    p.add_argument("--grpo", action="store_true", help="then run a short GRPO phase rewarded by ParaphraseReward")
     p.add_argument("--grpo-steps", type=int, default=2)
-    p.add_argument("--novelty-weight", type=float, default=0.5,
-                   help="GRPO reward = PLUIE + w * novelty (1 - word edit similarity to the source), so that copying does not win (default 0.5)")
     p.add_argument("--output-dir", type=Path, default=Path("distill_out"))
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
@@ -166,7 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from trl import SFTConfig, SFTTrainer
 
     from pluie_reward import Judge
-    from pluie_reward.integrations.data import best_of_n, score_dataset
+    from pluie_reward.integrations.data import best_of_n, describe_pairs, filter_dataset, score_dataset
+    from pluie_reward.integrations.task_rewards import TASKS, task_of
     from pluie_reward.engines.transformers.loading import load_trainable_embedded
 
     set_seed(args.seed)
@@ -191,11 +196,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not rows:
         sys.exit("the teacher produced only empty candidates; raise --max-new-tokens or change --teacher.")
     pool = Dataset.from_dict({"source": [r[0] for r in rows], "hypothesis": [r[1] for r in rows]})
-    pool = score_dataset(pool, judge, args.template, desc="judging teacher candidates")
+    task = task_of(args.template) or TASKS["paraphrase"]
+    if args.target is not None:
+        task = type(task)(task.name, task.template, task.source_field, args.target, task.source_inside_is_copy)
+    pool = score_dataset(pool, judge, args.template, desc="judging teacher candidates", task=task)
     threshold = args.threshold
-    best = best_of_n(pool, group_by="source", k=args.k, threshold=threshold)
+    eligible = pool if threshold is None else filter_dataset(pool, threshold=threshold)  # PLUIE > threshold
+    kept = {select: best_of_n(eligible, group_by="source", k=args.k,
+                              score_column="pluie_copy_proof" if select == "copy-proof" else "pluie_logratio")
+            for select in ("copy-proof", "pluie")}
+    best = kept[args.select]
     print(f"teacher: {len(pool)} candidates for {len(train_sources)} sources, mean PLUIE {sum(pool['pluie_logratio']) / len(pool):.2f}; "
-          f"kept {len(best)} (best {args.k} per source" + (f", PLUIE > {threshold:g})" if threshold is not None else ")"))
+          f"kept {len(best)} by {args.select} (best {args.k} per source" + (f", PLUIE > {threshold:g})" if threshold is not None else ")"))
+    for select, rows_kept in kept.items():
+        stats = describe_pairs(rows_kept)
+        print(f"  best-of-{args.n} by {select:10s}: {stats['pairs']} pairs, mean PLUIE {stats['pluie'] or 0:.2f}, "
+              f"copy rate {stats['copy_rate'] or 0:.0%}, novelty {stats['novelty'] or 0:.2f}, copy-proof {stats['copy_proof'] or 0:.2f}"
+              + ("  <- kept" if select == args.select else ""))
     if len(best) == 0:
         sys.exit("no candidate passed the threshold; lower or drop --threshold, or sample more (--n).")
 
@@ -228,21 +245,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     after, after_rows = mean_pluie(judge, args.template, student, student_tok, held_out, args.max_new_tokens)
     print(f"student after SFT: mean PLUIE {describe(after, after_rows)}; before {before:.2f}")
     report: dict[str, Any] = {"before": before, "after_sft": after, "kept": len(best), "candidates": len(pool),
+                              "select": args.select, "kept_pairs": {s: describe_pairs(k) for s, k in kept.items()},
                               "held_out_before": before_rows, "held_out_after_sft": after_rows}
 
     # 4. optional GRPO with the judge as reward ---------------------------------------------
     if args.grpo:
         from trl import GRPOConfig, GRPOTrainer
 
-        from pluie_reward.integrations.rewards import NoveltyReward, PluieReward
+        from pluie_reward import CopyProofReward
 
-        # PLUIE alone rewards copying the source (a copy is a perfect paraphrase to a judge): add novelty
-        rewards = [PluieReward(judge, template=args.template, fields={"source": "source"}), NoveltyReward("source")]
+        # PLUIE alone rewards copying the source (a copy is a perfect paraphrase to a judge): the copy-proof
+        # reward gates p_yes by novelty, so a copy scores 0
+        rewards = [CopyProofReward(judge, task, template=args.template)]
         grpo_data = Dataset.from_dict({"prompt": [chat_prompt(s) for s in train_sources], "source": train_sources})
         grpo_config = GRPOConfig(
             output_dir=str(args.output_dir / "grpo"), max_steps=args.grpo_steps, per_device_train_batch_size=4,
             num_generations=4, max_completion_length=args.max_new_tokens, learning_rate=(args.learning_rate or default_lr) / 10,
-            reward_weights=[1.0, args.novelty_weight], logging_steps=1, save_strategy="no", report_to="none",
+            logging_steps=1, save_strategy="no", report_to="none",
             use_cpu=not torch.cuda.is_available(), seed=args.seed, bf16=False,
         )
         GRPOTrainer(model=student, reward_funcs=rewards, args=grpo_config, train_dataset=grpo_data,

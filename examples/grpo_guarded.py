@@ -1,13 +1,14 @@
-"""LoRA GRPO of a paraphrase generator with a reward that is hard to game: PLUIE + novelty + guards.
+"""LoRA GRPO of a paraphrase generator with a reward that is hard to game: the copy-proof
+ParaphraseReward + guards.
 
-Three reward functions, combined with ``reward_weights``:
+Two reward functions, combined with ``reward_weights``:
 
-* ``pluie``: PLUIE of the completion as a paraphrase of the source, wrapped in ``GuardedReward``: a
+* ``paraphrase``: ``ParaphraseReward``, the judge's p_yes gated by novelty against the source
+  (``p_yes × min(1, novelty / 0.3)``), so that copying the source (also with zero-width characters,
+  homoglyphs, case or spacing changes, or repeated) earns 0; wrapped in ``GuardedReward``: a
   completion flagged by the guard (the template's "yes" word as a standalone answer, its field
-  delimiters 'B: "', or the judge's control tokens such as ``<|im_end|>``) gets -10 instead of its score,
+  delimiters 'B: "', or the judge's control tokens such as ``<|im_end|>``) gets 0 instead of its score,
   and ``escape_delimiters=True`` keeps quotes in the fields from closing the template's quotes;
-* ``novelty``: 1 - word edit similarity to the source, so that copying the source (also with
-  zero-width characters, homoglyphs, case or spacing changes) earns nothing;
 * ``guard``: a separate penalty (``GuardReward``, -1 per flagged completion) whose mean shows up as
   ``rewards/guard/mean``.
 
@@ -34,19 +35,20 @@ from peft import LoraConfig, get_peft_model
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from pluie_reward import Judge, PluieReward, load_trainable_embedded, novelty
+from pluie_reward import Judge, ParaphraseReward, load_trainable_embedded
 from pluie_reward.integrations.guards import GuardedReward, GuardReward
 from pluie_reward.tools.probe import builtin_sample
 
 INSTRUCTION = "Paraphrase the following sentence. Reply with the paraphrase only.\n\n{}"
-METRICS = ("guard/answer_word_rate", "guard/delimiter_rate", "guard/control_token_rate", "guard/flagged_rate", "pluie/accept_rate")
+METRICS = ("guard/answer_word_rate", "guard/delimiter_rate", "guard/control_token_rate", "guard/flagged_rate", "paraphrase/accept_rate",
+           "paraphrase/copy_rate")
 
 
 class PrintMetrics(TrainerCallback):
     """Print the rewards and the guards' rates TRL logs at each step."""
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "rewards/pluie/mean" in logs:
+        if logs and "rewards/paraphrase/mean" in logs:
             rewards = "  ".join(f"{k.split('/')[1]} {logs[k]:+.3f}" for k in logs if k.startswith("rewards/") and k.endswith("/mean"))
             rates = "  ".join(f"{k} {logs[k]:.2f}" for k in METRICS if k in logs)
             print(f"step {state.global_step:>3}  reward {logs['reward']:+.3f}  {rewards}\n          {rates}", flush=True)
@@ -58,7 +60,6 @@ def main() -> None:
     parser.add_argument("--num-generations", type=int, default=4, help="completions per source (the GRPO group)")
     parser.add_argument("--batch-size", type=int, default=4, help="completions per step")
     parser.add_argument("--max-completion-length", type=int, default=32)
-    parser.add_argument("--novelty-weight", type=float, default=0.5)
     parser.add_argument("--guard-weight", type=float, default=1.0)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--output-dir", default=None)
@@ -74,8 +75,8 @@ def main() -> None:
     policy, tokenizer = load_trainable_embedded()
     policy = get_peft_model(policy, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
     judge = Judge.from_peft(policy, tokenizer)  # the base weights, adapter disabled while scoring
-    pluie = GuardedReward(
-        PluieReward(judge, template="para-fs", fields={"source": "source"}),
+    paraphrase = GuardedReward(
+        ParaphraseReward(judge, template="para-fs", fields={"source": "source"}),
         guard=True,                 # the default guard of para-fs and the judge's tokenizer
         escape_delimiters=True,     # quotes inside fields become ” before scoring
     )
@@ -89,7 +90,7 @@ def main() -> None:
         num_generations=args.num_generations,
         max_completion_length=args.max_completion_length,
         learning_rate=args.learning_rate,
-        reward_weights=[1.0, args.novelty_weight, args.guard_weight],
+        reward_weights=[1.0, args.guard_weight],
         logging_steps=1,
         save_strategy="no",
         report_to=[],
@@ -100,17 +101,17 @@ def main() -> None:
     )
     trainer = GRPOTrainer(
         model=policy,
-        reward_funcs=[pluie, novelty, guard],
+        reward_funcs=[paraphrase, guard],
         args=config,
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=[PrintMetrics()],
     )
     trainer.train()
-    last = [log for log in trainer.state.log_history if "rewards/pluie/mean" in log][-1]
+    last = [log for log in trainer.state.log_history if "rewards/paraphrase/mean" in log][-1]
     print("\nlast step's metrics:")
     for key in sorted(last):
-        if key.startswith(("rewards/", "guard/", "pluie/")) or key == "reward":
+        if key.startswith(("rewards/", "guard/", "paraphrase/")) or key == "reward":
             print(f"  {key:28s} {last[key]:+.4f}")
 
 

@@ -5,7 +5,7 @@ import math
 import pytest
 from datasets import Dataset
 
-from pluie_reward.integrations.data import best_of_n, filter_dataset, score_dataset
+from pluie_reward.integrations.data import best_of_n, describe_pairs, filter_dataset, score_dataset
 
 SOURCES = ["The cat sleeps.", "The cat sleeps.", "The dog barks at night.", "The dog barks at night.", "Paraphrase this."]
 HYPOTHESES = ["A cat is sleeping.", "The dog barks.", "At night the dog barks.", "The cat sleeps.", "Yes"]
@@ -14,12 +14,22 @@ HYPOTHESES = ["A cat is sleeping.", "The dog barks.", "At night the dog barks.",
 def test_score_dataset_adds_columns_equal_to_direct_scoring(tiny_judge):
     ds = Dataset.from_dict({"src": SOURCES, "hypothesis": HYPOTHESES, "id": list(range(5))})
     scored = score_dataset(ds, tiny_judge, "para-fs", columns={"source": "src"}, batch_size=2, desc=None)
-    assert scored.column_names == ["src", "hypothesis", "id", "pluie_logratio", "pluie_p_yes", "pluie_verdict"]
+    assert scored.column_names == ["src", "hypothesis", "id", "pluie_logratio", "pluie_p_yes", "pluie_verdict",
+                                   "pluie_novelty", "pluie_copy", "pluie_copy_proof"]
     expected = tiny_judge.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES, use_cache=False)
     assert scored["pluie_logratio"] == pytest.approx(expected, abs=1e-4)
     # independent reference for the derived columns: the logistic function and the sign
     assert scored["pluie_p_yes"] == pytest.approx([1 / (1 + math.exp(-s)) for s in expected], abs=1e-4)
     assert scored["pluie_verdict"] == [s > 0 for s in expected]
+    # copy-proof columns, by hand (word and punctuation tokens): "a cat is sleeping ." vs "the cat sleeps .":
+    # the -> a, sleeps -> is, + sleeping: 3 of 5; "the dog barks ." vs "the cat sleeps .": 2 of 4; "at night"
+    # moved to the front: 4 of 6; "the cat sleeps ." vs "the dog barks at night .": 2 changed, 2 dropped, of 6;
+    # "yes" vs "paraphrase this .": 3 of 3
+    novelty = [3 / 5, 2 / 4, 4 / 6, 4 / 6, 1.0]
+    assert scored["pluie_novelty"] == pytest.approx(novelty)
+    assert scored["pluie_copy"] == [False] * 5
+    assert scored["pluie_copy_proof"] == pytest.approx(
+        [1 / (1 + math.exp(-s)) * min(1.0, v / 0.3) for s, v in zip(expected, novelty)], abs=1e-4)
     assert scored["id"] == [0, 1, 2, 3, 4]
     # the scores vary between items (the tiny judge is not constant), so the check above can fail
     assert max(expected) - min(expected) > 0.01
@@ -32,6 +42,11 @@ def test_score_dataset_threshold_and_prefix(tiny_judge):
     scored = score_dataset(ds, tiny_judge, threshold=cut, prefix="j_", desc=None)
     assert sum(scored["j_verdict"]) == 2
     assert "j_logratio" in scored.column_names and "pluie_logratio" not in scored.column_names
+    assert "j_copy_proof" in scored.column_names
+    with pytest.raises(ValueError, match="unknown task 'summary'"):
+        score_dataset(ds, tiny_judge, task="summary")
+    with pytest.raises(ValueError, match="reads the field 'original', which template 'para-fs' does not have"):
+        score_dataset(ds, tiny_judge, task="revision")
 
 
 def test_score_dataset_missing_column_says_what_to_do(tiny_judge):
@@ -67,18 +82,46 @@ def test_best_of_n_hand_computed():
         "cand":   ["a",  "b",  "c",  "d",  "e",  "f",  "g"],
         "pluie_logratio": [0.5, -1.0, 2.0, 2.0, -0.5, -3.0, -2.0],
     })
+    pluie = {"score_column": "pluie_logratio"}
     # k=1: s1 -> c (2.0; ties with d, c comes first), s2 -> e (-0.5 > -1.0), s3 -> g (-2.0 > -3.0)
-    assert best_of_n(ds)["cand"] == ["c", "e", "g"]
+    assert best_of_n(ds, **pluie)["cand"] == ["c", "e", "g"]
     # k=2 with threshold 0: s1 -> c, d (0.5 is third); s2 and s3 have nothing above 0 and disappear
-    assert best_of_n(ds, k=2, threshold=0.0)["cand"] == ["c", "d"]
+    assert best_of_n(ds, k=2, threshold=0.0, **pluie)["cand"] == ["c", "d"]
     # k=3, threshold -1.5: s1 -> c, d, a ; s2 -> e (-0.5; -1.0 is above -1.5 too) -> e, b ; s3 -> none
-    assert best_of_n(ds, k=3, threshold=-1.5)["cand"] == ["c", "d", "a", "e", "b"]
+    assert best_of_n(ds, k=3, threshold=-1.5, **pluie)["cand"] == ["c", "d", "a", "e", "b"]
     # a score exactly at the threshold is not above it: k=3, threshold 0.5 keeps c and d, not a (0.5)
-    assert best_of_n(ds, k=3, threshold=0.5)["cand"] == ["c", "d"]
+    assert best_of_n(ds, k=3, threshold=0.5, **pluie)["cand"] == ["c", "d"]
+
+
+def test_best_of_n_prefers_paraphrases_to_copies_by_default():
+    """The copy has the higher PLUIE (as on the default judge: copies +4..+5, paraphrases ~+3.5); the
+    default ranking (the copy-proof score) keeps the paraphrase, and describe_pairs reports it."""
+    sources = ["The cat sleeps on the mat."] * 3
+    candidates = ["The cat sleeps on the mat.", "The cat sleeps on the mat. The cat sleeps on the mat.",
+                  "A cat is asleep on the mat."]
+    logratio = [4.8, 5.5, 3.5]
+    p_yes = [1 / (1 + math.exp(-x)) for x in logratio]
+    ds = Dataset.from_dict({"source": sources, "hypothesis": candidates, "pluie_logratio": logratio,
+                            "pluie_p_yes": p_yes, "pluie_verdict": [True] * 3})
+    from pluie_reward.integrations.data import _copy_proof_columns
+    from pluie_reward.integrations.task_rewards import TASKS
+
+    columns = _copy_proof_columns(TASKS["paraphrase"], sources, candidates, p_yes, "pluie_")
+    ds = ds.add_column("pluie_novelty", columns["pluie_novelty"]).add_column("pluie_copy", columns["pluie_copy"])
+    ds = ds.add_column("pluie_copy_proof", columns["pluie_copy_proof"])
+    assert best_of_n(ds, score_column="pluie_logratio")["hypothesis"] == [candidates[1]]  # PLUIE keeps a copy
+    kept = best_of_n(ds)
+    assert kept["hypothesis"] == [candidates[2]]
+    # "a cat is asleep on the mat ." vs "the cat sleeps on the mat .": the -> a, sleeps -> is, + asleep: 3/8
+    assert describe_pairs(kept) == {"pairs": 1, "pluie": 3.5, "accept_rate": 1.0, "copy_rate": 0.0,
+                                    "novelty": pytest.approx(3 / 8), "copy_proof": pytest.approx(p_yes[2])}
+    assert describe_pairs(best_of_n(ds, score_column="pluie_logratio"))["copy_rate"] == 1.0
+    with pytest.raises(ValueError, match="score_column='pluie_logratio' ranks by PLUIE"):
+        best_of_n(ds.remove_columns("pluie_copy_proof"))
 
 
 def test_best_of_n_bad_input():
-    ds = Dataset.from_dict({"source": ["s"], "pluie_logratio": [float("nan")]})
+    ds = Dataset.from_dict({"source": ["s"], "pluie_copy_proof": [float("nan")]})
     with pytest.raises(ValueError, match="finite score"):
         best_of_n(ds)
     with pytest.raises(ValueError, match="score it first"):

@@ -34,6 +34,7 @@ DISGUISED_COPIES = {
     "no punctuation": "The cat sleeps on the mat",
     "full-width letters": "\uff34\uff48\uff45 cat sleeps on the mat.",
     "accents": "Thé cat sleéps on the mât.",
+    "words joined": "The cat sleeps on themat.",  # as "peer-to-peer" with its hyphens removed
 }
 
 

@@ -86,6 +86,15 @@ def test_every_family_runs_on_a_tiny_judge(tiny_judge):
     assert {r["family"]: r["novelty"] for r in rows}["copy_zero_width"] == 0.0
     table = markdown_report(rows)
     assert table.count("\n") == len(rows) + 1 and "| honest | reference | 2 |" in table
+    # the copy-proof reward of para-fs (paraphrase): every copy-kind hypothesis, repeats included, gets 0,
+    # whatever this random judge says; the honest answers p_yes x min(1, novelty / 0.3)
+    assert all(r["copy_proof"] == 0.0 for r in records if r["kind"] == "copy")
+    for r in records:
+        if r["family"] == "honest":
+            assert r["copy_proof"] == pytest.approx(1 / (1 + math.exp(-r["score"])) * min(1.0, r["novelty"] / 0.3))
+    by_family = {r["family"]: r for r in rows}
+    assert by_family["repeat"]["copy_proof"] == 0.0 and by_family["repeat"]["copy_proof_above_honest"] == 0.0
+    assert "| copy-proof | copy-proof ≥ honest |" in table
 
 
 def test_summarize_by_hand():
@@ -103,6 +112,14 @@ def test_summarize_by_hand():
     assert empty["above_honest"] == pytest.approx(2 / 3)  # the source without an honest answer is left out
     assert empty["guarded"] == pytest.approx(1 / 4)
     assert summarize(records, threshold=-0.6)[1]["above_threshold"] == pytest.approx(3 / 4)
+    assert empty["copy_proof"] is None and "copy-proof" not in markdown_report([empty])  # records without it
+    # the last record has no honest answer, so no honest copy-proof value either
+    scored = [dict(r, copy_proof=c, honest_copy_proof=h)
+              for r, c, h in zip(records, [0.4, 0.0, 0.5, 0.4, 0.1], [0.4, 0.4, 0.4, 0.4, None])]
+    honest, empty = summarize(scored, threshold=0.0)
+    assert empty["copy_proof"] == pytest.approx(1.0 / 4)
+    assert empty["copy_proof_above_honest"] == pytest.approx(2 / 3)  # 0.5 and 0.4 (a tie counts) of 0.0, 0.5, 0.4
+    assert honest["copy_proof_above_honest"] is None
 
 
 def test_bad_probe_input(tiny_judge):

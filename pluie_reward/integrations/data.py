@@ -1,14 +1,21 @@
 """Judge-annotated datasets: score a :class:`datasets.Dataset` with PLUIE, filter it, and keep the
 best teacher candidates per source (best-of-n) to build distillation data.
 
+PLUIE alone prefers copies (a copy of the source means what the source means), so for a template of a
+known task (paraphrase, translation, revision: :func:`~pluie_reward.integrations.task_rewards.task_of`)
+:func:`score_dataset` also adds the copy-proof score of
+:func:`~pluie_reward.integrations.task_rewards.copy_proof_score`, novelty and a copy flag, and
+:func:`best_of_n` ranks by the copy-proof score by default; :func:`describe_pairs` reports the copy
+rate and novelty of what was kept beside its PLUIE.
+
 Example:
     >>> from datasets import Dataset
-    >>> ds = Dataset.from_dict({"source": ["The cat sleeps."] * 2, "hypothesis": ["A cat is asleep.", "Dogs bark."]})
-    >>> ds = score_dataset(ds, judge)  # adds pluie_logratio, pluie_p_yes, pluie_verdict
-    >>> ds.column_names
-    ['source', 'hypothesis', 'pluie_logratio', 'pluie_p_yes', 'pluie_verdict']
-    >>> best_of_n(ds, group_by="source", k=1).num_rows  # the best hypothesis of each source
-    1
+    >>> ds = Dataset.from_dict({"source": ["The cat sleeps."] * 2, "hypothesis": ["A cat is asleep.", "The cat sleeps."]})
+    >>> ds = score_dataset(ds, judge)  # adds pluie_logratio, pluie_p_yes, pluie_verdict, pluie_novelty, pluie_copy, pluie_copy_proof
+    >>> list(ds["pluie_copy"]), ds["pluie_copy_proof"][1]
+    ([False, True], 0.0)
+    >>> list(best_of_n(ds, group_by="source", k=1)["hypothesis"])  # the best of each source: never the copy
+    ['A cat is asleep.']
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..core.judge import Judge
 
 SCORE_COLUMNS = ("logratio", "p_yes", "verdict")
+COPY_PROOF_COLUMNS = ("novelty", "copy", "copy_proof")
+"""The columns :func:`score_dataset` adds for a template of a known task (after the prefix)."""
 
 
 def _field_columns(dataset: "Dataset", template: Any, columns: Mapping[str, str] | None) -> dict[str, str]:
@@ -47,13 +56,22 @@ def score_dataset(
     prefix: str = "pluie_",
     truncate: bool = True,
     desc: str | None = "PLUIE scoring",
+    task: Any = None,
 ) -> "Dataset":
     """Add ``{prefix}logratio``, ``{prefix}p_yes`` and ``{prefix}verdict`` columns with a batched ``map``
-    that calls :meth:`Judge.score` (the map shows a progress bar; ``desc=None`` keeps its default).
+    that calls :meth:`Judge.score` (the map shows a progress bar; ``desc=None`` keeps its default),
+    and, for a template of a known task, ``{prefix}novelty``
+    (:func:`~pluie_reward.integrations.task_rewards.copy_proof_novelty` against the task's source
+    field), ``{prefix}copy`` (:func:`~pluie_reward.integrations.task_rewards.is_copy`) and
+    ``{prefix}copy_proof`` (:func:`~pluie_reward.integrations.task_rewards.copy_proof_score`: the
+    reward of :class:`~pluie_reward.ParaphraseReward` and its siblings, 0 for a copy).
 
     Args:
         columns: template field -> dataset column, for columns not named like the fields.
         threshold: verdict is ``logratio > threshold`` (default: the judge's).
+        task: the :class:`~pluie_reward.integrations.task_rewards.Task` (or its name) for the
+            copy-proof columns; default: the template's (``para-*``: paraphrase, ``net``: translation,
+            ``rev``: revision; none for other templates, and then no such columns).
 
     Example:
         >>> from datasets import Dataset
@@ -66,11 +84,15 @@ def score_dataset(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     mapping = _field_columns(dataset, template, columns)
+    task = _task(template, task)
 
     def annotate(batch: dict[str, list]) -> dict[str, list]:
         values = {field: batch[column] for field, column in mapping.items()}
         results = judge.score(template, details=True, threshold=threshold, truncate=truncate, **values)
-        return {prefix + key: [r[key] for r in results] for key in SCORE_COLUMNS}
+        out = {prefix + key: [r[key] for r in results] for key in SCORE_COLUMNS}
+        if task is not None:
+            out.update(_copy_proof_columns(task, values[task.source_field], values["hypothesis"], out[prefix + "p_yes"], prefix))
+        return out
 
     # The judge (a whole model) is not hashed for the fingerprint; a fresh one avoids stale caches.
     return dataset.map(
@@ -83,11 +105,43 @@ def score_dataset(
     )
 
 
+def _task(template: Any, task: Any) -> Any:
+    """The task of the copy-proof columns: ``task`` (a Task or its name), else the template's, else None."""
+    from .task_rewards import TASKS, Task, task_of
+
+    if task is None:
+        task = task_of(load_template(template))
+    elif isinstance(task, str):
+        if task not in TASKS:
+            raise ValueError(f"unknown task {task!r}; use one of {list(TASKS)} or a Task(...).")
+        task = TASKS[task]
+    elif not isinstance(task, Task):
+        raise TypeError(f"task must be a task name ({list(TASKS)}), a Task or None, not {type(task).__name__}.")
+    if task is not None and task.source_field not in load_template(template).fields:
+        raise ValueError(f"task {task.name!r} reads the field {task.source_field!r}, which template "
+                         f"{load_template(template).name!r} does not have.")
+    return task
+
+
+def _copy_proof_columns(task: Any, sources: list, hypotheses: list, p_yes: list, prefix: str) -> dict[str, list]:
+    from .task_rewards import copy_proof_novelty, copy_proof_score, is_copy
+
+    inside = task.source_inside_is_copy
+    return {
+        prefix + "novelty": [copy_proof_novelty(s, h, source_inside_is_copy=inside) for s, h in zip(sources, hypotheses)],
+        prefix + "copy": [is_copy(s, h, source_inside_is_copy=inside) for s, h in zip(sources, hypotheses)],
+        prefix + "copy_proof": [copy_proof_score(p, s, h, target=task.target, source_inside_is_copy=inside)
+                                for p, s, h in zip(p_yes, sources, hypotheses)],
+    }
+
+
 def _scores(dataset: "Dataset", score_column: str) -> list[float]:
     if score_column not in dataset.column_names:
+        hint = (" (score_dataset adds it for the paraphrase, translation and revision templates, or with task=; "
+                "score_column='pluie_logratio' ranks by PLUIE, which prefers copies)" if score_column.endswith("copy_proof") else "")
         raise ValueError(
             f"the dataset has no column {score_column!r} (columns: {dataset.column_names}); "
-            "score it first with score_dataset(dataset, judge) or pass judge=."
+            f"score it first with score_dataset(dataset, judge) or pass judge={hint}."
         )
     scores = dataset[score_column]
     for i, s in enumerate(scores):
@@ -126,7 +180,7 @@ def best_of_n(
     dataset: "Dataset",
     *,
     group_by: str = "source",
-    score_column: str = "pluie_logratio",
+    score_column: str = "pluie_copy_proof",
     k: int = 1,
     threshold: float | None = None,
 ) -> "Dataset":
@@ -134,11 +188,14 @@ def best_of_n(
     when one is given (a group with none left disappears). Groups stay in order of first
     appearance; inside a group rows are sorted by decreasing score (equal scores: input order).
 
+    The default score is the copy-proof score of :func:`score_dataset` (in [0, 1): a threshold of 0
+    drops copies); ``score_column="pluie_logratio"`` ranks by PLUIE, which prefers copies.
+
     Example:
         >>> from datasets import Dataset
         >>> scored = Dataset.from_dict({"source": ["s1", "s1", "s2"], "hypothesis": ["a", "b", "c"],
         ...                             "pluie_logratio": [1.5, 2.5, -0.3]})
-        >>> best = best_of_n(scored, group_by="source", k=1, threshold=0.0)
+        >>> best = best_of_n(scored, group_by="source", k=1, threshold=0.0, score_column="pluie_logratio")
         >>> list(best["hypothesis"])  # s2's only candidate is not above the threshold
         ['b']
     """
@@ -157,3 +214,34 @@ def best_of_n(
             ranked = [i for i in ranked if scores[i] > threshold]
         keep.extend(ranked[:k])
     return dataset.select(keep)
+
+
+def describe_pairs(dataset: "Dataset", *, prefix: str = "pluie_") -> dict[str, Any]:
+    """What a (kept) set of scored pairs holds: ``pairs``, mean ``pluie`` (log-ratio), ``accept_rate``
+    (verdicts), and, when :func:`score_dataset` added them, ``copy_rate``, mean ``novelty`` and mean
+    ``copy_proof`` (None otherwise).
+
+    Args:
+        dataset: rows scored by :func:`score_dataset`.
+        prefix: the prefix its columns were given.
+
+    Returns:
+        The statistics (None for a mean over no rows).
+
+    Example:
+        >>> from datasets import Dataset
+        >>> kept = Dataset.from_dict({"pluie_logratio": [4.0, 2.0], "pluie_verdict": [True, True],
+        ...                           "pluie_novelty": [0.0, 0.5], "pluie_copy": [True, False], "pluie_copy_proof": [0.0, 0.85]})
+        >>> describe_pairs(kept)
+        {'pairs': 2, 'pluie': 3.0, 'accept_rate': 1.0, 'copy_rate': 0.5, 'novelty': 0.25, 'copy_proof': 0.425}
+    """
+    n = dataset.num_rows
+
+    def mean(name: str) -> float | None:
+        column = prefix + name
+        if column not in dataset.column_names or not n:
+            return None
+        return math.fsum(float(v) for v in dataset[column]) / n
+
+    return {"pairs": n, "pluie": mean("logratio"), "accept_rate": mean("verdict"), "copy_rate": mean("copy"),
+            "novelty": mean("novelty"), "copy_proof": mean("copy_proof")}

@@ -17,16 +17,22 @@ from typing import Any, Mapping, Sequence
 from ..evaluation.report import markdown_table, number, percent
 
 HEADERS = ("family", "kind", "n", "mean", "max", "> threshold", "> honest", "novelty", "guarded")
+COPY_PROOF_HEADERS = ("copy-proof", "copy-proof ≥ honest")
+"""The columns added when the rows have a copy-proof reward (a template of a known task)."""
 
 
 def markdown_report(rows: Sequence[Mapping[str, Any]]) -> str:
     """The rows of :func:`~pluie_reward.tools.probe.run_probe` as a Markdown table (``–`` where a
-    share is undefined: the honest family, or no honest answers)."""
+    share is undefined: the honest family, or no honest answers), with the copy-proof reward's
+    columns when the rows have it (the mean reward, and the share at or above the honest answer's)."""
+    copy_proof = any(r.get("copy_proof") is not None for r in rows)
+    headers = HEADERS + (COPY_PROOF_HEADERS if copy_proof else ())
     return markdown_table(
-        HEADERS,
+        headers,
         [
             [r["family"], r["kind"], r["n"], number(r["mean"]), number(r["max"]), percent(r["above_threshold"]),
              percent(r["above_honest"]), number(r["novelty"]), percent(r["guarded"])]
+            + ([number(r.get("copy_proof")), percent(r.get("copy_proof_above_honest"))] if copy_proof else [])
             for r in rows
         ],
     )

@@ -4,8 +4,8 @@ Example:
     >>> from pluie_reward.tools.probe import markdown_report
     >>> rows = run_probe(judge, "para-fs", limit=2)  # e.g. judge = Judge.load()
     >>> print(markdown_report(rows))
-    | family | kind | n | mean | max | > threshold | > honest | novelty | guarded |
-    |---|---|---|---|---|---|---|---|---|
+    | family | kind | n | mean | max | > threshold | > honest | novelty | guarded | copy-proof | copy-proof ≥ honest |
+    |---|---|---|---|---|---|---|---|---|---|---|
     | honest | reference | 2 | ...
 """
 
@@ -16,7 +16,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ...core.template import load_template
 from ...integrations.guards import CompletionGuard, escape_table
+from ...core.judge import sigmoid
 from ...integrations.rewards import novelty_score
+from ...integrations.task_rewards import copy_proof_score, task_of
 from .families import (
     ProbeContext,
     SourceItem,
@@ -126,7 +128,11 @@ def probe_items(
 
     Returns:
         One record per hypothesis: ``family``, ``kind``, ``source_index``, ``hypothesis``, ``score``,
-        ``honest_score`` (None without an honest answer), ``novelty``, ``guarded``.
+        ``honest_score`` (None without an honest answer), ``novelty``, ``guarded``, and for a template
+        of a known task (:func:`~pluie_reward.integrations.task_rewards.task_of`: paraphrase, translation,
+        revision) ``copy_proof`` and ``honest_copy_proof``, the task's copy-proof reward
+        (:func:`~pluie_reward.integrations.task_rewards.copy_proof_score`) of the hypothesis and of the
+        honest answer (None otherwise).
     """
     template = load_template(template)
     context = ProbeContext.build(template, judge.tokenizer)
@@ -169,6 +175,15 @@ def _score_source(
         texts = [t.translate(table) for t in texts]
     scores = judge.score(template, hypothesis=texts, **fields) if texts else []
     honest_score = next((s for (f, _), s in zip(hypotheses, scores) if f == "honest"), None)
+    task = task_of(template)
+
+    def copy_proof(hypothesis: str | None, score: float | None) -> float | None:
+        if task is None or hypothesis is None or score is None:
+            return None
+        return copy_proof_score(sigmoid(score), item.source, hypothesis, target=task.target,
+                                source_inside_is_copy=task.source_inside_is_copy)
+
+    honest_copy_proof = copy_proof(item.honest, honest_score)
     return [
         {
             "family": family,
@@ -179,6 +194,8 @@ def _score_source(
             "honest_score": honest_score,
             "novelty": novelty_score(item.source, hypothesis),
             "guarded": any(guard.check(hypothesis).values()),
+            "copy_proof": copy_proof(hypothesis, score),
+            "honest_copy_proof": honest_copy_proof,
         }
         for (family, hypothesis), score in zip(hypotheses, scores)
         if family in wanted or family == "honest"
@@ -189,8 +206,10 @@ def summarize(records: Sequence[Mapping[str, Any]], threshold: float = 0.0) -> l
     """One row per family (in the records' order): ``family``, ``kind``, ``n``, ``mean`` and ``max``
     score, ``above_threshold`` (share of scores > ``threshold``), ``above_honest`` (share of scores >
     the honest answer's score for the same source, over the sources that have one; None for the
-    honest family itself or without honest answers), ``novelty`` (mean) and ``guarded`` (share
-    flagged by the default guard).
+    honest family itself or without honest answers), ``novelty`` (mean), ``guarded`` (share
+    flagged by the default guard), ``copy_proof`` (mean copy-proof reward, None when the records have
+    none) and ``copy_proof_above_honest`` (share of copy-proof rewards >= the honest answer's, over the
+    sources that have one: a copy-proof reward makes this 0 for the copies).
 
     Example:
         >>> rows = summarize([
@@ -219,8 +238,19 @@ def summarize(records: Sequence[Mapping[str, Any]], threshold: float = 0.0) -> l
             else sum(r["score"] > r["honest_score"] for r in compared) / len(compared),
             "novelty": math.fsum(r["novelty"] for r in group) / len(group),
             "guarded": sum(bool(r["guarded"]) for r in group) / len(group),
+            **_copy_proof_summary(group, reference),
         })
     return rows
+
+
+def _copy_proof_summary(group: Sequence[Mapping[str, Any]], reference: bool) -> dict[str, float | None]:
+    """``copy_proof`` and ``copy_proof_above_honest`` of one family (None where undefined)."""
+    values = [r.get("copy_proof") for r in group]
+    if any(v is None for v in values):
+        return {"copy_proof": None, "copy_proof_above_honest": None}
+    compared = [r for r in group if r.get("honest_copy_proof") is not None]
+    above = None if reference or not compared else sum(r["copy_proof"] >= r["honest_copy_proof"] for r in compared) / len(compared)
+    return {"copy_proof": math.fsum(values) / len(values), "copy_proof_above_honest": above}
 
 
 def run_probe(
