@@ -127,3 +127,52 @@ def same_words(a: str, b: str) -> bool:
         False
     """
     return content_words(a) == content_words(b)
+
+
+def contains_words(a: str, b: str) -> bool:
+    """Whether ``b`` holds all of ``a``'s words (:func:`content_words`), in order and side by side,
+    with more around them: ``a`` repeated, or followed or preceded by other text. False when ``a``
+    has no word or ``b`` is ``a`` itself (:func:`same_words` says that).
+
+    Example:
+        >>> contains_words("The cat sleeps.", "The cat sleeps. THE CAT SLEEPS!")
+        True
+        >>> contains_words("The cat sleeps.", "The cat sleeps."), contains_words("The cat sleeps.", "The cat still sleeps.")
+        (False, False)
+    """
+    whole, part = content_words(b), content_words(a)
+    if not part or len(whole) <= len(part):
+        return False
+    return any(whole[i : i + len(part)] == part for i in range(len(whole) - len(part) + 1))
+
+
+def repetition(text: str, n: int = 3) -> float:
+    """The share of a text's word ``n``-grams (:func:`content_words`) that repeat an earlier one: 0
+    for text that never repeats itself, about ``1 - 1/k`` for a phrase written ``k`` times, 0 for
+    fewer than ``n`` words.
+
+    Args:
+        text: any string.
+        n: the n-gram length (>= 1).
+
+    Returns:
+        A share in [0, 1).
+
+    Example:
+        >>> repetition("The cat sleeps on the mat.")
+        0.0
+        >>> repetition("the cat sleeps the cat sleeps")   # 4 trigrams, the last one repeats the first
+        0.25
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}.")
+    tokens = content_words(text)
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    if not grams:
+        return 0.0
+    seen: set[tuple[str, ...]] = set()
+    repeated = 0
+    for gram in grams:
+        repeated += gram in seen
+        seen.add(gram)
+    return repeated / len(grams)
