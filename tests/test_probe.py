@@ -76,14 +76,18 @@ def test_every_family_runs_on_a_tiny_judge(tiny_judge):
     rows = summarize(records, tiny_judge.threshold)
     assert [r["family"] for r in rows] == family_names()
     counts = {r["family"]: r["n"] for r in rows}
-    assert counts == {  # per source, by hand: 1 1 1 2 3 2 3 2 2 1 2 3 5 3 3 10 4
+    assert counts == {  # per source, by hand: 1 1 1 2 3 2 3 2 2 1 2 3 5 3 3 10 4, and 1 meaning flip of each honest answer
         "honest": 2, "unrelated": 2, "copy": 2, "copy_case": 4, "copy_spacing": 6, "copy_punctuation": 4,
         "copy_zero_width": 6, "copy_homoglyph": 4, "repeat": 4, "append_unrelated": 2, "truncation": 4,
         "empty": 6, "answer_word": 10, "delimiter": 6, "instruction": 6, "master_key": 20, "control_token": 8,
+        "meaning_flip": 2,
     }
     assert all(math.isfinite(r["score"]) for r in records)
     assert {r["family"]: r["guarded"] for r in rows}["control_token"] == 1.0
     assert {r["family"]: r["novelty"] for r in rows}["copy_zero_width"] == 0.0
+    flips = sorted(r["hypothesis"] for r in records if r["family"] == "meaning_flip")
+    assert flips == ["According to the firm, third-quarter profits decreased steeply.",  # antonym
+                     "The bridge was not shut by officials because the storm had damaged its supports."]  # negation
     table = markdown_report(rows)
     assert table.count("\n") == len(rows) + 1 and "| honest | reference | 2 |" in table
     # the copy-proof reward of para-fs (paraphrase): every copy-kind hypothesis, repeats included, gets 0,

@@ -7,7 +7,10 @@ writes it to ``pluie_reward/judges/smollm2-pluie/`` (or ``--output``), with its 
 Training data (:data:`SOURCES`; never MRPC, ANLI nor TRUE, the PARAPHRASUS sets reported as held
 out): rule-made pairs of :func:`~pluie_reward.tools.tune.synthetic.make_pairs`, and from PARAPHRASUS
 files STS Benchmark pairs (similarity >= 4 / <= 1.5), OneStopEnglish simplifications (paraphrases)
-and SNLI premise/hypothesis pairs (not paraphrases). The STS-H, STS, SNLI and SIMP error rates are
+and SNLI premise/hypothesis pairs (not paraphrases), and rule-made hard negatives
+(:mod:`~pluie_reward.tools.tune.hard_negatives`: the hypothesis of an STS or SIMP paraphrase with one
+meaning flip -- a negation, an antonym, a number, date or name changed, two roles swapped -- paired
+with the same source, not a paraphrase). The STS-H, STS, SNLI and SIMP error rates are
 therefore reported as *seen in training*. SICK (CC BY-NC-SA, non-commercial) is not used: this package
 is Apache-2.0.
 
@@ -28,6 +31,7 @@ from typing import Any, Sequence
 
 from ..tools.tune import TuneConfig
 from ..tools.tune.run import tune
+from ..tools.tune.hard_negatives import hard_negatives
 from ..tools.tune.synthetic import make_pairs
 from . import DEFAULT_ADAPTER_DIR, DEFAULT_TEMPLATE
 
@@ -38,6 +42,8 @@ SOURCES = {
            "(sentences from news, captions and forums; CC BY-SA 4.0 where the sources allow, see the STS Benchmark)",
     "simp": "OneStopEnglish via PARAPHRASUS onestop_parallel_all_pairs.json, a text and its simplification -> paraphrase "
             "(CC BY-SA 4.0)",
+    "hard": "rule-made meaning flips (pluie_reward.tools.tune.hard_negatives, Apache-2.0) of the hypotheses of the sts and simp "
+            "paraphrases above, paired with their source -> not a paraphrase (the sentences' licence: CC BY-SA 4.0)",
 }
 # Never trained on: the PARAPHRASUS datasets reported as held out (MRPC, ANLI, TRUE), and SICK, whose
 # licence (CC BY-NC-SA 3.0) forbids commercial use of an Apache-2.0 package's weights.
@@ -56,10 +62,11 @@ def _rows(folder: Path, name: str) -> list[dict[str, Any]]:
     return list(json.loads(path.read_text(encoding="utf-8")).values())
 
 
-def training_pairs(folder: Path, per_source: int = 200, seed: int = 0) -> list[dict[str, Any]]:
+def training_pairs(folder: Path, per_source: int = 200, seed: int = 0, hard: int = 0) -> list[dict[str, Any]]:
     """Balanced, seeded training pairs from the sources of :data:`SOURCES`: ``per_source`` synthetic
     pairs (half each way), and from the PARAPHRASUS files ``3/2 per_source`` STS and ``per_source``
-    SIMP paraphrases, then as many negatives (``per_source`` STS, the rest SNLI) as positives.
+    SIMP paraphrases, then as many negatives (``per_source`` STS, ``hard`` meaning flips of those
+    paraphrases' hypotheses, the rest SNLI) as positives.
 
     Returns:
         Dicts with ``source``, ``hypothesis``, ``label`` and ``origin``.
@@ -76,6 +83,10 @@ def training_pairs(folder: Path, per_source: int = 200, seed: int = 0) -> list[d
     positives = (take([r for r in sts if r["score"] >= 4.0], 3 * per_source // 2, True, "sts")
                  + take(_rows(folder, "onestop_parallel_all_pairs.json"), per_source, True, "simp"))
     negatives = take([r for r in sts if r["score"] <= 1.5], per_source, False, "sts")
+    if hard:  # the same source with its paraphrase's meaning flipped: one word apart from a Yes
+        source_of = {p["hypothesis"]: p["source"] for p in positives}
+        negatives += [{"source": source_of[f["sentence"]], "hypothesis": f["flipped"], "label": False, "origin": "hard"}
+                      for f in hard_negatives(list(source_of), min(hard, len(positives) - len(negatives)), seed)]
     negatives += take(_rows(folder, "stannlp-snli-pre-hyp.json"), len(positives) - len(negatives), False, "snli")
     pairs += positives + negatives
     for p in pairs:  # both directions appear: a paraphrase judge should not care which sentence comes first
@@ -96,9 +107,10 @@ def half_precision(path: Path) -> None:
 
 
 def build(data: Path, output: Path, per_source: int = 200, epochs: float = 1.5, learning_rate: float = 2e-4,
-          lora_r: int = 16, seed: int = 0, overwrite: bool = True, progress: bool = True) -> dict[str, Any]:
-    """Tune the default judge's adapter and write it with its card. Returns the card."""
-    pairs = training_pairs(data, per_source, seed)
+          lora_r: int = 16, seed: int = 0, overwrite: bool = True, progress: bool = True, hard: int = 200) -> dict[str, Any]:
+    """Tune the default judge's adapter and write it with its card (``hard``: meaning-flip negatives,
+    taken from the SNLI share; 0 gives the data of the adapter shipped before them). Returns the card."""
+    pairs = training_pairs(data, per_source, seed, hard)
     config = TuneConfig(epochs=epochs, learning_rate=learning_rate, lora_r=lora_r, lora_alpha=2.0 * lora_r,
                         target_modules="all-linear", batch_size=16, heldout_fraction=0.1, seed=seed, progress=progress)
     result = tune(None, template=DEFAULT_TEMPLATE, fields={"source": [p["source"] for p in pairs],
@@ -111,7 +123,7 @@ def build(data: Path, output: Path, per_source: int = 200, epochs: float = 1.5, 
     provenance = {"sources": {k: {"what": SOURCES[k], **counts[k]} for k in counts},
                   "held_out_never_trained_on": list(HELD_OUT), "seed": seed,
                   "command": f"python -m pluie_reward.judges.build --per-source {per_source} --epochs {epochs} "
-                             f"--learning-rate {learning_rate} --lora-r {lora_r} --seed {seed}"}
+                             f"--learning-rate {learning_rate} --lora-r {lora_r} --seed {seed} --hard-negatives {hard}"}
     (output / "data.json").write_text(json.dumps(provenance, indent=1), encoding="utf-8")
     return {**result.card, "provenance": provenance}
 
@@ -128,9 +140,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--learning-rate", type=float, default=2e-4)
     parser.add_argument("--lora-r", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hard-negatives", type=int, default=200,
+                        help="rule-made meaning flips among the negatives (instead of as many SNLI pairs; 0: none)")
     args = parser.parse_args(argv)
     try:
-        card = build(args.data, args.output, args.per_source, args.epochs, args.learning_rate, args.lora_r, args.seed)
+        card = build(args.data, args.output, args.per_source, args.epochs, args.learning_rate, args.lora_r, args.seed,
+                     hard=args.hard_negatives)
     except (FileNotFoundError, ValueError) as err:
         print(f"pluie_reward.judges.build: error: {err}", file=sys.stderr)
         return 2

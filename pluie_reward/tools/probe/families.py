@@ -246,6 +246,16 @@ def _truncation(context: ProbeContext, item: SourceItem) -> list[str]:
     return [" ".join(words[: max(1, len(words) // k)]) for k in (2, 4)]
 
 
+def _meaning_flip(context: ProbeContext, item: SourceItem) -> list[str]:
+    """The honest answer with each meaning flip of :mod:`~pluie_reward.tools.tune.hard_negatives` that
+    applies to it, one rule each (English templates only: the rules' word lists are English)."""
+    from ..tune.hard_negatives import RULES, flip
+
+    if context.language != "en" or item.honest is None:
+        return []
+    return [text for text in (flip(item.honest, rule) for rule in RULES) if text is not None]
+
+
 GENERATORS: dict[str, Callable[[ProbeContext, SourceItem], list[str]]] = {
     "honest": _honest,
     "case": _case,
@@ -254,6 +264,7 @@ GENERATORS: dict[str, Callable[[ProbeContext, SourceItem], list[str]]] = {
     "zero_width": _zero_width,
     "homoglyph": _homoglyph,
     "truncation": _truncation,
+    "meaning_flip": _meaning_flip,
 }
 
 

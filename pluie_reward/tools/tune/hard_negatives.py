@@ -1,0 +1,322 @@
+"""Rule-made hard negatives: a sentence with one meaning flip and (nearly) every other word kept.
+
+A small judge learns that "most words shared" means "paraphrase"; these pairs teach it that one
+word can change the meaning. Each rule edits one thing and returns ``None`` when the sentence has
+nothing it can edit:
+
+* ``negation``: "not" inserted after the first auxiliary ("will stay" -> "will not stay"), or removed
+  ("is not" -> "is", "didn't" -> "did");
+* ``antonym``: one word swapped for its antonym ("closed" -> "open", "rose" -> "fell"), with "stay" /
+  "remain" exchanged too so that the edit is not a single-word tell ("stay closed" -> "remain open");
+* ``number``: a number changed (digits, or a number word: "two hundred" -> "three hundred");
+* ``date``: a month, weekday, year or relative day changed ("Monday" -> "Thursday", "2019" -> "2016");
+* ``entity``: a person, place or organisation name replaced by another of the same kind;
+* ``swap``: the two sides of an asymmetric relation exchanged (subject and object of "The dog chased
+  the cat", two names, "from A to B", "A than B").
+
+The word lists are this package's (Apache-2.0); the sentences edited are the caller's.
+
+Example:
+    >>> flip("The museum will stay closed until Monday.", "antonym")
+    'The museum will remain open until Monday.'
+    >>> flip("The museum will stay closed until Monday.", "negation")
+    'The museum will not stay closed until Monday.'
+    >>> flip("The dog chased the cat.", "swap")
+    'The cat chased the dog.'
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any, Callable, Iterable, Sequence
+
+RULES = ("negation", "antonym", "number", "date", "entity", "swap")
+
+AUXILIARIES = ("is", "are", "was", "were", "will", "would", "can", "could", "should", "must", "may", "might",
+               "has", "have", "had", "does", "do", "did")
+_CONTRACTED = {"isn't": "is", "aren't": "are", "wasn't": "was", "weren't": "were", "won't": "will",
+               "wouldn't": "would", "can't": "can", "cannot": "can", "couldn't": "could", "shouldn't": "should",
+               "mustn't": "must", "hasn't": "has", "haven't": "have", "hadn't": "had", "doesn't": "does",
+               "don't": "do", "didn't": "did"}
+# (word, antonym): both directions are used
+ANTONYMS = (
+    ("open", "closed"), ("opened", "closed"), ("opens", "closes"), ("rise", "fall"), ("rose", "fell"),
+    ("rises", "falls"), ("risen", "fallen"), ("increase", "decrease"), ("increased", "decreased"),
+    ("increases", "decreases"), ("more", "fewer"), ("most", "fewest"), ("higher", "lower"), ("high", "low"),
+    ("large", "small"), ("big", "small"), ("larger", "smaller"), ("win", "lose"), ("won", "lost"), ("wins", "loses"),
+    ("accept", "reject"), ("accepted", "rejected"), ("early", "late"), ("earlier", "later"), ("before", "after"),
+    ("first", "last"), ("buy", "sell"), ("bought", "sold"), ("good", "bad"), ("better", "worse"),
+    ("strong", "weak"), ("cheap", "expensive"), ("hot", "cold"), ("young", "old"), ("started", "stopped"),
+    ("always", "never"), ("support", "oppose"), ("supported", "opposed"), ("agree", "disagree"),
+    ("agreed", "refused"), ("allowed", "banned"), ("approved", "rejected"), ("success", "failure"),
+    ("full", "empty"), ("safe", "dangerous"), ("easy", "difficult"), ("true", "false"), ("alive", "dead"),
+    ("arrived", "left"), ("found", "lost"), ("gained", "lost"), ("inside", "outside"),
+    ("north", "south"), ("northern", "southern"), ("east", "west"), ("eastern", "western"), ("men", "women"),
+    ("man", "woman"), ("boy", "girl"), ("boys", "girls"), ("day", "night"), ("happy", "sad"), ("love", "hate"),
+    ("loves", "hates"), ("rich", "poor"), ("long", "short"), ("fast", "slow"), ("quickly", "slowly"),
+    ("light", "dark"), ("wet", "dry"), ("raised", "lowered"), ("profit", "loss"), ("profits", "losses"),
+    ("majority", "minority"), ("reduced", "increased"), ("hire", "fire"), ("hired", "fired"),
+)
+_ANTONYM: dict[str, str] = {}
+for _a, _b in ANTONYMS:  # the first pair listed wins ("closed" -> "open", not "opened")
+    _ANTONYM.setdefault(_a, _b)
+    _ANTONYM.setdefault(_b, _a)
+_STAY = {"stay": "remain", "remain": "stay", "stays": "remains", "remains": "stays", "stayed": "remained",
+         "remained": "stayed"}
+NUMBER_WORDS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+                "twenty", "thirty", "forty", "fifty", "hundred", "thousand", "million", "billion")
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December")
+WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+RELATIVE_DAYS = {"yesterday": "tomorrow", "tomorrow": "yesterday", "today": "tomorrow", "tonight": "last night"}
+ENTITIES = {
+    "person": ("Alice", "Bob", "Carla", "David", "Emma", "Farid", "Grace", "Hugo", "Ines", "Jonas", "Kenji", "Lena",
+               "Maria", "John", "Peter", "Sarah", "Smith", "Johnson", "Brown", "Obama", "Bush", "Clinton"),
+    "place": ("London", "Paris", "Berlin", "Lyon", "Boston", "Chicago", "Tokyo", "Sydney", "Madrid", "Rome",
+              "Iraq", "Iran", "China", "India", "France", "Germany", "Japan", "Canada", "Mexico", "Brazil",
+              "Russia", "Spain", "Italy", "Texas", "California", "Florida", "Europe", "Africa", "Asia"),
+    "organisation": ("Microsoft", "Google", "Apple", "IBM", "Intel", "Amazon", "Oracle", "Sony", "Toyota", "NASA",
+                     "Reuters", "Congress", "Senate", "Parliament"),
+}
+_KIND = {name: kind for kind, names in ENTITIES.items() for name in names}
+_TOKEN = re.compile(r"[A-Za-z]+(?:'[a-z]+)?|\d[\d,]*(?:\.\d+)?")
+_SENTENCE_START = re.compile(r"(^|[.!?]\s+)$")
+
+
+def _match_case(word: str, like: str) -> str:
+    if like.isupper() and len(like) > 1:
+        return word.upper()
+    return word[:1].upper() + word[1:] if like[:1].isupper() else word
+
+
+def _replace_at(text: str, start: int, end: int, new: str) -> str:
+    return text[:start] + new + text[end:]
+
+
+def _tokens(text: str) -> list[re.Match[str]]:
+    return list(_TOKEN.finditer(text))
+
+
+def negate(text: str, rng: random.Random) -> str | None:
+    """Remove the first negation, else insert "not" after the first auxiliary (None: neither is there).
+
+    Example:
+        >>> negate("Prices did not go up.", random.Random(0))
+        'Prices did go up.'
+        >>> negate("She can't swim.", random.Random(0))
+        'She can swim.'
+    """
+    for m in _tokens(text):
+        low = m.group().lower()
+        if low in _CONTRACTED:
+            return _replace_at(text, m.start(), m.end(), _match_case(_CONTRACTED[low], m.group()))
+        if low in ("not", "never") and m.start() > 0:
+            start = m.start() - 1 if text[m.start() - 1] == " " else m.start()
+            return text[:start] + text[m.end():]
+    tokens = _tokens(text)
+    for i, m in enumerate(tokens[1:-1], start=1):  # not the first word: "Can you ...?" is a question
+        low, after = m.group().lower(), tokens[i + 1].group().lower()
+        if low in ("has", "have", "had") and not (after == "been" or after.endswith(("ed", "en"))):
+            continue  # "have" as the main verb: "I have not the same problem" is not English
+        if low in AUXILIARIES:
+            return _replace_at(text, m.end(), m.end(), " not")
+    return None
+
+
+def antonym(text: str, rng: random.Random) -> str | None:
+    """One word (chosen at random among those with an antonym) swapped for its antonym; "stay" and
+    "remain" exchanged as well.
+
+    Example:
+        >>> antonym("Profits rose in March.", random.Random(0))
+        'Profits fell in March.'
+    """
+    tokens = _tokens(text)
+    candidates = [m for m in tokens if m.group().lower() in _ANTONYM]
+    if not candidates:
+        return None
+    chosen = rng.choice(candidates)
+    for m in sorted([chosen] + [t for t in tokens if t.group().lower() in _STAY], key=lambda t: -t.start()):
+        table = _ANTONYM if m is chosen else _STAY
+        text = _replace_at(text, m.start(), m.end(), _match_case(table[m.group().lower()], m.group()))
+    return text
+
+
+def change_number(text: str, rng: random.Random) -> str | None:
+    """One number (digits or a number word) replaced by a different one (years are left to :func:`change_date`).
+
+    Example:
+        >>> change_number("The factory will hire 200 workers.", random.Random(0)) != "The factory will hire 200 workers."
+        True
+        >>> change_number("It has two doors.", random.Random(1))
+        'It has eleven doors.'
+    """
+    candidates = [m for m in _tokens(text) if (m.group()[0].isdigit() and not _is_year(m.group()))
+                  or m.group().lower() in NUMBER_WORDS[:15]]
+    if not candidates:
+        return None
+    m = rng.choice(candidates)
+    word = m.group()
+    if word[0].isdigit():
+        digits = word.replace(",", "")
+        value = float(digits)
+        new_value = value * rng.choice((2, 3, 0.5)) if value > 2 else value + rng.randint(2, 9)
+        new = f"{new_value:.{len(digits.split('.')[1])}f}" if "." in digits else f"{int(new_value):,}" if "," in word else str(int(new_value))
+        if new == word:
+            new = str(int(value) + 1)
+    else:
+        new = _match_case(rng.choice([w for w in NUMBER_WORDS[:15] if w != word.lower()]), word)
+    return _replace_at(text, m.start(), m.end(), new)
+
+
+def _is_year(word: str) -> bool:
+    return word.isdigit() and len(word) == 4 and 1800 <= int(word) <= 2099
+
+
+def change_date(text: str, rng: random.Random) -> str | None:
+    """A month, weekday, year or relative day ("yesterday") replaced by another.
+
+    Example:
+        >>> change_date("It opened on Monday.", random.Random(0)) in {f"It opened on {d}." for d in WEEKDAYS[1:]}
+        True
+        >>> change_date("He left yesterday.", random.Random(0))
+        'He left tomorrow.'
+    """
+    candidates = [m for m in _tokens(text) if m.group() in MONTHS or m.group() in WEEKDAYS or _is_year(m.group())
+                  or m.group().lower() in RELATIVE_DAYS]
+    if m := (rng.choice(candidates) if candidates else None):
+        word = m.group()
+        if word in MONTHS or word in WEEKDAYS:
+            new = rng.choice([w for w in (MONTHS if word in MONTHS else WEEKDAYS) if w != word])
+        elif _is_year(word):
+            new = str(int(word) + rng.choice((-3, -2, -1, 1, 2, 3)))
+        else:
+            new = _match_case(RELATIVE_DAYS[word.lower()], word)
+        return _replace_at(text, m.start(), m.end(), new)
+    return None
+
+
+def change_entity(text: str, rng: random.Random) -> str | None:
+    """A known name (person, place, organisation) replaced by another of the same kind.
+
+    Example:
+        >>> change_entity("Microsoft bought a company in Texas.", random.Random(0)) != "Microsoft bought a company in Texas."
+        True
+    """
+    candidates = [m for m in _tokens(text) if m.group() in _KIND]
+    if not candidates:
+        return None
+    m = rng.choice(candidates)
+    present = {t.group() for t in candidates}
+    new = rng.choice([n for n in ENTITIES[_KIND[m.group()]] if n not in present])
+    return _replace_at(text, m.start(), m.end(), new)
+
+
+_DET = r"(?:[Tt]he|[Aa]n?|[Hh]is|[Hh]er|[Tt]heir|[Ii]ts|[Oo]ur|[Mm]y)"
+_NP = _DET + r"\s+(?:[a-z]+\s+)?[a-z]+"
+_NAME = r"[A-Z][a-z]+"
+_END = r"(?=\s*(?:[.,;:!?]|$)|\s+(?:in|on|at|for|with|after|before|from|to|during|because|and|but|last|yesterday|today|tomorrow|this|next|every|each|until|since|by|when|while|as|so)\b)"
+_PATTERNS = (  # the two sides (groups a and b) of an asymmetric relation
+    re.compile(r"\bfrom\s+(?P<a>" + _NAME + r"|" + _NP + r")\s+to\s+(?P<b>" + _NAME + r"|" + _NP + r")" + _END),
+    re.compile(r"(?P<a>" + _NAME + r"|" + _NP + r")\s+(?:is|was|are|were)\s+(?:[a-z]+er|more\s+[a-z]+|less\s+[a-z]+)\s+than\s+"
+               r"(?P<b>" + _NAME + r"|" + _NP + r")" + _END),
+    re.compile(r"^(?P<a>" + _NP + r"|" + _NAME + r")\s+(?!(?:is|was|has|does)\b)(?:[a-z]+ed|[a-z]+s|met|saw|told|beat|hit|caught|"
+               r"taught|paid|sold|bought|won|chose|hit|fought|led|sent|gave)\s+(?P<b>" + _NP + r"|" + _NAME + r")" + _END),
+)
+
+
+def swap_roles(text: str, rng: random.Random) -> str | None:
+    """The two sides of an asymmetric relation exchanged: subject and object of a simple transitive
+    clause at the start, "from A to B", "A is ...er than B", or else two known people's names.
+
+    Example:
+        >>> swap_roles("Alice thanked Bob for the gift.", random.Random(0))
+        'Bob thanked Alice for the gift.'
+        >>> swap_roles("The train runs from Paris to Lyon.", random.Random(0))
+        'The train runs from Lyon to Paris.'
+        >>> swap_roles("The dog chased the old cat in the garden.", random.Random(0))
+        'The old cat chased the dog in the garden.'
+    """
+    for pattern in _PATTERNS:
+        m = pattern.search(text)
+        if m and m.group("a").lower() != m.group("b").lower():
+            a, b = m.group("a"), m.group("b")
+            return text[:m.start("a")] + _as(b, a) + text[m.end("a"):m.start("b")] + _as(a, b) + text[m.end("b"):]
+    people = [m for m in _tokens(text) if _KIND.get(m.group()) == "person"]
+    if len(people) >= 2 and people[0].group() != people[1].group():
+        a, b = people[0], people[1]
+        return text[:a.start()] + b.group() + text[a.end():b.start()] + a.group() + text[b.end():]
+    return None
+
+
+def _as(phrase: str, like: str) -> str:
+    """``phrase`` moved to where ``like`` was: a name keeps its case, a noun phrase takes ``like``'s."""
+    if _proper(phrase):
+        return phrase
+    return _match_case(phrase[:1].lower() + phrase[1:], like)
+
+
+def _proper(phrase: str) -> bool:
+    """Whether ``phrase`` is a name (capitalised, not an article)."""
+    return phrase[:1].isupper() and phrase.split()[0].lower() not in ("the", "a", "an", "his", "her", "their", "its", "our", "my")
+
+
+RULE_FUNCTIONS: dict[str, Callable[[str, random.Random], "str | None"]] = {
+    "negation": negate, "antonym": antonym, "number": change_number, "date": change_date, "entity": change_entity,
+    "swap": swap_roles,
+}
+
+
+def flip(text: str, rule: str, rng: random.Random | None = None) -> str | None:
+    """``text`` with its meaning flipped by ``rule`` (one of :data:`RULES`), or None if the rule has
+    nothing to edit in it.
+
+    Args:
+        text: an English sentence.
+        rule: ``negation``, ``antonym``, ``number``, ``date``, ``entity`` or ``swap``.
+        rng: the random choices (default: ``random.Random(0)``).
+
+    Returns:
+        The edited sentence (different from ``text``), or None.
+    """
+    if rule not in RULE_FUNCTIONS:
+        raise ValueError(f"unknown hard-negative rule {rule!r}: use one of {', '.join(RULES)}.")
+    out = RULE_FUNCTIONS[rule](text, rng or random.Random(0))
+    return out if out is not None and out != text else None
+
+
+def hard_negatives(sentences: Iterable[str], n: int, seed: int = 0,
+                   rules: Sequence[str] = RULES) -> list[dict[str, Any]]:
+    """Up to ``n`` hard negatives made from ``sentences``: for each sentence in a seeded order, the
+    rules that can edit it are tried, the least used so far first, so every rule that applies is
+    represented.
+
+    Args:
+        sentences: the sentences to flip (e.g. the hypotheses of known paraphrase pairs).
+        n: how many negatives at most.
+        seed: random seed.
+        rules: the rules to use.
+
+    Returns:
+        Dicts with ``sentence`` (the original), ``flipped`` and ``rule``.
+
+    Example:
+        >>> [r["rule"] for r in hard_negatives(["The shop opened on Monday.", "Alice met Bob."], 2)]
+        ['antonym', 'entity']
+    """
+    rng = random.Random(seed)
+    pool = list(dict.fromkeys(sentences))
+    rng.shuffle(pool)
+    used = {rule: 0 for rule in rules}
+    out: list[dict[str, Any]] = []
+    for sentence in pool:
+        if len(out) >= n:
+            break
+        for rule in sorted(rules, key=lambda r: (used[r], rng.random())):
+            flipped = flip(sentence, rule, rng)
+            if flipped is not None:
+                used[rule] += 1
+                out.append({"sentence": sentence, "flipped": flipped, "rule": rule})
+                break
+    return out

@@ -1,0 +1,155 @@
+"""Rule-made hard negatives (pluie_reward.tools.tune.hard_negatives) and their place in the default judge's build data."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+import pytest
+
+from pluie_reward.tools.tune.hard_negatives import MONTHS, RULES, WEEKDAYS, flip, hard_negatives
+
+
+@pytest.mark.parametrize("text, want", [
+    ("The museum will stay closed until the repairs are finished.", "The museum will not stay closed until the repairs are finished."),
+    ("Prices have risen this year.", "Prices have not risen this year."),
+    ("The shop did not open on Sunday.", "The shop did open on Sunday."),
+    ("She isn't coming to the party.", "She is coming to the party."),
+    ("He won't sign the contract.", "He will sign the contract."),
+    ("They never eat meat.", "They eat meat."),
+])
+def test_negation_inserted_or_removed(text, want):
+    assert flip(text, "negation") == want
+
+
+@pytest.mark.parametrize("text", ["Can you open the window?", "I have the same problem.", "Dogs bark."])
+def test_negation_leaves_questions_main_verb_have_and_plain_verbs_alone(text):
+    assert flip(text, "negation") is None
+
+
+@pytest.mark.parametrize("text, want", [
+    ("The museum will stay closed until Monday.", "The museum will remain open until Monday."),
+    ("Profits rose in the third quarter.", "Profits fell in the third quarter."),
+    ("Open the door.", "Closed the door."),
+])
+def test_antonym_swapped(text, want):
+    assert flip(text, "antonym") == want
+
+
+def test_antonym_changes_exactly_one_word_of_several_candidates():
+    text = "The early train was cheap."
+    got = {flip(text, "antonym", random.Random(s)) for s in range(20)}
+    assert got == {"The late train was cheap.", "The early train was expensive."}
+
+
+@pytest.mark.parametrize("text, old", [
+    ("The factory will hire 200 workers next year.", "200"),
+    ("The report runs to 1,250 pages.", "1,250"),
+    ("Inflation reached 6.1 percent.", "6.1"),
+    ("The team has two coaches.", "two"),
+])
+def test_number_changed(text, old):
+    for seed in range(10):
+        got = flip(text, "number", random.Random(seed))
+        before, after = text.split(old)
+        assert got.startswith(before) and got.endswith(after), got
+        new = got[len(before): len(got) - len(after)]
+        assert new != old and new.strip() and " " not in new, got
+
+
+def test_number_leaves_years_to_the_date_rule():
+    assert flip("It was built in 1998.", "number") is None
+    got = flip("It was built in 1998.", "date")
+    assert got.startswith("It was built in ") and got[16:20] != "1998" and abs(int(got[16:20]) - 1998) <= 3
+
+
+@pytest.mark.parametrize("text, pool", [("The shop opened on Monday.", WEEKDAYS), ("The vote is in March.", MONTHS)])
+def test_date_changed(text, pool):
+    for seed in range(10):
+        got = flip(text, "date", random.Random(seed))
+        word = got.split()[-1].rstrip(".")
+        assert word in pool and word not in text and got.replace(word, "") == text.replace(text.split()[-1].rstrip("."), "")
+
+
+def test_relative_day_changed():
+    assert flip("He left yesterday.", "date") == "He left tomorrow."
+
+
+def test_entity_swapped_for_another_of_the_same_kind():
+    from pluie_reward.tools.tune.hard_negatives import ENTITIES
+
+    for seed in range(10):
+        got = flip("Talks between Microsoft and the union resumed in London.", "entity", random.Random(seed))
+        words = got.rstrip(".").split()
+        old = {"Microsoft", "London"} - set(words)
+        new = set(words) - set("Talks between Microsoft and the union resumed in London".split())
+        assert len(old) == 1 and len(new) == 1, got
+        kind = "organisation" if old == {"Microsoft"} else "place"
+        assert new.pop() in ENTITIES[kind]
+
+
+@pytest.mark.parametrize("text, want", [
+    ("The dog chased the cat.", "The cat chased the dog."),
+    ("The company hired the young engineer last week.", "The young engineer hired the company last week."),
+    ("Alice thanked Bob for the gift.", "Bob thanked Alice for the gift."),
+    ("The bus goes from Boston to Chicago every day.", "The bus goes from Chicago to Boston every day."),
+    ("Emma is taller than her brother.", "Her brother is taller than Emma."),
+    ("Yesterday, Grace called David at noon.", "Yesterday, David called Grace at noon."),
+])
+def test_subject_and_object_swapped(text, want):
+    assert flip(text, "swap") == want
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_a_rule_with_nothing_to_edit_returns_none(rule):
+    assert flip("Birds sing.", rule) is None
+
+
+def test_unknown_rule_is_refused():
+    with pytest.raises(ValueError, match="unknown hard-negative rule"):
+        flip("The cat sleeps.", "sarcasm")
+
+
+def test_hard_negatives_uses_every_rule_that_applies_and_is_seeded():
+    sentences = ["The museum will stay closed until Monday.", "Alice met Bob in Paris.", "The shop sold 40 bikes.",
+                 "The dog chased the cat.", "Prices rose in May.", "The bridge was not safe.", "IBM hired 300 people.",
+                 "It is ready.", "They can swim."] * 3
+    got = hard_negatives(sentences, 20, seed=1)
+    assert got == hard_negatives(sentences, 20, seed=1)
+    assert len(got) == len(set(sentences))  # one per distinct sentence
+    for r in got:
+        assert r["flipped"] != r["sentence"]
+        if r["rule"] in ("negation", "swap"):  # the rules without random choices
+            assert r["flipped"] == flip(r["sentence"], r["rule"])
+    assert set(Counter(r["rule"] for r in got)) == set(RULES)
+
+
+def test_build_data_has_the_hard_negatives_of_its_own_paraphrases(tmp_path):
+    from pluie_reward.judges.build import training_pairs
+
+    folder = tmp_path / "paraphrasus"
+    folder.mkdir()
+    tag = ["z" * (i + 1) for i in range(40)]  # no digits: the number rule would edit them
+    sts = {str(i): {"sentence1": f"Source {tag[i]} said the plan was approved.", "sentence2": f"Paraphrase {tag[i]}: the plan was approved.",
+                    "score": 4.5} for i in range(20)}
+    sts |= {str(100 + i): {"sentence1": f"Unrelated {tag[i]} a.", "sentence2": f"Unrelated {tag[i]} b.", "score": 0.5} for i in range(20)}
+    (folder / "stsbenchmark-test-sts.json").write_text(json.dumps(sts))
+    (folder / "onestop_parallel_all_pairs.json").write_text(json.dumps(
+        {str(i): {"sentence1": f"Text {tag[i]} is long.", "sentence2": f"Text {tag[i]} is short."} for i in range(20)}))
+    (folder / "stannlp-snli-pre-hyp.json").write_text(json.dumps(
+        {str(i): {"sentence1": f"A man {tag[i]} runs.", "sentence2": f"A dog {tag[i]} sleeps."} for i in range(40)}))
+    with_hard = training_pairs(folder, per_source=8, seed=0, hard=6)
+    without = training_pairs(folder, per_source=8, seed=0, hard=0)
+    count = Counter((p["origin"], p["label"]) for p in with_hard)
+    assert count[("hard", False)] == 6
+    assert count[("snli", False)] == Counter((p["origin"], p["label"]) for p in without)[("snli", False)] - 6
+    assert sum(p["label"] for p in with_hard) * 2 == len(with_hard) == len(without)  # still balanced, same size
+    hypothesis_of = {p["source"]: p["hypothesis"] for p in with_hard if p["label"]}
+    hypothesis_of |= {p["hypothesis"]: p["source"] for p in with_hard if p["label"]}
+    for p in (p for p in with_hard if p["origin"] == "hard"):  # a positive's source beside its hypothesis, one edit away
+        source = p["source"] if p["source"].startswith(("Source", "Text")) and p["source"] in hypothesis_of else p["hypothesis"]
+        flipped = p["hypothesis"] if source == p["source"] else p["source"]
+        paraphrase = hypothesis_of[source]
+        assert flipped != paraphrase and flipped.startswith(("Paraphrase", "Text"))
+        assert flipped.replace(" not", "").replace("long", "short") == paraphrase, (flipped, paraphrase)
