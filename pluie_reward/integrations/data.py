@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..core.fields import map_fields
 from ..core.template import load_template
+from .task_rewards import TASKS, Task, copy_proof_novelty, copy_proof_score, is_copy, task_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from datasets import Dataset
@@ -107,8 +108,6 @@ def score_dataset(
 
 def _task(template: Any, task: Any) -> Any:
     """The task of the copy-proof columns: ``task`` (a Task or its name), else the template's, else None."""
-    from .task_rewards import TASKS, Task, task_of
-
     if task is None:
         task = task_of(load_template(template))
     elif isinstance(task, str):
@@ -124,8 +123,6 @@ def _task(template: Any, task: Any) -> Any:
 
 
 def _copy_proof_columns(task: Any, sources: list, hypotheses: list, p_yes: list, prefix: str) -> dict[str, list]:
-    from .task_rewards import copy_proof_novelty, copy_proof_score, is_copy
-
     inside = task.source_inside_is_copy
     return {
         prefix + "novelty": [copy_proof_novelty(s, h, source_inside_is_copy=inside) for s, h in zip(sources, hypotheses)],

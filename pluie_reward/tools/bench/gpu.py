@@ -45,9 +45,12 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ...core.judge import Judge
+from ...integrations.rewards import PluieReward
+from ...testing import make_tiny_causal_lm, make_tiny_tokenizer
 from ..evaluation.report import markdown_table
 from ..shared import UsageError, positive_float
-from .run import generate_answers, read_pairs, reference_scores
+from .grpo_share import TimedReward
+from .run import default_data_path, generate_answers, read_pairs, reference_scores
 
 TEMPLATE = "para-fs"
 WIDE_BATCH_TOKENS = {False: 16384, True: 2048}  # a second PLUIE column: batch_tokens raised from the default (4096 on GPUs)
@@ -132,8 +135,6 @@ def load_tokenizer(folder: Path | None, name: str) -> Any:
     """A real tokenizer from ``folder/name``, else the package's tiny chat tokenizer (noted by the caller)."""
     from transformers import AutoTokenizer
 
-    from ...testing import make_tiny_tokenizer
-
     if folder is not None and (folder / name).is_dir():
         tok = AutoTokenizer.from_pretrained(str(folder / name))
         if tok.pad_token is None:
@@ -210,8 +211,6 @@ def exactness(folder: Path | None, pairs: Sequence[tuple[str, str]], device: Any
     gpt-oss's ~600-token prompts gave 1.5e-3 on CPU and CUDA alike, with any attention kernel.)
     """
     import torch
-
-    from ...testing import make_tiny_causal_lm, make_tiny_tokenizer
 
     names = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder is not None and folder.is_dir() else []
     rows = []
@@ -348,8 +347,6 @@ def grpo_step(policy: Any, tok: Any, pairs: Sequence[tuple[str, str]], device: A
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from ...integrations.rewards import PluieReward
-    from .grpo_share import TimedReward
 
     cuda = torch.device(device).type == "cuda"
     prompts, group, length = (2, 4, 16) if tiny else (8, 8, 256)
@@ -555,8 +552,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"--tokenizers {tokenizers}: no such folder.")
         data = args.data
         if data is None:
-            from .run import default_data_path
-
             data = default_data_path()
             data = data if data is not None and data.is_file() else None
         result = run(args.out, args.device, args.tiny, tokenizers, data, models, args.budget)

@@ -29,6 +29,7 @@ import yaml
 
 from ...core.template import Template, load_template
 from ...integrations.guards import TemplateFormat, control_strings, template_format
+from ..tune.hard_negatives import RULES, flip
 
 KINDS = ("reference", "copy", "attack")
 _SENTINELS = ("\ue000", "\ue001", "\ue002")  # private-use characters: no chat template touches them
@@ -249,8 +250,6 @@ def _truncation(context: ProbeContext, item: SourceItem) -> list[str]:
 def _meaning_flip(context: ProbeContext, item: SourceItem) -> list[str]:
     """The honest answer with each meaning flip of :mod:`~pluie_reward.tools.tune.hard_negatives` that
     applies to it, one rule each (English templates only: the rules' word lists are English)."""
-    from ..tune.hard_negatives import RULES, flip
-
     if context.language != "en" or item.honest is None:
         return []
     return [text for text in (flip(item.honest, rule) for rule in RULES) if text is not None]
