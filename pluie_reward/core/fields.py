@@ -80,6 +80,21 @@ def _messages(value: Any) -> list[Mapping[str, Any]] | None:
     return None
 
 
+def completion_texts(completions: Sequence[Any] | None, owner: str) -> list[str]:
+    """The text of each of TRL's completions (:func:`completion_text`), for a reward called ``owner``.
+
+    Raises:
+        TypeError: ``completions`` was not passed (a reward is called with ``completions=[...]``).
+
+    Example:
+        >>> completion_texts(["A cat.", [{"role": "assistant", "content": "A dog."}]], "pluie")
+        ['A cat.', 'A dog.']
+    """
+    if completions is None:
+        raise TypeError(f"{owner}: call it with completions=[...] (TRL's reward contract).")
+    return [completion_text(c, i) for i, c in enumerate(completions)]
+
+
 def completion_text(completion: Any, index: int = 0) -> str:
     """The text of one completion: a string as it is; for chat messages, the content of the **last
     assistant message** that has content (the final answer: earlier assistant turns of a tool-calling

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import httpx
 
 from pluie_reward.core.errors import RemoteError
-from pluie_reward.core.fields import FieldMap, completion_text
+from pluie_reward.core.fields import FieldMap, completion_text, completion_texts
 from pluie_reward.core.http import RETRY_STATUS, AsyncHTTPClient, HTTPClient, HTTPConfig
 from pluie_reward.core.outputs import SECOND_CANDIDATE, AnswerOutput
 from pluie_reward.integrations.reward_config import RewardConfig, reward_config
@@ -221,7 +221,7 @@ class RemotePluieReward:
 
     def payload(self, completions: Sequence[Any], columns: Mapping[str, Any], prompts: Sequence[Any] | None = None) -> dict[str, list[Any]]:
         """The ``/score`` fields for TRL's completions and dataset columns (``KeyError`` for a missing column)."""
-        hypotheses = [completion_text(c, i) for i, c in enumerate(completions)]
+        hypotheses = completion_texts(completions, self.__name__)
         values = self.field_map.gather(columns, len(hypotheses), prompts=prompts)
         if self.reading is not None:
             return self.reading.fields(hypotheses, values)

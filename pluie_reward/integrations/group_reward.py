@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping, Sequence
 
-from ..core.fields import completion_text, map_fields, prompt_text
+from ..core.fields import completion_texts, map_fields, prompt_text
 from ..core.group import judge_groups, load_group_template
 from ..core.judge import Judge
 
@@ -103,9 +103,7 @@ class GroupPluieReward:
     def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
                  log_metric: Callable[[str, float], None] | None = None, **kwargs: Any) -> list[float]:
         """One reward per completion (see the class docstring)."""
-        if completions is None:
-            raise TypeError(f"{self.__name__}: call it with completions=[...] (TRL's reward contract).")
-        texts = [completion_text(c, i) for i, c in enumerate(completions)]
+        texts = completion_texts(completions, self.__name__)
         n = len(texts)
         if not n:
             return []

@@ -44,7 +44,7 @@ import yaml
 
 from ..core.template import load_template
 from ..core.text import is_invisible, normalize_text
-from ..core.fields import completion_text, prompt_text
+from ..core.fields import completion_texts, prompt_text
 from .rewards import PluieReward
 
 CHECKS = ("answer_word", "delimiter", "control_token")
@@ -362,10 +362,6 @@ class CompletionGuard:
         return f"CompletionGuard(template={self.template.name!r}, checks={self.checks}, name={self.name!r})"
 
 
-def _texts(completions: Sequence[Any] | None, owner: str) -> list[str]:
-    if completions is None:
-        raise TypeError(f"{owner}: call it with completions=[...] (TRL's reward contract).")
-    return [completion_text(c, i) for i, c in enumerate(completions)]
 
 
 class GuardReward:
@@ -413,7 +409,7 @@ class GuardReward:
         **kwargs: Any,
     ) -> list[float]:
         """One reward per completion: ``penalty`` if flagged, else 0."""
-        flags = self.guard.flags(_texts(completions, self.__name__))
+        flags = self.guard.flags(completion_texts(completions, self.__name__))
         self.guard.log(flags, log_metric, log_extra)
         return [self.penalty if any(f.values()) else 0.0 for f in flags]
 
@@ -502,7 +498,7 @@ class GuardedReward:
         **kwargs: Any,
     ) -> list[float]:
         """The wrapped reward, with flagged completions set to ``flagged_value``."""
-        texts = _texts(completions, self.__name__)
+        texts = completion_texts(completions, self.__name__)
         guard = self.guard
         flags = guard.flags(texts) if guard is not None else [{} for _ in texts]
         if guard is not None:

@@ -17,7 +17,7 @@ import asyncio
 import re
 from typing import Any, Callable, Mapping, Sequence
 
-from ..core.fields import FieldMap, completion_text, map_fields
+from ..core.fields import FieldMap, completion_text, completion_texts, map_fields
 from ..core.outputs import AnswerOutput
 from ..core.text import content_words, edit_distance, normalize_text, same_words
 from ..core.judge import Judge, sigmoid
@@ -186,9 +186,7 @@ class PluieReward:
         **kwargs: Any,
     ) -> list[float]:
         """One reward per completion (see the class docstring)."""
-        if completions is None:
-            raise TypeError(f"{self.__name__}: call it with completions=[...] (TRL's reward contract).")
-        hypotheses = [completion_text(c, i) for i, c in enumerate(completions)]
+        hypotheses = completion_texts(completions, self.__name__)
         n = len(hypotheses)
         values = self.field_map.gather(kwargs, n, prompts=prompts)
         judge = self.judge
@@ -325,9 +323,7 @@ class NoveltyReward:
 
     def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:
         """One novelty in [0, 1] per completion."""
-        if completions is None:
-            raise TypeError(f"{self.__name__}: call it with completions=[...] (TRL's reward contract).")
-        hypotheses = [completion_text(c, i) for i, c in enumerate(completions)]
+        hypotheses = completion_texts(completions, self.__name__)
         sources = self._map.gather(kwargs, len(hypotheses), prompts=prompts)["source"]
         for i, source in enumerate(sources):
             if not isinstance(source, str):

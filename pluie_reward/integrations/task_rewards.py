@@ -39,7 +39,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ..core.fields import completion_text
+from ..core.fields import completion_texts
 from ..core.judge import Judge, sigmoid
 from ..core.template import load_template
 from ..core.text import contains_words, repetition, same_words
@@ -229,9 +229,7 @@ class CopyProofReward(PluieReward):
         **kwargs: Any,
     ) -> list[float]:
         """One reward in [0, 1) per completion (see the class docstring)."""
-        if completions is None:
-            raise TypeError(f"{self.__name__}: call it with completions=[...] (TRL's reward contract).")
-        hypotheses = [completion_text(c, i) for i, c in enumerate(completions)]
+        hypotheses = completion_texts(completions, self.__name__)
         n = len(hypotheses)
         values = self.field_map.gather(kwargs, n, prompts=prompts)
         sources = values[self.task.source_field]
