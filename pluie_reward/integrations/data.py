@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..core.fields import map_fields
 from ..core.template import load_template
-from .task_rewards import TASKS, Task, copy_proof_novelty, copy_proof_score, is_copy, task_of
+from .task_rewards import copy_proof_novelty, copy_proof_score, is_copy, resolve_task, task_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from datasets import Dataset
@@ -108,14 +108,7 @@ def score_dataset(
 
 def _task(template: Any, task: Any) -> Any:
     """The task of the copy-proof columns: ``task`` (a Task or its name), else the template's, else None."""
-    if task is None:
-        task = task_of(load_template(template))
-    elif isinstance(task, str):
-        if task not in TASKS:
-            raise ValueError(f"unknown task {task!r}; use one of {list(TASKS)} or a Task(...).")
-        task = TASKS[task]
-    elif not isinstance(task, Task):
-        raise TypeError(f"task must be a task name ({list(TASKS)}), a Task or None, not {type(task).__name__}.")
+    task = task_of(load_template(template)) if task is None else resolve_task(task)
     if task is not None and task.source_field not in load_template(template).fields:
         raise ValueError(f"task {task.name!r} reads the field {task.source_field!r}, which template "
                          f"{load_template(template).name!r} does not have.")

@@ -165,6 +165,25 @@ def copy_proof_score(p_yes: float, source: str, hypothesis: str, *, target: floa
     return p_yes * min(1.0, novelty / target) * (1.0 - excess)
 
 
+def resolve_task(task: "str | Task") -> "Task":
+    """A :class:`Task` from its name in :data:`TASKS`, or the Task itself.
+
+    Raises:
+        ValueError: an unknown name. TypeError: neither a name nor a Task.
+
+    Example:
+        >>> resolve_task("revision").name
+        'revision'
+    """
+    if isinstance(task, str):
+        if task not in TASKS:
+            raise ValueError(f"unknown task {task!r}; use one of {list(TASKS)} or a Task(...).")
+        return TASKS[task]
+    if not isinstance(task, Task):
+        raise TypeError(f"task must be a task name ({list(TASKS)}) or a Task, not {type(task).__name__}.")
+    return task
+
+
 class CopyProofReward(PluieReward):
     """The copy-proof reward of a task (see the module docstring), a TRL reward: ``reward(prompts=...,
     completions=..., **columns)`` returns one float in [0, 1) per completion.
@@ -201,12 +220,7 @@ class CopyProofReward(PluieReward):
     def __init__(self, judge: "Judge | Callable[[], Judge]", task: "str | Task" = "paraphrase", template: Any = None,
                  fields: Mapping[str, str] | None = None, *, target: float | None = None,
                  threshold: float | None = None, name: str | None = None) -> None:
-        if isinstance(task, str):
-            if task not in TASKS:
-                raise ValueError(f"unknown task {task!r}; use one of {list(TASKS)} or a Task(...).")
-            task = TASKS[task]
-        elif not isinstance(task, Task):
-            raise TypeError(f"task must be a task name ({list(TASKS)}) or a Task, not {type(task).__name__}.")
+        task = resolve_task(task)
         self.task = task
         self.target = _check_target(task.target if target is None else target)
         name = task.name if name is None else name
