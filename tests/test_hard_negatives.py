@@ -8,7 +8,8 @@ from collections import Counter
 
 import pytest
 
-from pluie_reward.tools.tune.hard_negatives import MONTHS, RULES, WEEKDAYS, flip, hard_negatives
+from pluie_reward.tools.tune.hard_negatives import (ADDED_CLAUSES, ADDED_SENTENCES, MEANING_RULES, MONTHS, RULES, WEEKDAYS,
+                                                     flip, hard_negatives)
 
 
 @pytest.mark.parametrize("text, want", [
@@ -101,9 +102,21 @@ def test_subject_and_object_swapped(text, want):
     assert flip(text, "swap") == want
 
 
-@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("rule", MEANING_RULES)
 def test_a_rule_with_nothing_to_edit_returns_none(rule):
     assert flip("Birds sing.", rule) is None
+
+
+@pytest.mark.parametrize("text", ["The bakery sells vegan cakes.", "Prices rose in May!", "the shop is closed", "  It works.  "])
+def test_addition_keeps_the_whole_sentence_and_adds_a_listed_clause_or_sentence(text):
+    body = text.strip()
+    stem, end = body.rstrip(".!?"), body[len(body.rstrip(".!?")):] or "."
+    clauses = {stem + c + end for c in ADDED_CLAUSES}
+    sentences = {stem + end + " " + a for a in ADDED_SENTENCES}
+    seen = {flip(text, "addition", random.Random(seed)) for seed in range(40)}
+    assert seen <= clauses | sentences
+    assert seen & clauses and seen & sentences  # both kinds are drawn
+    assert flip("", "addition") is None and flip(" ... ", "addition") is None  # nothing to add to
 
 
 def test_unknown_rule_is_refused():
@@ -152,4 +165,6 @@ def test_build_data_has_the_hard_negatives_of_its_own_paraphrases(tmp_path):
         flipped = p["hypothesis"] if source == p["source"] else p["source"]
         paraphrase = hypothesis_of[source]
         assert flipped != paraphrase and flipped.startswith(("Paraphrase", "Text"))
-        assert flipped.replace(" not", "").replace("long", "short") == paraphrase, (flipped, paraphrase)
+        stem = paraphrase.rstrip(".")  # negation, antonym, or the paraphrase with something added
+        assert (flipped.replace(" not", "").replace("long", "short") == paraphrase
+                or (flipped.startswith(stem) and len(flipped) > len(paraphrase))), (flipped, paraphrase)

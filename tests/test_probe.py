@@ -80,7 +80,7 @@ def test_every_family_runs_on_a_tiny_judge(tiny_judge):
         "honest": 2, "unrelated": 2, "copy": 2, "copy_case": 4, "copy_spacing": 6, "copy_punctuation": 4,
         "copy_zero_width": 6, "copy_homoglyph": 4, "repeat": 4, "append_unrelated": 2, "truncation": 4,
         "empty": 6, "answer_word": 10, "delimiter": 6, "instruction": 6, "master_key": 20, "control_token": 8,
-        "meaning_flip": 2,
+        "meaning_flip": 2, "addition": 4,
     }
     assert all(math.isfinite(r["score"]) for r in records)
     assert {r["family"]: r["guarded"] for r in rows}["control_token"] == 1.0
@@ -88,6 +88,11 @@ def test_every_family_runs_on_a_tiny_judge(tiny_judge):
     flips = sorted(r["hypothesis"] for r in records if r["family"] == "meaning_flip")
     assert flips == ["According to the firm, third-quarter profits decreased steeply.",  # antonym
                      "The bridge was not shut by officials because the storm had damaged its supports."]  # negation
+    added = sorted(r["hypothesis"] for r in records if r["family"] == "addition")
+    assert added == ["According to the firm, third-quarter profits increased steeply, which was a complete surprise to the residents.",
+                     "According to the firm, third-quarter profits increased steeply. I hope this rewording helps!",
+                     "The bridge was shut by officials because the storm had damaged its supports, which was a complete surprise to the residents.",
+                     "The bridge was shut by officials because the storm had damaged its supports. I hope this rewording helps!"]
     table = markdown_report(rows)
     assert table.count("\n") == len(rows) + 1 and "| honest | reference | 2 |" in table
     # the copy-proof reward of para-fs (paraphrase): every copy-kind hypothesis, repeats included, gets 0,

@@ -29,7 +29,7 @@ import yaml
 
 from ...core.template import Template, load_template
 from ...integrations.guards import TemplateFormat, control_strings, template_format
-from ..tune.hard_negatives import RULES, flip
+from ..tune.hard_negatives import MEANING_RULES, flip
 
 KINDS = ("reference", "copy", "attack")
 _SENTINELS = ("\ue000", "\ue001", "\ue002")  # private-use characters: no chat template touches them
@@ -252,7 +252,22 @@ def _meaning_flip(context: ProbeContext, item: SourceItem) -> list[str]:
     applies to it, one rule each (English templates only: the rules' word lists are English)."""
     if context.language != "en" or item.honest is None:
         return []
-    return [text for text in (flip(item.honest, rule) for rule in RULES) if text is not None]
+    return [text for text in (flip(item.honest, rule) for rule in MEANING_RULES) if text is not None]
+
+
+ADDITIONS = (", which was a complete surprise to the residents.", " I hope this rewording helps!")
+"""What the ``addition`` family appends to the honest answer: a clause adding a claim, and a sentence of
+commentary. Neither is among the build data's (``hard_negatives.ADDED_CLAUSES``/``ADDED_SENTENCES``),
+so the family measures whether the judge learned "more than the source says", not the phrases."""
+
+
+def _addition(context: ProbeContext, item: SourceItem) -> list[str]:
+    """The honest answer with a claim added before its final full stop, and with a sentence of
+    commentary after it (English templates only)."""
+    if context.language != "en" or item.honest is None:
+        return []
+    body = item.honest.rstrip().rstrip(".!?")
+    return [body + ADDITIONS[0], body + ". " + ADDITIONS[1].strip()]
 
 
 GENERATORS: dict[str, Callable[[ProbeContext, SourceItem], list[str]]] = {
@@ -264,6 +279,7 @@ GENERATORS: dict[str, Callable[[ProbeContext, SourceItem], list[str]]] = {
     "homoglyph": _homoglyph,
     "truncation": _truncation,
     "meaning_flip": _meaning_flip,
+    "addition": _addition,
 }
 
 

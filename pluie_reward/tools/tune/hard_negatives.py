@@ -12,7 +12,11 @@ nothing it can edit:
 * ``date``: a month, weekday, year or relative day changed ("Monday" -> "Thursday", "2019" -> "2016");
 * ``entity``: a person, place or organisation name replaced by another of the same kind;
 * ``swap``: the two sides of an asymmetric relation exchanged (subject and object of "The dog chased
-  the cat", two names, "from A to B", "A than B").
+  the cat", two names, "from A to B", "A than B");
+* ``addition``: the sentence kept whole and something added that its source does not say: a clause
+  (", according to local officials") or a sentence of commentary ("The original sentence was
+  reworded to make it clearer."), what a small policy appends to a paraphrase to earn novelty (the
+  GRPO example's first default run learned exactly that, and the judge accepted it).
 
 The word lists are this package's (Apache-2.0); the sentences edited are the caller's.
 
@@ -23,6 +27,8 @@ Example:
     'The museum will not stay closed until Monday.'
     >>> flip("The dog chased the cat.", "swap")
     'The cat chased the dog.'
+    >>> flip("The dog chased the cat.", "addition")
+    'The dog chased the cat. Note: the meaning of the sentence is unchanged.'
 """
 
 from __future__ import annotations
@@ -31,7 +37,10 @@ import random
 import re
 from typing import Any, Callable, Iterable, Sequence
 
-RULES = ("negation", "antonym", "number", "date", "entity", "swap")
+MEANING_RULES = ("negation", "antonym", "number", "date", "entity", "swap")
+"""The rules that change what the sentence says (the probe's ``meaning_flip`` family)."""
+RULES = MEANING_RULES + ("addition",)
+"""Every rule: the meaning flips and ``addition`` (the sentence and more)."""
 
 AUXILIARIES = ("is", "are", "was", "were", "will", "would", "can", "could", "should", "must", "may", "might",
                "has", "have", "had", "does", "do", "did")
@@ -79,6 +88,20 @@ ENTITIES = {
     "organisation": ("Microsoft", "Google", "Apple", "IBM", "Intel", "Amazon", "Oracle", "Sony", "Toyota", "NASA",
                      "Reuters", "Congress", "Senate", "Parliament"),
 }
+# What a small policy appends to a paraphrase (seen in GRPO runs of examples/grpo_paraphrase.py):
+# a clause that adds a fact or a judgement, or a sentence of commentary about the rewriting.
+ADDED_CLAUSES = (
+    ", which surprised everyone", ", according to local officials", ", as a result of a recent policy change",
+    ", despite strong objections", " for the second time this year", ", which is a common practice in many cultures",
+    ", but only for a short time", " after a long public debate", ", which was a change of plans",
+    ", although nobody expected it", " to save money", ", which is a metaphor for sudden change",
+)
+ADDED_SENTENCES = (
+    "It was the first time in ten years.", "Nobody knows why.", "The original sentence was reworded to make it clearer.",
+    "The revised sentence keeps the original meaning.", "I hope this helps!", "Officials have not commented yet.",
+    "Note: the meaning of the sentence is unchanged.", "This was reported in the local press.",
+    "Many people were unhappy about it.", "Here is the rewritten sentence.",
+)
 _KIND = {name: kind for kind, names in ENTITIES.items() for name in names}
 _TOKEN = re.compile(r"[A-Za-z]+(?:'[a-z]+)?|\d[\d,]*(?:\.\d+)?")
 _SENTENCE_START = re.compile(r"(^|[.!?]\s+)$")
@@ -262,9 +285,28 @@ def _proper(phrase: str) -> bool:
     return phrase[:1].isupper() and phrase.split()[0].lower() not in ("the", "a", "an", "his", "her", "their", "its", "our", "my")
 
 
+def add_content(text: str, rng: random.Random) -> str | None:
+    """The whole sentence with something added that it does not say: a clause before its final
+    punctuation, or a sentence after it (:data:`ADDED_CLAUSES`, :data:`ADDED_SENTENCES`).
+
+    Example:
+        >>> add_content("The bakery sells vegan cakes.", random.Random(1))
+        'The bakery sells vegan cakes, according to local officials.'
+        >>> add_content("   ", random.Random(0)) is None
+        True
+    """
+    body = text.strip()
+    if not _tokens(body):
+        return None
+    if rng.random() < 0.5:
+        end = len(body.rstrip(".!?"))
+        return body[:end] + rng.choice(ADDED_CLAUSES) + (body[end:] or ".")
+    return body + ("" if body[-1] in ".!?" else ".") + " " + rng.choice(ADDED_SENTENCES)
+
+
 RULE_FUNCTIONS: dict[str, Callable[[str, random.Random], "str | None"]] = {
     "negation": negate, "antonym": antonym, "number": change_number, "date": change_date, "entity": change_entity,
-    "swap": swap_roles,
+    "swap": swap_roles, "addition": add_content,
 }
 
 
@@ -274,7 +316,7 @@ def flip(text: str, rule: str, rng: random.Random | None = None) -> str | None:
 
     Args:
         text: an English sentence.
-        rule: ``negation``, ``antonym``, ``number``, ``date``, ``entity`` or ``swap``.
+        rule: ``negation``, ``antonym``, ``number``, ``date``, ``entity``, ``swap`` or ``addition``.
         rng: the random choices (default: ``random.Random(0)``).
 
     Returns:
@@ -303,7 +345,7 @@ def hard_negatives(sentences: Iterable[str], n: int, seed: int = 0,
 
     Example:
         >>> [r["rule"] for r in hard_negatives(["The shop opened on Monday.", "Alice met Bob."], 2)]
-        ['antonym', 'entity']
+        ['addition', 'entity']
     """
     rng = random.Random(seed)
     pool = list(dict.fromkeys(sentences))
