@@ -14,7 +14,7 @@ before: ``--reward pluie --novelty-weight 0.5``, which learned to copy: docs/rew
 Data: ``--train FILE`` (default ``examples/data/paraphrase_train.txt``, 120 sentences written for
 this example) and ``--held-out FILE`` (default ``examples/data/paraphrase_held_out.txt``, 24 others),
 one sentence per line or JSONL with a ``source`` field; a held-out sentence that is also a training
-sentence is refused. Each step trains on one source x 8 sampled completions; the held-out sentences
+sentence is refused. Each step trains on two sources x 8 sampled completions; the held-out sentences
 are paraphrased greedily before and after training, judged by the judge, and ``result.json`` in
 ``--output-dir`` holds them with the before/after accept rate, mean p_yes, mean novelty, copy rate,
 accepted-and-novel share and a meaning score not computed by the judge (all-MiniLM-L6-v2 cosine when
@@ -55,8 +55,14 @@ from pluie_reward.tools.runs import plot_run, read_run, summary
 DATA = Path(__file__).resolve().parent / "data"
 TRAIN_FILE = DATA / "paraphrase_train.txt"  # 120 sentences written for this example (Apache-2.0, like the package)
 HELD_OUT_FILE = DATA / "paraphrase_held_out.txt"  # 24 others, never trained on (see docs/rewards.md)
-INSTRUCTION = ("Rewrite the following sentence in your own words: keep its meaning, change the wording. "
-               "Reply with the new sentence only.\n\n{}")
+INSTRUCTION = ("Paraphrase the sentence below: say exactly the same thing with different words and a different structure. "
+               "Add nothing. Reply with the paraphrase only.\n\nSentence: {}")
+# One worked example as an earlier turn (written for this example; in no data file). The prompt was chosen
+# on the first 40 *training* sentences, before any run, by the base policy's greedy outputs: this one
+# copied 38 % of them (novelty 0.26), the previous "Rewrite the following sentence in your own words"
+# prompt without an example 53 % (0.19). See docs/rewards.md.
+EXAMPLE = ("The meeting was moved to Friday because the manager was ill.",
+           "Because the manager was sick, they rescheduled the meeting for Friday.")
 REWARDS = ("paraphrase", "pluie")
 TARGET = TASKS["paraphrase"].target  # novelty at or above which an accepted output counts as a paraphrase, not a copy
 
@@ -88,7 +94,9 @@ def read_sentences(path: Path) -> list[str]:
 
 
 def chat(sentence: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": INSTRUCTION.format(sentence)}]
+    """The policy's prompt for one sentence: the instruction with :data:`EXAMPLE` as a first exchange."""
+    return [{"role": "user", "content": INSTRUCTION.format(EXAMPLE[0])}, {"role": "assistant", "content": EXAMPLE[1]},
+            {"role": "user", "content": INSTRUCTION.format(sentence)}]
 
 
 def meaning(sources: list[str], outputs: list[str]) -> float | None:
@@ -157,9 +165,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sentences", type=int, default=None, help="use only the first N training sentences")
     parser.add_argument("--max-held-out", type=int, default=None,
                         help="use only the first N held-out sentences (default: all; the default run is sized for up to 30)")
-    parser.add_argument("--max-steps", type=int, default=48)
+    parser.add_argument("--max-steps", type=int, default=40)
     parser.add_argument("--num-generations", type=int, default=8, help="completions per source (the GRPO group)")
-    parser.add_argument("--batch-size", type=int, default=8, help="completions per step (batch-size / num-generations sources)")
+    parser.add_argument("--batch-size", type=int, default=16, help="completions per step (batch-size / num-generations sources)")
     parser.add_argument("--max-completion-length", type=int, default=40)
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the training completions")
     parser.add_argument("--learning-rate", type=float, default=2e-4)

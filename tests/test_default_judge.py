@@ -38,7 +38,7 @@ def test_the_package_ships_the_adapter_and_its_card():
     data = json.loads((DEFAULT_ADAPTER_DIR / "data.json").read_text())
     assert card["template"] == DEFAULT_TEMPLATE
     assert "ms-mrpc.json" in data["held_out_never_trained_on"]
-    assert set(data["sources"]) == {"synthetic", "snli", "sts", "simp"}
+    assert set(data["sources"]) == {"synthetic", "snli", "sts", "simp", "hard"}
     assert all("CC" in s["what"] or "Apache" in s["what"] for s in data["sources"].values())  # every licence said
     assert not any("-NC" in s["what"] for s in data["sources"].values())  # no non-commercial data in Apache-2.0 weights
     assert not {"ms-mrpc.json", "amr_true_paraphrases.json", "fb-anli-pre-hyp.json"} & {s["what"].split()[2] for s in data["sources"].values()}

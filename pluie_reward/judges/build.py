@@ -9,8 +9,8 @@ out): rule-made pairs of :func:`~pluie_reward.tools.tune.synthetic.make_pairs`, 
 files STS Benchmark pairs (similarity >= 4 / <= 1.5), OneStopEnglish simplifications (paraphrases)
 and SNLI premise/hypothesis pairs (not paraphrases), and rule-made hard negatives
 (:mod:`~pluie_reward.tools.tune.hard_negatives`: the hypothesis of an STS or SIMP paraphrase with one
-meaning flip -- a negation, an antonym, a number, date or name changed, two roles swapped -- paired
-with the same source, not a paraphrase). The STS-H, STS, SNLI and SIMP error rates are
+meaning flip -- a negation, an antonym, a number, date or name changed, two roles swapped -- or with
+a claim or a sentence of commentary added, paired with the same source, not a paraphrase). The STS-H, STS, SNLI and SIMP error rates are
 therefore reported as *seen in training*. SICK (CC BY-NC-SA, non-commercial) is not used: this package
 is Apache-2.0.
 
@@ -42,8 +42,8 @@ SOURCES = {
            "(sentences from news, captions and forums; CC BY-SA 4.0 where the sources allow, see the STS Benchmark)",
     "simp": "OneStopEnglish via PARAPHRASUS onestop_parallel_all_pairs.json, a text and its simplification -> paraphrase "
             "(CC BY-SA 4.0)",
-    "hard": "rule-made meaning flips (pluie_reward.tools.tune.hard_negatives, Apache-2.0) of the hypotheses of the sts and simp "
-            "paraphrases above, paired with their source -> not a paraphrase (the sentences' licence: CC BY-SA 4.0)",
+    "hard": "rule-made meaning flips and additions (pluie_reward.tools.tune.hard_negatives, Apache-2.0) of the hypotheses of "
+            "the sts and simp paraphrases above, paired with their source -> not a paraphrase (the sentences' licence: CC BY-SA 4.0)",
 }
 # Never trained on: the PARAPHRASUS datasets reported as held out (MRPC, ANLI, TRUE), and SICK, whose
 # licence (CC BY-NC-SA 3.0) forbids commercial use of an Apache-2.0 package's weights.
