@@ -25,7 +25,7 @@ from pluie_reward.tools.bench.server_load import free_port, stop_server  # noqa:
 
 from conftest import mrpc_pairs  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 N = 4
 
 

@@ -93,6 +93,8 @@ def test_blocks_that_use_vllm_say_so():
     using = [b.where for b in BLOCKS if any(k in code(b) for k in ('engine="vllm"', "import vllm", "from vllm"))]
     assert using, "the documentation shows the vLLM engine"
     assert [b.where for b in BLOCKS if b.needs == "vllm"] == using
+    marked = [p.values[0].where for p in block_params(BLOCKS) if any(m.name == "vllm" for m in p.marks)]
+    assert marked == using  # run where vLLM is (.ci/run: -m "slow and vllm")
 
 
 def test_blocks_are_collected_from_the_readme_and_every_page():
@@ -108,8 +110,15 @@ def test_readme_skips_few_blocks_and_says_why():
     assert all(len(b.skip) >= 10 for b in skipped)  # a reason, not just a marker
 
 
+def block_params(blocks: list[Block]) -> list:
+    """One pytest parameter per block, marked ``vllm`` when the block needs vLLM (CI runs those in the leg
+    that has it; pyproject.toml's markers)."""
+    return [pytest.param(b, marks=[pytest.mark.vllm] if b.needs == "vllm" else [],
+                         id=f"{b.where}-{re.sub(r'[^a-z]+', '-', b.section.lower()).strip('-')}") for b in blocks]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("block", BLOCKS, ids=[f"{b.where}-{re.sub(r'[^a-z]+', '-', b.section.lower()).strip('-')}" for b in BLOCKS])
+@pytest.mark.parametrize("block", block_params(BLOCKS))
 def test_readme_python_block_runs(block: Block, tmp_path):
     if block.skip is not None:
         pytest.skip(f"{block.where}: {block.skip}")

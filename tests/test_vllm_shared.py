@@ -18,6 +18,8 @@ from pluie_reward.engines.vllm_shared import EngineAsleep, EngineWeightsChanged,
 
 from conftest import mrpc_pairs
 
+pytestmark = pytest.mark.vllm
+
 
 class FakeLLM:
     """Just enough of ``vllm.LLM`` for the checks made before any request."""
