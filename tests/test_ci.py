@@ -1,9 +1,12 @@
-"""The CI runs what the README tells a new user to run, and the pins bound what can break a fresh install."""
+"""The CI runs what the README tells a new user to run, every test somewhere (the slow ones and those
+needing vLLM included), and the pins bound what can break a fresh install."""
 
 from __future__ import annotations
 
 import ast
+import itertools
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -32,15 +35,81 @@ def ci_legs() -> dict[str, list[str]]:
 
 
 def test_ci_leg_a_runs_the_readme_commands_verbatim():
-    assert readme_commands() == ci_legs()["a"]
-    assert len(readme_commands()) == 2 and readme_commands()[1] == "python -m pytest -q"
+    assert readme_commands() == ci_legs()["a"][:2]
+    assert len(readme_commands()) == 2 and readme_commands()[1] == 'python -m pytest -q -m "not slow"'
+    assert ci_legs()["a"][2:] == ['python -m pytest -q -m "slow and vllm"']  # then the slow tests only this leg can run
 
 
 def test_ci_leg_b_takes_the_newest_allowed_releases_without_vllm():
     b = ci_legs()["b"]
-    assert b[-2:] == ["python -m pytest -q", "alone"]  # the suite, then (same virtualenv) a clone alone
+    assert b[-2:] == ["python -m pytest -q", "alone"]  # the whole suite, then (same virtualenv) a clone alone
     assert "vllm" not in " ".join(b) and 'pip install -e ".[test]"' in b[0]
     assert not any("==" in part for part in b[0].split() if "torch" not in part)  # nothing else held back
+
+
+MARKERS = ("slow", "vllm")  # the markers the legs select on (pyproject.toml)
+
+
+def selection(command: str) -> str | None:
+    """The ``-m`` expression of a ``python -m pytest`` line of .ci/run; None when it selects every test.
+    Anything else that narrows the run (paths, ``-k``, ``-x``...) is refused here, so the check below holds."""
+    words = shlex.split(command)
+    assert words[:3] == ["python", "-m", "pytest"], command
+    options = [w for w in words[3:] if w != "-q"]
+    if not options:
+        return None
+    assert len(options) == 2 and options[0] == "-m", f"{command}: only -q and -m EXPR are understood here"
+    return options[1]
+
+
+def selects(expression: str | None, markers: set[str]) -> bool:
+    """Whether pytest's ``-m expression`` selects a test carrying ``markers`` (``and``/``or``/``not``/()
+    over marker names, as in pytest)."""
+    if expression is None:
+        return True
+    names = set(re.findall(r"[A-Za-z_]\w*", expression)) - {"and", "or", "not"}
+    assert names <= set(MARKERS), f"-m {expression!r}: markers {sorted(names - set(MARKERS))} not checked here"
+    return eval(expression, {"__builtins__": {}}, {name: name in markers for name in names})  # noqa: S307
+
+
+def test_selects_reads_marker_expressions_as_pytest_does():
+    assert selection('python -m pytest -q -m "not slow"') == "not slow" and selection("python -m pytest -q") is None
+    assert selects("not slow", set()) and not selects("not slow", {"slow", "vllm"})
+    assert selects("slow and vllm", {"slow", "vllm"}) and not selects("slow and vllm", {"slow"})
+    assert selects("not (slow or vllm)", set()) and not selects("not (slow or vllm)", {"vllm"})
+    with pytest.raises(AssertionError):
+        selection("python -m pytest -q tests/test_ci.py")
+
+
+def test_ci_runs_every_test_in_a_leg_and_the_vllm_tests_where_vllm_is():
+    """Each combination of the markers is selected by some leg's suite (slow tests included); those
+    marked ``vllm`` by leg a's, the only leg with vLLM (in leg b they would skip)."""
+    suites = {leg: [selection(line) for line in lines if line.startswith("python -m pytest")]
+              for leg, lines in ci_legs().items()}
+    assert suites["a"] and suites["b"]
+    for n in range(len(MARKERS) + 1):
+        for markers in map(set, itertools.combinations(MARKERS, n)):
+            legs = [leg for leg in ("a", "b") if "vllm" not in markers or leg == "a"]  # where such a test runs
+            assert any(selects(e, markers) for leg in legs for e in suites[leg]), f"a test marked {sorted(markers)} runs in no leg"
+
+
+def test_every_test_module_needing_vllm_is_marked_vllm():
+    """The files that skip without vLLM carry the ``vllm`` marker for the whole module (leg a selects on it);
+    the documentation's blocks needing vLLM are marked in tests/test_readme.py (checked there)."""
+    needing = {p.name for p in (ROOT / "tests").glob("test_*.py")
+               if re.search(r"importorskip\(\s*[\"']vllm[\"']", p.read_text(encoding="utf-8"))}
+    assert {"test_engines.py", "test_vllm_exit.py", "test_vllm_shared.py", "test_trl_colocate.py"} <= needing
+
+    def module_marks(tree: ast.Module) -> set[str]:
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+                return {n.attr for n in ast.walk(node.value) if isinstance(n, ast.Attribute)
+                        and isinstance(n.value, ast.Attribute) and n.value.attr == "mark"}
+        return set()
+
+    unmarked = [name for name in sorted(needing)
+                if "vllm" not in module_marks(ast.parse((ROOT / "tests" / name).read_text(encoding="utf-8")))]
+    assert not unmarked, f"skip without vLLM but are not marked vllm (pytestmark), so no leg runs them: {unmarked}"
 
 
 def files_reaching_shared() -> set[str]:
