@@ -29,7 +29,7 @@ import yaml
 
 from ...core.template import Template, load_template
 from ...integrations.guards import TemplateFormat, control_strings, template_format
-from ..tune.hard_negatives import MEANING_RULES, flip
+from ..tune.hard_negatives import MEANING_RULES, append, flip
 
 KINDS = ("reference", "copy", "attack")
 _SENTINELS = ("\ue000", "\ue001", "\ue002")  # private-use characters: no chat template touches them
@@ -255,7 +255,7 @@ def _meaning_flip(context: ProbeContext, item: SourceItem) -> list[str]:
     return [text for text in (flip(item.honest, rule) for rule in MEANING_RULES) if text is not None]
 
 
-ADDITIONS = (", which was a complete surprise to the residents.", " I hope this rewording helps!")
+ADDITIONS = (", which was a complete surprise to the residents", "I hope this rewording helps!")
 """What the ``addition`` family appends to the honest answer: a clause adding a claim, and a sentence of
 commentary. Neither is among the build data's (``hard_negatives.ADDED_CLAUSES``/``ADDED_SENTENCES``),
 so the family measures whether the judge learned "more than the source says", not the phrases."""
@@ -266,8 +266,7 @@ def _addition(context: ProbeContext, item: SourceItem) -> list[str]:
     commentary after it (English templates only)."""
     if context.language != "en" or item.honest is None:
         return []
-    body = item.honest.rstrip().rstrip(".!?")
-    return [body + ADDITIONS[0], body + ". " + ADDITIONS[1].strip()]
+    return [append(item.honest, addition) for addition in ADDITIONS]
 
 
 GENERATORS: dict[str, Callable[[ProbeContext, SourceItem], list[str]]] = {

@@ -285,9 +285,24 @@ def _proper(phrase: str) -> bool:
     return phrase[:1].isupper() and phrase.split()[0].lower() not in ("the", "a", "an", "his", "her", "their", "its", "our", "my")
 
 
+def append(text: str, addition: str) -> str:
+    """``text`` (stripped) with ``addition``: a clause (starting with a comma or a space) goes before the
+    final punctuation, a sentence after it.
+
+    Example:
+        >>> append("It rained.", ", which surprised everyone"), append("It rained", "Nobody knows why.")
+        ('It rained, which surprised everyone.', 'It rained. Nobody knows why.')
+    """
+    body = text.strip()
+    if addition[:1] in (",", " "):
+        end = len(body.rstrip(".!?"))
+        return body[:end] + addition + (body[end:] or ".")
+    return body + ("" if body[-1:] in (".", "!", "?") else ".") + " " + addition
+
+
 def add_content(text: str, rng: random.Random) -> str | None:
     """The whole sentence with something added that it does not say: a clause before its final
-    punctuation, or a sentence after it (:data:`ADDED_CLAUSES`, :data:`ADDED_SENTENCES`).
+    punctuation, or a sentence after it (:data:`ADDED_CLAUSES`, :data:`ADDED_SENTENCES`; :func:`append`).
 
     Example:
         >>> add_content("The bakery sells vegan cakes.", random.Random(1))
@@ -295,13 +310,9 @@ def add_content(text: str, rng: random.Random) -> str | None:
         >>> add_content("   ", random.Random(0)) is None
         True
     """
-    body = text.strip()
-    if not _tokens(body):
+    if not _tokens(text):
         return None
-    if rng.random() < 0.5:
-        end = len(body.rstrip(".!?"))
-        return body[:end] + rng.choice(ADDED_CLAUSES) + (body[end:] or ".")
-    return body + ("" if body[-1] in ".!?" else ".") + " " + rng.choice(ADDED_SENTENCES)
+    return append(text, rng.choice(ADDED_CLAUSES if rng.random() < 0.5 else ADDED_SENTENCES))
 
 
 RULE_FUNCTIONS: dict[str, Callable[[str, random.Random], "str | None"]] = {
