@@ -20,8 +20,9 @@ c. sharing -- a 1.5B-shaped policy with a LoRA adapter and ``Judge.from_peft`` o
 d. GRPO -- one ``trl.GRPOTrainer`` step on that policy (completions of 256 tokens) with
    :class:`~pluie_reward.PluieReward` on the shared judge: the share of the step spent in the reward.
 
-``--tiny --device cpu`` runs every section at tiny shapes on the CPU (the test suite does), so the
-command cannot rot between the days a GPU is lent.
+``--tiny --device cpu`` runs every section at tiny shapes (the vocabulary too: the tokenizer's, not the
+published one) on the CPU, in seconds (the test suite does), so the command cannot rot between the days a
+GPU is lent.
 
 Example:
     $ python -m pluie_reward.tools.bench.gpu --out gpu-run --tokenizers ../shared/tokenizers
@@ -144,15 +145,16 @@ def load_tokenizer(folder: Path | None, name: str) -> Any:
 
 
 def random_model(shape: str, tokenizer: Any, device: Any, dtype: Any, tiny: bool) -> Any:
-    """A causal LM of a published ``shape`` with random weights made on ``device`` (tiny dimensions
-    with ``tiny``), its vocabulary at least the tokenizer's."""
+    """A causal LM of a published ``shape`` with random weights made on ``device``, its vocabulary at
+    least the tokenizer's (with ``tiny``: tiny dimensions, and the tokenizer's vocabulary plus 128 rows)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     spec = {k: v for k, v in SHAPES[shape].items() if k != "tokenizer"}
     if tiny:
         spec.update(TINY_SHAPE)
-    spec["vocab_size"] = max(spec["vocab_size"], len(tokenizer))
+    # tiny: the tokenizer's vocabulary and 128 unused rows (as published models pad theirs), not 152k random rows
+    spec["vocab_size"] = len(tokenizer) + 128 if tiny else max(spec["vocab_size"], len(tokenizer))
     config = AutoConfig.for_model(spec.pop("model_type"), **spec, max_position_embeddings=4096,
                                   pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
     torch.manual_seed(0)
@@ -526,7 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pluie_reward.tools.bench.gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for gpu.json and gpu.md")
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (with --tiny)")
-    parser.add_argument("--tiny", action="store_true", help="tiny shapes: every section in minutes on a CPU")
+    parser.add_argument("--tiny", action="store_true", help="tiny shapes: every section in under a minute on a CPU")
     parser.add_argument("--tokenizers", type=Path, default=None, help="../shared/tokenizers (default: that folder if it exists)")
     parser.add_argument("--data", type=Path, default=None, help="PARAPHRASUS ms-mrpc.json (default: found as the bench finds it, else built-in pairs)")
     parser.add_argument("--models", default="qwen2.5-7b,llama-3-8b", help="judge shapes for b, in order (default qwen2.5-7b,llama-3-8b)")
