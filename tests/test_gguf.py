@@ -1,6 +1,6 @@
 """Bring your own judge as one line: ``Judge.load("<file>.gguf")``, on a tiny GGUF written here (the
-embedded model's tokenizer and chat template, a 2-layer random llama), against an independent eq. 3
-on the model transformers reads from the same file."""
+embedded model's tokenizer cut to its first tokens, and its chat template; a 2-layer random llama),
+against an independent eq. 3 on the model transformers reads from the same file."""
 
 from __future__ import annotations
 
@@ -15,14 +15,26 @@ from pluie_reward.engines.transformers.loading import embedded_gguf_path  # noqa
 from test_chat_templates import eq3  # noqa: E402
 
 HIDDEN, FFN, HEADS, KV_HEADS, LAYERS = 64, 128, 4, 2, 2
+# The first tokens of the embedded vocabulary (its 17 special tokens, the 256 bytes, then merges in rank
+# order) and the templates' answers: a BPE tokenizer of its own, which every GGUF read here parses in a
+# blink (the whole vocabulary, 49k tokens and merges, takes seconds per read in gguf's reader, and
+# transformers reads the file 3 times per load).
+VOCAB, ANSWERS = 2048, ("Yes", "No")
 
 
 def write_tiny_gguf(path, seed: int = 0) -> None:
-    """A llama GGUF with the embedded model's tokenizer fields and random float32 weights."""
+    """A llama GGUF with the embedded model's tokenizer fields (its first ``VOCAB`` tokens and the
+    ``ANSWERS``, renumbered in that order, and the merges among them) and random float32 weights."""
     source = gguf.GGUFReader(embedded_gguf_path())
     writer = gguf.GGUFWriter(str(path), "llama")
     fields = source.fields
-    vocab = len(fields["tokenizer.ggml.tokens"].data)
+    every = fields["tokenizer.ggml.tokens"].contents()
+    ids = list(range(VOCAB)) + sorted(every.index(answer) for answer in ANSWERS)
+    tokens, types = [every[i] for i in ids], fields["tokenizer.ggml.token_type"].contents()
+    kept = set(tokens)
+    merges = [m for m in fields["tokenizer.ggml.merges"].contents()
+              if len(parts := m.split(" ")) == 2 and parts[0] in kept and parts[1] in kept and parts[0] + parts[1] in kept]
+    vocab = len(tokens)
     writer.add_name("tiny-test-llama")
     writer.add_context_length(2048)
     writer.add_embedding_length(HIDDEN)
@@ -36,9 +48,9 @@ def write_tiny_gguf(path, seed: int = 0) -> None:
     writer.add_vocab_size(vocab)
     writer.add_tokenizer_model(fields["tokenizer.ggml.model"].contents())
     writer.add_tokenizer_pre(fields["tokenizer.ggml.pre"].contents())
-    writer.add_token_list(fields["tokenizer.ggml.tokens"].contents())
-    writer.add_token_types(fields["tokenizer.ggml.token_type"].contents())
-    writer.add_token_merges(fields["tokenizer.ggml.merges"].contents())
+    writer.add_token_list(tokens)
+    writer.add_token_types([types[i] for i in ids])
+    writer.add_token_merges(merges)
     for key, add in (("bos", writer.add_bos_token_id), ("eos", writer.add_eos_token_id),
                      ("unknown", writer.add_unk_token_id), ("padding", writer.add_pad_token_id)):
         add(fields[f"tokenizer.ggml.{key}_token_id"].contents())
