@@ -64,4 +64,11 @@ def tiny_judge() -> Judge:
 
 @pytest.fixture(scope="session")
 def embedded_judge() -> Judge:
+    """The default judge (the embedded model, its adapter merged), loaded once for the session."""
     return Judge.load()
+
+
+@pytest.fixture(scope="session")
+def embedded_base_judge() -> Judge:
+    """The untuned embedded model (``Judge.load("embedded-base")``), loaded once: for tests that only read it."""
+    return Judge.load("embedded-base")

@@ -1,7 +1,9 @@
 """The default judge: the embedded SmolLM2-135M-Instruct with the packaged PLUIE adapter, merged.
 
 Its scores are checked against an independent two-pass eq. 3 on the *unmerged* PEFT model (base +
-adapter), so a wrong merge, a missing adapter or the base loaded instead all show."""
+adapter), so a wrong merge, a missing adapter or the base loaded instead all show; the same reference
+checks the engine's settings on these real weights (the tiny model covers them at length in
+``tests/test_reference.py``)."""
 
 from __future__ import annotations
 
@@ -27,9 +29,11 @@ PAIRS = {
 }
 
 
-@pytest.fixture(scope="module")
-def default_judge():
-    return Judge.load()
+@pytest.fixture
+def default_judge(embedded_judge):
+    """``Judge.load()``: the session's copy (tests/conftest.py), back on its default batch size after each test."""
+    yield embedded_judge
+    embedded_judge.engine.batch_tokens = None
 
 
 def test_the_package_ships_the_adapter_and_its_card():
@@ -48,16 +52,29 @@ def test_the_package_ships_the_adapter_and_its_card():
     assert size < 20_000_000, size  # small package data
 
 
-def test_default_judge_scores_equal_eq3_on_the_unmerged_adapter(default_judge):
+def test_default_judge_scores_equal_eq3_on_the_unmerged_adapter(default_judge, embedded_base_judge):
+    """Under the engine's settings too: its default, small batches (64 tokens) and one batch, the result
+    cache off and on (then a second call served from it), inputs shuffled (results come back in input order)."""
     assert default_judge.name == f"{EMBEDDED_NAME}+{DEFAULT_ADAPTER_DIR.name}"
     base, tokenizer = load_model_and_tokenizer("embedded-base")
     unmerged = copy.deepcopy(load_adapter(base, DEFAULT_ADAPTER_DIR)).double()
     template = load_template(DEFAULT_TEMPLATE)
     want = [eq3(unmerged, tokenizer, template.chat({"source": s, "hypothesis": h}), template.answers)
             for s, h in zip(PAIRS["source"], PAIRS["hypothesis"])]
+    assert max(want) - min(want) > 0.05, "the reference scores do not vary: the comparisons could not fail"
     got = default_judge.score(DEFAULT_TEMPLATE, **PAIRS)
     assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-3, (got, want)
-    base_judge = Judge.load("embedded-base")
+    order = [2, 0, 1]
+    for batch_tokens, use_cache in [(64, False), (100_000, True)]:
+        default_judge.clear_cache()
+        default_judge.engine.batch_tokens = batch_tokens
+        shuffled = default_judge.score(DEFAULT_TEMPLATE, source=[PAIRS["source"][i] for i in order],
+                                       hypothesis=[PAIRS["hypothesis"][i] for i in order], use_cache=use_cache)
+        got = [shuffled[order.index(i)] for i in range(len(order))]
+        assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-3, (batch_tokens, use_cache, got, want)
+        again = default_judge.score(DEFAULT_TEMPLATE, **PAIRS, use_cache=use_cache)
+        assert max(abs(a - b) for a, b in zip(again, want)) <= 1e-3, (batch_tokens, use_cache, again, want)
+    base_judge = embedded_base_judge
     assert base_judge.name == EMBEDDED_NAME
     untuned = base_judge.score(DEFAULT_TEMPLATE, **PAIRS)
     assert max(abs(a - b) for a, b in zip(got, untuned)) > 0.5  # the adapter is really there
@@ -69,10 +86,10 @@ def test_default_judge_says_yes_to_the_readme_pair_and_no_to_an_unrelated_senten
     assert paraphrase > no
 
 
-def test_an_adapter_without_a_model_goes_on_the_untuned_base(tmp_path):
+def test_an_adapter_without_a_model_goes_on_the_untuned_base(default_judge):
     judge = Judge.load(adapter=DEFAULT_ADAPTER_DIR)  # the packaged adapter, unmerged, on the base
     assert judge.name == f"{EMBEDDED_NAME}+{DEFAULT_ADAPTER_DIR.name}"
-    merged = Judge.load()
+    merged = default_judge
     a = judge.score(DEFAULT_TEMPLATE, **PAIRS)
     b = merged.score(DEFAULT_TEMPLATE, **PAIRS)
     assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-3
