@@ -25,12 +25,12 @@ def test_a_tiny_random_model_conforms():
     check_engine(judge.engine, judge.model)
 
 
-def test_a_shared_peft_policy_conforms(embedded_judge):
+def test_a_shared_peft_policy_conforms(embedded_base_judge):
     peft = pytest.importorskip("peft")
     from pluie_reward import load_trainable_embedded
 
     policy, tokenizer = load_trainable_embedded()
-    base_reference = Judge.load("embedded-base").model
+    base_reference = embedded_base_judge.model
     policy = peft.get_peft_model(policy, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
     check_engine(Judge.from_peft(policy, tokenizer).engine, base_reference)
 

@@ -202,11 +202,11 @@ def test_gathered_parameters_uses_deepspeed_zero3_gather(tokenizer, monkeypatch)
     assert len(events) == 2
 
 
-def test_trainable_embedded_model_is_accepted_by_trainer_and_matches_the_judge(tmp_path):
+def test_trainable_embedded_model_is_accepted_by_trainer_and_matches_the_judge(tmp_path, embedded_base_judge):
     from transformers import Trainer, TrainingArguments
     from transformers.trainer_utils import validate_quantization_for_training
 
-    embedded_judge = Judge.load("embedded-base")  # the untuned model (the default judge has its adapter merged)
+    embedded_judge = embedded_base_judge  # the untuned model (the default judge has its adapter merged)
     policy, tokenizer = load_trainable_embedded()
     assert getattr(policy, "hf_quantizer", None) is None and not getattr(policy, "is_quantized", False)
     validate_quantization_for_training(policy)  # raises for a GGUF-flagged model

@@ -476,7 +476,7 @@ def test_cli_refuses_a_non_empty_output(tmp_path, capsys):
     assert "not empty" in capsys.readouterr().err
 
 
-def test_cli_tunes_the_untuned_embedded_base_by_default(tmp_path, capsys):
+def test_cli_tunes_the_untuned_embedded_base_by_default(tmp_path, capsys, embedded_judge):
     """Without --model the student is ``embedded-base`` (as ``tune(None)``), the base
     ``Judge.load(adapter=DIR)`` puts the adapter on -- not the default judge's merged weights."""
     from pluie_reward.engines.transformers.loading import embedded_model_dir
@@ -493,4 +493,5 @@ def test_cli_tunes_the_untuned_embedded_base_by_default(tmp_path, capsys):
     row = json.loads((out / "scores.jsonl").read_text().splitlines()[0])  # a held-out pair, scored by the tuned student
     reloaded = Judge.load(adapter=out).score("para-direct", source=[row["source"]], hypothesis=[row["hypothesis"]])[0]
     assert reloaded == pytest.approx(row["after"], abs=1e-4)
-    assert abs(row["after"] - Judge.load().score("para-direct", source=[row["source"]], hypothesis=[row["hypothesis"]])[0]) > 1e-3
+    merged = embedded_judge.score("para-direct", source=[row["source"]], hypothesis=[row["hypothesis"]])[0]  # Judge.load()
+    assert abs(row["after"] - merged) > 1e-3
