@@ -173,6 +173,19 @@ def test_novelty_reward_contract():
     assert completion_text([{"role": "assistant", "content": [{"type": "text", "text": "Hi"}, {"type": "image"}]}]) == "Hi"
 
 
+def test_novelty_up_to_a_target():
+    # [the, cat, sleeps, on, the, mat, .]: "A cat sleeps on the mat." changes 1 word of 7 -> 1/7, "/ 0.3" -> 0.476;
+    # "On the mat, the cat sleeps." -> novelty 0.75 >= 0.3 -> 1.0 (capped); a copy -> 0
+    capped = NoveltyReward("source", "novelty_to_target", target=0.3)
+    got = capped(completions=["A cat sleeps on the mat.", "On the mat, the cat sleeps.", "the cat sleeps on the mat"],
+                 source=["The cat sleeps on the mat."] * 3)
+    assert got == pytest.approx([(1 / 7) / 0.3, 1.0, 0.0])
+    assert capped.__name__ == "novelty_to_target" and pickle.loads(pickle.dumps(capped)).target == 0.3
+    for bad in (0, 1.5, True, "0.3"):
+        with pytest.raises(ValueError, match="target must be a novelty in"):
+            NoveltyReward("source", target=bad)
+
+
 # real trainer runs --------------------------------------------------------------------------------
 def _dataset(conversational: bool):
     from datasets import Dataset

@@ -310,28 +310,44 @@ class NoveltyReward:
     Copying the source scores 0; combine it with PLUIE through ``GRPOConfig(reward_weights=...)`` so
     that copying the source does not win. ``column="prompt"`` reads the prompt itself.
 
+    Args:
+        column: the dataset column holding the source (``"prompt"``: the prompt itself).
+        name: the reward's ``__name__`` (TRL logs it as ``rewards/<name>``).
+        target: if given, ``min(1, novelty / target)`` instead: novelty counted up to a target, as a
+            copy-proof reward (:class:`~pluie_reward.ParaphraseReward`, target 0.3) counts it. A hack
+            alarm watching such a reward needs this view: the reward pays nothing for novelty above
+            its target, so plain novelty may fall while the reward honestly rises.
+
     Example:
         >>> reward = NoveltyReward("sentence1")
-        >>> reward(completions=["The cat sleeps."], sentence1=["The cat sleeps."])
-        [0.0]
+        >>> reward(completions=["The cat sleeps.", "A cat is asleep."], sentence1=["The cat sleeps."] * 2)
+        [0.0, 0.6]
+        >>> NoveltyReward("sentence1", target=0.3)(completions=["The cat sleeps.", "The cat sleeps!", "A cat is asleep."],
+        ...                                         sentence1=["The cat sleeps."] * 3)
+        [0.0, 0.0, 1.0]
     """
 
-    def __init__(self, column: str = "source", name: str = "novelty") -> None:
+    def __init__(self, column: str = "source", name: str = "novelty", target: float | None = None) -> None:
+        if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1):
+            raise ValueError(f"{name}: target must be a novelty in (0, 1] or None, got {target!r}.")
         self.column = column
+        self.target = None if target is None else float(target)
         self.__name__ = name
         self._map = FieldMap.explicit({"source": column}, who=f"{name}: ", hint="NoveltyReward('<column>')")
 
     def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:
-        """One novelty in [0, 1] per completion."""
+        """One novelty in [0, 1] per completion (counted up to ``target`` when one is set)."""
         hypotheses = completion_texts(completions, self.__name__)
         sources = self._map.gather(kwargs, len(hypotheses), prompts=prompts)["source"]
         for i, source in enumerate(sources):
             if not isinstance(source, str):
                 raise TypeError(f"{self.__name__}: source {i} in column {self.column!r} must be a string, got {type(source).__name__}.")
-        return [novelty_score(s, h) for s, h in zip(sources, hypotheses)]
+        values = [novelty_score(s, h) for s, h in zip(sources, hypotheses)]
+        return values if self.target is None else [min(1.0, v / self.target) for v in values]
 
     def __repr__(self) -> str:
-        return f"NoveltyReward(column={self.column!r}, name={self.__name__!r})"
+        target = "" if self.target is None else f", target={self.target}"
+        return f"NoveltyReward(column={self.column!r}, name={self.__name__!r}{target})"
 
 
 novelty = NoveltyReward("source", "novelty")
