@@ -25,7 +25,8 @@ accepted-and-novel share and a meaning score not computed by the judge (all-Mini
     python examples/grpo_paraphrase.py --reward pluie --novelty-weight 0.5 --alarm        # the old recipe, watched by a hack alarm
 
 ``--alarm`` wraps the main reward in :class:`~pluie_reward.AlarmedReward` with two independent views
-of the same completions, novelty against the source and the guard (0 clean, -1 flagged): the
+of the same completions, novelty against the source counted up to the 0.3 target (``min(1, novelty / 0.3)``,
+as the copy-proof reward counts it) and the guard (0 clean, -1 flagged): the
 ``alarm/*`` metrics are printed each step and a ``HackWarning`` says when the reward rises while they do not.
 
 The embedded 135M judge is for demos, not quality: use a 7B+ instruct model as judge for real runs
@@ -46,7 +47,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import PrinterCallback, TrainerCallback, set_seed
 from trl import GRPOConfig, GRPOTrainer
 
-from pluie_reward import (AlarmedReward, GuardReward, HackAlarm, Judge, ParaphraseReward, PluieCallback, PluieReward,
+from pluie_reward import (AlarmedReward, GuardReward, HackAlarm, Judge, NoveltyReward, ParaphraseReward, PluieCallback, PluieReward,
                           add_default_judge_adapter, load_trainable_embedded, novelty)
 from pluie_reward.integrations.task_rewards import TASKS, copy_proof_novelty, is_copy
 from pluie_reward.tools.evaluation.baselines import embedding_available, embedding_cosine
@@ -177,7 +178,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--judge", choices=("default", "base"), default="default",
                         help="default: the default judge (its adapter beside the policy's); base: the untuned embedded model")
-    parser.add_argument("--alarm", action="store_true", help="watch the main reward with a hack alarm (novelty and guard views)")
+    parser.add_argument("--alarm", action="store_true", help="watch the main reward with a hack alarm (views: novelty up to the target, guard)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's); 1 is much faster on a CPU shared with other jobs")
     args = parser.parse_args(argv)
@@ -227,8 +228,11 @@ def train(args: argparse.Namespace, policy, tokenizer, judge: Judge) -> dict:
         main_reward = PluieReward(judge, template="para-fs", fields={"source": "source"})
     name = main_reward.__name__
     if args.alarm:  # the reward's values unchanged; alarm/* metrics from two views of the same completions
-        main_reward = AlarmedReward(main_reward, {"novelty": novelty, "guard": GuardReward("para-fs", tokenizer)},
-                                    HackAlarm(warmup=5))
+        # novelty counted up to the target, as the copy-proof reward counts it: past the target the reward
+        # pays acceptance, not more novelty, so plain novelty may fall while the reward honestly rises
+        views = {"novelty_to_target": NoveltyReward("source", "novelty_to_target", target=TARGET),
+                 "guard": GuardReward("para-fs", tokenizer)}
+        main_reward = AlarmedReward(main_reward, views, HackAlarm(warmup=5))
     reward_funcs, weights = [main_reward], [1.0]
     if args.novelty_weight:
         reward_funcs.append(novelty)

