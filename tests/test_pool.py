@@ -259,7 +259,7 @@ def test_a_replica_killed_under_load_loses_no_request(pool_url, reference, monke
 @pytest.mark.slow
 def test_an_autoscaled_pool_grows_under_load_and_shrinks_after(pool_url, reference):
     """A second application (one route beside the first pool): 1 to 2 replicas of half a CPU, target 1
-    request per replica, Ray's delays cut to 1 s up and 5 s down. Six long requests (8 s each in a
+    request per replica, Ray's delays cut to 1 s up and 5 s down, its load window to 12 s. Six long requests (8 s each in a
     replica, at most 2 at a time per replica) keep the queue above the target: Ray adds the second
     replica while they run, every answer equals the reference, and once idle the pool is back to one."""
     from ray import serve
@@ -271,7 +271,7 @@ def test_an_autoscaled_pool_grows_under_load_and_shrinks_after(pool_url, referen
         return sum(name.startswith("SERVE_REPLICA::auto#") for name in replica_names())
 
     options = PoolOptions(min_replicas=1, max_replicas=2, target_ongoing_requests=1, max_ongoing_requests=2,
-                          num_cpus=0.5, upscale_delay_s=1, downscale_delay_s=5, health_check_period_s=2)
+                          num_cpus=0.5, upscale_delay_s=1, downscale_delay_s=5, look_back_period_s=12, health_check_period_s=2)
     port = int(pool_url.rsplit(":", 1)[1])
     url = deploy(SLOW_JUDGE, TEMPLATE, options, port=port,
                  app_name="auto", route_prefix="/auto", log_level="warning", max_wait_ms=10)
@@ -294,7 +294,7 @@ def test_an_autoscaled_pool_grows_under_load_and_shrinks_after(pool_url, referen
         assert max(seen) == 2, seen  # grew while the load ran
         for (sources, hypotheses), got in zip(work, answers):
             assert got == pytest.approx(reference(sources, hypotheses), abs=1e-4)
-        deadline = time.monotonic() + 120  # Ray averages the load over 30 s before it sees the pool idle
+        deadline = time.monotonic() + 120  # Ray averages the load over 12 s (look_back_period_s) before it sees the pool idle
         while time.monotonic() < deadline and replicas() > 1:
             time.sleep(0.5)
         idle = time.perf_counter() - start - busy

@@ -72,6 +72,9 @@ class PoolOptions:
             Ray Serve aims at (above: it adds replicas; below: it removes them).
         upscale_delay_s, downscale_delay_s: with autoscaling, how long the load must stay above
             (below) the target before Ray Serve adds (removes) a replica (None: Ray's, 30 s and 600 s).
+        look_back_period_s: with autoscaling, the window over which Ray Serve averages the load it
+            compares with the target (None: Ray's, 30 s); shorter follows bursts sooner. Ray wants it
+            above its metrics interval (10 s).
         max_ongoing_requests: requests a replica holds at once. Its batcher coalesces them into
             ``Judge.score`` calls, so this is high compared with Ray's default (5): one request per
             sample (OpenRLHF) needs many at once to fill a batch.
@@ -93,6 +96,12 @@ class PoolOptions:
         {'min_replicas': 1, 'max_replicas': 4, 'target_ongoing_requests': 16.0}
         >>> PoolOptions(max_replicas=2, upscale_delay_s=5).deployment_options()["autoscaling_config"]["upscale_delay_s"]
         5.0
+        >>> PoolOptions(max_replicas=2, look_back_period_s=15).deployment_options()["autoscaling_config"]["look_back_period_s"]
+        15.0
+        >>> PoolOptions(look_back_period_s=5)
+        Traceback (most recent call last):
+        ...
+        ValueError: look_back_period_s needs max_replicas (it tunes autoscaling).
         >>> PoolOptions(upscale_delay_s=5)
         Traceback (most recent call last):
         ...
@@ -109,6 +118,7 @@ class PoolOptions:
     target_ongoing_requests: float = 16.0
     upscale_delay_s: float | None = None
     downscale_delay_s: float | None = None
+    look_back_period_s: float | None = None
     max_ongoing_requests: int = 64
     num_cpus: float = 1.0
     num_gpus: float = 0.0
@@ -129,6 +139,11 @@ class PoolOptions:
         delays = [d for d in (self.upscale_delay_s, self.downscale_delay_s) if d is not None]
         if delays and self.max_replicas is None:
             raise ValueError("upscale_delay_s and downscale_delay_s need max_replicas (they tune autoscaling).")
+        if self.look_back_period_s is not None:
+            if self.max_replicas is None:
+                raise ValueError("look_back_period_s needs max_replicas (it tunes autoscaling).")
+            if not self.look_back_period_s > 0:
+                raise ValueError(f"look_back_period_s must be > 0, got {self.look_back_period_s}.")
         if any(not d >= 0 for d in delays):
             raise ValueError(f"upscale_delay_s and downscale_delay_s must be >= 0, got {self.upscale_delay_s} and "
                              f"{self.downscale_delay_s}.")
@@ -167,7 +182,7 @@ class PoolOptions:
                 "max_replicas": self.max_replicas,
                 "target_ongoing_requests": float(self.target_ongoing_requests),
             }
-            for name in ("upscale_delay_s", "downscale_delay_s"):
+            for name in ("upscale_delay_s", "downscale_delay_s", "look_back_period_s"):
                 if getattr(self, name) is not None:
                     options["autoscaling_config"][name] = float(getattr(self, name))
         else:
