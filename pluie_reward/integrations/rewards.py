@@ -304,6 +304,18 @@ def novelty_score(source: str, hypothesis: str) -> float:
     return edit_distance(a, b) / longest if longest else 0.0
 
 
+def check_target(target: float) -> float:
+    """A novelty target (the novelty that earns full credit) as a float, checked to be in (0, 1].
+
+    Example:
+        >>> check_target(0.3)
+        0.3
+    """
+    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1:
+        raise ValueError(f"target must be a novelty in (0, 1] (the novelty that earns full credit), got {target!r}.")
+    return float(target)
+
+
 class NoveltyReward:
     """Novelty of each completion against a source column, as a TRL reward (picklable).
 
@@ -328,10 +340,8 @@ class NoveltyReward:
     """
 
     def __init__(self, column: str = "source", name: str = "novelty", target: float | None = None) -> None:
-        if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1):
-            raise ValueError(f"{name}: target must be a novelty in (0, 1] or None, got {target!r}.")
         self.column = column
-        self.target = None if target is None else float(target)
+        self.target = None if target is None else check_target(target)
         self.__name__ = name
         self._map = FieldMap.explicit({"source": column}, who=f"{name}: ", hint="NoveltyReward('<column>')")
 

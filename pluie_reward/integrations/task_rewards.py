@@ -43,7 +43,7 @@ from ..core.fields import completion_texts
 from ..core.judge import Judge, sigmoid
 from ..core.template import load_template
 from ..core.text import contains_words, repetition, same_words
-from .rewards import PluieReward, novelty_score
+from .rewards import PluieReward, check_target, novelty_score
 
 __all__ = ["Task", "TASKS", "TEMPLATE_TASKS", "task_of", "CopyProofReward", "ParaphraseReward", "TranslationReward", "RevisionReward",
            "copy_proof_novelty", "copy_proof_score", "is_copy"]
@@ -99,12 +99,6 @@ def task_of(template: Any) -> Task | None:
     return TASKS[TEMPLATE_TASKS[name]] if name in TEMPLATE_TASKS else None
 
 
-def _check_target(target: float) -> float:
-    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1:
-        raise ValueError(f"target must be a novelty in (0, 1] (the novelty that earns full credit), got {target!r}.")
-    return float(target)
-
-
 def is_copy(source: str, hypothesis: str, *, source_inside_is_copy: bool = True) -> bool:
     """Whether ``hypothesis`` is a copy of ``source``: the same words up to case, spacing,
     punctuation, invisible characters, accents and homoglyphs (:func:`~pluie_reward.core.text.same_words`)
@@ -157,7 +151,7 @@ def copy_proof_score(p_yes: float, source: str, hypothesis: str, *, target: floa
     """
     if isinstance(p_yes, bool) or not isinstance(p_yes, (int, float)) or not 0.0 <= p_yes <= 1.0:
         raise ValueError(f"p_yes must be a probability in [0, 1], got {p_yes!r}.")
-    target = _check_target(target)
+    target = check_target(target)
     novelty = copy_proof_novelty(source, hypothesis, source_inside_is_copy=source_inside_is_copy)
     if novelty == 0.0:
         return 0.0
@@ -222,7 +216,7 @@ class CopyProofReward(PluieReward):
                  threshold: float | None = None, name: str | None = None) -> None:
         task = resolve_task(task)
         self.task = task
-        self.target = _check_target(task.target if target is None else target)
+        self.target = check_target(task.target if target is None else target)
         name = task.name if name is None else name
         template = load_template(task.template if template is None else template)
         if template.kind != "binary":
