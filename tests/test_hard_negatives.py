@@ -119,32 +119,6 @@ def test_addition_keeps_the_whole_sentence_and_adds_a_listed_clause_or_sentence(
     assert flip("", "addition") is None and flip(" ... ", "addition") is None  # nothing to add to
 
 
-@pytest.mark.parametrize("text, want", [
-    ("The chef prepares every dish with vegetables from his own garden.",
-     {"With vegetables from his own garden.", "From his own garden."}),  # "prepares" is no "-ed" verb: no subject cut
-    ("The museum will stay closed until the repairs are finished.",
-     {"Will stay closed until the repairs are finished.", "Until the repairs are finished."}),
-    ("The bakery down the street has started selling vegan cakes.",
-     {"Has started selling vegan cakes.", "Down the street has started selling vegan cakes."}),
-    ("Several villagers reported seeing a bear near the school.",
-     {"Reported seeing a bear near the school.", "Near the school."}),
-    ("A man is playing a guitar.", {"Is playing a guitar."}),
-    ("Our team lost the final after a long match.", {"After a long match."}),
-])
-def test_fragment_drops_the_subject_or_keeps_a_phrase_from_the_end_alone(text, want):
-    assert {flip(text, "fragment", random.Random(seed)) for seed in range(30)} == want
-
-
-@pytest.mark.parametrize("text", [
-    "Birds sing in trees.",  # under 5 words
-    "Our team lost the final.",  # no auxiliary, "-ed" verb or preposition where a piece could start
-    "He will come back home soon.",  # a one-word subject, and no preposition
-    "The dog ran across the very large and green field.",  # "across ..." would keep 70 % of the words
-])
-def test_fragment_returns_none_when_no_piece_qualifies(text):
-    assert flip(text, "fragment") is None
-
-
 def test_unknown_rule_is_refused():
     with pytest.raises(ValueError, match="unknown hard-negative rule"):
         flip("The cat sleeps.", "sarcasm")
@@ -153,8 +127,7 @@ def test_unknown_rule_is_refused():
 def test_hard_negatives_uses_every_rule_that_applies_and_is_seeded():
     sentences = ["The museum will stay closed until Monday.", "Alice met Bob in Paris.", "The shop sold 40 bikes.",
                  "The dog chased the cat.", "Prices rose in May.", "The bridge was not safe.", "IBM hired 300 people.",
-                 "It is ready.", "They can swim.", "The train runs from Paris to Lyon.",
-                 "A man is playing a guitar on the stage."] * 3
+                 "It is ready.", "They can swim."] * 3
     got = hard_negatives(sentences, 20, seed=1)
     assert got == hard_negatives(sentences, 20, seed=1)
     assert len(got) == len(set(sentences))  # one per distinct sentence

@@ -16,10 +16,7 @@ nothing it can edit:
 * ``addition``: the sentence kept whole and something added that its source does not say: a clause
   (", according to local officials") or a sentence of commentary ("The original sentence was
   reworded to make it clearer."), what a small policy appends to a paraphrase to earn novelty (the
-  GRPO example's first default run learned exactly that, and the judge accepted it);
-* ``fragment``: a piece of the sentence that is not one: its subject dropped ("Will stay closed until
-  ...", "Down the street has started ..."), or a phrase from its end alone ("With vegetables from his
-  own garden."), what the GRPO example's 64-step run learned to write (and the judge accepted).
+  GRPO example's first default run learned exactly that, and the judge accepted it).
 
 The word lists are this package's (Apache-2.0); the sentences edited are the caller's.
 
@@ -32,8 +29,6 @@ Example:
     'The cat chased the dog.'
     >>> flip("The dog chased the cat.", "addition")
     'The dog chased the cat. Note: the meaning of the sentence is unchanged.'
-    >>> flip("The museum will stay closed until Monday.", "fragment")
-    'Will stay closed until Monday.'
 """
 
 from __future__ import annotations
@@ -44,8 +39,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 MEANING_RULES = ("negation", "antonym", "number", "date", "entity", "swap")
 """The rules that change what the sentence says (the probe's ``meaning_flip`` family)."""
-RULES = MEANING_RULES + ("addition", "fragment")
-"""Every rule: the meaning flips, ``addition`` (the sentence and more) and ``fragment`` (a piece of it)."""
+RULES = MEANING_RULES + ("addition",)
+"""Every rule: the meaning flips and ``addition`` (the sentence and more)."""
 
 AUXILIARIES = ("is", "are", "was", "were", "will", "would", "can", "could", "should", "must", "may", "might",
                "has", "have", "had", "does", "do", "did")
@@ -107,10 +102,6 @@ ADDED_SENTENCES = (
     "Note: the meaning of the sentence is unchanged.", "This was reported in the local press.",
     "Many people were unhappy about it.", "Here is the rewritten sentence.",
 )
-# Where a phrase that can stand alone as a fragment starts ("with ...", "until ...", "because of ...").
-PREPOSITIONS = ("with", "in", "on", "at", "for", "from", "to", "by", "near", "after", "before", "until", "because",
-                "during", "across", "behind", "over", "under", "into", "through", "without", "while", "when", "since",
-                "about", "around", "down", "along")
 _KIND = {name: kind for kind, names in ENTITIES.items() for name in names}
 _TOKEN = re.compile(r"[A-Za-z]+(?:'[a-z]+)?|\d[\d,]*(?:\.\d+)?")
 _SENTENCE_START = re.compile(r"(^|[.!?]\s+)$")
@@ -324,54 +315,9 @@ def add_content(text: str, rng: random.Random) -> str | None:
     return append(text, rng.choice(ADDED_CLAUSES if rng.random() < 0.5 else ADDED_SENTENCES))
 
 
-def _sentence_start(piece: str) -> str:
-    return piece[:1].upper() + piece[1:]
-
-
-def fragment(text: str, rng: random.Random) -> str | None:
-    """A piece of the sentence that is not a sentence (None: fewer than 5 words, or no piece found):
-
-    * its subject dropped: the rest from the first auxiliary or "-ed" verb, when that comes after a
-      subject of two words or more in the first half ("Will stay closed until ..."), or from a
-      preposition inside that subject ("Down the street has started ...");
-    * a phrase from its end alone: from a preposition (:data:`PREPOSITIONS`) after the third word, at
-      least 3 words and at most 60 % of the sentence ("With vegetables from his own garden.").
-
-    Example:
-        >>> fragment("The museum will stay closed until the repairs are finished.", random.Random(0))
-        'Until the repairs are finished.'
-        >>> fragment("The museum will stay closed until the repairs are finished.", random.Random(1))
-        'Will stay closed until the repairs are finished.'
-        >>> fragment("The bakery down the street has started selling vegan cakes.", random.Random(0))
-        'Down the street has started selling vegan cakes.'
-        >>> fragment("Birds sing in trees.", random.Random(0)) is None
-        True
-    """
-    tokens = _tokens(text)
-    n = len(tokens)
-    if n < 5:
-        return None
-    pieces: list[str] = []
-    inside: int | None = None  # a preposition inside the subject
-    for i, m in enumerate(tokens[: n // 2 + 1]):
-        word = m.group().lower()
-        if i >= 2 and (word in AUXILIARIES or (word.endswith("ed") and len(word) > 4)):
-            pieces.append(text[m.start():])
-            if inside is not None:
-                pieces.append(text[tokens[inside].start():])
-            break
-        if i >= 1 and inside is None and word in PREPOSITIONS:
-            inside = i
-    for i, m in enumerate(tokens):
-        if i >= 3 and m.group().lower() in PREPOSITIONS and 3 <= n - i <= 0.6 * n:
-            pieces.append(text[m.start():])
-    pieces = [_sentence_start(p.strip()) for p in pieces]
-    return rng.choice(pieces) if pieces else None
-
-
 RULE_FUNCTIONS: dict[str, Callable[[str, random.Random], "str | None"]] = {
     "negation": negate, "antonym": antonym, "number": change_number, "date": change_date, "entity": change_entity,
-    "swap": swap_roles, "addition": add_content, "fragment": fragment,
+    "swap": swap_roles, "addition": add_content,
 }
 
 
@@ -381,7 +327,7 @@ def flip(text: str, rule: str, rng: random.Random | None = None) -> str | None:
 
     Args:
         text: an English sentence.
-        rule: ``negation``, ``antonym``, ``number``, ``date``, ``entity``, ``swap``, ``addition`` or ``fragment``.
+        rule: ``negation``, ``antonym``, ``number``, ``date``, ``entity``, ``swap`` or ``addition``.
         rng: the random choices (default: ``random.Random(0)``).
 
     Returns:
