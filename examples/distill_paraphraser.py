@@ -21,6 +21,7 @@ Tiny smoke run::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import sys
@@ -198,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pool = Dataset.from_dict({"source": [r[0] for r in rows], "hypothesis": [r[1] for r in rows]})
     task = task_of(args.template) or TASKS["paraphrase"]
     if args.target is not None:
-        task = type(task)(task.name, task.template, task.source_field, args.target, task.source_inside_is_copy)
+        task = dataclasses.replace(task, target=args.target)
     pool = score_dataset(pool, judge, args.template, desc="judging teacher candidates", task=task)
     threshold = args.threshold
     eligible = pool if threshold is None else filter_dataset(pool, threshold=threshold)  # PLUIE > threshold

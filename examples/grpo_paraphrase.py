@@ -6,8 +6,9 @@ frozen beside the policy's (``add_default_judge_adapter`` + ``Judge.from_peft(..
 so no second copy of the model is held. ``--judge base`` judges with the untuned base instead.
 
 The reward (``--reward paraphrase``, the default) is :class:`~pluie_reward.ParaphraseReward`:
-``p_yes x min(1, novelty / 0.3)``, 0 for a copy or a disguised copy of the source, so copying cannot
-win whatever the judge gives a copy. ``--reward pluie`` is PLUIE's log-ratio (which a copy wins);
+``p_yes x min(1, novelty / 0.3) x min(1, length ratio / 0.67)``, 0 for a copy or a disguised copy of
+the source, so copying cannot win whatever the judge gives a copy, and a completion with fewer than
+two thirds of the source's words loses part of its reward (the default judge accepts fragments). ``--reward pluie`` is PLUIE's log-ratio (which a copy wins);
 ``--novelty-weight w`` adds ``w x novelty`` through ``reward_weights`` (the recipe this example used
 before: ``--reward pluie --novelty-weight 0.5``, which learned to copy: docs/rewards.md).
 
@@ -158,7 +159,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module docstring); bad values exit with status 2 and one line."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reward", choices=REWARDS, default="paraphrase",
-                        help="paraphrase: the copy-proof ParaphraseReward (p_yes x min(1, novelty/0.3)); pluie: PLUIE's log-ratio")
+                        help="paraphrase: the copy-proof ParaphraseReward (p_yes x min(1, novelty/0.3) x min(1, length ratio/0.67)); "
+                             "pluie: PLUIE's log-ratio")
     parser.add_argument("--novelty-weight", type=float, default=0.0,
                         help="add w x novelty through reward_weights (today's old recipe: --reward pluie --novelty-weight 0.5)")
     parser.add_argument("--train", type=Path, default=TRAIN_FILE, help="training sentences: one per line, or JSONL with 'source'")

@@ -28,8 +28,10 @@ def test_score_dataset_adds_columns_equal_to_direct_scoring(tiny_judge):
     novelty = [3 / 5, 2 / 4, 4 / 6, 4 / 6, 1.0]
     assert scored["pluie_novelty"] == pytest.approx(novelty)
     assert scored["pluie_copy"] == [False] * 5
+    # the paraphrase length floor (0.67 of the source's words): words 4/3, 3/3, 5/5, 3/5, 1/2
+    length = [1.0, 1.0, 1.0, min(1.0, 3 / 5 / 0.67), 1 / 2 / 0.67]
     assert scored["pluie_copy_proof"] == pytest.approx(
-        [1 / (1 + math.exp(-s)) * min(1.0, v / 0.3) for s, v in zip(expected, novelty)], abs=1e-4)
+        [1 / (1 + math.exp(-s)) * min(1.0, v / 0.3) * f for s, v, f in zip(expected, novelty, length)], abs=1e-4)
     assert scored["id"] == [0, 1, 2, 3, 4]
     # the scores vary between items (the tiny judge is not constant), so the check above can fail
     assert max(expected) - min(expected) > 0.01

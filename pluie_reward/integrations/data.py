@@ -120,7 +120,8 @@ def _copy_proof_columns(task: Any, sources: list, hypotheses: list, p_yes: list,
     return {
         prefix + "novelty": [copy_proof_novelty(s, h, source_inside_is_copy=inside) for s, h in zip(sources, hypotheses)],
         prefix + "copy": [is_copy(s, h, source_inside_is_copy=inside) for s, h in zip(sources, hypotheses)],
-        prefix + "copy_proof": [copy_proof_score(p, s, h, target=task.target, source_inside_is_copy=inside)
+        prefix + "copy_proof": [copy_proof_score(p, s, h, target=task.target, source_inside_is_copy=inside,
+                                                    min_length=task.min_length)
                                 for p, s, h in zip(p_yes, sources, hypotheses)],
     }
 

@@ -3,7 +3,7 @@
 
 Each is the judge's probability of "Yes" gated by how far the completion is from its source::
 
-    reward = p_yes × min(1, novelty / target) × (1 − excess repetition)
+    reward = p_yes × min(1, novelty / target) × (1 − excess repetition) × min(1, length ratio / min_length)
 
 * ``p_yes = sigmoid(PLUIE)``, in (0, 1): the judge's "is this a paraphrase / a translation / a
   revision that follows the instruction?";
@@ -16,10 +16,14 @@ Each is the judge's probability of "Yes" gated by how far the completion is from
   0.05 for revision; see docs/rewards.md for how they were chosen);
 * the excess repetition is the share of the completion's word trigrams repeating an earlier one, less
   the source's own (:func:`~pluie_reward.core.text.repetition`): a completion that says the same thing
-  twice gets about half.
+  twice gets about half;
+* the length ratio is the completion's word count over the source's (paraphrase only, ``min_length``
+  0.67; translation and revision: no floor): a paraphrase says everything its source says, so a
+  completion with half the source's words (a fragment, a dropped clause: what the 135M default judge
+  accepts, and what a 64-step GRPO run learned to write) gets 0.75 of its reward, one at two thirds or more gets it all.
 
 So a copy scores exactly 0, and any completion the judge accepts (p_yes > 0.5) with novelty at or
-above the target and no repetition scores above 0.5: copying cannot win, whatever the judge gives the
+above the target, no repetition and (paraphrase) at least ``min_length`` of the source's words scores above 0.5: copying cannot win, whatever the judge gives the
 copy. The reward is bounded ([0, 1)), so it composes with other rewards through
 ``GRPOConfig(reward_weights=...)``, and pickles like :class:`~pluie_reward.PluieReward` (a judge
 factory is dropped and rebuilt).
@@ -42,11 +46,11 @@ from typing import Any, Callable, Mapping, Sequence
 from ..core.fields import completion_texts
 from ..core.judge import Judge, sigmoid
 from ..core.template import load_template
-from ..core.text import contains_words, repetition, same_words
+from ..core.text import contains_words, content_words, repetition, same_words
 from .rewards import PluieReward, check_target, novelty_score
 
 __all__ = ["Task", "TASKS", "TEMPLATE_TASKS", "task_of", "CopyProofReward", "ParaphraseReward", "TranslationReward", "RevisionReward",
-           "copy_proof_novelty", "copy_proof_score", "is_copy"]
+           "copy_proof_novelty", "copy_proof_score", "is_copy", "length_factor"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,9 @@ class Task:
         source_inside_is_copy: a completion holding the whole source with more around it counts as a
             copy (paraphrase, translation: the source repeated, or an untranslated source followed by
             anything); not for revision, where adding a sentence to an unchanged text can be the task.
+        min_length: the share of the source's word count at or above which a completion's length costs
+            nothing (below: the reward times ratio / min_length); None: no floor (translation, where
+            languages differ in length, and revision, where simplifying shortens).
     """
 
     name: str
@@ -68,10 +75,11 @@ class Task:
     source_field: str
     target: float
     source_inside_is_copy: bool = True
+    min_length: float | None = None
 
 
 TASKS: dict[str, Task] = {
-    "paraphrase": Task("paraphrase", "para-fs", "source", 0.3),
+    "paraphrase": Task("paraphrase", "para-fs", "source", 0.3, min_length=0.67),
     "translation": Task("translation", "net", "source", 0.3),
     "revision": Task("revision", "rev", "original", 0.05, source_inside_is_copy=False),
 }
@@ -80,7 +88,10 @@ run: 0.3 is the 10th percentile of novelty of PARAPHRASUS' 167 true paraphrases 
 at or above 0.3); translation shares it (a real translation shares only names, numbers and cognates
 with its source: the NEAT sample's are at 0.85 or more); 0.05 is the 5th–10th percentile of the 600
 OneStopEnglish simplifications (SIMP, a revision task: 0.045–0.056; 93 % at or above 0.05), one word
-changed in twenty."""
+changed in twenty. The paraphrase length floor, 0.67, is the 5th percentile of the word-count ratio
+(shorter over longer) of the 338 STS Benchmark test pairs rated 4 or more (PARAPHRASUS'
+``stsbenchmark-test-sts.json``): 95 % of those paraphrases keep at least two thirds of the other's words.
+It was added on 2026-11-26 after GRPO runs learned fragments the judge accepted (docs/rewards.md)."""
 
 
 TEMPLATE_TASKS: dict[str, str] = {"para-fs": "paraphrase", "para-direct": "paraphrase", "para-indirect": "paraphrase",
@@ -125,9 +136,28 @@ def copy_proof_novelty(source: str, hypothesis: str, *, source_inside_is_copy: b
     return novelty_score(source, hypothesis)
 
 
+def length_factor(source: str, hypothesis: str, min_length: float | None) -> float:
+    """``min(1, (words of hypothesis / words of source) / min_length)``: what a completion shorter than
+    ``min_length`` of its source keeps of its reward (1 with no floor or a source without a word).
+
+    Example:
+        >>> length_factor("The chef cooks every dish with vegetables from his garden.", "With vegetables from his garden.", 0.67)
+        0.746...
+        >>> length_factor("The cat sleeps.", "Cats sleep.", None), length_factor("The cat sleeps.", "A cat is asleep.", 0.67)
+        (1.0, 1.0)
+    """
+    if min_length is None:
+        return 1.0
+    if isinstance(min_length, bool) or not isinstance(min_length, (int, float)) or not 0 < min_length <= 1:
+        raise ValueError(f"min_length must be a share of the source's words in (0, 1], or None, got {min_length!r}.")
+    n = len(content_words(source))
+    return 1.0 if n == 0 else min(1.0, len(content_words(hypothesis)) / n / min_length)
+
+
 def copy_proof_score(p_yes: float, source: str, hypothesis: str, *, target: float = TASKS["paraphrase"].target,
-                     source_inside_is_copy: bool = True) -> float:
-    """The copy-proof reward of one completion: ``p_yes × min(1, novelty / target) × (1 − excess repetition)``.
+                     source_inside_is_copy: bool = True, min_length: float | None = None) -> float:
+    """The copy-proof reward of one completion: ``p_yes × min(1, novelty / target) × (1 − excess repetition)``,
+    times :func:`length_factor` with a ``min_length`` (the paraphrase task's is 0.67: :data:`TASKS`).
 
     Args:
         p_yes: the judge's probability of "Yes" (``sigmoid(PLUIE)``), in [0, 1].
@@ -135,13 +165,15 @@ def copy_proof_score(p_yes: float, source: str, hypothesis: str, *, target: floa
         hypothesis: the completion.
         target: the novelty that earns full credit, in (0, 1].
         source_inside_is_copy: see :class:`Task`.
+        min_length: see :class:`Task` (default None: no length floor).
 
     Returns:
         The reward, in [0, 1]: 0 for a copy (:func:`is_copy`) and for a completion without a word;
-        ``p_yes`` for a completion at or above the target that does not repeat itself more than the source.
+        ``p_yes`` for a completion at or above the target that does not repeat itself more than the
+        source (and is at least ``min_length`` of its length).
 
     Raises:
-        ValueError: ``p_yes`` outside [0, 1] or not a number, or a bad ``target``.
+        ValueError: ``p_yes`` outside [0, 1] or not a number, a bad ``target`` or ``min_length``.
 
     Example:
         >>> copy_proof_score(0.9, "The cat sleeps on the mat.", "On the mat, the cat sleeps.")  # novelty 0.5 >= 0.3
@@ -152,11 +184,12 @@ def copy_proof_score(p_yes: float, source: str, hypothesis: str, *, target: floa
     if isinstance(p_yes, bool) or not isinstance(p_yes, (int, float)) or not 0.0 <= p_yes <= 1.0:
         raise ValueError(f"p_yes must be a probability in [0, 1], got {p_yes!r}.")
     target = check_target(target)
+    length_factor("", "", min_length)  # checks min_length
     novelty = copy_proof_novelty(source, hypothesis, source_inside_is_copy=source_inside_is_copy)
     if novelty == 0.0:
         return 0.0
     excess = max(0.0, repetition(hypothesis) - repetition(source))
-    return p_yes * min(1.0, novelty / target) * (1.0 - excess)
+    return p_yes * min(1.0, novelty / target) * (1.0 - excess) * length_factor(source, hypothesis, min_length)
 
 
 def resolve_task(task: "str | Task") -> "Task":
@@ -193,6 +226,8 @@ class CopyProofReward(PluieReward):
         fields: template field -> dataset column, as :class:`~pluie_reward.PluieReward` (unmapped fields
             read the column of the same name; the completion is the ``hypothesis``).
         target: the novelty that earns full credit (default: the task's).
+        min_length: the length floor, a share of the source's words in (0, 1] (``"task"``, the default:
+            the task's, 0.67 for paraphrase, none for translation and revision; None: no floor; see :class:`Task`).
         threshold: acceptance cut on PLUIE for the logged accept rate (default: the judge's).
         name: the name TRL logs under (default: the task's name).
 
@@ -213,10 +248,12 @@ class CopyProofReward(PluieReward):
 
     def __init__(self, judge: "Judge | Callable[[], Judge]", task: "str | Task" = "paraphrase", template: Any = None,
                  fields: Mapping[str, str] | None = None, *, target: float | None = None,
-                 threshold: float | None = None, name: str | None = None) -> None:
+                 min_length: "float | None | str" = "task", threshold: float | None = None, name: str | None = None) -> None:
         task = resolve_task(task)
         self.task = task
         self.target = check_target(task.target if target is None else target)
+        self.min_length = task.min_length if min_length == "task" else min_length
+        length_factor("", "", self.min_length)  # checks it
         name = task.name if name is None else name
         template = load_template(task.template if template is None else template)
         if template.kind != "binary":
@@ -249,8 +286,8 @@ class CopyProofReward(PluieReward):
         logratios = judge.score(self.template, hypothesis=hypotheses, **values)
         inside = self.task.source_inside_is_copy
         novelty = [copy_proof_novelty(s, h, source_inside_is_copy=inside) for s, h in zip(sources, hypotheses)]
-        rewards = [copy_proof_score(sigmoid(x), s, h, target=self.target, source_inside_is_copy=inside)
-                   for x, s, h in zip(logratios, sources, hypotheses)]
+        rewards = [copy_proof_score(sigmoid(x), s, h, target=self.target, source_inside_is_copy=inside,
+                                    min_length=self.min_length) for x, s, h in zip(logratios, sources, hypotheses)]
         if log_metric is not None and n:
             cut = judge.threshold if self.threshold is None else self.threshold
             accepted = [x > cut for x in logratios]
@@ -260,6 +297,9 @@ class CopyProofReward(PluieReward):
             log_metric(f"{self.__name__}/novelty", math.fsum(novelty) / n)
             log_metric(f"{self.__name__}/accepted_novel_rate",
                        sum(a and v >= self.target for a, v in zip(accepted, novelty)) / n)
+            if self.min_length is not None:
+                log_metric(f"{self.__name__}/short_rate",
+                           sum(length_factor(s, h, self.min_length) < 1 for s, h in zip(sources, hypotheses)) / n)
         if log_extra is not None:
             log_extra(f"{self.__name__}/logratio", [round(x, 4) for x in logratios])
             log_extra(f"{self.__name__}/novelty", [round(v, 4) for v in novelty])
@@ -267,22 +307,25 @@ class CopyProofReward(PluieReward):
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(name={self.__name__!r}, template={self.template.name!r}, fields={self.fields}, "
-                f"target={self.target})")
+                f"target={self.target}, min_length={self.min_length})")
 
 
 class ParaphraseReward(CopyProofReward):
-    """The copy-proof paraphrase reward (template ``para-fs``, source field ``source``, target 0.3):
-    ``p_yes × min(1, novelty / 0.3) × (1 − excess repetition)``; see :class:`CopyProofReward`.
+    """The copy-proof paraphrase reward (template ``para-fs``, source field ``source``, target 0.3, length
+    floor 0.67): ``p_yes × min(1, novelty / 0.3) × (1 − excess repetition) × min(1, length ratio / 0.67)``;
+    see :class:`CopyProofReward`.
 
     Example:
         >>> reward = ParaphraseReward(judge, fields={"source": "sentence"})
-        >>> reward.__name__, reward.target
-        ('paraphrase', 0.3)
+        >>> reward.__name__, reward.target, reward.min_length
+        ('paraphrase', 0.3, 0.67)
     """
 
     def __init__(self, judge: "Judge | Callable[[], Judge]", template: Any = None, fields: Mapping[str, str] | None = None,
-                 *, target: float | None = None, threshold: float | None = None, name: str | None = None) -> None:
-        super().__init__(judge, "paraphrase", template, fields, target=target, threshold=threshold, name=name)
+                 *, target: float | None = None, min_length: "float | None | str" = "task", threshold: float | None = None,
+                 name: str | None = None) -> None:
+        super().__init__(judge, "paraphrase", template, fields, target=target, min_length=min_length, threshold=threshold,
+                         name=name)
 
 
 class TranslationReward(CopyProofReward):

@@ -181,7 +181,7 @@ def _score_source(
         if task is None or hypothesis is None or score is None:
             return None
         return copy_proof_score(sigmoid(score), item.source, hypothesis, target=task.target,
-                                source_inside_is_copy=task.source_inside_is_copy)
+                                source_inside_is_copy=task.source_inside_is_copy, min_length=task.min_length)
 
     honest_copy_proof = copy_proof(item.honest, honest_score)
     return [
