@@ -6,6 +6,7 @@ default judge's probe (copies below honest answers, for the three tasks)."""
 import math
 import pickle
 import random
+import re
 
 import pytest
 
@@ -97,6 +98,44 @@ def test_repetition_does_not_reach_the_maximum():
         assert copy_proof_score(1.0, source, repeated) == pytest.approx(expected)
         assert copy_proof_score(1.0, source, repeated) < 0.5 * copy_proof_score(1.0, source, once) + 0.1
     assert copy_proof_score(1.0, source, once) == 1.0
+
+
+def test_length_floor_by_hand():
+    source = "The chef prepares every dish with vegetables from his own garden."  # 11 words
+    fragment = "With vegetables from his own garden."                                 # 6 words
+    novelty = copy_proof_novelty(source, fragment)
+    assert novelty >= 0.3
+    # no floor: the judge's probability; the paraphrase floor: times (6 / 11) / 0.67
+    assert copy_proof_score(0.9, source, fragment) == pytest.approx(0.9)
+    assert copy_proof_score(0.9, source, fragment, min_length=0.67) == pytest.approx(0.9 * 6 / 11 / 0.67)
+    assert TASKS["paraphrase"].min_length == 0.67
+    assert TASKS["translation"].min_length is None and TASKS["revision"].min_length is None
+    # at or above two thirds of the words: nothing lost; longer completions are the judge's business
+    whole = "Every dish the chef makes uses vegetables grown in his own garden."  # 12 words
+    assert copy_proof_score(0.9, source, whole, min_length=0.67) == pytest.approx(0.9)
+    eight = "The chef cooks with vegetables from his garden."  # 8 words: 8 / 11 = 0.727 >= 0.67
+    assert copy_proof_score(0.9, source, eight, min_length=0.67) == pytest.approx(0.9)
+    seven = "The chef uses vegetables from his garden."  # 7 words: 0.636 < 0.67
+    assert copy_proof_score(0.9, source, seven, min_length=0.67) == pytest.approx(0.9 * 7 / 11 / 0.67)
+    for bad in (0, -0.5, 1.5, True, "0.67"):
+        with pytest.raises(ValueError, match=r"min_length must be a share"):
+            copy_proof_score(0.9, source, fragment, min_length=bad)
+
+
+def test_paraphrase_reward_applies_the_floor_and_the_others_do_not(tiny_judge):
+    source = "The chef prepares every dish with vegetables from his own garden."
+    fragment = "With vegetables from his own garden."
+    p = logistic(tiny_judge.score("para-fs", source=[source], hypothesis=[fragment], use_cache=False)[0])
+    metrics = {}
+    got = ParaphraseReward(tiny_judge)(completions=[fragment], source=[source], log_metric=metrics.__setitem__)
+    assert got == pytest.approx([p * 6 / 11 / 0.67], abs=1e-4)
+    assert metrics["paraphrase/short_rate"] == 1.0
+    assert ParaphraseReward(tiny_judge, min_length=None)(completions=[fragment], source=[source]) == pytest.approx([p], abs=1e-4)
+    assert ParaphraseReward(tiny_judge, min_length=0.5)(completions=[fragment], source=[source]) == pytest.approx([p], abs=1e-4)
+    q = logistic(tiny_judge.score("net", source=[source], hypothesis=[fragment], use_cache=False)[0])
+    assert TranslationReward(tiny_judge)(completions=[fragment], source=[source]) == pytest.approx([q], abs=1e-4)
+    with pytest.raises(ValueError, match="min_length must be a share"):
+        ParaphraseReward(tiny_judge, min_length=2)
 
 
 def test_translation_and_revision_copies():
@@ -194,7 +233,12 @@ def test_default_judge_probe_copies_below_honest(embedded_judge, template):
             continue
         assert r["copy_proof"] == 0.0, r
         assert r["honest_copy_proof"] > 0.0
-    # independent check of the honest values: p_yes x min(1, novelty / target) (honest answers do not repeat)
+    # independent check of the honest values: p_yes x min(1, novelty / target) x the paraphrase length floor
+    # (honest answers do not repeat); words counted here with \w+
     target = {"para-fs": 0.3, "net": 0.3, "rev": 0.05}[template]
-    for r in honest.values():
-        assert r["honest_copy_proof"] == pytest.approx(logistic(r["score"]) * min(1, r["novelty"] / target))
+    source_of = {r["source_index"]: r["hypothesis"] for r in records if r["family"] == "copy"}  # the plain copy
+    for i, r in honest.items():
+        floor = 1.0
+        if template == "para-fs":
+            floor = min(1.0, len(re.findall(r"\w+", r["hypothesis"])) / len(re.findall(r"\w+", source_of[i])) / 0.67)
+        assert r["honest_copy_proof"] == pytest.approx(logistic(r["score"]) * min(1, r["novelty"] / target) * floor)
