@@ -1,5 +1,5 @@
 """Distil a paraphraser with a PLUIE judge: a teacher samples N candidates per source, the judge
-keeps the best by the copy-proof score (p_yes x min(1, novelty / 0.3): PLUIE alone would keep copies of
+keeps the best by the copy-proof score (p_yes x min(1, novelty / 0.3) x the length floor: PLUIE alone would keep copies of
 the source, which a judge rates above paraphrases), TRL's SFTTrainer trains a smaller or fresh student
 on them, and (optionally) a short GRPO run rewarded by ParaphraseReward (the same score) follows. The kept
 pairs' copy rate and novelty are printed beside their PLUIE, and beside those PLUIE best-of-n would have

@@ -4,7 +4,7 @@ ParaphraseReward + guards.
 Two reward functions, combined with ``reward_weights``:
 
 * ``paraphrase``: ``ParaphraseReward``, the judge's p_yes gated by novelty against the source
-  (``p_yes × min(1, novelty / 0.3)``), so that copying the source (also with zero-width characters,
+  (``p_yes × min(1, novelty / 0.3)``, floored on length), so that copying the source (also with zero-width characters,
   homoglyphs, case or spacing changes, or repeated) earns 0; wrapped in ``GuardedReward``: a
   completion flagged by the guard (the template's "yes" word as a standalone answer, its field
   delimiters 'B: "', or the judge's control tokens such as ``<|im_end|>``) gets 0 instead of its score,
