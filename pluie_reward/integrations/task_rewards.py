@@ -136,6 +136,20 @@ def copy_proof_novelty(source: str, hypothesis: str, *, source_inside_is_copy: b
     return novelty_score(source, hypothesis)
 
 
+def check_min_length(min_length: float | None) -> float | None:
+    """A length floor (a share of the source's words) as a float, checked to be in (0, 1], or None.
+
+    Example:
+        >>> check_min_length(0.67), check_min_length(None)
+        (0.67, None)
+    """
+    if min_length is None:
+        return None
+    if isinstance(min_length, bool) or not isinstance(min_length, (int, float)) or not 0 < min_length <= 1:
+        raise ValueError(f"min_length must be a share of the source's words in (0, 1], or None, got {min_length!r}.")
+    return float(min_length)
+
+
 def length_factor(source: str, hypothesis: str, min_length: float | None) -> float:
     """``min(1, (words of hypothesis / words of source) / min_length)``: what a completion shorter than
     ``min_length`` of its source keeps of its reward (1 with no floor or a source without a word).
@@ -146,10 +160,9 @@ def length_factor(source: str, hypothesis: str, min_length: float | None) -> flo
         >>> length_factor("The cat sleeps.", "Cats sleep.", None), length_factor("The cat sleeps.", "A cat is asleep.", 0.67)
         (1.0, 1.0)
     """
+    min_length = check_min_length(min_length)
     if min_length is None:
         return 1.0
-    if isinstance(min_length, bool) or not isinstance(min_length, (int, float)) or not 0 < min_length <= 1:
-        raise ValueError(f"min_length must be a share of the source's words in (0, 1], or None, got {min_length!r}.")
     n = len(content_words(source))
     return 1.0 if n == 0 else min(1.0, len(content_words(hypothesis)) / n / min_length)
 
@@ -184,7 +197,7 @@ def copy_proof_score(p_yes: float, source: str, hypothesis: str, *, target: floa
     if isinstance(p_yes, bool) or not isinstance(p_yes, (int, float)) or not 0.0 <= p_yes <= 1.0:
         raise ValueError(f"p_yes must be a probability in [0, 1], got {p_yes!r}.")
     target = check_target(target)
-    length_factor("", "", min_length)  # checks min_length
+    check_min_length(min_length)
     novelty = copy_proof_novelty(source, hypothesis, source_inside_is_copy=source_inside_is_copy)
     if novelty == 0.0:
         return 0.0
@@ -252,8 +265,7 @@ class CopyProofReward(PluieReward):
         task = resolve_task(task)
         self.task = task
         self.target = check_target(task.target if target is None else target)
-        self.min_length = task.min_length if min_length == "task" else min_length
-        length_factor("", "", self.min_length)  # checks it
+        self.min_length = check_min_length(task.min_length if min_length == "task" else min_length)
         name = task.name if name is None else name
         template = load_template(task.template if template is None else template)
         if template.kind != "binary":
