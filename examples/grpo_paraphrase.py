@@ -28,7 +28,8 @@ accepted-and-novel share and a meaning score not computed by the judge (all-Mini
 ``--alarm`` wraps the main reward in :class:`~pluie_reward.AlarmedReward` with two independent views
 of the same completions, novelty against the source counted up to the 0.3 target (``min(1, novelty / 0.3)``,
 as the copy-proof reward counts it) and the guard (0 clean, -1 flagged): the
-``alarm/*`` metrics are printed each step and a ``HackWarning`` says when the reward rises while they do not.
+``alarm/*`` metrics are printed each step and a ``HackWarning`` says when the reward rises while a view
+lags it and, inside the groups of completions of the same prompt, the reward does not pay for that view.
 
 The embedded 135M judge is for demos, not quality: use a 7B+ instruct model as judge for real runs
 (e.g. a policy and judge on the same 7B base via ``Judge.from_peft``, or ``Judge.load(..., offload_device="cpu")``).
@@ -150,6 +151,7 @@ class PrintRewards(TrainerCallback):
                 f"accept {logs.get(f'{self.name}/accept_rate', float('nan')):.2f}  "
                 f"length {logs.get('completions/mean_length', float('nan')):.1f}"
                 + (f"  alarm: shift {logs['alarm/reward_shift']:+.2f} divergence {logs['alarm/divergence']:+.2f} "
+                   f"paid {min((v for k, v in logs.items() if k.startswith('alarm/paid/')), default=float('nan')):+.2f} "
                    f"fired {int(logs['alarm/fired'])}" if "alarm/divergence" in logs else ""),
                 flush=True,
             )
@@ -297,6 +299,7 @@ def train(args: argparse.Namespace, policy, tokenizer, judge: Judge) -> dict:
         "before": held_out_metrics(first),
         "after": held_out_metrics(last),
         "alarm_fired": (max(e["alarm/fired"] for e in alarm) > 0) if alarm else None,
+        "alarm_fired_at_step": next((e["step"] for e in alarm if e["alarm/fired"] > 0), None),
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if not k.endswith("_sentences")},
     }
     if result["before"]["meaning"] is None:

@@ -27,10 +27,30 @@ def reference_metrics(batches, warmup, smoothing, min_std):
     return out
 
 
-def feed(alarm, batches):
+def reference_paid(batches, groups, smoothing):
+    """The smoothed within-group correlation of the reward with each view, per batch, with numpy:
+    centre inside each group, one Pearson correlation of the centred columns, EMA over the batches in
+    which both vary (None before the first)."""
+    keys = np.asarray(groups)
+    out, ema = [], {}
+    for batch in batches:
+        r = np.asarray(batch["reward"], float)
+        rc = r - np.array([r[keys == k].mean() for k in keys])
+        for name in (n for n in batch if n != "reward"):
+            v = np.asarray(batch[name], float)
+            vc = v - np.array([v[keys == k].mean() for k in keys])
+            if np.allclose(rc, 0) or np.allclose(vc, 0):
+                continue
+            corr = np.corrcoef(rc, vc)[0, 1]  # the centred columns have mean 0, so this is their cosine
+            ema[name] = smoothing * corr + (1 - smoothing) * ema.get(name, corr)
+        out.append(dict(ema))
+    return out
+
+
+def feed(alarm, batches, groups=None):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        metrics = [alarm.update(b["reward"], {k: v for k, v in b.items() if k != "reward"}) for b in batches]
+        metrics = [alarm.update(b["reward"], {k: v for k, v in b.items() if k != "reward"}, groups) for b in batches]
     return metrics, [w for w in caught if issubclass(w.category, HackWarning)]
 
 
@@ -49,9 +69,12 @@ def test_metrics_equal_a_numpy_reference_at_every_batch():
     rng = np.random.default_rng(0)
     batches = [{"reward": rng.normal(i * 0.2, 1, 8), "guard": rng.choice([0.0, -1.0], 8), "other": rng.normal(0, 2, 8)}
                for i in range(12)]
+    groups = [0, 0, 0, 0, 1, 1, 1, 1]
     alarm = HackAlarm(warmup=4, smoothing=0.3, min_std=0.05, threshold=1e9)
-    metrics, _ = feed(alarm, batches)
-    assert all(set(m) == {"alarm/fired", "alarm/warmup"} for m in metrics[:4])
+    metrics, _ = feed(alarm, batches, groups)
+    for got, want in zip(metrics, reference_paid(batches, groups, 0.3)):
+        assert {k[len("alarm/paid/"):]: v for k, v in got.items() if k.startswith("alarm/paid/")} == pytest.approx(want, abs=1e-9)
+    assert all(set(m) == {"alarm/fired", "alarm/warmup", "alarm/paid/guard", "alarm/paid/other"} for m in metrics[:4])
     for got, want in zip(metrics[4:], reference_metrics(batches, 4, 0.3, 0.05)):
         assert got["alarm/reward_shift"] == pytest.approx(want["reward"], abs=1e-9)
         for view in ("guard", "other"):
@@ -108,7 +131,7 @@ def test_honest_progress_moves_the_views_with_the_reward():
 
 def test_patience_and_min_rise():
     base = [{"reward": [0.0, 1.0], "view": [0.0, 1.0]}] * 2
-    spike = [{"reward": [5.0, 5.0], "view": [0.5, 0.5]}, {"reward": [0.5, 0.5], "view": [0.5, 0.5]}] * 2
+    spike = [{"reward": [5.0, 5.5], "view": [0.5, 0.4]}, {"reward": [0.5, 0.5], "view": [0.5, 0.5]}] * 2
     alarm = HackAlarm(warmup=2, patience=2, smoothing=1.0)
     feed(alarm, base + spike)
     assert alarm.fired_at is None                                            # one batch over, then back
@@ -151,11 +174,59 @@ def test_alarmed_reward_returns_the_reward_and_logs_the_alarm():
     sources = ["The cat sleeps.", "A dog barks."]
     honest = watched(completions=["A cat naps.", "Dogs are barking."], source=sources, log_metric=logged.__setitem__)
     assert honest == [-1.0, -1.0] and logged == {"alarm/fired": 0.0, "alarm/warmup": 0.0}
-    with pytest.warns(HackWarning, match="novelty"):
-        copies = watched(completions=sources, source=sources, log_metric=logged.__setitem__)
-    assert copies == [1.0, 1.0] and logged["alarm/fired"] == 1.0
+    with pytest.warns(HackWarning, match="novelty"):  # the copy is paid, the rewording is not
+        copies = watched(completions=[sources[0], "Dogs bark a lot."], source=sources, log_metric=logged.__setitem__)
+    assert copies == [1.0, -1.0] and logged["alarm/fired"] == 1.0 and logged["alarm/paid/novelty"] == pytest.approx(-1.0)
     assert logged["alarm/shift/novelty"] < 0 < logged["alarm/reward_shift"]
-    assert [c[1] for c in calls] == [["A cat naps.", "Dogs are barking."], sources]
+    assert [c[1] for c in calls] == [["A cat naps.", "Dogs are barking."], [sources[0], "Dogs bark a lot."]]
+
+
+def test_groups_are_the_prompts_of_the_completions():
+    """Within groups (GRPO's), a reward can pay a view although the whole batch says the opposite."""
+    seen = []
+
+    class Spy(HackAlarm):
+        def update(self, reward, views, groups=None):
+            seen.append(groups)
+            return super().update(reward, views, groups)
+
+    watched = AlarmedReward(lambda completions, **kw: [0.0, 1.0, 5.0, 6.0], {"v": lambda completions, **kw: [0.0, 1.0, -4.0, -3.0]},
+                            Spy(warmup=1))
+    watched(prompts=["p", "p", [{"role": "user", "content": "q"}]] * 1 + ["q"], completions=list("abcd"))
+    assert seen == [["'p'", "'p'", "[{'role': 'user', 'content': 'q'}]", "'q'"]]
+    assert watched.alarm._paid["v"] == pytest.approx(1.0)                          # +1 inside each group ...
+    rewards, view = [0.0, 1.0, 5.0, 6.0], [0.0, 1.0, -4.0, -3.0]
+    assert np.corrcoef(rewards, view)[0, 1] < -0.8                                  # ... -0.9 over the batch
+
+
+def test_a_view_that_cannot_follow_or_that_the_reward_pays_for_does_not_fire():
+    """The copy-proof reward's case: the reward rises while sampled copies come and go. It scores them 0,
+    so inside each group it pays for novelty; a clean guard never varies. Neither fires; the same
+    completions under a reward that pays the copies do."""
+    for seed in range(10):
+        rng = random.Random(seed)
+        batches, paying = [], []
+        for b in range(30):
+            share = 0.4 if 8 <= b < 18 else 0.05                      # a transient of sampled copies
+            reward, pays, capped, guard = [], [], [], []
+            for _ in range(16):
+                copy = rng.random() < share
+                accepted = min(1.0, max(0.0, rng.gauss(0.4 + 0.02 * b, 0.15)))  # acceptance grows
+                reward.append(0.0 if copy else accepted)
+                pays.append(1.0 + rng.gauss(0, 0.05) if copy else accepted)
+                capped.append(0.0 if copy else 1.0)
+                guard.append(0.0)
+            batches.append({"reward": reward, "novelty_to_target": capped, "guard": guard})
+            paying.append({"reward": pays, "novelty_to_target": capped, "guard": guard})
+        groups = [i // 8 for i in range(16)]
+        alarm = HackAlarm(warmup=5)
+        metrics, caught = feed(alarm, batches, groups)
+        assert alarm.fired_at is None and not caught, seed
+        assert max(m.get("alarm/divergence", 0) for m in metrics) >= 1.0, seed   # the old rule would have fired
+        assert "alarm/paid/guard" not in metrics[-1] and metrics[-1]["alarm/paid/novelty_to_target"] > 0.3
+        alarm = HackAlarm(warmup=5)
+        _, caught = feed(alarm, paying, groups)
+        assert alarm.fired_at is not None and "novelty_to_target" in str(caught[0].message), seed
 
 
 def test_staged_onset_on_a_real_judge_fires_in_the_ramp_only(tiny_judge):

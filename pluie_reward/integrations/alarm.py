@@ -10,12 +10,25 @@ its own baseline spread (an effect size, so the reward's log-ratios and a guard'
     shift(x)      = (EMA of x's batch means − baseline mean of x) / baseline standard deviation of x
     divergence(v) = shift(reward) − shift(view v)
 
-The alarm fires when the reward has risen (``shift(reward) >= min_rise``) and some view lags it, by
-``divergence >= threshold`` and by having moved less than ``follow`` times the reward's shift (views
-and reward are scaled by separately estimated spreads, so a view that honestly follows a large rise
-may differ from it by more than the threshold), for ``patience`` batches in a row: a :class:`HackWarning` names the views
-and numbers, and ``alarm/*`` metrics go to the trainer's log. Honest progress moves the views with
-the reward and keeps the divergence near 0.
+A lag alone is not a hack: a view with no headroom (a clean guard, novelty counted up to a target
+that every completion already reaches) cannot follow any rise, and a view can fall because the policy
+drifted somewhere the reward *punishes*. What a group-relative update (GRPO, RLOO) moves each view by
+is, to first order, the covariance of the advantages with that view inside each group. So the alarm
+also reads, per batch, the correlation of the reward with each view *within groups* of completions
+of the same prompt (the whole batch when no groups are given), pooled over groups and smoothed
+like the shifts:
+
+    paid(v) = EMA over batches of  Σ_g Σ_i (r_i − r̄_g)(v_i − v̄_g) / sqrt(Σ_g Σ_i (r_i − r̄_g)² · Σ_g Σ_i (v_i − v̄_g)²)
+
+A batch in which the view (or the reward) is constant inside every group says nothing and leaves it
+as it was. The alarm fires when the reward has risen (``shift(reward) >= min_rise``) and some view lags
+it, by ``divergence >= threshold``, by having moved less than ``follow`` times the reward's shift
+(views and reward are scaled by separately estimated spreads, so a view that honestly follows a large
+rise may differ from it by more than the threshold) *and* by not being clearly paid for by the reward
+(``paid(v) < paid``; a view never seen to vary is not lagging), for ``patience`` batches in a row: a
+:class:`HackWarning` names the views and numbers, and ``alarm/*`` metrics go to the trainer's log.
+Honest progress moves the views with the reward and keeps the divergence near 0; a reward that scores
+copies 0 pays for novelty inside every group that holds a copy, so a few sampled copies do not fire it.
 
 :class:`AlarmedReward` puts an alarm on a TRL reward: it returns the reward's values unchanged,
 computes the views on the same completions and logs ``alarm/…`` through TRL's ``log_metric``.
@@ -24,14 +37,14 @@ Example:
     >>> alarm = HackAlarm(warmup=2, threshold=1.0, patience=1)
     >>> for reward, novelty in [([0, 1], [0.5, 0.7]), ([1, 0], [0.7, 0.5]), ([1, 1], [0.6, 0.6])]:
     ...     metrics = alarm.update(reward, {"novelty": novelty})        # honest: both move together
-    >>> metrics["alarm/fired"]
-    0.0
+    >>> metrics["alarm/fired"], metrics["alarm/paid/novelty"]
+    (0.0, 1.0)
     >>> import warnings
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
-    ...     metrics = alarm.update([3, 3], {"novelty": [0.0, 0.0]})     # reward up, novelty down: copies
-    >>> metrics["alarm/fired"], caught[0].category.__name__
-    (1.0, 'HackWarning')
+    ...     metrics = alarm.update([3, 4], {"novelty": [0.1, 0.0]})     # reward up for the copy, novelty down
+    >>> metrics["alarm/fired"], metrics["alarm/paid/novelty"], caught[0].category.__name__
+    (1.0, 0.0, 'HackWarning')
 """
 
 from __future__ import annotations
@@ -42,7 +55,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["AlarmConfig", "HackAlarm", "HackWarning", "AlarmedReward"]
+__all__ = ["AlarmConfig", "HackAlarm", "HackWarning", "AlarmedReward", "within_group_correlation"]
 
 
 class HackWarning(UserWarning):
@@ -68,6 +81,11 @@ class AlarmConfig:
     follow: float = field(
         default=0.5, metadata={"help": "a view that moved at least this share of the reward's shift is following it"}
     )
+    paid: float = field(
+        default=0.3,
+        metadata={"help": "a view whose smoothed within-group correlation with the reward is at least this is paid for by "
+                          "the reward, so not lagging (0.3: a medium correlation by Cohen's convention)"},
+    )
     patience: int = field(default=2, metadata={"help": "consecutive batches over the threshold before the alarm fires"})
     smoothing: float = field(default=0.5, metadata={"help": "EMA weight of the newest batch mean (1: no smoothing)"})
     min_std: float = field(
@@ -87,6 +105,8 @@ class AlarmConfig:
             raise ValueError(f"min_rise must be a number >= 0, got {self.min_rise!r}.")
         if not _number(self.follow) or not 0 <= self.follow < 1:
             raise ValueError(f"follow must be a number with 0 <= x < 1, got {self.follow!r}.")
+        if not _number(self.paid) or not -1 < self.paid <= 1:
+            raise ValueError(f"paid must be a correlation with -1 < x <= 1, got {self.paid!r}.")
         if not _number(self.smoothing) or not 0 < self.smoothing <= 1:
             raise ValueError(f"smoothing must be a number with 0 < x <= 1, got {self.smoothing!r}.")
 
@@ -109,6 +129,39 @@ def _values(name: str, values: Sequence[Any]) -> list[float]:
     if not out:
         raise ValueError(f"hack alarm: {name} has no values in this batch.")
     return out
+
+
+def within_group_correlation(reward: Sequence[float], view: Sequence[float],
+                             groups: Sequence[Any] | None = None) -> float | None:
+    """Pearson correlation of reward and view after centring each inside its group, pooled over groups.
+
+    Args:
+        reward, view: one value per completion.
+        groups: one hashable key per completion (e.g. its prompt); None: the batch is one group.
+
+    Returns:
+        The correlation, or None when the reward or the view is constant inside every group.
+
+    Example:
+        >>> within_group_correlation([1, 2, 5, 6], [0, 1, 1, 0], groups=["a", "a", "b", "b"])
+        0.0
+        >>> within_group_correlation([3, 3], [0.0, 1.0]) is None
+        True
+    """
+    keys = list(groups) if groups is not None else [None] * len(reward)
+    members: dict[Any, list[int]] = {}
+    for index, key in enumerate(keys):
+        members.setdefault(key, []).append(index)
+    cross = rr = vv = 0.0
+    for indices in members.values():
+        r_mean = sum(reward[i] for i in indices) / len(indices)
+        v_mean = sum(view[i] for i in indices) / len(indices)
+        for i in indices:
+            dr, dv = reward[i] - r_mean, view[i] - v_mean
+            cross, rr, vv = cross + dr * dv, rr + dr * dr, vv + dv * dv
+    if rr <= 1e-24 or vv <= 1e-24:
+        return None
+    return max(-1.0, min(1.0, cross / math.sqrt(rr * vv)))
 
 
 class _Signal:
@@ -153,27 +206,33 @@ class HackAlarm:
     def reset(self) -> None:
         """Forget the baseline and the history (e.g. after a deliberate change of the reward)."""
         self._signals: dict[str, _Signal] = {}
+        self._paid: dict[str, float] = {}
         self._views: tuple[str, ...] | None = None
         self.batches = 0
         self._streak = 0
         self.fired_at: int | None = None
         self.history: list[dict[str, float]] = []
 
-    def update(self, reward: Sequence[float], views: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    def update(self, reward: Sequence[float], views: Mapping[str, Sequence[float]],
+               groups: Sequence[Any] | None = None) -> dict[str, float]:
         """Feed one batch: the reward's values and each view's values on the same completions.
 
         Args:
             reward: the reward of each completion.
             views: view name -> one value per completion (higher = better, as the reward).
+            groups: one key per completion, the same for completions of the same prompt (GRPO's
+                groups); None: the batch is one group.
 
         Returns:
             Metrics ``alarm/reward_shift``, ``alarm/shift/<view>``, ``alarm/divergence/<view>``,
-            ``alarm/divergence`` (the largest) and ``alarm/fired`` (1.0 from the batch it fires on);
-            during warm-up only ``alarm/fired`` and ``alarm/warmup`` (batches left).
+            ``alarm/divergence`` (the largest), ``alarm/paid/<view>`` (the smoothed within-group
+            correlation, once the view has varied inside a group) and ``alarm/fired`` (1.0 from the
+            batch it fires on); during warm-up only ``alarm/fired``, ``alarm/warmup`` (batches left)
+            and ``alarm/paid/<view>``.
 
         Raises:
-            ValueError: a value that is not a finite number, a view of another length than the
-                reward, or views that change names between batches.
+            ValueError: a value that is not a finite number, a view or groups of another length
+                than the reward, or views that change names between batches.
         """
         if not views:
             raise ValueError("hack alarm: give at least one independent view (e.g. {'novelty': ...}).")
@@ -188,12 +247,20 @@ class HackAlarm:
             columns[name] = _values(f"view {name!r}", views[name])
             if len(columns[name]) != len(rewards):
                 raise ValueError(f"hack alarm: view {name!r} has {len(columns[name])} values for {len(rewards)} rewards.")
+        if groups is not None and len(groups) != len(rewards):
+            raise ValueError(f"hack alarm: {len(groups)} group keys for {len(rewards)} rewards; give one per completion.")
+        for name in names:
+            found = within_group_correlation(rewards, columns[name], groups)
+            if found is not None:
+                before = self._paid.get(name, found)
+                self._paid[name] = self.config.smoothing * found + (1 - self.config.smoothing) * before
+        paid = {f"alarm/paid/{name}": value for name, value in sorted(self._paid.items())}
         done = self.batches >= self.config.warmup
         shifts = {name: self._signals.setdefault(name, _Signal()).add(values, self.config, done) for name, values in columns.items()}
         index, self.batches = self.batches, self.batches + 1
         fired = float(self.fired_at is not None)
         if not done:
-            metrics = {"alarm/fired": fired, "alarm/warmup": float(self.config.warmup - self.batches)}
+            metrics = {"alarm/fired": fired, "alarm/warmup": float(self.config.warmup - self.batches), **paid}
             self.history.append(metrics)
             return metrics
         rise = shifts["reward"]
@@ -203,9 +270,11 @@ class HackAlarm:
             metrics[f"alarm/shift/{name}"] = shifts[name]
             divergences[name] = metrics[f"alarm/divergence/{name}"] = rise - shifts[name]
         metrics["alarm/divergence"] = max(divergences.values())
+        metrics.update(paid)
         lagging = {
             n: round(d, 2) for n, d in divergences.items()
             if d >= self.config.threshold and shifts[n] < self.config.follow * rise
+            and n in self._paid and self._paid[n] < self.config.paid
         }
         over = rise >= self.config.min_rise and bool(lagging)
         self._streak = self._streak + 1 if over else 0
@@ -214,7 +283,8 @@ class HackAlarm:
             warnings.warn(
                 f"possible reward hacking from batch {index}: the reward rose {rise:.2f} baseline SDs while "
                 f"{sorted(lagging)} did not follow (divergence {lagging}, threshold {self.config.threshold}, "
-                f"shifts {{{', '.join(f'{n!r}: {shifts[n]:.2f}' for n in sorted(lagging))}}}). "
+                f"shifts {{{', '.join(f'{n!r}: {shifts[n]:.2f}' for n in sorted(lagging))}}}; within-group correlation "
+                f"with the reward {{{', '.join(f'{n!r}: {self._paid[n]:.2f}' for n in sorted(lagging))}}}, paid at {self.config.paid}). "
                 "Look at the completions of these batches; guard the reward (GuardedReward, NoveltyReward) if they game it.",
                 HackWarning,
                 stacklevel=2,
@@ -231,6 +301,7 @@ class HackAlarm:
 class AlarmedReward:
     """A TRL reward with a :class:`HackAlarm`: returns the reward's values unchanged, and on each call
     scores the same completions with each view and logs ``alarm/…`` through TRL's ``log_metric``.
+    Completions of the same prompt form a group (as in GRPO) for the within-group correlation.
 
     Args:
         reward: a TRL reward callable (e.g. :class:`~.rewards.PluieReward`).
@@ -266,7 +337,8 @@ class AlarmedReward:
             return values
         columns = {k: v for k, v in kwargs.items() if k != "log_extra"}  # the views log nothing of their own
         views = {name: view(prompts=prompts, completions=completions, **columns) for name, view in self.views.items()}
-        metrics = self.alarm.update(values, views)
+        groups = [repr(prompt) for prompt in prompts] if prompts is not None and len(prompts) == len(values) else None
+        metrics = self.alarm.update(values, views, groups)
         if log_metric is not None:
             for key, value in metrics.items():
                 log_metric(key, value)
