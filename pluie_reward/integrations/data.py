@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..core.fields import map_fields
 from ..core.template import load_template
-from .task_rewards import copy_proof_novelty, copy_proof_score, is_copy, resolve_task, task_of
+from .task_rewards import resolve_task, task_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from datasets import Dataset
@@ -116,13 +116,10 @@ def _task(template: Any, task: Any) -> Any:
 
 
 def _copy_proof_columns(task: Any, sources: list, hypotheses: list, p_yes: list, prefix: str) -> dict[str, list]:
-    inside = task.source_inside_is_copy
     return {
-        prefix + "novelty": [copy_proof_novelty(s, h, source_inside_is_copy=inside) for s, h in zip(sources, hypotheses)],
-        prefix + "copy": [is_copy(s, h, source_inside_is_copy=inside) for s, h in zip(sources, hypotheses)],
-        prefix + "copy_proof": [copy_proof_score(p, s, h, target=task.target, source_inside_is_copy=inside,
-                                                    min_length=task.min_length)
-                                for p, s, h in zip(p_yes, sources, hypotheses)],
+        prefix + "novelty": [task.novelty(s, h) for s, h in zip(sources, hypotheses)],
+        prefix + "copy": [task.is_copy(s, h) for s, h in zip(sources, hypotheses)],
+        prefix + "copy_proof": [task.score(p, s, h) for p, s, h in zip(p_yes, sources, hypotheses)],
     }
 
 

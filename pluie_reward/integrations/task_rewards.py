@@ -40,7 +40,7 @@ Example:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from ..core.fields import completion_texts
@@ -76,6 +76,27 @@ class Task:
     target: float
     source_inside_is_copy: bool = True
     min_length: float | None = None
+
+    def novelty(self, source: str, hypothesis: str) -> float:
+        """:func:`copy_proof_novelty` with this task's copy rule."""
+        return copy_proof_novelty(source, hypothesis, source_inside_is_copy=self.source_inside_is_copy)
+
+    def is_copy(self, source: str, hypothesis: str) -> bool:
+        """:func:`is_copy` with this task's copy rule."""
+        return is_copy(source, hypothesis, source_inside_is_copy=self.source_inside_is_copy)
+
+    def score(self, p_yes: float, source: str, hypothesis: str) -> float:
+        """:func:`copy_proof_score` with this task's target, copy rule and length floor: the one place
+        a task's fields become the score (rewards, judge-filtered data and the probe use it).
+
+        Example:
+            >>> TASKS["paraphrase"].score(0.9, "The cat sleeps on the mat.", "On the mat, the cat sleeps.")
+            0.9
+            >>> TASKS["paraphrase"].score(0.9, "The cat sleeps on the mat.", "The cat sleeps.")  # 3 of 6 words: 0.9 × (0.5 / 0.67)
+            0.6716417910447761
+        """
+        return copy_proof_score(p_yes, source, hypothesis, target=self.target,
+                                source_inside_is_copy=self.source_inside_is_copy, min_length=self.min_length)
 
 
 TASKS: dict[str, Task] = {
@@ -263,9 +284,9 @@ class CopyProofReward(PluieReward):
                  fields: Mapping[str, str] | None = None, *, target: float | None = None,
                  min_length: "float | None | str" = "task", threshold: float | None = None, name: str | None = None) -> None:
         task = resolve_task(task)
-        self.task = task
-        self.target = check_target(task.target if target is None else target)
-        self.min_length = check_min_length(task.min_length if min_length == "task" else min_length)
+        # the task as this reward scores it: its target and floor, overridden where asked
+        self.task = task = replace(task, target=check_target(task.target if target is None else target),
+                                   min_length=check_min_length(task.min_length if min_length == "task" else min_length))
         name = task.name if name is None else name
         template = load_template(task.template if template is None else template)
         if template.kind != "binary":
@@ -296,26 +317,34 @@ class CopyProofReward(PluieReward):
                                 f"got {type(source).__name__}.")
         judge = self.judge
         logratios = judge.score(self.template, hypothesis=hypotheses, **values)
-        inside = self.task.source_inside_is_copy
-        novelty = [copy_proof_novelty(s, h, source_inside_is_copy=inside) for s, h in zip(sources, hypotheses)]
-        rewards = [copy_proof_score(sigmoid(x), s, h, target=self.target, source_inside_is_copy=inside,
-                                    min_length=self.min_length) for x, s, h in zip(logratios, sources, hypotheses)]
+        task = self.task
+        novelty = [task.novelty(s, h) for s, h in zip(sources, hypotheses)]
+        rewards = [task.score(sigmoid(x), s, h) for x, s, h in zip(logratios, sources, hypotheses)]
         if log_metric is not None and n:
             cut = judge.threshold if self.threshold is None else self.threshold
             accepted = [x > cut for x in logratios]
             log_metric(f"{self.__name__}/accept_rate", sum(accepted) / n)
-            log_metric(f"{self.__name__}/copy_rate", sum(is_copy(s, h, source_inside_is_copy=inside)
-                                                         for s, h in zip(sources, hypotheses)) / n)
+            log_metric(f"{self.__name__}/copy_rate", sum(task.is_copy(s, h) for s, h in zip(sources, hypotheses)) / n)
             log_metric(f"{self.__name__}/novelty", math.fsum(novelty) / n)
             log_metric(f"{self.__name__}/accepted_novel_rate",
                        sum(a and v >= self.target for a, v in zip(accepted, novelty)) / n)
-            if self.min_length is not None:
+            if task.min_length is not None:
                 log_metric(f"{self.__name__}/short_rate",
-                           sum(length_factor(s, h, self.min_length) < 1 for s, h in zip(sources, hypotheses)) / n)
+                           sum(length_factor(s, h, task.min_length) < 1 for s, h in zip(sources, hypotheses)) / n)
         if log_extra is not None:
             log_extra(f"{self.__name__}/logratio", [round(x, 4) for x in logratios])
             log_extra(f"{self.__name__}/novelty", [round(v, 4) for v in novelty])
         return rewards
+
+    @property
+    def target(self) -> float:
+        """The novelty that earns full credit (the task's unless overridden)."""
+        return self.task.target
+
+    @property
+    def min_length(self) -> float | None:
+        """The length floor (the task's unless overridden; None: no floor)."""
+        return self.task.min_length
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(name={self.__name__!r}, template={self.template.name!r}, fields={self.fields}, "

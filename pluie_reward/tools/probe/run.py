@@ -18,7 +18,7 @@ from ...core.template import load_template
 from ...integrations.guards import CompletionGuard, escape_table
 from ...core.judge import sigmoid
 from ...integrations.rewards import novelty_score
-from ...integrations.task_rewards import copy_proof_score, task_of
+from ...integrations.task_rewards import task_of
 from .families import (
     ProbeContext,
     SourceItem,
@@ -180,8 +180,7 @@ def _score_source(
     def copy_proof(hypothesis: str | None, score: float | None) -> float | None:
         if task is None or hypothesis is None or score is None:
             return None
-        return copy_proof_score(sigmoid(score), item.source, hypothesis, target=task.target,
-                                source_inside_is_copy=task.source_inside_is_copy, min_length=task.min_length)
+        return task.score(sigmoid(score), item.source, hypothesis)
 
     honest_copy_proof = copy_proof(item.honest, honest_score)
     return [
