@@ -320,13 +320,15 @@ from pluie_reward.tools.cli.main import main
 
 judge = make_tiny_judge()
 
-class Slow:  # the tiny judge, taking its time so that Ctrl-C comes while scoring
+class Slow:  # the tiny judge; after two chunks it waits, so that Ctrl-C comes while scoring however loaded the machine
     engine, name = judge.engine, judge.name
+    calls = 0
 
     def score(self, *args, **kwargs):
-        result = judge.score(*args, **kwargs)
-        time.sleep(0.3)
-        return result
+        Slow.calls += 1
+        if Slow.calls > 2:
+            time.sleep(600)
+        return judge.score(*args, **kwargs)
 
 score.judge_from_args = lambda args: Slow()
 sys.exit(main(sys.argv[1:]))
