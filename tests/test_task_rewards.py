@@ -222,12 +222,10 @@ def test_default_judge_probe_copies_below_honest(embedded_judge, template):
     from pluie_reward.tools.probe import probe_items
 
     families = ["copy", "copy_case", "copy_spacing", "copy_punctuation", "copy_zero_width", "copy_homoglyph", "repeat"]
-    # 2 sources: every hypothesis goes through the few-shot prompt (~1,000 tokens), 70 s per template for 4
-    # sources on 2 cores; that copies score 0 whatever the judge says is the fast property test's job
-    records = probe_items(embedded_judge, template, families=families, limit=2)
+    records = probe_items(embedded_judge, template, families=families, limit=4)
     honest = {r["source_index"]: r for r in records if r["family"] == "honest"}
     copies = [r for r in records if r["kind"] == "copy"]
-    assert len(honest) == 2 and len(copies) >= 10 * len(honest)
+    assert len(honest) == 4 and len(copies) >= 10 * len(honest)
     for r in copies:
         if template == "rev" and r["family"] == "repeat":
             # revision: an unchanged paragraph said twice is judged (not a copy), and must still lose
