@@ -287,6 +287,7 @@ def train(args: argparse.Namespace, policy, tokenizer, judge: Judge) -> dict:
     run = read_run(args.output_dir)
     first, last = run.tables[min(run.tables)], run.tables[max(run.tables)]
     alarm = [e for e in trainer.state.log_history if "alarm/fired" in e]
+    fired_at = next((e["step"] for e in alarm if e["alarm/fired"] > 0), None)
     result = {
         "reward": name if not args.novelty_weight else f"{name} + {args.novelty_weight} x novelty",
         "seed": args.seed,
@@ -298,8 +299,8 @@ def train(args: argparse.Namespace, policy, tokenizer, judge: Judge) -> dict:
         "held_out": [{"source": a["source"], "before": a["generation"], "after": b["generation"]} for a, b in zip(first, last)],
         "before": held_out_metrics(first),
         "after": held_out_metrics(last),
-        "alarm_fired": (max(e["alarm/fired"] for e in alarm) > 0) if alarm else None,
-        "alarm_fired_at_step": next((e["step"] for e in alarm if e["alarm/fired"] > 0), None),
+        "alarm_fired": (fired_at is not None) if alarm else None,
+        "alarm_fired_at_step": fired_at,
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if not k.endswith("_sentences")},
     }
     if result["before"]["meaning"] is None:

@@ -190,11 +190,12 @@ def test_groups_are_the_prompts_of_the_completions():
             seen.append(groups)
             return super().update(reward, views, groups)
 
+    logged = {}
     watched = AlarmedReward(lambda completions, **kw: [0.0, 1.0, 5.0, 6.0], {"v": lambda completions, **kw: [0.0, 1.0, -4.0, -3.0]},
                             Spy(warmup=1))
-    watched(prompts=["p", "p", [{"role": "user", "content": "q"}]] * 1 + ["q"], completions=list("abcd"))
+    watched(prompts=["p", "p", [{"role": "user", "content": "q"}], "q"], completions=list("abcd"), log_metric=logged.__setitem__)
     assert seen == [["'p'", "'p'", "[{'role': 'user', 'content': 'q'}]", "'q'"]]
-    assert watched.alarm._paid["v"] == pytest.approx(1.0)                          # +1 inside each group ...
+    assert logged["alarm/paid/v"] == pytest.approx(1.0)                             # +1 inside each group ...
     rewards, view = [0.0, 1.0, 5.0, 6.0], [0.0, 1.0, -4.0, -3.0]
     assert np.corrcoef(rewards, view)[0, 1] < -0.8                                  # ... -0.9 over the batch
 

@@ -327,7 +327,7 @@ class CopyProofReward(PluieReward):
             log_metric(f"{self.__name__}/copy_rate", sum(task.is_copy(s, h) for s, h in zip(sources, hypotheses)) / n)
             log_metric(f"{self.__name__}/novelty", math.fsum(novelty) / n)
             log_metric(f"{self.__name__}/accepted_novel_rate",
-                       sum(a and v >= self.target for a, v in zip(accepted, novelty)) / n)
+                       sum(a and v >= task.target for a, v in zip(accepted, novelty)) / n)
             if task.min_length is not None:
                 log_metric(f"{self.__name__}/short_rate",
                            sum(length_factor(s, h, task.min_length) < 1 for s, h in zip(sources, hypotheses)) / n)
