@@ -198,6 +198,8 @@ def test_groups_are_the_prompts_of_the_completions():
     assert logged["alarm/paid/v"] == pytest.approx(1.0)                             # +1 inside each group ...
     rewards, view = [0.0, 1.0, 5.0, 6.0], [0.0, 1.0, -4.0, -3.0]
     assert np.corrcoef(rewards, view)[0, 1] < -0.8                                  # ... -0.9 over the batch
+    with pytest.raises(ValueError, match="2 prompts for 4 rewards"):                 # not one group in silence
+        watched(prompts=["p", "q"], completions=list("abcd"))
 
 
 def test_a_view_that_cannot_follow_or_that_the_reward_pays_for_does_not_fire():
