@@ -7,6 +7,7 @@ the run says so. ``PLUIE_SHARED=/path/to/shared`` points elsewhere.
 """
 
 import json
+import os
 
 import pytest
 
@@ -16,6 +17,10 @@ from shared_files import SHARED, shared_path
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a slow test (the CI runs it too); deselect with -m 'not slow'")
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # `-n N` (pytest-xdist): N workers share the cores, one torch thread each
+        import torch
+
+        torch.set_num_threads(1)
 
 
 def pytest_report_header(config):

@@ -36,13 +36,14 @@ def ci_legs() -> dict[str, list[str]]:
 
 def test_ci_leg_a_runs_the_readme_commands_verbatim():
     assert readme_commands() == ci_legs()["a"][:2]
-    assert len(readme_commands()) == 2 and readme_commands()[1] == 'python -m pytest -q -m "not slow"'
+    assert len(readme_commands()) == 2 and readme_commands()[1] == 'python -m pytest -q -m "not slow" -n 2'
     assert ci_legs()["a"][2:] == ['python -m pytest -q -m "slow and vllm"']  # then the slow tests only this leg can run
 
 
 def test_ci_leg_b_takes_the_newest_allowed_releases_without_vllm():
     b = ci_legs()["b"]
-    assert b[-2:] == ["python -m pytest -q", "alone"]  # the whole suite, then (same virtualenv) a clone alone
+    # the whole suite (the fast tests on two workers, the slow ones in one process), then (same virtualenv) a clone alone
+    assert b[-3:] == ['python -m pytest -q -m "not slow" -n 2', "python -m pytest -q -m slow", "alone"]
     assert "vllm" not in " ".join(b) and 'pip install -e ".[test]"' in b[0]
     assert not any("==" in part for part in b[0].split() if "torch" not in part)  # nothing else held back
 
@@ -52,10 +53,15 @@ MARKERS = ("slow", "vllm")  # the markers the legs select on (pyproject.toml)
 
 def selection(command: str) -> str | None:
     """The ``-m`` expression of a ``python -m pytest`` line of .ci/run; None when it selects every test.
-    Anything else that narrows the run (paths, ``-k``, ``-x``...) is refused here, so the check below holds."""
+    ``-n N`` (pytest-xdist workers) runs the same tests; anything else that narrows the run (paths, ``-k``,
+    ``-x``...) is refused here, so the check below holds."""
     words = shlex.split(command)
     assert words[:3] == ["python", "-m", "pytest"], command
     options = [w for w in words[3:] if w != "-q"]
+    if "-n" in options:
+        at = options.index("-n")
+        assert at + 1 < len(options) and options[at + 1].isdigit(), f"{command}: -n takes a number of workers"
+        del options[at : at + 2]
     if not options:
         return None
     assert len(options) == 2 and options[0] == "-m", f"{command}: only -q and -m EXPR are understood here"
@@ -74,6 +80,7 @@ def selects(expression: str | None, markers: set[str]) -> bool:
 
 def test_selects_reads_marker_expressions_as_pytest_does():
     assert selection('python -m pytest -q -m "not slow"') == "not slow" and selection("python -m pytest -q") is None
+    assert selection('python -m pytest -q -m "not slow" -n 2') == "not slow" and selection("python -m pytest -q -n 4") is None
     assert selects("not slow", set()) and not selects("not slow", {"slow", "vllm"})
     assert selects("slow and vllm", {"slow", "vllm"}) and not selects("slow and vllm", {"slow"})
     assert selects("not (slow or vllm)", set()) and not selects("not (slow or vllm)", {"vllm"})

@@ -52,6 +52,7 @@ def test_the_package_ships_the_adapter_and_its_card():
     assert size < 20_000_000, size  # small package data
 
 
+@pytest.mark.slow  # ~25 s on 2 cores, ~55 s on one pytest-xdist worker's single thread
 def test_default_judge_scores_equal_eq3_on_the_unmerged_adapter(default_judge, embedded_base_judge):
     """Under the engine's settings too: its default, small batches (64 tokens) and one batch, the result
     cache off and on (then a second call served from it), inputs shuffled (results come back in input order)."""

@@ -27,7 +27,8 @@ def numbers(value):
         yield value
 
 
-def test_tiny_gpu_check_fills_every_cell(tmp_path):  # ~16 s on 2 cores, a fresh process included
+@pytest.mark.slow  # ~16 s on 2 cores, ~32 s on one pytest-xdist worker's single thread (a fresh process included)
+def test_tiny_gpu_check_fills_every_cell(tmp_path):
     pytest.importorskip("trl")
     args = [sys.executable, "-m", "pluie_reward.tools.bench.gpu", "--tiny", "--device", "cpu", "--out", str(tmp_path / "out"),
             "--models", "qwen2.5-7b"]

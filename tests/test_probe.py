@@ -145,6 +145,7 @@ def test_bad_probe_input(tiny_judge):
 
 
 # --- the numbers, against the independent two-pass implementation -----------------------------------
+@pytest.mark.slow  # ~25 s on 2 cores, ~40 s on one pytest-xdist worker's single thread
 def test_probe_numbers_match_the_reference_on_the_embedded_judge(embedded_judge):
     """para-direct (the zero-shot template, same question format as para-fs) keeps the two-pass
     reference cheap: short prompts."""
