@@ -29,7 +29,9 @@ accepted-and-novel share and a meaning score not computed by the judge (all-Mini
 of the same completions, novelty against the source counted up to the 0.3 target (``min(1, novelty / 0.3)``,
 as the copy-proof reward counts it) and the guard (0 clean, -1 flagged): the
 ``alarm/*`` metrics are printed each step and a ``HackWarning`` says when the reward rises while a view
-lags it and, inside the groups of completions of the same prompt, the reward does not pay for that view.
+lags it and, inside the groups of completions of the same prompt, the reward does not pay for that view
+(a correlation under 0.3; for capped novelty under the copy-proof reward, of which it is a factor, under 0:
+the reward pays against it).
 
 The embedded 135M judge is for demos, not quality: use a 7B+ instruct model as judge for real runs
 (e.g. a policy and judge on the same 7B base via ``Judge.from_peft``, or ``Judge.load(..., offload_device="cpu")``).
@@ -237,7 +239,9 @@ def train(args: argparse.Namespace, policy, tokenizer, judge: Judge) -> dict:
         # pays acceptance, not more novelty, so plain novelty may fall while the reward honestly rises
         views = {"novelty_to_target": NoveltyReward("source", "novelty_to_target", target=TARGET),
                  "guard": GuardReward("para-fs", tokenizer)}
-        main_reward = AlarmedReward(main_reward, views, HackAlarm(warmup=5))
+        # capped novelty is a factor of ParaphraseReward (a term: counts only if the reward pays against it), not of PLUIE
+        terms = ["novelty_to_target"] if args.reward == "paraphrase" else []
+        main_reward = AlarmedReward(main_reward, views, HackAlarm(warmup=5, terms=terms))
     reward_funcs, weights = [main_reward], [1.0]
     if args.novelty_weight:
         reward_funcs.append(novelty)

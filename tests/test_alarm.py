@@ -230,6 +230,44 @@ def test_a_view_that_cannot_follow_or_that_the_reward_pays_for_does_not_fire():
         alarm = HackAlarm(warmup=5)
         _, caught = feed(alarm, paying, groups)
         assert alarm.fired_at is not None and "novelty_to_target" in str(caught[0].message), seed
+        term = HackAlarm(warmup=5, terms=["novelty_to_target"])                 # a term the reward pays against
+        feed(term, paying, groups)
+        assert term.fired_at == alarm.fired_at, seed
+
+
+def test_a_term_of_the_reward_at_its_cap_counts_only_when_paid_against():
+    """Late in a copy-proof run: capped novelty is 1 for most completions, a little under for the rest,
+    and the reward (acceptance x capped novelty) rises with acceptance. Inside groups it pays for the
+    view, weakly (the view hardly varies): an independent view that weakly correlated would fire (paid
+    below 0.3), a term of the reward does not; one the reward paid against still does (above). With 2
+    groups of 8 per batch (the GRPO example's), the estimate is noisier: one seed of ten dipped below 0
+    while lagging, and fired."""
+    groups = [i // 8 for i in range(32)]                                        # 4 prompts x 8 completions
+    fired = []
+    for seed in range(10):
+        rng = random.Random(seed)
+        batches = []
+        for b in range(30):
+            capped = [1.0 if rng.random() < 0.85 else rng.uniform(0.75, 0.98) for _ in range(32)]
+            accepted = [min(1.0, max(0.0, rng.gauss(0.4 + 0.02 * b, 0.15))) for _ in range(32)]
+            batches.append({"reward": [a * c for a, c in zip(accepted, capped)], "novelty_to_target": capped})
+        alarm = HackAlarm(warmup=5, terms=("novelty_to_target",))
+        metrics, caught = feed(alarm, batches, groups)
+        assert alarm.fired_at is None and not caught, seed
+        assert max(m.get("alarm/divergence", 0) for m in metrics) >= 2.0, seed    # it lags, far
+        assert 0 < metrics[-1]["alarm/paid/novelty_to_target"] < 0.7, seed             # paid for, weakly
+        independent = HackAlarm(warmup=5)
+        feed(independent, batches, groups)
+        fired.append(independent.fired_at is not None)
+    assert sum(fired) >= 8, fired
+
+
+def test_terms_are_view_names():
+    with pytest.raises(ValueError, match="list of view names"):
+        AlarmConfig(terms="novelty")
+    alarm = HackAlarm(terms=["novelty_to_target"])
+    with pytest.raises(ValueError, match=r"terms \['novelty_to_target'\] are not among the views \['novelty'\]"):
+        alarm.update([0.0, 1.0], {"novelty": [0.0, 1.0]})
 
 
 def test_staged_onset_on_a_real_judge_fires_in_the_ramp_only(tiny_judge):

@@ -25,7 +25,9 @@ as it was. The alarm fires when the reward has risen (``shift(reward) >= min_ris
 it, by ``divergence >= threshold``, by having moved less than ``follow`` times the reward's shift
 (views and reward are scaled by separately estimated spreads, so a view that honestly follows a large
 rise may differ from it by more than the threshold) *and* by not being clearly paid for by the reward
-(``paid(v) < paid``; a view never seen to vary is not lagging), for ``patience`` batches in a row: a
+(``paid(v) < paid``, or below 0 for a view that is a term of the reward itself, ``terms``: such a
+view is paid for by construction, and only a reward that pays *against* it is trading it away; a view
+never seen to vary is not lagging), for ``patience`` batches in a row: a
 :class:`HackWarning` names the views and numbers, and ``alarm/*`` metrics go to the trainer's log.
 Honest progress moves the views with the reward and keeps the divergence near 0; a reward that scores
 copies 0 pays for novelty inside every group that holds a copy, so a few sampled copies do not fire it.
@@ -86,6 +88,12 @@ class AlarmConfig:
         metadata={"help": "a view whose smoothed within-group correlation with the reward is at least this is paid for by "
                           "the reward, so not lagging (0.3: a medium correlation by Cohen's convention)"},
     )
+    terms: tuple[str, ...] = field(
+        default=(),
+        metadata={"help": "views that are terms of the reward itself (e.g. novelty up to the target, a factor of "
+                          "ParaphraseReward): the reward pays for them by construction, so such a view counts as lagging "
+                          "only when the reward pays against it inside groups (correlation below 0), not below `paid`"},
+    )
     patience: int = field(default=2, metadata={"help": "consecutive batches over the threshold before the alarm fires"})
     smoothing: float = field(default=0.5, metadata={"help": "EMA weight of the newest batch mean (1: no smoothing)"})
     min_std: float = field(
@@ -109,6 +117,18 @@ class AlarmConfig:
             raise ValueError(f"paid must be a correlation with -1 < x <= 1, got {self.paid!r}.")
         if not _number(self.smoothing) or not 0 < self.smoothing <= 1:
             raise ValueError(f"smoothing must be a number with 0 < x <= 1, got {self.smoothing!r}.")
+        if isinstance(self.terms, str) or not all(isinstance(name, str) and name for name in self.terms):
+            raise ValueError(f"terms must be a list of view names, e.g. ['novelty_to_target'], got {self.terms!r}.")
+        self.terms = tuple(self.terms)
+
+    def paid_at(self, view: str) -> float:
+        """The correlation under which ``view`` is not paid for: 0 for a term of the reward, else ``paid``.
+
+        Example:
+            >>> AlarmConfig(terms=["novelty_to_target"]).paid_at("novelty_to_target"), AlarmConfig().paid_at("second_template")
+            (0.0, 0.3)
+        """
+        return 0.0 if view in self.terms else self.paid
 
     def to_dict(self) -> dict[str, Any]:
         """The options as a plain dict (for run records)."""
@@ -238,6 +258,9 @@ class HackAlarm:
             raise ValueError("hack alarm: give at least one independent view (e.g. {'novelty': ...}).")
         names = tuple(sorted(views))
         if self._views is None:
+            unknown = sorted(set(self.config.terms) - set(names))
+            if unknown:
+                raise ValueError(f"hack alarm: terms {unknown} are not among the views {list(names)}.")
             self._views = names
         elif names != self._views:
             raise ValueError(f"hack alarm: the views changed from {list(self._views)} to {list(names)}; keep the same views.")
@@ -274,7 +297,7 @@ class HackAlarm:
         lagging = {
             n: round(d, 2) for n, d in divergences.items()
             if d >= self.config.threshold and shifts[n] < self.config.follow * rise
-            and n in self._paid and self._paid[n] < self.config.paid
+            and n in self._paid and self._paid[n] < self.config.paid_at(n)
         }
         over = rise >= self.config.min_rise and bool(lagging)
         self._streak = self._streak + 1 if over else 0
@@ -284,7 +307,7 @@ class HackAlarm:
                 f"possible reward hacking from batch {index}: the reward rose {rise:.2f} baseline SDs while "
                 f"{sorted(lagging)} did not follow (divergence {lagging}, threshold {self.config.threshold}, "
                 f"shifts {{{', '.join(f'{n!r}: {shifts[n]:.2f}' for n in sorted(lagging))}}}; within-group correlation "
-                f"with the reward {{{', '.join(f'{n!r}: {self._paid[n]:.2f}' for n in sorted(lagging))}}}, paid at {self.config.paid}). "
+                f"with the reward {{{', '.join(f'{n!r}: {self._paid[n]:.2f} (paid at {self.config.paid_at(n)})' for n in sorted(lagging))}}}). "
                 "Look at the completions of these batches; guard the reward (GuardedReward, NoveltyReward) if they game it.",
                 HackWarning,
                 stacklevel=2,
