@@ -313,7 +313,7 @@ def test_two_evaluations_cannot_write_one_folder(tiny_judge, tmp_path, monkeypat
 
 
 SLOW_SCORE = """
-import sys, time
+import signal, sys, time
 from pluie_reward.testing import make_tiny_judge
 from pluie_reward.tools.cli import score
 from pluie_reward.tools.cli.main import main
@@ -331,6 +331,9 @@ class Slow:  # the tiny judge; after two chunks it waits, so that Ctrl-C comes w
         return judge.score(*args, **kwargs)
 
 score.judge_from_args = lambda args: Slow()
+# Ctrl-C at a terminal: a shell without job control (CI scripts, `cmd &`) starts its background jobs with
+# SIGINT ignored, and Python keeps an ignored SIGINT, so the signal would never reach this child
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.exit(main(sys.argv[1:]))
 """
 
