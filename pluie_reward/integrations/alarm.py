@@ -358,11 +358,11 @@ class AlarmedReward:
         values = list(self.reward(prompts=prompts, completions=completions, **logged, **kwargs))
         if not values:
             return values
-        columns = {k: v for k, v in kwargs.items() if k != "log_extra"}  # the views log nothing of their own
-        views = {name: view(prompts=prompts, completions=completions, **columns) for name, view in self.views.items()}
         if prompts is not None and len(prompts) != len(values):
             raise ValueError(f"AlarmedReward: {len(prompts)} prompts for {len(values)} rewards; pass one prompt per completion "
                              "(as TRL does), or none for one group.")
+        columns = {k: v for k, v in kwargs.items() if k != "log_extra"}  # the views log nothing of their own
+        views = {name: view(prompts=prompts, completions=completions, **columns) for name, view in self.views.items()}
         groups = [repr(prompt) for prompt in prompts] if prompts is not None else None
         metrics = self.alarm.update(values, views, groups)
         if log_metric is not None:
