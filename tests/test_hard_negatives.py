@@ -138,9 +138,7 @@ def test_hard_negatives_uses_every_rule_that_applies_and_is_seeded():
     assert set(Counter(r["rule"] for r in got)) == set(RULES)
 
 
-def test_build_data_has_the_hard_negatives_of_its_own_paraphrases(tmp_path):
-    from pluie_reward.judges.build import training_pairs
-
+def _paraphrasus(tmp_path):
     folder = tmp_path / "paraphrasus"
     folder.mkdir()
     tag = ["z" * (i + 1) for i in range(40)]  # no digits: the number rule would edit them
@@ -152,6 +150,13 @@ def test_build_data_has_the_hard_negatives_of_its_own_paraphrases(tmp_path):
         {str(i): {"sentence1": f"Text {tag[i]} is long.", "sentence2": f"Text {tag[i]} is short."} for i in range(20)}))
     (folder / "stannlp-snli-pre-hyp.json").write_text(json.dumps(
         {str(i): {"sentence1": f"A man {tag[i]} runs.", "sentence2": f"A dog {tag[i]} sleeps."} for i in range(40)}))
+    return folder
+
+
+def test_build_data_has_the_hard_negatives_of_its_own_paraphrases(tmp_path):
+    from pluie_reward.judges.build import training_pairs
+
+    folder = _paraphrasus(tmp_path)
     with_hard = training_pairs(folder, per_source=8, seed=0, hard=6)
     without = training_pairs(folder, per_source=8, seed=0, hard=0)
     count = Counter((p["origin"], p["label"]) for p in with_hard)
@@ -168,3 +173,26 @@ def test_build_data_has_the_hard_negatives_of_its_own_paraphrases(tmp_path):
         stem = paraphrase.rstrip(".")  # negation, antonym, or the paraphrase with something added
         assert (flipped.replace(" not", "").replace("long", "short") == paraphrase
                 or (flipped.startswith(stem) and len(flipped) > len(paraphrase))), (flipped, paraphrase)
+
+
+def test_build_data_takes_as_many_additions_as_asked_and_flips_for_the_rest(tmp_path):
+    from pluie_reward.judges.build import training_pairs
+
+    def added(pair):  # what the addition rule appends, on either side of the pair
+        return any(a.strip(", ") in pair["source"] + pair["hypothesis"] for a in ADDED_CLAUSES + ADDED_SENTENCES)
+
+    folder = _paraphrasus(tmp_path)
+    for additions in (0, 2, 5):
+        hard = [p for p in training_pairs(folder, per_source=8, seed=0, hard=9, additions=additions) if p["origin"] == "hard"]
+        assert len(hard) == 9 and sum(map(added, hard)) == additions
+        assert len({frozenset((p["source"], p["hypothesis"])) for p in hard}) == 9
+    hard = [p for p in training_pairs(folder, per_source=8, seed=0, hard=9) if p["origin"] == "hard"]
+    assert 0 < sum(map(added, hard)) < 9  # by default the rules take turns
+
+
+def test_build_refuses_more_additions_than_hard_negatives(capsys):
+    from pluie_reward.judges.build import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--hard-negatives", "3", "--additions", "5"])
+    assert stop.value.code == 2 and "--additions 5" in capsys.readouterr().err

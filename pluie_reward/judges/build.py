@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 from ..tools.tune import TuneConfig
 from ..tools.tune.run import tune
-from ..tools.tune.hard_negatives import hard_negatives
+from ..tools.tune.hard_negatives import MEANING_RULES, hard_negatives
 from ..tools.tune.synthetic import make_pairs
 from . import DEFAULT_ADAPTER_DIR, DEFAULT_TEMPLATE
 
@@ -62,11 +62,17 @@ def _rows(folder: Path, name: str) -> list[dict[str, Any]]:
     return list(json.loads(path.read_text(encoding="utf-8")).values())
 
 
-def training_pairs(folder: Path, per_source: int = 200, seed: int = 0, hard: int = 0) -> list[dict[str, Any]]:
+def training_pairs(folder: Path, per_source: int = 200, seed: int = 0, hard: int = 0,
+                   additions: int | None = None) -> list[dict[str, Any]]:
     """Balanced, seeded training pairs from the sources of :data:`SOURCES`: ``per_source`` synthetic
     pairs (half each way), and from the PARAPHRASUS files ``3/2 per_source`` STS and ``per_source``
     SIMP paraphrases, then as many negatives (``per_source`` STS, ``hard`` meaning flips of those
     paraphrases' hypotheses, the rest SNLI) as positives.
+
+    Args:
+        additions: how many of the ``hard`` negatives are additions (the rest meaning flips, each
+            sentence edited once); ``None``: the rules take turns, so additions, which apply to every
+            sentence, fill what the rarer rules leave (about a quarter).
 
     Returns:
         Dicts with ``source``, ``hypothesis``, ``label`` and ``origin``.
@@ -85,8 +91,15 @@ def training_pairs(folder: Path, per_source: int = 200, seed: int = 0, hard: int
     negatives = take([r for r in sts if r["score"] <= 1.5], per_source, False, "sts")
     if hard:  # the same source with its paraphrase's meaning flipped: one word apart from a Yes
         source_of = {p["hypothesis"]: p["source"] for p in positives}
+        hard = min(hard, len(positives) - len(negatives))
+        if additions is None:
+            made = hard_negatives(list(source_of), hard, seed)
+        else:
+            made = hard_negatives(list(source_of), hard - min(additions, hard), seed, rules=MEANING_RULES)
+            edited = {f["sentence"] for f in made}
+            made += hard_negatives([s for s in source_of if s not in edited], hard - len(made), seed, rules=("addition",))
         negatives += [{"source": source_of[f["sentence"]], "hypothesis": f["flipped"], "label": False, "origin": "hard"}
-                      for f in hard_negatives(list(source_of), min(hard, len(positives) - len(negatives)), seed)]
+                      for f in made]
     negatives += take(_rows(folder, "stannlp-snli-pre-hyp.json"), len(positives) - len(negatives), False, "snli")
     pairs += positives + negatives
     for p in pairs:  # both directions appear: a paraphrase judge should not care which sentence comes first
@@ -107,10 +120,12 @@ def half_precision(path: Path) -> None:
 
 
 def build(data: Path, output: Path, per_source: int = 200, epochs: float = 1.5, learning_rate: float = 2e-4,
-          lora_r: int = 16, seed: int = 0, overwrite: bool = True, progress: bool = True, hard: int = 200) -> dict[str, Any]:
+          lora_r: int = 16, seed: int = 0, overwrite: bool = True, progress: bool = True, hard: int = 200,
+          additions: int | None = None) -> dict[str, Any]:
     """Tune the default judge's adapter and write it with its card (``hard``: meaning-flip negatives,
-    taken from the SNLI share; 0 gives the data of the adapter shipped before them). Returns the card."""
-    pairs = training_pairs(data, per_source, seed, hard)
+    taken from the SNLI share, ``additions`` of them additions (see :func:`training_pairs`); ``hard=0``
+    gives the data of the adapter shipped before them). Returns the card."""
+    pairs = training_pairs(data, per_source, seed, hard, additions)
     config = TuneConfig(epochs=epochs, learning_rate=learning_rate, lora_r=lora_r, lora_alpha=2.0 * lora_r,
                         target_modules="all-linear", batch_size=16, heldout_fraction=0.1, seed=seed, progress=progress)
     result = tune(None, template=DEFAULT_TEMPLATE, fields={"source": [p["source"] for p in pairs],
@@ -123,7 +138,8 @@ def build(data: Path, output: Path, per_source: int = 200, epochs: float = 1.5, 
     provenance = {"sources": {k: {"what": SOURCES[k], **counts[k]} for k in counts},
                   "held_out_never_trained_on": list(HELD_OUT), "seed": seed,
                   "command": f"python -m pluie_reward.judges.build --per-source {per_source} --epochs {epochs} "
-                             f"--learning-rate {learning_rate} --lora-r {lora_r} --seed {seed} --hard-negatives {hard}"}
+                             f"--learning-rate {learning_rate} --lora-r {lora_r} --seed {seed} --hard-negatives {hard}"
+                             + ("" if additions is None else f" --additions {additions}")}
     (output / "data.json").write_text(json.dumps(provenance, indent=1), encoding="utf-8")
     return {**result.card, "provenance": provenance}
 
@@ -142,10 +158,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hard-negatives", type=int, default=200,
                         help="rule-made meaning flips among the negatives (instead of as many SNLI pairs; 0: none)")
+    parser.add_argument("--additions", type=int, default=None,
+                        help="how many of the hard negatives are additions (default: the rules take turns, about a quarter)")
     args = parser.parse_args(argv)
+    if args.additions is not None and not 0 <= args.additions <= args.hard_negatives:
+        parser.error(f"--additions {args.additions}: give 0 to --hard-negatives ({args.hard_negatives}).")
     try:
         card = build(args.data, args.output, args.per_source, args.epochs, args.learning_rate, args.lora_r, args.seed,
-                     hard=args.hard_negatives)
+                     hard=args.hard_negatives, additions=args.additions)
     except (FileNotFoundError, ValueError) as err:
         print(f"pluie_reward.judges.build: error: {err}", file=sys.stderr)
         return 2
