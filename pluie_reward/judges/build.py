@@ -71,7 +71,7 @@ def training_pairs(folder: Path, per_source: int = 200, seed: int = 0, hard: int
 
     Args:
         additions: how many of the ``hard`` negatives are additions (the rest meaning flips, each
-            sentence edited once); ``None``: the rules take turns, so additions, which apply to every
+            sentence edited once; more additions when the flips run out of sentences they can edit); ``None``: the rules take turns, so additions, which apply to every
             sentence, fill what the rarer rules leave (about a quarter).
 
     Returns:
