@@ -211,6 +211,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def load_policy_and_judge(args: argparse.Namespace) -> tuple[object, object, Judge]:
     """The embedded SmolLM2 with a fresh LoRA adapter (the policy), its tokenizer, and the judge sharing its base weights."""
     policy, tokenizer = load_trainable_embedded()
+    set_seed(args.seed)  # the LoRA matrices are drawn here: without it, one seed gives different first gradients
     policy = get_peft_model(
         policy,
         LoraConfig(r=args.lora_rank, lora_alpha=2 * args.lora_rank, lora_dropout=0.0,

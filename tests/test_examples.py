@@ -152,3 +152,20 @@ def test_grpo_paraphrase_refuses_held_out_sentences_it_trains_on_and_mrpc(tmp_pa
             example.parse_args(argv)
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
     assert len(example.parse_args([]).held_out_sentences) == 24  # the default files, whole
+
+
+def test_grpo_paraphrase_policy_adapter_is_drawn_from_the_seed():
+    """The policy's LoRA matrices are random: the same --seed must draw the same ones (a run was not
+    repeatable from its seed while they were drawn before the seed was set), another seed others."""
+    import torch
+
+    example = _load_example("grpo_paraphrase")
+
+    def lora_a(seed):
+        policy, _, _ = example.load_policy_and_judge(example.parse_args(["--seed", str(seed), "--judge", "base"]))
+        return torch.cat([p.detach().flatten() for n, p in policy.named_parameters() if "lora_A" in n])
+
+    first = lora_a(0)
+    torch.rand(3)  # whatever ran before must not matter
+    assert torch.equal(first, lora_a(0))
+    assert not torch.equal(first, lora_a(1))
