@@ -190,9 +190,12 @@ def test_build_data_takes_as_many_additions_as_asked_and_flips_for_the_rest(tmp_
     assert 0 < sum(map(added, hard)) < 9  # by default the rules take turns
 
 
-def test_build_refuses_more_additions_than_hard_negatives(capsys):
-    from pluie_reward.judges.build import main
+def test_build_refuses_more_additions_than_hard_negatives(capsys, tmp_path):
+    from pluie_reward.judges.build import main, training_pairs
 
-    with pytest.raises(SystemExit) as stop:
-        main(["--hard-negatives", "3", "--additions", "5"])
-    assert stop.value.code == 2 and "--additions 5" in capsys.readouterr().err
+    for additions in (-1, 10):  # the Python API: -1 would have made more flips than asked (checked first: no data read)
+        with pytest.raises(ValueError, match=f"--additions {additions}"):
+            training_pairs(tmp_path, per_source=8, hard=9, additions=additions)
+    code = main(["--hard-negatives", "3", "--additions", "5", "--output", str(tmp_path / "adapter")])
+    assert code == 2 and "--additions 5" in capsys.readouterr().err
+    assert not (tmp_path / "adapter").exists()  # refused before any tuning

@@ -70,13 +70,20 @@ def training_pairs(folder: Path, per_source: int = 200, seed: int = 0, hard: int
     paraphrases' hypotheses, the rest SNLI) as positives.
 
     Args:
-        additions: how many of the ``hard`` negatives are additions (the rest meaning flips, each
-            sentence edited once; more additions when the flips run out of sentences they can edit); ``None``: the rules take turns, so additions, which apply to every
-            sentence, fill what the rarer rules leave (about a quarter).
+        additions: how many of the ``hard`` negatives are additions, from 0 to ``hard`` (the rest meaning
+            flips, each sentence edited once; more additions when the flips run out of sentences they can
+            edit); ``None``: the rules take turns, so additions, which apply to every sentence, fill what
+            the rarer rules leave (about a quarter).
 
     Returns:
         Dicts with ``source``, ``hypothesis``, ``label`` and ``origin``.
+
+    Raises:
+        ValueError: ``additions`` outside 0..``hard``; a held-out or non-commercial file.
     """
+    if additions is not None and not 0 <= additions <= hard:
+        raise ValueError(f"--additions {additions} (additions=): give a number from 0 to the hard negatives' "
+                         f"count, --hard-negatives {hard} (hard=).")
     rng = random.Random(seed)
 
     def take(rows: list[dict[str, Any]], n: int, label: bool, origin: str) -> list[dict[str, Any]]:
@@ -161,8 +168,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--additions", type=int, default=None,
                         help="how many of the hard negatives are additions (default: the rules take turns, about a quarter)")
     args = parser.parse_args(argv)
-    if args.additions is not None and not 0 <= args.additions <= args.hard_negatives:
-        parser.error(f"--additions {args.additions}: give 0 to --hard-negatives ({args.hard_negatives}).")
     try:
         card = build(args.data, args.output, args.per_source, args.epochs, args.learning_rate, args.lora_r, args.seed,
                      hard=args.hard_negatives, additions=args.additions)
