@@ -89,7 +89,9 @@ def test_grpo_paraphrase_writes_result_json_on_a_tiny_model(tmp_path):
     assert result["seconds_per_step"] > 0
     assert result["alarm_fired"] is False  # the alarm's views ran on every step; 2 steps are still its warm-up
     # off for the small policy (the same gradients, less time); GRPOConfig's default would leave it on after train()
-    assert policy.get_base_model().is_gradient_checkpointing is False
+    from pluie_reward.engines.transformers.compat import checkpointing_on
+
+    assert checkpointing_on(policy) is False
 
 
 def test_grpo_paraphrase_metrics_count_copies_and_novel_accepted_outputs():
