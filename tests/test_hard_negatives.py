@@ -199,3 +199,52 @@ def test_build_refuses_more_additions_than_hard_negatives(capsys, tmp_path):
     code = main(["--hard-negatives", "3", "--additions", "5", "--output", str(tmp_path / "adapter")])
     assert code == 2 and "--additions 5" in capsys.readouterr().err
     assert not (tmp_path / "adapter").exists()  # refused before any tuning
+
+
+def test_build_pairs_each_hard_negative_with_the_honest_pair_it_was_made_from(tmp_path):
+    """The contrast of a hard negative is the labelled paraphrase it was edited from, in the same order:
+    one side equal to the negative's, the other the unedited paraphrase."""
+    from pluie_reward.judges.build import training_pairs
+
+    pairs = training_pairs(_paraphrasus(tmp_path), per_source=8, seed=0, hard=9)
+    positives = {(p["source"], p["hypothesis"]) for p in pairs if p["label"]}
+    positives |= {(h, s) for s, h in positives}
+    hard = [p for p in pairs if p["origin"] == "hard"]
+    assert hard and all("contrast" not in p for p in pairs if p["origin"] != "hard")
+    swapped = 0
+    for p in hard:
+        c = p["contrast"]
+        assert (c["source"], c["hypothesis"]) in positives
+        if c["source"] == p["source"]:  # source first: the hypothesis is the edit
+            assert c["hypothesis"] != p["hypothesis"] and c["source"].startswith(("Source", "Text"))
+        else:  # the pair was turned around: the edit comes first
+            swapped += 1
+            assert c["hypothesis"] == p["hypothesis"] and c["source"] != p["source"]
+            assert c["hypothesis"].startswith(("Source", "Text"))
+    assert 0 < swapped < len(hard)  # both orders occur
+
+
+def test_build_passes_the_contrasts_to_tune_only_when_weighted(tmp_path, monkeypatch):
+    from pluie_reward.judges import build as build_module
+
+    calls = []
+
+    def fake_tune(model, **kwargs):  # no training here: what build hands to tune
+        calls.append(kwargs)
+        kwargs["output_dir"].mkdir(parents=True, exist_ok=True)
+        return type("R", (), {"card": {}})()
+
+    monkeypatch.setattr(build_module, "tune", fake_tune)
+    monkeypatch.setattr(build_module, "half_precision", lambda path: None)
+    folder = _paraphrasus(tmp_path)
+    for weight in (0.0, 1.5):
+        card = build_module.build(folder, tmp_path / f"out{weight}", per_source=8, hard=9, contrast_weight=weight)
+        kwargs = calls[-1]
+        assert kwargs["config"].contrast_weight == weight
+        if not weight:
+            assert kwargs["contrast"] is None and "--contrast-weight" not in card["provenance"]["command"]
+            continue
+        assert card["provenance"]["command"].endswith("--contrast-weight 1.5")
+        labels, contrast = kwargs["labels"], kwargs["contrast"]
+        assert len(contrast) == len(labels) and sum(c is not None for c in contrast) == 9
+        assert all(not labels[i] for i, c in enumerate(contrast) if c is not None)

@@ -19,7 +19,7 @@ from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
 from pluie_reward.tools.cli.main import main
 from pluie_reward.tools.tune import PairData, TuneConfig, tune
 from pluie_reward.tools.tune.data import PairCollator, encode
-from pluie_reward.tools.tune.loss import pluie_scores, tune_loss
+from pluie_reward.tools.tune.loss import contrast_loss, pluie_scores, tune_loss
 from pluie_reward.tools.tune.report import agreement
 from pluie_reward.tools.tune.synthetic import make_pairs
 
@@ -142,6 +142,57 @@ def test_training_forward_with_a_shared_prefix_equals_whole_rows(tokenizer):
     # and both equal the independent plain forward of each prompt
     reference = reference_scores(peft_model, tokenizer, "para-fs", data.columns)
     assert np.allclose(s0.numpy(), reference, atol=1e-4)
+
+
+def test_contrast_loss_matches_the_formula():
+    s, c = torch.tensor([0.5, -1.0, 2.0]), torch.tensor([1.0, 3.0, -0.5])
+    for margin in (0.0, 2.0):  # softplus written out: log(1 + e^x)
+        ref = np.mean([math.log(1 + math.exp(margin - (b - a))) for a, b in zip(s.tolist(), c.tolist())])
+        assert float(contrast_loss(s, c, margin)) == pytest.approx(ref, rel=1e-6)
+    assert float(contrast_loss(s, c + 1, 2.0)) < float(contrast_loss(s, c, 2.0))  # a wider gap costs less
+
+
+def test_contrast_items_are_encoded_and_collated_with_their_rows(tokenizer):
+    bound = BoundTemplate(load_template("para-fs"), tokenizer, None)
+    fields = {"source": ["The cat sleeps.", "Prices rose.", "A dog"], "hypothesis": ["A cat is asleep.", "Prices fell.", "dog"]}
+    honest = {"source": "Prices rose.", "hypothesis": "Prices went up."}
+    data = PairData.build("para-fs", fields, labels=[True, False, True], contrast=[None, honest, None])
+    assert data.subset([1]).contrast == [honest] and data.split(0.34, seed=0)[0].contrast is not None
+    rows = list(encode(bound, data))
+    expected = list(bound.encode_items({k: [v] for k, v in honest.items()}, 1)[0].ids)
+    assert [r["pluie_contrast_ids"] for r in rows] == [[], expected, []]
+    batch = PairCollator(0)(rows)
+    assert batch["contrast_rows"].tolist() == [1]
+    assert batch["contrast_input_ids"][0].tolist() == expected and batch["contrast_attention_mask"].all()
+    assert "contrast_rows" not in PairCollator(0)([rows[0], rows[2]])  # no contrast in the batch: no keys
+
+
+def test_training_loss_adds_the_contrast_term_on_its_rows(tokenizer):
+    """compute_loss = label BCE + w * softplus(m - (s_contrast - s)) over the rows with a contrast, all
+    scores from the independent plain forward (the shared prefix on, as in training)."""
+    from peft import LoraConfig, get_peft_model
+
+    from pluie_reward.tools.tune.trainer import JudgeTuneTrainer, training_arguments
+
+    model = get_peft_model(make_tiny_causal_lm(tokenizer, seed=5),
+                           LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False, lora_dropout=0.0))
+    fields = {"source": ["The cat sleeps.", "Prices rose.", "It rained."], "hypothesis": ["A cat is asleep.", "Prices fell.", "It did not rain."]}
+    contrast = [None, {"source": "Prices rose.", "hypothesis": "Prices went up."}, {"source": "It rained.", "hypothesis": "Rain fell."}]
+    labels = [True, False, False]
+    data = PairData.build("para-fs", fields, labels=labels, contrast=contrast)
+    bound = Judge(model, tokenizer).bind("para-fs")
+    batch = PairCollator(0)(list(encode(bound, data)))
+    config = fast_config(contrast_weight=0.7, contrast_margin=1.5)
+    trainer = JudgeTuneTrainer(model=model, args=training_arguments(config, "unused", False, "pluie_label"),
+                               answer_ids=(bound.answer_ids[0][0], bound.answer_ids[1][0]), tune_config=config,
+                               shared_prefix=len(bound.prefix_ids))
+    s = reference_scores(model, tokenizer, "para-fs", fields)
+    c = reference_scores(model, tokenizer, "para-fs", {k: [contrast[i][k] for i in (1, 2)] for k in fields})
+    bce = np.mean([math.log(1 + math.exp(-x)) if y else math.log(1 + math.exp(x)) for x, y in zip(s, labels)])
+    pairwise = np.mean([math.log(1 + math.exp(1.5 - (c[j] - s[i]))) for j, i in enumerate((1, 2))])
+    assert float(trainer.compute_loss(model, batch).detach()) == pytest.approx(bce + 0.7 * pairwise, rel=1e-4)
+    trainer.tune_config = fast_config(contrast_weight=0.0)  # off: the label loss alone
+    assert float(trainer.compute_loss(model, batch).detach()) == pytest.approx(bce, rel=1e-4)
 
 
 # training -------------------------------------------------------------------------------------------
@@ -342,6 +393,8 @@ def test_synthetic_pairs():
     ({"target_modules": []}, "target_modules"),
     ({"adapter_name": "my judge"}, "adapter_name"),
     ({"max_steps": 0}, "max_steps"),
+    ({"contrast_weight": -1}, "contrast_weight must be a number >= 0"),
+    ({"contrast_margin": float("nan")}, "contrast_margin must be a number >= 0"),
 ])
 def test_bad_config(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -368,6 +421,8 @@ def test_bf16_on_cpu_is_refused():
     ({"labels": [True] * 8, "template": "para-indirect"}, ValueError, "writes a turn|write a turn"),
     ({"targets": [1.0] * 8, "teacher": "x"}, ValueError, "not both"),
     ({"labels": [True] * 8, "teacher_template": "para-fs"}, ValueError, "needs a teacher"),
+    ({"labels": [False] * 8, "contrast": [None] * 7}, ValueError, "contrast has 7 entries for 8 items"),
+    ({"labels": [False] * 8, "contrast": [{"source": "a", "answer": "b"}] * 8}, ValueError, "unknown field"),
 ])
 def test_bad_tune_input(tokenizer, kwargs, error, message):
     fields = {"source": ["a"] * 8, "hypothesis": ["b"] * 8}

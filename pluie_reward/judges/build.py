@@ -76,7 +76,8 @@ def training_pairs(folder: Path, per_source: int = 200, seed: int = 0, hard: int
             the rarer rules leave (about a quarter).
 
     Returns:
-        Dicts with ``source``, ``hypothesis``, ``label`` and ``origin``.
+        Dicts with ``source``, ``hypothesis``, ``label`` and ``origin``; a hard negative also has
+        ``contrast``, the honest pair it was made from (``source``, ``hypothesis``, in the same order).
 
     Raises:
         ValueError: ``additions`` outside 0..``hard``; a held-out or non-commercial file.
@@ -105,13 +106,15 @@ def training_pairs(folder: Path, per_source: int = 200, seed: int = 0, hard: int
             made = hard_negatives(list(source_of), hard - min(additions, hard), seed, rules=MEANING_RULES)
             edited = {f["sentence"] for f in made}
             made += hard_negatives([s for s in source_of if s not in edited], hard - len(made), seed, rules=("addition",))
-        negatives += [{"source": source_of[f["sentence"]], "hypothesis": f["flipped"], "label": False, "origin": "hard"}
-                      for f in made]
+        negatives += [{"source": source_of[f["sentence"]], "hypothesis": f["flipped"], "label": False, "origin": "hard",
+                       "contrast": {"source": source_of[f["sentence"]], "hypothesis": f["sentence"]}} for f in made]
     negatives += take(_rows(folder, "stannlp-snli-pre-hyp.json"), len(positives) - len(negatives), False, "snli")
     pairs += positives + negatives
     for p in pairs:  # both directions appear: a paraphrase judge should not care which sentence comes first
         if rng.random() < 0.5:
             p["source"], p["hypothesis"] = p["hypothesis"], p["source"]
+            if "contrast" in p:  # the honest pair in the same order
+                p["contrast"] = {"source": p["contrast"]["hypothesis"], "hypothesis": p["contrast"]["source"]}
     rng.shuffle(pairs)
     return pairs
 
@@ -128,16 +131,20 @@ def half_precision(path: Path) -> None:
 
 def build(data: Path, output: Path, per_source: int = 200, epochs: float = 1.5, learning_rate: float = 2e-4,
           lora_r: int = 16, seed: int = 0, overwrite: bool = True, progress: bool = True, hard: int = 200,
-          additions: int | None = None) -> dict[str, Any]:
+          additions: int | None = None, contrast_weight: float = 0.0) -> dict[str, Any]:
     """Tune the default judge's adapter and write it with its card (``hard``: meaning-flip negatives,
     taken from the SNLI share, ``additions`` of them additions (see :func:`training_pairs`); ``hard=0``
-    gives the data of the adapter shipped before them). Returns the card."""
+    gives the data of the adapter shipped before them; ``contrast_weight`` > 0: each hard negative
+    also scored against the honest pair it was made from, :func:`~pluie_reward.tools.tune.loss.contrast_loss`).
+    Returns the card."""
     pairs = training_pairs(data, per_source, seed, hard, additions)
     config = TuneConfig(epochs=epochs, learning_rate=learning_rate, lora_r=lora_r, lora_alpha=2.0 * lora_r,
-                        target_modules="all-linear", batch_size=16, heldout_fraction=0.1, seed=seed, progress=progress)
+                        target_modules="all-linear", batch_size=16, heldout_fraction=0.1, seed=seed, progress=progress,
+                        contrast_weight=contrast_weight)
     result = tune(None, template=DEFAULT_TEMPLATE, fields={"source": [p["source"] for p in pairs],
                                                            "hypothesis": [p["hypothesis"] for p in pairs]},
-                  labels=[p["label"] for p in pairs], config=config, output_dir=output, overwrite=overwrite)
+                  labels=[p["label"] for p in pairs], contrast=[p.get("contrast") for p in pairs] if contrast_weight else None,
+                  config=config, output_dir=output, overwrite=overwrite)
     half_precision(output / "adapter_model.safetensors")
     counts: dict[str, dict[str, int]] = {}
     for p in pairs:
@@ -146,7 +153,8 @@ def build(data: Path, output: Path, per_source: int = 200, epochs: float = 1.5, 
                   "held_out_never_trained_on": list(HELD_OUT), "seed": seed,
                   "command": f"python -m pluie_reward.judges.build --per-source {per_source} --epochs {epochs} "
                              f"--learning-rate {learning_rate} --lora-r {lora_r} --seed {seed} --hard-negatives {hard}"
-                             + ("" if additions is None else f" --additions {additions}")}
+                             + ("" if additions is None else f" --additions {additions}")
+                             + (f" --contrast-weight {contrast_weight:g}" if contrast_weight else "")}
     (output / "data.json").write_text(json.dumps(provenance, indent=1), encoding="utf-8")
     return {**result.card, "provenance": provenance}
 
@@ -167,10 +175,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="rule-made meaning flips among the negatives (instead of as many SNLI pairs; 0: none)")
     parser.add_argument("--additions", type=int, default=None,
                         help="how many of the hard negatives are additions (default: the rules take turns, about a quarter)")
+    parser.add_argument("--contrast-weight", type=float, default=0.0,
+                        help="weight of a pairwise term: each hard negative at least 2 nats below the honest pair it was "
+                             "made from (default 0: labels only)")
     args = parser.parse_args(argv)
     try:
         card = build(args.data, args.output, args.per_source, args.epochs, args.learning_rate, args.lora_r, args.seed,
-                     hard=args.hard_negatives, additions=args.additions)
+                     hard=args.hard_negatives, additions=args.additions, contrast_weight=args.contrast_weight)
     except (FileNotFoundError, ValueError) as err:
         print(f"pluie_reward.judges.build: error: {err}", file=sys.stderr)
         return 2

@@ -44,7 +44,9 @@ class TuneConfig:
       ``p_yes`` of the teacher at temperature ``T``, Hinton et al.'s ``T²`` keeps gradients comparable);
       its minimum is at ``s = t`` for every ``T``; a large ``T`` approaches ``(s - t)² / 8``;
     * teacher log-ratios, ``"mse"``: ``(s - t)²``;
-    * both labels and teacher: ``label_weight · label loss + (1 - label_weight) · teacher loss``.
+    * both labels and teacher: ``label_weight · label loss + (1 - label_weight) · teacher loss``;
+    * items with a contrast item (``tune(..., contrast=...)``) add
+      ``contrast_weight · softplus(contrast_margin - (s_contrast - s))``, a pairwise term on their gap.
 
     Example:
         >>> config = TuneConfig(loss="mse", epochs=3)
@@ -56,6 +58,12 @@ class TuneConfig:
     temperature: float = field(default=1.0, metadata={"help": "teacher temperature T of the bce loss on teacher p_yes"})
     label_weight: float = field(
         default=0.5, metadata={"help": "weight of the label loss when both labels and teacher targets are given (0..1)"}
+    )
+    contrast_weight: float = field(
+        default=1.0, metadata={"help": "weight of the pairwise term on items given a contrast item (0: off)"}
+    )
+    contrast_margin: float = field(
+        default=2.0, metadata={"help": "gap in nats the contrast item should outscore its item by"}
     )
     epochs: float = field(default=2.0, metadata={"help": "passes over the training pairs"})
     learning_rate: float = field(default=2e-4, metadata={"help": "AdamW learning rate of the LoRA weights"})
@@ -92,6 +100,10 @@ class TuneConfig:
         _positive("temperature", self.temperature)
         if not (isinstance(self.label_weight, (int, float)) and 0 <= self.label_weight <= 1):
             raise ValueError(f"label_weight must be a number with 0 <= x <= 1, got {self.label_weight!r}.")
+        for name in ("contrast_weight", "contrast_margin"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be a number >= 0, got {value!r}.")
         _positive("epochs", self.epochs)
         _positive("learning_rate", self.learning_rate)
         _positive("batch_size", self.batch_size, integer=True)

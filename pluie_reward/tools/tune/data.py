@@ -24,13 +24,14 @@ from ...core.prompt import BoundTemplate
 from ...core.template import Template, load_template, normalize_fields
 from ..evaluation.metrics import as_labels, as_scores
 
-LABEL, TARGET = "pluie_label", "pluie_target"
+LABEL, TARGET, CONTRAST = "pluie_label", "pluie_target", "pluie_contrast_ids"
 
 
 @dataclass(frozen=True)
 class PairData:
     """Items to tune on or to evaluate: field columns (one list per template field) plus optional
-    binary ``labels`` and teacher log-ratios ``targets`` (``log p(yes) - log p(no)`` of a teacher).
+    binary ``labels``, teacher log-ratios ``targets`` (``log p(yes) - log p(no)`` of a teacher) and
+    ``contrast`` items (per item, the fields of an item that must score higher, or ``None``).
 
     Build it with :meth:`build`, which checks everything (fields, lengths, labels, finite targets).
     """
@@ -38,6 +39,7 @@ class PairData:
     columns: dict[str, list[str | None]]
     labels: np.ndarray | None = None
     targets: np.ndarray | None = None
+    contrast: list[dict[str, str | None] | None] | None = None
 
     @classmethod
     def build(
@@ -46,6 +48,7 @@ class PairData:
         fields: Mapping[str, Any],
         labels: Sequence[Any] | None = None,
         targets: Sequence[float] | None = None,
+        contrast: Sequence[Mapping[str, str] | None] | None = None,
     ) -> "PairData":
         """Check and normalise items given as template fields (lists of strings, one per item).
 
@@ -54,6 +57,9 @@ class PairData:
             fields: ``{field: [value per item]}``, e.g. ``{"source": [...], "hypothesis": [...]}``.
             labels: booleans (or 1/0, "yes"/"no", "true"/"false"), one per item.
             targets: teacher log-ratios, finite floats, one per item.
+            contrast: per item ``None`` or the fields of an item that should score higher than it (e.g.
+                the honest paraphrase a meaning flip was made from, with the same source): the
+                pairwise term of :func:`~pluie_reward.tools.tune.loss.contrast_loss`.
 
         Returns:
             The checked data.
@@ -73,7 +79,12 @@ class PairData:
         for name, values in (("labels", y), ("targets", z)):
             if values is not None and len(values) != n:
                 raise ValueError(f"{name} has {len(values)} values for {n} items; give one per item.")
-        return cls(columns, y, z)
+        if contrast is not None:
+            if len(contrast) != n:
+                raise ValueError(f"contrast has {len(contrast)} entries for {n} items; give one per item (None: no contrast).")
+            contrast = [None if c is None else {k: v[0] for k, v in normalize_fields(t, {k: [v] for k, v in dict(c).items()})[0].items()}
+                        for c in contrast]
+        return cls(columns, y, z, None if contrast is None else list(contrast))
 
     def __len__(self) -> int:
         return len(next(iter(self.columns.values())))
@@ -85,6 +96,7 @@ class PairData:
             {k: [v[i] for i in index] for k, v in self.columns.items()},
             None if self.labels is None else self.labels[index],
             None if self.targets is None else self.targets[index],
+            None if self.contrast is None else [self.contrast[i] for i in index],
         )
 
     def with_targets(self, targets: Sequence[float]) -> "PairData":
@@ -183,7 +195,8 @@ def teacher_targets(
 
 def encode(bound: BoundTemplate, data: PairData, truncate: bool = True) -> Any:
     """A ``datasets.Dataset`` with the prompt ids :meth:`Judge.score` reads (``input_ids``, ending
-    where the answer starts) and the supervision (``pluie_label`` 0/1, ``pluie_target`` log-ratio).
+    where the answer starts) and the supervision (``pluie_label`` 0/1, ``pluie_target`` log-ratio,
+    ``pluie_contrast_ids``: the contrast item's prompt ids, empty for items without one).
 
     Example:
         >>> data = PairData.build("para-direct", {"source": ["The cat sleeps.", "Prices rose."],
@@ -203,34 +216,54 @@ def encode(bound: BoundTemplate, data: PairData, truncate: bool = True) -> Any:
         rows[LABEL] = [float(v) for v in data.labels]
     if data.targets is not None:
         rows[TARGET] = [float(v) for v in data.targets]
+    if data.contrast is not None:
+        which = [i for i, c in enumerate(data.contrast) if c is not None]
+        fields = {f: [data.contrast[i].get(f) for i in which] for f in data.columns}
+        ids = iter(bound.encode_items(fields, len(which), truncate=truncate))
+        rows[CONTRAST] = [list(next(ids).ids) if c is not None else [] for c in data.contrast]
     return Dataset.from_dict(rows)
 
 
 @dataclass
 class PairCollator:
     """Right-pads ``input_ids`` (real tokens never attend a pad in a causal LM) with an attention mask,
-    and stacks the supervision columns as float tensors.
+    and stacks the supervision columns as float tensors. Contrast items (non-empty ``pluie_contrast_ids``)
+    are padded the same way into ``contrast_input_ids``/``contrast_attention_mask``, with
+    ``contrast_rows``, the rows of the batch they belong to (none in the batch: no such keys).
 
     Example:
         >>> batch = PairCollator(pad_id=0)([{"input_ids": [5, 6, 7], "pluie_label": 1.0}, {"input_ids": [8], "pluie_label": 0.0}])
         >>> batch["input_ids"].tolist(), batch["attention_mask"].tolist(), batch["pluie_label"].tolist()
         ([[5, 6, 7], [8, 0, 0]], [[1, 1, 1], [1, 0, 0]], [1.0, 0.0])
+        >>> batch = PairCollator(pad_id=0)([{"input_ids": [5], "pluie_contrast_ids": []}, {"input_ids": [8], "pluie_contrast_ids": [8, 9]}])
+        >>> batch["contrast_input_ids"].tolist(), batch["contrast_rows"].tolist()
+        ([[8, 9]], [1])
     """
 
     pad_id: int
 
+    def pad(self, rows: Sequence[Sequence[int]]) -> tuple[Any, Any]:
+        """``(ids, mask)``: the rows right-padded to the longest."""
+        import torch
+
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for row, r in enumerate(rows):
+            ids[row, : len(r)] = torch.as_tensor(r, dtype=torch.long)
+            mask[row, : len(r)] = 1
+        return ids, mask
+
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         import torch
 
-        width = max(len(f["input_ids"]) for f in features)
-        ids = torch.full((len(features), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(features), width), dtype=torch.long)
-        for row, f in enumerate(features):
-            n = len(f["input_ids"])
-            ids[row, :n] = torch.as_tensor(f["input_ids"], dtype=torch.long)
-            mask[row, :n] = 1
+        ids, mask = self.pad([f["input_ids"] for f in features])
         batch: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
         for key in (LABEL, TARGET):
             if key in features[0]:
                 batch[key] = torch.tensor([float(f[key]) for f in features], dtype=torch.float32)
+        rows = [i for i, f in enumerate(features) if f.get(CONTRAST)]
+        if rows:
+            batch["contrast_input_ids"], batch["contrast_attention_mask"] = self.pad([features[i][CONTRAST] for i in rows])
+            batch["contrast_rows"] = torch.tensor(rows, dtype=torch.long)
         return batch

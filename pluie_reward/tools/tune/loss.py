@@ -13,6 +13,8 @@ Example:
     0.2201
     >>> float(tune_loss(s, targets=torch.tensor([2.0, -1.0]), loss="mse"))
     0.0
+    >>> round(float(contrast_loss(torch.tensor([-1.0]), torch.tensor([1.0]), margin=2.0)), 4)  # gap 2 = margin: log 2
+    0.6931
 """
 
 from __future__ import annotations
@@ -137,3 +139,24 @@ def tune_loss(
             teacher = T * T * F.binary_cross_entropy_with_logits(scores / T, torch.sigmoid(t / T))
         parts.append((1.0 - label_weight if labels is not None else 1.0, teacher))
     return sum(w * value for w, value in parts)
+
+
+def contrast_loss(scores: torch.Tensor, contrast_scores: torch.Tensor, margin: float) -> torch.Tensor:
+    """The pairwise term: ``mean softplus(margin - (contrast - score))``, small once each contrast item
+    (e.g. the honest paraphrase) outscores its item (the meaning flip made from it) by more than ``margin``.
+
+    Unlike the label loss, it does not move a pair's scores together: only their gap.
+
+    Args:
+        scores: the items' scores (the ones that should be lower).
+        contrast_scores: their contrast items' scores, row for row.
+        margin: the gap, in nats, from which the term fades (softplus: it never quite reaches 0).
+
+    Returns:
+        A scalar tensor.
+
+    Example:
+        >>> round(float(contrast_loss(torch.tensor([0.0, 0.0]), torch.tensor([6.0, -6.0]), margin=0.0)), 4)
+        3.0025
+    """
+    return F.softplus(margin - (contrast_scores.float() - scores.float())).mean()

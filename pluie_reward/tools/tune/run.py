@@ -178,6 +178,7 @@ def tune(
     fields: Mapping[str, Sequence[str]],
     labels: Sequence[Any] | None = None,
     targets: Sequence[float] | None = None,
+    contrast: Sequence[Mapping[str, str] | None] | None = None,
     teacher: Judge | None = None,
     teacher_template: "str | Path | Template | None" = None,
     eval_sets: Mapping[str, PairData] | None = None,
@@ -196,6 +197,9 @@ def tune(
         fields: the training pairs as template fields, e.g. ``{"source": [...], "hypothesis": [...]}``.
         labels: binary labels, one per pair.
         targets: teacher log-ratios, one per pair (or give ``teacher``).
+        contrast: per pair ``None`` or the fields of a pair that should outscore it by
+            ``config.contrast_margin`` (e.g. the honest paraphrase a meaning flip was made from): adds
+            the pairwise term of :func:`~pluie_reward.tools.tune.loss.contrast_loss` to its loss.
         teacher: a :class:`~pluie_reward.Judge` computing the targets (of the training pairs and of
             evaluation sets without targets) with ``teacher_template`` (default: ``template``).
         eval_sets: more evaluation sets by name (:class:`~pluie_reward.tools.tune.data.PairData`),
@@ -233,7 +237,7 @@ def tune(
         raise ValueError("teacher_template needs a teacher judge (teacher=...).")
     if config.resolved_loss() == "mse" and targets is None and teacher is None:
         raise ValueError("loss='mse' is on teacher log-ratios; with labels only use loss='bce' (or 'auto').")
-    data = PairData.build(t, fields, labels, targets)
+    data = PairData.build(t, fields, labels, targets, contrast)
     eval_sets = dict(eval_sets or {})
     for name, ev in eval_sets.items():
         if not isinstance(ev, PairData):
@@ -385,9 +389,11 @@ def _describe_loss(config: TuneConfig, data: PairData) -> str:
                      else f"T^2 BCE(sigmoid(s/T), sigmoid(t/T)) with T = {config.temperature:g}")
     if data.labels is not None:
         parts.append("BCE(sigmoid(s), label)")
-    if len(parts) == 2:
-        return f"{1 - config.label_weight:g} * {parts[0]} + {config.label_weight:g} * {parts[1]}"
-    return parts[0]
+    text = f"{1 - config.label_weight:g} * {parts[0]} + {config.label_weight:g} * {parts[1]}" if len(parts) == 2 else parts[0]
+    if data.contrast is not None and config.contrast_weight and any(c is not None for c in data.contrast):
+        text += (f" + {config.contrast_weight:g} * softplus({config.contrast_margin:g} - (s_contrast - s)) on the "
+                 f"{sum(c is not None for c in data.contrast)} pairs with a contrast")
+    return text
 
 
 def _save(out: Path, model: Any, name: str, template: Template, card: dict[str, Any], evaluations: Mapping[str, PairData],

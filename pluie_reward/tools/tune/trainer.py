@@ -17,8 +17,8 @@ from transformers import Trainer, TrainingArguments
 from ...engines.transformers.compat import training_arguments as checkpointing_arguments
 from ...engines.transformers.engine import longest_common_prefix
 from .config import TuneConfig
-from .data import LABEL, TARGET, PairCollator
-from .loss import pluie_scores, tune_loss
+from .data import CONTRAST, LABEL, TARGET, PairCollator
+from .loss import contrast_loss, pluie_scores, tune_loss
 
 
 class JudgeTuneTrainer(Trainer):
@@ -62,6 +62,11 @@ class JudgeTuneTrainer(Trainer):
             temperature=self.tune_config.temperature,
             label_weight=self.tune_config.label_weight,
         )
+        if "contrast_rows" in inputs and self.tune_config.contrast_weight:
+            contrast = pluie_scores(model, inputs["contrast_input_ids"], inputs["contrast_attention_mask"], self.answer_ids,
+                                    shared_prefix=shared)
+            loss = loss + self.tune_config.contrast_weight * contrast_loss(
+                scores[inputs["contrast_rows"]], contrast, self.tune_config.contrast_margin)
         return (loss, {"scores": scores.detach()}) if return_outputs else loss
 
 
@@ -130,7 +135,8 @@ def train_adapter(
     label_key = LABEL if LABEL in train_dataset.column_names else TARGET
     shared = 0
     if config.share_prefix and not config.gradient_checkpointing:
-        rows = list(train_dataset["input_ids"]) + (list(eval_dataset["input_ids"]) if eval_dataset is not None else [])
+        rows = [list(r) for ds in (train_dataset, eval_dataset) if ds is not None
+                for column in ("input_ids", CONTRAST) if column in ds.column_names for r in ds[column] if len(r)]
         shared = min(longest_common_prefix(rows), min(len(r) for r in rows) - 1)
     with tempfile.TemporaryDirectory(prefix="pluie-tune-") as scratch:
         trainer = JudgeTuneTrainer(
