@@ -82,8 +82,7 @@ class PairData:
         if contrast is not None:
             if len(contrast) != n:
                 raise ValueError(f"contrast has {len(contrast)} entries for {n} items; give one per item (None: no contrast).")
-            contrast = [None if c is None else {k: v[0] for k, v in normalize_fields(t, {k: [v] for k, v in dict(c).items()})[0].items()}
-                        for c in contrast]
+            contrast = [None if c is None else _one_item(t, c) for c in contrast]
         return cls(columns, y, z, None if contrast is None else list(contrast))
 
     def __len__(self) -> int:
@@ -124,6 +123,12 @@ class PairData:
             )
         order = np.random.default_rng(seed).permutation(n)
         return self.subset(sorted(order[held:])), self.subset(sorted(order[:held]))
+
+
+def _one_item(template: Template, fields: Mapping[str, str]) -> dict[str, str | None]:
+    """One item's fields, checked as :func:`normalize_fields` checks columns (missing, unknown, not text)."""
+    columns, _ = normalize_fields(template, {k: [v] for k, v in dict(fields).items()})
+    return {k: v[0] for k, v in columns.items()}
 
 
 def check_student_template(bound: BoundTemplate) -> None:
