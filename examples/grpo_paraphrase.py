@@ -138,13 +138,14 @@ def held_out_metrics(records: list[dict]) -> dict[str, float | None]:
 
 class TimeBudget(TrainerCallback):
     """Stops training once one more step (at the mean pace so far, +20 %) and ``reserve`` seconds
-    (the final evaluation and writing) would end past ``deadline`` (a ``clock()`` time).
+    (the final evaluation and writing) would end past ``deadline`` (a ``clock()`` time); after the
+    last step there is nothing to stop (``stopped`` stays False).
 
     Example:
         >>> from types import SimpleNamespace
         >>> now = [0.0]
         >>> budget = TimeBudget(deadline=100.0, reserve=10.0, clock=lambda: now[0])
-        >>> state, control = SimpleNamespace(global_step=0), SimpleNamespace(should_training_stop=False)
+        >>> state, control = SimpleNamespace(global_step=0, max_steps=4), SimpleNamespace(should_training_stop=False)
         >>> budget.on_train_begin(None, state, control)
         >>> now[0], state.global_step = 40.0, 2       # 20 s a step: 40 + 24 + 10 fits in 100
         >>> budget.on_step_end(None, state, control); control.should_training_stop
@@ -152,6 +153,10 @@ class TimeBudget(TrainerCallback):
         >>> now[0], state.global_step = 70.0, 3       # 70 + 28 + 10 does not
         >>> budget.on_step_end(None, state, control); control.should_training_stop, budget.stopped
         (True, True)
+        >>> late = TimeBudget(deadline=100.0, reserve=10.0, clock=lambda: now[0])
+        >>> late.on_train_begin(None, state, control); now[0], state.global_step = 170.0, 4  # the last step
+        >>> control.should_training_stop = False; late.on_step_end(None, state, control); late.stopped
+        False
     """
 
     def __init__(self, deadline: float, reserve: float, clock=time.monotonic) -> None:
@@ -164,7 +169,7 @@ class TimeBudget(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         now = self.clock()
         pace = (now - self.start) / max(state.global_step, 1)
-        if now + 1.2 * pace + self.reserve > self.deadline:
+        if state.global_step < state.max_steps and now + 1.2 * pace + self.reserve > self.deadline:
             control.should_training_stop = self.stopped = True
 
 
