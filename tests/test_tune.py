@@ -190,7 +190,11 @@ def test_training_loss_adds_the_contrast_term_on_its_rows(tokenizer):
     c = reference_scores(model, tokenizer, "para-fs", {k: [contrast[i][k] for i in (1, 2)] for k in fields})
     bce = np.mean([math.log(1 + math.exp(-x)) if y else math.log(1 + math.exp(x)) for x, y in zip(s, labels)])
     pairwise = np.mean([math.log(1 + math.exp(1.5 - (c[j] - s[i]))) for j, i in enumerate((1, 2))])
+    calls = []
+    hook = model.get_base_model().register_forward_hook(lambda module, args, kwargs, out: calls.append(1), with_kwargs=True)
     assert float(trainer.compute_loss(model, batch).detach()) == pytest.approx(bce + 0.7 * pairwise, rel=1e-4)
+    hook.remove()
+    assert len(calls) == 2  # the shared prefix once, then the items and their contrasts together
     trainer.tune_config = fast_config(contrast_weight=0.0)  # off: the label loss alone
     assert float(trainer.compute_loss(model, batch).detach()) == pytest.approx(bce, rel=1e-4)
 

@@ -12,6 +12,7 @@ import tempfile
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from transformers import Trainer, TrainingArguments
 
 from ...engines.transformers.compat import training_arguments as checkpointing_arguments
@@ -53,7 +54,13 @@ class JudgeTuneTrainer(Trainer):
 
     def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None) -> Any:
         shared = 0 if isinstance(model, torch.nn.DataParallel) else self.shared_prefix
-        scores = pluie_scores(model, inputs["input_ids"], inputs["attention_mask"], self.answer_ids, shared_prefix=shared)
+        ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        contrasted = "contrast_rows" in inputs and bool(self.tune_config.contrast_weight)
+        if contrasted:  # one forward for the items and their contrasts: the shared prefix runs once
+            ids, mask = stack_right_padded((ids, mask), (inputs["contrast_input_ids"], inputs["contrast_attention_mask"]))
+        every = pluie_scores(model, ids, mask, self.answer_ids, shared_prefix=shared)
+        items = inputs["input_ids"].shape[0]
+        scores = every[:items]
         loss = tune_loss(
             scores,
             inputs.get(LABEL),
@@ -62,12 +69,25 @@ class JudgeTuneTrainer(Trainer):
             temperature=self.tune_config.temperature,
             label_weight=self.tune_config.label_weight,
         )
-        if "contrast_rows" in inputs and self.tune_config.contrast_weight:
-            contrast = pluie_scores(model, inputs["contrast_input_ids"], inputs["contrast_attention_mask"], self.answer_ids,
-                                    shared_prefix=shared)
+        if contrasted:
             loss = loss + self.tune_config.contrast_weight * contrast_loss(
-                scores[inputs["contrast_rows"]], contrast, self.tune_config.contrast_margin)
+                scores[inputs["contrast_rows"]], every[items:], self.tune_config.contrast_margin)
         return (loss, {"scores": scores.detach()}) if return_outputs else loss
+
+
+def stack_right_padded(*batches: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, mask)`` batches of right-padded rows stacked into one, padded to the widest (pad id 0,
+    mask 0: a right pad is never attended by a real token of a causal LM).
+
+    Example:
+        >>> ids, mask = stack_right_padded((torch.tensor([[5, 6]]), torch.tensor([[1, 1]])),
+        ...                                (torch.tensor([[7, 8, 9]]), torch.tensor([[1, 1, 1]])))
+        >>> ids.tolist(), mask.tolist()
+        ([[5, 6, 0], [7, 8, 9]], [[1, 1, 0], [1, 1, 1]])
+    """
+    width = max(ids.shape[1] for ids, _ in batches)
+    return (torch.cat([F.pad(ids, (0, width - ids.shape[1])) for ids, _ in batches]),
+            torch.cat([F.pad(mask, (0, width - mask.shape[1])) for _, mask in batches]))
 
 
 def resolve_bf16(config: TuneConfig) -> bool:
