@@ -248,3 +248,65 @@ def test_build_passes_the_contrasts_to_tune_only_when_weighted(tmp_path, monkeyp
         labels, contrast = kwargs["labels"], kwargs["contrast"]
         assert len(contrast) == len(labels) and sum(c is not None for c in contrast) == 9
         assert all(not labels[i] for i, c in enumerate(contrast) if c is not None)
+
+
+# held-out flips in the judge's evaluation (pluie_reward.judges.evaluate) -----------------------------
+class _TableJudge:
+    """Scores from a fixed table keyed by the hypothesis or else the source (neither: +0.5), and every pair it was asked."""
+
+    def __init__(self, table):
+        self.table, self.asked = table, []
+
+    def score(self, template, source, hypothesis):
+        self.asked += list(zip(source, hypothesis))
+        return [self.table.get(h, self.table.get(s, 0.5)) for s, h in zip(source, hypothesis)]
+
+
+def test_held_out_flips_pair_each_flip_with_its_own_source_and_honest_score():
+    from pluie_reward.judges.evaluate import held_out_flips
+
+    sources = ["Alice met Bob in Paris.", "The shop will stay open until Monday.", "Prices rose by 5 percent in 2019.",
+               "The dog chased the cat."]
+    hypotheses = ["In Paris, Alice met Bob.", "The shop will remain open until Monday.", "In 2019 prices rose by 5 percent.",
+                  "The cat was chased by the dog."]
+    honest = [3.0, -1.0, 0.2, 2.0]  # one honest score per pair, all different
+    flip_scores = [2.5, -0.5, 1.0, 2.5]  # per source: above the honest score of its own pair for the last three only
+    judge = _TableJudge(dict(zip(sources, flip_scores)))
+    out = held_out_flips(judge, sources, hypotheses, honest)
+    assert out["n"] == len(judge.asked) == 4
+    for source, flipped in judge.asked:
+        i = sources.index(source)  # each flip is scored against the source of the hypothesis it was made from
+        assert flipped != hypotheses[i] and len(set(flipped.split()) & set(hypotheses[i].split())) >= 2
+    assert out["accepted"] == 0.75 and out["above_honest"] == 0.75  # a neighbour's honest score gives 0.25
+    assert out["mean"] == pytest.approx(5.5 / 4) and out["honest_mean"] == pytest.approx(sum(honest) / 4)
+    assert out["honest_accepted"] == 0.75
+    # unpaired: of the 16 (honest, flip) pairs, those where the honest score is higher (ties count half)
+    wins = sum((a > b) + 0.5 * (a == b) for a in honest for b in flip_scores)
+    assert out["roc_auc"] == pytest.approx(wins / 16)
+    assert sum(r["n"] for r in out["by_rule"].values()) == 4 and set(out["by_rule"]) <= set(MEANING_RULES)
+
+
+def test_held_out_flips_count_what_the_judge_rejects_per_rule():
+    from pluie_reward.judges.evaluate import held_out_flips, markdown
+
+    sources, hypotheses = ["The museum will stay closed until Monday."] * 2, ["The museum stays closed until Monday.",
+                                                                              "Until Monday, the museum will stay closed."]
+    first = _TableJudge({})
+    held_out_flips(first, sources, hypotheses, [1.0, 1.0])
+    flipped = [h for _, h in first.asked]
+    judge = _TableJudge({flipped[0]: -2.0, flipped[1]: 1.5})  # one rejected, one accepted above its honest +1.0
+    out = held_out_flips(judge, sources, hypotheses, [1.0, 1.0])
+    assert (out["n"], out["accepted"], out["above_honest"], out["mean"]) == (2, 0.5, 0.5, -0.25)
+    result = {"judge": "t", "template": "para-fs", "mrpc": {"n": 2, "roc_auc": 1.0, "accuracy_at_0": 1.0, "said_yes_at_0": 1,
+              "positives": 1, "accuracy_at_best": 1.0, "best_threshold": 0.0, "pairs_per_second": 1.0},
+              "flips": out, "paraphrasus": {}}
+    assert "(held out, 2): 50.0% accepted, 50.0% above their honest paraphrase" in markdown(result)
+
+
+def test_held_out_flips_refuse_bad_input():
+    from pluie_reward.judges.evaluate import held_out_flips
+
+    with pytest.raises(ValueError, match="differ in length"):
+        held_out_flips(_TableJudge({}), ["a"], ["b", "c"], [1.0])
+    with pytest.raises(ValueError, match="no meaning-flip rule applies"):
+        held_out_flips(_TableJudge({}), ["Hello."], ["Hi."], [1.0])
