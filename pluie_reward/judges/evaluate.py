@@ -65,7 +65,7 @@ def held_out_flips(judge: Any, sources: Sequence[str], hypotheses: Sequence[str]
         raise ValueError(f"sources, hypotheses and honest scores differ in length: {len(sources)}, {len(hypotheses)}, "
                          f"{len(honest)}.")
     pair = {h: (s, score) for s, h, score in zip(sources, hypotheses, honest)}  # a repeated hypothesis: its last pair
-    flips = hard_negatives(pair, n=len(pair), seed=seed, rules=MEANING_RULES)
+    flips = hard_negatives(list(pair), n=len(pair), seed=seed, rules=MEANING_RULES)
     if not flips:
         raise ValueError("no meaning-flip rule applies to any of these hypotheses.")
     scores = judge.score(template, source=[pair[f["sentence"]][0] for f in flips],
