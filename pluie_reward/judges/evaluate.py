@@ -70,14 +70,14 @@ def held_out_flips(judge: Any, sources: Sequence[str], hypotheses: Sequence[str]
         raise ValueError("no meaning-flip rule applies to any of these hypotheses.")
     scores = judge.score(template, source=[pair[f["sentence"]][0] for f in flips],
                          hypothesis=[f["flipped"] for f in flips])
-    above = [s > pair[f["sentence"]][1] for s, f in zip(scores, flips)]
+    honest_scores = [pair[f["sentence"]][1] for f in flips]
+    above = [s > h for s, h in zip(scores, honest_scores)]
     by_rule: dict[str, dict[str, Any]] = {}
     for rule in MEANING_RULES:
         rows = [i for i, f in enumerate(flips) if f["rule"] == rule]
         if rows:
             by_rule[rule] = {"n": len(rows), "accepted": sum(scores[i] > 0 for i in rows) / len(rows),
                              "above_honest": sum(above[i] for i in rows) / len(rows)}
-    honest_scores = [pair[f["sentence"]][1] for f in flips]
     return {"n": len(flips), "accepted": sum(s > 0 for s in scores) / len(flips), "above_honest": sum(above) / len(flips),
             "mean": sum(scores) / len(scores), "honest_mean": sum(honest_scores) / len(flips),
             "honest_accepted": sum(s > 0 for s in honest_scores) / len(flips),
