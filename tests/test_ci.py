@@ -37,30 +37,37 @@ def ci_legs() -> dict[str, list[str]]:
 def test_ci_leg_a_runs_the_readme_commands_verbatim():
     assert readme_commands() == ci_legs()["a"][:2]
     assert len(readme_commands()) == 2 and readme_commands()[1] == 'python -m pytest -q -m "not slow" -n 2'
-    assert ci_legs()["a"][2:] == ['python -m pytest -q -m "slow and vllm"']  # then the slow tests only this leg can run
+    # then the slow tests only this leg can run, a test file per worker (a module's vLLM engine starts once)
+    assert ci_legs()["a"][2:] == ['python -m pytest -q -m "slow and vllm" -n 2 --dist loadfile']
 
 
 def test_ci_leg_b_takes_the_newest_allowed_releases_without_vllm():
     b = ci_legs()["b"]
-    # the whole suite (the fast tests on two workers, the slow ones in one process), then (same virtualenv) a clone alone
-    assert b[-3:] == ['python -m pytest -q -m "not slow" -n 2', "python -m pytest -q -m slow", "alone"]
+    # the whole suite (the fast tests on two workers, the slow ones too but the serial ones in one process, after
+    # them), then (same virtualenv) a clone alone
+    assert b[-4:] == ['python -m pytest -q -m "not slow" -n 2', 'python -m pytest -q -m "slow and not serial" -n 2',
+                      'python -m pytest -q -m "slow and serial"', "alone"]
     assert "vllm" not in " ".join(b) and 'pip install -e ".[test]"' in b[0]
     assert not any("==" in part for part in b[0].split() if "torch" not in part)  # nothing else held back
 
 
-MARKERS = ("slow", "vllm")  # the markers the legs select on (pyproject.toml)
+MARKERS = ("slow", "vllm", "serial")  # the markers the legs select on (pyproject.toml)
 
 
 def selection(command: str) -> str | None:
     """The ``-m`` expression of a ``python -m pytest`` line of .ci/run; None when it selects every test.
-    ``-n N`` (pytest-xdist workers) runs the same tests; anything else that narrows the run (paths, ``-k``,
-    ``-x``...) is refused here, so the check below holds."""
+    ``-n N`` (pytest-xdist workers) and ``--dist MODE`` (how they share the tests) run the same tests;
+    anything else that narrows the run (paths, ``-k``, ``-x``...) is refused here, so the check below holds."""
     words = shlex.split(command)
     assert words[:3] == ["python", "-m", "pytest"], command
     options = [w for w in words[3:] if w != "-q"]
     if "-n" in options:
         at = options.index("-n")
         assert at + 1 < len(options) and options[at + 1].isdigit(), f"{command}: -n takes a number of workers"
+        del options[at : at + 2]
+    if "--dist" in options:
+        at = options.index("--dist")
+        assert "-n" in words and at + 1 < len(options) and options[at + 1] in ("load", "loadfile", "loadscope"), command
         del options[at : at + 2]
     if not options:
         return None
@@ -81,6 +88,7 @@ def selects(expression: str | None, markers: set[str]) -> bool:
 def test_selects_reads_marker_expressions_as_pytest_does():
     assert selection('python -m pytest -q -m "not slow"') == "not slow" and selection("python -m pytest -q") is None
     assert selection('python -m pytest -q -m "not slow" -n 2') == "not slow" and selection("python -m pytest -q -n 4") is None
+    assert selection('python -m pytest -q -m "slow and vllm" -n 2 --dist loadfile') == "slow and vllm"
     assert selects("not slow", set()) and not selects("not slow", {"slow", "vllm"})
     assert selects("slow and vllm", {"slow", "vllm"}) and not selects("slow and vllm", {"slow"})
     assert selects("not (slow or vllm)", set()) and not selects("not (slow or vllm)", {"vllm"})
@@ -117,6 +125,29 @@ def test_every_test_module_needing_vllm_is_marked_vllm():
     unmarked = [name for name in sorted(needing)
                 if "vllm" not in module_marks(ast.parse((ROOT / "tests" / name).read_text(encoding="utf-8")))]
     assert not unmarked, f"skip without vLLM but are not marked vllm (pytestmark), so no leg runs them: {unmarked}"
+
+
+def marks_of(function: ast.FunctionDef) -> set[str]:
+    """The ``@pytest.mark.NAME`` decorators of a test function (called or not)."""
+    names = set()
+    for decorator in function.decorator_list:
+        node = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "mark":
+            names.add(node.attr)
+    return names
+
+
+def test_every_serial_test_is_slow():
+    """``serial`` splits leg b's slow tests (the others run on two workers, these in one process after them):
+    a serial test that is not slow would run on the README's two workers, beside other tests."""
+    assert marks_of(ast.parse("@pytest.mark.slow\n@pytest.mark.parametrize('x', [1])\ndef test_x(x): pass").body[0]) == {"slow", "parametrize"}
+    serial = {}
+    for path in (ROOT / "tests").glob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and "serial" in marks_of(node):
+                serial[f"{path.name}::{node.name}"] = "slow" in marks_of(node)
+    assert len(serial) >= 5  # the Ray pool's tests (tests/test_pool.py)
+    assert all(serial.values()), f"marked serial but not slow: {[name for name, slow in serial.items() if not slow]}"
 
 
 def files_reaching_shared() -> set[str]:

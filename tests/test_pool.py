@@ -10,7 +10,8 @@ equal ``Judge.score`` of the same judge in this process (``/score`` as verl's cl
 ``/get_reward`` as OpenRLHF posts it); bad requests get 4xx with the server's message; and a
 replica killed during a bounded load loses no request. The command line's refusals need no Ray.
 
-Everything that starts the cluster is ``slow`` (the cluster and two replicas take ~30-40 s here);
+Everything that starts the cluster is ``slow`` and ``serial`` (the cluster and two replicas take ~30-40 s
+here; CI runs these tests in one process, after the other slow ones);
 without Ray (``pip install 'pluie-reward[pool]'``) those tests are skipped.
 """
 
@@ -120,6 +121,7 @@ def replica_names() -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_pool_scores_equal_judge_score_through_every_client(pool_url, reference):
     from pluie_reward.integrations.client import RemotePluieReward, compute_score, post_json
 
@@ -151,6 +153,7 @@ def test_pool_scores_equal_judge_score_through_every_client(pool_url, reference)
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_replicas_and_proxy_run_at_the_callers_priority(pool_url):
     """start_ray puts the local cluster's workers at nice 0, not Ray's 15 (at 15 a busy process beside
     them starves Serve's proxy until it misses its start-up check). Read from the processes themselves."""
@@ -169,6 +172,7 @@ def test_replicas_and_proxy_run_at_the_callers_priority(pool_url):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_pool_answers_bad_requests_with_4xx_and_the_message(pool_url):
     import httpx
 
@@ -191,6 +195,7 @@ def test_pool_answers_bad_requests_with_4xx_and_the_message(pool_url):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_a_replica_killed_under_load_loses_no_request(pool_url, reference, monkeypatch):
     """A replica killed (ray.kill) while it scores a request, during a bounded load, loses nothing.
 
@@ -257,6 +262,7 @@ def test_a_replica_killed_under_load_loses_no_request(pool_url, reference, monke
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_an_autoscaled_pool_grows_under_load_and_shrinks_after(pool_url, reference):
     """A second application (one route beside the first pool): 1 to 2 replicas of half a CPU, target 1
     request per replica, Ray's delays cut to 1 s up and 5 s down, its load window to 12 s. Six long requests (8 s each in a
