@@ -4,7 +4,9 @@ For every real tokenizer in ../shared/tokenizers (and the embedded judge's), pai
 model of its vocabulary size, and every built-in template that binds, Judge.score must equal the
 seeds' eq. 3 computed here independently: two full forward passes over the chat rendering with the
 answer as the assistant turn and everything after the answer cut (the common end-of-turn suffix of
-the Yes and No renderings), mean cross-entropy in float64, (T+1) * (loss_no - loss_yes).
+the Yes and No renderings), (T+1) * (loss_no - loss_yes) in float64 as a difference of sums of token
+cross-entropies, taken from the first token where the renderings differ (the terms before are the
+same; ``eq3``, checked against the mean losses with every term).
 """
 
 from __future__ import annotations
@@ -64,22 +66,52 @@ def chat_ids(tokenizer, messages, **kwargs) -> list[int]:
     return list(out)
 
 
-def eq3(model64, tokenizer, messages, answers=("Yes", "No"), **kwargs) -> float:
+def eq3(model64, tokenizer, messages, answers=("Yes", "No"), every_term=False, **kwargs) -> float:
     """(T+1) * (loss(prompt o No) - loss(prompt o Yes)) on the chat rendering, end-of-turn cut
-    (``kwargs``: chat-template keywords)."""
+    (``kwargs``: chat-template keywords).
+
+    Each (T+1) * loss is the sum of the rendering's token cross-entropies (one full forward each). The two
+    sums share their terms up to the first token where the renderings differ (a causal LM, the same
+    prefix), so by default only the terms from there on are computed (the logits of the other positions,
+    float64 over the whole vocabulary, cost most of the time with a real tokenizer); ``every_term=True``
+    computes the seeds' mean losses as written. test_the_tail_sums_equal_the_seeds_mean_losses checks
+    that both agree."""
     full = [chat_ids(tokenizer, messages + [{"role": "assistant", "content": a}], **kwargs) for a in answers]
     common = 0
     while common < min(map(len, full)) and full[0][-1 - common] == full[1][-1 - common]:
         common += 1
     sequences = [ids[: len(ids) - common] for ids in full]
+    first = 0  # the first position where the two renderings differ
+    while sequences[0][first] == sequences[1][first]:
+        first += 1
+    assert first >= 1, "the renderings differ at their first token"
     totals = []
     for ids in sequences:
         x = torch.tensor([ids])
         with torch.no_grad():
-            logits = model64(input_ids=x).logits[0]
-        loss = torch.nn.functional.cross_entropy(logits[:-1], x[0, 1:])  # the mean over T+1 predictions
-        totals.append((len(ids) - 1) * float(loss))
+            if every_term:
+                logits = model64(input_ids=x).logits[0]
+                loss = torch.nn.functional.cross_entropy(logits[:-1], x[0, 1:])  # the mean over T+1 predictions
+                totals.append((len(ids) - 1) * float(loss))
+            else:  # the logits predicting tokens first, first+1, ...: positions first-1 to the end
+                logits = model64(input_ids=x, logits_to_keep=len(ids) - first + 1).logits[0]
+                totals.append(float(torch.nn.functional.cross_entropy(logits[:-1], x[0, first:], reduction="sum")))
     return totals[1] - totals[0]
+
+
+@pytest.mark.parametrize("name", ["embedded", "mistral-7b-instruct-v0.2"])
+def test_the_tail_sums_equal_the_seeds_mean_losses(name):
+    """eq3's shortcut (the sums of cross-entropies from the first differing token) equals the seeds'
+    (T+1) * (loss_no - loss_yes) with every term, on real tokenizers' renderings (Mistral's: the answer
+    token is ▁Yes)."""
+    tokenizer = load_tokenizer(name)
+    model64 = tiny_model(len(tokenizer)).double()
+    template = load_template("para-fs")
+    sources, hypotheses, _ = mrpc_pairs(2, offset=5)
+    for s, h in zip(sources, hypotheses):
+        messages = template.chat({"source": s, "hypothesis": h})
+        tail, every = eq3(model64, tokenizer, messages, template.answers), eq3(model64, tokenizer, messages, template.answers, every_term=True)
+        assert abs(every) > 1e-2 and tail == pytest.approx(every, abs=1e-9, rel=1e-9)
 
 
 def messages_for(template, values):
