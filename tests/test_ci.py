@@ -115,26 +115,30 @@ def test_every_test_module_needing_vllm_is_marked_vllm():
                if re.search(r"importorskip\(\s*[\"']vllm[\"']", p.read_text(encoding="utf-8"))}
     assert {"test_engines.py", "test_vllm_exit.py", "test_vllm_shared.py", "test_trl_colocate.py"} <= needing
 
-    def module_marks(tree: ast.Module) -> set[str]:
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
-                return {n.attr for n in ast.walk(node.value) if isinstance(n, ast.Attribute)
-                        and isinstance(n.value, ast.Attribute) and n.value.attr == "mark"}
-        return set()
-
     unmarked = [name for name in sorted(needing)
                 if "vllm" not in module_marks(ast.parse((ROOT / "tests" / name).read_text(encoding="utf-8")))]
     assert not unmarked, f"skip without vLLM but are not marked vllm (pytestmark), so no leg runs them: {unmarked}"
 
 
+def mark_name(node: ast.AST) -> str | None:
+    """NAME when ``node`` is ``pytest.mark.NAME``, called or not; else None."""
+    node = node.func if isinstance(node, ast.Call) else node
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "mark":
+        return node.attr
+    return None
+
+
+def module_marks(tree: ast.Module) -> set[str]:
+    """The markers a test module's ``pytestmark`` gives all its tests."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            return {mark_name(n) for n in ast.walk(node.value)} - {None}
+    return set()
+
+
 def marks_of(function: ast.FunctionDef) -> set[str]:
-    """The ``@pytest.mark.NAME`` decorators of a test function (called or not)."""
-    names = set()
-    for decorator in function.decorator_list:
-        node = decorator.func if isinstance(decorator, ast.Call) else decorator
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "mark":
-            names.add(node.attr)
-    return names
+    """The ``@pytest.mark.NAME`` decorators of a test function."""
+    return {mark_name(d) for d in function.decorator_list} - {None}
 
 
 def test_every_serial_test_is_slow():
@@ -143,9 +147,12 @@ def test_every_serial_test_is_slow():
     assert marks_of(ast.parse("@pytest.mark.slow\n@pytest.mark.parametrize('x', [1])\ndef test_x(x): pass").body[0]) == {"slow", "parametrize"}
     serial = {}
     for path in (ROOT / "tests").glob("test_*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.FunctionDef) and "serial" in marks_of(node):
-                serial[f"{path.name}::{node.name}"] = "slow" in marks_of(node)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                marks = module_marks(tree) | marks_of(node)
+                if "serial" in marks:
+                    serial[f"{path.name}::{node.name}"] = "slow" in marks
     assert len(serial) >= 5  # the Ray pool's tests (tests/test_pool.py)
     assert all(serial.values()), f"marked serial but not slow: {[name for name, slow in serial.items() if not slow]}"
 
