@@ -183,6 +183,16 @@ def test_ctrl_c_keeps_the_old_file_and_resume_equals_a_clean_run(tiny_judge, tmp
     assert [r["verdict"] for r in scored] == [x > 0 for x in expected]
 
 
+def test_resume_after_a_last_record_without_its_newline_writes_one_line_per_row(tiny_cli, tmp_path):
+    data = _jsonl(tmp_path / "in.jsonl", _rows(12))
+    clean, out = tmp_path / "clean.jsonl", tmp_path / "out.jsonl"
+    assert cli.main(["score", "-i", str(data), "-o", str(clean), "--chunk-size", "4"]) == 0
+    # an interruption after the last complete record of a partial file, before its newline
+    partial_path(out).write_text("".join(clean.read_text().splitlines(keepends=True)[:5]).rstrip("\n"))
+    assert cli.main(["score", "-i", str(data), "-o", str(out), "--chunk-size", "4", "--resume"]) == 0
+    assert out.read_text() == clean.read_text() and len(out.read_text().splitlines()) == 12
+
+
 def test_resume_with_other_settings_or_another_input_is_refused(tiny_judge, tmp_path, monkeypatch, capsys):
     data = _jsonl(tmp_path / "in.jsonl", _rows(7))
     out = tmp_path / "out.jsonl"

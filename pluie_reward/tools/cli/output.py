@@ -164,7 +164,8 @@ class OutputFile:
 
     def done_lines(self) -> list[dict[str, Any]]:
         """The complete JSON lines already in the file (resuming); a last line cut short by an
-        interruption is dropped from the file, to be written again."""
+        interruption is dropped from the file, to be written again, and a last complete record that
+        lacks its newline gets it (the next record starts a line of its own)."""
         assert self.handle is not None
         self.handle.seek(0)
         data = self.handle.buffer.read()
@@ -181,6 +182,8 @@ class OutputFile:
             good = end
         self.handle.truncate(good)
         self.handle.seek(good)
+        if good and data[good - 1:good] != b"\n":  # interrupted between a record and its newline
+            self.handle.write("\n")
         return lines
 
     def write(self, text: str) -> int:
