@@ -154,6 +154,21 @@ def test_dataset_formats_and_nested_columns(tmp_path):
         read_table(tmp_path / "dd")
 
 
+def test_tsv_is_tab_separated_text_without_quoting(no_judge, tmp_path, capsys):
+    # MRPC's and PAWS's TSV files: quotes are part of the text, a cell may open a quote it never closes
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text('source\thypothesis\n"The cat," he said.\tA cat.\n"Open quote\tB\nC\tD "x"\n', encoding="utf-8")
+    records = read_table(tsv)
+    assert records.values("source") == ['"The cat," he said.', '"Open quote', "C"]
+    assert records.values("hypothesis") == ["A cat.", "B", 'D "x"']
+    assert [records.where(i) for i in range(3)] == ["pairs.tsv line 2", "pairs.tsv line 3", "pairs.tsv line 4"]
+    # a row with the wrong number of cells is an error naming its line
+    tsv.write_text("source\thypothesis\na\tb\nc\td\te\n", encoding="utf-8")
+    _fails(["score", "-i", str(tsv)], capsys, "pairs.tsv line 3", "3 cells", "2")
+    tsv.write_text("source\thypothesis\na\tb\nc\n", encoding="utf-8")
+    _fails(["score", "-i", str(tsv)], capsys, "pairs.tsv line 3", "1 cell", "2")
+
+
 # templates -------------------------------------------------------------------------------------
 GOOD = "name: t\nfields: [source, hypothesis]\nanswers: {{\"yes\": {yes}, \"no\": {no}}}\nmessages:\n{messages}"
 QUESTION = "  - role: user\n    content: 'A: \"{source}\"; B: \"{hypothesis}\"'\n"

@@ -192,6 +192,8 @@ def read_table(path: str | Path, split: str | None = None) -> Records:
     try:
         if path.is_dir():
             records = _read_dataset(path, split)
+        elif path.suffix.lower() == ".tsv":
+            records = _read_tsv(path)
         elif path.suffix.lower() in TABLE_SUFFIXES:
             records = _read_csv(path, TABLE_SUFFIXES[path.suffix.lower()])
         elif path.suffix.lower() in (".parquet", ".arrow"):
@@ -268,6 +270,33 @@ def _read_csv(path: Path, delimiter: str) -> Records:
                 raise UsageError(f"{path} {where}: no value for {short} (fewer fields than the header).")
             rows.append(row)
             locations.append(where)
+    return Records(path, rows, locations)
+
+
+def _read_tsv(path: Path) -> Records:
+    """Tab-separated text, without quoting (as MRPC's and PAWS's files are written): a quote is a
+    character of its cell, every line one row, every row as many cells as the header.
+
+    Example:
+        >>> _ = Path("pairs.tsv").write_text('source\\thypothesis\\n"The cat," he said.\\tA cat.\\n')
+        >>> read_table("pairs.tsv").rows
+        [{'source': '"The cat," he said.', 'hypothesis': 'A cat.'}]
+    """
+    lines = json_lines(path.read_text(encoding="utf-8-sig"))  # -sig: a UTF-8 BOM is not part of the first column
+    header = next((line.split("\t") for line, _ in lines), None)
+    if header is None:
+        return Records(path, [], [])
+    rows, locations = [], []
+    for number, (line, _) in enumerate(lines, 2):
+        if not line:
+            continue
+        cells = line.split("\t")
+        if len(cells) != len(header):
+            cut = f"no value for {header[len(cells):]}" if len(cells) < len(header) else "a tab inside a value splits it"
+            raise UsageError(f"{path} line {number}: {len(cells)} cell{'s' * (len(cells) != 1)} but the header has "
+                             f"{len(header)} ({cut}); TSV is read without quoting: fix that row, or use CSV or JSONL.")
+        rows.append(dict(zip(header, cells)))
+        locations.append(f"line {number}")
     return Records(path, rows, locations)
 
 
