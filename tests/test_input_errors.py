@@ -169,6 +169,15 @@ def test_tsv_is_tab_separated_text_without_quoting(no_judge, tmp_path, capsys):
     _fails(["score", "-i", str(tsv)], capsys, "pairs.tsv line 3", "1 cell", "2")
 
 
+def test_a_column_named_twice_in_a_header_is_refused(no_judge, tmp_path, capsys):
+    csv_file = tmp_path / "pairs.csv"
+    csv_file.write_text("source,hypothesis,source\nThe cat sleeps.,A cat is asleep.,Prices rose.\n", encoding="utf-8")
+    _fails(["score", "-i", str(csv_file)], capsys, "pairs.csv", "'source'", "twice", "rename")
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("source\thypothesis\thypothesis\na\tb\tc\n", encoding="utf-8")
+    _fails(["score", "-i", str(tsv)], capsys, "pairs.tsv", "'hypothesis'", "twice")
+
+
 # templates -------------------------------------------------------------------------------------
 GOOD = "name: t\nfields: [source, hypothesis]\nanswers: {{\"yes\": {yes}, \"no\": {no}}}\nmessages:\n{messages}"
 QUESTION = "  - role: user\n    content: 'A: \"{source}\"; B: \"{hypothesis}\"'\n"

@@ -254,12 +254,27 @@ def _read_json(path: Path) -> Records:
     return Records(path, rows, locations)
 
 
+def _check_header(path: Path, header: Sequence[str]) -> None:
+    """A column named twice in a CSV/TSV header is an error (reading it by name would take the last one).
+
+    Example:
+        >>> _check_header(Path("pairs.csv"), ["source", "hypothesis", "source"])
+        Traceback (most recent call last):
+        ...
+        pluie_reward.tools.shared.UsageError: pairs.csv: the header names the column(s) ['source'] twice; rename one of each (a column is read by its name).
+    """
+    twice = sorted({name for name in header if list(header).count(name) > 1})
+    if twice:
+        raise UsageError(f"{path}: the header names the column(s) {twice} twice; rename one of each (a column is read by its name).")
+
+
 def _read_csv(path: Path, delimiter: str) -> Records:
     rows, locations = [], []
     with path.open(newline="", encoding="utf-8-sig") as handle:  # -sig: a UTF-8 BOM is not part of the first column
         reader = csv.DictReader(handle, delimiter=delimiter)
         if not reader.fieldnames:
             return Records(path, [], [])
+        _check_header(path, reader.fieldnames)
         for row in reader:
             where = f"line {reader.line_num}"
             if None in row:
@@ -286,6 +301,7 @@ def _read_tsv(path: Path) -> Records:
     header = next((line.split("\t") for line, _ in lines), None)
     if header is None:
         return Records(path, [], [])
+    _check_header(path, header)
     rows, locations = [], []
     for number, (line, _) in enumerate(lines, 2):
         if not line:
