@@ -4,6 +4,7 @@ the model loads when it can; partial output is kept and reported."""
 
 from __future__ import annotations
 
+import csv
 import inspect
 import json
 
@@ -176,6 +177,14 @@ def test_a_column_named_twice_in_a_header_is_refused(no_judge, tmp_path, capsys)
     tsv = tmp_path / "pairs.tsv"
     tsv.write_text("source\thypothesis\thypothesis\na\tb\tc\n", encoding="utf-8")
     _fails(["score", "-i", str(tsv)], capsys, "pairs.tsv", "'hypothesis'", "twice")
+
+
+def test_a_csv_cell_longer_than_the_csv_module_limit_is_read(tmp_path):
+    long = "word " * 40_000  # 200,000 characters: over csv's default field_size_limit (131,072)
+    csv_file = tmp_path / "long.csv"
+    csv_file.write_text(f"source,hypothesis\nThe cat sleeps.,{long}\n", encoding="utf-8")
+    assert read_table(csv_file).values("hypothesis") == [long]  # as in JSONL: scored, truncated with a warning
+    assert csv.field_size_limit() == 131_072  # the process-wide limit is left as it was
 
 
 # templates -------------------------------------------------------------------------------------

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import csv
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ...core.fields import map_fields, parse_assignments
 from ..shared import UsageError, json_lines, relocate  # noqa: F401  (re-exported: relocate's home was here)
@@ -200,6 +201,8 @@ def read_table(path: str | Path, split: str | None = None) -> Records:
             records = _read_arrow(path)
         else:
             records = _read_json(path)
+    except csv.Error as err:
+        raise UsageError(f"{path}: cannot read it as {path.suffix[1:]} ({err}).") from None
     except UnicodeDecodeError as err:
         raise UsageError(
             f"{path}: not UTF-8 text (byte {err.start}: {err.reason}); convert it first, e.g. "
@@ -268,9 +271,21 @@ def _check_header(path: Path, header: Sequence[str]) -> None:
         raise UsageError(f"{path}: the header names the column(s) {twice} twice; rename one of each (a column is read by its name).")
 
 
+@contextmanager
+def _long_cells() -> Iterator[None]:
+    """Let the csv module read cells of any length (its default stops at 131,072 characters; JSONL has
+    no such limit, and a long text is truncated by the judge with a warning), then restore its limit."""
+    limit = csv.field_size_limit(2**31 - 1)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(limit)
+
+
 def _read_csv(path: Path, delimiter: str) -> Records:
     rows, locations = [], []
-    with path.open(newline="", encoding="utf-8-sig") as handle:  # -sig: a UTF-8 BOM is not part of the first column
+    # -sig: a UTF-8 BOM is not part of the first column
+    with path.open(newline="", encoding="utf-8-sig") as handle, _long_cells():
         reader = csv.DictReader(handle, delimiter=delimiter)
         if not reader.fieldnames:
             return Records(path, [], [])
