@@ -187,6 +187,40 @@ def test_a_csv_cell_longer_than_the_csv_module_limit_is_read(tmp_path):
     assert csv.field_size_limit() == 131_072  # the process-wide limit is left as it was
 
 
+def _typed_parquet(path, **extra):
+    import datetime
+    import decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = {
+        "source": ["The cat sleeps.", "Prices rose."], "hypothesis": ["A cat is asleep.", "Prices fell."],
+        "day": pa.array([datetime.date(2024, 1, 2)] * 2),
+        "at": pa.array([datetime.datetime(2024, 1, 2, 3, 4, 5)] * 2, pa.timestamp("us")),
+        "price": pa.array([decimal.Decimal("1.50")] * 2, pa.decimal128(5, 2)),
+        "meta": [{"days": [datetime.date(2024, 1, 1)]}] * 2,
+    }
+    pq.write_table(pa.table({**columns, **extra}), path)
+    return path
+
+
+def test_parquet_dates_and_decimals_are_written_as_text(tiny_cli, tmp_path, capsys):
+    data = _typed_parquet(tmp_path / "typed.parquet")
+    assert cli.main(["score", "-i", str(data)]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(records) == 2 and {r["source"] for r in records} == {"The cat sleeps.", "Prices rose."}
+    assert {k: records[0][k] for k in ("day", "at", "price", "meta")} == {
+        "day": "2024-01-02", "at": "2024-01-02T03:04:05", "price": "1.50", "meta": {"days": ["2024-01-01"]}}
+
+
+def test_a_parquet_column_json_cannot_hold_is_refused_before_loading(no_judge, tmp_path, capsys):
+    data = _typed_parquet(tmp_path / "typed.parquet", blob=[b"\x00a", b"b"])
+    out = tmp_path / "out.jsonl"
+    _fails(["score", "-i", str(data), "-o", str(out)], capsys, "typed.parquet row 1", "column 'blob'", "bytes", "JSON")
+    assert not out.exists() and not (tmp_path / "out.jsonl.partial").exists()
+
+
 # templates -------------------------------------------------------------------------------------
 GOOD = "name: t\nfields: [source, hypothesis]\nanswers: {{\"yes\": {yes}, \"no\": {no}}}\nmessages:\n{messages}"
 QUESTION = "  - role: user\n    content: 'A: \"{source}\"; B: \"{hypothesis}\"'\n"

@@ -17,6 +17,8 @@ Example:
 from __future__ import annotations
 
 import csv
+import datetime
+import decimal
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -346,8 +348,29 @@ def _quiet_datasets() -> Any:
     return Quiet()
 
 
+def as_json_value(value: Any) -> Any:
+    """``value`` with the dates, times and decimals that Parquet and Arrow columns hold (inside lists
+    and objects too) written as text JSON can hold: ISO 8601 dates and times, a decimal's digits.
+    Other values are returned as they are.
+
+    Example:
+        >>> import datetime, decimal
+        >>> as_json_value({"day": datetime.date(2024, 1, 2), "prices": [decimal.Decimal("1.50")], "n": 3})
+        {'day': '2024-01-02', 'prices': ['1.50'], 'n': 3}
+    """
+    if isinstance(value, (datetime.date, datetime.time)):  # datetime.datetime is a date
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: as_json_value(v) for key, v in value.items()}
+    if isinstance(value, list):
+        return [as_json_value(v) for v in value]
+    return value
+
+
 def _from_dataset(path: Path, dataset: Any) -> Records:
-    rows = dataset.to_list()
+    rows = [as_json_value(row) for row in dataset.to_list()]
     return Records(path, rows, [f"row {i + 1}" for i in range(len(rows))])
 
 

@@ -81,6 +81,30 @@ def _check_columns(records: Records, template: Template) -> None:
         )
 
 
+def _check_json(records: Records) -> None:
+    """Every input column is written to the output as JSON: refuse a value JSON cannot hold (bytes, a
+    duration...), naming its row and column, before the model loads.
+
+    Example:
+        >>> _check_json(Records(Path("in.parquet"), [{"source": "a", "blob": b"x"}], ["row 1"]))
+        Traceback (most recent call last):
+        ...
+        pluie_reward.tools.shared.UsageError: in.parquet row 1: column 'blob' holds bytes, which the JSON output (every input column is kept) cannot hold; drop that column from the input or convert it to text.
+    """
+    for i, row in enumerate(records.rows):
+        try:
+            json.dumps(row, ensure_ascii=False)
+        except (TypeError, ValueError):
+            for column, value in row.items():
+                try:
+                    json.dumps(value, ensure_ascii=False)
+                except (TypeError, ValueError):
+                    raise UsageError(f"{records.where(i)}: column {column!r} holds {type(value).__name__}, which the JSON "
+                                     "output (every input column is kept) cannot hold; drop that column from the input or "
+                                     "convert it to text.") from None
+            raise
+
+
 def _close(saved: Any, new: Any) -> bool:
     """A saved output value equals a new one (numbers within 1e-4, relative)."""
     if isinstance(new, float) and isinstance(saved, (int, float)) and not isinstance(saved, bool):
@@ -129,6 +153,7 @@ def score_command(args: argparse.Namespace) -> int:
         records.require({f"field {f}": c for f, c in mapping.items() if f in fields and c is not None},
                         "Use --column FIELD=COLUMN.")
     _check_columns(records, template)
+    _check_json(records)
     # optional fields are read when their column is in the file (or named with --column)
     used = {f: c for f, c in mapping.items() if c is not None and (f in fields or records.has(c) or f"{f}={c}" in args.column)}
     values = check_texts(records, used, optional=template.optional_fields)
