@@ -71,6 +71,10 @@ def split_request(template: Any, body: Mapping[str, Any]) -> tuple[dict[str, Any
         Traceback (most recent call last):
         ...
         ValueError: 'truncate' is set by the server, not per request; a request may set only 'threshold' and 'use_cache' besides the template's fields.
+        >>> split_request(load_template("para-fs"), {"source": "s", "hypothesis": ["h"], "threshold": 10**400})
+        Traceback (most recent call last):
+        ...
+        ValueError: 'threshold' must be a finite number, got 10000000000000000000... (401 characters).
     """
     fields, options = {}, {}
     for key, value in body.items():
@@ -84,9 +88,14 @@ def split_request(template: Any, body: Mapping[str, Any]) -> tuple[dict[str, Any
                 raise ValueError(f"'use_cache' must be true or false, got {value!r}.")
             options[key] = value
         else:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"'threshold' must be a finite number, got {value!r}.")
-            options[key] = float(value)
+            try:  # an int too large for a float (400 digits) is no finite threshold either
+                number = math.nan if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
+            except OverflowError:
+                number = math.inf
+            if not math.isfinite(number):
+                shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}... ({len(repr(value))} characters)"
+                raise ValueError(f"'threshold' must be a finite number, got {shown}.")
+            options[key] = number
     return fields, options
 
 
