@@ -176,6 +176,20 @@ def test_work_of_a_disconnected_client_is_dropped():
         assert after["requests"]["by_status"].get("499") == 1  # counted as "client closed the request"
 
 
+def test_a_client_that_hangs_up_mid_upload_is_counted_499_not_a_server_error(caplog):
+    app = create_app(make_tiny_judge(), "para-fs", max_wait_ms=0)
+    with background(app) as srv, caplog.at_level(logging.WARNING, logger="pluie_reward"):
+        address = urlparse(srv.url)
+        sock = socket.create_connection((address.hostname, address.port))
+        sock.sendall(b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+                     b'{"source": ["a"], ')
+        sock.close()  # the client leaves before the rest of its body
+        assert wait_until(lambda: metrics(srv.url)["requests"]["by_status"].get("499") == 1, 30)
+        after = metrics(srv.url)
+    assert after["requests"]["server_errors"] == 0 and "500" not in after["requests"]["by_status"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
 # SIGTERM drains within its bound ----------------------------------------------------------------
 def test_sigterm_answers_every_request_within_the_drain_bound(pairs, reference):
     judge = make_slow_tiny_judge(1.0, min_requests=2)

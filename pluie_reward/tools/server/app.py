@@ -155,19 +155,28 @@ class _Timing:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         start, status, body, reason = time.perf_counter(), [500], bytearray(), [""]
+        answered, gone = [False], [False]
+
+        async def receive_and_note() -> Any:
+            message = await receive()
+            gone[0] = gone[0] or message["type"] == "http.disconnect"
+            return message
 
         async def send_and_note(message: Mapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
-                status[0] = message["status"]
+                status[0], answered[0] = message["status"], True
             elif message["type"] == "http.response.body" and status[0] >= 400 and len(body) < 2000:
                 body.extend(message.get("body", b"")[:2000])
             await send(message)
 
         try:
-            await self.app(scope, receive, send_and_note)
+            await self.app(scope, receive_and_note, send_and_note)
         except Exception as err:  # answered 500 by Starlette's outermost middleware; the reason is logged here
             status[0], reason[0] = 500, f"{type(err).__name__}: {err}"
             raise
+        else:
+            if not answered[0] and gone[0]:  # e.g. _BodyLimit saw the client leave mid-upload
+                status[0], reason[0] = 499, "the client closed the connection before sending its whole body"
         finally:
             path = scope["path"] if scope["path"] in KNOWN_PATHS else "other"
             self.metrics.record_request(path, status[0], time.perf_counter() - start)
