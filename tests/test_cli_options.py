@@ -138,3 +138,15 @@ def test_numeric_option_refuses_what_means_nothing(path, action, value, nothing_
         err = capsys.readouterr().err
     assert "Traceback" not in err
     assert any(o in err for o in action.option_strings), f"{' '.join(argv)}: the message does not name the option: {err}"
+
+
+def test_serve_options_that_cannot_work_are_refused_before_loading(nothing_loads, capsys):
+    for argv, needles in [
+        (["--max-body-mb", "1e308"], ["--max-body-mb", "1e+308"]),  # was an OverflowError traceback
+        (["--max-body-mb", "1e-9"], ["--max-body-mb", "1e-09", "1 byte"]),  # was refused by create_app, after loading
+        (["--host", "not a host"], ["--host 'not a host'"]),  # was refused by uvicorn, after loading
+    ]:
+        assert cli.main(["serve", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert all(needle in err for needle in needles) and "Traceback" not in err, err
+

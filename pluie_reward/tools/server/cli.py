@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from .runner import run
 
 TOKEN_ENV = "PLUIE_REWARD_TOKEN"
 SHUTDOWN_S = 30.0  # default drain bound at SIGTERM (--graceful-timeout)
+MAX_BODY_MB = 1024 * 1024  # 1 TiB: a larger --max-body-mb is a typo (the server holds a body in memory)
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -66,6 +68,38 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def body_bytes(max_body_mb: float) -> int:
+    """``--max-body-mb`` in bytes: at least 1 byte, at most :data:`MAX_BODY_MB`, else a :class:`UsageError`.
+
+    Example:
+        >>> body_bytes(4.0)
+        4194304
+        >>> body_bytes(1e-9)
+        Traceback (most recent call last):
+        ...
+        pluie_reward.tools.shared.UsageError: --max-body-mb 1e-09: give a size from 1 byte (about 1e-06 MiB) to 1048576 MiB (1 TiB).
+    """
+    size = max_body_mb * 1024 * 1024
+    if not 1 <= size <= MAX_BODY_MB * 1024 * 1024:
+        raise UsageError(f"--max-body-mb {max_body_mb:g}: give a size from 1 byte (about {1 / 2**20:.0e} MiB) to "
+                         f"{MAX_BODY_MB} MiB (1 TiB).")
+    return int(size)
+
+
+def check_host(host: str) -> None:
+    """A usage error for a ``--host`` that is neither an address nor a name this machine resolves
+    (checked before the model loads; uvicorn would fail only after).
+
+    Example:
+        >>> check_host("127.0.0.1")
+    """
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as err:
+        raise UsageError(f"--host {host!r}: not an address or a host name this machine resolves ({err}); use e.g. "
+                         "127.0.0.1 (this machine only) or 0.0.0.0 (every interface).") from None
+
+
 def mapping_from_args(args: argparse.Namespace) -> RewardMapping | None:
     """The OpenRLHF field mapping the ``--rm-*`` options describe (checked against the template).
 
@@ -91,6 +125,8 @@ def server_options(args: argparse.Namespace, command: str = "serve") -> dict:
     that the server's options describe (their numbers were checked while parsing), checked before any model loads; warns on stderr when
     ``--host`` is not a loopback address and no token is set. ``pluie-reward pool`` uses it too."""
     mapping = mapping_from_args(args)  # fail on bad options before loading a model
+    max_body_bytes = body_bytes(args.max_body_mb)
+    check_host(args.host)
     token = _token(args)
     if not _is_loopback(args.host) and token is None:
         print(
@@ -101,7 +137,7 @@ def server_options(args: argparse.Namespace, command: str = "serve") -> dict:
     return {
         "mapping": mapping,
         "token": token,
-        "max_body_bytes": int(args.max_body_mb * 1024 * 1024),
+        "max_body_bytes": max_body_bytes,
         "max_items_per_request": args.max_items_per_request,
         "max_batch_items": args.max_batch_items,
         "max_batch_tokens": args.max_batch_tokens,
