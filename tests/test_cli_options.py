@@ -10,6 +10,7 @@ listed below with the reason those values make sense.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -150,3 +151,14 @@ def test_serve_options_that_cannot_work_are_refused_before_loading(nothing_loads
         err = capsys.readouterr().err
         assert all(needle in err for needle in needles) and "Traceback" not in err, err
 
+
+def test_an_output_folder_that_cannot_be_created_is_refused_before_loading(nothing_loads, tmp_path, capsys):
+    if not Path("/proc/self").is_dir():
+        pytest.skip("needs Linux /proc: a folder even root cannot create anything in")
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"source": "a", "hypothesis": "b", "label": 1}\n')
+    for argv in (["score", "-i", str(data), "-o", "/proc/missing/dir/x.jsonl"],
+                 ["eval", "classification", "-i", str(data), "-o", "/proc/missing/dir"]):
+        assert cli.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "/proc" in err and "Traceback" not in err, err

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterable
 
@@ -67,6 +68,10 @@ def _writable_folder(folder: Path, option: str) -> None:
                 raise UsageError(f"{option}: {parent} is a file, so nothing can be written under it; choose another path.")
             if not os.access(parent, os.W_OK | os.X_OK):
                 raise UsageError(f"{option}: {parent} is not writable; choose another path.")
+            try:  # what access() cannot tell (root on /proc, a read-only mount...): make and remove a folder there
+                os.rmdir(tempfile.mkdtemp(prefix=".pluie-check-", dir=parent))
+            except OSError as err:
+                raise UsageError(f"{option}: nothing can be written in {parent} ({err.strerror}); choose another path.") from None
             return
 
 
