@@ -29,6 +29,13 @@ def test_missing_and_unknown_fields_list_the_template_fields(tiny_judge):
         tiny_judge.score("para-fs", source=["a"], hypothesis=["b"], candidate=["c"])
 
 
+def test_a_field_named_self_is_an_unknown_field_not_a_python_error(tiny_judge):
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['self'\]"):
+        tiny_judge.score("para-fs", source=["a"], hypothesis=["b"], **{"self": ["c"]})
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['self'\]"):
+        tiny_judge.plan("para-fs", source=["a"], hypothesis=["b"], **{"self": ["c"]})
+
+
 def test_empty_strings_and_empty_batch(tiny_judge):
     scores = tiny_judge.score("para-fs", source=["", "a"], hypothesis=["", ""])
     assert all(math.isfinite(s) for s in scores)

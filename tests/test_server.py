@@ -127,6 +127,7 @@ BAD = [
     ("non-string item", "/score", {"source": [1], "hypothesis": ["b"]}, AUTH, 422, "expected a string"),
     ("null item", "/score", {"source": ["a"], "hypothesis": [None]}, AUTH, 422, "item 0"),
     ("unequal lengths", "/score", {"source": ["a", "b"], "hypothesis": ["c"]}, AUTH, 422, "different lengths"),
+    ("a field named self", "/score", {"self": ["c"], "source": ["a"], "hypothesis": ["b"]}, AUTH, 422, "unknown field(s) ['self']"),
     ("400-digit threshold", "/score", {"source": ["a"], "hypothesis": ["b"], "threshold": 10**400}, AUTH, 422,
      "'threshold' must be a finite number"),
     ("too many items", "/score", {"source": ["a"] * 65, "hypothesis": ["b"] * 65}, AUTH, 413, "at most 64"),

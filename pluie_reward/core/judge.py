@@ -414,6 +414,7 @@ class Judge:
     # scoring ---------------------------------------------------------------------------------
     def plan(
         self,
+        /,  # a field may be named 'self'; it goes to **fields
         template: TemplateLike = None,
         *,
         details: bool = False,
@@ -444,6 +445,7 @@ class Judge:
 
     def score(
         self,
+        /,  # a field may be named 'self'; it goes to **fields
         template: TemplateLike = None,
         *,
         details: bool = False,
@@ -484,6 +486,7 @@ class Judge:
 
     async def ascore(
         self,
+        /,  # a field may be named 'self'; it goes to **fields
         template: TemplateLike = None,
         *,
         details: bool = False,
