@@ -36,6 +36,15 @@ def test_a_field_named_self_is_an_unknown_field_not_a_python_error(tiny_judge):
         tiny_judge.plan("para-fs", source=["a"], hypothesis=["b"], **{"self": ["c"]})
 
 
+@pytest.mark.parametrize("threshold, error", [(float("nan"), ValueError), (float("inf"), ValueError), (10**400, ValueError),
+                                              ("1", TypeError), (True, TypeError)],
+                         ids=["nan", "inf", "400 digits", "str", "bool"])
+def test_threshold_of_a_call_must_be_a_finite_number(tiny_judge, threshold, error):
+    with pytest.raises(error, match=r"threshold must be a finite number .*got"):
+        tiny_judge.score("para-fs", source=["a"], hypothesis=["b"], threshold=threshold)
+    assert tiny_judge.score("para-fs", source=["a"], hypothesis=["b"], threshold=-1, details=True)[0]["verdict"] in (True, False)
+
+
 def test_empty_strings_and_empty_batch(tiny_judge):
     scores = tiny_judge.score("para-fs", source=["", "a"], hypothesis=["", ""])
     assert all(math.isfinite(s) for s in scores)

@@ -22,10 +22,42 @@ Example:
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .template import normalize_fields
+
+
+def check_threshold(threshold: Any) -> None:
+    """Refuse a threshold that is not ``None`` or a finite number (a verdict against NaN is always False).
+
+    Args:
+        threshold: a scoring call's ``threshold``.
+
+    Raises:
+        TypeError: not a number (a string, a bool...). ValueError: NaN, infinite, or too large for a float.
+
+    Example:
+        >>> check_threshold(1), check_threshold(None)
+        (None, None)
+        >>> check_threshold(float("nan"))
+        Traceback (most recent call last):
+        ...
+        ValueError: threshold must be a finite number (the verdict is score > threshold), got nan.
+    """
+    if threshold is None:
+        return
+    message = f"threshold must be a finite number (the verdict is score > threshold), got {str(threshold)[:40]!s}."
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):  # numpy's floats are Real too
+        raise TypeError(message[:-1] + f" ({type(threshold).__name__}).")
+    try:
+        finite = math.isfinite(threshold)
+    except OverflowError:  # an int too large for a float
+        finite = False
+    if not finite:
+        raise ValueError(message)
 
 
 @dataclass(frozen=True)
@@ -44,6 +76,7 @@ class ScoreOptions:
     )
 
     def __post_init__(self) -> None:
+        check_threshold(self.threshold)
         limit = self.max_new_tokens
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
             raise ValueError(f"max_new_tokens must be a positive integer, got {limit!r}.")
