@@ -131,6 +131,12 @@ def test_bad_completions_and_fields(tiny_judge):
         PluieReward(tiny_judge, fields={"hypothesis": "answer"})
 
 
+def test_a_string_column_is_refused_not_read_as_characters(tiny_judge):
+    reward = PluieReward(tiny_judge, fields={"source": "src"})
+    with pytest.raises(TypeError, match=r"column 'src' is one string.*\[text\] \* 3"):
+        reward(completions=["x", "y", "z"], src="abc")  # was: 'a', 'b' and 'c' as the sources
+
+
 def test_group_prefix_is_computed_once_per_prompt():
     judge = make_tiny_judge(seed=0)
     reward = PluieReward(judge, fields={"source": "src"})

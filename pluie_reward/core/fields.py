@@ -282,6 +282,10 @@ class FieldMap:
         Example:
             >>> FieldMap.explicit({"source": "prompt"}).gather({}, 1, prompts=[[{"role": "user", "content": "Hi"}]])
             {'source': ['Hi']}
+            >>> FieldMap.explicit({"source": "src"}).gather({"src": "abc"}, 3)
+            Traceback (most recent call last):
+            ...
+            TypeError: column 'src' is one string, not one value per completion: pass a list ([text] * 3 to give every one the same text).
         """
         available = [k for k in batch if k not in exclude]
         if prompts is not None:
@@ -290,6 +294,10 @@ class FieldMap:
         values: dict[str, list[Any]] = {}
         for f, column in selected.items():
             if column in batch and column not in exclude:
+                if isinstance(batch[column], (str, bytes)):  # list() would read it as characters
+                    count = n if n is not None else "n"
+                    raise TypeError(f"{self.who}{self.what} {column!r} is one string, not one value per {per[:-1]}: pass a "
+                                    f"list ([text] * {count} to give every one the same text).")
                 values[f] = list(batch[column])
             else:  # the prompt itself
                 values[f] = [prompt_text(p, i) for i, p in enumerate(prompts or [])]
