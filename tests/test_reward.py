@@ -1,5 +1,6 @@
 """PluieReward and novelty: TRL's reward contract, bad input, and real GRPO/RLOO runs on tiny models."""
 
+import copy
 import functools
 import math
 import pickle
@@ -135,6 +136,12 @@ def test_a_string_column_is_refused_not_read_as_characters(tiny_judge):
     reward = PluieReward(tiny_judge, fields={"source": "src"})
     with pytest.raises(TypeError, match=r"column 'src' is one string.*\[text\] \* 3"):
         reward(completions=["x", "y", "z"], src="abc")  # was: 'a', 'b' and 'c' as the sources
+
+
+def test_a_reward_holding_a_loaded_judge_says_how_to_pickle_it(tiny_judge):
+    with pytest.raises(TypeError, match=r"PluieReward holds a loaded judge.*factory.*functools.partial"):
+        pickle.dumps(PluieReward(tiny_judge))
+    assert copy.copy(PluieReward(tiny_judge)).judge is tiny_judge  # a shallow copy needs no pickling
 
 
 def test_group_prefix_is_computed_once_per_prompt():

@@ -172,10 +172,20 @@ class PluieReward:
         return self._judge
 
     def __getstate__(self) -> dict:
+        if self._factory is None:  # a loaded model does not pickle (and its weights should not travel)
+            raise TypeError(f"{type(self).__name__} holds a loaded judge, which does not pickle (a trainer that spawns "
+                            "processes pickles its rewards): give it a zero-argument factory instead, e.g. "
+                            f"{type(self).__name__}(functools.partial(Judge.load, MODEL), ...); the judge is then built "
+                            "on first call in each process.")
         state = dict(self.__dict__)
-        if self._factory is not None:
-            state["_judge"] = None  # rebuilt lazily in the unpickled copy
+        state["_judge"] = None  # rebuilt lazily in the unpickled copy
         return state
+
+    def __copy__(self) -> "PluieReward":
+        """A shallow copy sharing the judge (``copy.copy``; only pickling needs a factory)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
 
     def __call__(
         self,
