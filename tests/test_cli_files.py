@@ -231,6 +231,27 @@ def test_ctrl_c_on_standard_output_exits_130_in_one_line(tiny_judge, tmp_path, m
     assert "interrupted; 2 of 4 item(s) were written to standard output" in captured.err
 
 
+def test_standard_output_closed_by_the_reader_stops_quietly_with_status_141(tmp_path):
+    """``score | head -1``: the Unix behaviour of a writer whose reader left (SIGPIPE: 128 + 13), with no
+    message (the reader chose to stop) and never exit 0, which would claim every item was written."""
+    import subprocess
+    import sys
+
+    rows = [{**row, "note": "x" * 30_000} for row in _rows(12)]  # 360 kB: more than a pipe holds, so the pipe breaks
+    data = _jsonl(tmp_path / "in.jsonl", rows)
+    script = ("import sys; from pluie_reward.testing import make_tiny_judge; from pluie_reward.tools import cli; "
+              "from pluie_reward.tools.cli import score; judge = make_tiny_judge(); score.judge_from_args = lambda args: judge; "
+              "sys.exit(cli.main(sys.argv[1:]))")
+    proc = subprocess.Popen([sys.executable, "-c", script, "score", "-i", str(data), "--chunk-size", "4"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # what head -1 does after its line
+    err = proc.stderr.read().decode()
+    assert proc.wait(120) == 141, err
+    assert json.loads(first)["id"] == 0
+    assert "Traceback" not in err and "written" not in err and "failed" not in err, err
+
+
 # JSON Lines ------------------------------------------------------------------------------------------------
 # every character class a text field may hold, as json.dumps(ensure_ascii=False) writes it (raw or escaped)
 ODD = ["line\u2028separator", "para\u2029separator", "next\x85line", "vertical\x0btab", "form\x0cfeed", "file\x1csep",

@@ -45,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``pluie-reward`` console script: the command's exit code (2 for bad usage,
-    argparse's refusals of an option included; 130 after Ctrl-C)."""
+    argparse's refusals of an option included; 130 after Ctrl-C; 141 when the reader of standard output
+    left, e.g. ``| head``: quietly, as a Unix tool that SIGPIPE stops, never 0, which would say that
+    everything was written)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -53,11 +55,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return done.code if isinstance(done.code, int) else 2
     try:
         return args.run(args)
-    except BrokenPipeError:  # e.g. piped into `head`: stop quietly, as Unix tools do
+    except BrokenPipeError:  # e.g. piped into `head`: stop quietly, with the status of a Unix tool SIGPIPE stopped
         import os
 
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        return 128 + 13
     except KeyboardInterrupt:  # a command that keeps work says so itself; the others stop in one line
         print(f"pluie-reward {args.command}: interrupted.", file=sys.stderr)
         return 130

@@ -171,7 +171,7 @@ def score_command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"pluie-reward score: interrupted; {run.kept() or 'nothing was written'}.", file=sys.stderr)
         return 130
-    except _Refused:
+    except (_Refused, BrokenPipeError):  # a closed standard output (| head): main stops quietly
         raise
     except UsageError as err:
         raise UsageError(f"{err}" + (f" ({run.kept(fix=True)})." if run.kept() else "")) from None
