@@ -221,6 +221,18 @@ def test_a_parquet_column_json_cannot_hold_is_refused_before_loading(no_judge, t
     assert not out.exists() and not (tmp_path / "out.jsonl.partial").exists()
 
 
+def test_a_parquet_file_without_rows_is_reported_as_an_empty_csv_is(no_judge, tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"source": pa.array([], pa.string()), "hypothesis": pa.array([], pa.string())}), empty)
+    (tmp_path / "empty.csv").write_text("source,hypothesis\n")
+    for path in (empty, tmp_path / "empty.csv"):
+        err = _fails(["score", "-i", str(path)], capsys, f"{path} holds no items")  # was: "cannot read it as parquet"
+        assert "cannot read" not in err
+
+
 # templates -------------------------------------------------------------------------------------
 GOOD = "name: t\nfields: [source, hypothesis]\nanswers: {{\"yes\": {yes}, \"no\": {no}}}\nmessages:\n{messages}"
 QUESTION = "  - role: user\n    content: 'A: \"{source}\"; B: \"{hypothesis}\"'\n"

@@ -374,9 +374,21 @@ def _from_dataset(path: Path, dataset: Any) -> Records:
     return Records(path, rows, [f"row {i + 1}" for i in range(len(rows))])
 
 
+def _parquet_rows(path: Path) -> int | None:
+    """The number of rows a Parquet file's footer declares (``None`` when it cannot be read)."""
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except Exception:  # noqa: BLE001  (pyarrow raises its own error types; datasets then says what is wrong)
+        return None
+
+
 def _read_arrow(path: Path) -> Records:
     import datasets
 
+    if path.suffix.lower() == ".parquet" and _parquet_rows(path) == 0:  # datasets fails on it ("BatchSize must be > 0")
+        return Records(path, [], [])
     with _quiet_datasets():
         try:
             if path.suffix.lower() == ".parquet":
