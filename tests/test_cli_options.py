@@ -162,3 +162,25 @@ def test_an_output_folder_that_cannot_be_created_is_refused_before_loading(nothi
         assert cli.main(argv) == 2, argv
         err = capsys.readouterr().err
         assert "/proc" in err and "Traceback" not in err, err
+
+
+
+@pytest.fixture()
+def no_load(monkeypatch):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the judge was loaded although an option would do nothing")
+
+    monkeypatch.setattr(Judge, "load", classmethod(forbidden))
+
+
+def _refused(cases, capsys):
+    for argv, needles in cases:
+        assert cli.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert all(needle in err for needle in needles) and "Traceback" not in err, err
+
+
+def test_column_and_split_with_positional_values_are_refused(no_load, capsys):
+    _refused([(["score", "The cat sleeps.", "A cat.", "--column", "source=text"], ["--column", "--input"]),
+              (["score", "The cat sleeps.", "A cat.", "--split", "test"], ["--split", "--input"])], capsys)
+
