@@ -184,3 +184,10 @@ def test_column_and_split_with_positional_values_are_refused(no_load, capsys):
     _refused([(["score", "The cat sleeps.", "A cat.", "--column", "source=text"], ["--column", "--input"]),
               (["score", "The cat sleeps.", "A cat.", "--split", "test"], ["--split", "--input"])], capsys)
 
+
+def test_vllm_options_with_another_engine_are_refused(no_load, tmp_path, capsys):
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"source": "a", "hypothesis": "b"}\n')
+    _refused([(["score", "-i", str(data), "--tensor-parallel-size", "1"], ["--tensor-parallel-size", "--engine vllm"]),
+              (["score", "-i", str(data), "--gpu-memory-utilization", "0.5"], ["--gpu-memory-utilization", "--engine vllm"]),
+              (["serve", "--gpu-memory-utilization", "0.5"], ["--gpu-memory-utilization", "--engine vllm"])], capsys)

@@ -45,7 +45,7 @@ def add_judge_arguments(parser: argparse.ArgumentParser, adapter: bool = True, b
     group.add_argument("--engine", choices=("transformers", "vllm", "remote"), default="transformers",
                        help="transformers (this process, default), vllm (vLLM in this process) or remote (vLLM servers at --url)")
     group.add_argument("--url", default=None, help="with --engine remote: the vLLM server(s), e.g. http://host:8000 (comma-separated for several)")
-    group.add_argument("--tensor-parallel-size", type=positive_int, default=1, help="with --engine vllm: GPUs per replica (default 1)")
+    group.add_argument("--tensor-parallel-size", type=positive_int, default=None, help="with --engine vllm: GPUs per replica (default 1)")
     group.add_argument("--gpu-memory-utilization", type=positive_float, default=None, help="with --engine vllm: share of GPU memory vLLM may take")
 
 
@@ -111,10 +111,30 @@ def check_device(device: str | None) -> None:
         raise UsageError(f"--device {device}: MPS is not available on this machine; use --device cpu.")
 
 
+def check_engine_options(args: argparse.Namespace) -> None:
+    """Refuse vLLM's options with another engine, where they would do nothing.
+
+    Example:
+        >>> check_engine_options(argparse.Namespace(engine="transformers", tensor_parallel_size=2, gpu_memory_utilization=None))
+        Traceback (most recent call last):
+        ...
+        pluie_reward.tools.shared.UsageError: --tensor-parallel-size is for --engine vllm (vLLM places the model on its GPUs itself); with --engine transformers it would do nothing: drop it, or add --engine vllm.
+    """
+    engine = getattr(args, "engine", "transformers")
+    given = [option for option, name in (("--tensor-parallel-size", "tensor_parallel_size"),
+                                         ("--gpu-memory-utilization", "gpu_memory_utilization"))
+             if getattr(args, name, None) is not None]
+    if given and engine != "vllm":
+        raise UsageError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for --engine vllm (vLLM places the model "
+                         f"on its GPUs itself); with --engine {engine} {'it' if len(given) == 1 else 'they'} would do nothing: "
+                         f"drop {'it' if len(given) == 1 else 'them'}, or add --engine vllm.")
+
+
 def judge_from_args(args: argparse.Namespace) -> Any:
     """Load the judge the shared options describe; a device this torch cannot use or a model that
     cannot be found (e.g. a Hub id while offline) is a :class:`UsageError` saying what to do."""
     engine = getattr(args, "engine", "transformers")
+    check_engine_options(args)
     keywords = chat_template_kwargs(args)
     own = {"chat_template_kwargs": keywords} if keywords else {}
     if engine == "remote":
@@ -134,7 +154,7 @@ def judge_from_args(args: argparse.Namespace) -> Any:
             if args.device or args.batch_tokens:
                 raise UsageError("--engine vllm places the model itself: use --tensor-parallel-size and CUDA_VISIBLE_DEVICES, "
                                  "not --device or --batch-tokens.")
-            options = {"tensor_parallel_size": args.tensor_parallel_size}
+            options = {"tensor_parallel_size": args.tensor_parallel_size or 1}
             if args.gpu_memory_utilization is not None:
                 options["gpu_memory_utilization"] = args.gpu_memory_utilization
             try:

@@ -15,7 +15,7 @@ import time
 from functools import partial
 from typing import Any
 
-from ..cli.common import UsageError, check_device, chat_template_kwargs, command, judge_from_args
+from ..cli.common import UsageError, chat_template_kwargs, check_device, check_engine_options, command, judge_from_args
 from ..shared import nonneg_float, nonneg_int, positive_float, positive_int
 from ...core.template import load_template
 from ..server.cli import _configure as configure_server
@@ -96,7 +96,8 @@ def check_pool_args(args: argparse.Namespace) -> PoolOptions:
     if args.engine == "remote":
         raise UsageError("--engine remote: a pool of clients of vLLM servers adds nothing; run `pluie-reward serve --engine remote`, "
                          "or scale the vLLM server itself (vllm serve --data-parallel-size N).")
-    if args.engine == "vllm" and args.tensor_parallel_size > 1:
+    check_engine_options(args)
+    if args.engine == "vllm" and (args.tensor_parallel_size or 1) > 1:
         raise UsageError("--tensor-parallel-size > 1 inside a pool replica is not supported: use one replica per GPU, or a "
                          "tensor-parallel `pluie-reward serve --engine vllm`.")
     if args.detach and args.address is None:
