@@ -240,8 +240,8 @@ def test_standard_output_closed_by_the_reader_stops_quietly_with_status_141(tmp_
     rows = [{**row, "note": "x" * 30_000} for row in _rows(12)]  # 360 kB: more than a pipe holds, so the pipe breaks
     data = _jsonl(tmp_path / "in.jsonl", rows)
     script = ("import sys; from pluie_reward.testing import make_tiny_judge; from pluie_reward.tools import cli; "
-              "from pluie_reward.tools.cli import score; judge = make_tiny_judge(); score.judge_from_args = lambda args: judge; "
-              "sys.exit(cli.main(sys.argv[1:]))")
+              "from pluie_reward.tools.cli import score; judge = make_tiny_judge(); "
+              "score.judge_from_args = lambda args: judge; sys.exit(cli.main(sys.argv[1:]))")
     proc = subprocess.Popen([sys.executable, "-c", script, "score", "-i", str(data), "--chunk-size", "4"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     first = proc.stdout.readline()

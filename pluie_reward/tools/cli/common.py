@@ -115,7 +115,8 @@ def check_engine_options(args: argparse.Namespace) -> None:
     """Refuse vLLM's options with another engine, where they would do nothing.
 
     Example:
-        >>> check_engine_options(argparse.Namespace(engine="transformers", tensor_parallel_size=2, gpu_memory_utilization=None))
+        >>> args = argparse.Namespace(engine="transformers", tensor_parallel_size=2, gpu_memory_utilization=None)
+        >>> check_engine_options(args)
         Traceback (most recent call last):
         ...
         pluie_reward.tools.shared.UsageError: --tensor-parallel-size is for --engine vllm (vLLM places the model on its GPUs itself); with --engine transformers it would do nothing: drop it, or add --engine vllm.
@@ -125,9 +126,10 @@ def check_engine_options(args: argparse.Namespace) -> None:
                                          ("--gpu-memory-utilization", "gpu_memory_utilization"))
              if getattr(args, name, None) is not None]
     if given and engine != "vllm":
-        raise UsageError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for --engine vllm (vLLM places the model "
-                         f"on its GPUs itself); with --engine {engine} {'it' if len(given) == 1 else 'they'} would do nothing: "
-                         f"drop {'it' if len(given) == 1 else 'them'}, or add --engine vllm.")
+        one = len(given) == 1
+        raise UsageError(f"{' and '.join(given)} {'is' if one else 'are'} for --engine vllm (vLLM places the model on its "
+                         f"GPUs itself); with --engine {engine} {'it' if one else 'they'} would do nothing: drop "
+                         f"{'it' if one else 'them'}, or add --engine vllm.")
 
 
 def judge_from_args(args: argparse.Namespace) -> Any:

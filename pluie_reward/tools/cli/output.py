@@ -71,7 +71,8 @@ def _writable_folder(folder: Path, option: str) -> None:
             try:  # what access() cannot tell (root on /proc, a read-only mount...): make and remove a folder there
                 os.rmdir(tempfile.mkdtemp(prefix=".pluie-check-", dir=parent))
             except OSError as err:
-                raise UsageError(f"{option}: nothing can be written in {parent} ({err.strerror}); choose another path.") from None
+                raise UsageError(f"{option}: nothing can be written in {parent} ({err.strerror}); "
+                                 "choose another path.") from None
             return
 
 

@@ -270,7 +270,8 @@ def _check_header(path: Path, header: Sequence[str]) -> None:
     """
     twice = sorted({name for name in header if list(header).count(name) > 1})
     if twice:
-        raise UsageError(f"{path}: the header names the column(s) {twice} twice; rename one of each (a column is read by its name).")
+        raise UsageError(f"{path}: the header names the column(s) {twice} twice; rename one of each "
+                         "(a column is read by its name).")
 
 
 @contextmanager

@@ -136,8 +136,8 @@ def score_command(args: argparse.Namespace) -> int:
         raise UsageError("give either positional values or --input, not both.")
     unused = [option for option, value in (("--column", args.column), ("--split", args.split)) if value]
     if args.input is None and unused:
-        raise UsageError(f"{' and '.join(unused)} {'reads' if len(unused) == 1 else 'read'} an --input file; positional values "
-                         "fill the template's fields in order: drop it, or give the items with --input FILE.")
+        raise UsageError(f"{' and '.join(unused)} {'reads' if len(unused) == 1 else 'read'} an --input file; positional "
+                         "values fill the template's fields in order: drop it, or give the items with --input FILE.")
     if args.output is None and (args.resume or args.overwrite):
         raise UsageError("--resume and --overwrite are about an --output file; give one.")
     if args.resume and args.overwrite:
