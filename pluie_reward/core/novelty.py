@@ -121,6 +121,34 @@ class Task:
         return copy_proof_score(p_yes, source, hypothesis, target=self.target,
                                 source_inside_is_copy=self.source_inside_is_copy, min_length=self.min_length)
 
+    def check_template(self, template: Any, who: str = "") -> None:
+        """Check that ``template`` can give this task's reward: a Yes/No template (p_yes) with the fields
+        ``hypothesis`` (the completion) and :attr:`source_field`.
+
+        Args:
+            template: a :class:`~pluie_reward.core.template.Template` (its ``name``, ``kind`` and ``fields``).
+            who: the start of the messages (e.g. ``"paraphrase: "``).
+
+        Raises:
+            ValueError: saying what is missing and which template to use.
+
+        Example:
+            >>> from pluie_reward.core.template import load_template
+            >>> TASKS["revision"].check_template(load_template("para-fs"), who="revision: ")
+            Traceback (most recent call last):
+            ...
+            ValueError: revision: template 'para-fs' has no field 'original' (the revision source the completion must not copy); its fields are ['source', 'hypothesis']: use a template with it (e.g. 'rev'), or a Task(...) naming its source field.
+        """
+        if template.kind != "binary":
+            raise ValueError(f"{who}template {template.name!r} does not answer Yes/No; a copy-proof reward reads p_yes of a "
+                             f"Yes/No template (e.g. 'para-fs', 'net', 'rev'; the {self.name} task's is {self.template!r}).")
+        for field in (self.source_field, "hypothesis"):
+            if field not in template.fields:
+                what = "the completion" if field == "hypothesis" else f"the {self.name} source the completion must not copy"
+                raise ValueError(f"{who}template {template.name!r} has no field {field!r} ({what}); its fields are "
+                                 f"{list(template.fields)}: use a template with it (e.g. {self.template!r}), or a Task(...) "
+                                 "naming its source field.")
+
     def batch(self, p_yes: Sequence[float], accepted: Sequence[bool], sources: Sequence[str],
               hypotheses: Sequence[str]) -> "TaskScores":
         """The copy-proof rewards of a batch, their novelty and the metrics a copy-proof reward logs: what

@@ -97,13 +97,7 @@ class CopyProofReward(PluieReward):
                                    min_length=check_min_length(task.min_length if min_length == "task" else min_length))
         name = task.name if name is None else name
         template = load_template(task.template if template is None else template)
-        if template.kind != "binary":
-            raise ValueError(f"{name}: template {template.name!r} does not answer Yes/No; a copy-proof reward "
-                             "reads p_yes of a Yes/No template (e.g. 'para-fs', 'net', 'rev').")
-        if task.source_field not in template.fields:
-            raise ValueError(f"{name}: template {template.name!r} has no field {task.source_field!r} (the "
-                             f"{task.name} source the completion must not copy); its fields are "
-                             f"{list(template.fields)}: use a template with it, or a Task(...) naming its source field.")
+        task.check_template(template, who=f"{name}: ")
         super().__init__(judge, template, fields, threshold=threshold, name=name, output="prob")
 
     def __call__(
