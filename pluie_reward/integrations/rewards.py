@@ -4,11 +4,15 @@ Both follow TRL 1.x's reward contract: ``reward(prompts=..., completions=..., **
 one float per completion; completions are strings (standard datasets) or lists of chat messages
 (conversational datasets); dataset columns arrive as keyword arguments.
 
+PLUIE rewards what the judge accepts, and a judge accepts a copy of the source more surely than any
+paraphrase: to train a generator, use the copy-proof rewards (:class:`~pluie_reward.ParaphraseReward`...,
+:mod:`pluie_reward.integrations.task_rewards`), which no added novelty term can replace.
+
 Example:
     >>> reward = PluieReward(judge, template="para-fs", fields={"source": "source"})
     >>> from trl import GRPOConfig, GRPOTrainer  # for the trainer below (TRL imports vLLM: seconds)  # doctest: +SKIP
-    >>> trainer = GRPOTrainer(model=policy, reward_funcs=[reward, novelty],  # needs a dataset ds  # doctest: +SKIP
-    ...                       args=GRPOConfig(reward_weights=[1.0, 0.5]), train_dataset=ds)
+    >>> trainer = GRPOTrainer(model=policy, reward_funcs=[reward],  # e.g. a policy trained on a judged task  # doctest: +SKIP
+    ...                       args=GRPOConfig(), train_dataset=ds)
 """
 
 from __future__ import annotations
@@ -270,8 +274,10 @@ class AsyncPluieReward(PluieReward):
 class NoveltyReward:
     """Novelty of each completion against a source column, as a TRL reward (picklable).
 
-    Copying the source scores 0; combine it with PLUIE through ``GRPOConfig(reward_weights=...)`` so
-    that copying the source does not win. ``column="prompt"`` reads the prompt itself.
+    Copying the source scores 0. It is a view to watch (e.g. by a :class:`~pluie_reward.HackAlarm`), not a
+    term to add to PLUIE: PLUIE's lead for a copy outweighs any weighted novelty, so a generator is trained
+    with a copy-proof reward (:class:`~pluie_reward.ParaphraseReward`), which gates p_yes by novelty.
+    ``column="prompt"`` reads the prompt itself.
 
     Args:
         column: the dataset column holding the source (``"prompt"``: the prompt itself).
@@ -312,4 +318,4 @@ class NoveltyReward:
 
 
 novelty = NoveltyReward("source", "novelty")
-"""The novelty reward on the ``source`` column: ``reward_funcs=[pluie, novelty]``."""
+"""The novelty of each completion against the ``source`` column (e.g. a view of an :class:`~pluie_reward.AlarmedReward`)."""
