@@ -35,10 +35,11 @@ SOURCE = "The cat sleeps on the mat."
 COMPLETIONS = [
     SOURCE,                          # a verbatim copy: 0
     "THE CAT SLEEPS ON THE MAT!",    # a disguised copy (case, punctuation): 0
-    "A cat is asleep on the mat.",   # honest: the -> a, sleeps -> is, + asleep: 3 edits / 8 tokens = 0.375 >= 0.3; 7 words of 6
-    "The cat sleeps.",               # a fragment: 3 of 7 tokens deleted (0.43 >= 0.3), but 3 words of 6: x (3/6) / 0.67
+    "A cat is asleep on the mat.",   # honest: the -> a, sleeps -> is, + asleep: 3 edits / 8 tokens = 0.375 >= 0.3
+    "The cat sleeps.",               # a fragment: 3 of 7 tokens deleted (0.43 >= 0.3), but 3 words of 6
 ]
-FACTORS = [0.0, 0.0, 1.0, (3 / 6) / 0.67]  # min(1, novelty / 0.3) x (1 - excess repetition) x min(1, (words / 6) / 0.67)
+# min(1, novelty / 0.3) x (1 - excess repetition) x min(1, (words / 6) / 0.67): the paraphrase has 7 words
+FACTORS = [0.0, 0.0, 1.0, (3 / 6) / 0.67]
 
 
 def sigmoid(x: float) -> float:
@@ -54,7 +55,7 @@ def want(tiny_judge) -> list[float]:
 
 @pytest.fixture(scope="module")
 def server():
-    mapping = RewardMapping.for_template(load_template("para-fs"), reward="paraphrase")  # pluie-reward serve --rm-reward paraphrase
+    mapping = RewardMapping.for_template(load_template("para-fs"), reward="paraphrase")  # serve --rm-reward paraphrase
     app = create_app(make_tiny_judge(), "para-fs", token=TOKEN, mapping=mapping, max_wait_ms=20)
     with background(app, host="127.0.0.1", port=0) as srv:
         yield srv
@@ -111,8 +112,8 @@ def test_verl_compute_score_family(server, want):
     assert [r["score"] for r in results] == pytest.approx(want, abs=EXACT)
     assert [r["novelty"] for r in results] == pytest.approx([0.0, 0.0, 0.375, 3 / 7])
     assert all(set(r) == {"score", "acc", "logratio", "p_yes", "novelty"} for r in results)  # verl reads the first's keys
-    synced = [compute_score_sync("d", c, SOURCE, url=server.url, token=TOKEN, output="paraphrase")["score"] for c in COMPLETIONS]
-    assert synced == pytest.approx(want, abs=EXACT)
+    synced = [compute_score_sync("d", c, SOURCE, url=server.url, token=TOKEN, output="paraphrase") for c in COMPLETIONS]
+    assert [r["score"] for r in synced] == pytest.approx(want, abs=EXACT)
 
 
 def test_openrlhf_get_reward_and_reward_func(server, want, monkeypatch):
@@ -155,9 +156,13 @@ def test_openrlhf_reward_func_in_process(want, tmp_path, monkeypatch):
 
 
 def test_bad_task_requests_say_what_to_do(server, capsys):
-    bad = httpx.post(server.url + "/score", json={"source": SOURCE, "hypothesis": ["x"], "task": "summary"}, headers=AUTH, timeout=60)
+    def score(task: str) -> httpx.Response:
+        return httpx.post(server.url + "/score", json={"source": SOURCE, "hypothesis": ["x"], "task": task}, headers=AUTH,
+                          timeout=60)
+
+    bad = score("summary")
     assert bad.status_code == 422 and "'task' must be one of ['paraphrase', 'translation', 'revision']" in bad.text
-    wrong = httpx.post(server.url + "/score", json={"source": SOURCE, "hypothesis": ["x"], "task": "revision"}, headers=AUTH, timeout=60)
+    wrong = score("revision")
     assert wrong.status_code == 422 and "has no field 'original'" in wrong.text and "'rev'" in wrong.text
     with pytest.raises(ValueError, match="output='prob' does not apply: leave output= out"):
         RemotePluieReward(server.url, task="paraphrase", output="prob")

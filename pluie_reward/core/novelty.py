@@ -12,7 +12,8 @@ local rewards. docs/rewards.md explains the formula and how the targets were cho
 Example:
     >>> copy_proof_score(0.99, "The cat sleeps.", "THE CAT SLEEPS!"), copy_proof_score(0.6, "The cat sleeps.", "A cat is asleep.")
     (0.0, 0.6)
-    >>> TASKS["paraphrase"].batch([0.99, 0.6], [True, True], ["The cat sleeps."] * 2, ["The cat sleeps.", "A cat is asleep."]).rewards
+    >>> TASKS["paraphrase"].batch([0.99, 0.6], [True, True], ["The cat sleeps."] * 2,
+    ...                           ["The cat sleeps.", "A cat is asleep."]).rewards
     [0.0, 0.6]
 """
 
@@ -137,7 +138,7 @@ class Task:
             >>> TASKS["revision"].check_template(load_template("para-fs"), who="revision: ")
             Traceback (most recent call last):
             ...
-            ValueError: revision: template 'para-fs' has no field 'original' (the revision source the completion must not copy); its fields are ['source', 'hypothesis']: use a template with it (e.g. 'rev'), or a Task(...) naming its source field.
+            ValueError: revision: template 'para-fs' has no field 'original' (the revision source the completion ...
         """
         if template.kind != "binary":
             raise ValueError(f"{who}template {template.name!r} does not answer Yes/No; a copy-proof reward reads p_yes of a "

@@ -53,7 +53,8 @@ def split_request(template: Any, body: Mapping[str, Any]) -> tuple[dict[str, Any
 
     A client may set ``threshold`` (a finite number: its verdicts are ``logratio > threshold``),
     ``use_cache`` (true or false) and ``task`` (a task of :data:`~pluie_reward.core.novelty.TASKS` whose
-    copy-proof reward the server adds to the answer; the served template must be able to give it). ``details``, ``truncate``, ``max_new_tokens`` and ``template``
+    copy-proof reward the server adds to the answer; the served template must be able to give it).
+    ``details``, ``truncate``, ``max_new_tokens`` and ``template``
     are the server's: a request naming one is refused (``ValueError``, answered 422), as is an
     option of the wrong type. Any other key is left with the fields (an unknown field is refused
     when the plan is made). Requests with different options are never joined into one batch.

@@ -430,19 +430,21 @@ def _verl_fields(
     return body
 
 
-def _verl_results(answer: Mapping[str, Any], output: str, body: Mapping[str, Sequence[Any]], url: str) -> list[dict[str, Any]]:
+def _verl_results(answer: Mapping[str, Any], output: str, body: Mapping[str, Sequence[Any]], url: str
+                  ) -> list[dict[str, Any]]:
     """verl's result per item of a ``/score`` answer: ``score`` (the ``output`` column, or the task's copy-proof
     reward of the item's ``p_yes`` and texts), ``acc`` (the verdict), ``logratio``, ``p_yes`` (and ``novelty`` for a task)."""
     n = len(body["hypothesis"])
     columns = {column: _values(answer, column, n, url) for column in OUTPUTS}
     if output in TASKS:
         task = TASKS[output]
-        scores = task.batch(columns["p_yes"], [bool(v) for v in columns["verdict"]], body[task.source_field], body["hypothesis"])
+        accepted = [bool(v) for v in columns["verdict"]]
+        scores = task.batch(columns["p_yes"], accepted, body[task.source_field], body["hypothesis"])
         values, extra = scores.rewards, {"novelty": scores.novelty}
     else:
         values, extra = columns[output], {}
-    return [{"score": values[i], "acc": columns["verdict"][i], "logratio": columns["logratio"][i], "p_yes": columns["p_yes"][i],
-             **{key: column[i] for key, column in extra.items()}} for i in range(n)]
+    return [{"score": values[i], "acc": columns["verdict"][i], "logratio": columns["logratio"][i],
+             "p_yes": columns["p_yes"][i], **{key: column[i] for key, column in extra.items()}} for i in range(n)]
 
 
 def compute_score_batch(

@@ -162,7 +162,8 @@ class RewardMapping:
                     text, changed = text[: -len(marker)], True
         return text
 
-    def answer(self, results: Sequence[Mapping[str, Any]], columns: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
+    def answer(self, results: Sequence[Mapping[str, Any]],
+               columns: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
         """OpenRLHF's reward answer for ``Judge.score(..., details=True)`` results: ``rewards`` (the
         configured score, the advantage's input), ``scores`` (p_yes in [0, 1], or a task's reward: OpenRLHF's
         dynamic filtering keeps a group when ``min < mean(scores) < max``, OpenRLHF@3c3be623:
@@ -193,4 +194,5 @@ class RewardMapping:
         if columns is None:
             raise TypeError(f"the {task.name} reward reads the items' texts: pass columns=mapping.columns(...).")
         scores = task.batch(p_yes, [bool(r["verdict"]) for r in results], columns[task.source_field], columns["hypothesis"])
-        return {"rewards": scores.rewards, "scores": scores.rewards, "extra_logs": {**extra_logs, "pluie_novelty": scores.novelty}}
+        extra_logs["pluie_novelty"] = scores.novelty
+        return {"rewards": scores.rewards, "scores": scores.rewards, "extra_logs": extra_logs}

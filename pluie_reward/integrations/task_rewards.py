@@ -12,8 +12,8 @@ Each is the judge's probability of "Yes" gated by how far the completion is from
   case, spacing, punctuation, invisible characters, accents, homoglyphs; 0 for a completion without a
   word), and also 0, for paraphrase and translation, when the completion holds the whole source with
   more around it (the source repeated, or followed by anything: :func:`~pluie_reward.core.text.contains_words`);
-* ``target`` is the novelty that earns full credit (:data:`~pluie_reward.core.novelty.TASKS`: 0.3 for paraphrase and translation,
-  0.05 for revision; see docs/rewards.md for how they were chosen);
+* ``target`` is the novelty that earns full credit (:data:`~pluie_reward.core.novelty.TASKS`: 0.3 for paraphrase
+  and translation, 0.05 for revision; see docs/rewards.md for how they were chosen);
 * the excess repetition is the share of the completion's word trigrams repeating an earlier one, less
   the source's own (:func:`~pluie_reward.core.text.repetition`): a completion that says the same thing
   twice gets about half;
@@ -68,7 +68,8 @@ class CopyProofReward(PluieReward):
             read the column of the same name; the completion is the ``hypothesis``).
         target: the novelty that earns full credit (default: the task's).
         min_length: the length floor, a share of the source's words in (0, 1] (``"task"``, the default:
-            the task's, 0.67 for paraphrase, none for translation and revision; None: no floor; see :class:`~pluie_reward.core.novelty.Task`).
+            the task's, 0.67 for paraphrase, none for translation and revision; None: no floor; see
+            :class:`~pluie_reward.core.novelty.Task`).
         threshold: acceptance cut on PLUIE for the logged accept rate (default: the judge's).
         name: the name TRL logs under (default: the task's name).
 
@@ -79,7 +80,8 @@ class CopyProofReward(PluieReward):
     ``<name>/copy_rate`` (:func:`~pluie_reward.core.novelty.is_copy`), ``<name>/novelty`` (mean
     :func:`~pluie_reward.core.novelty.copy_proof_novelty`), ``<name>/accepted_novel_rate`` (accepted and at
     or above the target: what the generator is for) and, with a length floor, ``<name>/short_rate``
-    (:meth:`~pluie_reward.core.novelty.Task.batch`); with ``log_extra``, the ``<name>/logratio`` and ``<name>/novelty`` columns of the completions table.
+    (:meth:`~pluie_reward.core.novelty.Task.batch`); with ``log_extra``, the ``<name>/logratio`` and
+    ``<name>/novelty`` columns of the completions table.
 
     Example:
         >>> reward = CopyProofReward(judge, "revision", fields={"original": "paragraph"})

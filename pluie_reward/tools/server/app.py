@@ -209,8 +209,8 @@ def task_columns(template: Any, body: Mapping[str, Any], answer: Mapping[str, li
 
     Example:
         >>> from pluie_reward.core.template import load_template
-        >>> task_columns(load_template("para-fs"), {"source": "The cat sleeps.", "hypothesis": ["THE CAT SLEEPS!", "A cat is asleep."],
-        ...              "task": "paraphrase"}, {"p_yes": [0.9, 0.8], "verdict": [True, True]})
+        >>> body = {"source": "The cat sleeps.", "hypothesis": ["THE CAT SLEEPS!", "A cat is asleep."], "task": "paraphrase"}
+        >>> task_columns(load_template("para-fs"), body, {"p_yes": [0.9, 0.8], "verdict": [True, True]})
         {'reward': [0.0, 0.8], 'novelty': [0.0, 0.6]}
     """
     task = split_request(template, body)[1].get("task")

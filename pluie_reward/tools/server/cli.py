@@ -42,7 +42,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    help=f"fill template FIELD from SOURCE, one of {list(SOURCES)} (default: source=label, hypothesis=response)")
     g.add_argument("--rm-reward", choices=REWARDS, default="logratio",
                    help="what 'rewards' holds: logratio (default), p_yes, verdict, or a task's copy-proof reward "
-                        "(paraphrase, translation, revision: p_yes gated by novelty, a copy gets 0; train a generator with it)")
+                        "(paraphrase, translation, revision: p_yes gated by novelty, a copy gets 0; train a "
+                        "generator with it)")
     g.add_argument("--rm-strip", action="append", default=[], metavar="TEXT",
                    help="also strip TEXT from the end of responses (end-of-turn markers like <|im_end|> are stripped already)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
