@@ -172,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from pluie_reward import Judge
     from pluie_reward.integrations.data import best_of_n, describe_pairs, filter_dataset, score_dataset
-    from pluie_reward.integrations.task_rewards import TASKS, task_of
+    from pluie_reward.core.novelty import TASKS, task_of
     from pluie_reward.engines.transformers.loading import load_trainable_embedded
 
     set_seed(args.seed)

@@ -58,7 +58,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from pluie_reward import (AlarmedReward, GuardReward, HackAlarm, Judge, NoveltyReward, ParaphraseReward, PluieCallback, PluieReward,
                           add_default_judge_adapter, load_trainable_embedded, novelty)
-from pluie_reward.integrations.task_rewards import TASKS, copy_proof_novelty, is_copy
+from pluie_reward.core.novelty import TASKS, copy_proof_novelty, is_copy
 from pluie_reward.tools.evaluation.baselines import embedding_available, embedding_cosine
 from pluie_reward.tools.runs import plot_run, read_run, summary
 

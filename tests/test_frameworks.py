@@ -30,7 +30,7 @@ pytest.importorskip("fastapi")
 from pluie_reward import AsyncPluieReward, NoveltyReward, PluieReward  # noqa: E402
 from pluie_reward.integrations import client as client_module  # noqa: E402
 from pluie_reward.integrations.client import RemotePluieReward, compute_score, compute_score_sync  # noqa: E402
-from pluie_reward.integrations.rewards import novelty_score  # noqa: E402
+from pluie_reward.core.novelty import novelty_score  # noqa: E402
 from pluie_reward.testing import make_tiny_judge  # noqa: E402
 from pluie_reward.tools.server import background, create_app  # noqa: E402
 

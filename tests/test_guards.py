@@ -18,7 +18,7 @@ from pluie_reward.integrations.guards import (
     escape_fields,
     template_format,
 )
-from pluie_reward.integrations.rewards import novelty_score
+from pluie_reward.core.novelty import novelty_score
 from pluie_reward.testing import make_tiny_tokenizer
 
 SOURCE = "The cat sleeps on the mat."

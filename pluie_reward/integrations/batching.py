@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..core.errors import PluieError
+from ..core.novelty import TASKS
 from ..core.plan import ScoringPlan
 
 
@@ -42,7 +43,7 @@ class ScoringError(PluieError):
         self.client_error = client_error
 
 
-CLIENT_OPTIONS = ("threshold", "use_cache")
+CLIENT_OPTIONS = ("threshold", "use_cache", "task")
 SERVER_OPTIONS = ("details", "truncate", "max_new_tokens", "template")
 _ITEM = re.compile(r"\bitem (\d+)\b")
 
@@ -50,8 +51,10 @@ _ITEM = re.compile(r"\bitem (\d+)\b")
 def split_request(template: Any, body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """A request's keys split into the template's fields and the options a client may set.
 
-    A client may set ``threshold`` (a finite number: its verdicts are ``logratio > threshold``) and
-    ``use_cache`` (true or false). ``details``, ``truncate``, ``max_new_tokens`` and ``template``
+    A client may set ``threshold`` (a finite number: its verdicts are ``logratio > threshold``),
+    ``use_cache`` (true or false) and ``task`` (a task of :data:`~pluie_reward.core.novelty.TASKS` whose
+    copy-proof reward the server adds to the answer; the served template must be able to give it).
+    ``details``, ``truncate``, ``max_new_tokens`` and ``template``
     are the server's: a request naming one is refused (``ValueError``, answered 422), as is an
     option of the wrong type. Any other key is left with the fields (an unknown field is refused
     when the plan is made). Requests with different options are never joined into one batch.
@@ -70,7 +73,7 @@ def split_request(template: Any, body: Mapping[str, Any]) -> tuple[dict[str, Any
         >>> split_request(load_template("para-fs"), {"source": "s", "hypothesis": ["h"], "truncate": False})
         Traceback (most recent call last):
         ...
-        ValueError: 'truncate' is set by the server, not per request; a request may set only 'threshold' and 'use_cache' besides the template's fields.
+        ValueError: 'truncate' is set by the server, not per request; a request may set only 'threshold', 'use_cache' and 'task' besides the template's fields.
         >>> split_request(load_template("para-fs"), {"source": "s", "hypothesis": ["h"], "threshold": 10**400})
         Traceback (most recent call last):
         ...
@@ -81,11 +84,18 @@ def split_request(template: Any, body: Mapping[str, Any]) -> tuple[dict[str, Any
         if key in template.all_fields or key not in CLIENT_OPTIONS + SERVER_OPTIONS:
             fields[key] = value
         elif key in SERVER_OPTIONS:
-            raise ValueError(f"{key!r} is set by the server, not per request; a request may set only "
-                             f"{' and '.join(map(repr, CLIENT_OPTIONS))} besides the template's fields.")
+            allowed = ", ".join(map(repr, CLIENT_OPTIONS[:-1])) + f" and {CLIENT_OPTIONS[-1]!r}"
+            raise ValueError(f"{key!r} is set by the server, not per request; a request may set only {allowed} besides "
+                             "the template's fields.")
         elif key == "use_cache":
             if not isinstance(value, bool):
                 raise ValueError(f"'use_cache' must be true or false, got {value!r}.")
+            options[key] = value
+        elif key == "task":
+            if not isinstance(value, str) or value not in TASKS:
+                raise ValueError(f"'task' must be one of {list(TASKS)} (its copy-proof reward is added to the answer), "
+                                 f"got {value!r}.")
+            TASKS[value].check_template(template, who=f"'task': {value!r}: ")
             options[key] = value
         else:
             try:  # an int too large for a float (400 digits) is no finite threshold either
@@ -237,6 +247,7 @@ class Batcher:
     def _plan(self, body: Mapping[str, Any]) -> ScoringPlan:
         """The request's scoring plan (bad fields or options raise ``ValueError``/``TypeError``/``KeyError`` here)."""
         fields, options = split_request(self.bound.template, body)
+        options.pop("task", None)  # the server computes the task's reward from the results (tools/server/app.py)
         options = {"threshold": self.threshold, **options}
         return self.judge.plan(self.template, details=True, truncate=self.truncate, **options, **fields)
 

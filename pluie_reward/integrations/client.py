@@ -24,11 +24,13 @@ import httpx
 from pluie_reward.core.errors import RemoteError
 from pluie_reward.core.fields import FieldMap, completion_text, completion_texts
 from pluie_reward.core.http import RETRY_STATUS, AsyncHTTPClient, HTTPClient, HTTPConfig
+from pluie_reward.core.novelty import TASKS, Task, resolve_task
 from pluie_reward.core.outputs import SECOND_CANDIDATE, AnswerOutput
 from pluie_reward.integrations.reward_config import RewardConfig, reward_config
 
 OUTPUTS = ("logratio", "p_yes", "verdict")
-"""The columns of a Yes/No server's ``/score`` answer (verl's ``output`` setting picks one)."""
+"""The columns of a Yes/No server's ``/score`` answer (verl's ``output`` setting picks one, or a task of
+:data:`~pluie_reward.core.novelty.TASKS`: its copy-proof reward, computed here from ``p_yes``)."""
 COLUMNS = {"logratio": "logratio", "prob": "p_yes", "clip": "logratio", "calibrated": "p_calibrated", "verdict": "verdict"}
 """The ``/score`` column each Yes/No output of :class:`RemotePluieReward` reads."""
 URL_ENV, TOKEN_ENV = "PLUIE_REWARD_URL", "PLUIE_REWARD_TOKEN"
@@ -99,11 +101,25 @@ async def apost_json(
 
 
 def _check_output(output: str) -> str:
-    """The ``/score`` column a verl ``output`` setting reads (``"prob"``, the rewards' name, is ``"p_yes"``)."""
+    """The ``/score`` column a verl ``output`` setting reads (``"prob"``, the rewards' name, is ``"p_yes"``),
+    or a task's name (its copy-proof reward)."""
     output = "p_yes" if output == "prob" else output
-    if output not in OUTPUTS:
-        raise ValueError(f"output must be one of {list(OUTPUTS)} ('prob' is 'p_yes'), got {output!r}.")
+    if output not in OUTPUTS and output not in TASKS:
+        raise ValueError(f"output must be one of {list(OUTPUTS)} ('prob' is 'p_yes') or a task's copy-proof reward "
+                         f"{list(TASKS)}, got {output!r}.")
     return output
+
+
+def _task_sources(task: Task, body: Mapping[str, Sequence[Any]], who: str, hint: str) -> Sequence[Any]:
+    """The texts a task's completions must not copy: the request's column of the task's source field.
+
+    Raises:
+        ValueError: the field is not mapped (``hint``: how to map it).
+    """
+    if task.source_field not in body:
+        raise ValueError(f"{who}the {task.name} reward reads the source the completion must not copy from the template "
+                         f"field {task.source_field!r}, which is not mapped: {hint.format(field=task.source_field)}.")
+    return body[task.source_field]
 
 
 def _values(answer: Mapping[str, Any], output: str, n: int, url: str) -> list[float]:
@@ -143,9 +159,18 @@ class RemotePluieReward:
     the second candidate; ``both_orders=True`` sends each completion in both slots, 2 items per
     completion), through :class:`~pluie_reward.core.outputs.AnswerOutput` and ``/score``'s records.
 
+    ``task="paraphrase"`` (``"translation"``, ``"revision"``, or a :class:`~pluie_reward.core.novelty.Task`)
+    makes it the task's copy-proof reward, the values of :class:`~pluie_reward.ParaphraseReward` (...)
+    on the served judge: the server's ``p_yes`` gated by the completion's novelty against its source
+    (:meth:`~pluie_reward.core.novelty.Task.batch`, computed here: a copy scores 0). Train a generator
+    with it, not with PLUIE: a judge prefers a copy to any paraphrase.
+
     Args:
         url: the server's base URL (``http://host:port``).
-        fields: template field -> dataset column (default ``{"source": "source"}``).
+        task: a task of :data:`~pluie_reward.core.novelty.TASKS` (or a ``Task``): the copy-proof reward;
+            None (default): the ``output`` of the judge.
+        fields: template field -> dataset column (default ``{"source": "source"}``; with a task, its source
+            field read from the column of the same name, e.g. ``{"original": "original"}`` for revision).
         output: for a Yes/No template ``"logratio"`` (default), ``"prob"`` (p_yes; ``"p_yes"`` is its
             deprecated name), ``"clip"`` (with ``clip``), ``"calibrated"`` (the server's judge needs a
             calibration) or ``"verdict"`` (1.0/0.0, the server's threshold); ``"expected"``,
@@ -157,10 +182,12 @@ class RemotePluieReward:
         token: bearer token (default: ``$PLUIE_REWARD_TOKEN`` if set).
         timeout, retries, backoff: per request (:class:`~pluie_reward.core.http.HTTPConfig`); retries on
             connection errors, timeouts and the statuses of :data:`~pluie_reward.core.http.RETRY_STATUS`.
-        name: ``__name__``, used by TRL in ``rewards/<name>/mean``.
+        name: ``__name__``, used by TRL in ``rewards/<name>/mean``; default the local reward's: ``"pluie"``,
+            or the task's name (``"paraphrase"``).
 
     When TRL passes ``log_metric``/``log_extra`` (TRL >= 1.0), it logs ``<name>/accept_rate`` and the
-    per-completion ``<name>/logratio`` column of the completions table, like ``PluieReward``.
+    per-completion ``<name>/logratio`` column of the completions table, like ``PluieReward``; with a
+    task, also the metrics and the ``<name>/novelty`` column of :class:`~pluie_reward.CopyProofReward`.
 
     Example:
         >>> reward = RemotePluieReward("http://127.0.0.1:8000", fields={"source": "source"})
@@ -173,13 +200,17 @@ class RemotePluieReward:
         ...     reward = RemotePluieReward(server.url, fields={"source": "source"})
         ...     asyncio.run(reward(prompts=["Paraphrase: The cat sleeps."], completions=["A cat is asleep."],
         ...                        source=["The cat sleeps."]))
+        ...     paraphrase = RemotePluieReward(server.url, task="paraphrase")   # logs rewards/paraphrase/mean
+        ...     asyncio.run(paraphrase(completions=["A cat is asleep.", "THE CAT SLEEPS!"], source=["The cat sleeps."] * 2))
         [...]
+        [..., 0.0]
     """
 
     def __init__(
         self,
         url: str,
         *,
+        task: "str | Task | None" = None,
         fields: Mapping[str, str] | None = None,
         output: str = "logratio",
         token: str | None = None,
@@ -187,7 +218,7 @@ class RemotePluieReward:
         retries: int = 3,
         backoff: float = 0.5,
         chunk_size: int = 256,
-        name: str = "pluie_remote",
+        name: str | None = None,
         answer: str | None = None,
         normalize: bool = False,
         both_orders: bool = False,
@@ -196,7 +227,10 @@ class RemotePluieReward:
         config: RewardConfig | None = None,
     ) -> None:
         self.url = _score_url(url)
-        self.fields = dict({"source": "source"} if fields is None else fields)
+        self.task = None if task is None else resolve_task(task)
+        name = (self.task.name if self.task is not None else "pluie") if name is None else name
+        source = "source" if self.task is None else self.task.source_field
+        self.fields = dict({source: source} if fields is None else fields)
         if "hypothesis" in self.fields:
             raise ValueError(f"{name}: fields cannot map 'hypothesis': the completion fills it.")
         self.field_map = FieldMap.explicit(self.fields, who=f"{name}: ")
@@ -211,6 +245,11 @@ class RemotePluieReward:
             raise ValueError(f"{name}: both_orders=True puts the completion in the second slot too: map the field "
                              f"{SECOND_CANDIDATE!r} to the column of the other candidate, e.g. "
                              f"fields={{..., '{SECOND_CANDIDATE}': 'reference'}}.")
+        if self.task is not None:
+            if self.reading is not None or self.output != "logratio":
+                raise ValueError(f"{name}: task={self.task.name!r} is the copy-proof reward (the server's p_yes gated by "
+                                 f"novelty), so output={self.output!r} does not apply: leave output= out.")
+            _task_sources(self.task, self.fields, f"{name}: ", "pass fields={{{field!r}: '<column>'}}")
         self.token = token
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
         HTTPConfig(timeout=timeout, retries=retries, backoff=backoff)  # checked now rather than at the first call
@@ -250,18 +289,27 @@ class RemotePluieReward:
         log_metric, log_extra = kwargs.get("log_metric"), kwargs.get("log_extra")
         if self.reading is not None:
             return self._read_answers(answers, starts, n, len(completions), log_metric, log_extra)
+        column = "p_yes" if self.task is not None else COLUMNS[self.output]
         values: list[float] = []
         verdicts: list[float] = []
         logratios: list[float] = []
         for s, answer in zip(starts, answers):
             size = min(self.chunk_size, n - s)
-            values += _values(answer, COLUMNS[self.output], size, self.url)
+            values += _values(answer, column, size, self.url)
             verdicts += _values(answer, "verdict", size, self.url)
             logratios += _values(answer, "logratio", size, self.url)
+        extra: dict[str, list[float]] = {"logratio": logratios}
+        if self.task is not None:  # the copy-proof reward, as the local one computes it
+            scores = self.task.batch(values, [bool(v) for v in verdicts], body[self.task.source_field], body["hypothesis"])
+            values, metrics, extra["novelty"] = scores.rewards, scores.metrics, scores.novelty
+        else:
+            metrics = {"accept_rate": sum(verdicts) / n}
         if callable(log_metric):
-            log_metric(f"{self.__name__}/accept_rate", sum(verdicts) / n)
+            for metric, value in metrics.items():
+                log_metric(f"{self.__name__}/{metric}", value)
         if callable(log_extra):
-            log_extra(f"{self.__name__}/logratio", [round(x, 4) for x in logratios])
+            for key, column_values in extra.items():
+                log_extra(f"{self.__name__}/{key}", [round(x, 4) for x in column_values])
         if self.output == "clip":
             return [max(-self.clip, min(self.clip, x)) for x in values]
         return values
@@ -307,7 +355,8 @@ class RemotePluieReward:
 
     def __repr__(self) -> str:
         read = "" if self.reading is None else f", reading={self.reading!r}"
-        return f"RemotePluieReward({self.url!r}, fields={self.fields}, output={self.output!r}{read})"
+        what = f"task={self.task.name!r}" if self.task is not None else f"output={self.output!r}"
+        return f"RemotePluieReward({self.url!r}, fields={self.fields}, {what}{read})"
 
 
 # verl -----------------------------------------------------------------------------------------
@@ -365,10 +414,14 @@ def _verl_columns(data_sources: Sequence[Any], ground_truths: Sequence[Any], ext
 
 def _verl_fields(
     data_sources: Sequence[Any], solution_strs: Sequence[Any], ground_truths: Sequence[Any], extra_infos: Sequence[Any] | None,
-    fields: Mapping[str, str] | None,
+    fields: Mapping[str, str] | None, output: str = "logratio",
 ) -> dict[str, list[Any]]:
-    """Template fields for verl's arguments: ``solution_strs`` fill ``hypothesis``, ``fields`` maps the others."""
-    mapping = dict({"source": "ground_truth"} if fields is None else fields)
+    """Template fields for verl's arguments: ``solution_strs`` fill ``hypothesis``, ``fields`` maps the others
+    (default: ``ground_truth`` is the source, the ``source`` field or, for a task's ``output``, the task's source field)."""
+    source = TASKS[output].source_field if output in TASKS else "source"
+    mapping = dict({source: "ground_truth"} if fields is None else fields)
+    if output in TASKS:
+        _task_sources(TASKS[output], mapping, "", "pass " + VERL_HINT)
     n = len(solution_strs)
     extra_infos = list(extra_infos) if extra_infos is not None else [None] * n
     field_map = FieldMap.explicit(mapping, what="source", hint=VERL_HINT)
@@ -377,9 +430,21 @@ def _verl_fields(
     return body
 
 
-def _result(value: float, answer: Mapping[str, Any], i: int) -> dict[str, Any]:
-    verdict = float(answer["verdict"][i])
-    return {"score": value, "acc": verdict, "logratio": float(answer["logratio"][i]), "p_yes": float(answer["p_yes"][i])}
+def _verl_results(answer: Mapping[str, Any], output: str, body: Mapping[str, Sequence[Any]], url: str
+                  ) -> list[dict[str, Any]]:
+    """verl's result per item of a ``/score`` answer: ``score`` (the ``output`` column, or the task's copy-proof
+    reward of the item's ``p_yes`` and texts), ``acc`` (the verdict), ``logratio``, ``p_yes`` (and ``novelty`` for a task)."""
+    n = len(body["hypothesis"])
+    columns = {column: _values(answer, column, n, url) for column in OUTPUTS}
+    if output in TASKS:
+        task = TASKS[output]
+        accepted = [bool(v) for v in columns["verdict"]]
+        scores = task.batch(columns["p_yes"], accepted, body[task.source_field], body["hypothesis"])
+        values, extra = scores.rewards, {"novelty": scores.novelty}
+    else:
+        values, extra = columns[output], {}
+    return [{"score": values[i], "acc": columns["verdict"][i], "logratio": columns["logratio"][i],
+             "p_yes": columns["p_yes"][i], **{key: column[i] for key, column in extra.items()}} for i in range(n)]
 
 
 def compute_score_batch(
@@ -402,7 +467,8 @@ def compute_score_batch(
 
     ``solution_strs`` fill ``hypothesis``; ``fields`` maps the other template fields to
     ``ground_truth`` (default for ``source``), ``data_source`` or ``extra_info.<key>``.
-    With ``return_dict`` each result is ``{"score", "acc" (the verdict, 1.0/0.0), "logratio", "p_yes"}``.
+    ``output`` as for :func:`compute_score` (a task's name: its copy-proof reward). With ``return_dict`` each
+    result is ``{"score", "acc" (the verdict, 1.0/0.0), "logratio", "p_yes"}`` (and ``"novelty"`` for a task).
     Other keyword arguments (e.g. verl's ``reward_router_address``) are ignored.
 
     Example:
@@ -415,13 +481,11 @@ def compute_score_batch(
     output = _check_output(output)
     if len(solution_strs) == 0:
         return []
-    body = _verl_fields(data_sources, solution_strs, ground_truths, extra_infos, fields)
-    n = len(body["hypothesis"])
+    body = _verl_fields(data_sources, solution_strs, ground_truths, extra_infos, fields, output)
     score_url = _score_url(url)
     answer = post_json(score_url, body, token=token, timeout=timeout, retries=retries, backoff=backoff, client=_shared_client())
-    values = _values(answer, output, n, score_url)
-    _values(answer, "verdict", n, score_url)
-    return [_result(v, answer, i) for i, v in enumerate(values)] if return_dict else values
+    results = _verl_results(answer, output, body, score_url)
+    return results if return_dict else [result["score"] for result in results]
 
 
 def compute_score_sync(
@@ -531,7 +595,9 @@ async def compute_score(
 
     Settings come from ``reward.custom_reward_function.reward_kwargs``: ``url``, ``token``, ``fields``
     (template field -> ``ground_truth`` (default for ``source``), ``data_source`` or
-    ``extra_info.<key>``), ``output`` (``logratio``, ``p_yes`` (or ``prob``), ``verdict``), ``timeout``,
+    ``extra_info.<key>``), ``output`` (``logratio``, ``p_yes`` (or ``prob``), ``verdict``, or a task's
+    copy-proof reward: ``paraphrase``, ``translation``, ``revision``, as
+    :class:`~pluie_reward.ParaphraseReward` computes it from the server's ``p_yes``), ``timeout``,
     ``retries``, ``backoff``, ``return_dict`` (default True), ``max_wait_ms`` (default 10),
     ``max_batch_items`` (default 256); or ``$PLUIE_REWARD_URL`` / ``$PLUIE_REWARD_TOKEN``. verl's
     other keyword arguments (``reward_router_address``, ``reward_model_tokenizer``, future ones) are
@@ -539,7 +605,8 @@ async def compute_score(
 
     Returns:
         ``{"score": <output>, "acc": verdict (1.0/0.0), "logratio", "p_yes"}`` (verl logs every key;
-        ``val-core/<data source>/acc`` is then the accept rate), or the float with ``return_dict=False``.
+        ``val-core/<data source>/acc`` is then the accept rate; a task's output adds ``"novelty"``), or the
+        float with ``return_dict=False``.
 
     Example:
         >>> from pluie_reward.tools.server import background, create_app
@@ -553,7 +620,7 @@ async def compute_score(
     max_items = int(settings.get("max_batch_items", 256))
     if max_wait < 0 or max_items < 1:
         raise ValueError("max_wait_ms must be >= 0 and max_batch_items >= 1.")
-    body = _verl_fields([data_source], [solution_str], [ground_truth], [extra_info], settings.get("fields"))
+    body = _verl_fields([data_source], [solution_str], [ground_truth], [extra_info], settings.get("fields"), output)
     item = {name: values[0] for name, values in body.items() if values[0] is not None}  # None: an absent optional field
     for name, value in item.items():  # checked here, so that a bad item fails alone, not its whole batch
         if not isinstance(value, str):
@@ -563,7 +630,5 @@ async def compute_score(
         int(settings.get("retries", 3)), float(settings.get("backoff", 0.5)),
     )
     answer = await _coalescer().submit(key, item, max_wait, max_items)
-    value = float(answer[output])
-    if not settings.get("return_dict", True):
-        return value
-    return {"score": value, "acc": float(answer["verdict"]), "logratio": float(answer["logratio"]), "p_yes": float(answer["p_yes"])}
+    result = _verl_results({k: [v] for k, v in answer.items()}, output, {k: [v] for k, v in item.items()}, key[0])[0]
+    return result if settings.get("return_dict", True) else result["score"]

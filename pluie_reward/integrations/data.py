@@ -2,9 +2,9 @@
 best teacher candidates per source (best-of-n) to build distillation data.
 
 PLUIE alone prefers copies (a copy of the source means what the source means), so for a template of a
-known task (paraphrase, translation, revision: :func:`~pluie_reward.integrations.task_rewards.task_of`)
+known task (paraphrase, translation, revision: :func:`~pluie_reward.core.novelty.task_of`)
 :func:`score_dataset` also adds the copy-proof score of
-:func:`~pluie_reward.integrations.task_rewards.copy_proof_score`, novelty and a copy flag, and
+:func:`~pluie_reward.core.novelty.copy_proof_score`, novelty and a copy flag, and
 :func:`best_of_n` ranks by the copy-proof score by default; :func:`describe_pairs` reports the copy
 rate and novelty of what was kept beside its PLUIE.
 
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..core.fields import map_fields
 from ..core.template import load_template
-from .task_rewards import resolve_task, task_of
+from ..core.novelty import resolve_task, task_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from datasets import Dataset
@@ -62,15 +62,15 @@ def score_dataset(
     """Add ``{prefix}logratio``, ``{prefix}p_yes`` and ``{prefix}verdict`` columns with a batched ``map``
     that calls :meth:`Judge.score` (the map shows a progress bar; ``desc=None`` keeps its default),
     and, for a template of a known task, ``{prefix}novelty``
-    (:func:`~pluie_reward.integrations.task_rewards.copy_proof_novelty` against the task's source
-    field), ``{prefix}copy`` (:func:`~pluie_reward.integrations.task_rewards.is_copy`) and
-    ``{prefix}copy_proof`` (:func:`~pluie_reward.integrations.task_rewards.copy_proof_score`: the
+    (:func:`~pluie_reward.core.novelty.copy_proof_novelty` against the task's source
+    field), ``{prefix}copy`` (:func:`~pluie_reward.core.novelty.is_copy`) and
+    ``{prefix}copy_proof`` (:func:`~pluie_reward.core.novelty.copy_proof_score`: the
     reward of :class:`~pluie_reward.ParaphraseReward` and its siblings, 0 for a copy).
 
     Args:
         columns: template field -> dataset column, for columns not named like the fields.
         threshold: verdict is ``logratio > threshold`` (default: the judge's).
-        task: the :class:`~pluie_reward.integrations.task_rewards.Task` (or its name) for the
+        task: the :class:`~pluie_reward.core.novelty.Task` (or its name) for the
             copy-proof columns; default: the template's (``para-*``: paraphrase, ``net``: translation,
             ``rev``: revision; none for other templates, and then no such columns).
 

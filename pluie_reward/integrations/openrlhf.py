@@ -14,7 +14,8 @@ OpenRLHF's Ray workers, e.g. ``ray job submit --runtime-env-json '{"env_vars": {
 - otherwise: it scores in-process with a judge loaded once per worker (``PLUIE_REWARD_MODEL``: HF id,
   folder or .gguf, default the embedded judge; ``PLUIE_REWARD_DEVICE``, ``PLUIE_REWARD_DTYPE``,
   ``PLUIE_REWARD_TEMPLATE`` (default ``para-fs``), ``PLUIE_REWARD_RM_FIELDS`` (``FIELD=SOURCE,...``,
-  as the server's ``--rm-field``), ``PLUIE_REWARD_RM_REWARD`` (``logratio``, ``p_yes``, ``verdict``)).
+  as the server's ``--rm-field``), ``PLUIE_REWARD_RM_REWARD`` (``logratio``, ``p_yes``, ``verdict``, or a
+  task's copy-proof reward: ``paraphrase``, ``translation``, ``revision``, as the server's ``--rm-reward``)).
   Concurrent calls are batched into one ``Judge.score`` call (the server's batcher).
 
 The answer is the server's: ``{"rewards": [...], "scores": [p_yes], "extra_logs": {...}}``. OpenRLHF
@@ -86,12 +87,13 @@ def _local(queries: list[Any], prompts: list[Any], labels: list[Any]) -> dict[st
     batcher, mapping = _local_scorer()
     columns = mapping.columns(queries, prompts, labels)
     if not queries:
-        return mapping.answer([])
-    return mapping.answer(batcher.submit(columns).result())
+        return mapping.answer([], columns)
+    return mapping.answer(batcher.submit(columns).result(), columns)
 
 
 def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any], **kwargs: Any) -> dict[str, Any]:
-    """OpenRLHF's custom reward function: PLUIE of each response (query minus prompt) against its label.
+    """OpenRLHF's custom reward function: PLUIE of each response (query minus prompt) against its label, or the
+    copy-proof reward the server's ``--rm-reward`` (in process: ``PLUIE_REWARD_RM_REWARD``) names.
 
     Args:
         queries: prompt + response, as OpenRLHF decodes them (special tokens kept).
@@ -100,7 +102,8 @@ def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence
             label key is set, which is an error.
 
     Returns:
-        ``{"rewards": [...], "scores": [p_yes ...], "extra_logs": {"pluie_logratio", "pluie_p_yes", "pluie_verdict"}}``.
+        ``{"rewards": [...], "scores": [p_yes ...], "extra_logs": {"pluie_logratio", "pluie_p_yes", "pluie_verdict"}}``;
+        for a task's reward, ``scores`` holds the rewards and ``extra_logs`` adds ``pluie_novelty``.
 
     Example:
         Without ``PLUIE_REWARD_URL`` the default judge scores in this process (the default judge gives

@@ -4,7 +4,9 @@ OpenRLHF (>= 0.10.2: ``--reward.remote_url http://host:port/get_reward --data.la
 OpenRLHF/OpenRLHF@64c1cc4f:openrlhf/cli/train_ppo_ray.py:519,543; ``--remote_rm_url``/``--label_key``
 up to 0.10.1) POSTs ``{"query": [prompt+response, ...], "prompts": [prompt, ...], "labels": [label, ...]}``,
 one sample per request (OpenRLHF@3c3be623:openrlhf/utils/agent.py:283-287,332-336), and reads
-``"rewards"``, ``"scores"`` and ``"extra_logs"`` from the JSON answer (agent.py:288-297). Without
+``"rewards"``, ``"scores"`` and ``"extra_logs"`` from the JSON answer (agent.py:288-297). The reward is
+PLUIE, p_yes or the verdict, or a task's copy-proof reward (``--rm-reward paraphrase``:
+:meth:`~pluie_reward.core.novelty.Task.batch`, the values of :class:`~pluie_reward.ParaphraseReward`). Without
 ``--data.label_key`` every label is ``""`` (openrlhf/datasets/prompts_dataset.py:44). Which of these
 texts fills which template field is fixed when the server starts; the same mapping serves the
 in-process ``reward_func`` (:mod:`pluie_reward.integrations.openrlhf`).
@@ -16,10 +18,12 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..core.fields import map_fields
+from ..core.novelty import TASKS
 from ..core.template import Template
 
 SOURCES = ("response", "query", "prompt", "label")
-REWARDS = ("logratio", "p_yes", "verdict")
+REWARDS = ("logratio", "p_yes", "verdict") + tuple(TASKS)
+"""What ``rewards`` holds: a column of the judge's answer, or a task's copy-proof reward."""
 DEFAULT_SOURCES = {"source": "label", "hypothesis": "response"}
 LABEL_HELP = (
     "start OpenRLHF with --data.label_key <column> (OpenRLHF >= 0.10.2; --label_key up to 0.10.1), the dataset "
@@ -76,7 +80,8 @@ class RewardMapping:
     ) -> "RewardMapping":
         """Default mapping (``hypothesis`` ← response, ``source`` ← label) updated by ``overrides``.
 
-        Raises ``ValueError`` naming the fields left unmapped or the unknown names.
+        Raises ``ValueError`` naming the fields left unmapped or the unknown names, or a task ``reward``
+        the template cannot give (not Yes/No, or without the task's source field).
         """
         field_map = map_fields(
             template.fields, overrides, optional=template.optional_fields, defaults=DEFAULT_SOURCES,
@@ -89,6 +94,8 @@ class RewardMapping:
         fields = field_map.select(SOURCES, where=f"OpenRLHF requests (template {template.name!r})", addable=False)
         if reward not in REWARDS:
             raise ValueError(f"reward must be one of {list(REWARDS)}, got {reward!r}.")
+        if reward in TASKS:
+            TASKS[reward].check_template(template, who=f"--rm-reward {reward}: ")
         return cls(dict(fields), reward, tuple(s for s in strip if s))
 
     def columns(
@@ -155,26 +162,37 @@ class RewardMapping:
                     text, changed = text[: -len(marker)], True
         return text
 
-    def reward_values(self, results: Sequence[Mapping[str, Any]]) -> list[float]:
-        """The configured score of each result as a float (verdict as 1.0 / 0.0)."""
-        return [float(r[self.reward]) for r in results]
-
-    def answer(self, results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    def answer(self, results: Sequence[Mapping[str, Any]],
+               columns: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
         """OpenRLHF's reward answer for ``Judge.score(..., details=True)`` results: ``rewards`` (the
-        configured score, the advantage's input), ``scores`` (p_yes in [0, 1]: OpenRLHF's dynamic
-        filtering keeps a group when ``min < mean(scores) < max``, OpenRLHF@3c3be623:
-        openrlhf/trainer/ppo_utils/samples_generator.py:169-173) and ``extra_logs`` (logged per sample).
+        configured score, the advantage's input), ``scores`` (p_yes in [0, 1], or a task's reward: OpenRLHF's
+        dynamic filtering keeps a group when ``min < mean(scores) < max``, OpenRLHF@3c3be623:
+        openrlhf/trainer/ppo_utils/samples_generator.py:169-173) and ``extra_logs`` (logged per sample;
+        a task adds ``pluie_novelty``).
+
+        Args:
+            results: one ``{"logratio", "p_yes", "verdict"}`` per item.
+            columns: the items' template fields (:meth:`columns`), which a task's reward reads.
 
         Example:
             >>> RewardMapping({"source": "label", "hypothesis": "response"}).answer([{"logratio": 1.0, "p_yes": 0.73, "verdict": True}])
             {'rewards': [1.0], 'scores': [0.73], 'extra_logs': {'pluie_logratio': [1.0], 'pluie_p_yes': [0.73], 'pluie_verdict': [1.0]}}
+            >>> RewardMapping({"source": "label", "hypothesis": "response"}, "paraphrase").answer(
+            ...     [{"logratio": 1.0, "p_yes": 0.73, "verdict": True}], {"source": ["Hi."], "hypothesis": ["HI!"]})["rewards"]
+            [0.0]
         """
-        return {
-            "rewards": self.reward_values(results),
-            "scores": [float(r["p_yes"]) for r in results],
-            "extra_logs": {
-                "pluie_logratio": [float(r["logratio"]) for r in results],
-                "pluie_p_yes": [float(r["p_yes"]) for r in results],
-                "pluie_verdict": [float(r["verdict"]) for r in results],
-            },
+        p_yes = [float(r["p_yes"]) for r in results]
+        extra_logs = {
+            "pluie_logratio": [float(r["logratio"]) for r in results],
+            "pluie_p_yes": p_yes,
+            "pluie_verdict": [float(r["verdict"]) for r in results],
         }
+        task = TASKS.get(self.reward)
+        if task is None:
+            rewards = [float(r[self.reward]) for r in results]
+            return {"rewards": rewards, "scores": p_yes, "extra_logs": extra_logs}
+        if columns is None:
+            raise TypeError(f"the {task.name} reward reads the items' texts: pass columns=mapping.columns(...).")
+        scores = task.batch(p_yes, [bool(r["verdict"]) for r in results], columns[task.source_field], columns["hypothesis"])
+        extra_logs["pluie_novelty"] = scores.novelty
+        return {"rewards": scores.rewards, "scores": scores.rewards, "extra_logs": extra_logs}

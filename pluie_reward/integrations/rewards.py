@@ -4,27 +4,30 @@ Both follow TRL 1.x's reward contract: ``reward(prompts=..., completions=..., **
 one float per completion; completions are strings (standard datasets) or lists of chat messages
 (conversational datasets); dataset columns arrive as keyword arguments.
 
+PLUIE rewards what the judge accepts, and a judge accepts a copy of the source more surely than any
+paraphrase: to train a generator, use the copy-proof rewards (:class:`~pluie_reward.ParaphraseReward`...,
+:mod:`pluie_reward.integrations.task_rewards`), which no added novelty term can replace.
+
 Example:
     >>> reward = PluieReward(judge, template="para-fs", fields={"source": "source"})
     >>> from trl import GRPOConfig, GRPOTrainer  # for the trainer below (TRL imports vLLM: seconds)  # doctest: +SKIP
-    >>> trainer = GRPOTrainer(model=policy, reward_funcs=[reward, novelty],  # needs a dataset ds  # doctest: +SKIP
-    ...                       args=GRPOConfig(reward_weights=[1.0, 0.5]), train_dataset=ds)
+    >>> trainer = GRPOTrainer(model=policy, reward_funcs=[reward],  # e.g. a policy trained on a judged task  # doctest: +SKIP
+    ...                       args=GRPOConfig(), train_dataset=ds)
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any, Callable, Mapping, Sequence
 
 from ..core.fields import FieldMap, completion_text, completion_texts, map_fields
 from ..core.outputs import AnswerOutput
-from ..core.text import content_words, edit_distance, normalize_text, same_words
+from ..core.novelty import check_target, novelty_score
 from ..core.judge import Judge, sigmoid
 from ..core.template import load_template
 from .reward_config import TRANSFORMS, RewardConfig, reward_config, warn_deprecated  # noqa: F401 (TRANSFORMS: its former home)
 
-__all__ = ["PluieReward", "AsyncPluieReward", "NoveltyReward", "novelty", "novelty_score", "words", "completion_text"]
+__all__ = ["PluieReward", "AsyncPluieReward", "NoveltyReward", "novelty", "completion_text"]
 
 
 class PluieReward:
@@ -278,59 +281,13 @@ class AsyncPluieReward(PluieReward):
 
 
 # --- novelty --------------------------------------------------------------------------------------
-_WORD = re.compile(r"\w+|[^\w\s]")
-
-
-def words(text: str) -> list[str]:
-    """Lower-cased word and punctuation tokens.
-
-    Example:
-        >>> words("The cat, asleep.")
-        ['the', 'cat', ',', 'asleep', '.']
-    """
-    return _WORD.findall(text.lower())
-
-
-def novelty_score(source: str, hypothesis: str) -> float:
-    """1 - normalised word-level edit similarity: 0 for a copy of the source, 1 when nothing is kept.
-
-    Both texts are normalised first (:func:`~pluie_reward.core.text.normalize_text`), so a copy
-    with case, spacing, punctuation, invisible-character (zero-width space, soft hyphen...), accent
-    or homoglyph changes scores 0 like a plain copy. A hypothesis without any word (empty,
-    whitespace, punctuation only) scores 0: generating nothing is not novelty.
-
-    Example:
-        >>> novelty_score("The cat sleeps.", "The cat sleeps.")
-        0.0
-        >>> novelty_score("The cat sleeps.", "A cat is asleep.")
-        0.6
-        >>> novelty_score("The cat sleeps.", "T\u200bh\u200be \u0441at sleeps")  # zero-width spaces, Cyrillic с
-        0.0
-    """
-    if not content_words(hypothesis) or same_words(source, hypothesis):
-        return 0.0
-    a, b = words(normalize_text(source)), words(normalize_text(hypothesis))
-    longest = max(len(a), len(b))
-    return edit_distance(a, b) / longest if longest else 0.0
-
-
-def check_target(target: float) -> float:
-    """A novelty target (the novelty that earns full credit) as a float, checked to be in (0, 1].
-
-    Example:
-        >>> check_target(0.3)
-        0.3
-    """
-    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1:
-        raise ValueError(f"target must be a novelty in (0, 1] (the novelty that earns full credit), got {target!r}.")
-    return float(target)
-
-
 class NoveltyReward:
     """Novelty of each completion against a source column, as a TRL reward (picklable).
 
-    Copying the source scores 0; combine it with PLUIE through ``GRPOConfig(reward_weights=...)`` so
-    that copying the source does not win. ``column="prompt"`` reads the prompt itself.
+    Copying the source scores 0. It is a view to watch (e.g. by a :class:`~pluie_reward.HackAlarm`), not a
+    term to add to PLUIE: PLUIE's lead for a copy outweighs any weighted novelty, so a generator is trained
+    with a copy-proof reward (:class:`~pluie_reward.ParaphraseReward`), which gates p_yes by novelty.
+    ``column="prompt"`` reads the prompt itself.
 
     Args:
         column: the dataset column holding the source (``"prompt"``: the prompt itself).
@@ -371,4 +328,4 @@ class NoveltyReward:
 
 
 novelty = NoveltyReward("source", "novelty")
-"""The novelty reward on the ``source`` column: ``reward_funcs=[pluie, novelty]``."""
+"""The novelty of each completion against the ``source`` column (e.g. a view of an :class:`~pluie_reward.AlarmedReward`)."""

@@ -17,8 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from ...core.template import load_template
 from ...integrations.guards import CompletionGuard, escape_table
 from ...core.judge import sigmoid
-from ...integrations.rewards import novelty_score
-from ...integrations.task_rewards import task_of
+from ...core.novelty import novelty_score, task_of
 from .families import (
     ProbeContext,
     SourceItem,
@@ -129,9 +128,9 @@ def probe_items(
     Returns:
         One record per hypothesis: ``family``, ``kind``, ``source_index``, ``hypothesis``, ``score``,
         ``honest_score`` (None without an honest answer), ``novelty``, ``guarded``, and for a template
-        of a known task (:func:`~pluie_reward.integrations.task_rewards.task_of`: paraphrase, translation,
+        of a known task (:func:`~pluie_reward.core.novelty.task_of`: paraphrase, translation,
         revision) ``copy_proof`` and ``honest_copy_proof``, the task's copy-proof reward
-        (:func:`~pluie_reward.integrations.task_rewards.copy_proof_score`) of the hypothesis and of the
+        (:func:`~pluie_reward.core.novelty.copy_proof_score`) of the hypothesis and of the
         honest answer (None otherwise).
     """
     template = load_template(template)

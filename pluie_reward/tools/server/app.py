@@ -2,8 +2,10 @@
 
 Endpoints:
 - ``POST /score``: ``{"source": [...], "hypothesis": [...]}`` (the template's fields, lists of
-  strings, or one string shared by all items; a request may also set ``threshold`` and ``use_cache``)
-  -> ``{"logratio": [...], "p_yes": [...], "verdict": [...]}``.
+  strings, or one string shared by all items; a request may also set ``threshold``, ``use_cache`` and
+  ``task``) -> ``{"logratio": [...], "p_yes": [...], "verdict": [...]}``; with ``"task": "paraphrase"``
+  (``translation``, ``revision``) also ``"reward"`` (the task's copy-proof reward, as
+  :class:`~pluie_reward.ParaphraseReward` computes it) and ``"novelty"``.
 - ``POST /get_reward``: OpenRLHF's remote reward model protocol,
   ``{"query": [...], "prompts": [...], "labels": [...]}`` -> ``{"rewards": [...], "scores": [...], "extra_logs": {...}}``.
   An empty request (``{"query": [], ...}``, what OpenRLHF up to 0.11.0 sends every server but the
@@ -44,7 +46,8 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ...core.judge import answer_record
-from ...integrations.batching import Batcher, Direct, ScoringError, ShuttingDown
+from ...core.novelty import TASKS
+from ...integrations.batching import Batcher, Direct, ScoringError, ShuttingDown, split_request
 from ...integrations.reward_mapping import RewardMapping
 from .metrics import ServerMetrics
 
@@ -203,6 +206,32 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
+def task_columns(template: Any, body: Mapping[str, Any], answer: Mapping[str, list]) -> dict[str, list[float]]:
+    """The ``reward`` and ``novelty`` columns of a ``/score`` answer whose request set ``task``
+    (:meth:`~pluie_reward.core.novelty.Task.batch` of the answer's ``p_yes`` and verdicts and the request's
+    texts; a string field is shared by all items); no columns for a request without a task.
+
+    Args:
+        template: the served template (the request's options were checked against it while scoring).
+        body: the request.
+        answer: the answer's columns (``p_yes``, ``verdict``).
+
+    Example:
+        >>> from pluie_reward.core.template import load_template
+        >>> body = {"source": "The cat sleeps.", "hypothesis": ["THE CAT SLEEPS!", "A cat is asleep."], "task": "paraphrase"}
+        >>> task_columns(load_template("para-fs"), body, {"p_yes": [0.9, 0.8], "verdict": [True, True]})
+        {'reward': [0.0, 0.8], 'novelty': [0.0, 0.6]}
+    """
+    task = split_request(template, body)[1].get("task")
+    if task is None:
+        return {}
+    n = len(answer["p_yes"])
+    source, hypothesis = (body[name] if isinstance(body[name], list) else [body[name]] * n
+                          for name in (TASKS[task].source_field, "hypothesis"))
+    scores = TASKS[task].batch(answer["p_yes"], answer["verdict"], source, hypothesis)
+    return {"reward": scores.rewards, "novelty": scores.novelty}
+
+
 def public_name(name: str) -> str:
     """The judge's name as shown without a token: a Hub id as is, a local path reduced to its last
     component (``/models/qwen-7b`` -> ``qwen-7b``), so ``/health`` does not reveal the filesystem.
@@ -344,12 +373,14 @@ def create_app(
         body: dict[str, Any] = Body(..., examples=[{"source": ["The cat sleeps."], "hypothesis": ["The cat is asleep."]}]),
     ) -> dict[str, Any]:
         """Score items given as template fields (lists of strings, or one string for all items); a
-        request may also set ``threshold`` (a finite number) and ``use_cache`` (true/false)."""
+        request may also set ``threshold`` (a finite number), ``use_cache`` (true/false) and ``task``
+        (``paraphrase``, ``translation``, ``revision``: adds the task's copy-proof ``reward`` and ``novelty``)."""
         lengths = [len(v) for v in body.values() if isinstance(v, list)]
         check_size(max(lengths, default=1))
-        results = await score_items(body, request)
+        results = await score_items(body, request)  # checks the fields and options (422)
         keys = list(results[0]) if results else list(answer_record(batcher.bound.template, [0.0] * len(batcher.bound.answer_ids)))
-        return {key: [r[key] for r in results] for key in keys}  # logratio/p_yes/verdict for Yes/No templates
+        answer = {key: [r[key] for r in results] for key in keys}  # logratio/p_yes/verdict for Yes/No templates
+        return {**answer, **task_columns(batcher.bound.template, body, answer)}
 
     @app.post("/get_reward")
     async def get_reward(body: RewardRequest, request: Request) -> dict[str, Any]:
@@ -362,9 +393,9 @@ def create_app(
         except ValueError as err:
             raise HTTPException(422, str(err)) from None
         if not body.query:
-            return rm_mapping.answer([])
+            return rm_mapping.answer([], columns)
         results = await score_items(columns, request)
-        return rm_mapping.answer(results)
+        return rm_mapping.answer(results, columns)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

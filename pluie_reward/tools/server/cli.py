@@ -12,6 +12,7 @@ from pathlib import Path
 from ..cli.common import UsageError, add_judge_arguments, command, judge_from_args
 from ..shared import finite_float, nonneg_float, port, positive_float, positive_int
 from ...core.fields import parse_assignments
+from ...core.novelty import TASKS
 from ...core.template import load_template
 from ...integrations.reward_mapping import DEFAULT_STRIP, REWARDS, SOURCES, RewardMapping
 from .runner import run
@@ -41,7 +42,10 @@ def _configure(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("OpenRLHF /get_reward")
     g.add_argument("--rm-field", action="append", default=[], metavar="FIELD=SOURCE",
                    help=f"fill template FIELD from SOURCE, one of {list(SOURCES)} (default: source=label, hypothesis=response)")
-    g.add_argument("--rm-reward", choices=REWARDS, default="logratio", help="what 'rewards' holds (default logratio)")
+    g.add_argument("--rm-reward", choices=REWARDS, default="logratio",
+                   help="what 'rewards' holds: logratio (default), p_yes, verdict, or a task's copy-proof reward "
+                        "(paraphrase, translation, revision: p_yes gated by novelty, a copy gets 0; train a "
+                        "generator with it)")
     g.add_argument("--rm-strip", action="append", default=[], metavar="TEXT",
                    help="also strip TEXT from the end of responses (end-of-turn markers like <|im_end|> are stripped already)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
@@ -103,8 +107,8 @@ def check_host(host: str) -> None:
 def mapping_from_args(args: argparse.Namespace) -> RewardMapping | None:
     """The OpenRLHF field mapping the ``--rm-*`` options describe (checked against the template).
 
-    ``None`` when no ``--rm-field`` is given and the template has no default mapping (``/get_reward``
-    then answers 501 with the reason; ``/score`` works).
+    ``None`` when neither ``--rm-field`` nor a task's ``--rm-reward`` is given and the template has no
+    default mapping (``/get_reward`` then answers 501 with the reason; ``/score`` works).
     """
     try:
         overrides = parse_assignments(args.rm_field, "--rm-field")
@@ -115,7 +119,7 @@ def mapping_from_args(args: argparse.Namespace) -> RewardMapping | None:
             load_template(args.template), overrides, reward=args.rm_reward, strip=DEFAULT_STRIP + tuple(args.rm_strip)
         )
     except ValueError as err:
-        if not overrides:  # the template has no default mapping: serve /score only
+        if not overrides and args.rm_reward not in TASKS:  # the template has no default mapping: serve /score only
             return None
         raise UsageError(str(err)) from None
 

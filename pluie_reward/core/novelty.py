@@ -1,0 +1,357 @@
+"""Novelty against a source, and the copy-proof score built on it: the one formula every copy-proof
+reward uses, local (:class:`~pluie_reward.ParaphraseReward`...) or remote (the judge server's
+``/score`` ``task`` option and ``--rm-reward paraphrase``, :class:`~pluie_reward.integrations.client.RemotePluieReward`
+with ``task=``, verl's ``compute_score`` with ``output="paraphrase"``, OpenRLHF's ``reward_func``)::
+
+    reward = p_yes × min(1, novelty / target) × (1 − excess repetition) × min(1, length ratio / min_length)
+
+It needs only the judge's ``p_yes`` and the texts, and imports the standard library and
+:mod:`pluie_reward.core.text` alone, so the HTTP clients (httpx only) compute the same values as the
+local rewards. docs/rewards.md explains the formula and how the targets were chosen.
+
+Example:
+    >>> copy_proof_score(0.99, "The cat sleeps.", "THE CAT SLEEPS!"), copy_proof_score(0.6, "The cat sleeps.", "A cat is asleep.")
+    (0.0, 0.6)
+    >>> TASKS["paraphrase"].batch([0.99, 0.6], [True, True], ["The cat sleeps."] * 2,
+    ...                           ["The cat sleeps.", "A cat is asleep."]).rewards
+    [0.0, 0.6]
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Sequence
+
+from .text import contains_words, content_words, edit_distance, normalize_text, repetition, same_words
+
+__all__ = ["Task", "TASKS", "TEMPLATE_TASKS", "TaskScores", "task_of", "resolve_task", "words", "novelty_score",
+           "check_target", "check_min_length", "is_copy", "copy_proof_novelty", "length_factor", "copy_proof_score"]
+
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word and punctuation tokens.
+
+    Example:
+        >>> words("The cat, asleep.")
+        ['the', 'cat', ',', 'asleep', '.']
+    """
+    return _WORD.findall(text.lower())
+
+
+def novelty_score(source: str, hypothesis: str) -> float:
+    """1 - normalised word-level edit similarity: 0 for a copy of the source, 1 when nothing is kept.
+
+    Both texts are normalised first (:func:`~pluie_reward.core.text.normalize_text`), so a copy
+    with case, spacing, punctuation, invisible-character (zero-width space, soft hyphen...), accent
+    or homoglyph changes scores 0 like a plain copy. A hypothesis without any word (empty,
+    whitespace, punctuation only) scores 0: generating nothing is not novelty.
+
+    Example:
+        >>> novelty_score("The cat sleeps.", "The cat sleeps.")
+        0.0
+        >>> novelty_score("The cat sleeps.", "A cat is asleep.")
+        0.6
+        >>> novelty_score("The cat sleeps.", "T\u200bh\u200be \u0441at sleeps")  # zero-width spaces, Cyrillic с
+        0.0
+    """
+    if not content_words(hypothesis) or same_words(source, hypothesis):
+        return 0.0
+    a, b = words(normalize_text(source)), words(normalize_text(hypothesis))
+    longest = max(len(a), len(b))
+    return edit_distance(a, b) / longest if longest else 0.0
+
+
+def check_target(target: float) -> float:
+    """A novelty target (the novelty that earns full credit) as a float, checked to be in (0, 1].
+
+    Example:
+        >>> check_target(0.3)
+        0.3
+    """
+    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1:
+        raise ValueError(f"target must be a novelty in (0, 1] (the novelty that earns full credit), got {target!r}.")
+    return float(target)
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a copy-proof reward needs to know about a generation task.
+
+    Attributes:
+        name: the task, and the reward's default name (TRL logs ``rewards/<name>/mean``).
+        template: the default judge template (a Yes/No template with a ``hypothesis`` field).
+        source_field: the template field holding the text the completion must not copy.
+        target: the novelty that earns full credit, in (0, 1].
+        source_inside_is_copy: a completion holding the whole source with more around it counts as a
+            copy (paraphrase, translation: the source repeated, or an untranslated source followed by
+            anything); not for revision, where adding a sentence to an unchanged text can be the task.
+        min_length: the share of the source's word count at or above which a completion's length costs
+            nothing (below: the reward times ratio / min_length); None: no floor (translation, where
+            languages differ in length, and revision, where simplifying shortens).
+    """
+
+    name: str
+    template: str
+    source_field: str
+    target: float
+    source_inside_is_copy: bool = True
+    min_length: float | None = None
+
+    def novelty(self, source: str, hypothesis: str) -> float:
+        """:func:`copy_proof_novelty` with this task's copy rule."""
+        return copy_proof_novelty(source, hypothesis, source_inside_is_copy=self.source_inside_is_copy)
+
+    def is_copy(self, source: str, hypothesis: str) -> bool:
+        """:func:`is_copy` with this task's copy rule."""
+        return is_copy(source, hypothesis, source_inside_is_copy=self.source_inside_is_copy)
+
+    def score(self, p_yes: float, source: str, hypothesis: str) -> float:
+        """:func:`copy_proof_score` with this task's target, copy rule and length floor: the one place
+        a task's fields become the score (rewards, judge-filtered data and the probe use it).
+
+        Example:
+            >>> TASKS["paraphrase"].score(0.9, "The cat sleeps on the mat.", "On the mat, the cat sleeps.")
+            0.9
+            >>> TASKS["paraphrase"].score(0.9, "The cat sleeps on the mat.", "The cat sleeps.")  # 3 of 6 words: 0.9 × (0.5 / 0.67)
+            0.6716417910447761
+        """
+        return copy_proof_score(p_yes, source, hypothesis, target=self.target,
+                                source_inside_is_copy=self.source_inside_is_copy, min_length=self.min_length)
+
+    def check_template(self, template: Any, who: str = "") -> None:
+        """Check that ``template`` can give this task's reward: a Yes/No template (p_yes) with the fields
+        ``hypothesis`` (the completion) and :attr:`source_field`.
+
+        Args:
+            template: a :class:`~pluie_reward.core.template.Template` (its ``name``, ``kind`` and ``fields``).
+            who: the start of the messages (e.g. ``"paraphrase: "``).
+
+        Raises:
+            ValueError: saying what is missing and which template to use.
+
+        Example:
+            >>> from pluie_reward.core.template import load_template
+            >>> TASKS["revision"].check_template(load_template("para-fs"), who="revision: ")
+            Traceback (most recent call last):
+            ...
+            ValueError: revision: template 'para-fs' has no field 'original' (the revision source the completion ...
+        """
+        if template.kind != "binary":
+            raise ValueError(f"{who}template {template.name!r} does not answer Yes/No; a copy-proof reward reads p_yes of a "
+                             f"Yes/No template (e.g. 'para-fs', 'net', 'rev'; the {self.name} task's is {self.template!r}).")
+        for field in (self.source_field, "hypothesis"):
+            if field not in template.fields:
+                what = "the completion" if field == "hypothesis" else f"the {self.name} source the completion must not copy"
+                raise ValueError(f"{who}template {template.name!r} has no field {field!r} ({what}); its fields are "
+                                 f"{list(template.fields)}: use a template with it (e.g. {self.template!r}), or a Task(...) "
+                                 "naming its source field.")
+
+    def batch(self, p_yes: Sequence[float], accepted: Sequence[bool], sources: Sequence[str],
+              hypotheses: Sequence[str]) -> "TaskScores":
+        """The copy-proof rewards of a batch, their novelty and the metrics a copy-proof reward logs: what
+        every path (the local rewards, the judge server, the HTTP clients) computes from the judge's
+        answers, here only.
+
+        Args:
+            p_yes: the judge's probability of "Yes" per completion.
+            accepted: the judge's verdict per completion (PLUIE above the threshold).
+            sources: the texts the completions must not copy.
+            hypotheses: the completions.
+
+        Returns:
+            A :class:`TaskScores`; its ``metrics`` (empty for an empty batch) are ``accept_rate``,
+            ``copy_rate`` (:func:`is_copy`), ``novelty`` (the mean), ``accepted_novel_rate`` (accepted
+            and at or above the target) and, with a length floor, ``short_rate`` (below the floor).
+
+        Raises:
+            ValueError: lists of different lengths, or a p_yes outside [0, 1].
+
+        Example:
+            >>> scores = TASKS["paraphrase"].batch([0.9, 0.8], [True, True], ["The cat sleeps on the mat."] * 2,
+            ...                                    ["On the mat, the cat sleeps.", "THE CAT SLEEPS ON THE MAT!"])
+            >>> scores.rewards, scores.novelty
+            ([0.9, 0.0], [0.75, 0.0])
+            >>> scores.metrics
+            {'accept_rate': 1.0, 'copy_rate': 0.5, 'novelty': 0.375, 'accepted_novel_rate': 0.5, 'short_rate': 0.0}
+        """
+        n = len(hypotheses)
+        if not len(p_yes) == len(accepted) == len(sources) == n:
+            raise ValueError(f"{self.name}: {len(p_yes)} p_yes, {len(accepted)} verdicts, {len(sources)} sources and "
+                             f"{n} completions; give one of each per completion.")
+        rewards = [self.score(p, s, h) for p, s, h in zip(p_yes, sources, hypotheses)]
+        novelty = [self.novelty(s, h) for s, h in zip(sources, hypotheses)]
+        if not n:
+            return TaskScores(rewards, novelty, {})
+        metrics = {
+            "accept_rate": sum(map(bool, accepted)) / n,
+            "copy_rate": sum(self.is_copy(s, h) for s, h in zip(sources, hypotheses)) / n,
+            "novelty": math.fsum(novelty) / n,
+            "accepted_novel_rate": sum(bool(a) and v >= self.target for a, v in zip(accepted, novelty)) / n,
+        }
+        if self.min_length is not None:
+            metrics["short_rate"] = sum(length_factor(s, h, self.min_length) < 1 for s, h in zip(sources, hypotheses)) / n
+        return TaskScores(rewards, novelty, metrics)
+
+
+class TaskScores(NamedTuple):
+    """A batch's copy-proof scores (:meth:`Task.batch`).
+
+    Attributes:
+        rewards: the copy-proof reward of each completion (:func:`copy_proof_score`).
+        novelty: the novelty of each completion (:func:`copy_proof_novelty`: 0 for a copy).
+        metrics: the batch's rates and mean novelty, by name (a reward logs ``<name>/<metric>``).
+    """
+
+    rewards: list[float]
+    novelty: list[float]
+    metrics: dict[str, float]
+
+
+TASKS: dict[str, Task] = {
+    "paraphrase": Task("paraphrase", "para-fs", "source", 0.3, min_length=0.67),
+    "translation": Task("translation", "net", "source", 0.3),
+    "revision": Task("revision", "rev", "original", 0.05, source_inside_is_copy=False),
+}
+"""The tasks and their defaults. Targets were chosen from human-written references before any GRPO
+run: 0.3 is the 10th percentile of novelty of PARAPHRASUS' 167 true paraphrases (TRUE: 0.27; 89 % are
+at or above 0.3); translation shares it (a real translation shares only names, numbers and cognates
+with its source: the NEAT sample's are at 0.85 or more); 0.05 is the 5th–10th percentile of the 600
+OneStopEnglish simplifications (SIMP, a revision task: 0.045–0.056; 93 % at or above 0.05), one word
+changed in twenty. The paraphrase length floor, 0.67, is the 5th percentile of the word-count ratio
+(shorter over longer) of the 338 STS Benchmark test pairs rated 4 or more (PARAPHRASUS'
+``stsbenchmark-test-sts.json``): 95 % of those paraphrases keep at least two thirds of the other's words.
+It was added on 2026-11-26 after GRPO runs learned fragments the judge accepted (docs/rewards.md)."""
+
+
+TEMPLATE_TASKS: dict[str, str] = {"para-fs": "paraphrase", "para-direct": "paraphrase", "para-indirect": "paraphrase",
+                                   "para-fs-fr": "paraphrase", "net": "translation", "rev": "revision"}
+"""The task of each built-in Yes/No template that judges a generation against a source."""
+
+
+def task_of(template: Any) -> Task | None:
+    """The :class:`Task` a built-in template judges (:data:`TEMPLATE_TASKS`), or None.
+
+    Example:
+        >>> task_of("rev").source_field, task_of("net-likert")
+        ('original', None)
+    """
+    name = template if isinstance(template, str) else getattr(template, "name", None)
+    return TASKS[TEMPLATE_TASKS[name]] if name in TEMPLATE_TASKS else None
+
+
+def is_copy(source: str, hypothesis: str, *, source_inside_is_copy: bool = True) -> bool:
+    """Whether ``hypothesis`` is a copy of ``source``: the same words up to case, spacing,
+    punctuation, invisible characters, accents and homoglyphs (:func:`~pluie_reward.core.text.same_words`)
+    or, with ``source_inside_is_copy``, the whole source with more around it.
+
+    Example:
+        >>> is_copy("The cat sleeps.", "the cat  sleeps"), is_copy("The cat sleeps.", "The cat sleeps. The cat sleeps.")
+        (True, True)
+        >>> is_copy("The cat sleeps.", "The cat sleeps. The cat sleeps.", source_inside_is_copy=False)
+        False
+    """
+    return same_words(source, hypothesis) or (source_inside_is_copy and contains_words(source, hypothesis))
+
+
+def copy_proof_novelty(source: str, hypothesis: str, *, source_inside_is_copy: bool = True) -> float:
+    """:func:`novelty_score`, and 0 for every copy :func:`is_copy` finds.
+
+    Example:
+        >>> copy_proof_novelty("The cat sleeps.", "The cat sleeps. Dogs bark."), copy_proof_novelty("The cat sleeps.", "A cat is asleep.")
+        (0.0, 0.6)
+    """
+    if source_inside_is_copy and contains_words(source, hypothesis):
+        return 0.0
+    return novelty_score(source, hypothesis)
+
+
+def check_min_length(min_length: float | None) -> float | None:
+    """A length floor (a share of the source's words) as a float, checked to be in (0, 1], or None.
+
+    Example:
+        >>> check_min_length(0.67), check_min_length(None)
+        (0.67, None)
+    """
+    if min_length is None:
+        return None
+    if isinstance(min_length, bool) or not isinstance(min_length, (int, float)) or not 0 < min_length <= 1:
+        raise ValueError(f"min_length must be a share of the source's words in (0, 1], or None, got {min_length!r}.")
+    return float(min_length)
+
+
+def length_factor(source: str, hypothesis: str, min_length: float | None) -> float:
+    """``min(1, (words of hypothesis / words of source) / min_length)``: what a completion shorter than
+    ``min_length`` of its source keeps of its reward (1 with no floor or a source without a word).
+
+    Example:
+        >>> length_factor("The chef cooks every dish with vegetables from his garden.", "With vegetables from his garden.", 0.67)
+        0.746...
+        >>> length_factor("The cat sleeps.", "Cats sleep.", None), length_factor("The cat sleeps.", "A cat is asleep.", 0.67)
+        (1.0, 1.0)
+    """
+    min_length = check_min_length(min_length)
+    if min_length is None:
+        return 1.0
+    n = len(content_words(source))
+    return 1.0 if n == 0 else min(1.0, len(content_words(hypothesis)) / n / min_length)
+
+
+def copy_proof_score(p_yes: float, source: str, hypothesis: str, *, target: float = TASKS["paraphrase"].target,
+                     source_inside_is_copy: bool = True, min_length: float | None = None) -> float:
+    """The copy-proof reward of one completion: ``p_yes × min(1, novelty / target) × (1 − excess repetition)``,
+    times :func:`length_factor` with a ``min_length`` (the paraphrase task's is 0.67: :data:`TASKS`).
+
+    Args:
+        p_yes: the judge's probability of "Yes" (``sigmoid(PLUIE)``), in [0, 1].
+        source: the text the completion must not copy.
+        hypothesis: the completion.
+        target: the novelty that earns full credit, in (0, 1].
+        source_inside_is_copy: see :class:`Task`.
+        min_length: see :class:`Task` (default None: no length floor).
+
+    Returns:
+        The reward, in [0, 1]: 0 for a copy (:func:`is_copy`) and for a completion without a word;
+        ``p_yes`` for a completion at or above the target that does not repeat itself more than the
+        source (and is at least ``min_length`` of its length).
+
+    Raises:
+        ValueError: ``p_yes`` outside [0, 1] or not a number, a bad ``target`` or ``min_length``.
+
+    Example:
+        >>> copy_proof_score(0.9, "The cat sleeps on the mat.", "On the mat, the cat sleeps.")  # novelty 0.5 >= 0.3
+        0.9
+        >>> round(copy_proof_score(0.9, "The cat sleeps on the mat.", "The cat sleeps on a mat."), 3)  # novelty 1/7 (words and the period): 0.9 × 0.476
+        0.429
+    """
+    if isinstance(p_yes, bool) or not isinstance(p_yes, (int, float)) or not 0.0 <= p_yes <= 1.0:
+        raise ValueError(f"p_yes must be a probability in [0, 1], got {p_yes!r}.")
+    target = check_target(target)
+    check_min_length(min_length)
+    novelty = copy_proof_novelty(source, hypothesis, source_inside_is_copy=source_inside_is_copy)
+    if novelty == 0.0:
+        return 0.0
+    excess = max(0.0, repetition(hypothesis) - repetition(source))
+    return p_yes * min(1.0, novelty / target) * (1.0 - excess) * length_factor(source, hypothesis, min_length)
+
+
+def resolve_task(task: "str | Task") -> "Task":
+    """A :class:`Task` from its name in :data:`TASKS`, or the Task itself.
+
+    Raises:
+        ValueError: an unknown name. TypeError: neither a name nor a Task.
+
+    Example:
+        >>> resolve_task("revision").name
+        'revision'
+    """
+    if isinstance(task, str):
+        if task not in TASKS:
+            raise ValueError(f"unknown task {task!r}; use one of {list(TASKS)} or a Task(...).")
+        return TASKS[task]
+    if not isinstance(task, Task):
+        raise TypeError(f"task must be a task name ({list(TASKS)}) or a Task, not {type(task).__name__}.")
+    return task
