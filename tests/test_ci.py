@@ -201,3 +201,23 @@ def test_every_requirement_has_an_upper_bound():
     assert not unbounded, f"requirements without an upper bound: {unbounded}"
     pins = dict(re.match(r"([\w-]+)(.*)", r.replace(" ", "")).groups() for r in requirements)
     assert pins["pytest"].endswith("<10") and "<6" in pins["transformers"]
+
+
+def test_the_package_declares_its_licence_and_can_build_it():
+    """The licence is a PEP 639 expression with its text in LICENSE, which only setuptools >= 77 builds
+    (older ones refuse ``project.license = "Apache-2.0"``); the licence is not repeated as a classifier
+    (PEP 639 forbids both); the project has URLs and classifiers."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project = pyproject["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
+    backend = [r.replace(" ", "") for r in pyproject["build-system"]["requires"] if r.startswith("setuptools")]
+    floor = re.fullmatch(r"setuptools>=(\d+)(\.\d+)*", backend[0]) if backend else None
+    assert floor and int(floor.group(1)) >= 77, f"build-system needs setuptools>=77 for the licence expression: {backend}"
+    assert project.get("urls") and all(url.startswith("https://") for url in project["urls"].values())
+    classifiers = project.get("classifiers", [])
+    assert not [c for c in classifiers if c.startswith("License ::")]
+    assert {"Development Status", "Operating System", "Programming Language", "Topic"} <= {c.split(" :: ")[0] for c in classifiers}
+    assert "Programming Language :: Python :: 3.11" in classifiers  # the version CI runs (python3 on its machine)
