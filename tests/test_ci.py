@@ -45,11 +45,12 @@ def ci_legs() -> dict[str, list[str]]:
 
 
 def test_ci_leg_a_runs_the_readme_commands_verbatim():
-    assert readme_commands() == ci_legs()["a"][:2]
     assert len(readme_commands()) == 2 and readme_commands()[1] == 'pip install -e ".[test]" && python -m pytest -q -m "not slow" -n 2'
-    # then vLLM's set for a CPU as docs/vllm.md gives it, and the slow tests only this leg can run, a test file per
+    # command 1, vLLM's set for a CPU as docs/vllm.md gives it (so that the README's suite also runs on vLLM's older
+    # transformers, leg b running the newest), command 2, then the slow tests only this leg can run, a test file per
     # worker (a module's vLLM engine starts once); pip check after each install
-    assert ci_legs()["a"][2:] == ["pip_check", vllm_commands()[0], "pip_check", 'python -m pytest -q -m vllm -n 2 --dist loadfile']
+    assert ci_legs()["a"] == [readme_commands()[0], "pip_check", vllm_commands()[0], "pip_check", readme_commands()[1],
+                              "pip_check", 'python -m pytest -q -m "slow and vllm" -n 2 --dist loadfile']
 
 
 def test_readme_command_1_installs_only_what_scoring_needs_with_torchs_cpu_build():
@@ -171,10 +172,9 @@ def suites() -> dict[str, list[tuple[str | None, bool]]]:
 
 def test_ci_runs_every_test_in_a_leg_and_the_vllm_tests_where_vllm_is():
     """Each combination of the markers is selected by some leg's suite (slow tests included); those
-    marked ``vllm`` by a suite that runs after vLLM's set is installed (leg a's last: before it, and in leg b,
-    they would skip)."""
+    marked ``vllm`` by a suite that runs after vLLM's set is installed (leg a's; in leg b they would skip)."""
     runs = suites()
-    assert runs["a"] and runs["b"] and not runs["a"][0][1]  # the README's suite runs without vLLM
+    assert runs["a"] and runs["b"] and runs["a"][0][1] and not runs["b"][0][1]  # the README's suite with vLLM, leg b's without
     for n in range(len(MARKERS) + 1):
         for markers in map(set, itertools.combinations(MARKERS, n)):
             where = [e for leg in runs.values() for e, vllm in leg if vllm or "vllm" not in markers]

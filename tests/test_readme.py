@@ -94,7 +94,7 @@ def test_blocks_that_use_vllm_say_so():
     assert using, "the documentation shows the vLLM engine"
     assert [b.where for b in BLOCKS if b.needs == "vllm"] == using
     marked = [p.values[0].where for p in block_params(BLOCKS) if any(m.name == "vllm" for m in p.marks)]
-    assert marked == using  # run where vLLM is (.ci/run: -m vllm)
+    assert marked == using  # run where vLLM is (.ci/run, leg a)
 
 
 def test_blocks_are_collected_from_the_readme_and_every_page():
