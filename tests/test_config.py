@@ -223,6 +223,7 @@ def test_remote_reward_outputs_and_p_yes(logratios):
     ({"cache_size": 2.5}, (ValueError, r"cache_size must be a non-negative integer")),
     ({"threshold": float("nan")}, (ValueError, r"threshold must be a finite number")),
     ({"threshold": None}, (ValueError, r"threshold must be a finite number")),
+    ({"threshold": 10**400}, (ValueError, r"threshold must be a finite number")),
     ({"allow_multi_token": "yes"}, (TypeError, r"allow_multi_token must be True or False")),
     ({"name": 3}, (TypeError, r"name must be a string")),
     ({"chat_template_kwargs": {"tokenize": True}}, (ValueError, r"cannot set 'tokenize'")),

@@ -204,6 +204,19 @@ def test_half_written_last_line_is_dropped_on_resume(tiny_judge, use_judge, tmp_
     assert [json.loads(line)["i"] for line in scores.read_text().splitlines()] == [0, 1, 2, 3, 4, 5]
 
 
+def test_resume_after_a_last_line_without_its_newline_writes_one_line_per_item(tiny_judge, use_judge, tmp_path):
+    argv = ["eval", "parareval", str(PARAREVAL), "--chunk-size", "3", "--no-progress", "-o", str(tmp_path / "run")]
+    use_judge(Recorder(tiny_judge))
+    assert cli.main(argv) == 0
+    scores = tmp_path / "run" / "scores.jsonl"
+    lines = scores.read_text().splitlines()
+    scores.write_text("\n".join(lines[:4]))  # killed between line 4 and its newline
+    again = use_judge(Recorder(tiny_judge))
+    assert cli.main(argv) == 0
+    assert again.items == 3 * 2 * 2  # items 5 and 6 again
+    assert [json.loads(line)["i"] for line in scores.read_text().splitlines()] == [0, 1, 2, 3, 4, 5]
+
+
 def test_a_folder_of_another_run_is_refused_unless_overwrite(tiny_judge, use_judge, tmp_path, capsys):
     use_judge(tiny_judge)
     data = tmp_path / "pairs.jsonl"

@@ -214,6 +214,26 @@ def test_parquet_dates_and_decimals_are_written_as_text(tiny_cli, tmp_path, caps
         "day": "2024-01-02", "at": "2024-01-02T03:04:05", "price": "1.50", "meta": {"days": ["2024-01-01"]}}
 
 
+def _strict(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def test_missing_numbers_are_written_as_null_so_the_output_stays_json(tiny_cli, tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parquet = tmp_path / "nan.parquet"
+    pq.write_table(pa.table({"source": ["The cat sleeps.", "Prices rose."], "hypothesis": ["A cat sleeps.", "Prices went up."],
+                             "rating": [float("nan"), 4.5]}), parquet)
+    jsonl = tmp_path / "nan.jsonl"
+    jsonl.write_text('{"source": "The cat sleeps.", "hypothesis": "A cat sleeps.", "rating": NaN}\n'
+                     '{"source": "Prices rose.", "hypothesis": "Prices went up.", "rating": Infinity}\n')
+    for path, second in ((parquet, 4.5), (jsonl, None)):
+        assert cli.main(["score", "-i", str(path)]) == 0
+        records = [json.loads(line, parse_constant=_strict) for line in capsys.readouterr().out.splitlines()]
+        assert [r["rating"] for r in records] == [None, second]
+
+
 def test_a_parquet_column_json_cannot_hold_is_refused_before_loading(no_judge, tmp_path, capsys):
     data = _typed_parquet(tmp_path / "typed.parquet", blob=[b"\x00a", b"b"])
     out = tmp_path / "out.jsonl"

@@ -203,7 +203,7 @@ def test_cached_results_never_outlive_a_weight_update(update, tokenizer):
 
 
 def test_unchanged_weights_keep_the_caches(tokenizer):
-    judge = make_tiny_judge(seed=8)
+    judge = make_tiny_judge(seed=8, keep_group_prefixes=True)
     fields = pairs(2, 2)
     judge.score("para-fs", **fields)
     rows, passes = judge.engine.stats["rows"], judge.engine.stats["prefix_passes"]
@@ -211,6 +211,34 @@ def test_unchanged_weights_keep_the_caches(tokenizer):
     judge.score("para-fs", source=fields["source"], hypothesis=[h + "!" for h in fields["hypothesis"]])
     assert judge.engine.stats["prefix_passes"] == passes + 0  # the template prefix and the group's are reused
     assert judge.engine.stats["rows"] == rows + len(fields["source"])  # only the new items ran
+
+
+def kept_bytes(engine) -> int:
+    """Bytes of the storages behind the engine's cached prefix keys/values (each storage once)."""
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for kv in engine._prefixes.values() for pair in kv for t in pair}
+    return sum(storages.values())
+
+
+def test_group_prefixes_do_not_outlast_their_call(tokenizer):
+    """A GRPO-shaped call (each source shared by several candidates) leaves only the template prefix
+    cached: a group's source is never scored again, and keeping it grew the cache call after call."""
+    sources, hypotheses, _ = mrpc_pairs(12)
+    grpo = {"source": [s for s in sources[:3] for _ in range(4)], "hypothesis": hypotheses[:12]}
+    judge = make_tiny_judge(seed=8)
+    got = judge.score("para-fs", **grpo, use_cache=False)
+    assert judge.engine.stats["prefix_passes"] == 2  # the template prefix, then the three groups at once
+    assert len(judge.engine._prefixes) == 1
+    (template,) = judge.engine._prefixes
+    assert not any(s[:20] in judge.tokenizer.decode(list(template)) for s in sources[:3])  # no group's source
+    template_bytes = kept_bytes(judge.engine)
+    again = {"source": [s for s in sources[3:6] for _ in range(4)], "hypothesis": hypotheses[:12]}
+    judge.score("para-fs", **again, use_cache=False)
+    assert judge.engine.stats["prefix_passes"] == 3  # the template prefix reused; only the new groups run
+    assert kept_bytes(judge.engine) == template_bytes
+    keeping = make_tiny_judge(seed=8, keep_group_prefixes=True)
+    assert keeping.score("para-fs", **grpo, use_cache=False) == pytest.approx(got, abs=1e-5)
+    assert len(keeping.engine._prefixes) == 4 and kept_bytes(keeping.engine) > 2 * template_bytes
 
 
 def test_result_cache_is_least_recently_used(tokenizer):

@@ -100,7 +100,7 @@ class Judge:
         engine_options: options of the transformers engine, the fields of
             :class:`~pluie_reward.engines.transformers.config.TransformersEngineConfig` (``batch_tokens``,
             ``disable_adapters``, ``adapter_name``, ``device``, ``offload_device``, ``check_weights``,
-            ``min_shared_tokens``, ``max_cached_prefixes``).
+            ``min_shared_tokens``, ``max_cached_prefixes``, ``keep_group_prefixes``).
 
     The judge's own options are checked together, as a :class:`~pluie_reward.core.judge_config.JudgeConfig`
     (kept as :attr:`config`), and the engine's as a ``TransformersEngineConfig``.

@@ -30,7 +30,7 @@ class TransformersEngineConfig:
     Raises:
         ValueError: ``batch_tokens`` not a positive integer or None, ``min_shared_tokens`` or
             ``max_cached_prefixes`` not a positive integer, ``adapter_name`` not a non-empty string.
-        TypeError: ``disable_adapters`` or ``check_weights`` not a bool.
+        TypeError: ``disable_adapters``, ``check_weights`` or ``keep_group_prefixes`` not a bool.
     """
 
     batch_tokens: int | None = field(default=None, metadata={
@@ -50,12 +50,15 @@ class TransformersEngineConfig:
         "help": "a group of requests gets its own cached prefix when it shares at least this many tokens beyond the "
                 "template prefix."})
     max_cached_prefixes: int = field(default=16, metadata={"help": "how many prefixes' keys and values are kept."})
+    keep_group_prefixes: bool = field(default=False, metadata={
+        "help": "keep a call's group prefixes (a source shared by several candidates) for later calls; by default "
+                "they are dropped when the call ends (GRPO never scores a group twice) and only template prefixes stay."})
 
     def __post_init__(self) -> None:
         if self.batch_tokens is not None and (isinstance(self.batch_tokens, bool) or not isinstance(self.batch_tokens, int)
                                               or self.batch_tokens < 1):
             raise ValueError(f"batch_tokens must be a positive integer or None (device default), got {self.batch_tokens!r}.")
-        for name in ("disable_adapters", "check_weights"):
+        for name in ("disable_adapters", "check_weights", "keep_group_prefixes"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}.")
         if self.adapter_name is not None and (not isinstance(self.adapter_name, str) or not self.adapter_name):

@@ -155,6 +155,8 @@ class TransformersEngine(Engine):
         min_shared_tokens: a group of requests gets its own cached prefix when it shares at least
             this many tokens beyond the template prefix.
         max_cached_prefixes: how many prefixes' key/values are kept.
+        keep_group_prefixes: keep a call's group prefixes for later calls (default: dropped when the call
+            ends; the template prefixes stay).
         config: all of the above options as one :class:`~pluie_reward.engines.transformers.config.TransformersEngineConfig`
             (then leave those keywords at their defaults).
 
@@ -182,13 +184,14 @@ class TransformersEngine(Engine):
         check_weights: bool = True,
         min_shared_tokens: int = 8,
         max_cached_prefixes: int = 16,
+        keep_group_prefixes: bool = False,
         config: TransformersEngineConfig | None = None,
     ) -> None:
         if getattr(model.config, "is_encoder_decoder", False):
             raise TypeError("PLUIE needs a decoder-only (causal) chat LM as judge, not an encoder-decoder model.")
         given = dict(batch_tokens=batch_tokens, disable_adapters=disable_adapters, adapter_name=adapter_name, device=device,
                      offload_device=offload_device, check_weights=check_weights, min_shared_tokens=min_shared_tokens,
-                     max_cached_prefixes=max_cached_prefixes)
+                     max_cached_prefixes=max_cached_prefixes, keep_group_prefixes=keep_group_prefixes)
         if config is None:
             config = TransformersEngineConfig(**given)
         elif given != vars(TransformersEngineConfig()):
@@ -429,7 +432,17 @@ class TransformersEngine(Engine):
         except AttentionUnsupported as err:
             self._go_plain(str(err))
             raise _Restart from err
+        finally:
+            if static and not self.config.keep_group_prefixes:
+                self._drop_extensions(static)
         return values
+
+    def _drop_extensions(self, static: tuple[int, ...]) -> None:
+        """Drop the cached prefixes that extend ``static`` (this call's group prefixes): a later call
+        reuses the template prefix, but a GRPO group's source is never scored again."""
+        n = len(static)
+        for prefix in [p for p in self._prefixes if len(p) > n and p[:n] == static]:
+            del self._prefixes[prefix]
 
     def _batches(self, lengths: Sequence[int]) -> Iterator[list[int]]:
         return token_batches(lengths, self.batch_tokens)

@@ -20,6 +20,7 @@ import csv
 import datetime
 import decimal
 import json
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -226,6 +227,12 @@ def _object(value: Any, path: Path, where: str) -> dict[str, Any]:
     return value
 
 
+def _no_constant(name: str) -> None:
+    """What Python's JSON reader (not strict JSON) takes for ``NaN`` and ``Infinity``: None, JSON's null,
+    so that the output, which keeps every input column, stays strict JSON (:func:`as_json_value`)."""
+    return None
+
+
 def _read_json(path: Path) -> Records:
     text = path.read_text(encoding="utf-8-sig")
     if path.suffix.lower() not in JSON_SUFFIXES:
@@ -233,7 +240,7 @@ def _read_json(path: Path) -> Records:
             raise UsageError(f"{path}: unknown input format {path.suffix!r}; use {FORMATS}.")
     if path.suffix.lower() == ".json":
         try:
-            data = json.loads(text)
+            data = json.loads(text, parse_constant=_no_constant)
         except json.JSONDecodeError as err:
             if text.lstrip().startswith("["):
                 raise UsageError(f"{path}:{err.lineno}: not valid JSON ({err.msg}).") from None
@@ -251,7 +258,7 @@ def _read_json(path: Path) -> Records:
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value = json.loads(line, parse_constant=_no_constant)
         except json.JSONDecodeError as err:
             raise UsageError(f"{path}:{number}: not valid JSON ({err.msg}); each line must hold one JSON object.") from None
         rows.append(_object(value, path, f"line {number}"))
@@ -351,14 +358,19 @@ def _quiet_datasets() -> Any:
 
 def as_json_value(value: Any) -> Any:
     """``value`` with the dates, times and decimals that Parquet and Arrow columns hold (inside lists
-    and objects too) written as text JSON can hold: ISO 8601 dates and times, a decimal's digits.
-    Other values are returned as they are.
+    and objects too) written as text JSON can hold: ISO 8601 dates and times, a decimal's digits; a
+    float that is not a number or infinite (a missing value in Parquet and pandas) as None (JSON's
+    null; strict JSON has no NaN). Other values are returned as they are.
 
     Example:
         >>> import datetime, decimal
         >>> as_json_value({"day": datetime.date(2024, 1, 2), "prices": [decimal.Decimal("1.50")], "n": 3})
         {'day': '2024-01-02', 'prices': ['1.50'], 'n': 3}
+        >>> as_json_value([float("nan"), 0.5])
+        [None, 0.5]
     """
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     if isinstance(value, (datetime.date, datetime.time)):  # datetime.datetime is a date
         return value.isoformat()
     if isinstance(value, decimal.Decimal):

@@ -77,7 +77,8 @@ def chat_settings(judge: Any, templates: Mapping[str, Any]) -> dict[str, dict[st
 
 def read_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
     """The complete JSON lines of ``path`` and the byte length they span; a last line cut short by
-    an interruption is ignored (it is rewritten on resume)."""
+    an interruption is ignored (it is rewritten on resume; a last complete line that lacks its newline
+    gets it there, so the next line starts its own)."""
     lines: list[dict[str, Any]] = []
     good = 0
     if not path.is_file():
@@ -163,9 +164,10 @@ class ScoreStore:
                     "give another --output-dir, or pass --overwrite to discard them."
                 )
             lines, good = read_lines(scores_path)
-            if good < scores_path.stat().st_size:
-                with scores_path.open("r+b") as handle:  # drop the half-written last line
-                    handle.truncate(good)
+            with scores_path.open("r+b") as handle:
+                handle.truncate(good)  # drop a half-written last line
+                if good and handle.seek(good - 1) >= 0 and handle.read(1) != b"\n":  # a complete last line
+                    handle.write(b"\n")  # without its newline gets one
             self.lines = {int(line["i"]): line for line in lines}
         run_path.write_text(json.dumps({"format": FORMAT, "config": config, "meta": dict(meta)}, indent=1,
                                        ensure_ascii=False, default=repr) + "\n", encoding="utf-8")
