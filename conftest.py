@@ -20,11 +20,16 @@ uses, two OpenMP threads wait on each other and the examples run several times s
 Each doctest runs in a fresh temporary working directory, so examples write ``out/...`` as users
 would, and ``$PARAPHRASUS_DIR`` points at the PARAPHRASUS data in ``../shared`` for the examples that
 read it (found by :func:`shared_path`, as for the tests: skipped, naming the path, when it is missing).
+
+Tests and doctests leave nothing in the checkout: a session fixture fails the run when it ends with a
+file or folder there that git neither tracks nor ignores and that was not there when it began (write
+under ``tmp_path``).
 """
 
 import doctest
 import importlib.util
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -58,6 +63,30 @@ def _tiny(name: str) -> dict:
 
 
 _NAMES = ("peft_model", "policy", "judge", "model", "tokenizer", "ids")
+_ROOT = Path(__file__).resolve().parent
+
+
+def untracked_entries(root: Path = _ROOT) -> set[str] | None:
+    """What git lists as untracked in a checkout: files, and folders as ``name/`` (empty ones too,
+    which ``git status`` does not show); ``None`` where ``root`` is not a git work tree."""
+    try:
+        done = subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "--directory", "-z"],
+                              cwd=root, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return set(filter(None, done.stdout.split("\0"))) if done.returncode == 0 else None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_files_left_in_the_checkout():
+    """Fails the session (an error at the teardown of its last test) when the tests left files or
+    folders in the checkout that were not there before: they belong under ``tmp_path``."""
+    before = untracked_entries()
+    yield
+    after = untracked_entries()
+    if before is not None and after is not None:
+        left = sorted(after - before)
+        assert not left, f"the tests left {left} in the checkout ({_ROOT}): write them under tmp_path"
 
 
 @pytest.fixture(autouse=True)

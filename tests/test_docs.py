@@ -37,3 +37,19 @@ def test_docs_site_builds_without_warnings(tmp_path):
     for page in ("index.html", "api/index.html", "BENCHMARKS/index.html", "default-judge/index.html"):
         assert (tmp_path / "site" / page).is_file(), page
     assert "pluie_reward.core.judge.Judge" in (tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8")
+
+
+def test_pages_reading_the_paraphrasus_data_say_where_it_comes_from():
+    """The PARAPHRASUS files are not shipped: a page whose commands or code read them links to the
+    section that says where they come from and how to point the commands at them (a reader's clone has
+    no ../shared/data/paraphrasus)."""
+    section = (ROOT / "docs" / "evaluation.md").read_text(encoding="utf-8").split("## The PARAPHRASUS data")[-1]
+    assert all(s in section for s in ("github.com/impresso/paraphrasus", "--data-dir", "PARAPHRASUS_DIR", "data_dir="))
+    reading = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        code = "\n".join(re.findall(r"^```\w*\n(.*?)^```", text, flags=re.S | re.M))
+        if "paraphrasus" in code.lower():
+            reading.append(page.name)
+            assert page.name == "evaluation.md" or "evaluation.md#the-paraphrasus-data" in text, page.name
+    assert {"evaluation.md", "default-judge.md", "benchmark.md"} <= set(reading)

@@ -167,7 +167,7 @@ def test_contrast_items_are_encoded_and_collated_with_their_rows(tokenizer):
     assert "contrast_rows" not in PairCollator(0)([rows[0], rows[2]])  # no contrast in the batch: no keys
 
 
-def test_training_loss_adds_the_contrast_term_on_its_rows(tokenizer):
+def test_training_loss_adds_the_contrast_term_on_its_rows(tokenizer, tmp_path):
     """compute_loss = label BCE + w * softplus(m - (s_contrast - s)) over the rows with a contrast, all
     scores from the independent plain forward (the shared prefix on, as in training)."""
     from peft import LoraConfig, get_peft_model
@@ -183,7 +183,7 @@ def test_training_loss_adds_the_contrast_term_on_its_rows(tokenizer):
     bound = Judge(model, tokenizer).bind("para-fs")
     batch = PairCollator(0)(list(encode(bound, data)))
     config = fast_config(contrast_weight=0.7, contrast_margin=1.5)
-    trainer = JudgeTuneTrainer(model=model, args=training_arguments(config, "unused", False, "pluie_label"),
+    trainer = JudgeTuneTrainer(model=model, args=training_arguments(config, str(tmp_path), False, "pluie_label"),
                                answer_ids=(bound.answer_ids[0][0], bound.answer_ids[1][0]), tune_config=config,
                                shared_prefix=len(bound.prefix_ids))
     s = reference_scores(model, tokenizer, "para-fs", fields)
