@@ -16,6 +16,7 @@ import pytest
 from pluie_reward import Judge
 from pluie_reward.tools import cli
 from pluie_reward.tools.cli.main import COMMAND_MODULES, build_parser
+from pluie_reward.tools.cli.registry import COMMANDS
 
 # options where 0 is a meaningful value (why), by option string; the others must refuse it
 ZERO_MEANS_SOMETHING = {
@@ -138,3 +139,15 @@ def test_numeric_option_refuses_what_means_nothing(path, action, value, nothing_
         err = capsys.readouterr().err
     assert "Traceback" not in err
     assert any(o in err for o in action.option_strings), f"{' '.join(argv)}: the message does not name the option: {err}"
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_command_help_ends_with_an_example_that_parses(name, capsys):
+    """Each command's --help ends with an example naming the command, and the example is a valid command line."""
+    import shlex
+
+    assert cli.main([name, "--help"]) == 0
+    last = capsys.readouterr().out.rstrip().splitlines()[-1]
+    assert last.startswith(f"Example: pluie-reward {name} "), last
+    argv = shlex.split(last.removeprefix("Example: pluie-reward "))
+    assert build_parser().parse_args(argv).command == name
