@@ -100,3 +100,13 @@ def test_every_family_matches_eq3_in_float64(family, tokenizer):
         assert stats["plain_rows"] >= 1 and any("sliding window" in m for m in scored)
     else:
         assert stats["plain_rows"] == 0 and not scored
+
+
+def test_attention_sinks_are_refused_from_the_model_itself(tokenizer):
+    """gpt-oss runs eager attention today (refused for that); were it given a wrappable implementation, its
+    sinks (an extra softmax term the shared-prefix attention does not add) would be refused, when the judge
+    is made, from the model's own modules."""
+    from pluie_reward.engines.transformers.engine import fast_path_refusal
+
+    assert "sinks" in fast_path_refusal(tiny64("gpt_oss", tokenizer), "sdpa", True)
+    assert fast_path_refusal(tiny64("llama", tokenizer), "sdpa", True) == ""
