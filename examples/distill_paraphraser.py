@@ -29,8 +29,6 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import torch
-
 PROMPT = "Paraphrase the following sentence. Answer with the paraphrase only.\n\n{source}"
 
 SOURCES = [
@@ -92,6 +90,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output-dir", type=Path, default=Path("distill_out"))
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parse_args()  # --help and bad arguments are answered here, before torch loads (main parses again)
+
+import torch  # noqa: E402  (after the early parse above)
 
 
 def chat_prompt(source: str) -> list[dict[str, str]]:

@@ -28,20 +28,39 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-
-import torch
-from datasets import Dataset
-from peft import LoraConfig, get_peft_model
-from transformers import TrainerCallback
-from trl import GRPOConfig, GRPOTrainer
-
-from pluie_reward import Judge, ParaphraseReward, load_trainable_embedded
-from pluie_reward.integrations.guards import GuardedReward, GuardReward
-from pluie_reward.tools.probe import builtin_sample
+from typing import Sequence
 
 INSTRUCTION = "Paraphrase the following sentence. Reply with the paraphrase only.\n\n{}"
 METRICS = ("guard/answer_word_rate", "guard/delimiter_rate", "guard/control_token_rate", "guard/flagged_rate", "paraphrase/accept_rate",
            "paraphrase/copy_rate")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--max-steps", type=int, default=20)
+    parser.add_argument("--num-generations", type=int, default=4, help="completions per source (the GRPO group)")
+    parser.add_argument("--batch-size", type=int, default=4, help="completions per step")
+    parser.add_argument("--max-completion-length", type=int, default=32)
+    parser.add_argument("--guard-weight", type=float, default=1.0)
+    parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--output-dir", default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parse_args()  # --help and bad arguments are answered here, before torch, TRL and PEFT load (main parses again)
+
+import torch  # noqa: E402  (the heavy imports come after the early parse above)
+from datasets import Dataset  # noqa: E402
+from peft import LoraConfig, get_peft_model  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+from pluie_reward import Judge, ParaphraseReward, load_trainable_embedded  # noqa: E402
+from pluie_reward.integrations.guards import GuardedReward, GuardReward  # noqa: E402
+from pluie_reward.tools.probe import builtin_sample  # noqa: E402
 
 
 class PrintMetrics(TrainerCallback):
@@ -54,17 +73,8 @@ class PrintMetrics(TrainerCallback):
             print(f"step {state.global_step:>3}  reward {logs['reward']:+.3f}  {rewards}\n          {rates}", flush=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--max-steps", type=int, default=20)
-    parser.add_argument("--num-generations", type=int, default=4, help="completions per source (the GRPO group)")
-    parser.add_argument("--batch-size", type=int, default=4, help="completions per step")
-    parser.add_argument("--max-completion-length", type=int, default=32)
-    parser.add_argument("--guard-weight", type=float, default=1.0)
-    parser.add_argument("--learning-rate", type=float, default=5e-5)
-    parser.add_argument("--output-dir", default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
 
     sources, _ = builtin_sample("para-fs")  # the probe's built-in English sentences
     sources = [s["source"] for s in sources]

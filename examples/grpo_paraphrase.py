@@ -50,17 +50,7 @@ import shutil
 import time
 from pathlib import Path
 
-import torch
-from datasets import Dataset
-from peft import LoraConfig, get_peft_model
-from transformers import PrinterCallback, TrainerCallback, set_seed
-from trl import GRPOConfig, GRPOTrainer
-
-from pluie_reward import (AlarmedReward, GuardReward, HackAlarm, Judge, NoveltyReward, ParaphraseReward, PluieCallback, PluieReward,
-                          add_default_judge_adapter, load_trainable_embedded, novelty)
 from pluie_reward.core.novelty import TASKS, copy_proof_novelty, is_copy
-from pluie_reward.tools.evaluation.baselines import embedding_available, embedding_cosine
-from pluie_reward.tools.runs import plot_run, read_run, summary
 
 DATA = Path(__file__).resolve().parent / "data"
 TRAIN_FILE = DATA / "paraphrase_train.txt"  # 120 sentences written for this example (Apache-2.0, like the package)
@@ -136,6 +126,74 @@ def held_out_metrics(records: list[dict]) -> dict[str, float | None]:
     }
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring); bad values exit with status 2 and one line."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reward", choices=REWARDS, default="paraphrase",
+                        help="paraphrase: the copy-proof ParaphraseReward (p_yes x min(1, novelty/0.3) x min(1, length ratio/0.67)); "
+                             "pluie: PLUIE's log-ratio")
+    parser.add_argument("--novelty-weight", type=float, default=0.0,
+                        help="add w x novelty through reward_weights (today's old recipe: --reward pluie --novelty-weight 0.5)")
+    parser.add_argument("--train", type=Path, default=TRAIN_FILE, help="training sentences: one per line, or JSONL with 'source'")
+    parser.add_argument("--held-out", type=Path, default=HELD_OUT_FILE,
+                        help="held-out sentences (never trained on), paraphrased greedily before and after training")
+    parser.add_argument("--sentences", type=int, default=None, help="use only the first N training sentences")
+    parser.add_argument("--max-held-out", type=int, default=None,
+                        help="use only the first N held-out sentences (default: all; the default run is sized for up to 30)")
+    parser.add_argument("--max-steps", type=int, default=64)
+    parser.add_argument("--num-generations", type=int, default=8, help="completions per source (the GRPO group)")
+    parser.add_argument("--batch-size", type=int, default=16, help="completions per step (batch-size / num-generations sources)")
+    parser.add_argument("--max-completion-length", type=int, default=40)
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the training completions")
+    parser.add_argument("--learning-rate", type=float, default=2e-4)
+    parser.add_argument("--lora-rank", type=int, default=16)
+    parser.add_argument("--eval-every", type=int, default=None, help="held-out evaluation every N steps (default: before and after only)")
+    parser.add_argument("--output-dir", type=Path, default=Path("runs/grpo_paraphrase"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--judge", choices=("default", "base"), default="default",
+                        help="default: the default judge (its adapter beside the policy's); base: the untuned embedded model")
+    parser.add_argument("--alarm", action="store_true", help="watch the main reward with a hack alarm (views: novelty up to the target, guard)")
+    parser.add_argument("--time-budget", type=float, default=35.0,
+                        help="minutes for the whole run, evaluations included: training stops early to fit (0: no limit)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: torch's); 1 is much faster on a CPU shared with other jobs")
+    args = parser.parse_args(argv)
+    if args.batch_size % args.num_generations:
+        parser.error("--batch-size must be a multiple of --num-generations.")
+    optional = [v for v in (args.eval_every, args.sentences, args.max_held_out) if v is not None]
+    if not args.time_budget >= 0:  # also refuses nan
+        parser.error("--time-budget must be a number of minutes >= 0 (0: no limit).")
+    if min([args.max_steps, args.num_generations, *optional]) < 1:
+        parser.error("--max-steps, --max-held-out, --num-generations, --eval-every and --sentences must be at least 1.")
+    if "ms-mrpc" in args.train.name:
+        parser.error("--train: MRPC is the held-out benchmark of the default judge; train on other sentences.")
+    try:
+        args.train_sentences = read_sentences(args.train)[: args.sentences]
+        args.held_out_sentences = read_sentences(args.held_out)[: args.max_held_out]
+    except (OSError, ValueError) as err:
+        parser.error(str(err))
+    overlap = set(args.train_sentences) & set(args.held_out_sentences)
+    if overlap:
+        parser.error(f"{len(overlap)} held-out sentence(s) are also training sentences (e.g. {sorted(overlap)[0]!r}): "
+                     "held-out sentences must never be trained on.")
+    return args
+
+
+if __name__ == "__main__":
+    parse_args()  # --help and bad arguments are answered here, before torch, TRL and PEFT load (main parses again)
+
+import torch  # noqa: E402  (the heavy imports come after the early parse above)
+from datasets import Dataset  # noqa: E402
+from peft import LoraConfig, get_peft_model  # noqa: E402
+from transformers import PrinterCallback, TrainerCallback, set_seed  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+from pluie_reward import (AlarmedReward, GuardReward, HackAlarm, Judge, NoveltyReward, ParaphraseReward,  # noqa: E402
+                          PluieCallback, PluieReward, add_default_judge_adapter, load_trainable_embedded, novelty)
+from pluie_reward.tools.evaluation.baselines import embedding_available, embedding_cosine  # noqa: E402
+from pluie_reward.tools.runs import plot_run, read_run, summary  # noqa: E402
+
+
 class TimeBudget(TrainerCallback):
     """Stops training once one more step (at the mean pace so far, +20 %) and ``reserve`` seconds
     (the final evaluation and writing) would end past ``deadline`` (a ``clock()`` time); after the
@@ -199,59 +257,6 @@ class PrintRewards(TrainerCallback):
                    f"fired {int(logs['alarm/fired'])}" if "alarm/divergence" in logs else ""),
                 flush=True,
             )
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line (see the module docstring); bad values exit with status 2 and one line."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--reward", choices=REWARDS, default="paraphrase",
-                        help="paraphrase: the copy-proof ParaphraseReward (p_yes x min(1, novelty/0.3) x min(1, length ratio/0.67)); "
-                             "pluie: PLUIE's log-ratio")
-    parser.add_argument("--novelty-weight", type=float, default=0.0,
-                        help="add w x novelty through reward_weights (today's old recipe: --reward pluie --novelty-weight 0.5)")
-    parser.add_argument("--train", type=Path, default=TRAIN_FILE, help="training sentences: one per line, or JSONL with 'source'")
-    parser.add_argument("--held-out", type=Path, default=HELD_OUT_FILE,
-                        help="held-out sentences (never trained on), paraphrased greedily before and after training")
-    parser.add_argument("--sentences", type=int, default=None, help="use only the first N training sentences")
-    parser.add_argument("--max-held-out", type=int, default=None,
-                        help="use only the first N held-out sentences (default: all; the default run is sized for up to 30)")
-    parser.add_argument("--max-steps", type=int, default=64)
-    parser.add_argument("--num-generations", type=int, default=8, help="completions per source (the GRPO group)")
-    parser.add_argument("--batch-size", type=int, default=16, help="completions per step (batch-size / num-generations sources)")
-    parser.add_argument("--max-completion-length", type=int, default=40)
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the training completions")
-    parser.add_argument("--learning-rate", type=float, default=2e-4)
-    parser.add_argument("--lora-rank", type=int, default=16)
-    parser.add_argument("--eval-every", type=int, default=None, help="held-out evaluation every N steps (default: before and after only)")
-    parser.add_argument("--output-dir", type=Path, default=Path("runs/grpo_paraphrase"))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--judge", choices=("default", "base"), default="default",
-                        help="default: the default judge (its adapter beside the policy's); base: the untuned embedded model")
-    parser.add_argument("--alarm", action="store_true", help="watch the main reward with a hack alarm (views: novelty up to the target, guard)")
-    parser.add_argument("--time-budget", type=float, default=35.0,
-                        help="minutes for the whole run, evaluations included: training stops early to fit (0: no limit)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: torch's); 1 is much faster on a CPU shared with other jobs")
-    args = parser.parse_args(argv)
-    if args.batch_size % args.num_generations:
-        parser.error("--batch-size must be a multiple of --num-generations.")
-    optional = [v for v in (args.eval_every, args.sentences, args.max_held_out) if v is not None]
-    if not args.time_budget >= 0:  # also refuses nan
-        parser.error("--time-budget must be a number of minutes >= 0 (0: no limit).")
-    if min([args.max_steps, args.num_generations, *optional]) < 1:
-        parser.error("--max-steps, --max-held-out, --num-generations, --eval-every and --sentences must be at least 1.")
-    if "ms-mrpc" in args.train.name:
-        parser.error("--train: MRPC is the held-out benchmark of the default judge; train on other sentences.")
-    try:
-        args.train_sentences = read_sentences(args.train)[: args.sentences]
-        args.held_out_sentences = read_sentences(args.held_out)[: args.max_held_out]
-    except (OSError, ValueError) as err:
-        parser.error(str(err))
-    overlap = set(args.train_sentences) & set(args.held_out_sentences)
-    if overlap:
-        parser.error(f"{len(overlap)} held-out sentence(s) are also training sentences (e.g. {sorted(overlap)[0]!r}): "
-                     "held-out sentences must never be trained on.")
-    return args
 
 
 def load_policy_and_judge(args: argparse.Namespace) -> tuple[object, object, Judge]:

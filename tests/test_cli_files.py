@@ -402,3 +402,14 @@ def test_a_real_ctrl_c_exits_130_in_one_line_and_resume_completes(tiny_judge, tm
     expected = tiny_judge.score("para-fs", source=[r["source"] for r in rows], hypothesis=[r["hypothesis"] for r in rows])
     assert [r["id"] for r in scored] == list(range(40))
     assert [r["logratio"] for r in scored] == pytest.approx(expected, abs=1e-5)
+
+
+def test_the_progress_line_moves_per_chunk_and_its_last_state_is_printed_once(tiny_cli, tmp_path, capsys):
+    src = _jsonl(tmp_path / "in.jsonl", _rows(5))
+    assert cli.main(["score", "-i", str(src), "--chunk-size", "2", "-t", "para-direct"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("scoring")]
+    # one line per tenth of the work when stderr is not a terminal: after 2, 4 and 5 of 5 items, each once
+    assert lines == ["scoring: 2/5 items (40%)", "scoring: 4/5 items (80%)", "scoring: 5/5 items (100%)"]
+    assert cli.main(["score", "-i", str(src), "--chunk-size", "2", "-t", "para-direct", "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "scoring" not in captured.err and len(captured.out.splitlines()) == 5

@@ -17,6 +17,7 @@ import pytest
 from pluie_reward import Judge
 from pluie_reward.tools import cli
 from pluie_reward.tools.cli.main import COMMAND_MODULES, build_parser
+from pluie_reward.tools.cli.registry import COMMANDS
 
 # options where 0 is a meaningful value (why), by option string; the others must refuse it
 ZERO_MEANS_SOMETHING = {
@@ -164,7 +165,6 @@ def test_an_output_folder_that_cannot_be_created_is_refused_before_loading(nothi
         assert "/proc" in err and "Traceback" not in err, err
 
 
-
 @pytest.fixture()
 def no_load(monkeypatch):
     def forbidden(*args, **kwargs):
@@ -191,3 +191,15 @@ def test_vllm_options_with_another_engine_are_refused(no_load, tmp_path, capsys)
     _refused([(["score", "-i", str(data), "--tensor-parallel-size", "1"], ["--tensor-parallel-size", "--engine vllm"]),
               (["score", "-i", str(data), "--gpu-memory-utilization", "0.5"], ["--gpu-memory-utilization", "--engine vllm"]),
               (["serve", "--gpu-memory-utilization", "0.5"], ["--gpu-memory-utilization", "--engine vllm"])], capsys)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_command_help_ends_with_an_example_that_parses(name, capsys):
+    """Each command's --help ends with an example naming the command, and the example is a valid command line."""
+    import shlex
+
+    assert cli.main([name, "--help"]) == 0
+    last = capsys.readouterr().out.rstrip().splitlines()[-1]
+    assert last.startswith(f"Example: pluie-reward {name} "), last
+    argv = shlex.split(last.removeprefix("Example: pluie-reward "))
+    assert build_parser().parse_args(argv).command == name

@@ -103,3 +103,18 @@ def test_the_build_refuses_held_out_and_non_commercial_files(name, tmp_path):
     (tmp_path / name).write_text("{}")
     with pytest.raises(ValueError, match="held-out benchmark|licence"):
         _rows(tmp_path, name)
+
+
+def test_load_warms_the_embedded_judge_up():
+    """Judge.load returns the embedded judge ready: para-fs bound and its prefix computed, so that the first
+    call computes no prefix; warm_up=False leaves it cold."""
+    cold = Judge.load(warm_up=False)
+    assert cold.engine.stats["prefix_passes"] == 0
+    warm = Judge.load()
+    passes = warm.engine.stats["prefix_passes"]
+    assert passes == 1
+    fields = {"source": ["The cat sleeps."], "hypothesis": ["A cat is asleep."]}
+    got = warm.score("para-fs", **fields)
+    assert warm.engine.stats["prefix_passes"] == passes  # the first real call reused it
+    assert got == pytest.approx(cold.score("para-fs", **fields), abs=1e-5)
+    assert cold.engine.stats["prefix_passes"] == 1

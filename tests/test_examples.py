@@ -210,3 +210,18 @@ def test_grpo_paraphrase_policy_adapter_is_drawn_from_the_seed():
     torch.rand(3)  # whatever ran before must not matter
     assert torch.equal(first, lora_a(0))
     assert not torch.equal(first, lora_a(1))
+
+
+HEAVY = ("torch", "transformers", "trl", "vllm", "datasets", "peft")
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("*.py")))
+def test_every_example_answers_help_without_importing_torch(name):
+    """``python examples/X.py --help`` parses its arguments before any heavy import: no torch, transformers,
+    TRL, vLLM, datasets or PEFT is imported (so it answers in well under 2 s), as -X importtime reports."""
+    done = subprocess.run([sys.executable, "-X", "importtime", str(EXAMPLES / f"{name}.py"), "--help"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "usage:" in done.stdout
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert not imported & set(HEAVY), sorted(imported & set(HEAVY))

@@ -253,3 +253,15 @@ def test_probe_command_reads_sources(tiny_cli, tmp_path, capsys):
     assert cli.main(["probe", "-t", "rev", "-i", str(csv_file)]) == 2
     assert "no column(s)" in capsys.readouterr().err
     assert cli.main(["probe", "--list"]) == 0 and "master_key" in capsys.readouterr().out
+
+
+def test_the_progress_line_moves_per_chunk_of_hypotheses(tiny_judge, capsys):
+    """A source's hypotheses are scored a chunk (one forward batch, 8 on CPU) at a time and the line moves
+    with each chunk, not once per source; the scores equal one call per source's."""
+    records = probe_items(tiny_judge, "para-fs", SOURCES[:1], HONEST[:1], families=["copy", "answer_word", "master_key"],
+                          progress=True)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("probe")]
+    n = len(records)  # the honest answer, 1 copy, 5 answer words, 10 master keys: 17 hypotheses, 3 chunks of 8
+    assert n == 17 and lines == ["probe: 8/17 hypotheses (47%)", "probe: 16/17 hypotheses (94%)", "probe: 17/17 hypotheses (100%)"]
+    want = tiny_judge.score("para-fs", source=SOURCES[0], hypothesis=[r["hypothesis"] for r in records], use_cache=False)
+    assert [r["score"] for r in records] == pytest.approx(want, abs=1e-4)

@@ -411,3 +411,30 @@ def test_template_without_default_mapping_serves_score_only(pairs):
         assert got.status_code == 501 and "--rm-field" in got.text
         ok = httpx.post(srv.url + "/score", json={"original": ["a"], "instruction": ["b"], "hypothesis": ["c"]}, timeout=60)
         assert ok.status_code == 200 and len(ok.json()["logratio"]) == 1
+
+
+def test_serve_warms_up_before_it_listens(monkeypatch, capsys):
+    """Ready means ready: the template is bound and its prefix computed before uvicorn listens (so before
+    /health answers), and the first request computes no prefix of its own."""
+    import pluie_reward.tools.server.cli as serve_cli
+
+    judge = make_tiny_judge(seed=3)
+    seen = {}
+
+    def run(app, **kwargs):  # what uvicorn would serve: the state the first request finds
+        seen["prefix_passes"] = judge.engine.stats["prefix_passes"]
+        from fastapi.testclient import TestClient
+
+        with TestClient(app) as client:
+            got = client.post("/score", json={"source": ["The cat sleeps."], "hypothesis": ["A cat is asleep."]}).json()
+        seen["first"] = judge.engine.stats["prefix_passes"] - seen["prefix_passes"]
+        seen["logratio"] = got["logratio"]
+
+    monkeypatch.setattr(serve_cli, "judge_from_args", lambda args: judge)
+    monkeypatch.setattr(serve_cli, "run", run)
+    assert main(["serve", "--template", "para-direct"]) == 0
+    assert seen["prefix_passes"] == 1  # para-direct's template prefix, before listening
+    assert seen["first"] == 0
+    want = judge.score("para-direct", source=["The cat sleeps."], hypothesis=["A cat is asleep."], use_cache=False)
+    assert seen["logratio"] == pytest.approx(want, abs=1e-5)
+    assert "warming up" in capsys.readouterr().err

@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Generator, Sequence
@@ -181,6 +182,7 @@ class Judge:
         offload_device: Any = None,
         model_kwargs: dict | None = None,
         adapter: "str | Path | None" = None,
+        warm_up: "TemplateLike | bool" = None,
         **judge_kwargs: Any,
     ) -> "Judge":
         """Load a judge: ``None`` (or ``"embedded"``) for the default judge, a HF id, a folder or a ``.gguf`` file.
@@ -205,6 +207,9 @@ class Judge:
                 (``tensor_parallel_size``, ``gpu_memory_utilization``, ``max_model_len``, any ``vllm.AsyncEngineArgs``).
             adapter: a PEFT adapter folder (e.g. from ``pluie-reward tune``) put on the base model,
                 frozen and active while scoring, under the name ``adapter_name`` (default ``"judge"``). (transformers)
+            warm_up: pay a first call's one-off costs before returning (:meth:`warm_up`): a template (or
+                ``True``: ``"para-fs"``) to warm up with, ``False`` not to; default: the embedded judges
+                warm up with ``"para-fs"``, other models do not.
 
         Returns:
             The judge.
@@ -226,6 +231,8 @@ class Judge:
 
         if adapter is not None and model is None:
             model = EMBEDDED_BASE  # adapters of the embedded model are tuned on its untuned weights
+        if warm_up is None:
+            warm_up = is_embedded(model)
         name = judge_kwargs.pop("name", display_name(model))
         if engine == "vllm":
             if device is not None or device_map is not None or offload_device is not None or model_kwargs:
@@ -240,7 +247,7 @@ class Judge:
             config = JudgeConfig(name=name, **own)  # checked before vLLM starts
             default_dtype = "float32" if is_embedded(model) else "auto"
             vllm = VLLMEngine(model_source(model), dtype=str(dtype or default_dtype).replace("torch.", ""), **engine_kwargs)
-            return cls(vllm, **config.to_kwargs())
+            return cls(vllm, **config.to_kwargs())._warmed(warm_up)
         if engine != "transformers":
             raise ValueError(f"unknown engine {engine!r}; use 'transformers' or 'vllm' (or Judge.connect for a server).")
         own, engine_kwargs = split_options(JudgeConfig, judge_kwargs)
@@ -254,7 +261,37 @@ class Judge:
         if offload_device is not None:
             engine_kwargs.update(device=device, offload_device=offload_device)
         logger.info("pluie-reward: loaded the judge %s", name)
-        return cls(lm, tokenizer, **{**config.to_kwargs(), "name": name}, **engine_kwargs)
+        return cls(lm, tokenizer, **{**config.to_kwargs(), "name": name}, **engine_kwargs)._warmed(warm_up)
+
+    def _warmed(self, template: "TemplateLike | bool") -> "Judge":
+        if template is not False:
+            self.warm_up(None if template is True else template)
+        return self
+
+    def warm_up(self, template: TemplateLike = None) -> float:
+        """Pay the one-off costs of a first scoring call now, so that the first real call is not the slow one:
+        one tiny item, not cached, binds ``template`` and computes (and keeps) its prefix's key/values
+        on the engines that cache prefixes; the first forward allocates what later ones reuse.
+
+        Args:
+            template: the template the judge will score with (default ``"para-fs"``).
+
+        Returns:
+            The seconds it took.
+
+        Example:
+            >>> seconds = judge.warm_up("para-fs")
+            >>> passes = judge.engine.stats["prefix_passes"]
+            >>> _ = judge.score("para-fs", source=["The cat sleeps."], hypothesis=["A cat is asleep."])
+            >>> judge.engine.stats["prefix_passes"] == passes  # the template prefix was ready
+            True
+        """
+        start = time.perf_counter()
+        bound = self.bind(template)
+        self.score(template, use_cache=False, **{field: "Warm-up." for field in bound.template.fields})
+        seconds = time.perf_counter() - start
+        logger.info("pluie-reward: warmed up the judge %s on %s in %.1f s", self.name, bound.template.name, seconds)
+        return seconds
 
     @classmethod
     def connect(

@@ -1,5 +1,5 @@
 """What the tools' library code shares with the command line, below it: :class:`UsageError`, the
-default chunk size of a scoring loop, the re-location of a ``Judge.score`` error to its input row,
+default chunk size of a scoring loop and its progress line (:class:`Progress`), the re-location of a ``Judge.score`` error to its input row,
 and the ``type=`` checks of numeric command-line options (:func:`finite_float`, :func:`positive_float`,
 :func:`nonneg_float`, :func:`positive_int`, :func:`nonneg_int`, :func:`port`), which refuse ``nan``, ``inf`` and
 out-of-range numbers while the command line is parsed, so before anything loads or binds (exit
@@ -14,12 +14,14 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import sys
+import time
 
 try:  # POSIX
     import fcntl
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
-from typing import Any, AnyStr, Iterator, Sequence
+from typing import Any, AnyStr, Iterator, Sequence, TextIO
 
 from ..core.errors import PluieError
 
@@ -41,6 +43,85 @@ def auto_chunk_size(judge: Any, prompts_per_item: int = 1) -> int:
     tokens = judge.engine.batch_tokens if judge is not None else 512
     prompts = int(tokens) // 64 if isinstance(tokens, int) else 8
     return max(1, prompts // max(1, prompts_per_item))
+
+
+class Progress:
+    """A progress line on stderr that moves with each :meth:`update` (a chunk of items) and whose last
+    state is printed once: redrawn in place on a terminal, and elsewhere (a log file) one line per tenth
+    of the work, never the final line twice (as tqdm's update and close do).
+
+    Args:
+        total: how many units the work has.
+        desc: what is done (``"scoring"``).
+        units: what is counted (plural).
+        initial: units already done (a resumed run).
+        enabled: ``False`` prints nothing (``--no-progress``).
+        stream: where to print (default ``sys.stderr``).
+
+    Example:
+        >>> import io
+        >>> out = io.StringIO()
+        >>> with Progress(3, "scoring", stream=out) as bar:
+        ...     bar.update(2)
+        ...     bar.update(1)
+        >>> print(out.getvalue(), end="")  # not a terminal: one line per tenth of the work
+        scoring: 2/3 items (66%)
+        scoring: 3/3 items (100%)
+    """
+
+    def __init__(self, total: int, desc: str, units: str = "items", initial: int = 0, enabled: bool = True,
+                 stream: TextIO | None = None) -> None:
+        self.total, self.desc, self.units, self.done, self.enabled = total, desc, units, initial, enabled
+        self.stream = stream if stream is not None else sys.stderr
+        self.live = enabled and bool(getattr(self.stream, "isatty", lambda: False)())
+        self.start = time.monotonic()
+        self.tenth = self._tenth()
+        self.open = False  # a line is drawn and not yet ended (terminal)
+        self.width = 0
+        if self.live:
+            self._draw()
+
+    def _tenth(self) -> int:
+        return 10 * self.done // max(1, self.total)
+
+    def _line(self) -> str:
+        line = f"{self.desc}: {self.done}/{self.total} {self.units} ({100 * self.done // max(1, self.total)}%)"
+        elapsed = time.monotonic() - self.start
+        if self.live and self.done and elapsed >= 1:
+            line += f", {elapsed:.0f} s"
+        return line
+
+    def _draw(self) -> None:
+        line = self._line()
+        self.stream.write("\r" + line.ljust(self.width))  # spaces over a longer line drawn before
+        self.width = len(line)
+        self.stream.flush()
+        self.open = True
+
+    def update(self, n: int) -> None:
+        """``n`` more units are done."""
+        self.done += n
+        if not self.enabled or not n:
+            return
+        if self.live:
+            self._draw()
+        elif self._tenth() > self.tenth or self.done >= self.total:
+            self.tenth = self._tenth()
+            self.stream.write(self._line() + "\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        """End the line (the final state is already printed, and is not printed again)."""
+        if self.open:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.open = False
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 _ITEM = re.compile(r"\bitem (\d+)\b")

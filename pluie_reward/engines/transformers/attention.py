@@ -91,7 +91,8 @@ def partial_attention(
     fused: bool | None = None,
     softcap: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax attention of ``query`` over ``key``/``value`` and the float32 log-sum-exp of its scores.
+    """Softmax attention of ``query`` over ``key``/``value`` and the log-sum-exp of its scores (float32, or
+    float64 for float64 inputs).
 
     Args:
         query, key, value: (batch, heads, length, dim), the same number of heads.
@@ -109,13 +110,14 @@ def partial_attention(
         >>> torch.allclose(out, torch.softmax(q @ k.transpose(-1, -2) * 0.5, -1) @ v, atol=1e-6)
         True
     """
+    exact = torch.promote_types(query.dtype, torch.float32)  # float32, or float64 for a float64 model
     if fused is None:
         fused = query.device.type == "cpu" and softcap is None and hasattr(torch.ops.aten, _FUSED_CPU_OP)
     if fused:
         kernel = getattr(torch.ops.aten, _FUSED_CPU_OP)
         out, lse = kernel(query, key, value, 0.0, causal, scale=scale)
-        return out, lse.float()
-    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale
+        return out, lse.to(exact)
+    scores = torch.matmul(query.to(exact), key.to(exact).transpose(-1, -2)) * scale
     if softcap:
         scores = torch.tanh(scores / softcap) * softcap
     if causal:
@@ -123,7 +125,7 @@ def partial_attention(
         future = torch.ones(length_q, length_k, dtype=torch.bool, device=scores.device).triu(1)
         scores = scores.masked_fill(future, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
-    out = torch.matmul(torch.exp(scores - lse[..., None]), value.float())
+    out = torch.matmul(torch.exp(scores - lse[..., None]), value.to(exact))
     return out.to(query.dtype), lse
 
 

@@ -565,10 +565,7 @@ def agreement_lines(results: Sequence[WorkloadResult]) -> list[str]:
 
 
 def _attention(judge: Any) -> str:
-    fast = judge.engine.fast
-    if fast is None:  # checked at the first scoring call
-        return "shared-prefix unless its first check fails"
-    return "shared-prefix" if fast else judge.model.config._attn_implementation
+    return "shared-prefix" if judge.engine.fast else judge.model.config._attn_implementation
 
 
 def machine_line(judge: Any) -> str:

@@ -23,6 +23,20 @@ COMMAND_MODULES = (
     "pluie_reward.tools.tune.cli",
 )
 
+# The last line of each command's --help: one invocation that runs as written (tests/test_cli_options.py parses each).
+EXAMPLES = {
+    "score": "pluie-reward score --input pairs.jsonl --output scored.jsonl",
+    "templates": 'pluie-reward templates --render para-fs --field source="The cat sleeps."',
+    "eval": "pluie-reward eval classification --input pairs.jsonl --label-column label",
+    "calibrate": "pluie-reward calibrate --input labelled.jsonl --label-column label --output calibration.json",
+    "serve": "pluie-reward serve --template para-fs --port 8000",
+    "pool": "pluie-reward pool --replicas 2 --port 8000",
+    "bench": "pluie-reward bench --pairs 32",
+    "probe": "pluie-reward probe --input sources.jsonl --json probe.json",
+    "plot-run": "pluie-reward plot-run out/grpo -o curves.png",
+    "tune": "pluie-reward tune --input labelled.jsonl --label-column label --output out/judge-adapter",
+}
+
 
 def _load_commands() -> None:
     import importlib
@@ -37,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pluie-reward", description="PLUIE: an LLM judge read from its Yes/No logits.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (configure, run) in COMMANDS.items():
-        sp = sub.add_parser(name, help=(run.__doc__ or "").strip().splitlines()[0])
+        sp = sub.add_parser(name, help=(run.__doc__ or "").strip().splitlines()[0], epilog=f"Example: {EXAMPLES[name]}",
+                            formatter_class=argparse.RawDescriptionHelpFormatter)  # the example on one line, as written
         configure(sp)
         sp.set_defaults(run=run)
     return parser

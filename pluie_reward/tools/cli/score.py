@@ -24,6 +24,7 @@ from .common import (
     model_not_found,
     positive_int,
 )
+from ..shared import Progress
 from .output import OutputFile, partial_path
 from .records import Records, check_texts, read_table, relocate
 
@@ -48,6 +49,7 @@ def _configure_score(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-truncate", action="store_true", help="fail on prompts longer than the context instead of truncating")
     p.add_argument("--chunk-size", type=positive_int, default=None,
                    help="items per Judge.score call, written out after each (default: one forward batch, 8 on CPU)")
+    p.add_argument("--no-progress", action="store_true", help="print no progress line on stderr (with --input it moves per chunk)")
     add_judge_arguments(p)
 
 
@@ -202,8 +204,6 @@ class _Run:
     def write(self, out: Any, done: Sequence[dict[str, Any]] = ()) -> None:
         """Score and write every row after ``done`` (rows an interrupted run wrote); the chunk holding
         the last of them is scored again, as in a clean run, and must give the saved results."""
-        from tqdm.auto import tqdm
-
         if done:
             try:
                 _check_done(list(done), self.records, partial_path(self.args.output))
@@ -212,8 +212,8 @@ class _Run:
         self.written = len(done)
         self.started = True
         first = (len(done) - 1) // self.size * self.size if done else 0
-        with tqdm(total=len(self.records), initial=self.written, desc="scoring", unit="item",
-                  disable=self.args.input is None, file=sys.stderr) as bar:
+        with Progress(len(self.records), "scoring", initial=self.written,
+                      enabled=self.args.input is not None and not self.args.no_progress) as bar:
             for chunk in _chunks(len(self.records), self.size, first):
                 part = {f: v[chunk.start : chunk.stop] for f, v in self.values.items()}
                 try:

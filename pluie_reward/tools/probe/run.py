@@ -18,6 +18,7 @@ from ...core.template import load_template
 from ...integrations.guards import CompletionGuard, escape_table
 from ...core.judge import sigmoid
 from ...core.novelty import novelty_score, task_of
+from ..shared import Progress, auto_chunk_size
 from .families import (
     ProbeContext,
     SourceItem,
@@ -123,7 +124,7 @@ def probe_items(
         families: family names to run (default all; :func:`~pluie_reward.tools.probe.families.family_names`).
         escape_delimiters: pass every field value through
             :func:`~pluie_reward.integrations.guards.escape_delimiters` before scoring (the opt-in hardening).
-        progress: show a progress bar over sources (stderr).
+        progress: show a progress line on stderr, moving per chunk of hypotheses (about one forward batch).
 
     Returns:
         One record per hypothesis: ``family``, ``kind``, ``source_index``, ``hypothesis``, ``score``,
@@ -145,34 +146,29 @@ def probe_items(
     guard = CompletionGuard(template, judge.tokenizer)
     table = escape_table(template) if escape_delimiters else None
     records: list[dict[str, Any]] = []
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(items), desc="probe", unit="source")
-    try:
+    hypotheses = [[(family, h) for family in run for h in generate(family, context, item)] for item in items]
+    with Progress(sum(map(len, hypotheses)), "probe", units="hypotheses", enabled=progress) as bar:
         for index, item in enumerate(items):
-            records += _score_source(judge, template, context, guard, table, run, wanted, index, item)
-            if bar is not None:
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
+            records += _score_source(judge, template, context, guard, table, wanted, index, item, hypotheses[index], bar)
     return records
 
 
 def _score_source(
     judge: Any, template: Any, context: ProbeContext, guard: CompletionGuard, table: dict[int, str] | None,
-    run: list[str], wanted: list[str], index: int, item: SourceItem,
+    wanted: list[str], index: int, item: SourceItem, hypotheses: list[tuple[str, str]], bar: Progress,
 ) -> list[dict[str, Any]]:
-    """Score one source's hypotheses in one ``judge.score`` call (they share the source's prefix)."""
-    hypotheses = [(family, h) for family in run for h in generate(family, context, item)]
+    """Score one source's hypotheses, a chunk (about one forward batch) per ``judge.score`` call: the
+    progress line moves per chunk, and the source's prefix, cached by the engine, serves every chunk."""
     fields = dict(item.fields)
     texts = [h for _, h in hypotheses]
     if table is not None:
         fields = {k: v.translate(table) if isinstance(v, str) else v for k, v in fields.items()}
         texts = [t.translate(table) for t in texts]
-    scores = judge.score(template, hypothesis=texts, **fields) if texts else []
+    size = auto_chunk_size(judge)
+    scores: list[float] = []
+    for start in range(0, len(texts), size):
+        scores += judge.score(template, hypothesis=texts[start : start + size], **fields)
+        bar.update(len(texts[start : start + size]))
     honest_score = next((s for (f, _), s in zip(hypotheses, scores) if f == "honest"), None)
     task = task_of(template)
 

@@ -162,6 +162,9 @@ def serve_command(args: argparse.Namespace) -> int:
         raise UsageError(f"the server needs {err.name}: pip install 'pluie-reward[serve]'") from None
     judge = judge_from_args(args)
     app = create_app(judge, args.template, **options)
+    # ready means ready: the first request must not pay the template binding and prefix (uvicorn listens after this)
+    print(f"pluie-reward serve: warming up {judge.name} on {args.template}...", file=sys.stderr, flush=True)
+    print(f"pluie-reward serve: warm in {judge.warm_up(args.template):.1f} s", file=sys.stderr, flush=True)
     # the app answers everything within shutdown_timeout; uvicorn's own bound is a backstop a little later
     run(app, host=args.host, port=args.port, log_level=args.log_level, graceful_timeout=options["shutdown_timeout"] + 5.0)
     return 0
