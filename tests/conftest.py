@@ -77,3 +77,18 @@ def embedded_judge() -> Judge:
 def embedded_base_judge() -> Judge:
     """The untuned embedded model (``Judge.load("embedded-base")``), loaded once: for tests that only read it."""
     return Judge.load("embedded-base")
+
+
+@pytest.fixture()
+def local_openrlhf_judge(tmp_path, monkeypatch):
+    """The tiny judge (seed 0) saved to disk and named by the environment that OpenRLHF's ``reward_func``
+    reads when it loads the judge in the worker (no ``PLUIE_REWARD_URL``): returns its tokenizer."""
+    from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
+
+    tokenizer = make_tiny_tokenizer()
+    make_tiny_causal_lm(tokenizer, seed=0).save_pretrained(tmp_path / "judge")
+    tokenizer.save_pretrained(tmp_path / "judge")
+    monkeypatch.delenv("PLUIE_REWARD_URL", raising=False)
+    monkeypatch.setenv("PLUIE_REWARD_MODEL", str(tmp_path / "judge"))
+    monkeypatch.setenv("PLUIE_REWARD_DEVICE", "cpu")
+    return tokenizer

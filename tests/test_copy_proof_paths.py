@@ -24,7 +24,7 @@ from pluie_reward.integrations.client import (  # noqa: E402
     RemoteJudgeError, RemotePluieReward, compute_score, compute_score_batch, compute_score_sync,
 )
 from pluie_reward.integrations.reward_mapping import RewardMapping  # noqa: E402
-from pluie_reward.testing import make_tiny_causal_lm, make_tiny_judge, make_tiny_tokenizer  # noqa: E402
+from pluie_reward.testing import make_tiny_judge  # noqa: E402
 from pluie_reward.tools.cli import main  # noqa: E402
 from pluie_reward.tools.server import background, create_app  # noqa: E402
 
@@ -132,18 +132,12 @@ def test_openrlhf_get_reward_and_reward_func(server, want, monkeypatch):
     assert got == pytest.approx(want, abs=EXACT)
 
 
-def test_openrlhf_reward_func_in_process(want, tmp_path, monkeypatch):
+def test_openrlhf_reward_func_in_process(want, local_openrlhf_judge, monkeypatch):
     """No URL: the worker loads the judge (the tiny model saved to disk) with PLUIE_REWARD_RM_REWARD."""
     import importlib
 
     import pluie_reward.integrations.openrlhf as openrlhf
 
-    tokenizer = make_tiny_tokenizer()
-    make_tiny_causal_lm(tokenizer, seed=0).save_pretrained(tmp_path / "judge")
-    tokenizer.save_pretrained(tmp_path / "judge")
-    monkeypatch.delenv("PLUIE_REWARD_URL", raising=False)
-    monkeypatch.setenv("PLUIE_REWARD_MODEL", str(tmp_path / "judge"))
-    monkeypatch.setenv("PLUIE_REWARD_DEVICE", "cpu")
     monkeypatch.setenv("PLUIE_REWARD_RM_REWARD", "paraphrase")
     module = importlib.reload(openrlhf)  # a fresh worker: the judge is loaded on the first call
     try:

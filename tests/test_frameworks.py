@@ -400,18 +400,12 @@ def test_openrlhf_reward_func_file_forwards_to_the_server(server, tiny_judge, mo
     assert [openrlhf_apply(a)["reward"][0] for a in answers] == pytest.approx(want, abs=TOL)
 
 
-def test_openrlhf_reward_func_file_scores_in_process(tiny_judge, tmp_path, monkeypatch, caplog):
+def test_openrlhf_reward_func_file_scores_in_process(tiny_judge, local_openrlhf_judge, caplog):
     """No URL: the judge is loaded in the worker (here a tiny model saved to disk) and concurrent
     calls share Judge.score calls."""
     import pluie_reward.integrations.openrlhf as openrlhf
-    from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
 
-    tokenizer = make_tiny_tokenizer()
-    make_tiny_causal_lm(tokenizer, seed=0).save_pretrained(tmp_path / "judge")
-    tokenizer.save_pretrained(tmp_path / "judge")
-    monkeypatch.delenv("PLUIE_REWARD_URL", raising=False)
-    monkeypatch.setenv("PLUIE_REWARD_MODEL", str(tmp_path / "judge"))
-    monkeypatch.setenv("PLUIE_REWARD_DEVICE", "cpu")
+    tokenizer = local_openrlhf_judge
     reward_func = load_like_openrlhf(Path(openrlhf.__file__))
     samples = [openrlhf_sample(tokenizer, s, h) for s, h in zip(SOURCES, HYPOTHESES)]
     answers = openrlhf_fetch_via_func(reward_func, [q for q, _ in samples], [p for _, p in samples], SOURCES)
