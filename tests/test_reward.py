@@ -146,6 +146,20 @@ def test_a_reward_holding_a_loaded_judge_says_how_to_pickle_it(tiny_judge):
     assert copy.copy(PluieReward(tiny_judge)).judge is tiny_judge  # a shallow copy needs no pickling
 
 
+def test_the_group_reward_pickles_as_the_others_do(tiny_judge):
+    """GroupPluieReward holding a loaded judge says what to pass (was: the judge's own pickling error); with a
+    factory it pickles without the model and builds its judge on first use."""
+    from pluie_reward.integrations.group_reward import GroupPluieReward
+
+    with pytest.raises(TypeError, match=r"GroupPluieReward holds a loaded judge.*factory"):
+        pickle.dumps(GroupPluieReward(tiny_judge))
+    assert copy.copy(GroupPluieReward(tiny_judge)).judge is tiny_judge
+    reward = GroupPluieReward(functools.partial(make_tiny_judge, seed=0))
+    reward.judge  # built, then dropped by pickling
+    restored = pickle.loads(pickle.dumps(reward))
+    assert restored._judge is None and restored.judge.name == "tiny-random" and restored.judge is not reward.judge
+
+
 def test_group_prefix_is_computed_once_per_prompt():
     judge = make_tiny_judge(seed=0)
     reward = PluieReward(judge, fields={"source": "src"})

@@ -23,11 +23,12 @@ from typing import Any, Callable, Mapping, Sequence
 from ..core.fields import completion_texts, map_fields, prompt_text
 from ..core.group import judge_groups, load_group_template
 from ..core.judge import Judge
+from .rewards import JudgeHolder
 
 OUTPUTS = ("prob", "logprob", "centered")
 
 
-class GroupPluieReward:
+class GroupPluieReward(JudgeHolder):
     """p(best = completion) within its group, as a TRL reward.
 
     Args:
@@ -65,19 +66,7 @@ class GroupPluieReward:
                                     who=f"{name}: ")
         self.output, self.orders, self.group_size = output, orders, group_size
         self.__name__ = name
-        if isinstance(judge, Judge):
-            self._judge, self._factory = judge, None
-        elif callable(judge):
-            self._judge, self._factory = None, judge
-        else:
-            raise TypeError(f"judge must be a Judge or a zero-argument factory returning one, not {type(judge).__name__}.")
-
-    @property
-    def judge(self) -> Judge:
-        """The judge (built by the factory on first use)."""
-        if self._judge is None:
-            self._judge = self._factory()
-        return self._judge
+        self._hold(judge)
 
     def groups(self, prompts: Sequence[Any] | None, values: Mapping[str, list[Any]], n: int) -> list[range]:
         """The index ranges of the groups: blocks of ``group_size``, or runs of equal prompt and fields."""

@@ -30,7 +30,59 @@ from .reward_config import TRANSFORMS, RewardConfig, reward_config, warn_depreca
 __all__ = ["PluieReward", "AsyncPluieReward", "NoveltyReward", "novelty", "completion_text"]
 
 
-class PluieReward:
+class JudgeHolder:
+    """What every reward holding a judge shares: the judge, or a zero-argument factory that builds it on
+    first use; pickling (a trainer that spawns processes pickles its rewards) keeps the factory and drops
+    the built judge, and refuses a loaded judge with what to pass instead; ``copy.copy`` shares the judge.
+
+    Example:
+        >>> import functools, pickle
+        >>> reward = PluieReward(functools.partial(Judge.load))   # built on first call, in each process
+        >>> pickle.loads(pickle.dumps(reward)).__name__
+        'pluie'
+    """
+
+    _judge: "Judge | None"
+    _factory: "Callable[[], Judge] | None"
+
+    def _hold(self, judge: "Judge | Callable[[], Judge]") -> None:
+        """Keep ``judge`` (a :class:`Judge`) or the factory that builds it.
+
+        Raises:
+            TypeError: neither a Judge nor a callable.
+        """
+        if isinstance(judge, Judge):
+            self._judge, self._factory = judge, None
+        elif callable(judge):
+            self._judge, self._factory = None, judge
+        else:
+            raise TypeError(f"judge must be a Judge or a zero-argument factory returning one, not {type(judge).__name__}.")
+
+    @property
+    def judge(self) -> Judge:
+        """The judge (built by the factory on first use)."""
+        if self._judge is None:
+            self._judge = self._factory()
+        return self._judge
+
+    def __getstate__(self) -> dict:
+        if self._factory is None:  # a loaded model does not pickle (and its weights should not travel)
+            raise TypeError(f"{type(self).__name__} holds a loaded judge, which does not pickle (a trainer that spawns "
+                            "processes pickles its rewards): give it a zero-argument factory instead, e.g. "
+                            f"{type(self).__name__}(functools.partial(Judge.load, MODEL), ...); the judge is then built "
+                            "on first call in each process.")
+        state = dict(self.__dict__)
+        state["_judge"] = None  # rebuilt lazily in the unpickled copy
+        return state
+
+    def __copy__(self) -> "JudgeHolder":
+        """A shallow copy sharing the judge (``copy.copy``; only pickling needs a factory)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+
+class PluieReward(JudgeHolder):
     """PLUIE of each completion as a TRL reward: the completion is the template's ``hypothesis``,
     the other fields come from dataset columns (``fields`` maps field -> column; ``"prompt"`` is the
     prompt itself, its last user message when conversational).
@@ -125,13 +177,9 @@ class PluieReward:
         self.output, self.threshold, self.clip = self.config.output, self.config.threshold, self.config.clip
         self.reading = self._reading(name)
         self.__name__ = name
-        if isinstance(judge, Judge):
-            self._judge, self._factory = judge, None
+        self._hold(judge)
+        if self._judge is not None:
             self._calibration()
-        elif callable(judge):
-            self._judge, self._factory = None, judge
-        else:
-            raise TypeError(f"judge must be a Judge or a zero-argument factory returning one, not {type(judge).__name__}.")
 
     def _reading(self, name: str) -> AnswerOutput | None:
         """The N-answer read (None for PLUIE and what is computed from it), checked against the template now.
@@ -166,29 +214,6 @@ class PluieReward:
         """Deprecated: :attr:`output` (``"logratio"`` for a template with N answers, as before)."""
         warn_deprecated("PluieReward.transform is deprecated: read PluieReward.output.")
         return self.output if self.reading is None else "logratio"
-
-    @property
-    def judge(self) -> Judge:
-        """The judge (built by the factory on first use)."""
-        if self._judge is None:
-            self._judge = self._factory()
-        return self._judge
-
-    def __getstate__(self) -> dict:
-        if self._factory is None:  # a loaded model does not pickle (and its weights should not travel)
-            raise TypeError(f"{type(self).__name__} holds a loaded judge, which does not pickle (a trainer that spawns "
-                            "processes pickles its rewards): give it a zero-argument factory instead, e.g. "
-                            f"{type(self).__name__}(functools.partial(Judge.load, MODEL), ...); the judge is then built "
-                            "on first call in each process.")
-        state = dict(self.__dict__)
-        state["_judge"] = None  # rebuilt lazily in the unpickled copy
-        return state
-
-    def __copy__(self) -> "PluieReward":
-        """A shallow copy sharing the judge (``copy.copy``; only pickling needs a factory)."""
-        new = object.__new__(type(self))
-        new.__dict__.update(self.__dict__)
-        return new
 
     def __call__(
         self,
