@@ -17,12 +17,12 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from .calibration import Calibration
+from .plan import finite
 from .template import check_chat_template_kwargs
 
 
@@ -55,19 +55,6 @@ def split_options(config: type, options: Mapping[str, Any]) -> tuple[dict[str, A
     names = set(option_names(config))
     own = {k: v for k, v in options.items() if k in names}
     return own, {k: v for k, v in options.items() if k not in names}
-
-
-def _finite(number: int | float) -> bool:
-    """Whether ``number`` is a finite float (an int too large for a float is not).
-
-    Example:
-        >>> _finite(1), _finite(float("nan")), _finite(10**400)
-        (True, False, False)
-    """
-    try:
-        return math.isfinite(number)
-    except OverflowError:
-        return False
 
 
 @dataclass(frozen=True)
@@ -106,7 +93,7 @@ class JudgeConfig:
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ValueError(f"cache_size must be a non-negative integer, got {size!r}.")
         t = self.threshold
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not _finite(t):
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not finite(t):
             raise ValueError(f"threshold must be a finite number (the verdict is score > threshold), got {t!r}.")
         if not isinstance(self.allow_multi_token, bool):
             raise TypeError(f"allow_multi_token must be True or False, got {self.allow_multi_token!r}.")

@@ -30,6 +30,19 @@ from typing import Any, Mapping, Sequence
 from .template import normalize_fields
 
 
+def finite(number: int | float) -> bool:
+    """Whether a number is finite as a float (an int too large for a float is not).
+
+    Example:
+        >>> finite(1), finite(float("nan")), finite(10**400)
+        (True, False, False)
+    """
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
+
+
 def check_threshold(threshold: Any) -> None:
     """Refuse a threshold that is not ``None`` or a finite number (a verdict against NaN is always False).
 
@@ -52,11 +65,7 @@ def check_threshold(threshold: Any) -> None:
     message = f"threshold must be a finite number (the verdict is score > threshold), got {str(threshold)[:40]!s}."
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):  # numpy's floats are Real too
         raise TypeError(message[:-1] + f" ({type(threshold).__name__}).")
-    try:
-        finite = math.isfinite(threshold)
-    except OverflowError:  # an int too large for a float
-        finite = False
-    if not finite:
+    if not finite(threshold):
         raise ValueError(message)
 
 

@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 
 from ..core.errors import PluieError
 from ..core.novelty import TASKS
-from ..core.plan import ScoringPlan
+from ..core.plan import ScoringPlan, finite
 
 
 class ShuttingDown(PluieError, RuntimeError):
@@ -98,14 +98,10 @@ def split_request(template: Any, body: Mapping[str, Any]) -> tuple[dict[str, Any
             TASKS[value].check_template(template, who=f"'task': {value!r}: ")
             options[key] = value
         else:
-            try:  # an int too large for a float (400 digits) is no finite threshold either
-                number = math.nan if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
-            except OverflowError:
-                number = math.inf
-            if not math.isfinite(number):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not finite(value):  # 10**400 too
                 shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}... ({len(repr(value))} characters)"
                 raise ValueError(f"'threshold' must be a finite number, got {shown}.")
-            options[key] = number
+            options[key] = float(value)
     return fields, options
 
 
