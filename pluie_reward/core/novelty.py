@@ -109,9 +109,10 @@ class Task:
         """:func:`is_copy` with this task's copy rule."""
         return is_copy(source, hypothesis, source_inside_is_copy=self.source_inside_is_copy)
 
-    def score(self, p_yes: float, source: str, hypothesis: str) -> float:
-        """:func:`copy_proof_score` with this task's target, copy rule and length floor: the one place
-        a task's fields become the score (rewards, judge-filtered data and the probe use it).
+    def score(self, p_yes: float, source: str, hypothesis: str, novelty: float | None = None) -> float:
+        """:func:`copy_proof_score` with this task's target, copy rule and length floor (``novelty``: the
+        completion's :meth:`novelty`, when already computed): the one place a task's fields become the score
+        (rewards, judge-filtered data and the probe use it).
 
         Example:
             >>> TASKS["paraphrase"].score(0.9, "The cat sleeps on the mat.", "On the mat, the cat sleeps.")
@@ -119,8 +120,8 @@ class Task:
             >>> TASKS["paraphrase"].score(0.9, "The cat sleeps on the mat.", "The cat sleeps.")  # 3 of 6 words: 0.9 × (0.5 / 0.67)
             0.6716417910447761
         """
-        return copy_proof_score(p_yes, source, hypothesis, target=self.target,
-                                source_inside_is_copy=self.source_inside_is_copy, min_length=self.min_length)
+        return copy_proof_score(p_yes, source, hypothesis, target=self.target, source_inside_is_copy=self.source_inside_is_copy,
+                                min_length=self.min_length, novelty=novelty)
 
     def check_template(self, template: Any, who: str = "") -> None:
         """Check that ``template`` can give this task's reward: a Yes/No template (p_yes) with the fields
@@ -182,8 +183,8 @@ class Task:
         if not len(p_yes) == len(accepted) == len(sources) == n:
             raise ValueError(f"{self.name}: {len(p_yes)} p_yes, {len(accepted)} verdicts, {len(sources)} sources and "
                              f"{n} completions; give one of each per completion.")
-        rewards = [self.score(p, s, h) for p, s, h in zip(p_yes, sources, hypotheses)]
         novelty = [self.novelty(s, h) for s, h in zip(sources, hypotheses)]
+        rewards = [self.score(p, s, h, v) for p, s, h, v in zip(p_yes, sources, hypotheses, novelty)]
         if not n:
             return TaskScores(rewards, novelty, {})
         metrics = {
@@ -301,7 +302,8 @@ def length_factor(source: str, hypothesis: str, min_length: float | None) -> flo
 
 
 def copy_proof_score(p_yes: float, source: str, hypothesis: str, *, target: float = TASKS["paraphrase"].target,
-                     source_inside_is_copy: bool = True, min_length: float | None = None) -> float:
+                     source_inside_is_copy: bool = True, min_length: float | None = None,
+                     novelty: float | None = None) -> float:
     """The copy-proof reward of one completion: ``p_yes × min(1, novelty / target) × (1 − excess repetition)``,
     times :func:`length_factor` with a ``min_length`` (the paraphrase task's is 0.67: :data:`TASKS`).
 
@@ -312,6 +314,7 @@ def copy_proof_score(p_yes: float, source: str, hypothesis: str, *, target: floa
         target: the novelty that earns full credit, in (0, 1].
         source_inside_is_copy: see :class:`Task`.
         min_length: see :class:`Task` (default None: no length floor).
+        novelty: the completion's :func:`copy_proof_novelty` with this copy rule, when already computed.
 
     Returns:
         The reward, in [0, 1]: 0 for a copy (:func:`is_copy`) and for a completion without a word;
@@ -331,7 +334,8 @@ def copy_proof_score(p_yes: float, source: str, hypothesis: str, *, target: floa
         raise ValueError(f"p_yes must be a probability in [0, 1], got {p_yes!r}.")
     target = check_target(target)
     check_min_length(min_length)
-    novelty = copy_proof_novelty(source, hypothesis, source_inside_is_copy=source_inside_is_copy)
+    if novelty is None:
+        novelty = copy_proof_novelty(source, hypothesis, source_inside_is_copy=source_inside_is_copy)
     if novelty == 0.0:
         return 0.0
     excess = max(0.0, repetition(hypothesis) - repetition(source))
