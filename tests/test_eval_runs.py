@@ -191,26 +191,16 @@ def test_interrupted_run_resumes_and_report_recomputes_without_the_judge(tiny_ju
     assert capsys.readouterr().out.split("\n\nwrote")[0] == (tmp_path / "fresh" / "results.md").read_text().strip()
 
 
-def test_half_written_last_line_is_dropped_on_resume(tiny_judge, use_judge, tmp_path):
+@pytest.mark.parametrize("damage", [
+    lambda lines: "\n".join(lines[:4]) + "\n" + lines[4][:25],  # killed while writing line 5: it is dropped
+    lambda lines: "\n".join(lines[:4]),  # killed between line 4 and its newline: the newline is added
+], ids=["half-written last line", "last line without its newline"])
+def test_resume_writes_one_line_per_item_after_an_interruption(damage, tiny_judge, use_judge, tmp_path):
     argv = ["eval", "parareval", str(PARAREVAL), "--chunk-size", "3", "--no-progress", "-o", str(tmp_path / "run")]
     use_judge(Recorder(tiny_judge))
     assert cli.main(argv) == 0
     scores = tmp_path / "run" / "scores.jsonl"
-    lines = scores.read_text().splitlines()
-    scores.write_text("\n".join(lines[:4]) + "\n" + lines[4][:25])  # killed while writing line 5
-    again = use_judge(Recorder(tiny_judge))
-    assert cli.main(argv) == 0
-    assert again.items == 3 * 2 * 2  # items 5 and 6 again
-    assert [json.loads(line)["i"] for line in scores.read_text().splitlines()] == [0, 1, 2, 3, 4, 5]
-
-
-def test_resume_after_a_last_line_without_its_newline_writes_one_line_per_item(tiny_judge, use_judge, tmp_path):
-    argv = ["eval", "parareval", str(PARAREVAL), "--chunk-size", "3", "--no-progress", "-o", str(tmp_path / "run")]
-    use_judge(Recorder(tiny_judge))
-    assert cli.main(argv) == 0
-    scores = tmp_path / "run" / "scores.jsonl"
-    lines = scores.read_text().splitlines()
-    scores.write_text("\n".join(lines[:4]))  # killed between line 4 and its newline
+    scores.write_text(damage(scores.read_text().splitlines()))
     again = use_judge(Recorder(tiny_judge))
     assert cli.main(argv) == 0
     assert again.items == 3 * 2 * 2  # items 5 and 6 again
