@@ -1,285 +1,262 @@
-"""Distil a paraphraser with a PLUIE judge: a teacher samples N candidates per source, the judge
-keeps the best by the copy-proof score (p_yes x min(1, novelty / 0.3) x the length floor: PLUIE alone would keep copies of
-the source, which a judge rates above paraphrases), TRL's SFTTrainer trains a smaller or fresh student
-on them, and (optionally) a short GRPO run rewarded by ParaphraseReward (the same score) follows. The kept
-pairs' copy rate and novelty are printed beside their PLUIE, and beside those PLUIE best-of-n would have
-kept; the student's mean PLUIE on held-out sources is reported before and after.
+"""Distil a small paraphraser without an RL loop: self-distillation by rejection sampling (as in ReST,
+RAFT or expert iteration), judged by the same copy-proof score the GRPO example's reward uses.
 
-Defaults are CPU-sized (a few minutes on 2 cores): the embedded SmolLM2-135M-Instruct is teacher
-and judge, and the student is a fresh 2-layer Llama sharing its tokenizer (which, trained on 16 pairs, learns little more
-than the shape of an answer: the point is the pipeline). With a real budget use a
-bigger teacher/judge and a pretrained student, e.g.::
+The student is the embedded SmolLM2-135M-Instruct (as a plain trainable model) with a LoRA adapter; the
+judge is the default judge on the same base weights (its adapter loaded frozen beside the student's, as in
+``examples/grpo_paraphrase.py``). Each round:
 
-    python examples/distill_paraphraser.py --teacher Qwen/Qwen2.5-7B-Instruct --judge Qwen/Qwen2.5-7B-Instruct \\
-        --student HuggingFaceTB/SmolLM2-360M-Instruct --sources my_sentences.txt --n 8 --threshold 0 --epochs 2 --grpo
+1. the teacher samples ``--n`` paraphrases of every training sentence (round 1: the untrained student,
+   i.e. the base model, or any HF causal LM given by ``--teacher``; later rounds: the student so far);
+2. ``score_dataset`` judges them and adds the copy-proof score of
+   :class:`~pluie_reward.ParaphraseReward` (``p_yes x min(1, novelty / 0.3) x min(1, length ratio / 0.67)``,
+   0 for a copy or a disguised copy), and ``best_of_n`` keeps each sentence's best candidate if its score
+   is above ``--floor`` (0.7: the judge accepts it, it is no copy and no fragment; a sentence without such a
+   candidate gives nothing), so copies, fragments and rejected candidates are never trained on;
+3. TRL's ``SFTTrainer`` trains the student's adapter on the kept pairs (prompt -> paraphrase).
 
-Tiny smoke run::
+Data and proof as in the GRPO example: ``--train FILE`` (default ``examples/data/paraphrase_train.txt``,
+120 sentences) and ``--held-out FILE`` (default ``examples/data/paraphrase_held_out.txt``, 24 others; a
+held-out sentence that is also a training sentence is refused), one sentence per line or JSONL with a
+``source`` field. The held-out sentences are paraphrased greedily before and after distillation and judged;
+``result.json`` in ``--output-dir`` has the GRPO example's ``held_out`` rows and ``before``/``after``
+metrics (accept rate, p_yes, novelty, copy rate, accepted-and-novel share, PLUIE, meaning), each round's
+kept pairs (``describe_pairs``, beside what PLUIE best-of-n would have kept) and the seconds spent;
+``kept-round-R.jsonl`` holds the pairs trained on.
 
-    python examples/distill_paraphraser.py --train-sources 4 --held-out 2 --n 2 --epochs 1 --max-new-tokens 16
+``--time-budget MINUTES`` (default 35; 0: none) bounds the whole run: a round that, at the pace of the
+previous one, would not leave time for the final evaluation is not started, and the fine-tuning of a
+round stops early for the same reason (``result.json``: ``rounds``, ``stopped_by_time_budget``).
+
+    python examples/distill_paraphraser.py --seed 0 --output-dir runs/distill-s0 --threads 2   # the default run
+    python examples/distill_paraphraser.py --rounds 1 --n 2 --sentences 4 --max-held-out 2 --epochs 1   # smoke run
+    python examples/distill_paraphraser.py --teacher Qwen/Qwen2.5-1.5B-Instruct     # round 1 sampled from another model
+
+The embedded 135M judge is for demos, not quality (docs/rewards.md reads its accepted outputs by hand).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import random
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-PROMPT = "Paraphrase the following sentence. Answer with the paraphrase only.\n\n{source}"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # examples/paraphrase_common.py, shared with the GRPO example
 
-SOURCES = [
-    "The meeting was postponed because the manager was ill.",
-    "She finished the report two days before the deadline.",
-    "Heavy rain caused flooding in several neighbourhoods.",
-    "The company plans to hire fifty new engineers next year.",
-    "He forgot his umbrella and got soaked on the way home.",
-    "The museum will be closed for renovation until spring.",
-    "Prices of fresh vegetables rose sharply this month.",
-    "The children were excited to see snow for the first time.",
-    "Our train was delayed by almost an hour this morning.",
-    "The new library has a large collection of rare books.",
-    "Doctors recommend drinking water regularly during hot weather.",
-    "The team celebrated after winning the national championship.",
-    "Traffic on the bridge was stopped after an accident.",
-    "The author signed copies of her novel at the bookstore.",
-    "Scientists discovered a new species of frog in the rainforest.",
-    "The restaurant is famous for its homemade pasta.",
-    "Many students struggle to find affordable housing in the city.",
-    "The old factory was turned into a modern art gallery.",
-    "He apologised for arriving late to the interview.",
-    "The festival attracts thousands of visitors every summer.",
-    "The software update fixed several security problems.",
-    "She learned to play the piano when she was seven.",
-    "The village has no shop, so residents drive to the next town.",
-    "Volunteers cleaned the beach on Saturday morning.",
-]
+from paraphrase_common import HELD_OUT_FILE, TARGET, TRAIN_FILE, chat, held_out_metrics, read_data  # noqa: E402
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--teacher", default=None, help="HF id/folder of the teacher causal LM (default: embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--judge", default=None, help="judge model for Judge.load (default: the teacher's weights, frozen)")
-    p.add_argument("--template", default="para-fs", help="judge template (default para-fs)")
-    p.add_argument("--student", default="fresh",
-                   help="'fresh' (random small Llama with the teacher's tokenizer), 'embedded' (SmolLM2-135M), or an HF id/folder")
-    p.add_argument("--student-layers", type=int, default=2, help="layers of a fresh student (default 2)")
-    p.add_argument("--student-hidden", type=int, default=128, help="hidden size of a fresh student (default 128)")
-    p.add_argument("--sources", type=Path, default=None, help="text file, one source sentence per line (default: 24 built-in sentences)")
-    p.add_argument("--train-sources", type=int, default=16, help="sources used for distillation (default 16)")
-    p.add_argument("--held-out", type=int, default=8, help="held-out sources for the before/after PLUIE (default 8)")
-    p.add_argument("--n", type=int, default=4, help="teacher candidates per source (default 4)")
-    p.add_argument("--k", type=int, default=1, help="best candidates kept per source (default 1)")
-    p.add_argument("--threshold", type=float, default=None,
-                   help="keep only candidates with PLUIE > threshold, e.g. 0 with a real judge (default: none, since "
-                        "the 135M demo judge scores nearly everything below 0)")
-    p.add_argument("--select", choices=["copy-proof", "pluie"], default="copy-proof",
-                   help="rank each source's candidates by the copy-proof score (default) or by PLUIE (prefers copies)")
-    p.add_argument("--target", type=float, default=None,
-                   help="novelty that earns full credit in the copy-proof score and the GRPO reward (default: the task's, 0.3)")
-    p.add_argument("--temperature", type=float, default=0.9)
-    p.add_argument("--max-new-tokens", type=int, default=40)
-    p.add_argument("--epochs", type=float, default=None, help="SFT epochs (default 10 for a fresh student, 3 otherwise)")
-    p.add_argument("--learning-rate", type=float, default=None, help="default 3e-3 for a fresh student, 2e-5 otherwise")
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--grpo", action="store_true", help="then run a short GRPO phase rewarded by ParaphraseReward")
-    p.add_argument("--grpo-steps", type=int, default=2)
-    p.add_argument("--output-dir", type=Path, default=Path("distill_out"))
-    p.add_argument("--seed", type=int, default=0)
-    return p.parse_args(argv)
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring); bad values exit with status 2 and one line."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--train", type=Path, default=TRAIN_FILE, help="training sentences: one per line, or JSONL with 'source'")
+    parser.add_argument("--held-out", type=Path, default=HELD_OUT_FILE,
+                        help="held-out sentences (never trained on), paraphrased greedily before and after")
+    parser.add_argument("--sentences", type=int, default=None, help="use only the first N training sentences")
+    parser.add_argument("--max-held-out", type=int, default=None, help="use only the first N held-out sentences")
+    parser.add_argument("--teacher", default=None,
+                        help="HF id or folder of a causal LM that samples round 1 (default: the student's base, self-distillation)")
+    parser.add_argument("--rounds", type=int, default=3, help="sample, filter and fine-tune rounds (default 3)")
+    parser.add_argument("--n", type=int, default=6, help="candidates sampled per training sentence and round (default 6)")
+    parser.add_argument("--floor", type=float, default=0.7,
+                        help="keep a sentence's best candidate only if its copy-proof score is above this (default 0.7)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the candidates")
+    parser.add_argument("--max-new-tokens", type=int, default=40)
+    parser.add_argument("--epochs", type=float, default=2.0, help="fine-tuning epochs over each round's kept pairs")
+    parser.add_argument("--learning-rate", type=float, default=2e-4)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--lora-rank", type=int, default=16)
+    parser.add_argument("--judge", choices=("default", "base"), default="default",
+                        help="default: the default judge (its adapter beside the student's); base: the untuned embedded model")
+    parser.add_argument("--output-dir", type=Path, default=Path("runs/distill_paraphraser"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--time-budget", type=float, default=35.0, help="minutes for the whole run, evaluations included (0: no limit)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    args = parser.parse_args(argv)
+    optional = [v for v in (args.sentences, args.max_held_out) if v is not None]
+    if min([args.rounds, args.n, args.batch_size, args.max_new_tokens, *optional]) < 1:
+        parser.error("--rounds, --n, --batch-size, --max-new-tokens, --sentences and --max-held-out must be at least 1.")
+    if not 0 <= args.floor < 1:  # also refuses nan; the copy-proof score lies in [0, 1]
+        parser.error("--floor must lie in [0, 1): the copy-proof score is p_yes x novelty credit x length credit.")
+    if not args.time_budget >= 0 or not args.epochs > 0:
+        parser.error("--time-budget must be >= 0 minutes (0: no limit) and --epochs > 0.")
+    read_data(parser, args)
+    return args
 
 
 if __name__ == "__main__":
-    parse_args()  # --help and bad arguments are answered here, before torch loads (main parses again)
+    parse_args()  # --help and bad arguments are answered here, before torch, TRL and PEFT load (main parses again)
 
-import torch  # noqa: E402  (after the early parse above)
+import torch  # noqa: E402  (the heavy imports come after the early parse above)
+from datasets import Dataset  # noqa: E402
+from grpo_paraphrase import load_policy_and_judge  # noqa: E402
+from transformers import PrinterCallback, TrainerCallback, set_seed  # noqa: E402
+from trl import SFTConfig, SFTTrainer  # noqa: E402
 
+from pluie_reward import Judge, PluieCallback  # noqa: E402
+from pluie_reward.integrations.callbacks import generate_texts  # noqa: E402
+from pluie_reward.integrations.data import best_of_n, describe_pairs, score_dataset  # noqa: E402
 
-def chat_prompt(source: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": PROMPT.format(source=source)}]
-
-
-def clean(text: str) -> str:
-    """First non-empty line of a generation, without surrounding quotes."""
-    for line in text.strip().splitlines():
-        line = line.strip().strip('"').strip()
-        if line:
-            return line
-    return ""
+TEMPLATE = "para-fs"
 
 
-@torch.no_grad()
-def generate(model: Any, tokenizer: Any, sources: Sequence[str], *, n: int, sample: bool, temperature: float,
-             max_new_tokens: int, batch_size: int = 8) -> list[list[str]]:
-    """``n`` cleaned completions per source (greedy when ``sample`` is False, then n must be 1)."""
-    was_training = model.training
-    model.eval()
-    tokenizer.padding_side = "left"
-    out: list[list[str]] = []
-    try:
-        for start in range(0, len(sources), batch_size):
-            chunk = sources[start : start + batch_size]
-            texts = [tokenizer.apply_chat_template(chat_prompt(s), tokenize=False, add_generation_prompt=True) for s in chunk]
-            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-            kwargs = dict(do_sample=True, temperature=temperature, top_p=0.95) if sample else dict(do_sample=False)
-            ids = model.generate(**enc, max_new_tokens=max_new_tokens, num_return_sequences=n,
-                                 pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id, **kwargs)
-            decoded = tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-            out.extend([clean(t) for t in decoded[i * n : (i + 1) * n]] for i in range(len(chunk)))
-    finally:
-        model.train(was_training)
-    return out
+class Deadline(TrainerCallback):
+    """Stops fine-tuning once one more step (at the mean pace so far, +20 %) would end past ``deadline``
+    (a ``clock()`` time); ``stopped`` says whether it did."""
+
+    def __init__(self, deadline: float, clock=time.monotonic) -> None:
+        self.deadline, self.clock, self.stopped = deadline, clock, False
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = self.clock()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = self.clock()
+        pace = (now - self.start) / max(state.global_step, 1)
+        if state.global_step < state.max_steps and now + 1.2 * pace > self.deadline:
+            control.should_training_stop = self.stopped = True
 
 
-def mean_pluie(judge: Any, template: str, model: Any, tokenizer: Any, sources: Sequence[str], max_new_tokens: int) -> tuple[float, list[dict]]:
-    """Greedy paraphrase of each held-out source by ``model``, scored by the judge (an empty output,
-    e.g. an untrained student's whitespace, is scored as the empty string)."""
-    outputs = [c[0] for c in generate(model, tokenizer, sources, n=1, sample=False, temperature=1.0, max_new_tokens=max_new_tokens)]
-    scores = judge.score(template, source=list(sources), hypothesis=outputs)
-    return sum(scores) / len(scores), [{"source": s, "output": o, "pluie": round(v, 3)} for s, o, v in zip(sources, outputs, scores)]
+def sample_candidates(model: Any, tokenizer: Any, sources: list[str], n: int, args: argparse.Namespace) -> Dataset:
+    """``n`` sampled paraphrases of each source (``source``, ``hypothesis``; empty answers dropped)."""
+    prompts = [chat(s) for s in sources for _ in range(n)]
+    texts = generate_texts(model, tokenizer, prompts, batch_size=32, do_sample=True, temperature=args.temperature,
+                           top_p=1.0, top_k=0, max_new_tokens=args.max_new_tokens)
+    rows = [(s, t) for s, t in zip((s for s in sources for _ in range(n)), texts) if t]
+    return Dataset.from_dict({"source": [r[0] for r in rows], "hypothesis": [r[1] for r in rows]})
 
 
-def describe(mean: float, rows: Sequence[dict]) -> str:
-    empty = sum(not r["output"] for r in rows)
-    example = next((r["output"] for r in rows if r["output"]), "")
-    return f"{mean:.2f} ({empty}/{len(rows)} outputs empty" + (f"; e.g. {example[:60]!r})" if example else ")")
-
-
-def fresh_student(tokenizer: Any, layers: int, hidden: int, seed: int) -> Any:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
-    )
-    return LlamaForCausalLM(config)
-
-
-def load_causal_lm(name: str) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(name)
-    model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
-    return model, tokenizer
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    from datasets import Dataset
-    from transformers import set_seed
-    from trl import SFTConfig, SFTTrainer
-
-    from pluie_reward import Judge
-    from pluie_reward.integrations.data import best_of_n, describe_pairs, filter_dataset, score_dataset
-    from pluie_reward.core.novelty import TASKS, task_of
-    from pluie_reward.engines.transformers.loading import load_trainable_embedded
-
-    set_seed(args.seed)
-    started = time.time()
-    sources = [l.strip() for l in args.sources.read_text(encoding="utf-8").splitlines() if l.strip()] if args.sources else list(SOURCES)
-    if args.train_sources + args.held_out > len(sources):
-        sys.exit(f"need {args.train_sources + args.held_out} sources (--train-sources + --held-out), have {len(sources)}.")
-    random.Random(args.seed).shuffle(sources)
-    train_sources, held_out = sources[: args.train_sources], sources[args.train_sources : args.train_sources + args.held_out]
-
-    # teacher and judge ---------------------------------------------------------------------
-    teacher, teacher_tok = load_trainable_embedded() if args.teacher is None else load_causal_lm(args.teacher)
-    if teacher_tok.pad_token_id is None:
-        teacher_tok.pad_token = teacher_tok.eos_token
-    judge = Judge.from_model(teacher, teacher_tok, name=args.teacher or "SmolLM2-135M-Instruct") if args.judge is None else Judge.load(args.judge)
-    print(f"teacher {args.teacher or 'SmolLM2-135M-Instruct (embedded)'}; judge {judge.name}; template {args.template}")
-
-    # 1. teacher candidates, judged, best-of-n ----------------------------------------------
-    candidates = generate(teacher, teacher_tok, train_sources, n=args.n, sample=True, temperature=args.temperature,
-                          max_new_tokens=args.max_new_tokens)
-    rows = [(s, c) for s, cs in zip(train_sources, candidates) for c in cs if c]
-    if not rows:
-        sys.exit("the teacher produced only empty candidates; raise --max-new-tokens or change --teacher.")
-    pool = Dataset.from_dict({"source": [r[0] for r in rows], "hypothesis": [r[1] for r in rows]})
-    task = task_of(args.template) or TASKS["paraphrase"]
-    if args.target is not None:
-        task = dataclasses.replace(task, target=args.target)
-    pool = score_dataset(pool, judge, args.template, desc="judging teacher candidates", task=task)
-    threshold = args.threshold
-    eligible = pool if threshold is None else filter_dataset(pool, threshold=threshold)  # PLUIE > threshold
-    kept = {select: best_of_n(eligible, group_by="source", k=args.k,
-                              score_column="pluie_copy_proof" if select == "copy-proof" else "pluie_logratio")
-            for select in ("copy-proof", "pluie")}
-    best = kept[args.select]
-    print(f"teacher: {len(pool)} candidates for {len(train_sources)} sources, mean PLUIE {sum(pool['pluie_logratio']) / len(pool):.2f}; "
-          f"kept {len(best)} by {args.select} (best {args.k} per source" + (f", PLUIE > {threshold:g})" if threshold is not None else ")"))
-    for select, rows_kept in kept.items():
-        stats = describe_pairs(rows_kept)
-        print(f"  best-of-{args.n} by {select:10s}: {stats['pairs']} pairs, mean PLUIE {stats['pluie'] or 0:.2f}, "
-              f"copy rate {stats['copy_rate'] or 0:.0%}, novelty {stats['novelty'] or 0:.2f}, copy-proof {stats['copy_proof'] or 0:.2f}"
-              + ("  <- kept" if select == args.select else ""))
-    if len(best) == 0:
-        sys.exit("no candidate passed the threshold; lower or drop --threshold, or sample more (--n).")
-
-    # 2. student ------------------------------------------------------------------------------
-    if args.student == "fresh":
-        student, student_tok = fresh_student(teacher_tok, args.student_layers, args.student_hidden, args.seed), teacher_tok
-        default_lr, default_epochs = 3e-3, 10.0
-    elif args.student == "embedded":
-        (student, student_tok), default_lr, default_epochs = load_trainable_embedded(), 2e-5, 3.0
-    else:
-        (student, student_tok), default_lr, default_epochs = load_causal_lm(args.student), 2e-5, 3.0
-    if student_tok.pad_token_id is None:
-        student_tok.pad_token = student_tok.eos_token
-    size = sum(p.numel() for p in student.parameters()) / 1e6
-    before, before_rows = mean_pluie(judge, args.template, student, student_tok, held_out, args.max_new_tokens)
-    print(f"student {args.student} ({size:.1f}M parameters): mean PLUIE on {len(held_out)} held-out sources before: "
-          f"{describe(before, before_rows)}")
-
-    # 3. SFT on the kept candidates ---------------------------------------------------------
-    sft_data = Dataset.from_dict({
-        "prompt": [chat_prompt(s) for s in best["source"]],
-        "completion": [[{"role": "assistant", "content": h}] for h in best["hypothesis"]],
+def fine_tune(student: Any, tokenizer: Any, kept: Dataset, args: argparse.Namespace, round_: int, deadline: float | None) -> dict:
+    """One SFT pass of the student's adapter on the kept pairs; returns its steps, loss and whether the deadline cut it."""
+    data = Dataset.from_dict({
+        "prompt": [chat(s) for s in kept["source"]],
+        "completion": [[{"role": "assistant", "content": h}] for h in kept["hypothesis"]],
     })
+    on_gpu = torch.cuda.is_available()
     config = SFTConfig(
-        output_dir=str(args.output_dir / "sft"), num_train_epochs=args.epochs or default_epochs, per_device_train_batch_size=args.batch_size,
-        learning_rate=args.learning_rate or default_lr, logging_steps=1, save_strategy="no", report_to="none",
-        max_length=256, use_cpu=not torch.cuda.is_available(), seed=args.seed, bf16=False,
+        output_dir=str(args.output_dir / f"sft-round-{round_}"), num_train_epochs=args.epochs,
+        per_device_train_batch_size=args.batch_size, learning_rate=args.learning_rate, lr_scheduler_type="linear",
+        logging_steps=5, save_strategy="no", report_to=[], seed=args.seed + round_, max_length=1024,
+        use_cpu=not on_gpu, bf16=on_gpu and torch.cuda.is_bf16_supported(), disable_tqdm=True,
+        gradient_checkpointing=False,  # a 135M student needs no memory saved (as in the GRPO example)
     )
-    SFTTrainer(model=student, args=config, train_dataset=sft_data, processing_class=student_tok).train()
-    after, after_rows = mean_pluie(judge, args.template, student, student_tok, held_out, args.max_new_tokens)
-    print(f"student after SFT: mean PLUIE {describe(after, after_rows)}; before {before:.2f}")
-    report: dict[str, Any] = {"before": before, "after_sft": after, "kept": len(best), "candidates": len(pool),
-                              "select": args.select, "kept_pairs": {s: describe_pairs(k) for s, k in kept.items()},
-                              "held_out_before": before_rows, "held_out_after_sft": after_rows}
+    trainer = SFTTrainer(model=student, args=config, train_dataset=data, processing_class=tokenizer)
+    trainer.remove_callback(PrinterCallback)
+    stop = Deadline(deadline) if deadline is not None else None
+    if stop:
+        trainer.add_callback(stop)
+    output = trainer.train()
+    return {"steps": trainer.state.global_step, "loss": output.training_loss, "stopped_by_time_budget": bool(stop and stop.stopped)}
 
-    # 4. optional GRPO with the judge as reward ---------------------------------------------
-    if args.grpo:
-        from trl import GRPOConfig, GRPOTrainer
 
-        from pluie_reward import CopyProofReward
+def distill(args: argparse.Namespace, student: Any, tokenizer: Any, judge: Judge, started: float | None = None,
+            teacher: tuple[Any, Any] | None = None) -> dict:
+    """Greedy held-out outputs before, ``--rounds`` rounds of sample / keep / fine-tune, greedy held-out
+    outputs after; writes and returns result.json's content.
 
-        # PLUIE alone rewards copying the source (a copy is a perfect paraphrase to a judge): the copy-proof
-        # reward gates p_yes by novelty, so a copy scores 0
-        rewards = [CopyProofReward(judge, task, template=args.template)]
-        grpo_data = Dataset.from_dict({"prompt": [chat_prompt(s) for s in train_sources], "source": train_sources})
-        grpo_config = GRPOConfig(
-            output_dir=str(args.output_dir / "grpo"), max_steps=args.grpo_steps, per_device_train_batch_size=4,
-            num_generations=4, max_completion_length=args.max_new_tokens, learning_rate=(args.learning_rate or default_lr) / 10,
-            logging_steps=1, save_strategy="no", report_to="none",
-            use_cpu=not torch.cuda.is_available(), seed=args.seed, bf16=False,
-        )
-        GRPOTrainer(model=student, reward_funcs=rewards, args=grpo_config, train_dataset=grpo_data,
-                    processing_class=student_tok).train()
-        report["after_grpo"], report["held_out_after_grpo"] = mean_pluie(judge, args.template, student, student_tok, held_out, args.max_new_tokens)
-        print(f"student after GRPO: mean PLUIE {describe(report['after_grpo'], report['held_out_after_grpo'])}")
+    Args:
+        args: :func:`parse_args`'s namespace.
+        student: a PEFT model whose active adapter is trained (the judge may share its base weights).
+        tokenizer: the student's tokenizer.
+        judge: the judge of the candidates and of the held-out outputs.
+        started: the ``time.monotonic()`` the time budget counts from (default: now).
+        teacher: (model, tokenizer) that samples round 1 (default: the student).
 
+    Returns:
+        result.json's content.
+    """
+    started = time.monotonic() if started is None else started
+    deadline = started + 60 * args.time_budget if args.time_budget else None
+    set_seed(args.seed)
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    best.to_json(str(args.output_dir / "distilled.jsonl"))
-    (args.output_dir / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"done in {time.time() - started:.0f} s; kept pairs in {args.output_dir / 'distilled.jsonl'}, report in {args.output_dir / 'report.json'}")
-    return 0
+    held_out = PluieCallback(judge, TEMPLATE, [{"prompt": chat(s), "source": s} for s in args.held_out_sentences],
+                             max_new_tokens=args.max_new_tokens, batch_size=8, write_table=False)
+    evaluation_start = time.monotonic()
+    first = held_out.generate_and_score(student, tokenizer)
+    reserve = 1.5 * (time.monotonic() - evaluation_start) + 30  # the final evaluation and writing
+    print(f"held-out before: {summary_line(held_out_metrics(first))}", flush=True)
+
+    rounds: list[dict] = []
+    stopped = False
+    for round_ in range(1, args.rounds + 1):
+        round_start = time.monotonic()
+        if deadline is not None and rounds and round_start + 1.2 * rounds[-1]["seconds"] + reserve > deadline:
+            stopped = True
+            print(f"--time-budget {args.time_budget:g} min: round {round_} not started (the final evaluation must fit)", flush=True)
+            break
+        model, model_tokenizer = teacher if (teacher is not None and round_ == 1) else (student, tokenizer)
+        pool = sample_candidates(model, model_tokenizer, args.train_sentences, args.n, args)
+        pool = score_dataset(pool, judge, TEMPLATE, desc=f"round {round_}: judging candidates")
+        kept = best_of_n(pool, group_by="source", k=1, threshold=args.floor)  # by the copy-proof score
+        by_pluie = best_of_n(pool, group_by="source", k=1, score_column="pluie_logratio")
+        kept.to_json(str(args.output_dir / f"kept-round-{round_}.jsonl"))
+        info = {"round": round_, "teacher": "--teacher" if model is not student else "student", "candidates": pool.num_rows,
+                "sampled": describe_pairs(pool), "kept": describe_pairs(kept), "best_by_pluie": describe_pairs(by_pluie)}
+        print(f"round {round_}: {pool.num_rows} candidates (copy rate {info['sampled']['copy_rate']:.2f}), kept {kept.num_rows} "
+              f"of {len(args.train_sentences)} sentences (copy-proof > {args.floor:g}; mean novelty "
+              f"{info['kept']['novelty'] or 0:.2f}, copies {info['kept']['copy_rate'] or 0:.2f}); PLUIE best-of-{args.n} "
+              f"would keep copy rate {info['best_by_pluie']['copy_rate'] or 0:.2f}", flush=True)
+        if kept.num_rows:
+            info["fine_tune"] = fine_tune(student, tokenizer, kept, args, round_, None if deadline is None else deadline - reserve)
+            print(f"round {round_}: fine-tuned {info['fine_tune']['steps']} steps, loss {info['fine_tune']['loss']:.3f}", flush=True)
+        info["seconds"] = time.monotonic() - round_start
+        rounds.append(info)
+        if info.get("fine_tune", {}).get("stopped_by_time_budget"):
+            stopped = True
+            break
+
+    last = held_out.generate_and_score(student, tokenizer)
+    result = {
+        "method": "distillation",
+        "seed": args.seed,
+        "rounds": len(rounds),
+        "stopped_by_time_budget": stopped,
+        "judge": judge.name,
+        "teacher": args.teacher or "the student's base (self-distillation)",
+        "target": TARGET,
+        "floor": args.floor,
+        "train": {"file": str(args.train), "sentences": len(args.train_sentences)},
+        "held_out": [{"source": a["source"], "before": a["generation"], "after": b["generation"]} for a, b in zip(first, last)],
+        "before": held_out_metrics(first),
+        "after": held_out_metrics(last),
+        "round_stats": rounds,
+        "seconds": time.monotonic() - started,
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if not k.endswith("_sentences")},
+    }
+    (args.output_dir / "result.json").write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
+    return result
+
+
+def summary_line(metrics: dict) -> str:
+    """One line of held-out metrics."""
+    return " ".join(f"{k} {v:.3f}" for k, v in metrics.items() if v is not None)
+
+
+def report(result: dict, output_dir: Path) -> None:
+    """Print the held-out outputs and the before/after numbers."""
+    for row in result["held_out"]:
+        print(f"  {row['source']!r}\n    before: {row['before']!r}\n    after:  {row['after']!r}")
+    for key in ("accept_rate", "p_yes", "novelty", "copy_rate", "accepted_novel_rate", "pluie", "meaning"):
+        b, a = result["before"][key], result["after"][key]
+        print(f"held-out {key:>20}: before {b if b is None else round(b, 3)}, after {a if a is None else round(a, 3)}")
+    print(f"{result['rounds']} round(s) in {result['seconds'] / 60:.1f} min; result: {output_dir / 'result.json'}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    started = time.monotonic()  # the time budget counts from here: loading the models is part of the run
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    student, tokenizer, judge = load_policy_and_judge(args)
+    teacher = None
+    if args.teacher:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        teacher = (AutoModelForCausalLM.from_pretrained(args.teacher, dtype=torch.float32), AutoTokenizer.from_pretrained(args.teacher))
+    report(distill(args, student, tokenizer, judge, started, teacher), args.output_dir)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

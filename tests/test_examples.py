@@ -127,8 +127,9 @@ def test_grpo_paraphrase_doctests():
     """The example's doctests (the examples folder is not among pytest's doctest paths)."""
     import doctest
 
-    result = doctest.testmod(_load_example("grpo_paraphrase"))
-    assert result.attempted > 0 and result.failed == 0
+    for name in ("grpo_paraphrase", "paraphrase_common"):
+        result = doctest.testmod(_load_example(name))
+        assert result.attempted > 0 and result.failed == 0, name
 
 
 def test_grpo_paraphrase_metrics_count_copies_and_novel_accepted_outputs():
@@ -215,7 +216,7 @@ def test_grpo_paraphrase_policy_adapter_is_drawn_from_the_seed():
 HEAVY = ("torch", "transformers", "trl", "vllm", "datasets", "peft")
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("*.py")))
+@pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("*.py") if "__main__" in p.read_text(encoding="utf-8")))
 def test_every_example_answers_help_without_importing_torch(name):
     """``python examples/X.py --help`` parses its arguments before any heavy import: no torch, transformers,
     TRL, vLLM, datasets or PEFT is imported (so it answers in well under 2 s), as -X importtime reports."""
@@ -225,3 +226,135 @@ def test_every_example_answers_help_without_importing_torch(name):
     assert "usage:" in done.stdout
     imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
+
+
+def _tiny_student():
+    from peft import LoraConfig, get_peft_model
+
+    from pluie_reward import Judge
+    from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
+
+    tokenizer = make_tiny_tokenizer()
+    student = get_peft_model(make_tiny_causal_lm(tokenizer, seed=1),
+                             LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    return student, tokenizer, Judge.from_peft(student, tokenizer)  # the base judges: training the adapter does not change it
+
+
+def _distill_files(tmp_path):
+    train, held_out = tmp_path / "train.txt", tmp_path / "held_out.jsonl"
+    train.write_text("The cat sleeps on the mat.\nPrices rose in May.\nThe shop opened late.\n", encoding="utf-8")
+    held_out.write_text('{"source": "The dog barks at night."}\n{"source": "It rained all day."}\n', encoding="utf-8")
+    return ["--train", str(train), "--held-out", str(held_out)]
+
+
+def test_distill_paraphraser_trains_only_on_each_sentences_best_candidate_above_the_floor(tmp_path, monkeypatch):
+    """Each round keeps, per training sentence, the candidate with the highest copy-proof score
+    (p_yes x novelty credit x length credit, recomputed here by hand from the judge's scores) if it is above
+    --floor, and fine-tunes on exactly those pairs: copies and disguised copies (score 0) are never trained on,
+    and a sentence whose candidates are all copies gives nothing."""
+    import math
+
+    from datasets import Dataset
+
+    example = _load_example("distill_paraphraser")
+    student, tokenizer, judge = _tiny_student()
+    cat, prices = "The cat sleeps on the mat.", "Prices rose in May."
+    pool = {cat: [cat, "the cat sleeps on the mat", "Cat.", "On the mat, a cat is sleeping."],  # copy, disguised copy, fragment, paraphrase
+            prices: [prices, "PRICES ROSE IN MAY!"],  # copies only
+            "The shop opened late.": ["The shop opened late. It was Monday."]}  # the source with more around it: a copy
+    calls = []
+
+    def fake_sample(model, tok, sources, n, args):
+        calls.append((model, n))
+        rows = [(s, h) for s in sources for h in pool[s]]
+        return Dataset.from_dict({"source": [r[0] for r in rows], "hypothesis": [r[1] for r in rows]})
+
+    trained = []
+    real_fine_tune = example.fine_tune
+
+    def recording_fine_tune(model, tok, kept, args, round_, deadline):
+        trained.append(list(zip(kept["source"], kept["hypothesis"])))
+        return real_fine_tune(model, tok, kept, args, round_, deadline)
+
+    monkeypatch.setattr(example, "sample_candidates", fake_sample)
+    monkeypatch.setattr(example, "fine_tune", recording_fine_tune)
+    args = example.parse_args(_distill_files(tmp_path) + ["--rounds", "2", "--n", "3", "--floor", "0", "--epochs", "1",
+                                                          "--max-new-tokens", "4", "--output-dir", str(tmp_path / "run")])
+    result = example.distill(args, student, tokenizer, judge)
+
+    # by hand: "Cat." keeps 1 of the source's 6 words (length credit (1/6)/0.67), novelty 1 -> full novelty credit;
+    # the paraphrase has 7 words (full length credit) and shares 3 of 9 tokens in order with the source (full credit)
+    p = [1 / (1 + math.exp(-s)) for s in judge.score("para-fs", source=[cat, cat], hypothesis=["Cat.", "On the mat, a cat is sleeping."])]
+    expected = "Cat." if p[0] * (1 / 6) / 0.67 > p[1] else "On the mat, a cat is sleeping."
+    assert trained == [[(cat, expected)], [(cat, expected)]]  # both rounds; nothing for the two sentences with copies only
+    assert calls == [(student, 3), (student, 3)]  # no --teacher: the student samples every round
+    assert [r["kept"]["pairs"] for r in result["round_stats"]] == [1, 1]
+    assert result["round_stats"][0]["kept"]["copy_rate"] == 0.0 and result["round_stats"][0]["best_by_pluie"]["pairs"] == 3
+    kept_file = [json.loads(line) for line in (tmp_path / "run" / "kept-round-1.jsonl").read_text().splitlines()]
+    assert [(r["source"], r["hypothesis"]) for r in kept_file] == [(cat, expected)]
+    # a floor above both candidates' scores keeps nothing, and then nothing is fine-tuned
+    trained.clear()
+    args = example.parse_args(_distill_files(tmp_path) + ["--rounds", "1", "--floor", f"{max(p) - 1e-9:.12f}", "--output-dir", str(tmp_path / "high")])
+    if max(p) < 1:
+        result = example.distill(args, student, tokenizer, judge)
+        assert trained == [] and result["round_stats"][0]["kept"]["pairs"] == 0
+
+
+def test_distill_paraphraser_writes_result_json_on_a_tiny_model(tmp_path):
+    """The whole loop with real sampling and fine-tuning on a tiny random student: result.json has the GRPO
+    example's shape, its held-out numbers are the judge's scores of its outputs (recomputed here), the
+    adapter was trained, and no held-out sentence was ever a training pair."""
+    import math
+
+    import torch
+
+    example = _load_example("distill_paraphraser")
+    student, tokenizer, judge = _tiny_student()
+    lora = {n: p.detach().clone() for n, p in student.named_parameters() if "lora_B" in n}
+    args = example.parse_args(_distill_files(tmp_path) + ["--rounds", "2", "--n", "4", "--floor", "0", "--epochs", "1",
+                                                          "--max-new-tokens", "6", "--output-dir", str(tmp_path / "run"), "--seed", "3"])
+    result = example.distill(args, student, tokenizer, judge)
+
+    assert json.loads((tmp_path / "run" / "result.json").read_text(encoding="utf-8")) == result
+    assert (result["method"], result["seed"], result["rounds"], result["stopped_by_time_budget"]) == ("distillation", 3, 2, False)
+    assert [r["source"] for r in result["held_out"]] == ["The dog barks at night.", "It rained all day."]
+    for when in ("before", "after"):
+        outputs, sources = [r[when] for r in result["held_out"]], [r["source"] for r in result["held_out"]]
+        scores = judge.score("para-fs", source=sources, hypothesis=outputs)
+        assert result[when]["p_yes"] == pytest.approx(sum(1 / (1 + math.exp(-s)) for s in scores) / 2, abs=1e-4)
+        assert result[when]["accept_rate"] == sum(s > judge.threshold for s in scores) / 2
+        assert {"novelty", "copy_rate", "accepted_novel_rate", "meaning"} <= set(result[when])
+    kept = [json.loads(line) for r in (1, 2) for line in (tmp_path / "run" / f"kept-round-{r}.jsonl").read_text().splitlines()]
+    assert kept and not {k["source"] for k in kept} & set(args.held_out_sentences)
+    assert all(k["pluie_copy_proof"] > 0 and not k["pluie_copy"] for k in kept)
+    assert sum(r["fine_tune"]["steps"] for r in result["round_stats"] if "fine_tune" in r) > 0
+    assert any(not torch.equal(p.detach(), lora[n]) for n, p in student.named_parameters() if "lora_B" in n)
+    assert result["seconds"] > 0
+
+
+def test_distill_paraphraser_stops_within_its_time_budget(tmp_path, capsys):
+    example = _load_example("distill_paraphraser")
+    student, tokenizer, judge = _tiny_student()
+    args = example.parse_args(_distill_files(tmp_path) + ["--rounds", "3", "--n", "2", "--floor", "0", "--epochs", "3",
+                                                          "--max-new-tokens", "3", "--time-budget", "0.001",
+                                                          "--output-dir", str(tmp_path / "run")])
+    result = example.distill(args, student, tokenizer, judge)
+    assert result["rounds"] == 1 and result["stopped_by_time_budget"] is True  # round 1's fine-tuning stopped, no round 2
+    assert "after" in result and len(result["held_out"]) == 2
+
+
+def test_distill_paraphraser_refuses_bad_arguments(tmp_path, capsys):
+    example = _load_example("distill_paraphraser")
+    files = _distill_files(tmp_path)
+    overlap = tmp_path / "overlap.txt"
+    overlap.write_text("Prices rose in May.\n", encoding="utf-8")
+    mrpc = tmp_path / "ms-mrpc.txt"
+    mrpc.write_text("The cat sleeps.\n", encoding="utf-8")
+    for argv, message in ([files[:2] + ["--held-out", str(overlap)], "also training sentences"],
+                          [["--train", str(mrpc)], "MRPC"],
+                          [files + ["--floor", "1"], "--floor"], [files + ["--floor", "nan"], "--floor"],
+                          [files + ["--rounds", "0"], "at least 1"], [files + ["--time-budget", "-1"], "--time-budget"]):
+        with pytest.raises(SystemExit) as exit_info:
+            example.parse_args(argv)
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert len(example.parse_args([]).held_out_sentences) == 24 and len(example.parse_args([]).train_sentences) == 120
