@@ -314,7 +314,7 @@ def test_reward_output_calibrated(judges):
 
 def test_server_score_passes_p_calibrated_through(judges):
     testclient = pytest.importorskip("fastapi.testclient")
-    from pluie_reward.tools.server.app import create_app
+    from pluie_reward.serving.app import create_app
 
     _, calibrated, c = judges
     with testclient.TestClient(create_app(calibrated, "para-fs", max_wait_ms=1)) as client:

@@ -142,14 +142,14 @@ def test_answer_output_checks_a_template_without_the_second_slot():
 @pytest.fixture(scope="module")
 def choice_server():
     pytest.importorskip("uvicorn")
-    from pluie_reward.tools.server import background, create_app
+    from pluie_reward.serving import background, create_app
 
     with background(create_app(tiny(), "net-choice", max_wait_ms=5), host="127.0.0.1", port=0) as server:
         yield server
 
 
 def test_remote_reward_reads_the_server_records_like_the_local_one(judge, choice_server):
-    from pluie_reward.integrations.client import RemoteJudgeError, RemotePluieReward
+    from pluie_reward.serving.client import RemoteJudgeError, RemotePluieReward
 
     first = softmax_of(judge, "net-choice", source=SOURCES, hypothesis=COMPLETIONS, alternative=REFERENCES)
     second = softmax_of(judge, "net-choice", source=SOURCES, hypothesis=REFERENCES, alternative=COMPLETIONS)
@@ -181,8 +181,8 @@ def test_remote_expected_rating_reads_the_scale_from_health(judge):
     pytest.importorskip("uvicorn")
     import httpx
 
-    from pluie_reward.integrations.client import RemotePluieReward
-    from pluie_reward.tools.server import background, create_app
+    from pluie_reward.serving import background, create_app
+    from pluie_reward.serving.client import RemotePluieReward
 
     probs = softmax_of(judge, "net-likert", source=SOURCES, hypothesis=COMPLETIONS)
     expected = [sum(p * grade for p, grade in zip(row, (1, 2, 3, 4, 5))) for row in probs]

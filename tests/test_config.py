@@ -188,8 +188,8 @@ def test_config_and_keywords_together_or_wrong(judge):
 # the remote reward: the same vocabulary over the judge server ----------------------------------------
 def test_remote_reward_outputs_and_p_yes(logratios):
     pytest.importorskip("uvicorn")
-    from pluie_reward.integrations.client import RemoteJudgeError, RemotePluieReward
-    from pluie_reward.tools.server import background, create_app
+    from pluie_reward.serving import background, create_app
+    from pluie_reward.serving.client import RemoteJudgeError, RemotePluieReward
 
     def remote(url, **options):
         reward = RemotePluieReward(url, fields={"source": "src"}, **options)

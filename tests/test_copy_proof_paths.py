@@ -20,13 +20,13 @@ pytest.importorskip("fastapi")
 
 from pluie_reward import ParaphraseReward, PluieReward  # noqa: E402
 from pluie_reward.core.template import load_template  # noqa: E402
-from pluie_reward.integrations.client import (  # noqa: E402
+from pluie_reward.serving import background, create_app  # noqa: E402
+from pluie_reward.serving.client import (  # noqa: E402
     RemoteJudgeError, RemotePluieReward, compute_score, compute_score_batch, compute_score_sync,
 )
-from pluie_reward.integrations.reward_mapping import RewardMapping  # noqa: E402
+from pluie_reward.serving.mapping import RewardMapping  # noqa: E402
 from pluie_reward.testing import make_tiny_judge  # noqa: E402
 from pluie_reward.tools.cli import main  # noqa: E402
-from pluie_reward.tools.server import background, create_app  # noqa: E402
 
 TOKEN = "copy-proof-token-5"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -117,7 +117,7 @@ def test_verl_compute_score_family(server, want):
 
 
 def test_openrlhf_get_reward_and_reward_func(server, want, monkeypatch):
-    import pluie_reward.integrations.openrlhf as openrlhf
+    import pluie_reward.serving.openrlhf as openrlhf
 
     samples = [openrlhf_sample(c) for c in COMPLETIONS]
     queries, prompts = [q for q, _ in samples], [p for _, p in samples]
@@ -136,7 +136,7 @@ def test_openrlhf_reward_func_in_process(want, local_openrlhf_judge, monkeypatch
     """No URL: the worker loads the judge (the tiny model saved to disk) with PLUIE_REWARD_RM_REWARD."""
     import importlib
 
-    import pluie_reward.integrations.openrlhf as openrlhf
+    import pluie_reward.serving.openrlhf as openrlhf
 
     monkeypatch.setenv("PLUIE_REWARD_RM_REWARD", "paraphrase")
     module = importlib.reload(openrlhf)  # a fresh worker: the judge is loaded on the first call

@@ -169,8 +169,8 @@ def test_judge_server_on_vllm_uses_the_engines_own_batching(engines, embedded_ju
     """`pluie-reward serve --engine vllm`: each request is one Judge.ascore on the shared vLLM
     engine (no batcher in front of vLLM's continuous batching); concurrent requests all come back
     with the transformers engine's scores, for a Yes/No and an N-answer template."""
-    from pluie_reward.tools.server import background, create_app
-    from pluie_reward.tools.server.batcher import Direct
+    from pluie_reward.serving import background, create_app
+    from pluie_reward.serving.batcher import Direct
 
     local, _, _ = engines
     sources, hypotheses, _ = mrpc_pairs(12, offset=50)

@@ -57,7 +57,7 @@ def test_prompt_text_reads_the_last_user_message():
 
 def test_local_and_remote_rewards_read_the_same_text(tiny_judge):
     from pluie_reward import NoveltyReward, PluieReward
-    from pluie_reward.integrations.client import RemotePluieReward, _verl_fields
+    from pluie_reward.serving.client import RemotePluieReward, _verl_fields
 
     # the remote reward's request body (no server needed to build it)
     remote = RemotePluieReward("http://127.0.0.1:1", fields={"source": "prompt"})
@@ -81,7 +81,7 @@ def test_missing_column_is_the_same_error_everywhere(tiny_judge):
     from datasets import Dataset
 
     from pluie_reward import PluieReward
-    from pluie_reward.integrations.client import RemotePluieReward
+    from pluie_reward.serving.client import RemotePluieReward
     from pluie_reward.integrations.data import score_dataset
 
     errors = []
@@ -126,7 +126,7 @@ def test_the_http_client_imports_without_torch():
     """The client and core/fields need httpx only: torch and transformers are blocked in a fresh process."""
     code = (
         "import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None; sys.modules['yaml'] = None\n"
-        "import pluie_reward.integrations.client as c, pluie_reward.integrations.openrlhf as o\n"
+        "import pluie_reward.serving.client as c, pluie_reward.serving.openrlhf as o\n"
         "print(c.completion_text([{'role': 'assistant', 'content': 'ok'}]))"
     )
     root = str(Path(__file__).resolve().parents[1])

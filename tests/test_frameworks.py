@@ -28,11 +28,11 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
 from pluie_reward import AsyncPluieReward, NoveltyReward, PluieReward  # noqa: E402
-from pluie_reward.integrations import client as client_module  # noqa: E402
-from pluie_reward.integrations.client import RemotePluieReward, compute_score, compute_score_sync  # noqa: E402
+from pluie_reward.serving import background, create_app  # noqa: E402
+from pluie_reward.serving import client as client_module  # noqa: E402
+from pluie_reward.serving.client import RemotePluieReward, compute_score, compute_score_sync  # noqa: E402
 from pluie_reward.core.novelty import novelty_score  # noqa: E402
 from pluie_reward.testing import make_tiny_judge  # noqa: E402
-from pluie_reward.tools.server import background, create_app  # noqa: E402
 
 TOKEN = "frameworks-token-3"
 TOL = 1e-3
@@ -389,7 +389,7 @@ def openrlhf_fetch_via_func(reward_func, queries, prompts, labels):
 
 
 def test_openrlhf_reward_func_file_forwards_to_the_server(server, tiny_judge, monkeypatch):
-    import pluie_reward.integrations.openrlhf as openrlhf
+    import pluie_reward.serving.openrlhf as openrlhf
 
     monkeypatch.setenv("PLUIE_REWARD_URL", server.url)
     monkeypatch.setenv("PLUIE_REWARD_TOKEN", TOKEN)
@@ -403,7 +403,7 @@ def test_openrlhf_reward_func_file_forwards_to_the_server(server, tiny_judge, mo
 def test_openrlhf_reward_func_file_scores_in_process(tiny_judge, local_openrlhf_judge, caplog):
     """No URL: the judge is loaded in the worker (here a tiny model saved to disk) and concurrent
     calls share Judge.score calls."""
-    import pluie_reward.integrations.openrlhf as openrlhf
+    import pluie_reward.serving.openrlhf as openrlhf
 
     tokenizer = local_openrlhf_judge
     reward_func = load_like_openrlhf(Path(openrlhf.__file__))

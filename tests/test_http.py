@@ -79,8 +79,8 @@ def test_errors_keep_their_builtin_bases():
     from pluie_reward.core.fields import MissingColumnError
     from pluie_reward.core.prompt import AnswerTokenError
     from pluie_reward.engines.remote import RemoteEngineError
-    from pluie_reward.integrations.batching import ScoringError, ShuttingDown
-    from pluie_reward.integrations.client import RemoteJudgeError
+    from pluie_reward.serving.batcher import ScoringError, ShuttingDown
+    from pluie_reward.serving.client import RemoteJudgeError
 
     assert exported is PluieError
     missing = MissingColumnError("no column 'x'")
@@ -275,7 +275,7 @@ def test_config_is_checked_and_timeouts_split():
 # the remote paths use it ------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", KINDS)
 def test_judge_server_client_raises_remote_judge_error(server, kind):
-    from pluie_reward.integrations.client import RemoteJudgeError, apost_json, post_json
+    from pluie_reward.serving.client import RemoteJudgeError, apost_json, post_json
 
     server.answers = [(503, {"detail": "busy"}, {}, 0.0)] * 2 + [(200, {"logratio": [0.5]}, {}, 0.0), (422, {"detail": "no 'source'"}, {}, 0.0)]
     call = post_json if kind == "sync" else (lambda *a, **k: asyncio.run(apost_json(*a, **k)))

@@ -344,8 +344,8 @@ def test_health_shows_the_model_name_not_its_path():
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
-    from pluie_reward.tools.server import create_app
-    from pluie_reward.tools.server.app import public_name
+    from pluie_reward.serving import create_app
+    from pluie_reward.serving.routes import public_name
 
     judge = make_tiny_judge()
     judge.name = "/srv/private/models/judge-v2"

@@ -1,4 +1,4 @@
-"""The package's layers (docs/architecture.md): tools -> integrations -> engines/core. A module never
+"""The package's layers (docs/architecture.md): tools -> serving -> integrations -> engines/core. A module never
 imports from a layer above its own, at module level or inside a function; module-level imports form
 no cycle. Read from the source with ``ast`` (no import needed)."""
 
@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "pluie_reward"
-LAYERS = {"core": 1, "engines": 1, "templates": 0, "integrations": 2, "tools": 3, "testing": 3}
+LAYERS = {"core": 1, "engines": 1, "templates": 0, "integrations": 2, "serving": 2.5, "tools": 3, "testing": 3}
 
 
 def module_name(path: Path) -> str:
@@ -123,7 +123,7 @@ def test_module_level_imports_form_no_cycle():
 #   "# lazy: httpx-only client"   a module that must import with httpx alone (LIGHT_CLIENTS) defers the rest.
 REASON = re.compile(r"#\s*(optional: ([\w.-]+)|lazy: (CLI start-up|package exports|httpx-only client))")
 HEAVY = {"torch", "transformers", "accelerate", "datasets", "gguf"}  # core dependencies too slow for start-up
-LIGHT_CLIENTS = {"pluie_reward.integrations.openrlhf": {"torch", "transformers", "yaml"}}  # tests/test_fields.py
+LIGHT_CLIENTS = {"pluie_reward.serving.openrlhf": {"torch", "transformers", "yaml"}}  # tests/test_fields.py
 
 
 def optional_dependencies() -> set[str]:

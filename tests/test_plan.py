@@ -11,7 +11,7 @@ import pytest
 from pluie_reward import Judge
 from pluie_reward.core.plan import ScoreOptions, ScoringPlan
 from pluie_reward.engines.base import Engine
-from pluie_reward.integrations.batching import Batcher
+from pluie_reward.serving.batcher import Batcher
 from pluie_reward.testing import make_tiny_judge
 
 from test_reference import reference_pluie

@@ -123,7 +123,7 @@ def replica_names() -> list[str]:
 @pytest.mark.slow
 @pytest.mark.serial
 def test_pool_scores_equal_judge_score_through_every_client(pool_url, reference):
-    from pluie_reward.integrations.client import RemotePluieReward, compute_score, post_json
+    from pluie_reward.serving.client import RemotePluieReward, compute_score, post_json
 
     assert len(replica_names()) == 2
     # the private Ray Serve API the printed URL reads (docs/architecture.md): the running proxy's address
@@ -176,7 +176,7 @@ def test_replicas_and_proxy_run_at_the_callers_priority(pool_url):
 def test_pool_answers_bad_requests_with_4xx_and_the_message(pool_url):
     import httpx
 
-    from pluie_reward.integrations.client import RemoteJudgeError, post_json
+    from pluie_reward.serving.client import RemoteJudgeError, post_json
 
     with httpx.Client(base_url=pool_url, timeout=30) as http:
         assert http.get("/health").json()["fields"] == ["source", "hypothesis"]
@@ -209,8 +209,8 @@ def test_a_replica_killed_under_load_loses_no_request(pool_url, reference, monke
     import ray
     from ray import serve
 
-    from pluie_reward.integrations import client as client_module
-    from pluie_reward.integrations.client import RemotePluieReward
+    from pluie_reward.serving import client as client_module
+    from pluie_reward.serving.client import RemotePluieReward
 
     retried = [0]
 
@@ -270,7 +270,7 @@ def test_an_autoscaled_pool_grows_under_load_and_shrinks_after(pool_url, referen
     replica while they run, every answer equals the reference, and once idle the pool is back to one."""
     from ray import serve
 
-    from pluie_reward.integrations.client import RemotePluieReward
+    from pluie_reward.serving.client import RemotePluieReward
     from pluie_reward.tools.pool import PoolOptions, deploy
 
     def replicas() -> int:

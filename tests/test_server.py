@@ -23,11 +23,11 @@ pytest.importorskip("uvicorn")
 from conftest import mrpc_pairs  # noqa: E402
 
 from pluie_reward.tools.cli import main  # noqa: E402
-from pluie_reward.integrations.client import (  # noqa: E402
+from pluie_reward.serving import background, create_app  # noqa: E402
+from pluie_reward.serving.client import (  # noqa: E402
     RemoteJudgeError, RemotePluieReward, compute_score, compute_score_batch, compute_score_sync, post_json,
 )
-from pluie_reward.tools.server import background, create_app  # noqa: E402
-from pluie_reward.tools.server.batcher import Batcher, ScoringError, ShuttingDown  # noqa: E402
+from pluie_reward.serving.batcher import Batcher, ScoringError, ShuttingDown  # noqa: E402
 from pluie_reward.testing import make_tiny_judge  # noqa: E402
 from pluie_reward.tools.bench.server_load import free_port  # noqa: E402
 

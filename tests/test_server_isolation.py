@@ -27,9 +27,9 @@ pytest.importorskip("uvicorn")
 
 from conftest import mrpc_pairs  # noqa: E402
 
-from pluie_reward.integrations.batching import Batcher  # noqa: E402
+from pluie_reward.serving.batcher import Batcher  # noqa: E402
 from pluie_reward.testing import make_slow_tiny_judge, make_tiny_judge  # noqa: E402
-from pluie_reward.tools.server import background, create_app  # noqa: E402
+from pluie_reward.serving import background, create_app  # noqa: E402
 
 TOKEN = "iso-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

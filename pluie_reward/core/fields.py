@@ -4,7 +4,7 @@ Two things live here and nowhere else:
 
 - :func:`completion_text` (and :func:`prompt_text`): a TRL completion or prompt (a string, or chat
   messages) as the text the judge reads. :class:`~pluie_reward.PluieReward`,
-  :class:`~pluie_reward.NoveltyReward`, :class:`~pluie_reward.integrations.client.RemotePluieReward`
+  :class:`~pluie_reward.NoveltyReward`, :class:`~pluie_reward.serving.client.RemotePluieReward`
   and verl's ``compute_score`` all call it, so a local and a remote reward read the same text.
 - :func:`map_fields` / :class:`FieldMap`: template field -> column (of a TRL batch, a dataset, an
   evaluation set, an input file, an OpenRLHF request or verl's arguments), with one wording of

@@ -1,5 +1,5 @@
 """One HTTP client for every remote path: the remote vLLM engine (:mod:`pluie_reward.engines.remote`),
-the judge server's clients for TRL, verl and OpenRLHF (:mod:`pluie_reward.integrations.client`) and
+the judge server's clients for TRL, verl and OpenRLHF (:mod:`pluie_reward.serving.client`) and
 the server benchmark. :class:`HTTPClient` and :class:`AsyncHTTPClient` send JSON and return the
 decoded JSON answer; both follow one policy:
 
@@ -27,7 +27,7 @@ repeats costs the bounded waits (at most 0.5 + 1 + 2 s with the defaults) before
 raised. Other 4xx are the request's fault and are never retried.
 
 Example:
-    >>> from pluie_reward.tools.server import background, create_app
+    >>> from pluie_reward.serving import background, create_app
     >>> config = HTTPConfig(timeout=30, retries=2)
     >>> with background(create_app(judge, "para-fs")) as server:  # a judge server, e.g. http://127.0.0.1:8000
     ...     with HTTPClient(server.url, config, name="judge server") as client:
@@ -321,7 +321,7 @@ class AsyncHTTPClient(_Policy):
         >>> async def health(url):
         ...     async with AsyncHTTPClient(url, HTTPConfig(retries=0)) as client:
         ...         return await client.request("GET", "/health")
-        >>> from pluie_reward.tools.server import background, create_app
+        >>> from pluie_reward.serving import background, create_app
         >>> with background(create_app(judge, "para-fs")) as server:  # a judge server, e.g. http://127.0.0.1:8000
         ...     asyncio.run(health(server.url))
         {'status': 'ok', ...}

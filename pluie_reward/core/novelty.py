@@ -1,6 +1,6 @@
 """Novelty against a source, and the copy-proof score built on it: the one formula every copy-proof
 reward uses, local (:class:`~pluie_reward.ParaphraseReward`...) or remote (the judge server's
-``/score`` ``task`` option and ``--rm-reward paraphrase``, :class:`~pluie_reward.integrations.client.RemotePluieReward`
+``/score`` ``task`` option and ``--rm-reward paraphrase``, :class:`~pluie_reward.serving.client.RemotePluieReward`
 with ``task=``, verl's ``compute_score`` with ``output="paraphrase"``, OpenRLHF's ``reward_func``)::
 
     reward = p_yes × min(1, novelty / target) × (1 − excess repetition) × min(1, length ratio / min_length)

@@ -2,7 +2,7 @@
 the expected rating of a scale, or the probability of one answer of a choice (e.g. the completion
 preferred over a reference), in one candidate order or averaged over both.
 
-:class:`~pluie_reward.PluieReward` and :class:`~pluie_reward.integrations.client.RemotePluieReward`
+:class:`~pluie_reward.PluieReward` and :class:`~pluie_reward.serving.client.RemotePluieReward`
 share it: both send the fields :meth:`AnswerOutput.fields` builds to the one scoring path
 (``Judge.score(..., details=True)`` locally, ``POST /score`` remotely, which returns the same
 records column by column) and turn the records into rewards with :meth:`AnswerOutput.rewards`.

@@ -2,7 +2,7 @@
 checked once when it is made.
 
 :class:`~pluie_reward.PluieReward`, :class:`~pluie_reward.AsyncPluieReward` and
-:class:`~pluie_reward.integrations.client.RemotePluieReward` take these options as keyword
+:class:`~pluie_reward.serving.client.RemotePluieReward` take these options as keyword
 arguments or as one ``config=RewardConfig(...)``; both forms give the same reward. One ``output``
 vocabulary covers both kinds of template:
 
@@ -82,7 +82,7 @@ def _real(value: Any) -> bool:
 @dataclass(frozen=True)
 class RewardConfig:
     """The options of a PLUIE reward (:class:`~pluie_reward.PluieReward`,
-    :class:`~pluie_reward.integrations.client.RemotePluieReward`), checked when it is made.
+    :class:`~pluie_reward.serving.client.RemotePluieReward`), checked when it is made.
 
     Raises:
         ValueError: an unknown ``output``, ``clip <= 0`` with ``output="clip"``, ``answer``/

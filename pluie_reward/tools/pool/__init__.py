@@ -5,7 +5,7 @@ fractional GPUs per replica (``pluie-reward pool``; ``pip install 'pluie-reward[
 Names are imported lazily, and Ray only inside the functions, so the command line works without Ray.
 
 Example:
-    >>> from pluie_reward.integrations.client import RemotePluieReward
+    >>> from pluie_reward.serving.client import RemotePluieReward
     >>> reward = RemotePluieReward("http://127.0.0.1:8000")  # a TRL reward scored by `pluie-reward pool`
 """
 

@@ -193,7 +193,7 @@ def pool_command(args: argparse.Namespace) -> int:
         import ray  # noqa: F401
         from ray import serve  # noqa: F401
 
-        from ..server import app  # noqa: F401  # optional: fastapi
+        from ...serving import app  # noqa: F401  # optional: fastapi
     except ModuleNotFoundError as err:
         raise UsageError(f"the pool needs {err.name}: pip install 'pluie-reward[pool]'") from None
     judge_options = {name: getattr(args, name, None) for name in JUDGE_OPTIONS}

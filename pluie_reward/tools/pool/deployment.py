@@ -1,9 +1,9 @@
 """The judge pool: the judge server's app as a Ray Serve deployment, N replicas behind Ray's proxy.
 
 Each replica loads its own judge and runs the judge server's FastAPI app
-(:func:`~pluie_reward.tools.server.app.create_app`, through ``serve.ingress``) with its batcher, so
+(:func:`~pluie_reward.serving.app.create_app`, through ``serve.ingress``) with its batcher, so
 the pool speaks the server's HTTP API unchanged (``POST /score``, ``POST /get_reward``,
-``GET /health``, ``GET /metrics``, the token, the limits): :class:`~pluie_reward.integrations.client.RemotePluieReward`,
+``GET /health``, ``GET /metrics``, the token, the limits): :class:`~pluie_reward.serving.client.RemotePluieReward`,
 verl's ``compute_score`` and OpenRLHF's remote reward URL point at the pool's URL as at
 ``pluie-reward serve``.
 
@@ -201,7 +201,7 @@ class JudgeReplica:
         load_judge: called once in the replica's process to make its judge (picklable: a
             module-level function or a ``functools.partial`` of one, e.g. ``partial(Judge.load, "...")``).
         template: the template the replica serves.
-        server_options: :func:`~pluie_reward.tools.server.app.create_app`'s keyword arguments.
+        server_options: :func:`~pluie_reward.serving.app.create_app`'s keyword arguments.
     """
 
     def __init__(self, load_judge: Callable[[], Any], template: Any, server_options: dict[str, Any]) -> None:
@@ -210,7 +210,7 @@ class JudgeReplica:
         self.server_options = dict(server_options)
 
     def __serve_build_asgi_app__(self) -> Any:
-        from ..server.app import create_app  # optional: fastapi
+        from ...serving.app import create_app  # optional: fastapi
 
         return create_app(self.judge, self.template, **self.server_options)
 
@@ -225,7 +225,7 @@ def check_server_options(server_options: dict[str, Any]) -> None:
         ...
         TypeError: unknown judge server option(s) ['max_wait']; create_app takes ['mapping', 'token', ...
     """
-    from ..server import app as server_app  # optional: fastapi
+    from ...serving import app as server_app  # optional: fastapi
 
     known = [name for name, p in inspect.signature(server_app.create_app).parameters.items() if p.kind is p.KEYWORD_ONLY]
     unknown = sorted(set(server_options) - set(known))
@@ -249,7 +249,7 @@ def judge_deployment(
         options: replicas and resources (default :class:`PoolOptions`: one replica, one CPU).
         name: the deployment's name in Ray Serve.
         server_options: the judge server's options (``token``, ``max_wait_ms``, ``mapping``, ...: the
-            keyword arguments of :func:`~pluie_reward.tools.server.app.create_app`).
+            keyword arguments of :func:`~pluie_reward.serving.app.create_app`).
 
     Example:
         >>> from pluie_reward.testing import make_tiny_judge

@@ -1,4 +1,4 @@
-"""``pluie-reward serve``: run the judge server (FastAPI + uvicorn, imported only when serving)."""
+"""``pluie-reward serve``: run the judge server (:mod:`pluie_reward.serving`; FastAPI + uvicorn, imported only when serving)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from ..shared import finite_float, nonneg_float, port, positive_float, positive_
 from ...core.fields import parse_assignments
 from ...core.novelty import TASKS
 from ...core.template import load_template
-from ...integrations.reward_mapping import DEFAULT_STRIP, REWARDS, SOURCES, RewardMapping
-from .runner import run
+from ...serving.mapping import DEFAULT_STRIP, REWARDS, SOURCES, RewardMapping
+from ...serving.protocol import TOKEN_ENV
+from ...serving.runner import run
 
-TOKEN_ENV = "PLUIE_REWARD_TOKEN"
 SHUTDOWN_S = 30.0  # default drain bound at SIGTERM (--graceful-timeout)
 MAX_BODY_MB = 1024 * 1024  # 1 TiB: a larger --max-body-mb is a typo (the server holds a body in memory)
 
@@ -125,7 +125,7 @@ def mapping_from_args(args: argparse.Namespace) -> RewardMapping | None:
 
 
 def server_options(args: argparse.Namespace, command: str = "serve") -> dict:
-    """The keyword arguments of :func:`~pluie_reward.tools.server.app.create_app` (after the template)
+    """The keyword arguments of :func:`~pluie_reward.serving.app.create_app` (after the template)
     that the server's options describe (their numbers were checked while parsing), checked before any model loads; warns on stderr when
     ``--host`` is not a loopback address and no token is set. ``pluie-reward pool`` uses it too."""
     mapping = mapping_from_args(args)  # fail on bad options before loading a model
@@ -157,7 +157,7 @@ def serve_command(args: argparse.Namespace) -> int:
     """Serve a judge over HTTP for RL frameworks (POST /score, /get_reward; GET /health, /metrics)."""
     options = server_options(args)  # fail on bad options before loading a model
     try:
-        from .app import create_app  # optional: fastapi
+        from ...serving.app import create_app  # optional: fastapi
     except ModuleNotFoundError as err:
         raise UsageError(f"the server needs {err.name}: pip install 'pluie-reward[serve]'") from None
     judge = judge_from_args(args)

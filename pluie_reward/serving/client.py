@@ -6,7 +6,7 @@ and the statuses of :data:`~pluie_reward.core.http.RETRY_STATUS`, ``Retry-After`
 :class:`RemoteJudgeError` (URL, status, the server's message) otherwise. The completion's
 text and the field -> column mapping come from :mod:`pluie_reward.core.fields`, as for the local
 rewards. This module needs httpx only (no torch) and uses absolute imports, so verl can load it as
-``pkg://pluie_reward.integrations.client`` or by file path.
+``pkg://pluie_reward.serving.client`` or by file path.
 """
 
 from __future__ import annotations
@@ -27,13 +27,7 @@ from pluie_reward.core.http import RETRY_STATUS, AsyncHTTPClient, HTTPClient, HT
 from pluie_reward.core.novelty import TASKS, Task, resolve_task
 from pluie_reward.core.outputs import SECOND_CANDIDATE, AnswerOutput
 from pluie_reward.integrations.reward_config import RewardConfig, reward_config
-
-OUTPUTS = ("logratio", "p_yes", "verdict")
-"""The columns of a Yes/No server's ``/score`` answer (verl's ``output`` setting picks one, or a task of
-:data:`~pluie_reward.core.novelty.TASKS`: its copy-proof reward, computed here from ``p_yes``)."""
-COLUMNS = {"logratio": "logratio", "prob": "p_yes", "clip": "logratio", "calibrated": "p_calibrated", "verdict": "verdict"}
-"""The ``/score`` column each Yes/No output of :class:`RemotePluieReward` reads."""
-URL_ENV, TOKEN_ENV = "PLUIE_REWARD_URL", "PLUIE_REWARD_TOKEN"
+from pluie_reward.serving.protocol import COLUMNS, OUTPUTS, TOKEN_ENV, URL_ENV
 
 
 class RemoteJudgeError(RemoteError):
@@ -80,7 +74,7 @@ def post_json(
         RemoteJudgeError: the server refused the request, or did not answer after the retries.
 
     Example:
-        >>> from pluie_reward.tools.server import background, create_app
+        >>> from pluie_reward.serving import background, create_app
         >>> with background(create_app(judge, "para-fs")) as server:  # a judge server (pluie-reward serve) on a free port
         ...     post_json(server.url + "/score", {"source": ["a"], "hypothesis": ["b"]})  # e.g. http://127.0.0.1:8000/score
         {'logratio': [...], 'p_yes': [...], 'verdict': [...]}
@@ -195,7 +189,7 @@ class RemotePluieReward:
 
         TRL awaits the reward; here against a judge server on a free port:
 
-        >>> from pluie_reward.tools.server import background, create_app
+        >>> from pluie_reward.serving import background, create_app
         >>> with background(create_app(judge, "para-fs")) as server:  # a judge server (pluie-reward serve) on a free port
         ...     reward = RemotePluieReward(server.url, fields={"source": "source"})
         ...     asyncio.run(reward(prompts=["Paraphrase: The cat sleeps."], completions=["A cat is asleep."],
@@ -472,7 +466,7 @@ def compute_score_batch(
     Other keyword arguments (e.g. verl's ``reward_router_address``) are ignored.
 
     Example:
-        >>> from pluie_reward.tools.server import background, create_app
+        >>> from pluie_reward.serving import background, create_app
         >>> with background(create_app(judge, "para-fs")) as server:  # a judge server (pluie-reward serve) on a free port
         ...     compute_score_batch(["mrpc"], ["A cat is asleep."], ["The cat sleeps."], url=server.url)
         [...]
@@ -498,7 +492,7 @@ def compute_score_sync(
     Settings as for :func:`compute_score`; ``return_dict`` defaults to True.
 
     Example:
-        >>> from pluie_reward.tools.server import background, create_app
+        >>> from pluie_reward.serving import background, create_app
         >>> with background(create_app(judge, "para-fs")) as server:  # a judge server (pluie-reward serve) on a free port
         ...     compute_score_sync("mrpc", "A cat is asleep.", "The cat sleeps.", url=server.url)
         {'score': ..., 'acc': ..., 'logratio': ..., 'p_yes': ...}
@@ -609,7 +603,7 @@ async def compute_score(
         float with ``return_dict=False``.
 
     Example:
-        >>> from pluie_reward.tools.server import background, create_app
+        >>> from pluie_reward.serving import background, create_app
         >>> with background(create_app(judge, "para-fs")) as server:  # a judge server (pluie-reward serve) on a free port
         ...     asyncio.run(compute_score("mrpc", "A cat is asleep.", "The cat sleeps.", url=server.url))  # verl awaits it
         {'score': ..., 'acc': ..., 'logratio': ..., 'p_yes': ...}

@@ -11,7 +11,9 @@
   servers): each request is one ``await Judge.ascore(...)``; the engine interleaves them. No second
   batcher sits in front of vLLM's.
 
-Both expose ``await scorer.score(fields)``, ``start``, ``close``, ``pending``, ``bound``.
+Both expose ``await scorer.score(fields)``, ``start``, ``close``, ``pending``, ``bound``, and read a
+request's fields and options with :func:`split_request`. OpenRLHF's in-process ``reward_func``
+(:mod:`.openrlhf`) scores through a :class:`Batcher` too.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any, Callable, Mapping
 from ..core.errors import PluieError
 from ..core.novelty import TASKS
 from ..core.plan import ScoringPlan, finite
+from .protocol import CLIENT_OPTIONS, SERVER_OPTIONS
 
 
 class ShuttingDown(PluieError, RuntimeError):
@@ -43,8 +46,6 @@ class ScoringError(PluieError):
         self.client_error = client_error
 
 
-CLIENT_OPTIONS = ("threshold", "use_cache", "task")
-SERVER_OPTIONS = ("details", "truncate", "max_new_tokens", "template")
 _ITEM = re.compile(r"\bitem (\d+)\b")
 
 
@@ -243,7 +244,7 @@ class Batcher:
     def _plan(self, body: Mapping[str, Any]) -> ScoringPlan:
         """The request's scoring plan (bad fields or options raise ``ValueError``/``TypeError``/``KeyError`` here)."""
         fields, options = split_request(self.bound.template, body)
-        options.pop("task", None)  # the server computes the task's reward from the results (tools/server/app.py)
+        options.pop("task", None)  # the server computes the task's reward from the results (routes.task_columns)
         options = {"threshold": self.threshold, **options}
         return self.judge.plan(self.template, details=True, truncate=self.truncate, **options, **fields)
 

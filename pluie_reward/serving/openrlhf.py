@@ -24,7 +24,7 @@ logs a failing reward function at INFO level only and then trains without the sa
 
 Point OpenRLHF at the file::
 
-    --reward.remote_url $(python -c "import pluie_reward.integrations.openrlhf as m; print(m.__file__)") \\
+    --reward.remote_url $(python -c "import pluie_reward.serving.openrlhf as m; print(m.__file__)") \\
     --data.label_key source
 
 This module uses absolute imports only: OpenRLHF loads it by path, outside the package.
@@ -38,9 +38,9 @@ import threading
 from typing import Any, Sequence
 
 from pluie_reward.core.fields import parse_assignments
+from pluie_reward.serving.protocol import TOKEN_ENV, URL_ENV
 
 logger = logging.getLogger("pluie_reward.openrlhf")
-URL_ENV, TOKEN_ENV = "PLUIE_REWARD_URL", "PLUIE_REWARD_TOKEN"
 _state: dict[str, Any] = {}
 _lock = threading.Lock()
 
@@ -51,7 +51,7 @@ def _reward_url(url: str) -> str:
 
 
 def _remote(queries: list[Any], prompts: list[Any], labels: list[Any]) -> dict[str, Any]:
-    from pluie_reward.integrations.client import post_json  # optional: httpx
+    from pluie_reward.serving.client import post_json  # optional: httpx
 
     url = _reward_url(os.environ[URL_ENV])
     return post_json(url, {"query": queries, "prompts": prompts, "labels": labels}, token=os.environ.get(TOKEN_ENV) or None)
@@ -64,8 +64,8 @@ def _local_scorer() -> tuple[Any, Any]:
             # lazy: httpx-only client (the remote mode imports without torch, transformers or yaml; tests/test_fields.py)
             from pluie_reward.core.judge import Judge
             from pluie_reward.core.template import load_template
-            from pluie_reward.integrations.batching import Batcher
-            from pluie_reward.integrations.reward_mapping import RewardMapping
+            from pluie_reward.serving.batcher import Batcher
+            from pluie_reward.serving.mapping import RewardMapping
 
             template = load_template(os.environ.get("PLUIE_REWARD_TEMPLATE") or "para-fs")
             specs = [s for s in (os.environ.get("PLUIE_REWARD_RM_FIELDS") or "").split(",") if s.strip()]
@@ -109,7 +109,7 @@ def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence
         Without ``PLUIE_REWARD_URL`` the default judge scores in this process (the default judge gives
         this sample 1.88); here a judge server (``pluie-reward serve``, on a tiny judge) answers:
 
-        >>> from pluie_reward.tools.server import background, create_app
+        >>> from pluie_reward.serving import background, create_app
         >>> with background(create_app(judge, "para-fs")) as server:
         ...     os.environ[URL_ENV] = server.url
         ...     reward_func(["<|im_start|>user\\nHi<|im_end|>\\nHello<|im_end|>"], ["<|im_start|>user\\nHi<|im_end|>\\n"], ["Hi"])

@@ -9,7 +9,7 @@ PLUIE, p_yes or the verdict, or a task's copy-proof reward (``--rm-reward paraph
 :meth:`~pluie_reward.core.novelty.Task.batch`, the values of :class:`~pluie_reward.ParaphraseReward`). Without
 ``--data.label_key`` every label is ``""`` (openrlhf/datasets/prompts_dataset.py:44). Which of these
 texts fills which template field is fixed when the server starts; the same mapping serves the
-in-process ``reward_func`` (:mod:`pluie_reward.integrations.openrlhf`).
+in-process ``reward_func`` (:mod:`pluie_reward.serving.openrlhf`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from typing import Any, Mapping, Sequence
 from ..core.fields import map_fields
 from ..core.novelty import TASKS
 from ..core.template import Template
+from .protocol import OUTPUTS
 
 SOURCES = ("response", "query", "prompt", "label")
-REWARDS = ("logratio", "p_yes", "verdict") + tuple(TASKS)
+REWARDS = OUTPUTS + tuple(TASKS)
 """What ``rewards`` holds: a column of the judge's answer, or a task's copy-proof reward."""
 DEFAULT_SOURCES = {"source": "label", "hypothesis": "response"}
 LABEL_HELP = (

@@ -54,7 +54,7 @@ def background(app: Any, host: str = "127.0.0.1", port: int = 0, start_timeout: 
 
     Example:
         >>> import httpx
-        >>> from pluie_reward.tools.server import create_app
+        >>> from pluie_reward.serving import create_app
         >>> with background(create_app(judge)) as server:
         ...     httpx.get(server.url + "/health").json()["status"]
         'ok'

@@ -1,0 +1,43 @@
+"""The judge server's HTTP protocol, in one place: its endpoints, the options a request may set, the
+columns of its answers and the environment variables its clients read. Standard library only: the
+clients (httpx alone) and the server import it.
+
+Endpoints:
+- ``POST /score``: ``{"source": [...], "hypothesis": [...]}`` (the template's fields, lists of
+  strings, or one string shared by all items; a request may also set the :data:`CLIENT_OPTIONS`
+  ``threshold``, ``use_cache`` and ``task``) -> ``{"logratio": [...], "p_yes": [...], "verdict": [...]}``
+  (:data:`OUTPUTS`; a template with N answers gives its records' columns instead); with
+  ``"task": "paraphrase"`` (``translation``, ``revision``) also ``"reward"`` (the task's copy-proof
+  reward, as :class:`~pluie_reward.ParaphraseReward` computes it) and ``"novelty"``.
+- ``POST /get_reward``: OpenRLHF's remote reward model protocol,
+  ``{"query": [...], "prompts": [...], "labels": [...]}`` -> ``{"rewards": [...], "scores": [...], "extra_logs": {...}}``
+  (:class:`~pluie_reward.serving.mapping.RewardMapping`). An empty request (``{"query": [], ...}``,
+  what OpenRLHF up to 0.11.0 sends every server but the first of a comma-separated
+  ``--reward.remote_url``, OpenRLHF@3c3be623:openrlhf/utils/agent.py:324-336) gets empty lists.
+- ``GET /health``: liveness plus the template's fields (no token needed: :data:`PUBLIC_PATHS`).
+- ``GET /metrics``: requests (by path, by status, 5xx as ``server_errors``), items, batches and batch
+  sizes, latency percentiles.
+
+Every 4xx answer is also logged (WARNING, logger ``pluie_reward.server``) with the request path and the
+message, every 5xx (ERROR) with its reason: OpenRLHF logs only the status (agent.py:345-346) and then
+drops the sample's reward (agent.py:298-299), so the server's log is where the reason shows.
+"""
+
+from __future__ import annotations
+
+PUBLIC_PATHS = frozenset({"/health"})
+"""The paths answered without the bearer token."""
+KNOWN_PATHS = frozenset({"/score", "/get_reward", "/health", "/metrics", "/docs", "/openapi.json"})
+"""The paths ``/metrics`` counts by name (any other is ``other``)."""
+CLIENT_OPTIONS = ("threshold", "use_cache", "task")
+"""The options a ``/score`` request may set besides the template's fields
+(:func:`~pluie_reward.serving.batcher.split_request` checks them)."""
+SERVER_OPTIONS = ("details", "truncate", "max_new_tokens", "template")
+"""Scoring options the server sets: a request naming one is refused (422)."""
+OUTPUTS = ("logratio", "p_yes", "verdict")
+"""The columns of a Yes/No server's ``/score`` answer (verl's ``output`` setting picks one, or a task of
+:data:`~pluie_reward.core.novelty.TASKS`: its copy-proof reward, which the client computes from ``p_yes``)."""
+COLUMNS = {"logratio": "logratio", "prob": "p_yes", "clip": "logratio", "calibrated": "p_calibrated", "verdict": "verdict"}
+"""The ``/score`` column each Yes/No output of :class:`~pluie_reward.serving.client.RemotePluieReward` reads."""
+URL_ENV, TOKEN_ENV = "PLUIE_REWARD_URL", "PLUIE_REWARD_TOKEN"
+"""The environment variables of the server's URL (clients) and bearer token (clients and server)."""
