@@ -23,9 +23,10 @@ metrics (accept rate, p_yes, novelty, copy rate, accepted-and-novel share, PLUIE
 kept pairs (``describe_pairs``, beside what PLUIE best-of-n would have kept) and the seconds spent;
 ``kept-round-R.jsonl`` holds the pairs trained on.
 
-``--time-budget MINUTES`` (default 35; 0: none) bounds the whole run: a round that, at the pace of the
-previous one, would not leave time for the final evaluation is not started, and the fine-tuning of a
-round stops early for the same reason (``result.json``: ``rounds``, ``stopped_by_time_budget``).
+``--time-budget MINUTES`` (default 35; 0: none) bounds the whole run, loading and both evaluations included:
+sampling (16 training sentences at a time, in a new random order each round) stops where one more chunk
+would not leave a minute of fine-tuning and the final evaluation, and fine-tuning stops where one more step
+would not leave the final evaluation (``result.json``: ``rounds``, ``stopped_by_time_budget``).
 
     python examples/distill_paraphraser.py --seed 0 --output-dir runs/distill-s0 --threads 2   # the default run
     python examples/distill_paraphraser.py --rounds 1 --n 2 --sentences 4 --max-held-out 2 --epochs 1   # smoke run
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 import time
 from pathlib import Path
@@ -90,7 +92,7 @@ if __name__ == "__main__":
     parse_args()  # --help and bad arguments are answered here, before torch, TRL and PEFT load (main parses again)
 
 import torch  # noqa: E402  (the heavy imports come after the early parse above)
-from datasets import Dataset  # noqa: E402
+from datasets import Dataset, concatenate_datasets  # noqa: E402
 from grpo_paraphrase import load_policy_and_judge  # noqa: E402
 from transformers import PrinterCallback, TrainerCallback, set_seed  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
@@ -100,11 +102,27 @@ from pluie_reward.integrations.callbacks import generate_texts  # noqa: E402
 from pluie_reward.integrations.data import best_of_n, describe_pairs, score_dataset  # noqa: E402
 
 TEMPLATE = "para-fs"
+CHUNK = 16  # training sentences sampled and judged at a time (the time budget is checked between chunks)
+FINE_TUNE_RESERVE = 60.0  # seconds of a round kept for fine-tuning when the time budget cuts its sampling
 
 
 class Deadline(TrainerCallback):
     """Stops fine-tuning once one more step (at the mean pace so far, +20 %) would end past ``deadline``
-    (a ``clock()`` time); ``stopped`` says whether it did."""
+    (a ``clock()`` time); ``stopped`` says whether it did.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> now = [0.0]
+        >>> stop = Deadline(100.0, clock=lambda: now[0])
+        >>> state, control = SimpleNamespace(global_step=0, max_steps=9), SimpleNamespace(should_training_stop=False)
+        >>> stop.on_train_begin(None, state, control)
+        >>> now[0], state.global_step = 60.0, 2      # 30 s a step: 60 + 36 fits in 100
+        >>> stop.on_step_end(None, state, control); control.should_training_stop
+        False
+        >>> now[0], state.global_step = 90.0, 3      # 90 + 36 does not
+        >>> stop.on_step_end(None, state, control); control.should_training_stop, stop.stopped
+        (True, True)
+    """
 
     def __init__(self, deadline: float, clock=time.monotonic) -> None:
         self.deadline, self.clock, self.stopped = deadline, clock, False
@@ -179,32 +197,48 @@ def distill(args: argparse.Namespace, student: Any, tokenizer: Any, judge: Judge
     print(f"held-out before: {summary_line(held_out_metrics(first))}", flush=True)
 
     rounds: list[dict] = []
-    stopped = False
+    stopped, pace = False, 0.0  # pace: the longest chunk of sampling and judging so far, in seconds
+    # sampling stops where the fine-tuning (at least FINE_TUNE_RESERVE s) and the final evaluation would not fit
+    sampling_deadline = None if deadline is None else deadline - reserve - FINE_TUNE_RESERVE
     for round_ in range(1, args.rounds + 1):
         round_start = time.monotonic()
-        if deadline is not None and rounds and round_start + 1.2 * rounds[-1]["seconds"] + reserve > deadline:
-            stopped = True
-            print(f"--time-budget {args.time_budget:g} min: round {round_} not started (the final evaluation must fit)", flush=True)
-            break
         model, model_tokenizer = teacher if (teacher is not None and round_ == 1) else (student, tokenizer)
-        pool = sample_candidates(model, model_tokenizer, args.train_sentences, args.n, args)
-        pool = score_dataset(pool, judge, TEMPLATE, desc=f"round {round_}: judging candidates")
+        sources = list(args.train_sentences)
+        random.Random(f"{args.seed}-{round_}").shuffle(sources)  # a round cut short still samples from the whole file
+        pools = []
+        for start in range(0, len(sources), CHUNK):
+            begin = time.monotonic()
+            if sampling_deadline is not None and begin + 1.2 * pace > sampling_deadline:
+                stopped = True
+                break
+            chunk = sample_candidates(model, model_tokenizer, sources[start : start + CHUNK], args.n, args)
+            if chunk.num_rows:
+                pools.append(score_dataset(chunk, judge, TEMPLATE, desc=f"round {round_}: judging candidates"))
+            pace = max(pace, time.monotonic() - begin)
+        if not pools:
+            print(f"--time-budget {args.time_budget:g} min: round {round_} not started (the final evaluation must fit)"
+                  if stopped else f"round {round_}: no candidate (every answer was empty)", flush=True)
+            break
+        pool = concatenate_datasets(pools)
         kept = best_of_n(pool, group_by="source", k=1, threshold=args.floor)  # by the copy-proof score
         by_pluie = best_of_n(pool, group_by="source", k=1, score_column="pluie_logratio")
         kept.to_json(str(args.output_dir / f"kept-round-{round_}.jsonl"))
-        info = {"round": round_, "teacher": "--teacher" if model is not student else "student", "candidates": pool.num_rows,
-                "sampled": describe_pairs(pool), "kept": describe_pairs(kept), "best_by_pluie": describe_pairs(by_pluie)}
-        print(f"round {round_}: {pool.num_rows} candidates (copy rate {info['sampled']['copy_rate']:.2f}), kept {kept.num_rows} "
-              f"of {len(args.train_sentences)} sentences (copy-proof > {args.floor:g}; mean novelty "
-              f"{info['kept']['novelty'] or 0:.2f}, copies {info['kept']['copy_rate'] or 0:.2f}); PLUIE best-of-{args.n} "
-              f"would keep copy rate {info['best_by_pluie']['copy_rate'] or 0:.2f}", flush=True)
+        sampled = len(set(pool["source"]))
+        info = {"round": round_, "teacher": "--teacher" if model is not student else "student", "sentences": sampled,
+                "candidates": pool.num_rows, "sampled": describe_pairs(pool), "kept": describe_pairs(kept),
+                "best_by_pluie": describe_pairs(by_pluie)}
+        print(f"round {round_}: {pool.num_rows} candidates for {sampled} sentences (copy rate {info['sampled']['copy_rate']:.2f}), "
+              f"kept {kept.num_rows} (copy-proof > {args.floor:g}; mean novelty {info['kept']['novelty'] or 0:.2f}, "
+              f"copies {info['kept']['copy_rate'] or 0:.2f}); PLUIE best-of-{args.n} would keep copy rate "
+              f"{info['best_by_pluie']['copy_rate'] or 0:.2f}", flush=True)
         if kept.num_rows:
             info["fine_tune"] = fine_tune(student, tokenizer, kept, args, round_, None if deadline is None else deadline - reserve)
             print(f"round {round_}: fine-tuned {info['fine_tune']['steps']} steps, loss {info['fine_tune']['loss']:.3f}", flush=True)
         info["seconds"] = time.monotonic() - round_start
         rounds.append(info)
-        if info.get("fine_tune", {}).get("stopped_by_time_budget"):
+        if stopped or info.get("fine_tune", {}).get("stopped_by_time_budget"):
             stopped = True
+            print(f"--time-budget {args.time_budget:g} min: stopped in round {round_} (the final evaluation must fit)", flush=True)
             break
 
     last = held_out.generate_and_score(student, tokenizer)
