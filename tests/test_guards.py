@@ -190,6 +190,15 @@ def test_guarded_reward_replaces_flagged_scores(tiny_judge):
         GuardedReward(novelty, guard=CompletionGuard("para-fs"))
 
 
+def test_flagged_value_is_required_for_a_reward_without_a_lowest_value_guarded_or_not():
+    """flagged_value defaults to the reward's lowest value whether a guard is given or not: a reward
+    without one (a plain callable, a log-probability) needs it even unguarded, where the plain callable
+    used to get 0.0 silently."""
+    with pytest.raises(ValueError, match="flagged_value"):
+        GuardedReward(novelty, guard=None)
+    assert GuardedReward(novelty, guard=None, flagged_value=-1.0).flagged_value == -1.0
+
+
 def _counting_factory(calls):
     from pluie_reward.testing import make_tiny_judge
 

@@ -432,7 +432,7 @@ class GuardedReward:
             template: 0 with ``output="prob"``, ``"calibrated"`` or ``"verdict"``, ``-clip`` otherwise (``-10`` for PLUIE
             log-ratios: below any honest score of a sane judge); of a template with N answers: 0 for
             ``"prob"`` and normalised ratings, the lowest grade for ``"expected"``; required for
-            ``"logprob"`` and for other rewards.
+            ``"logprob"`` and for other rewards, guarded or not.
         escape_delimiters: escape the template's quote delimiters inside fields before scoring.
 
     Example:
@@ -461,7 +461,7 @@ class GuardedReward:
             raise TypeError("escape_delimiters needs a PluieReward (it must know the template and its columns).")
         if guard is True and not isinstance(reward, PluieReward):
             raise TypeError("guard=True needs a PluieReward (its template and judge); pass a CompletionGuard instead.")
-        if flagged_value is None and guard and not isinstance(reward, PluieReward):
+        if flagged_value is None and not isinstance(reward, PluieReward):
             raise ValueError("flagged_value is required for a reward that is not a PluieReward.")
         self.reward = reward
         self._guard = guard if isinstance(guard, CompletionGuard) else None
