@@ -25,7 +25,7 @@ from ..core.outputs import AnswerOutput
 from ..core.novelty import check_target, novelty_score
 from ..core.judge import Judge, sigmoid
 from ..core.template import load_template
-from .reward_config import TRANSFORMS, RewardConfig, reward_config, warn_deprecated  # noqa: F401 (TRANSFORMS: its former home)
+from .reward_config import RewardConfig, reward_config
 
 __all__ = ["PluieReward", "AsyncPluieReward", "NoveltyReward", "novelty", "completion_text"]
 
@@ -103,8 +103,6 @@ class PluieReward(JudgeHolder):
             dropped when pickled so the reward pickles without model weights).
         template: template name, YAML path or :class:`~pluie_reward.Template`.
         fields: field -> dataset column; unmapped template fields read the column of the same name.
-        transform: deprecated name of ``output`` for Yes/No templates (``transform="prob"`` is
-            ``output="prob"``, with a ``DeprecationWarning``).
         clip: ``output="clip"``: PLUIE is clipped to ``[-clip, clip]`` (default 10).
         threshold: acceptance is ``PLUIE > threshold`` (default: the judge's), for ``"verdict"`` and
             the accept rate; for a scale, ``expected rating > threshold`` (default: the middle of the scale).
@@ -150,7 +148,6 @@ class PluieReward(JudgeHolder):
         judge: "Judge | Callable[[], Judge]",
         template: Any = "para-fs",
         fields: Mapping[str, str] | None = None,
-        transform: str | None = None,
         clip: float = 10.0,
         threshold: float | None = None,
         name: str = "pluie",
@@ -161,7 +158,7 @@ class PluieReward(JudgeHolder):
         *,
         config: RewardConfig | None = None,
     ) -> None:
-        self.config = reward_config(config, name, transform=transform, clip=clip, threshold=threshold, output=output,
+        self.config = reward_config(config, name, clip=clip, threshold=threshold, output=output,
                                     answer=answer, normalize=normalize, both_orders=both_orders)
         self.template = load_template(template)
         if "hypothesis" not in self.template.fields:
@@ -208,12 +205,6 @@ class PluieReward(JudgeHolder):
         except ValueError as err:
             raise ValueError(f"{name}: {err}") from None
         return reading.check(t.kind, t.labels, t.values, t.all_fields, t.name, who=f"{name}: ")
-
-    @property
-    def transform(self) -> str:
-        """Deprecated: :attr:`output` (``"logratio"`` for a template with N answers, as before)."""
-        warn_deprecated("PluieReward.transform is deprecated: read PluieReward.output.")
-        return self.output if self.reading is None else "logratio"
 
     def __call__(
         self,

@@ -165,10 +165,10 @@ class RemotePluieReward:
             None (default): the ``output`` of the judge.
         fields: template field -> dataset column (default ``{"source": "source"}``; with a task, its source
             field read from the column of the same name, e.g. ``{"original": "original"}`` for revision).
-        output: for a Yes/No template ``"logratio"`` (default), ``"prob"`` (p_yes; ``"p_yes"`` is its
-            deprecated name), ``"clip"`` (with ``clip``), ``"calibrated"`` (the server's judge needs a
-            calibration) or ``"verdict"`` (1.0/0.0, the server's threshold); ``"expected"``,
-            ``"prob"`` or ``"logprob"`` (with ``answer``) for a template with N answers.
+        output: for a Yes/No template ``"logratio"`` (default), ``"prob"`` (p_yes), ``"clip"`` (with
+            ``clip``), ``"calibrated"`` (the server's judge needs a calibration) or ``"verdict"`` (1.0/0.0,
+            the server's threshold); ``"expected"``, ``"prob"`` or ``"logprob"`` (with ``answer``) for a
+            template with N answers.
         clip: ``output="clip"``: the logratio is clipped to ``[-clip, clip]`` (default 10).
         answer, normalize, both_orders, scale: the N-answer read (see :class:`~pluie_reward.core.outputs.AnswerOutput`).
         config: ``output``, ``clip``, ``answer``, ``normalize``, ``both_orders`` and ``scale`` as one
