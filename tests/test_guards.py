@@ -8,7 +8,6 @@ import pickle
 import pytest
 
 from pluie_reward import NoveltyReward, PluieReward, novelty
-from pluie_reward.core.text import normalize_text, same_words
 from pluie_reward.integrations.guards import (
     CompletionGuard,
     GuardedReward,
@@ -18,7 +17,7 @@ from pluie_reward.integrations.guards import (
     escape_fields,
     template_format,
 )
-from pluie_reward.core.novelty import novelty_score
+from pluie_reward.core.novelty import normalize_text, novelty_score, same_words
 from pluie_reward.testing import make_tiny_tokenizer
 
 SOURCE = "The cat sleeps on the mat."

@@ -11,7 +11,7 @@ need no judge to recognise, from the completion text alone:
 * ``control_token``: control-token strings of the judge's tokenizer (``<|im_end|>``, ``[INST]``...),
   which a policy can spell with ordinary tokens to fake the end of the user turn.
 
-Text is folded with :func:`~pluie_reward.core.text.normalize_text` first, so zero-width characters,
+Text is folded with :func:`~pluie_reward.core.novelty.normalize_text` first, so zero-width characters,
 case and homoglyphs do not evade the checks. Use them as a separate reward (:class:`GuardReward`,
 a penalty added with ``reward_weights``) or around PLUIE (:class:`GuardedReward`, which replaces the
 reward of a flagged completion); both log each guard's rate through TRL's ``log_metric``
@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import yaml
 
 from ..core.template import load_template
-from ..core.text import is_invisible, normalize_text
+from ..core.novelty import is_invisible, normalize_text, words
 from ..core.fields import completion_texts, prompt_text
 from .rewards import PluieReward
 
@@ -55,7 +55,6 @@ QUOTE_ESCAPES = {
     "「": "『", "」": "』",
 }
 _CLAUSE_BREAK = re.compile(r"[.!?;:,\n\"«»“”„()\[\]{}<>*#|]+|\s[-–—]+\s")
-_WORD = re.compile(r"\w+")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")  # a template's {field}, as core.template reads it
 # markers spelled in chat-template source: <|im_end|>, <start_of_turn>, </s>, [INST], <<SYS>>
 _MARKER = re.compile(r"<\|[^|<>\s]{1,40}\|>|</?[A-Za-z_]\w{0,30}>|\[/?[A-Z_]{2,20}\]|<</?[A-Z]{2,10}>>")
@@ -283,13 +282,13 @@ class CompletionGuard:
         self.template = load_template(template)
         self.checks = tuple(c for c in CHECKS if c in checks)
         self.name = name
-        self.yes_words = tuple(_WORD.findall(normalize_text(self.template.answers[0])))
+        self.yes_words = tuple(words(self.template.answers[0]))
         if not self.yes_words:
             raise ValueError(f"template {self.template.name!r}: the yes answer {self.template.answers[0]!r} has no word.")
         rules = guard_rules()["answer_lead_ins"]
         languages = dict.fromkeys([self.template.language, "en"])
         self.lead_ins = frozenset(
-            " ".join(_WORD.findall(normalize_text(lead))) for lang in languages for lead in rules.get(lang, [])
+            " ".join(words(lead)) for lang in languages for lead in rules.get(lang, [])
         )
         verbs = guard_rules()["answer_verbs"]
         self.answer_verbs = frozenset(normalize_text(v) for lang in languages for v in verbs.get(lang, []))
@@ -315,13 +314,13 @@ class CompletionGuard:
         """
         n = len(self.yes_words)
         for clause in _CLAUSE_BREAK.split(normalize_text(text)):
-            words = tuple(_WORD.findall(clause))
-            if words[-n:] != self.yes_words:
+            found = tuple(words(clause))
+            if found[-n:] != self.yes_words:
                 continue
-            head = words[:-n]
+            head = found[:-n]
             if head and head[-1] in ("with", "par"):
                 head = head[:-1]
-            if not head or " ".join(words[:-n]) in self.lead_ins or head[-1] in self.answer_verbs:
+            if not head or " ".join(found[:-n]) in self.lead_ins or head[-1] in self.answer_verbs:
                 return True
         return False
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..core.fields import FieldMap, completion_text, completion_texts, map_fields
 from ..core.outputs import AnswerOutput
-from ..core.novelty import check_target, novelty_score
+from ..core.novelty import check_sources, check_target, novelty_credit, novelty_score
 from ..core.judge import Judge, sigmoid
 from ..core.template import load_template
 from .reward_config import RewardConfig, reward_config
@@ -332,11 +332,9 @@ class NoveltyReward:
         """One novelty in [0, 1] per completion (counted up to ``target`` when one is set)."""
         hypotheses = completion_texts(completions, self.__name__)
         sources = self._map.gather(kwargs, len(hypotheses), prompts=prompts)["source"]
-        for i, source in enumerate(sources):
-            if not isinstance(source, str):
-                raise TypeError(f"{self.__name__}: source {i} in column {self.column!r} must be a string, got {type(source).__name__}.")
+        check_sources(sources, f"{self.__name__}: ", f"in column {self.column!r}")
         values = [novelty_score(s, h) for s, h in zip(sources, hypotheses)]
-        return values if self.target is None else [min(1.0, v / self.target) for v in values]
+        return values if self.target is None else [novelty_credit(v, self.target) for v in values]
 
     def __repr__(self) -> str:
         target = "" if self.target is None else f", target={self.target}"

@@ -11,11 +11,11 @@ Each is the judge's probability of "Yes" gated by how far the completion is from
   normalised word edit similarity; 0 for the source itself and every disguised copy it normalises:
   case, spacing, punctuation, invisible characters, accents, homoglyphs; 0 for a completion without a
   word), and also 0, for paraphrase and translation, when the completion holds the whole source with
-  more around it (the source repeated, or followed by anything: :func:`~pluie_reward.core.text.contains_words`);
+  more around it (the source repeated, or followed by anything: :func:`~pluie_reward.core.novelty.contains_words`);
 * ``target`` is the novelty that earns full credit (:data:`~pluie_reward.core.novelty.TASKS`: 0.3 for paraphrase
   and translation, 0.05 for revision; see docs/rewards.md for how they were chosen);
 * the excess repetition is the share of the completion's word trigrams repeating an earlier one, less
-  the source's own (:func:`~pluie_reward.core.text.repetition`): a completion that says the same thing
+  the source's own (:func:`~pluie_reward.core.novelty.repetition`): a completion that says the same thing
   twice gets about half;
 * the length ratio is the completion's word count over the source's (paraphrase only, ``min_length``
   0.67; translation and revision: no floor): a paraphrase says everything its source says, so a
@@ -44,7 +44,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..core.fields import completion_texts
 from ..core.judge import Judge, sigmoid
-from ..core.novelty import Task, check_min_length, check_target, resolve_task
+from ..core.novelty import Task, check_min_length, check_sources, check_target, resolve_task
 from ..core.template import load_template
 from .rewards import PluieReward
 
@@ -115,10 +115,7 @@ class CopyProofReward(PluieReward):
         n = len(hypotheses)
         values = self.field_map.gather(kwargs, n, prompts=prompts)
         sources = values[self.task.source_field]
-        for i, source in enumerate(sources):
-            if not isinstance(source, str):
-                raise TypeError(f"{self.__name__}: source {i} (field {self.task.source_field!r}) must be a string, "
-                                f"got {type(source).__name__}.")
+        check_sources(sources, f"{self.__name__}: ", f"(field {self.task.source_field!r})")
         judge = self.judge
         logratios = judge.score(self.template, hypothesis=hypotheses, **values)
         cut = judge.threshold if self.threshold is None else self.threshold
