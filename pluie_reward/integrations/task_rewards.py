@@ -40,12 +40,12 @@ Example:
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
-from ..core.fields import completion_texts
 from ..core.judge import Judge, sigmoid
 from ..core.novelty import Task, check_min_length, check_sources, check_target, resolve_task
 from ..core.template import load_template
+from .reward_base import Batch, Scores
 from .rewards import PluieReward
 
 __all__ = ["CopyProofReward", "ParaphraseReward", "TranslationReward", "RevisionReward"]
@@ -102,31 +102,16 @@ class CopyProofReward(PluieReward):
         task.check_template(template, who=f"{name}: ")
         super().__init__(judge, template, fields, threshold=threshold, name=name, output="prob")
 
-    def __call__(
-        self,
-        prompts: Sequence[Any] | None = None,
-        completions: Sequence[Any] | None = None,
-        log_metric: Callable[[str, float], None] | None = None,
-        log_extra: Callable[[str, list], None] | None = None,
-        **kwargs: Any,
-    ) -> list[float]:
-        """One reward in [0, 1) per completion (see the class docstring)."""
-        hypotheses = completion_texts(completions, self.__name__)
-        n = len(hypotheses)
-        values = self.field_map.gather(kwargs, n, prompts=prompts)
-        sources = values[self.task.source_field]
-        check_sources(sources, f"{self.__name__}: ", f"(field {self.task.source_field!r})")
-        judge = self.judge
-        logratios = judge.score(self.template, hypothesis=hypotheses, **values)
-        cut = judge.threshold if self.threshold is None else self.threshold
-        scores = self.task.batch([sigmoid(x) for x in logratios], [x > cut for x in logratios], sources, hypotheses)
-        if log_metric is not None:
-            for metric, value in scores.metrics.items():
-                log_metric(f"{self.__name__}/{metric}", value)
-        if log_extra is not None:
-            log_extra(f"{self.__name__}/logratio", [round(x, 4) for x in logratios])
-            log_extra(f"{self.__name__}/novelty", [round(v, 4) for v in scores.novelty])
-        return scores.rewards
+    def score_batch(self, batch: Batch) -> Scores:
+        """One reward in [0, 1) per completion (see the class docstring), the task's metrics
+        (:meth:`~pluie_reward.core.novelty.Task.batch`) and the ``logratio`` and ``novelty`` columns."""
+        name = self.__name__
+        sources = batch.fields[self.task.source_field]
+        check_sources(sources, f"{name}: ", f"(field {self.task.source_field!r})")
+        logratios, cut = self.logratios(batch)
+        scores = self.task.batch([sigmoid(x) for x in logratios], [x > cut for x in logratios], sources, batch.texts)
+        return Scores(scores.rewards, {f"{name}/{metric}": value for metric, value in scores.metrics.items()},
+                      {f"{name}/logratio": [round(x, 4) for x in logratios], f"{name}/novelty": [round(v, 4) for v in scores.novelty]})
 
     @property
     def target(self) -> float:
