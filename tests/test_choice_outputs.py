@@ -101,7 +101,6 @@ def test_both_orders_average_p_a_first_with_p_b_swapped(judge):
     ({"template": "net-likert", "output": "expected", "both_orders": True}, r"one candidate"),
     ({"template": "net-likert", "output": "prob", "answer": "5", "both_orders": True}, r"rating scale with one candidate"),
     ({"template": "net-choice", "output": "prob", "answer": "A", "normalize": True}, r"normalize=True .* output='expected'"),
-    ({"template": "net-choice", "output": "prob", "answer": "A", "transform": "prob"}, r"transform='prob' applies to PLUIE"),
     ({"template": "para-fs", "output": "prob", "answer": "yes"}, r"Yes/No template.*'prob' \(p_yes, without answer=\)"),
     ({"template": "net-likert", "output": "clip"}, r"output='clip' \(read from PLUIE\) does not apply.*output='expected'"),
     ({"template": "net-choice", "output": "verdict"}, r"3 answers, not Yes/No, so output='verdict' \(read from PLUIE\) does not apply.*output='prob'"),

@@ -1,7 +1,7 @@
 """Options as config dataclasses: RewardConfig (the rewards' one output vocabulary), JudgeConfig and
-TransformersEngineConfig. Each check raises a clear message; the deprecated names warn and give the
-rewards of the new names, checked against values computed here from ``judge.score`` (sigmoid,
-clipping, the calibration's formula, the verdict's cut by hand); ``config=`` equals the keyword form."""
+TransformersEngineConfig. Each check raises a clear message; the rewards of each output are checked
+against values computed here from ``judge.score`` (sigmoid, clipping, the calibration's formula, the
+verdict's cut by hand); ``config=`` equals the keyword form."""
 
 from __future__ import annotations
 
@@ -81,12 +81,12 @@ def test_reward_config_fields_are_documented_and_frozen():
     assert RewardConfig(output="prob", answer="A").reads_answers and RewardConfig(output="expected").reads_answers
 
 
-# the new names, against values computed here ------------------------------------------------------
+# each output, against values computed here ------------------------------------------------------
 def test_yes_no_outputs_are_computed_from_the_logratio(judge, logratios):
     c = sorted(abs(s) for s in logratios)[1] + 1e-3  # some scores beyond it, some within
     cut = sorted(logratios)[1]
     with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)  # the new names do not warn
+        warnings.simplefilter("error", DeprecationWarning)  # no output warns
         got = {o: call(PluieReward(judge, fields={"source": "src"}, output=o, clip=c, threshold=cut))
                for o in ("logratio", "prob", "clip", "verdict")}
     assert got["logratio"] == pytest.approx(logratios, abs=1e-6)
@@ -100,47 +100,6 @@ def test_calibrated_output_is_the_calibration_formula(logratios):
     judge = make_tiny_judge(seed=3, calibration=Calibration(a=0.5, b=-0.25))
     got = call(PluieReward(judge, fields={"source": "src"}, output="calibrated"))
     assert got == pytest.approx([sig(0.5 * s - 0.25) for s in logratios], abs=1e-6)
-
-
-# the deprecated names -------------------------------------------------------------------------------
-@pytest.mark.parametrize("transform", ["logratio", "prob", "clip", "calibrated"])
-def test_transform_warns_and_equals_output(transform, logratios):
-    judge = make_tiny_judge(seed=3, calibration=Calibration(a=0.5, b=-0.25))
-    c = sorted(abs(s) for s in logratios)[1] + 1e-3
-    with pytest.warns(DeprecationWarning, match=rf"transform= is deprecated: use output='{transform}'"):
-        old = PluieReward(judge, fields={"source": "src"}, transform=transform, clip=c)
-    new = PluieReward(judge, fields={"source": "src"}, output=transform, clip=c)
-    assert old.config == new.config and old.output == transform
-    want = {"logratio": logratios, "prob": [sig(s) for s in logratios], "clip": [max(-c, min(c, s)) for s in logratios],
-            "calibrated": [sig(0.5 * s - 0.25) for s in logratios]}[transform]
-    assert call(old) == pytest.approx(want, abs=1e-6)
-    assert call(new) == pytest.approx(want, abs=1e-6)
-    with pytest.warns(DeprecationWarning, match="PluieReward.transform is deprecated"):
-        assert old.transform == transform
-
-
-def test_transform_with_output(judge):
-    # transform='logratio' was the default: an explicit one next to output= changes nothing (and warns)
-    with pytest.warns(DeprecationWarning, match="leave it out"):
-        reward = PluieReward(judge, "net-likert", transform="logratio", output="expected")
-    assert reward.output == "expected" and reward.reading is not None
-    with pytest.raises(ValueError, match=r"transform='clip' applies to PLUIE .* pass output= alone"):
-        PluieReward(judge, transform="clip", output="verdict")
-    with pytest.raises(ValueError, match=r"unknown transform 'sigmoid'; transform= is deprecated: use output="):
-        PluieReward(judge, transform="sigmoid")
-    # the warning points at the caller's line, not inside the package
-    with pytest.warns(DeprecationWarning) as caught:
-        PluieReward(judge, transform="prob")
-    assert caught[0].filename == __file__
-
-
-def test_p_yes_is_a_deprecated_name_of_prob(judge, logratios):
-    with pytest.warns(DeprecationWarning, match=r"output='p_yes' is deprecated: use output='prob'"):
-        config = RewardConfig(output="p_yes")
-    assert config == RewardConfig(output="prob")
-    with pytest.warns(DeprecationWarning, match="p_yes"):
-        reward = PluieReward(judge, fields={"source": "src"}, output="p_yes")
-    assert call(reward) == pytest.approx([sig(s) for s in logratios], abs=1e-6)
 
 
 # config= and the keyword form --------------------------------------------------------------------
@@ -174,8 +133,6 @@ def test_config_equals_the_keyword_form_on_a_choice(judge):
 def test_config_and_keywords_together_or_wrong(judge):
     with pytest.raises(TypeError, match=r"either in config= or as keywords, not both .*\['output'\]"):
         PluieReward(judge, output="prob", config=RewardConfig())
-    with pytest.raises(TypeError, match=r"\['transform'\]"):
-        PluieReward(judge, transform="prob", config=RewardConfig())
     with pytest.raises(TypeError, match="config must be a RewardConfig, not dict"):
         PluieReward(judge, config={"output": "prob"})
     # the checks that need the template are the reward's, with its name
@@ -186,7 +143,7 @@ def test_config_and_keywords_together_or_wrong(judge):
 
 
 # the remote reward: the same vocabulary over the judge server ----------------------------------------
-def test_remote_reward_outputs_and_p_yes(logratios):
+def test_remote_reward_outputs(logratios):
     pytest.importorskip("uvicorn")
     from pluie_reward.serving import background, create_app
     from pluie_reward.serving.client import RemoteJudgeError, RemotePluieReward
@@ -198,10 +155,7 @@ def test_remote_reward_outputs_and_p_yes(logratios):
     c = sorted(abs(s) for s in logratios)[1] + 1e-3
     calibrated = make_tiny_judge(seed=3, calibration=Calibration(a=0.5, b=-0.25))
     with background(create_app(calibrated, "para-fs", max_wait_ms=5), host="127.0.0.1", port=0) as server:
-        with pytest.warns(DeprecationWarning, match=r"output='p_yes' is deprecated: use output='prob'"):
-            old = remote(server.url, output="p_yes")
-        assert old == remote(server.url, output="prob")
-        assert old == pytest.approx([sig(s) for s in logratios], abs=1e-4)
+        assert remote(server.url, output="prob") == pytest.approx([sig(s) for s in logratios], abs=1e-4)
         assert remote(server.url, output="clip", clip=c) == pytest.approx([max(-c, min(c, s)) for s in logratios], abs=1e-4)
         assert remote(server.url, config=RewardConfig(output="clip", clip=c)) == remote(server.url, output="clip", clip=c)
         assert remote(server.url, output="calibrated") == pytest.approx([sig(0.5 * s - 0.25) for s in logratios], abs=1e-4)

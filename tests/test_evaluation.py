@@ -5,7 +5,7 @@ import json
 import pytest
 
 from pluie_reward.tools.cli import main
-from pluie_reward.core.text import edit_distance
+from pluie_reward.core.novelty import edit_distance
 from pluie_reward.tools.evaluation import baselines as bl
 from pluie_reward.tools.evaluation.metrics import (
     as_labels,

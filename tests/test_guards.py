@@ -8,7 +8,6 @@ import pickle
 import pytest
 
 from pluie_reward import NoveltyReward, PluieReward, novelty
-from pluie_reward.core.text import normalize_text, same_words
 from pluie_reward.integrations.guards import (
     CompletionGuard,
     GuardedReward,
@@ -18,7 +17,7 @@ from pluie_reward.integrations.guards import (
     escape_fields,
     template_format,
 )
-from pluie_reward.core.novelty import novelty_score
+from pluie_reward.core.novelty import normalize_text, novelty_score, same_words
 from pluie_reward.testing import make_tiny_tokenizer
 
 SOURCE = "The cat sleeps on the mat."
@@ -188,6 +187,15 @@ def test_guarded_reward_replaces_flagged_scores(tiny_judge):
     assert custom(completions=["Dogs bark loudly", "Yes"], source=[SOURCE] * 2) == [1.0, -1.0]
     with pytest.raises(ValueError, match="flagged_value"):
         GuardedReward(novelty, guard=CompletionGuard("para-fs"))
+
+
+def test_flagged_value_is_required_for_a_reward_without_a_lowest_value_guarded_or_not():
+    """flagged_value defaults to the reward's lowest value whether a guard is given or not: a reward
+    without one (a plain callable, a log-probability) needs it even unguarded, where the plain callable
+    used to get 0.0 silently."""
+    with pytest.raises(ValueError, match="flagged_value"):
+        GuardedReward(novelty, guard=None)
+    assert GuardedReward(novelty, guard=None, flagged_value=-1.0).flagged_value == -1.0
 
 
 def _counting_factory(calls):

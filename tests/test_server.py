@@ -211,7 +211,7 @@ def test_remote_pluie_reward_for_trl(server, pairs, reference):
         got = asyncio.run(reward(prompts=["p"] * n, completions=completions, source=sources[:n], log_metric=logged.__setitem__))
         assert len(got) == n and all(abs(g - reference[i]) <= TOL for i, g in enumerate(got))
     assert logged["pluie_server/accept_rate"] == pytest.approx(sum(r > 0 for r in reference[:n]) / n)
-    p_yes = RemotePluieReward(server.url, token=TOKEN, output="p_yes")
+    p_yes = RemotePluieReward(server.url, token=TOKEN, output="prob")
     got = asyncio.run(p_yes(prompts=["p"], completions=hypotheses[:1], source=sources[:1]))
     assert abs(got[0] - sigmoid(reference[0])) <= TOL
     with pytest.raises(KeyError, match=r"'source', which is not in the batch\. Available columns: \['src', 'prompt'\]"):

@@ -1,13 +1,21 @@
-"""Novelty against a source, and the copy-proof score built on it: the one formula every copy-proof
-reward uses, local (:class:`~pluie_reward.ParaphraseReward`...) or remote (the judge server's
-``/score`` ``task`` option and ``--rm-reward paraphrase``, :class:`~pluie_reward.serving.client.RemotePluieReward`
-with ``task=``, verl's ``compute_score`` with ``output="paraphrase"``, OpenRLHF's ``reward_func``)::
+"""Copies, disguised copies, novelty and repetition: the one place a text is compared with its
+source, and the copy-proof score built on them, the one formula every copy-proof reward uses, local
+(:class:`~pluie_reward.ParaphraseReward`...) or remote (the judge server's ``/score`` ``task`` option
+and ``--rm-reward paraphrase``, :class:`~pluie_reward.serving.client.RemotePluieReward` with
+``task=``, verl's ``compute_score`` with ``output="paraphrase"``, OpenRLHF's ``reward_func``)::
 
     reward = p_yes × min(1, novelty / target) × (1 − excess repetition) × min(1, length ratio / min_length)
 
-It needs only the judge's ``p_yes`` and the texts, and imports the standard library and
-:mod:`pluie_reward.core.text` alone, so the HTTP clients (httpx only) compute the same values as the
-local rewards. docs/rewards.md explains the formula and how the targets were chosen.
+Texts are folded first (:func:`normalize_text`: invisible characters, compatibility forms, accents,
+case, homoglyphs, spacing), so a disguised copy is a copy; then split by the one tokeniser,
+:func:`tokens` (words and punctuation marks), whose word tokens are :func:`words`. Novelty counts
+edits over tokens; copies, repetition and lengths count words. The rewards, the guards
+(:mod:`pluie_reward.integrations.guards`) and the data tools (:mod:`pluie_reward.integrations.data`)
+read texts through this module.
+
+It needs only the judge's ``p_yes`` and the texts, and imports the standard library alone, so the
+HTTP clients (httpx only) compute the same values as the local rewards. docs/rewards.md explains the
+formula and how the targets were chosen.
 
 Example:
     >>> copy_proof_score(0.99, "The cat sleeps.", "THE CAT SLEEPS!"), copy_proof_score(0.6, "The cat sleeps.", "A cat is asleep.")
@@ -21,31 +29,224 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Sequence
 
-from .text import contains_words, content_words, edit_distance, normalize_text, repetition, same_words
+__all__ = ["Task", "TASKS", "TEMPLATE_TASKS", "TaskScores", "task_of", "resolve_task", "normalize_text", "is_invisible",
+           "CONFUSABLES", "tokens", "words", "edit_distance", "same_words", "contains_words", "repetition",
+           "is_copy", "novelty_score", "copy_proof_novelty", "novelty_credit", "check_sources", "check_target",
+           "check_min_length", "length_factor", "copy_proof_score"]
 
-__all__ = ["Task", "TASKS", "TEMPLATE_TASKS", "TaskScores", "task_of", "resolve_task", "words", "novelty_score",
-           "check_target", "check_min_length", "is_copy", "copy_proof_novelty", "length_factor", "copy_proof_score"]
 
-_WORD = re.compile(r"\w+|[^\w\s]")
+# --- disguised copies: the text a reader sees --------------------------------------------------------
+# Characters that render as nothing (or as blank space) but are not whitespace: format characters
+# (category Cf: zero-width space/joiners, word joiner, soft hyphen, BOM, bidi controls, tag characters)
+# are removed by category; these are the invisible ones of other categories.
+_INVISIBLE_EXTRA = {
+    0x034F,  # combining grapheme joiner (Mn)
+    0x115F, 0x1160, 0x3164, 0xFFA0,  # Hangul fillers (Lo)
+    0x17B4, 0x17B5,  # Khmer inherent vowels (Mn)
+    0x2800,  # braille pattern blank (So)
+}
+_VARIATION_SELECTORS = (range(0xFE00, 0xFE10), range(0xE0100, 0xE01F0))
+# Latin look-alikes from other scripts, after case folding (a small subset of Unicode's confusables.txt:
+# Cyrillic and Greek letters that render like a Latin letter, in either case, in common fonts). The
+# table is applied to case-folded text so a source and its copy fold the same way whatever their case.
+# NFKC already folds full-width and mathematical letters; it leaves these alone.
+CONFUSABLES = {
+    # Cyrillic
+    "а": "a", "в": "b", "с": "c", "ԁ": "d", "е": "e", "һ": "h", "н": "h", "і": "i", "ј": "j", "к": "k",
+    "ӏ": "l", "м": "m", "о": "o", "р": "p", "ԛ": "q", "ѕ": "s", "т": "t", "у": "y", "ү": "y", "х": "x",
+    "ԝ": "w",
+    # Greek
+    "α": "a", "β": "b", "ϲ": "c", "ε": "e", "ζ": "z", "η": "h", "ι": "i", "κ": "k", "μ": "m", "ν": "v",
+    "ο": "o", "ρ": "p", "τ": "t", "υ": "y", "χ": "x",
+    # Latin letters that look like other Latin letters
+    "ı": "i", "ɡ": "g", "ɑ": "a", "ǀ": "l",
+}
+_CONFUSABLE_TABLE = str.maketrans(CONFUSABLES)
+_WHITESPACE = re.compile(r"\s+")
+
+
+def is_invisible(char: str) -> bool:
+    """Whether a character renders as nothing although it is not whitespace (zero-width space, joiners,
+    soft hyphen, BOM, bidi and tag characters, variation selectors, Hangul fillers...).
+
+    Example:
+        >>> is_invisible("\\u200b"), is_invisible("\\u00ad"), is_invisible(" "), is_invisible("a")
+        (True, True, False, False)
+    """
+    code = ord(char)
+    return (
+        unicodedata.category(char) == "Cf"
+        or code in _INVISIBLE_EXTRA
+        or any(code in block for block in _VARIATION_SELECTORS)
+    )
+
+
+def normalize_text(text: str) -> str:
+    """The text a reader sees, folded for copy detection: invisible characters removed, compatibility
+    forms (NFKC: full-width, ligatures, mathematical letters), accents on Latin/Greek/Cyrillic letters
+    and case folded, Cyrillic/Greek look-alikes of Latin letters mapped to them (:data:`CONFUSABLES`),
+    whitespace collapsed.
+
+    Two texts with the same ``normalize_text`` differ only by case, spacing, invisible characters,
+    accents or homoglyphs; :func:`same_words` also ignores punctuation.
+
+    Args:
+        text: any string.
+
+    Returns:
+        The folded string.
+
+    Example:
+        >>> normalize_text("T\\u200bh\\u200be  Cаt\\u00ad sleeps.")   # zero-width space, Cyrillic а, soft hyphen
+        'the cat sleeps.'
+        >>> normalize_text("Ｔｈｅ café") == normalize_text("the cafe")
+        True
+    """
+    out = []
+    for char in unicodedata.normalize("NFKD", text):
+        if is_invisible(char):
+            continue
+        if unicodedata.category(char) == "Mn" and out and ord(out[-1]) < 0x0530:
+            continue  # an accent on a Latin, Greek or Cyrillic letter
+        out.append(char)
+    folded = unicodedata.normalize("NFKC", "".join(out)).casefold().translate(_CONFUSABLE_TABLE)
+    return _WHITESPACE.sub(" ", folded).strip()
+
+
+# --- the tokeniser ---------------------------------------------------------------------------------------
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+_WORD_START = re.compile(r"\w")
+
+
+def tokens(text: str) -> list[str]:
+    """The package's one word tokeniser: the tokens of :func:`normalize_text` (``text`` folded), each
+    a run of letters, digits and underscores (a word) or one punctuation mark.
+
+    Example:
+        >>> tokens("The CAT, asleep.")
+        ['the', 'cat', ',', 'asleep', '.']
+    """
+    return _TOKEN.findall(normalize_text(text))
 
 
 def words(text: str) -> list[str]:
-    """Lower-cased word and punctuation tokens.
+    """The word tokens of :func:`tokens` (punctuation left out).
 
     Example:
-        >>> words("The cat, asleep.")
-        ['the', 'cat', ',', 'asleep', '.']
+        >>> words("The CAT -- sleeps!!")
+        ['the', 'cat', 'sleeps']
     """
-    return _WORD.findall(text.lower())
+    return [token for token in tokens(text) if _WORD_START.match(token)]
 
 
+# --- copies and repetition ------------------------------------------------------------------------------
+def edit_distance(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """Levenshtein distance between two sequences (insertions, deletions, substitutions cost 1).
+
+    Example:
+        >>> edit_distance(["a", "b", "c"], ["a", "c", "d"])
+        2
+    """
+    if len(a) < len(b):
+        a, b = b, a
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i]
+        for j, y in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
+        previous = current
+    return previous[-1]
+
+
+def same_words(a: str, b: str) -> bool:
+    """Whether ``b`` is ``a`` up to case, spacing, punctuation, invisible characters, accents and
+    homoglyphs: a copy, for a reward that must not pay for copying. Word boundaries made of
+    punctuation count as punctuation: "peer-to-peer" with its hyphens removed ("peertopeer") is the
+    same text.
+
+    Example:
+        >>> same_words("The cat sleeps.", "the   cat, SLEEPS")
+        True
+        >>> same_words("Use peer-to-peer sharing.", "Use peertopeer sharing")
+        True
+        >>> same_words("The cat sleeps.", "The cat slept.")
+        False
+    """
+    return "".join(words(a)) == "".join(words(b))
+
+
+def contains_words(a: str, b: str) -> bool:
+    """Whether ``b`` holds all of ``a``'s words (:func:`words`), in order and side by side,
+    with more around them: ``a`` repeated, or followed or preceded by other text. False when ``a``
+    has no word or ``b`` is ``a`` itself (:func:`same_words` says that).
+
+    Example:
+        >>> contains_words("The cat sleeps.", "The cat sleeps. THE CAT SLEEPS!")
+        True
+        >>> contains_words("The cat sleeps.", "The cat sleeps."), contains_words("The cat sleeps.", "The cat still sleeps.")
+        (False, False)
+    """
+    whole, part = words(b), words(a)
+    if not part or len(whole) <= len(part):
+        return False
+    return any(whole[i : i + len(part)] == part for i in range(len(whole) - len(part) + 1))
+
+
+def is_copy(source: str, hypothesis: str, *, source_inside_is_copy: bool = True) -> bool:
+    """Whether ``hypothesis`` is a copy of ``source``: the same words up to case, spacing,
+    punctuation, invisible characters, accents and homoglyphs (:func:`same_words`)
+    or, with ``source_inside_is_copy``, the whole source with more around it.
+
+    Example:
+        >>> is_copy("The cat sleeps.", "the cat  sleeps"), is_copy("The cat sleeps.", "The cat sleeps. The cat sleeps.")
+        (True, True)
+        >>> is_copy("The cat sleeps.", "The cat sleeps. The cat sleeps.", source_inside_is_copy=False)
+        False
+    """
+    return same_words(source, hypothesis) or (source_inside_is_copy and contains_words(source, hypothesis))
+
+
+def repetition(text: str, n: int = 3) -> float:
+    """The share of a text's word ``n``-grams (:func:`words`) that repeat an earlier one: 0
+    for text that never repeats itself, about ``1 - 1/k`` for a phrase written ``k`` times, 0 for
+    fewer than ``n`` words.
+
+    Args:
+        text: any string.
+        n: the n-gram length (>= 1).
+
+    Returns:
+        A share in [0, 1).
+
+    Example:
+        >>> repetition("The cat sleeps on the mat.")
+        0.0
+        >>> repetition("the cat sleeps the cat sleeps")   # 4 trigrams, the last one repeats the first
+        0.25
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}.")
+    tokens = words(text)
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    if not grams:
+        return 0.0
+    seen: set[tuple[str, ...]] = set()
+    repeated = 0
+    for gram in grams:
+        repeated += gram in seen
+        seen.add(gram)
+    return repeated / len(grams)
+
+
+# --- novelty and the copy-proof score -------------------------------------------------------------------
 def novelty_score(source: str, hypothesis: str) -> float:
     """1 - normalised word-level edit similarity: 0 for a copy of the source, 1 when nothing is kept.
 
-    Both texts are normalised first (:func:`~pluie_reward.core.text.normalize_text`), so a copy
+    Both texts are split by :func:`tokens` (words and punctuation of the folded text), so a copy
     with case, spacing, punctuation, invisible-character (zero-width space, soft hyphen...), accent
     or homoglyph changes scores 0 like a plain copy. A hypothesis without any word (empty,
     whitespace, punctuation only) scores 0: generating nothing is not novelty.
@@ -58,11 +259,55 @@ def novelty_score(source: str, hypothesis: str) -> float:
         >>> novelty_score("The cat sleeps.", "T\u200bh\u200be \u0441at sleeps")  # zero-width spaces, Cyrillic с
         0.0
     """
-    if not content_words(hypothesis) or same_words(source, hypothesis):
+    if not words(hypothesis) or same_words(source, hypothesis):
         return 0.0
-    a, b = words(normalize_text(source)), words(normalize_text(hypothesis))
+    a, b = tokens(source), tokens(hypothesis)
     longest = max(len(a), len(b))
     return edit_distance(a, b) / longest if longest else 0.0
+
+
+def copy_proof_novelty(source: str, hypothesis: str, *, source_inside_is_copy: bool = True) -> float:
+    """:func:`novelty_score`, and 0 for every copy :func:`is_copy` finds.
+
+    Example:
+        >>> copy_proof_novelty("The cat sleeps.", "The cat sleeps. Dogs bark."), copy_proof_novelty("The cat sleeps.", "A cat is asleep.")
+        (0.0, 0.6)
+    """
+    if source_inside_is_copy and contains_words(source, hypothesis):
+        return 0.0
+    return novelty_score(source, hypothesis)
+
+
+def novelty_credit(novelty: float, target: float) -> float:
+    """``min(1, novelty / target)``: novelty counted up to a target, as a copy-proof reward counts it.
+
+    Example:
+        >>> novelty_credit(0.15, 0.3), novelty_credit(0.6, 0.3)
+        (0.5, 1.0)
+    """
+    return min(1.0, novelty / target)
+
+
+def check_sources(sources: Sequence[Any], who: str = "", where: str = "") -> None:
+    """Check that every source (the text a completion must not copy) is a string.
+
+    Args:
+        sources: one source per completion.
+        who: the start of the message (e.g. ``"paraphrase: "``).
+        where: where the sources come from (e.g. ``"in column 'src'"``).
+
+    Raises:
+        TypeError: ``{who}source {i} {where} must be a string, got {type}.``
+
+    Example:
+        >>> check_sources(["The cat sleeps.", None], "novelty: ", "in column 'src'")
+        Traceback (most recent call last):
+        ...
+        TypeError: novelty: source 1 in column 'src' must be a string, got NoneType.
+    """
+    for i, source in enumerate(sources):
+        if not isinstance(source, str):
+            raise TypeError(f"{who}source {i} {where} must be a string, got {type(source).__name__}.")
 
 
 def check_target(target: float) -> float:
@@ -225,7 +470,7 @@ OneStopEnglish simplifications (SIMP, a revision task: 0.045–0.056; 93 % at or
 changed in twenty. The paraphrase length floor, 0.67, is the 5th percentile of the word-count ratio
 (shorter over longer) of the 338 STS Benchmark test pairs rated 4 or more (PARAPHRASUS'
 ``stsbenchmark-test-sts.json``): 95 % of those paraphrases keep at least two thirds of the other's words.
-It was added on 2026-11-26 after GRPO runs learned fragments the judge accepted (docs/rewards.md)."""
+It keeps GRPO from paying for fragments the judge accepts (docs/rewards.md)."""
 
 
 TEMPLATE_TASKS: dict[str, str] = {"para-fs": "paraphrase", "para-direct": "paraphrase", "para-indirect": "paraphrase",
@@ -242,32 +487,6 @@ def task_of(template: Any) -> Task | None:
     """
     name = template if isinstance(template, str) else getattr(template, "name", None)
     return TASKS[TEMPLATE_TASKS[name]] if name in TEMPLATE_TASKS else None
-
-
-def is_copy(source: str, hypothesis: str, *, source_inside_is_copy: bool = True) -> bool:
-    """Whether ``hypothesis`` is a copy of ``source``: the same words up to case, spacing,
-    punctuation, invisible characters, accents and homoglyphs (:func:`~pluie_reward.core.text.same_words`)
-    or, with ``source_inside_is_copy``, the whole source with more around it.
-
-    Example:
-        >>> is_copy("The cat sleeps.", "the cat  sleeps"), is_copy("The cat sleeps.", "The cat sleeps. The cat sleeps.")
-        (True, True)
-        >>> is_copy("The cat sleeps.", "The cat sleeps. The cat sleeps.", source_inside_is_copy=False)
-        False
-    """
-    return same_words(source, hypothesis) or (source_inside_is_copy and contains_words(source, hypothesis))
-
-
-def copy_proof_novelty(source: str, hypothesis: str, *, source_inside_is_copy: bool = True) -> float:
-    """:func:`novelty_score`, and 0 for every copy :func:`is_copy` finds.
-
-    Example:
-        >>> copy_proof_novelty("The cat sleeps.", "The cat sleeps. Dogs bark."), copy_proof_novelty("The cat sleeps.", "A cat is asleep.")
-        (0.0, 0.6)
-    """
-    if source_inside_is_copy and contains_words(source, hypothesis):
-        return 0.0
-    return novelty_score(source, hypothesis)
 
 
 def check_min_length(min_length: float | None) -> float | None:
@@ -297,8 +516,8 @@ def length_factor(source: str, hypothesis: str, min_length: float | None) -> flo
     min_length = check_min_length(min_length)
     if min_length is None:
         return 1.0
-    n = len(content_words(source))
-    return 1.0 if n == 0 else min(1.0, len(content_words(hypothesis)) / n / min_length)
+    n = len(words(source))
+    return 1.0 if n == 0 else min(1.0, len(words(hypothesis)) / n / min_length)
 
 
 def copy_proof_score(p_yes: float, source: str, hypothesis: str, *, target: float = TASKS["paraphrase"].target,
@@ -339,7 +558,7 @@ def copy_proof_score(p_yes: float, source: str, hypothesis: str, *, target: floa
     if novelty == 0.0:
         return 0.0
     excess = max(0.0, repetition(hypothesis) - repetition(source))
-    return p_yes * min(1.0, novelty / target) * (1.0 - excess) * length_factor(source, hypothesis, min_length)
+    return p_yes * novelty_credit(novelty, target) * (1.0 - excess) * length_factor(source, hypothesis, min_length)
 
 
 def resolve_task(task: "str | Task") -> "Task":

@@ -57,6 +57,8 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from .reward_base import Batch, Reward, Scores
+
 __all__ = ["AlarmConfig", "HackAlarm", "HackWarning", "AlarmedReward", "within_group_correlation"]
 
 
@@ -321,7 +323,7 @@ class HackAlarm:
         return f"HackAlarm({state}, views={list(self._views or [])})"
 
 
-class AlarmedReward:
+class AlarmedReward(Reward):
     """A TRL reward with a :class:`HackAlarm`: returns the reward's values unchanged, and on each call
     scores the same completions with each view and logs ``alarm/…`` through TRL's ``log_metric``.
     Completions of the same prompt form a group (as in GRPO) for the within-group correlation.
@@ -351,24 +353,20 @@ class AlarmedReward:
         self.alarm = alarm or HackAlarm()
         self.__name__ = getattr(reward, "__name__", "reward")
 
-    def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
-                 log_metric: Callable[[str, float], None] | None = None, **kwargs: Any) -> list[float]:
-        """The reward's values; the views and the alarm run on the same completions."""
-        logged = {"log_metric": log_metric} if log_metric is not None else {}
-        values = list(self.reward(prompts=prompts, completions=completions, **logged, **kwargs))
+    def score_batch(self, batch: Batch) -> Scores:
+        """The reward's values (it logs through the batch's callbacks); the views (which log nothing of
+        their own) and the alarm run on the same completions, whose ``alarm/…`` metrics are returned."""
+        prompts, completions = batch.prompts, batch.completions
+        logged = {key: log for key, log in (("log_metric", batch.log_metric), ("log_extra", batch.log_extra)) if log is not None}
+        values = list(self.reward(prompts=prompts, completions=completions, **logged, **batch.columns))
         if not values:
-            return values
+            return Scores(values)
         if prompts is not None and len(prompts) != len(values):
             raise ValueError(f"AlarmedReward: {len(prompts)} prompts for {len(values)} rewards; pass one prompt per completion "
                              "(as TRL does), or none for one group.")
-        columns = {k: v for k, v in kwargs.items() if k != "log_extra"}  # the views log nothing of their own
-        views = {name: view(prompts=prompts, completions=completions, **columns) for name, view in self.views.items()}
+        views = {name: view(prompts=prompts, completions=completions, **batch.columns) for name, view in self.views.items()}
         groups = [repr(prompt) for prompt in prompts] if prompts is not None else None
-        metrics = self.alarm.update(values, views, groups)
-        if log_metric is not None:
-            for key, value in metrics.items():
-                log_metric(key, value)
-        return values
+        return Scores(values, self.alarm.update(values, views, groups))
 
     def __repr__(self) -> str:
         return f"AlarmedReward({self.reward!r}, views={sorted(self.views)}, {self.alarm!r})"

@@ -20,15 +20,16 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping, Sequence
 
-from ..core.fields import completion_texts, map_fields, prompt_text
+from ..core.fields import map_fields, prompt_text
 from ..core.group import judge_groups, load_group_template
 from ..core.judge import Judge
+from .reward_base import Batch, Reward, Scores
 from .rewards import JudgeHolder
 
 OUTPUTS = ("prob", "logprob", "centered")
 
 
-class GroupPluieReward(JudgeHolder):
+class GroupPluieReward(JudgeHolder, Reward):
     """p(best = completion) within its group, as a TRL reward.
 
     Args:
@@ -43,6 +44,10 @@ class GroupPluieReward(JudgeHolder):
 
     When TRL passes ``log_metric``, it logs ``<name>/max_prob`` (mean over groups of the largest
     p(best): 1/G means the judge cannot tell the candidates apart) and ``<name>/groups``.
+
+    Its ``template`` is a :class:`~pluie_reward.core.group.GroupTemplate`, which puts the completion
+    among G candidates, not in a ``hypothesis`` field: a guard cannot read it (pass a
+    :class:`~pluie_reward.CompletionGuard` of a Yes/No template to guard the completions).
     """
 
     def __init__(
@@ -89,16 +94,14 @@ class GroupPluieReward(JudgeHolder):
                              "compared with; group-relative judging needs GRPO groups (num_generations >= 2).")
         return runs
 
-    def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
-                 log_metric: Callable[[str, float], None] | None = None, **kwargs: Any) -> list[float]:
-        """One reward per completion (see the class docstring)."""
-        texts = completion_texts(completions, self.__name__)
+    def score_batch(self, batch: Batch) -> Scores:
+        """One reward per completion (see the class docstring), and the ``max_prob`` and ``groups`` metrics."""
+        texts = batch.texts
         n = len(texts)
         if not n:
-            return []
-        values = self.field_map.gather(kwargs, n, prompts=prompts)
-        runs = self.groups(prompts, values, n)
-        fields = {name: [column[r.start] for r in runs] for name, column in values.items()}
+            return Scores([])
+        runs = self.groups(batch.prompts, batch.fields, n)
+        fields = {name: [column[r.start] for r in runs] for name, column in batch.fields.items()}
         results = judge_groups(self.judge, self.template, [[texts[i] for i in r] for r in runs], orders=self.orders, **fields)
         rewards = [0.0] * n
         for run, result in zip(runs, results):
@@ -106,10 +109,8 @@ class GroupPluieReward(JudgeHolder):
             mean = sum(logp) / len(logp)
             for i, value in zip(run, logp):
                 rewards[i] = math.exp(value) if self.output == "prob" else value - mean if self.output == "centered" else value
-        if log_metric is not None:
-            log_metric(f"{self.__name__}/max_prob", sum(max(r["p_best"]) for r in results) / len(results))
-            log_metric(f"{self.__name__}/groups", float(len(results)))
-        return rewards
+        return Scores(rewards, {f"{self.__name__}/max_prob": sum(max(r["p_best"]) for r in results) / len(results),
+                                f"{self.__name__}/groups": float(len(results))})
 
     def __repr__(self) -> str:
         return (f"GroupPluieReward(name={self.__name__!r}, template={self.template.name!r}, output={self.output!r}, "

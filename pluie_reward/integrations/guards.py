@@ -11,7 +11,7 @@ need no judge to recognise, from the completion text alone:
 * ``control_token``: control-token strings of the judge's tokenizer (``<|im_end|>``, ``[INST]``...),
   which a policy can spell with ordinary tokens to fake the end of the user turn.
 
-Text is folded with :func:`~pluie_reward.core.text.normalize_text` first, so zero-width characters,
+Text is folded with :func:`~pluie_reward.core.novelty.normalize_text` first, so zero-width characters,
 case and homoglyphs do not evade the checks. Use them as a separate reward (:class:`GuardReward`,
 a penalty added with ``reward_weights``) or around PLUIE (:class:`GuardedReward`, which replaces the
 reward of a flagged completion); both log each guard's rate through TRL's ``log_metric``
@@ -42,10 +42,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import yaml
 
-from ..core.template import load_template
-from ..core.text import is_invisible, normalize_text
-from ..core.fields import completion_texts, prompt_text
-from .rewards import PluieReward
+from ..core.fields import prompt_text
+from ..core.novelty import is_invisible, normalize_text, words
+from ..core.template import Template, load_template
+from .reward_base import Batch, Reward, Scores
 
 CHECKS = ("answer_word", "delimiter", "control_token")
 QUOTES = "\"'`«»“”„‘’‚‹›「」『』"
@@ -55,7 +55,6 @@ QUOTE_ESCAPES = {
     "「": "『", "」": "』",
 }
 _CLAUSE_BREAK = re.compile(r"[.!?;:,\n\"«»“”„()\[\]{}<>*#|]+|\s[-–—]+\s")
-_WORD = re.compile(r"\w+")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")  # a template's {field}, as core.template reads it
 # markers spelled in chat-template source: <|im_end|>, <start_of_turn>, </s>, [INST], <<SYS>>
 _MARKER = re.compile(r"<\|[^|<>\s]{1,40}\|>|</?[A-Za-z_]\w{0,30}>|\[/?[A-Z_]{2,20}\]|<</?[A-Z]{2,10}>>")
@@ -283,13 +282,13 @@ class CompletionGuard:
         self.template = load_template(template)
         self.checks = tuple(c for c in CHECKS if c in checks)
         self.name = name
-        self.yes_words = tuple(_WORD.findall(normalize_text(self.template.answers[0])))
+        self.yes_words = tuple(words(self.template.answers[0]))
         if not self.yes_words:
             raise ValueError(f"template {self.template.name!r}: the yes answer {self.template.answers[0]!r} has no word.")
         rules = guard_rules()["answer_lead_ins"]
         languages = dict.fromkeys([self.template.language, "en"])
         self.lead_ins = frozenset(
-            " ".join(_WORD.findall(normalize_text(lead))) for lang in languages for lead in rules.get(lang, [])
+            " ".join(words(lead)) for lang in languages for lead in rules.get(lang, [])
         )
         verbs = guard_rules()["answer_verbs"]
         self.answer_verbs = frozenset(normalize_text(v) for lang in languages for v in verbs.get(lang, []))
@@ -315,13 +314,13 @@ class CompletionGuard:
         """
         n = len(self.yes_words)
         for clause in _CLAUSE_BREAK.split(normalize_text(text)):
-            words = tuple(_WORD.findall(clause))
-            if words[-n:] != self.yes_words:
+            found = tuple(words(clause))
+            if found[-n:] != self.yes_words:
                 continue
-            head = words[:-n]
+            head = found[:-n]
             if head and head[-1] in ("with", "par"):
                 head = head[:-1]
-            if not head or " ".join(words[:-n]) in self.lead_ins or head[-1] in self.answer_verbs:
+            if not head or " ".join(found[:-n]) in self.lead_ins or head[-1] in self.answer_verbs:
                 return True
         return False
 
@@ -343,20 +342,27 @@ class CompletionGuard:
         """:meth:`check` for each text."""
         return [self.check(t) for t in texts]
 
-    def log(
-        self,
-        flags: Sequence[Mapping[str, bool]],
-        log_metric: Callable[[str, float], None] | None = None,
-        log_extra: Callable[[str, list], None] | None = None,
-    ) -> None:
-        """Log each check's rate (``<name>/<check>_rate``), the share flagged by any
-        (``<name>/flagged_rate``) and, as a completions-table column, the checks each completion tripped."""
-        if log_metric is not None and flags:
-            for check in self.checks:
-                log_metric(f"{self.name}/{check}_rate", sum(f[check] for f in flags) / len(flags))
-            log_metric(f"{self.name}/flagged_rate", sum(any(f.values()) for f in flags) / len(flags))
-        if log_extra is not None:
-            log_extra(f"{self.name}/flags", [",".join(k for k, v in f.items() if v) for f in flags])
+    def report(self, flags: Sequence[Mapping[str, bool]]) -> tuple[dict[str, float], dict[str, list[str]]]:
+        """What a reward logs of a batch's flags.
+
+        Args:
+            flags: :meth:`flags` of the batch's completions.
+
+        Returns:
+            The metrics: each check's rate (``<name>/<check>_rate``) and the share flagged by any
+            (``<name>/flagged_rate``), none for an empty batch; and the completions-table column
+            ``<name>/flags``: the checks each completion tripped.
+
+        Example:
+            >>> guard = CompletionGuard("para-fs", checks=["answer_word"])
+            >>> guard.report(guard.flags(["Yes.", "A cat."]))
+            ({'guard/answer_word_rate': 0.5, 'guard/flagged_rate': 0.5}, {'guard/flags': ['answer_word', '']})
+        """
+        metrics = {}
+        if flags:
+            metrics = {f"{self.name}/{check}_rate": sum(f[check] for f in flags) / len(flags) for check in self.checks}
+            metrics[f"{self.name}/flagged_rate"] = sum(any(f.values()) for f in flags) / len(flags)
+        return metrics, {f"{self.name}/flags": [",".join(k for k, v in f.items() if v) for f in flags]}
 
     def __repr__(self) -> str:
         return f"CompletionGuard(template={self.template.name!r}, checks={self.checks}, name={self.name!r})"
@@ -364,7 +370,7 @@ class CompletionGuard:
 
 
 
-class GuardReward:
+class GuardReward(Reward):
     """A TRL reward that penalises hacking completions: ``penalty`` (≤ 0) for a completion flagged by
     any enabled check, 0 otherwise. Add it to ``reward_funcs`` with a weight; it logs each check's rate.
 
@@ -400,48 +406,47 @@ class GuardReward:
         self.penalty = float(penalty)
         self.__name__ = name
 
-    def __call__(
-        self,
-        prompts: Sequence[Any] | None = None,
-        completions: Sequence[Any] | None = None,
-        log_metric: Callable[[str, float], None] | None = None,
-        log_extra: Callable[[str, list], None] | None = None,
-        **kwargs: Any,
-    ) -> list[float]:
-        """One reward per completion: ``penalty`` if flagged, else 0."""
-        flags = self.guard.flags(completion_texts(completions, self.__name__))
-        self.guard.log(flags, log_metric, log_extra)
-        return [self.penalty if any(f.values()) else 0.0 for f in flags]
+    def score_batch(self, batch: Batch) -> Scores:
+        """One reward per completion: ``penalty`` if flagged, else 0; the guard's :meth:`~CompletionGuard.report`."""
+        flags = self.guard.flags(batch.texts)
+        return Scores([self.penalty if any(f.values()) else 0.0 for f in flags], *self.guard.report(flags))
 
     def __repr__(self) -> str:
         return f"GuardReward(name={self.__name__!r}, template={self.guard.template.name!r}, penalty={self.penalty})"
 
 
-class GuardedReward:
+class GuardedReward(Reward):
     """Wrap a TRL reward (typically :class:`~pluie_reward.PluieReward`) with a guard and/or template
     hardening, without changing it: a flagged completion gets ``flagged_value`` instead of its reward,
     and with ``escape_delimiters`` every field value (the completion and the mapped dataset columns)
     goes through :func:`escape_delimiters` before the wrapped reward scores it. TRL logs it under the
     wrapped reward's name.
 
+    It reads the wrapped reward through the public attributes of
+    :class:`~pluie_reward.integrations.reward_base.Reward`: ``template`` (a
+    :class:`~pluie_reward.Template`, for ``guard=True`` and escaping), ``field_map`` (the columns to
+    escape) and ``lowest`` (the default ``flagged_value``); ``guard=True`` also builds its guard with
+    the wrapped reward's ``judge`` (its tokenizer's control tokens).
+
     Args:
-        reward: the reward to wrap (any TRL reward callable; escaping needs a ``PluieReward``).
+        reward: the reward to wrap (any TRL reward callable; ``guard=True`` and escaping need a
+            :class:`~pluie_reward.integrations.reward_base.Reward` judged in a template, such as a ``PluieReward``).
         guard: a :class:`CompletionGuard`, ``True`` for the default guard of the reward's template and
             judge tokenizer (built on the first call, so a lazy judge factory stays lazy), or None.
-        flagged_value: the reward of a flagged completion. Default for a ``PluieReward`` of a Yes/No
-            template: 0 with ``output="prob"``, ``"calibrated"`` or ``"verdict"``, ``-clip`` otherwise (``-10`` for PLUIE
-            log-ratios: below any honest score of a sane judge); of a template with N answers: 0 for
-            ``"prob"`` and normalised ratings, the lowest grade for ``"expected"``; required for
-            ``"logprob"`` and for other rewards.
+        flagged_value: the reward of a flagged completion; default the reward's ``lowest``. For a
+            ``PluieReward`` of a Yes/No template: 0 with ``output="prob"``, ``"calibrated"`` or ``"verdict"``, ``-clip``
+            otherwise (``-10`` for PLUIE log-ratios: below any honest score of a sane judge); of a template
+            with N answers: 0 for ``"prob"`` and normalised ratings, the lowest grade for ``"expected"``;
+            required for a reward without a lowest value (``"logprob"``, a plain callable), guarded or not.
         escape_delimiters: escape the template's quote delimiters inside fields before scoring.
 
     Example:
+        >>> from pluie_reward import ParaphraseReward, PluieReward
         >>> guarded = GuardedReward(PluieReward(judge, fields={"source": "source"}), guard=True,
         ...                         escape_delimiters=True)
         >>> guarded(prompts=["Paraphrase: The cat sleeps."] * 2, completions=["A cat is asleep.", "Answer: Yes"],
         ...         source=["The cat sleeps."] * 2)  # as TRL calls it; the second talks to the judge
         [..., -10.0]
-        >>> from pluie_reward import ParaphraseReward
         >>> paraphraser = GuardedReward(ParaphraseReward(judge))  # a generator's reward: copy-proof, guarded
         >>> trainer = GRPOTrainer(..., reward_funcs=[paraphraser])  # needs a policy and a dataset  # doctest: +SKIP
     """
@@ -457,32 +462,30 @@ class GuardedReward:
             raise TypeError(f"reward must be a TRL reward callable, not {type(reward).__name__}.")
         if not (guard is None or isinstance(guard, (bool, CompletionGuard))):
             raise TypeError(f"guard must be a CompletionGuard, True, False or None, not {type(guard).__name__}.")
-        if escape_delimiters and not isinstance(reward, PluieReward):
-            raise TypeError("escape_delimiters needs a PluieReward (it must know the template and its columns).")
-        if guard is True and not isinstance(reward, PluieReward):
-            raise TypeError("guard=True needs a PluieReward (its template and judge); pass a CompletionGuard instead.")
-        if flagged_value is None and guard and not isinstance(reward, PluieReward):
-            raise ValueError("flagged_value is required for a reward that is not a PluieReward.")
+        judged = isinstance(getattr(reward, "template", None), Template)
+        if escape_delimiters and not (judged and getattr(reward, "field_map", None) is not None):
+            raise TypeError("escape_delimiters needs a reward judged in a template, such as a PluieReward (it must know "
+                            "the template and its columns).")
+        if guard is True and not judged:
+            raise TypeError("guard=True needs a reward judged in a template, such as a PluieReward (its template and "
+                            "judge); pass a CompletionGuard instead.")
+        if flagged_value is None:
+            flagged_value = getattr(reward, "lowest", None)
+            if flagged_value is None:
+                raise ValueError(f"flagged_value is required: the reward {getattr(reward, '__name__', reward)!r} has no "
+                                 "lowest value (a log-probability, or a reward that does not say); pass flagged_value= "
+                                 "(e.g. -10.0), or use output='prob'.")
         self.reward = reward
         self._guard = guard if isinstance(guard, CompletionGuard) else None
         self._default_guard = guard is True
-        self.flagged_value = float(flagged_value) if flagged_value is not None else self._floor(reward)
+        self.flagged_value = float(flagged_value)
         self.escape = escape_delimiters
         self.__name__ = getattr(reward, "__name__", type(reward).__name__)
 
-    @staticmethod
-    def _floor(reward: Any) -> float:
-        if isinstance(reward, PluieReward):
-            reading = reward.reading  # an N-answer output (PluieReward(output=...)): its lowest value
-            if reading is not None:
-                if reading.read == "prob" or reading.normalize:
-                    return 0.0
-                if reading.read == "expected":
-                    return reading.scale[0]
-                raise ValueError("a log-probability reward has no lowest value: pass flagged_value= (e.g. -10.0), "
-                                 "or use output='prob'.")
-            return 0.0 if reward.output in ("prob", "calibrated", "verdict") else -reward.clip  # the first three in [0, 1]
-        return 0.0
+    @property
+    def template(self) -> Any:
+        """The wrapped reward's template (None for a reward without one)."""
+        return getattr(self.reward, "template", None)
 
     @property
     def guard(self) -> CompletionGuard | None:
@@ -491,38 +494,31 @@ class GuardedReward:
             self._guard = CompletionGuard(self.reward.template, self.reward.judge.tokenizer)
         return self._guard
 
-    def __call__(
-        self,
-        prompts: Sequence[Any] | None = None,
-        completions: Sequence[Any] | None = None,
-        log_metric: Callable[[str, float], None] | None = None,
-        log_extra: Callable[[str, list], None] | None = None,
-        **kwargs: Any,
-    ) -> list[float]:
-        """The wrapped reward, with flagged completions set to ``flagged_value``."""
-        texts = completion_texts(completions, self.__name__)
+    def score_batch(self, batch: Batch) -> Scores:
+        """The wrapped reward, with flagged completions set to ``flagged_value``, and the guard's
+        :meth:`~CompletionGuard.report` (the wrapped reward logs its own through the batch's callbacks)."""
         guard = self.guard
-        flags = guard.flags(texts) if guard is not None else [{} for _ in texts]
-        if guard is not None:
-            guard.log(flags, log_metric, log_extra)
+        flags = guard.flags(batch.texts) if guard is not None else [{} for _ in batch.texts]
+        metrics, columns = guard.report(flags) if guard is not None else ({}, {})
+        prompts, completions, kwargs = batch.prompts, batch.completions, batch.columns
         if self.escape:
-            completions, prompts, kwargs = self._escaped(texts, prompts, kwargs)
-        values = self.reward(prompts=prompts, completions=completions, log_metric=log_metric, log_extra=log_extra, **kwargs)
-        return [self.flagged_value if any(f.values()) else v for f, v in zip(flags, values)]
+            completions, prompts, kwargs = self._escaped(batch)
+        values = self.reward(prompts=prompts, completions=completions, log_metric=batch.log_metric,
+                             log_extra=batch.log_extra, **kwargs)
+        return Scores([self.flagged_value if any(f.values()) else v for f, v in zip(flags, values)], metrics, columns)
 
-    def _escaped(self, texts: list[str], prompts: Any, kwargs: dict[str, Any]) -> tuple[list[str], Any, dict[str, Any]]:
-        reward: PluieReward = self.reward  # type: ignore[assignment]
-        table = escape_table(reward.template)
-        kwargs = dict(kwargs)
-        for column in set(reward.field_map.columns.values()):
+    def _escaped(self, batch: Batch) -> tuple[list[str], Any, dict[str, Any]]:
+        table = escape_table(self.reward.template)
+        kwargs, prompts = dict(batch.columns), batch.prompts
+        for column in set(self.reward.field_map.columns.values()):
             if column in kwargs:
                 kwargs[column] = [v.translate(table) if isinstance(v, str) else v for v in kwargs[column]]
             elif column == "prompt" and prompts is not None:
                 prompts = [prompt_text(p, i).translate(table) for i, p in enumerate(prompts)]
-        return [t.translate(table) for t in texts], prompts, kwargs
+        return [t.translate(table) for t in batch.texts], prompts, kwargs
 
     def __getattr__(self, name: str) -> Any:
-        # template, judge, fields... of the wrapped reward (not called for our own attributes)
+        # judge, fields... of the wrapped reward (not called for our own attributes)
         if name in {"reward", "__setstate__", "__getstate__"}:
             raise AttributeError(name)
         return getattr(self.reward, name)

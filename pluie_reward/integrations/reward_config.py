@@ -33,9 +33,6 @@ Example:
 from __future__ import annotations
 
 import math
-import os
-import sys
-import warnings
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -47,32 +44,6 @@ N_ANSWER_OUTPUTS = READS
 """Outputs of a template with N answers (``"prob"`` is in both: p_yes, or p(answer) with ``answer=``)."""
 OUTPUTS = tuple(dict.fromkeys(YES_NO_OUTPUTS + N_ANSWER_OUTPUTS))
 """Every ``output`` a reward takes."""
-DEPRECATED_OUTPUTS = {"p_yes": "prob"}
-"""Former names of outputs (``RemotePluieReward(output="p_yes")``), accepted with a ``DeprecationWarning``."""
-TRANSFORMS = ("logratio", "prob", "clip", "calibrated")
-"""The values of ``PluieReward``'s deprecated ``transform=`` (now ``output=``)."""
-
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def warn_deprecated(message: str) -> None:
-    """A ``DeprecationWarning`` pointing at the caller's own code (the first frame outside pluie_reward).
-
-    Args:
-        message: what is deprecated and what to use instead.
-
-    Example:
-        >>> import warnings
-        >>> with warnings.catch_warnings(record=True) as caught:
-        ...     warnings.simplefilter("always")
-        ...     warn_deprecated("old= is deprecated: use new=")
-        >>> caught[0].category.__name__, str(caught[0].message)
-        ('DeprecationWarning', 'old= is deprecated: use new=')
-    """
-    level, frame = 2, sys._getframe(1)  # stacklevel 2: the caller of this function
-    while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE) or frame.f_code.co_filename == "<string>"):
-        frame, level = frame.f_back, level + 1
-    warnings.warn(message, DeprecationWarning, stacklevel=level)
 
 
 def _real(value: Any) -> bool:
@@ -124,10 +95,6 @@ class RewardConfig:
 
     def __post_init__(self) -> None:
         output = self.output
-        if output in DEPRECATED_OUTPUTS:
-            new = DEPRECATED_OUTPUTS[output]
-            warn_deprecated(f"output={output!r} is deprecated: use output={new!r}.")
-            object.__setattr__(self, "output", output := new)
         if output not in OUTPUTS:
             raise ValueError(f"unknown output {output!r}; use one of {list(YES_NO_OUTPUTS)} for a Yes/No template "
                              f"('logratio', PLUIE, is the default) or {list(N_ANSWER_OUTPUTS)} for a template with N answers.")
@@ -189,50 +156,12 @@ class RewardConfig:
         return asdict(self)
 
 
-def output_from_transform(transform: str | None, output: str, who: str = "") -> str:
-    """The ``output`` meant by a call with the deprecated ``transform=`` (a ``DeprecationWarning``).
-
-    ``transform=X`` alone (or with the default ``output="logratio"``) is ``output=X``;
-    ``transform="logratio"`` (its old default) leaves ``output`` as given; another transform with
-    another output is an error, as it always was.
-
-    Args:
-        transform: the ``transform=`` argument (None: not given).
-        output: the ``output=`` argument.
-        who: prefix of messages (the reward's name).
-
-    Returns:
-        The output to use.
-
-    Example:
-        >>> import warnings
-        >>> with warnings.catch_warnings():
-        ...     warnings.simplefilter("ignore")
-        ...     output_from_transform("prob", "logratio")
-        'prob'
-    """
-    if transform is None:
-        return output
-    if transform not in TRANSFORMS:
-        raise ValueError(f"{who}unknown transform {transform!r}; transform= is deprecated: use output= with one of "
-                         f"{list(YES_NO_OUTPUTS)} (Yes/No templates).")
-    if output == "logratio":
-        warn_deprecated(f"{who}transform= is deprecated: use output={transform!r}.")
-        return transform
-    if transform == "logratio":
-        warn_deprecated(f"{who}transform= is deprecated: leave it out (output={output!r} says what the reward is).")
-        return output
-    raise ValueError(f"{who}transform={transform!r} applies to PLUIE (Yes/No templates) and is the deprecated name of "
-                     f"output=; output={output!r} is given too: pass output= alone.")
-
-
-def reward_config(config: RewardConfig | None, who: str, *, transform: str | None = None, **options: Any) -> RewardConfig:
+def reward_config(config: RewardConfig | None, who: str, **options: Any) -> RewardConfig:
     """A reward's options: ``config`` as given, or a :class:`RewardConfig` of its keyword arguments.
 
     Args:
         config: the ``config=`` argument (None: build one from ``options``).
         who: the reward's name, prefixed to messages.
-        transform: the deprecated ``transform=`` argument (see :func:`output_from_transform`).
         options: the keyword arguments named like :class:`RewardConfig`'s fields.
 
     Returns:
@@ -255,11 +184,9 @@ def reward_config(config: RewardConfig | None, who: str, *, transform: str | Non
         if not isinstance(config, RewardConfig):
             raise TypeError(f"{who}: config must be a RewardConfig, not {type(config).__name__}.")
         given = [k for k, v in options.items() if v is not defaults[k] and v != defaults[k]]
-        given += ["transform"] if transform is not None else []
         if given:
             raise TypeError(f"{who}: pass the options either in config= or as keywords, not both (got config= and {given}).")
         return config
-    options["output"] = output_from_transform(transform, options.get("output", defaults["output"]), who=f"{who}: ")
     try:
         return RewardConfig(**options)
     except ValueError as err:

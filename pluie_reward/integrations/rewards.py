@@ -1,8 +1,9 @@
 """Reward functions for TRL's online trainers (GRPOTrainer, RLOOTrainer): PLUIE and novelty.
 
-Both follow TRL 1.x's reward contract: ``reward(prompts=..., completions=..., **columns)`` returns
-one float per completion; completions are strings (standard datasets) or lists of chat messages
-(conversational datasets); dataset columns arrive as keyword arguments.
+Both are :class:`~pluie_reward.integrations.reward_base.Reward` subclasses, TRL 1.x's reward
+contract: ``reward(prompts=..., completions=..., **columns)`` returns one float per completion;
+completions are strings (standard datasets) or lists of chat messages (conversational datasets);
+dataset columns arrive as keyword arguments.
 
 PLUIE rewards what the judge accepts, and a judge accepts a copy of the source more surely than any
 paraphrase: to train a generator, use the copy-proof rewards (:class:`~pluie_reward.ParaphraseReward`...,
@@ -17,17 +18,17 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
-from ..core.fields import FieldMap, completion_text, completion_texts, map_fields
+from ..core.fields import FieldMap, map_fields
 from ..core.outputs import AnswerOutput
-from ..core.novelty import check_target, novelty_score
+from ..core.novelty import check_sources, check_target, novelty_credit, novelty_score
 from ..core.judge import Judge, sigmoid
 from ..core.template import load_template
-from .reward_config import TRANSFORMS, RewardConfig, reward_config, warn_deprecated  # noqa: F401 (TRANSFORMS: its former home)
+from .reward_base import AsyncReward, Batch, Reward, Scores
+from .reward_config import RewardConfig, reward_config
 
-__all__ = ["PluieReward", "AsyncPluieReward", "NoveltyReward", "novelty", "completion_text"]
+__all__ = ["PluieReward", "AsyncPluieReward", "NoveltyReward", "novelty"]
 
 
 class JudgeHolder:
@@ -82,7 +83,7 @@ class JudgeHolder:
         return new
 
 
-class PluieReward(JudgeHolder):
+class PluieReward(JudgeHolder, Reward):
     """PLUIE of each completion as a TRL reward: the completion is the template's ``hypothesis``,
     the other fields come from dataset columns (``fields`` maps field -> column; ``"prompt"`` is the
     prompt itself, its last user message when conversational).
@@ -103,8 +104,6 @@ class PluieReward(JudgeHolder):
             dropped when pickled so the reward pickles without model weights).
         template: template name, YAML path or :class:`~pluie_reward.Template`.
         fields: field -> dataset column; unmapped template fields read the column of the same name.
-        transform: deprecated name of ``output`` for Yes/No templates (``transform="prob"`` is
-            ``output="prob"``, with a ``DeprecationWarning``).
         clip: ``output="clip"``: PLUIE is clipped to ``[-clip, clip]`` (default 10).
         threshold: acceptance is ``PLUIE > threshold`` (default: the judge's), for ``"verdict"`` and
             the accept rate; for a scale, ``expected rating > threshold`` (default: the middle of the scale).
@@ -150,7 +149,6 @@ class PluieReward(JudgeHolder):
         judge: "Judge | Callable[[], Judge]",
         template: Any = "para-fs",
         fields: Mapping[str, str] | None = None,
-        transform: str | None = None,
         clip: float = 10.0,
         threshold: float | None = None,
         name: str = "pluie",
@@ -161,7 +159,7 @@ class PluieReward(JudgeHolder):
         *,
         config: RewardConfig | None = None,
     ) -> None:
-        self.config = reward_config(config, name, transform=transform, clip=clip, threshold=threshold, output=output,
+        self.config = reward_config(config, name, clip=clip, threshold=threshold, output=output,
                                     answer=answer, normalize=normalize, both_orders=both_orders)
         self.template = load_template(template)
         if "hypothesis" not in self.template.fields:
@@ -209,48 +207,48 @@ class PluieReward(JudgeHolder):
             raise ValueError(f"{name}: {err}") from None
         return reading.check(t.kind, t.labels, t.values, t.all_fields, t.name, who=f"{name}: ")
 
-    @property
-    def transform(self) -> str:
-        """Deprecated: :attr:`output` (``"logratio"`` for a template with N answers, as before)."""
-        warn_deprecated("PluieReward.transform is deprecated: read PluieReward.output.")
-        return self.output if self.reading is None else "logratio"
+    def logratios(self, batch: Batch) -> tuple[list[float], float]:
+        """PLUIE of each completion (one ``Judge.score`` call, the completion as ``hypothesis``) and the
+        acceptance cut (:attr:`threshold`, default the judge's).
 
-    def __call__(
-        self,
-        prompts: Sequence[Any] | None = None,
-        completions: Sequence[Any] | None = None,
-        log_metric: Callable[[str, float], None] | None = None,
-        log_extra: Callable[[str, list], None] | None = None,
-        **kwargs: Any,
-    ) -> list[float]:
-        """One reward per completion (see the class docstring)."""
-        hypotheses = completion_texts(completions, self.__name__)
-        n = len(hypotheses)
-        values = self.field_map.gather(kwargs, n, prompts=prompts)
+        Args:
+            batch: the call's texts and fields (:meth:`~pluie_reward.integrations.reward_base.Reward.gather`).
+
+        Returns:
+            The log-ratios, in the judge's own dtype, and the cut.
+        """
         judge = self.judge
-        if self.reading is not None:
-            return self._read_answers(judge, hypotheses, values, log_metric, log_extra)
-        logratios = judge.score(self.template, hypothesis=hypotheses, **values)  # in the judge's own dtype
-        cut = judge.threshold if self.threshold is None else self.threshold
-        if log_metric is not None and n:
-            log_metric(f"{self.__name__}/accept_rate", sum(s > cut for s in logratios) / n)
-        if log_extra is not None:
-            log_extra(f"{self.__name__}/logratio", [round(s, 4) for s in logratios])
-        return [self._transform(s, cut) for s in logratios]
+        logratios = judge.score(self.template, hypothesis=batch.texts, **batch.fields)
+        return logratios, judge.threshold if self.threshold is None else self.threshold
 
-    def _read_answers(self, judge: Judge, hypotheses: list[str], values: dict[str, list[Any]],
-                      log_metric: Callable[[str, float], None] | None, log_extra: Callable[[str, list], None] | None) -> list[float]:
-        """Rewards of a template with N answers: one ``Judge.score`` call (2 n items with ``both_orders``)."""
-        n = len(hypotheses)
-        if not n:
-            return []
-        records = judge.score(self.template, details=True, **self.reading.fields(hypotheses, values))
-        rewards = self.reading.rewards(records, n)
-        if log_metric is not None:
-            log_metric(f"{self.__name__}/accept_rate", self.reading.accept_rate(records, n, self.threshold))
-        if log_extra is not None:
-            log_extra(f"{self.__name__}/{self.output}", [round(r, 4) for r in rewards])
-        return rewards
+    def score_batch(self, batch: Batch) -> Scores:
+        """The rewards of a batch by :attr:`output` (see the class docstring), its accept rate and the
+        ``<name>/logratio`` column (``<name>/<output>`` for a template with N answers)."""
+        name, n = self.__name__, len(batch.texts)
+        if self.reading is not None:  # one Judge.score call of n items (2 n with both_orders)
+            judge = self.judge
+            if not n:
+                return Scores([])
+            records = judge.score(self.template, details=True, **self.reading.fields(batch.texts, batch.fields))
+            rewards = self.reading.rewards(records, n)
+            return Scores(rewards, {f"{name}/accept_rate": self.reading.accept_rate(records, n, self.threshold)},
+                          {f"{name}/{self.output}": [round(r, 4) for r in rewards]})
+        logratios, cut = self.logratios(batch)
+        metrics = {f"{name}/accept_rate": sum(s > cut for s in logratios) / n} if n else {}
+        return Scores([self._transform(s, cut) for s in logratios], metrics,
+                      {f"{name}/logratio": [round(s, 4) for s in logratios]})
+
+    @property
+    def lowest(self) -> float | None:
+        """The lowest reward: 0 for ``"prob"``, ``"calibrated"`` and ``"verdict"`` (in [0, 1]) and for
+        normalised ratings, ``-clip`` for PLUIE log-ratios (below any honest score of a sane judge), the
+        lowest grade for ``"expected"``; None for ``"logprob"`` (no lowest value)."""
+        reading = self.reading
+        if reading is None:
+            return 0.0 if self.output in ("prob", "calibrated", "verdict") else -self.clip
+        if reading.read == "prob" or reading.normalize:
+            return 0.0
+        return reading.scale[0] if reading.read == "expected" else None
 
     def _calibration(self) -> Any:
         """The judge's calibration, for ``output="calibrated"`` (an error saying how to get one)."""
@@ -285,7 +283,7 @@ class PluieReward(JudgeHolder):
         return dict(self.field_map.columns)
 
 
-class AsyncPluieReward(PluieReward):
+class AsyncPluieReward(AsyncReward, PluieReward):
     """:class:`PluieReward` as an ``async`` reward: TRL runs async rewards concurrently on its event
     loop, so a judge on its own device scores while other (e.g. remote) rewards wait on I/O.
 
@@ -294,19 +292,16 @@ class AsyncPluieReward(PluieReward):
 
     Example:
         >>> reward = AsyncPluieReward(Judge.load("<model>", device="cuda:1"), fields={"source": "source"})  # a second GPU  # doctest: +SKIP
+        >>> import asyncio
         >>> reward = AsyncPluieReward(judge, fields={"source": "source"})
         >>> asyncio.run(reward(prompts=["Paraphrase: The cat sleeps."], completions=["A cat is asleep."],
         ...                    source=["The cat sleeps."]))  # TRL awaits it
         [...]
     """
 
-    async def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:  # type: ignore[override]
-        """One reward per completion, computed off the event loop."""
-        return await asyncio.to_thread(PluieReward.__call__, self, prompts, completions, **kwargs)
-
 
 # --- novelty --------------------------------------------------------------------------------------
-class NoveltyReward:
+class NoveltyReward(Reward):
     """Novelty of each completion against a source column, as a TRL reward (picklable).
 
     Copying the source scores 0. It is a view to watch (e.g. by a :class:`~pluie_reward.HackAlarm`), not a
@@ -335,17 +330,14 @@ class NoveltyReward:
         self.column = column
         self.target = None if target is None else check_target(target)
         self.__name__ = name
-        self._map = FieldMap.explicit({"source": column}, who=f"{name}: ", hint="NoveltyReward('<column>')")
+        self.field_map = FieldMap.explicit({"source": column}, who=f"{name}: ", hint="NoveltyReward('<column>')")
 
-    def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:
+    def score_batch(self, batch: Batch) -> Scores:
         """One novelty in [0, 1] per completion (counted up to ``target`` when one is set)."""
-        hypotheses = completion_texts(completions, self.__name__)
-        sources = self._map.gather(kwargs, len(hypotheses), prompts=prompts)["source"]
-        for i, source in enumerate(sources):
-            if not isinstance(source, str):
-                raise TypeError(f"{self.__name__}: source {i} in column {self.column!r} must be a string, got {type(source).__name__}.")
-        values = [novelty_score(s, h) for s, h in zip(sources, hypotheses)]
-        return values if self.target is None else [min(1.0, v / self.target) for v in values]
+        sources = batch.fields["source"]
+        check_sources(sources, f"{self.__name__}: ", f"in column {self.column!r}")
+        values = [novelty_score(s, h) for s, h in zip(sources, batch.texts)]
+        return Scores(values if self.target is None else [novelty_credit(v, self.target) for v in values])
 
     def __repr__(self) -> str:
         target = "" if self.target is None else f", target={self.target}"

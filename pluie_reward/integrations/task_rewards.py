@@ -11,11 +11,11 @@ Each is the judge's probability of "Yes" gated by how far the completion is from
   normalised word edit similarity; 0 for the source itself and every disguised copy it normalises:
   case, spacing, punctuation, invisible characters, accents, homoglyphs; 0 for a completion without a
   word), and also 0, for paraphrase and translation, when the completion holds the whole source with
-  more around it (the source repeated, or followed by anything: :func:`~pluie_reward.core.text.contains_words`);
+  more around it (the source repeated, or followed by anything: :func:`~pluie_reward.core.novelty.contains_words`);
 * ``target`` is the novelty that earns full credit (:data:`~pluie_reward.core.novelty.TASKS`: 0.3 for paraphrase
   and translation, 0.05 for revision; see docs/rewards.md for how they were chosen);
 * the excess repetition is the share of the completion's word trigrams repeating an earlier one, less
-  the source's own (:func:`~pluie_reward.core.text.repetition`): a completion that says the same thing
+  the source's own (:func:`~pluie_reward.core.novelty.repetition`): a completion that says the same thing
   twice gets about half;
 * the length ratio is the completion's word count over the source's (paraphrase only, ``min_length``
   0.67; translation and revision: no floor): a paraphrase says everything its source says, so a
@@ -40,12 +40,12 @@ Example:
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
-from ..core.fields import completion_texts
 from ..core.judge import Judge, sigmoid
-from ..core.novelty import Task, check_min_length, check_target, resolve_task
+from ..core.novelty import Task, check_min_length, check_sources, check_target, resolve_task
 from ..core.template import load_template
+from .reward_base import Batch, Scores
 from .rewards import PluieReward
 
 __all__ = ["CopyProofReward", "ParaphraseReward", "TranslationReward", "RevisionReward"]
@@ -102,34 +102,16 @@ class CopyProofReward(PluieReward):
         task.check_template(template, who=f"{name}: ")
         super().__init__(judge, template, fields, threshold=threshold, name=name, output="prob")
 
-    def __call__(
-        self,
-        prompts: Sequence[Any] | None = None,
-        completions: Sequence[Any] | None = None,
-        log_metric: Callable[[str, float], None] | None = None,
-        log_extra: Callable[[str, list], None] | None = None,
-        **kwargs: Any,
-    ) -> list[float]:
-        """One reward in [0, 1) per completion (see the class docstring)."""
-        hypotheses = completion_texts(completions, self.__name__)
-        n = len(hypotheses)
-        values = self.field_map.gather(kwargs, n, prompts=prompts)
-        sources = values[self.task.source_field]
-        for i, source in enumerate(sources):
-            if not isinstance(source, str):
-                raise TypeError(f"{self.__name__}: source {i} (field {self.task.source_field!r}) must be a string, "
-                                f"got {type(source).__name__}.")
-        judge = self.judge
-        logratios = judge.score(self.template, hypothesis=hypotheses, **values)
-        cut = judge.threshold if self.threshold is None else self.threshold
-        scores = self.task.batch([sigmoid(x) for x in logratios], [x > cut for x in logratios], sources, hypotheses)
-        if log_metric is not None:
-            for metric, value in scores.metrics.items():
-                log_metric(f"{self.__name__}/{metric}", value)
-        if log_extra is not None:
-            log_extra(f"{self.__name__}/logratio", [round(x, 4) for x in logratios])
-            log_extra(f"{self.__name__}/novelty", [round(v, 4) for v in scores.novelty])
-        return scores.rewards
+    def score_batch(self, batch: Batch) -> Scores:
+        """One reward in [0, 1) per completion (see the class docstring), the task's metrics
+        (:meth:`~pluie_reward.core.novelty.Task.batch`) and the ``logratio`` and ``novelty`` columns."""
+        name = self.__name__
+        sources = batch.fields[self.task.source_field]
+        check_sources(sources, f"{name}: ", f"(field {self.task.source_field!r})")
+        logratios, cut = self.logratios(batch)
+        scores = self.task.batch([sigmoid(x) for x in logratios], [x > cut for x in logratios], sources, batch.texts)
+        return Scores(scores.rewards, {f"{name}/{metric}": value for metric, value in scores.metrics.items()},
+                      {f"{name}/logratio": [round(x, 4) for x in logratios], f"{name}/novelty": [round(v, 4) for v in scores.novelty]})
 
     @property
     def target(self) -> float:

