@@ -98,7 +98,7 @@ def test_an_adapter_without_a_model_goes_on_the_untuned_base(default_judge):
 
 @pytest.mark.parametrize("name", ["ms-mrpc.json", "fb-anli-pre-hyp.json", "amr_true_paraphrases.json", "sickr-sts.json"])
 def test_the_build_refuses_held_out_and_non_commercial_files(name, tmp_path):
-    from pluie_reward.judges.build import _rows
+    from pluie_reward.tools.tune.build_judge import _rows
 
     (tmp_path / name).write_text("{}")
     with pytest.raises(ValueError, match="held-out benchmark|licence"):

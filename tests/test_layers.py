@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "pluie_reward"
-LAYERS = {"core": 1, "engines": 1, "templates": 0, "integrations": 2, "serving": 2.5, "tools": 3, "testing": 3}
+LAYERS = {"core": 1, "engines": 1, "templates": 0, "judges": 0, "integrations": 2, "serving": 2.5, "tools": 3, "testing": 3}
 
 
 def module_name(path: Path) -> str:
@@ -21,8 +21,6 @@ def layer(module: str) -> int:
     parts = module.split(".")
     if len(parts) < 2:
         return 0  # the package's own __init__: lazy exports only
-    if parts[1] == "judges":  # the packaged adapter's constants are data; its build/evaluate scripts are tools
-        return 0 if len(parts) == 2 else 3
     return LAYERS.get(parts[1], 3)
 
 

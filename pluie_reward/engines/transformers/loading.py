@@ -10,7 +10,7 @@ Two names select it:
 
 * ``None`` or ``"embedded"``: the **default judge**, the embedded model with the PLUIE adapter
   shipped in this package (``pluie_reward/judges/smollm2-pluie``, tuned by
-  :mod:`pluie_reward.judges.build`), merged into the weights once and cached beside the converted
+  :mod:`pluie_reward.tools.tune.build_judge`), merged into the weights once and cached beside the converted
   copy (keyed by the adapter's bytes), so it scores exactly like any plain model and as fast;
 * ``"embedded-base"``: the untuned SmolLM2-135M-Instruct.
 """
@@ -316,7 +316,7 @@ def add_default_judge_adapter(policy: Any, adapter_name: str = "judge") -> Any:
     """
     adapter = default_adapter_dir()
     if adapter is None:
-        raise FileNotFoundError("this package ships no default judge adapter; rebuild it with python -m pluie_reward.judges.build.")
+        raise FileNotFoundError("this package ships no default judge adapter; rebuild it with python -m pluie_reward.tools.tune.build_judge.")
     active = policy.active_adapter
     policy.load_adapter(str(adapter), adapter_name=adapter_name, is_trainable=False)
     policy.set_adapter(active)
