@@ -9,11 +9,10 @@ import logging
 import math
 import threading
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Generator, Sequence
 
-from ..engines.base import Engine, LegacyEngine, Request, is_legacy_engine
+from ..engines.base import Engine, Request
 from ..engines.remote import RemoteEngine
 from ..engines.transformers.config import TransformersEngineConfig
 from ..engines.vllm import VLLMEngine
@@ -138,13 +137,6 @@ class Judge:
         if unknown:
             raise TypeError(f"Judge got unexpected argument(s) {unknown}; the judge's options are "
                             f"{list(option_names(JudgeConfig))}, the transformers engine's {list(_engine_options())}.")
-        if is_legacy_engine(model):
-            warnings.warn(
-                f"{type(model).__name__} follows the earlier duck-typed engine protocol; subclass "
-                "pluie_reward.engines.base.Engine (it declares every method a caller uses, with defaults).",
-                DeprecationWarning, stacklevel=2,
-            )
-            model = LegacyEngine(model)
         if isinstance(model, Engine):
             if engine_options or tokenizer is not None:
                 raise TypeError(
