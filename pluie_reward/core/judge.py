@@ -20,7 +20,7 @@ from ..engines.vllm_shared import SharedVLLMEngine
 from .cache import ResultCache
 from .calibration import Calibration
 from .judge_config import JudgeConfig, option_names, split_options
-from .plan import CacheStep, EngineCall, ScoreOptions, ScoringPlan
+from .plan import AnswerCall, CacheStep, EngineCall, GenerationCall, ScoreOptions, ScoringPlan
 from .prompt import BoundTemplate
 from .template import GENERATED, Template, load_template
 
@@ -587,15 +587,15 @@ class Judge:
                              "make it with this judge's plan().")
 
     def _steps(self, plan: ScoringPlan, state: Any) -> Generator[EngineCall, Any, list]:
-        """The scoring call as a generator: yields each :class:`EngineCall`, receives its result,
+        """The scoring call as a generator: yields each engine call (:class:`~pluie_reward.core.plan.AnswerCall`,
+        :class:`~pluie_reward.core.plan.GenerationCall`), receives its result,
         returns the finished results. ``state`` is the engine session's (the cache key's first part)."""
         bound, use_cache = plan.bound, plan.options.use_cache
         generated = None
         if bound.template.generates:
             step = self._generation_step(plan, state)
             outputs = (
-                (yield EngineCall("generate", ([k[-1] for k in step.todo],),
-                                  {"max_new_tokens": plan.max_new_tokens, "stop_ids": bound.stop_ids}))
+                (yield GenerationCall([k[-1] for k in step.todo], plan.max_new_tokens, bound.stop_ids))
                 if step.todo else []
             )
             texts = {k: self.tokenizer.decode(list(ids), skip_special_tokens=True).strip() for k, ids in zip(step.todo, outputs)}
@@ -608,7 +608,7 @@ class Judge:
             first.setdefault(key, item)
         requests = [Request(first[key].ids, first[key].group) for key in step.todo]
         fresh = (
-            (yield EngineCall("answer_logprobs", (requests, bound.answer_ids), {"prefix": bound.prefix_ids}))
+            (yield AnswerCall(requests, bound.answer_ids, prefix=bound.prefix_ids))
             if requests else []
         )
         answers = self._store(step, {key: self._checked(values) for key, values in zip(step.todo, fresh)}, use_cache)
