@@ -22,7 +22,7 @@ Two paths, both exact:
 Scoring calls go through :meth:`TransformersEngine.session`: one call at a time per model (a lock),
 the model in eval mode under ``torch.inference_mode`` in its weights' dtype, PEFT adapters
 switched as configured, sharded weights gathered, and the weights checked so that cached prefixes
-and results never outlive a change of the weights (:func:`.model_state.weights_digest`).
+and results never outlive a change of the weights (:func:`~pluie_reward.core.weights.weights_digest`).
 """
 
 from __future__ import annotations
@@ -37,11 +37,12 @@ from typing import Any, Hashable, Iterator, Sequence
 
 import torch
 
+from ...core.weights import weights_digest
 from ..base import Engine, Request
 from .attention import KV, PREFIX, AttentionUnsupported, SharedPrefix, WindowExceeded, register, selected
 from .config import TransformersEngineConfig
 from .loading import resolve_device
-from .model_state import scoring_state, this_thread_only, weights_digest
+from .model_state import scoring_state, this_thread_only
 from .placement import active_adapter, adapter_names, belongs_to_adapter, gathered_parameters
 
 # Token budget of one batch when none is given. CPU: measured on the embedded judge (2 cores, float32:
