@@ -13,13 +13,8 @@ import json
 import pytest
 
 from pluie_reward import Judge, load_template
-from pluie_reward.engines.transformers.loading import (
-    EMBEDDED_NAME,
-    default_adapter_dir,
-    load_adapter,
-    load_model_and_tokenizer,
-)
-from pluie_reward.judges import DEFAULT_ADAPTER_DIR, DEFAULT_TEMPLATE
+from pluie_reward.engines.transformers.loading import EMBEDDED_NAME, load_adapter, load_model_and_tokenizer
+from pluie_reward.judges import DEFAULT_ADAPTER_DIR, DEFAULT_TEMPLATE, default_adapter_dir
 
 from test_chat_templates import eq3
 

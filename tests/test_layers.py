@@ -68,6 +68,21 @@ def test_no_module_imports_from_a_layer_above():
     assert not wrong, "\n".join(wrong)
 
 
+def test_core_reaches_engines_only_through_the_protocol_and_the_registry():
+    """``core`` imports ``engines.base`` (the protocol) and ``engines.registry`` (engines by name, imported
+    when made), no concrete engine module, at module level or inside a function."""
+    allowed = {"pluie_reward.engines", "pluie_reward.engines.base", "pluie_reward.engines.registry"}
+    wrong = []
+    for name, path in MODULES.items():
+        if not name.startswith("pluie_reward.core"):
+            continue
+        found = {(line, known(target, set(MODULES)) or "") for target, _, line in imports(path)}
+        for line, resolved in sorted(found):
+            if resolved.startswith("pluie_reward.engines") and resolved not in allowed:
+                wrong.append(f"{path.relative_to(ROOT.parent)}:{line}: {name} imports {resolved}")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_module_level_imports_form_no_cycle():
     graph: dict[str, set[str]] = {}
     for name, path in MODULES.items():

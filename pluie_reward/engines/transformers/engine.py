@@ -28,20 +28,23 @@ and results never outlive a change of the weights (:func:`~pluie_reward.core.wei
 from __future__ import annotations
 
 import inspect
+import logging
 import threading
 import warnings
 import weakref
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Hashable, Iterator, Sequence
 
 import torch
 
 from ...core.weights import weights_digest
 from ..base import Engine, Request
+from ..registry import LoadedEngine
 from .attention import KV, PREFIX, AttentionUnsupported, SharedPrefix, WindowExceeded, register, selected
 from .config import TransformersEngineConfig
-from .loading import resolve_device
+from .loading import EMBEDDED_BASE, display_name, is_embedded, load_adapter, load_model_and_tokenizer, resolve_device
 from .model_state import scoring_state, this_thread_only
 from .placement import active_adapter, adapter_names, belongs_to_adapter, gathered_parameters
 
@@ -51,6 +54,7 @@ from .placement import active_adapter, adapter_names, belongs_to_adapter, gather
 DEFAULT_BATCH_TOKENS = {"cpu": 512}
 FALLBACK_BATCH_TOKENS = 4096
 
+logger = logging.getLogger("pluie_reward")
 _MODEL_LOCKS: "weakref.WeakKeyDictionary[Any, threading.RLock]" = weakref.WeakKeyDictionary()
 _LOCKS_LOCK = threading.Lock()
 
@@ -256,6 +260,50 @@ class TransformersEngine(Engine):
         self._digest: torch.Tensor | None = None
         self._epoch = 0
         self._keeps_logits = self._takes_logits_to_keep()
+
+    @classmethod
+    def load(
+        cls,
+        model: "str | Path | None" = None,
+        *,
+        name: str | None = None,
+        adapter: "str | Path | None" = None,
+        default_adapter: "Path | None" = None,
+        device: Any = None,
+        dtype: Any = None,
+        device_map: Any = None,
+        offload_device: Any = None,
+        model_kwargs: dict | None = None,
+        **options: Any,
+    ) -> LoadedEngine:
+        """Load a judge model by name, the ``"transformers"`` engine of :meth:`Judge.load <pluie_reward.Judge.load>`
+        (which documents the arguments).
+
+        Args:
+            model: ``None``/``"embedded"`` (the embedded model with ``default_adapter`` merged),
+                ``"embedded-base"``, a HF id, a folder or a ``.gguf`` file.
+            name: the judge's name (default: the model's display name); ``+<adapter folder>`` is added with ``adapter``.
+            adapter: a PEFT adapter folder put on the model (default: on the untuned embedded model), frozen.
+            default_adapter: the default judge's adapter (the caller's packaged one).
+            options: the fields of :class:`~pluie_reward.engines.transformers.config.TransformersEngineConfig`.
+
+        Returns:
+            The engine, the judge's name, and whether it warms up by default (the embedded models do).
+        """
+        if adapter is not None and model is None:
+            model = EMBEDDED_BASE  # adapters of the embedded model are tuned on its untuned weights
+        name = display_name(model, default_adapter) if name is None else name
+        first = offload_device if offload_device is not None else device
+        lm, tokenizer = load_model_and_tokenizer(model, device=first, dtype=dtype, device_map=device_map,
+                                                 default_adapter=default_adapter, **(model_kwargs or {}))
+        if adapter is not None:
+            adapter_name = options.setdefault("adapter_name", "judge")
+            lm = load_adapter(lm, adapter, adapter_name=adapter_name)
+            name = f"{name}+{Path(adapter).name}"
+        if offload_device is not None:
+            options.update(device=device, offload_device=offload_device)
+        logger.info("pluie-reward: loaded the judge %s", name)
+        return LoadedEngine(cls(lm, tokenizer, config=TransformersEngineConfig(**options)), name, is_embedded(model))
 
     # configuration -----------------------------------------------------------------------------
     def _setup_adapters(self) -> tuple[str, ...]:
