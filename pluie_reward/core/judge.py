@@ -27,14 +27,8 @@ TemplateLike = "str | Path | Template | None"
 
 
 def check_engine_options(spec: EngineSpec, options: dict[str, Any]) -> None:
-    """Refuse keyword arguments that are neither the judge's options nor the engine's (when it declares them).
-
-    Args:
-        spec: the engine's registry entry.
-        options: the keyword arguments left after the judge's own.
-
-    Raises:
-        TypeError: an argument neither takes, naming both sets of options.
+    """Refuse (``TypeError``, naming both sets of options) keyword arguments left after the judge's own
+    that the engine ``spec`` does not declare (when it declares its options).
 
     Example:
         >>> check_engine_options(engine_spec("transformers"), {"tensor_parallel_size": 2})  # doctest: +ELLIPSIS

@@ -95,49 +95,31 @@ class ScoreOptions:
 
 @dataclass(frozen=True)
 class AnswerCall:
-    """A plan's request for the answers' log-probabilities: :meth:`Engine.answer_logprobs
-    <pluie_reward.engines.base.Engine.answer_logprobs>` of ``requests``.
-
-    Args:
-        requests: the prompts to read the answers after.
-        answers: the template's answers, token ids.
-        prefix: the token prefix most requests share (a caching hint).
-    """
+    """A plan's request for :meth:`Engine.answer_logprobs <pluie_reward.engines.base.Engine.answer_logprobs>`."""
 
     requests: Sequence[Request]
     answers: Sequence[Sequence[int]]
     prefix: Sequence[int] = ()
 
     def run(self, engine: Engine) -> list[list[float]]:
-        """The engine's answer log-probabilities (blocking)."""
         return engine.answer_logprobs(self.requests, self.answers, prefix=self.prefix)
 
     async def arun(self, engine: Engine) -> list[list[float]]:
-        """The engine's answer log-probabilities, awaited."""
         return await engine.aanswer_logprobs(self.requests, self.answers, prefix=self.prefix)
 
 
 @dataclass(frozen=True)
 class GenerationCall:
-    """A plan's request for the judge's own turn: :meth:`Engine.generate
-    <pluie_reward.engines.base.Engine.generate>` of ``prompts``.
-
-    Args:
-        prompts: the prompts' token ids.
-        max_new_tokens: the turn's length limit.
-        stop_ids: token ids that end the turn.
-    """
+    """A plan's request for :meth:`Engine.generate <pluie_reward.engines.base.Engine.generate>` (the judge's own turn)."""
 
     prompts: Sequence[Sequence[int]]
     max_new_tokens: int
     stop_ids: Sequence[int] = ()
 
     def run(self, engine: Engine) -> list[list[int]]:
-        """The engine's greedy continuations (blocking)."""
         return engine.generate(self.prompts, max_new_tokens=self.max_new_tokens, stop_ids=self.stop_ids)
 
     async def arun(self, engine: Engine) -> list[list[int]]:
-        """The engine's greedy continuations, awaited."""
         return await engine.agenerate(self.prompts, max_new_tokens=self.max_new_tokens, stop_ids=self.stop_ids)
 
 

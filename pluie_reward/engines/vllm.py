@@ -202,36 +202,13 @@ class VLLMEngine(LoopEngine):
         self.stats = {"requests": 0}
 
     @classmethod
-    def load(
-        cls,
-        model: "str | Path | None" = None,
-        *,
-        name: str | None = None,
-        adapter: "str | Path | None" = None,
-        default_adapter: "Path | None" = None,
-        device: Any = None,
-        dtype: Any = None,
-        device_map: Any = None,
-        offload_device: Any = None,
-        model_kwargs: dict | None = None,
-        **options: Any,
-    ) -> LoadedEngine:
-        """Load a judge model by name, the ``"vllm"`` engine of :meth:`Judge.load <pluie_reward.Judge.load>`.
-
-        Args:
-            model: ``None``/``"embedded"`` (the embedded model with ``default_adapter`` merged),
-                ``"embedded-base"``, a HF id, a folder or a ``.gguf`` file.
-            name: the judge's name (default: the model's display name).
-            dtype: the weights' dtype (default: ``float32`` for the embedded models, else ``auto``).
-            default_adapter: the default judge's adapter (the caller's packaged one).
-            options: :class:`VLLMEngine`'s keyword arguments.
-
-        Returns:
-            The engine, the judge's name, and whether it warms up by default (the embedded models do).
-
-        Raises:
-            ValueError: a placement option (vLLM places the model itself) or an ``adapter``.
-        """
+    def load(cls, model: "str | Path | None" = None, *, name: str | None = None, adapter: "str | Path | None" = None,
+             default_adapter: "Path | None" = None, device: Any = None, dtype: Any = None, device_map: Any = None,
+             offload_device: Any = None, model_kwargs: dict | None = None, **options: Any) -> LoadedEngine:
+        """The ``"vllm"`` loader of :meth:`Judge.load <pluie_reward.Judge.load>` (which documents the arguments):
+        ``None``/``"embedded"`` is the embedded model with ``default_adapter`` merged, in float32 unless
+        ``dtype`` says otherwise; ``options`` are :class:`VLLMEngine`'s. Refuses placement options and
+        ``adapter`` (``ValueError``)."""
         if device is not None or device_map is not None or offload_device is not None or model_kwargs:
             raise ValueError(
                 "engine='vllm' places the model itself: use tensor_parallel_size / pipeline_parallel_size and "

@@ -262,34 +262,13 @@ class TransformersEngine(Engine):
         self._keeps_logits = self._takes_logits_to_keep()
 
     @classmethod
-    def load(
-        cls,
-        model: "str | Path | None" = None,
-        *,
-        name: str | None = None,
-        adapter: "str | Path | None" = None,
-        default_adapter: "Path | None" = None,
-        device: Any = None,
-        dtype: Any = None,
-        device_map: Any = None,
-        offload_device: Any = None,
-        model_kwargs: dict | None = None,
-        **options: Any,
-    ) -> LoadedEngine:
-        """Load a judge model by name, the ``"transformers"`` engine of :meth:`Judge.load <pluie_reward.Judge.load>`
-        (which documents the arguments).
-
-        Args:
-            model: ``None``/``"embedded"`` (the embedded model with ``default_adapter`` merged),
-                ``"embedded-base"``, a HF id, a folder or a ``.gguf`` file.
-            name: the judge's name (default: the model's display name); ``+<adapter folder>`` is added with ``adapter``.
-            adapter: a PEFT adapter folder put on the model (default: on the untuned embedded model), frozen.
-            default_adapter: the default judge's adapter (the caller's packaged one).
-            options: the fields of :class:`~pluie_reward.engines.transformers.config.TransformersEngineConfig`.
-
-        Returns:
-            The engine, the judge's name, and whether it warms up by default (the embedded models do).
-        """
+    def load(cls, model: "str | Path | None" = None, *, name: str | None = None, adapter: "str | Path | None" = None,
+             default_adapter: "Path | None" = None, device: Any = None, dtype: Any = None, device_map: Any = None,
+             offload_device: Any = None, model_kwargs: dict | None = None, **options: Any) -> LoadedEngine:
+        """The ``"transformers"`` loader of :meth:`Judge.load <pluie_reward.Judge.load>` (which documents the
+        arguments): ``None``/``"embedded"`` is the embedded model with ``default_adapter`` merged, an
+        ``adapter`` goes on the model (the untuned embedded one by default); ``options`` are the fields of
+        :class:`~pluie_reward.engines.transformers.config.TransformersEngineConfig`."""
         if adapter is not None and model is None:
             model = EMBEDDED_BASE  # adapters of the embedded model are tuned on its untuned weights
         name = display_name(model, default_adapter) if name is None else name
