@@ -47,7 +47,7 @@ _EXPORTS = {
     "AlarmedReward": "integrations.alarm",
     "HackWarning": "integrations.alarm",
     "load_trainable_embedded": "engines.transformers.loading",
-    "add_default_judge_adapter": "engines.transformers.loading",
+    "add_default_judge_adapter": "core.judge",
     "PluieCallback": "integrations.callbacks",
     "answer_record": "core.judge",
     "tune": "tools.tune",

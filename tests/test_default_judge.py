@@ -13,13 +13,8 @@ import json
 import pytest
 
 from pluie_reward import Judge, load_template
-from pluie_reward.engines.transformers.loading import (
-    EMBEDDED_NAME,
-    default_adapter_dir,
-    load_adapter,
-    load_model_and_tokenizer,
-)
-from pluie_reward.judges import DEFAULT_ADAPTER_DIR, DEFAULT_TEMPLATE
+from pluie_reward.engines.transformers.loading import EMBEDDED_NAME, load_adapter, load_model_and_tokenizer
+from pluie_reward.judges import DEFAULT_ADAPTER_DIR, DEFAULT_TEMPLATE, default_adapter_dir
 
 from test_chat_templates import eq3
 
@@ -98,7 +93,7 @@ def test_an_adapter_without_a_model_goes_on_the_untuned_base(default_judge):
 
 @pytest.mark.parametrize("name", ["ms-mrpc.json", "fb-anli-pre-hyp.json", "amr_true_paraphrases.json", "sickr-sts.json"])
 def test_the_build_refuses_held_out_and_non_commercial_files(name, tmp_path):
-    from pluie_reward.judges.build import _rows
+    from pluie_reward.tools.tune.build_judge import _rows
 
     (tmp_path / name).write_text("{}")
     with pytest.raises(ValueError, match="held-out benchmark|licence"):

@@ -1,8 +1,7 @@
 """Every engine passes one conformance suite (``pluie_reward.testing.check_engine``) against an
 independent plain-forward reference. Here: the transformers engine (embedded judge, a tiny random
-model, a PEFT policy shared with adapters off) and a deprecated duck-typed engine; the vLLM, shared
-vLLM and remote engines run it in their own modules (``test_engines.py``, ``test_vllm_shared.py``),
-beside the engine they already start.
+model, a PEFT policy shared with adapters off); the vLLM, shared vLLM and remote engines run it in
+their own modules (``test_engines.py``, ``test_vllm_shared.py``), beside the engine they already start.
 """
 
 from __future__ import annotations
@@ -12,8 +11,8 @@ import contextlib
 import pytest
 
 from pluie_reward import Judge
-from pluie_reward.engines.base import Engine, LegacyEngine
-from pluie_reward.testing import check_engine, make_tiny_judge, reference_logprobs
+from pluie_reward.engines.base import Engine
+from pluie_reward.testing import check_engine, make_tiny_judge
 
 
 def test_the_transformers_engine_conforms(embedded_judge):
@@ -55,30 +54,6 @@ def test_the_suite_catches_a_broken_engine():
     judge = make_tiny_judge()
     with pytest.raises(AssertionError, match="one-token answers"):
         check_engine(Broken(judge.engine), judge.model)
-
-
-def test_a_duck_typed_engine_still_works_with_a_deprecation_warning():
-    judge = make_tiny_judge()
-
-    class Duck:  # the earlier protocol: no base class
-        name, tokenizer, max_length = "duck", judge.tokenizer, None
-
-        def session(self):
-            return contextlib.nullcontext(0)
-
-        def answer_logprobs(self, requests, answers, *, prefix=()):
-            return [reference_logprobs(judge.model, list(r.ids), [tuple(a) for a in answers]) for r in requests]
-
-        def generate(self, prompts, *, max_new_tokens, stop_ids=()):
-            return judge.engine.generate(prompts, max_new_tokens=max_new_tokens, stop_ids=stop_ids)
-
-    with pytest.warns(DeprecationWarning, match="subclass pluie_reward.engines.base.Engine"):
-        duck = Judge(Duck())
-    assert isinstance(duck.engine, LegacyEngine)
-    fields = {"source": ["a b"], "hypothesis": ["b a"]}
-    assert duck.score("para-fs", **fields) == pytest.approx(judge.score("para-fs", **fields), abs=1e-4)
-    duck.clear_cache()
-    duck.close()
 
 
 def test_placement_and_sharing_are_declared_errors_where_an_engine_cannot():

@@ -21,6 +21,7 @@ httpx = pytest.importorskip("httpx")
 from pluie_reward import Judge, Template, builtin_template_names, load_template  # noqa: E402
 from pluie_reward.engines.remote import RemoteEngineError  # noqa: E402
 from pluie_reward.engines.transformers.loading import default_model_dir  # noqa: E402
+from pluie_reward.judges import default_adapter_dir  # noqa: E402
 from pluie_reward.tools.bench.server_load import free_port, stop_server  # noqa: E402
 
 from conftest import mrpc_pairs  # noqa: E402
@@ -34,7 +35,7 @@ def engines(embedded_judge):
     """(local vLLM judge, remote judge, server URL), torn down at the end of the module."""
     port = free_port()
     command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(default_model_dir()),
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(default_model_dir(default_adapter_dir())),
         "--served-model-name", "judge", "--dtype", "float32", "--host", "127.0.0.1", "--port", str(port),
         "--enable-prefix-caching", "--enforce-eager", "--kv-cache-memory-bytes", str(1 << 30),
         "--max-model-len", "4096", "--block-size", "32",
@@ -58,7 +59,7 @@ def engines(embedded_judge):
             if time.time() > deadline:
                 raise RuntimeError(f"the vLLM server did not start in 10 minutes; see {log.name}")
             time.sleep(2)
-        remote = Judge.connect(url, tokenizer=str(default_model_dir()))
+        remote = Judge.connect(url, tokenizer=str(default_model_dir(default_adapter_dir())))
         yield local, remote, url
         remote.close()
     finally:
@@ -129,15 +130,15 @@ def test_concurrent_async_calls_share_the_engine(engines, embedded_judge):
 def test_remote_replicas_retries_and_errors(engines, embedded_judge):
     _, _, url = engines
     dead = f"http://127.0.0.1:{free_port()}"
-    judge = Judge.connect([url], tokenizer=str(default_model_dir()), retries=2, backoff=0.01)
+    judge = Judge.connect([url], tokenizer=str(default_model_dir(default_adapter_dir())), retries=2, backoff=0.01)
     judge.engine.replicas.insert(0, type(judge.engine.replicas[0])(dead))  # a replica that is down
     fields = fields_for("para-direct")
     assert judge.score("para-direct", **fields) == pytest.approx(embedded_judge.score("para-direct", **fields), abs=1e-3)
     assert judge.engine.stats["retries"] >= 1 and judge.engine.replicas[0].failures >= 1
     with pytest.raises(RemoteEngineError, match="does not serve 'nope'"):
-        Judge.connect(url, model="nope", tokenizer=str(default_model_dir()))
+        Judge.connect(url, model="nope", tokenizer=str(default_model_dir(default_adapter_dir())))
     with pytest.raises(RemoteEngineError, match="no judge server answered"):
-        Judge.connect(dead, tokenizer=str(default_model_dir()), retries=0)
+        Judge.connect(dead, tokenizer=str(default_model_dir(default_adapter_dir())), retries=0)
     with pytest.raises(ValueError, match="http://"):
         Judge.connect("localhost:8000")
 
@@ -146,7 +147,7 @@ def test_remote_multi_token_answers_need_normalised_logprobs(engines):
     _, _, url = engines
     base = load_template("para-direct")
     multi = Template(**{**base.__dict__, "name": "multi", "answers": ("Yes indeed", "No")})
-    judge = Judge.connect(url, tokenizer=str(default_model_dir()), allow_multi_token=True, logprobs_mode="raw_logits")
+    judge = Judge.connect(url, tokenizer=str(default_model_dir(default_adapter_dir())), allow_multi_token=True, logprobs_mode="raw_logits")
     with pytest.raises(RemoteEngineError, match="--logprobs-mode raw_logprobs"):
         judge.score(multi, source=["a"], hypothesis=["b"])
 

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "pluie_reward"
-LAYERS = {"core": 1, "engines": 1, "templates": 0, "integrations": 2, "serving": 2.5, "tools": 3, "testing": 3}
+LAYERS = {"core": 1, "engines": 1, "templates": 0, "judges": 0, "integrations": 2, "serving": 2.5, "tools": 3, "testing": 3}
 
 
 def module_name(path: Path) -> str:
@@ -21,8 +21,6 @@ def layer(module: str) -> int:
     parts = module.split(".")
     if len(parts) < 2:
         return 0  # the package's own __init__: lazy exports only
-    if parts[1] == "judges":  # the packaged adapter's constants are data; its build/evaluate scripts are tools
-        return 0 if len(parts) == 2 else 3
     return LAYERS.get(parts[1], 3)
 
 
@@ -67,6 +65,21 @@ def test_no_module_imports_from_a_layer_above():
             resolved = known(target, set(MODULES))
             if resolved and layer(resolved) > layer(name):
                 wrong.append(f"{path.relative_to(ROOT.parent)}:{line}: {name} (layer {layer(name)}) imports {resolved} (layer {layer(resolved)})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_core_reaches_engines_only_through_the_protocol_and_the_registry():
+    """``core`` imports ``engines.base`` (the protocol) and ``engines.registry`` (engines by name, imported
+    when made), no concrete engine module, at module level or inside a function."""
+    allowed = {"pluie_reward.engines", "pluie_reward.engines.base", "pluie_reward.engines.registry"}
+    wrong = []
+    for name, path in MODULES.items():
+        if not name.startswith("pluie_reward.core"):
+            continue
+        found = {(line, known(target, set(MODULES)) or "") for target, _, line in imports(path)}
+        for line, resolved in sorted(found):
+            if resolved.startswith("pluie_reward.engines") and resolved not in allowed:
+                wrong.append(f"{path.relative_to(ROOT.parent)}:{line}: {name} imports {resolved}")
     assert not wrong, "\n".join(wrong)
 
 

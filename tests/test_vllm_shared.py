@@ -76,7 +76,7 @@ def fields(n: int = 4) -> dict[str, list[str]]:
 
 @pytest.mark.slow
 def test_base_weights_and_the_judge_adapter_give_the_transformers_scores(llm):
-    from pluie_reward.engines.transformers.loading import default_adapter_dir
+    from pluie_reward.judges import default_adapter_dir
 
     base, tuned = Judge.from_vllm(llm), Judge.from_vllm(llm, lora=default_adapter_dir())
     assert base.name.startswith("vllm-shared:") and tuned.name.endswith("+smollm2-pluie")
@@ -99,13 +99,14 @@ def test_base_weights_and_the_judge_adapter_give_the_transformers_scores(llm):
 
 @pytest.mark.slow
 def test_a_weight_sync_is_caught_or_followed(llm):
-    from pluie_reward.engines.transformers.loading import default_adapter_dir, default_model_dir, embedded_model_dir
+    from pluie_reward.engines.transformers.loading import default_model_dir, embedded_model_dir
+    from pluie_reward.judges import default_adapter_dir
 
     base, adapter, current = Judge.from_vllm(llm), Judge.from_vllm(llm, lora=default_adapter_dir()), Judge.from_vllm(llm, weights="current")
     before = base.score("para-fs", **fields())
     assert current.score("para-fs", **fields()) == pytest.approx(before, abs=1e-6)
     # a trainer syncs other weights into the engine (here: the default judge's merged checkpoint)
-    llm.collective_rpc("reload_weights", kwargs={"weights_path": str(default_model_dir())})
+    llm.collective_rpc("reload_weights", kwargs={"weights_path": str(default_model_dir(default_adapter_dir()))})
     try:
         assert base.engine.weights_changed() > 1e-3
         for judge in (base, adapter):

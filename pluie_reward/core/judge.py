@@ -9,19 +9,16 @@ import logging
 import math
 import threading
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Generator, Sequence
 
-from ..engines.base import Engine, LegacyEngine, Request, is_legacy_engine
-from ..engines.remote import RemoteEngine
-from ..engines.transformers.config import TransformersEngineConfig
-from ..engines.vllm import VLLMEngine
-from ..engines.vllm_shared import SharedVLLMEngine
+from ..engines.base import Engine, Request
+from ..engines.registry import EngineSpec, engine_spec, loader_spec
+from ..judges import default_adapter_dir
 from .cache import ResultCache
 from .calibration import Calibration
 from .judge_config import JudgeConfig, option_names, split_options
-from .plan import CacheStep, EngineCall, ScoreOptions, ScoringPlan
+from .plan import AnswerCall, CacheStep, EngineCall, GenerationCall, ScoreOptions, ScoringPlan
 from .prompt import BoundTemplate
 from .template import GENERATED, Template, load_template
 
@@ -29,9 +26,21 @@ logger = logging.getLogger("pluie_reward")
 TemplateLike = "str | Path | Template | None"
 
 
-def _engine_options() -> tuple[str, ...]:
-    """The transformers engine's keyword arguments (its config's fields; no torch import)."""
-    return option_names(TransformersEngineConfig)
+def check_engine_options(spec: EngineSpec, options: dict[str, Any]) -> None:
+    """Refuse (``TypeError``, naming both sets of options) keyword arguments left after the judge's own
+    that the engine ``spec`` does not declare (when it declares its options).
+
+    Example:
+        >>> check_engine_options(engine_spec("transformers"), {"tensor_parallel_size": 2})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        TypeError: Judge got unexpected argument(s) ['tensor_parallel_size']; the judge's options are [...], the transformers engine's [...].
+    """
+    names = spec.option_names()
+    unknown = [] if names is None else sorted(set(options) - set(names))
+    if unknown:
+        raise TypeError(f"Judge got unexpected argument(s) {unknown}; the judge's options are "
+                        f"{list(option_names(JudgeConfig))}, the {spec.name} engine's {list(names)}.")
 
 
 def sigmoid(x: float) -> float:
@@ -134,17 +143,8 @@ class Judge:
     ) -> None:
         config = JudgeConfig(cache_size=cache_size, threshold=threshold, allow_multi_token=allow_multi_token, name=name,
                              chat_template_kwargs=chat_template_kwargs, calibration=calibration)
-        unknown = sorted(set(engine_options) - set(_engine_options()))
-        if unknown:
-            raise TypeError(f"Judge got unexpected argument(s) {unknown}; the judge's options are "
-                            f"{list(option_names(JudgeConfig))}, the transformers engine's {list(_engine_options())}.")
-        if is_legacy_engine(model):
-            warnings.warn(
-                f"{type(model).__name__} follows the earlier duck-typed engine protocol; subclass "
-                "pluie_reward.engines.base.Engine (it declares every method a caller uses, with defaults).",
-                DeprecationWarning, stacklevel=2,
-            )
-            model = LegacyEngine(model)
+        transformers = engine_spec("transformers")
+        check_engine_options(transformers, engine_options)
         if isinstance(model, Engine):
             if engine_options or tokenizer is not None:
                 raise TypeError(
@@ -155,9 +155,7 @@ class Judge:
         else:
             if tokenizer is None:
                 raise TypeError("Judge(model, tokenizer): a transformers model needs its tokenizer.")
-            from ..engines.transformers.engine import TransformersEngine  # lazy: CLI start-up (torch)
-
-            self.engine = TransformersEngine(model, tokenizer, config=TransformersEngineConfig(**engine_options))
+            self.engine = transformers.make(model, tokenizer, config=transformers.config()(**engine_options))
         self.config = config  # the options as made; threshold, calibration... below may be changed afterwards
         self.threshold = config.threshold
         self.calibration = config.calibration
@@ -193,7 +191,8 @@ class Judge:
 
         Args:
             engine: ``"transformers"`` (this process, default) or ``"vllm"`` (vLLM's engine in this
-                process: tensor/pipeline parallelism, paged KV cache, continuous batching).
+                process: tensor/pipeline parallelism, paged KV cache, continuous batching): the engines
+                of :mod:`pluie_reward.engines.registry` that load a model by name.
             device: where to score (default: the best available); with ``offload_device``, the
                 weights stay there between calls and visit ``device`` only while scoring. (transformers)
             dtype: ``float32`` (default for the embedded judge), ``bfloat16``, ``float16`` or ``auto``.
@@ -225,43 +224,15 @@ class Judge:
             >>> from pluie_reward.judges import DEFAULT_ADAPTER_DIR  # e.g. "out/judge-adapter" from pluie-reward tune
             >>> judge = Judge.load(adapter=DEFAULT_ADAPTER_DIR)  # the embedded base + a tuned adapter
         """
-        from ..engines.transformers.loading import (  # lazy: CLI start-up (torch)
-            EMBEDDED_BASE, display_name, is_embedded, load_adapter, load_model_and_tokenizer, model_source,
-        )
-
-        if adapter is not None and model is None:
-            model = EMBEDDED_BASE  # adapters of the embedded model are tuned on its untuned weights
-        if warm_up is None:
-            warm_up = is_embedded(model)
-        name = judge_kwargs.pop("name", display_name(model))
-        if engine == "vllm":
-            if device is not None or device_map is not None or offload_device is not None or model_kwargs:
-                raise ValueError(
-                    "engine='vllm' places the model itself: use tensor_parallel_size / pipeline_parallel_size and "
-                    "CUDA_VISIBLE_DEVICES instead of device, device_map, offload_device or model_kwargs."
-                )
-            if adapter is not None:
-                raise ValueError("a tuned judge adapter is read by the transformers engine; merge it into the model "
-                                 "(peft's merge_and_unload, then save_pretrained) to serve it with vLLM.")
-            own, engine_kwargs = split_options(JudgeConfig, judge_kwargs)
-            config = JudgeConfig(name=name, **own)  # checked before vLLM starts
-            default_dtype = "float32" if is_embedded(model) else "auto"
-            vllm = VLLMEngine(model_source(model), dtype=str(dtype or default_dtype).replace("torch.", ""), **engine_kwargs)
-            return cls(vllm, **config.to_kwargs())._warmed(warm_up)
-        if engine != "transformers":
-            raise ValueError(f"unknown engine {engine!r}; use 'transformers' or 'vllm' (or Judge.connect for a server).")
-        own, engine_kwargs = split_options(JudgeConfig, judge_kwargs)
+        spec = loader_spec(engine)
+        own, engine_options = split_options(JudgeConfig, judge_kwargs)
         config = JudgeConfig(**own)  # checked before the model is loaded
-        first = offload_device if offload_device is not None else device
-        lm, tokenizer = load_model_and_tokenizer(model, device=first, dtype=dtype, device_map=device_map, **(model_kwargs or {}))
-        if adapter is not None:
-            adapter_name = engine_kwargs.setdefault("adapter_name", "judge")
-            lm = load_adapter(lm, adapter, adapter_name=adapter_name)
-            name = f"{name}+{Path(adapter).name}"
-        if offload_device is not None:
-            engine_kwargs.update(device=device, offload_device=offload_device)
-        logger.info("pluie-reward: loaded the judge %s", name)
-        return cls(lm, tokenizer, **{**config.to_kwargs(), "name": name}, **engine_kwargs)._warmed(warm_up)
+        check_engine_options(spec, engine_options)
+        loaded = spec.load(model, name=config.name, adapter=adapter, default_adapter=default_adapter_dir(), device=device,
+                           dtype=dtype, device_map=device_map, offload_device=offload_device, model_kwargs=model_kwargs,
+                           **engine_options)
+        judge = cls(loaded.engine, **{**config.to_kwargs(), "name": loaded.name})
+        return judge._warmed(loaded.warm_up if warm_up is None else warm_up)
 
     def _warmed(self, template: "TemplateLike | bool") -> "Judge":
         if template is not False:
@@ -320,7 +291,8 @@ class Judge:
         """
         own, engine_options = split_options(JudgeConfig, options)
         config = JudgeConfig(**own)  # checked before connecting
-        return cls(RemoteEngine(urls, model=model, tokenizer=tokenizer, **engine_options), **config.to_kwargs())
+        remote = engine_spec("remote").make(urls, model=model, tokenizer=tokenizer, **engine_options)
+        return cls(remote, **config.to_kwargs())
 
     @classmethod
     def from_vllm(cls, llm: Any, *, tokenizer: Any = None, lora: Any = None, weights: str = "base", **options: Any) -> "Judge":
@@ -349,7 +321,8 @@ class Judge:
             raise TypeError(f"Judge.from_vllm got unexpected argument(s) {sorted(other)}; the judge's options are "
                             f"{list(option_names(JudgeConfig))} (the LLM's own are set where it is made).")
         config = JudgeConfig(**own)  # checked before the engine is bound
-        return cls(SharedVLLMEngine(llm, tokenizer=tokenizer, lora=lora, weights=weights), **config.to_kwargs())
+        shared = engine_spec("vllm-shared").make(llm, tokenizer=tokenizer, lora=lora, weights=weights)
+        return cls(shared, **config.to_kwargs())
 
     def close(self) -> None:
         """Release the engine (vLLM worker processes, HTTP connections); a no-op for transformers.
@@ -595,15 +568,15 @@ class Judge:
                              "make it with this judge's plan().")
 
     def _steps(self, plan: ScoringPlan, state: Any) -> Generator[EngineCall, Any, list]:
-        """The scoring call as a generator: yields each :class:`EngineCall`, receives its result,
+        """The scoring call as a generator: yields each engine call (:class:`~pluie_reward.core.plan.AnswerCall`,
+        :class:`~pluie_reward.core.plan.GenerationCall`), receives its result,
         returns the finished results. ``state`` is the engine session's (the cache key's first part)."""
         bound, use_cache = plan.bound, plan.options.use_cache
         generated = None
         if bound.template.generates:
             step = self._generation_step(plan, state)
             outputs = (
-                (yield EngineCall("generate", ([k[-1] for k in step.todo],),
-                                  {"max_new_tokens": plan.max_new_tokens, "stop_ids": bound.stop_ids}))
+                (yield GenerationCall([k[-1] for k in step.todo], plan.max_new_tokens, bound.stop_ids))
                 if step.todo else []
             )
             texts = {k: self.tokenizer.decode(list(ids), skip_special_tokens=True).strip() for k, ids in zip(step.todo, outputs)}
@@ -616,7 +589,7 @@ class Judge:
             first.setdefault(key, item)
         requests = [Request(first[key].ids, first[key].group) for key in step.todo]
         fresh = (
-            (yield EngineCall("answer_logprobs", (requests, bound.answer_ids), {"prefix": bound.prefix_ids}))
+            (yield AnswerCall(requests, bound.answer_ids, prefix=bound.prefix_ids))
             if requests else []
         )
         answers = self._store(step, {key: self._checked(values) for key, values in zip(step.todo, fresh)}, use_cache)
@@ -679,3 +652,27 @@ class Judge:
 
     def __repr__(self) -> str:
         return f"Judge({self.name!r}, engine={self.engine!r})"
+
+
+def add_default_judge_adapter(policy: Any, adapter_name: str = "judge") -> Any:
+    """Load the default judge's adapter, frozen, beside a PEFT policy built on the embedded model, so
+    that ``Judge.from_peft(policy, tokenizer, adapter_name=adapter_name)`` is the default judge sharing
+    the policy's weights.
+
+    Example:
+        >>> from peft import LoraConfig, get_peft_model
+        >>> from pluie_reward import load_trainable_embedded
+        >>> base, tokenizer = load_trainable_embedded()
+        >>> policy = get_peft_model(base, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+        >>> judge = Judge.from_peft(add_default_judge_adapter(policy), tokenizer, adapter_name="judge")
+        >>> sorted(policy.peft_config), policy.active_adapter  # the policy still trains its own adapter
+        (['default', 'judge'], 'default')
+    """
+    adapter = default_adapter_dir()
+    if adapter is None:
+        raise FileNotFoundError("this package ships no default judge adapter; rebuild it with "
+                                "python -m pluie_reward.tools.tune.build_judge.")
+    active = policy.active_adapter
+    policy.load_adapter(str(adapter), adapter_name=adapter_name, is_trainable=False)
+    policy.set_adapter(active)
+    return policy

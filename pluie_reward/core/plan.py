@@ -4,8 +4,9 @@
 normalises the fields (the one field -> column mapping, :func:`~pluie_reward.core.template.normalize_fields`):
 bad input fails there, before anything is queued or computed. :meth:`Judge.run <pluie_reward.Judge.run>`
 and :meth:`Judge.arun <pluie_reward.Judge.arun>` then drive the *same* steps: each step resolves the
-judge's cache hits to values when it is planned, hands the engine an :class:`EngineCall` for what is
-left, and finishes into results. ``score``/``ascore``, the server's batchers and the rewards all go
+judge's cache hits to values when it is planned, asks the engine for what is left (an
+:class:`AnswerCall` or a :class:`GenerationCall`, each calling one method of the engine protocol),
+and finishes into results. ``score``/``ascore``, the server's batchers and the rewards all go
 through plans; the server coalesces several requests' plans with :meth:`ScoringPlan.concat` and
 hands each caller its slice with :meth:`ScoringPlan.split`.
 
@@ -25,8 +26,9 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, Union
 
+from ..engines.base import Engine, Request
 from .template import normalize_fields
 
 
@@ -92,26 +94,38 @@ class ScoreOptions:
 
 
 @dataclass(frozen=True)
-class EngineCall:
-    """One request of a plan to its engine: ``answer_logprobs`` or ``generate``, with its arguments.
+class AnswerCall:
+    """A plan's request for :meth:`Engine.answer_logprobs <pluie_reward.engines.base.Engine.answer_logprobs>`."""
 
-    Args:
-        method: the :class:`~pluie_reward.engines.base.Engine` method (its async twin is ``"a" + method``).
-        args: positional arguments.
-        kwargs: keyword arguments.
-    """
+    requests: Sequence[Request]
+    answers: Sequence[Sequence[int]]
+    prefix: Sequence[int] = ()
 
-    method: str
-    args: tuple
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    def run(self, engine: Engine) -> list[list[float]]:
+        return engine.answer_logprobs(self.requests, self.answers, prefix=self.prefix)
 
-    def run(self, engine: Any) -> Any:
-        """Call the engine's method (blocking)."""
-        return getattr(engine, self.method)(*self.args, **self.kwargs)
+    async def arun(self, engine: Engine) -> list[list[float]]:
+        return await engine.aanswer_logprobs(self.requests, self.answers, prefix=self.prefix)
 
-    async def arun(self, engine: Any) -> Any:
-        """Await the engine's async twin (``aanswer_logprobs``, ``agenerate``)."""
-        return await getattr(engine, "a" + self.method)(*self.args, **self.kwargs)
+
+@dataclass(frozen=True)
+class GenerationCall:
+    """A plan's request for :meth:`Engine.generate <pluie_reward.engines.base.Engine.generate>` (the judge's own turn)."""
+
+    prompts: Sequence[Sequence[int]]
+    max_new_tokens: int
+    stop_ids: Sequence[int] = ()
+
+    def run(self, engine: Engine) -> list[list[int]]:
+        return engine.generate(self.prompts, max_new_tokens=self.max_new_tokens, stop_ids=self.stop_ids)
+
+    async def arun(self, engine: Engine) -> list[list[int]]:
+        return await engine.agenerate(self.prompts, max_new_tokens=self.max_new_tokens, stop_ids=self.stop_ids)
+
+
+EngineCall = Union[AnswerCall, GenerationCall]
+"""One request of a plan to its engine (:meth:`Judge.run <pluie_reward.Judge.run>` calls ``call.run(engine)``,
+:meth:`Judge.arun <pluie_reward.Judge.arun>` awaits ``call.arun(engine)``)."""
 
 
 @dataclass

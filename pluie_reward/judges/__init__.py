@@ -1,5 +1,5 @@
 """Judges shipped with the package: the default judge is the embedded SmolLM2-135M-Instruct with a
-PLUIE adapter tuned by :mod:`pluie_reward.judges.build` (``smollm2-pluie/``)."""
+PLUIE adapter tuned by :mod:`pluie_reward.tools.tune.build_judge` (``smollm2-pluie/``)."""
 
 from __future__ import annotations
 
@@ -7,3 +7,13 @@ from pathlib import Path
 
 DEFAULT_ADAPTER_DIR = Path(__file__).resolve().parent / "smollm2-pluie"
 DEFAULT_TEMPLATE = "para-fs"
+
+
+def default_adapter_dir() -> Path | None:
+    """The packaged PLUIE adapter of the default judge (None when the package has none).
+
+    Example:
+        >>> default_adapter_dir() == DEFAULT_ADAPTER_DIR
+        True
+    """
+    return DEFAULT_ADAPTER_DIR if (DEFAULT_ADAPTER_DIR / "adapter_config.json").is_file() else None

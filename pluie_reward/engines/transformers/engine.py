@@ -22,26 +22,30 @@ Two paths, both exact:
 Scoring calls go through :meth:`TransformersEngine.session`: one call at a time per model (a lock),
 the model in eval mode under ``torch.inference_mode`` in its weights' dtype, PEFT adapters
 switched as configured, sharded weights gathered, and the weights checked so that cached prefixes
-and results never outlive a change of the weights (:func:`.model_state.weights_digest`).
+and results never outlive a change of the weights (:func:`~pluie_reward.core.weights.weights_digest`).
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 import threading
 import warnings
 import weakref
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Hashable, Iterator, Sequence
 
 import torch
 
+from ...core.weights import weights_digest
 from ..base import Engine, Request
+from ..registry import LoadedEngine
 from .attention import KV, PREFIX, AttentionUnsupported, SharedPrefix, WindowExceeded, register, selected
 from .config import TransformersEngineConfig
-from .loading import resolve_device
-from .model_state import scoring_state, this_thread_only, weights_digest
+from .loading import EMBEDDED_BASE, display_name, is_embedded, load_adapter, load_model_and_tokenizer, resolve_device
+from .model_state import scoring_state, this_thread_only
 from .placement import active_adapter, adapter_names, belongs_to_adapter, gathered_parameters
 
 # Token budget of one batch when none is given. CPU: measured on the embedded judge (2 cores, float32:
@@ -50,6 +54,7 @@ from .placement import active_adapter, adapter_names, belongs_to_adapter, gather
 DEFAULT_BATCH_TOKENS = {"cpu": 512}
 FALLBACK_BATCH_TOKENS = 4096
 
+logger = logging.getLogger("pluie_reward")
 _MODEL_LOCKS: "weakref.WeakKeyDictionary[Any, threading.RLock]" = weakref.WeakKeyDictionary()
 _LOCKS_LOCK = threading.Lock()
 
@@ -255,6 +260,29 @@ class TransformersEngine(Engine):
         self._digest: torch.Tensor | None = None
         self._epoch = 0
         self._keeps_logits = self._takes_logits_to_keep()
+
+    @classmethod
+    def load(cls, model: "str | Path | None" = None, *, name: str | None = None, adapter: "str | Path | None" = None,
+             default_adapter: "Path | None" = None, device: Any = None, dtype: Any = None, device_map: Any = None,
+             offload_device: Any = None, model_kwargs: dict | None = None, **options: Any) -> LoadedEngine:
+        """The ``"transformers"`` loader of :meth:`Judge.load <pluie_reward.Judge.load>` (which documents the
+        arguments): ``None``/``"embedded"`` is the embedded model with ``default_adapter`` merged, an
+        ``adapter`` goes on the model (the untuned embedded one by default); ``options`` are the fields of
+        :class:`~pluie_reward.engines.transformers.config.TransformersEngineConfig`."""
+        if adapter is not None and model is None:
+            model = EMBEDDED_BASE  # adapters of the embedded model are tuned on its untuned weights
+        name = display_name(model, default_adapter) if name is None else name
+        first = offload_device if offload_device is not None else device
+        lm, tokenizer = load_model_and_tokenizer(model, device=first, dtype=dtype, device_map=device_map,
+                                                 default_adapter=default_adapter, **(model_kwargs or {}))
+        if adapter is not None:
+            adapter_name = options.setdefault("adapter_name", "judge")
+            lm = load_adapter(lm, adapter, adapter_name=adapter_name)
+            name = f"{name}+{Path(adapter).name}"
+        if offload_device is not None:
+            options.update(device=device, offload_device=offload_device)
+        logger.info("pluie-reward: loaded the judge %s", name)
+        return LoadedEngine(cls(lm, tokenizer, config=TransformersEngineConfig(**options)), name, is_embedded(model))
 
     # configuration -----------------------------------------------------------------------------
     def _setup_adapters(self) -> tuple[str, ...]:

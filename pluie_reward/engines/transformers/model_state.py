@@ -9,7 +9,6 @@ from typing import Any, Iterator
 import torch
 
 from ...core.errors import PluieError
-from ...core.weights import weights_digest  # noqa: F401  (re-exported: the engine and older imports)
 
 
 def no_autocast(device_type: str) -> Any:

@@ -10,6 +10,7 @@ from typing import Any, Iterator, Sequence
 
 from ...core.prompt import AnswerTokenError, BoundTemplate
 from ...core.template import Template, builtin_template_names, load_template
+from ...judges import default_adapter_dir
 from .common import (
     UsageError,
     add_chat_template_kwargs_argument,
@@ -295,7 +296,7 @@ def _render(args: argparse.Namespace) -> int:
             raise UsageError(f"--field expects FIELD=VALUE with FIELD in {list(values)}, got {spec!r}.")
         values[name] = value
     try:
-        tokenizer = load_tokenizer(args.model)
+        tokenizer = load_tokenizer(args.model, default_adapter=default_adapter_dir())
     except OSError as err:  # transformers: no such folder, not on the Hub, no network
         if args.model is None:
             raise

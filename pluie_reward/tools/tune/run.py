@@ -46,6 +46,7 @@ from ...core.template import Template, load_template
 from ...engines.transformers.compat import checkpointing_on, disable_checkpointing
 from ...engines.transformers.loading import EMBEDDED_BASE, display_name, embedded_model_dir, load_model_and_tokenizer
 from ...engines.transformers.placement import belongs_to_adapter
+from ...judges import default_adapter_dir
 from .config import TuneConfig
 from .data import PairData, check_student_template, encode, teacher_targets
 from .loss import tune_loss
@@ -250,12 +251,12 @@ def tune(
     if model is None or isinstance(model, (str, Path)):
         # None: a new adapter on the untuned embedded model (the default judge already has one, merged)
         load_name = EMBEDDED_BASE if model is None else str(model)
-        model, tokenizer = load_model_and_tokenizer(load_name)
+        model, tokenizer = load_model_and_tokenizer(load_name, default_adapter=default_adapter_dir())
     elif tokenizer is None:
         raise TypeError("tune(model, tokenizer): a model object needs its tokenizer.")
     else:
         load_name = _loadable_name(model)
-    model_name = model_name or display_name(load_name)
+    model_name = model_name or display_name(load_name, default_adapter_dir())
     policy = _is_peft(model)
     if policy and config.adapter_name in model.peft_config:
         raise ValueError(f"the policy already has an adapter named {config.adapter_name!r}; choose another adapter_name.")

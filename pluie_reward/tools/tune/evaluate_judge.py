@@ -1,4 +1,4 @@
-"""Measure a judge the way the README reports the default one: ``python -m pluie_reward.judges.evaluate``.
+"""Measure a judge the way the README reports the default one: ``python -m pluie_reward.tools.tune.evaluate_judge``.
 
 * MRPC (held out: never trained on): the first ``--mrpc`` pairs of ``ms-mrpc.json``; ROC-AUC,
   accuracy at threshold 0 and at the best threshold (a posteriori), pairs/s of ``Judge.score``.
@@ -11,9 +11,9 @@
   ``held out`` or ``seen in training`` (STS, SIMP and SNLI files were training sources of the default adapter).
 
 Example (shell):
-    python -m pluie_reward.judges.evaluate --model embedded-base     # the untuned model
-    python -m pluie_reward.judges.evaluate                           # the default judge
-    python -m pluie_reward.judges.evaluate --adapter out/judge-adapter   # a rebuilt adapter
+    python -m pluie_reward.tools.tune.evaluate_judge --model embedded-base     # the untuned model
+    python -m pluie_reward.tools.tune.evaluate_judge                           # the default judge
+    python -m pluie_reward.tools.tune.evaluate_judge --adapter out/judge-adapter   # a rebuilt adapter
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..core.judge import Judge
-from ..tools.evaluation.metrics import best_threshold, classification_metrics, roc_auc
-from ..tools.evaluation.paraphrasus import DATASET_NAMES, find_data_dir, load_pairs
-from ..tools.tune.hard_negatives import MEANING_RULES, hard_negatives
-from . import DEFAULT_TEMPLATE
+from ...core.judge import Judge
+from ...judges import DEFAULT_TEMPLATE
+from ..evaluation.metrics import best_threshold, classification_metrics, roc_auc
+from ..evaluation.paraphrasus import DATASET_NAMES, find_data_dir, load_pairs
+from .hard_negatives import MEANING_RULES, hard_negatives
 
-TRAINED_ON = ("STS-H", "SNLI", "STS", "SIMP")  # PARAPHRASUS datasets the default adapter saw (judges.build)
+TRAINED_ON = ("STS-H", "SNLI", "STS", "SIMP")  # PARAPHRASUS datasets the default adapter saw (build_judge)
 
 
 def held_out_flips(judge: Any, sources: Sequence[str], hypotheses: Sequence[str], honest: Sequence[float],
@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = evaluate(Judge.load(args.model, adapter=args.adapter), args.data_dir, args.mrpc, args.limit, args.seed)
     except (FileNotFoundError, ValueError) as err:
-        print(f"pluie_reward.judges.evaluate: error: {err}", file=sys.stderr)
+        print(f"pluie_reward.tools.tune.evaluate_judge: error: {err}", file=sys.stderr)
         return 2
     print(markdown(result))
     if args.json:
