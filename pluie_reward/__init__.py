@@ -15,8 +15,8 @@ from typing import Any
 # Names are imported on first use (PEP 562), so that light modules (the HTTP client with httpx
 # alone, pluie_reward.core.fields, the command line's --help) do not pull in torch and transformers.
 _EXPORTS = {
-    "PluieError": "core.errors",
-    "RemoteError": "core.errors",
+    "PluieError": "common.errors",
+    "RemoteError": "common.errors",
     "AnswerTokenError": "core.prompt",
     "BoundTemplate": "core.prompt",
     "Judge": "core.judge",

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "pluie_reward"
-LAYERS = {"core": 1, "engines": 1, "templates": 0, "judges": 0, "integrations": 2, "serving": 2.5, "tools": 3, "testing": 3}
+LAYERS = {"common": 0, "core": 1, "engines": 1, "templates": 0, "judges": 0, "integrations": 2, "serving": 2.5, "tools": 3, "testing": 3}
 
 
 def module_name(path: Path) -> str:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Collection, Iterable, Mapping, Sequence
 
-from .errors import PluieError
+from ..common.errors import PluieError
 
 # keyword arguments TRL's GRPO/RLOO trainers add to the dataset columns when calling a reward
 # (trl==1.14.0 (wheel):trl/trainer/grpo_trainer.py:1669-1683, trl==1.16.0:grpo_trainer.py:1579-1598); not columns

@@ -44,7 +44,7 @@ import json
 from pathlib import Path
 from typing import Any, Hashable, Iterator, Sequence
 
-from ..core.errors import PluieError
+from ..common.errors import PluieError
 from .base import Engine, Request
 from .vllm import read_answers, reading_jobs, reading_params
 

@@ -29,7 +29,7 @@ from transformers.trainer_callback import TrainerCallback
 
 from ..core.fields import map_fields
 from ..core.judge import Judge
-from ..core.weights import weights_digest
+from ..common.weights import weights_digest
 from ..core.template import Template, load_template, normalize_fields
 
 JudgeLike = "Judge | Callable[[], Judge]"

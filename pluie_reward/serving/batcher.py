@@ -28,7 +28,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ..core.errors import PluieError
+from ..common.errors import PluieError
 from ..core.novelty import TASKS
 from ..core.plan import ScoringPlan, finite
 from .protocol import CLIENT_OPTIONS, SERVER_OPTIONS

@@ -1,8 +1,8 @@
 """Clients of the judge server: a TRL reward function and verl ``compute_score`` functions.
 
 They send the template fields to ``POST /score`` through the package's one HTTP client
-(:mod:`pluie_reward.core.http`: timeouts, retries with exponential back-off on connection errors
-and the statuses of :data:`~pluie_reward.core.http.RETRY_STATUS`, ``Retry-After``), and fail with
+(:mod:`pluie_reward.common.http`: timeouts, retries with exponential back-off on connection errors
+and the statuses of :data:`~pluie_reward.common.http.RETRY_STATUS`, ``Retry-After``), and fail with
 :class:`RemoteJudgeError` (URL, status, the server's message) otherwise. The completion's
 text and the field -> column mapping come from :mod:`pluie_reward.core.fields`, as for the local
 rewards. This module needs httpx only (no torch) and uses absolute imports, so verl can load it as
@@ -21,9 +21,9 @@ from typing import Any, Mapping, Sequence
 
 import httpx
 
-from pluie_reward.core.errors import RemoteError
+from pluie_reward.common.errors import RemoteError
 from pluie_reward.core.fields import FieldMap, completion_text
-from pluie_reward.core.http import RETRY_STATUS, AsyncHTTPClient, HTTPClient, HTTPConfig
+from pluie_reward.common.http import RETRY_STATUS, AsyncHTTPClient, HTTPClient, HTTPConfig
 from pluie_reward.core.novelty import TASKS, Task, resolve_task
 from pluie_reward.core.outputs import SECOND_CANDIDATE, AnswerOutput
 from pluie_reward.integrations.reward_base import AsyncReward, Batch, Scores
@@ -59,13 +59,13 @@ def post_json(
     retries: int = 3, backoff: float = 0.5, client: httpx.Client | None = None,
 ) -> dict[str, Any]:
     """POST ``payload`` to ``url`` and return the JSON answer, retrying transient failures
-    (:mod:`pluie_reward.core.http`'s policy).
+    (:mod:`pluie_reward.common.http`'s policy).
 
     Args:
         url: the endpoint (``http://host:port/score``).
         payload: the JSON body.
         token: bearer token (default: ``$PLUIE_REWARD_TOKEN`` if set).
-        timeout, retries, backoff: see :class:`~pluie_reward.core.http.HTTPConfig`.
+        timeout, retries, backoff: see :class:`~pluie_reward.common.http.HTTPConfig`.
         client: an ``httpx.Client`` to send with (kept open); default: a new one for this call.
 
     Returns:
@@ -175,8 +175,8 @@ class RemotePluieReward(AsyncReward):
         config: ``output``, ``clip``, ``answer``, ``normalize``, ``both_orders`` and ``scale`` as one
             :class:`~pluie_reward.RewardConfig` (its ``threshold`` must stay None: the server's verdict is used).
         token: bearer token (default: ``$PLUIE_REWARD_TOKEN`` if set).
-        timeout, retries, backoff: per request (:class:`~pluie_reward.core.http.HTTPConfig`); retries on
-            connection errors, timeouts and the statuses of :data:`~pluie_reward.core.http.RETRY_STATUS`.
+        timeout, retries, backoff: per request (:class:`~pluie_reward.common.http.HTTPConfig`); retries on
+            connection errors, timeouts and the statuses of :data:`~pluie_reward.common.http.RETRY_STATUS`.
         name: ``__name__``, used by TRL in ``rewards/<name>/mean``; default the local reward's: ``"pluie"``,
             or the task's name (``"paraphrase"``).
 

@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 from typing import Any, AnyStr, Iterator, Sequence, TextIO
 
-from ..core.errors import PluieError
+from ..common.errors import PluieError
 
 
 class UsageError(PluieError):

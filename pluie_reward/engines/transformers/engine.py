@@ -22,7 +22,7 @@ Two paths, both exact:
 Scoring calls go through :meth:`TransformersEngine.session`: one call at a time per model (a lock),
 the model in eval mode under ``torch.inference_mode`` in its weights' dtype, PEFT adapters
 switched as configured, sharded weights gathered, and the weights checked so that cached prefixes
-and results never outlive a change of the weights (:func:`~pluie_reward.core.weights.weights_digest`).
+and results never outlive a change of the weights (:func:`~pluie_reward.common.weights.weights_digest`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Any, Hashable, Iterator, Sequence
 
 import torch
 
-from ...core.weights import weights_digest
+from ...common.weights import weights_digest
 from ..base import Engine, Request
 from ..registry import LoadedEngine
 from .attention import KV, PREFIX, AttentionUnsupported, SharedPrefix, WindowExceeded, register, selected

@@ -23,7 +23,7 @@ What Ray Serve does, and this module does not:
 
 What Ray Serve does **not** do: retry a request a replica had already accepted when that replica
 dies. The proxy answers it ``500 Internal Server Error``. Every request the package sends is
-idempotent, and its one HTTP client (:mod:`pluie_reward.core.http`) retries 500 and 502/503/504
+idempotent, and its one HTTP client (:mod:`pluie_reward.common.http`) retries 500 and 502/503/504
 with back-off, so the clients (``RemotePluieReward``, ``compute_score``, ``post_json``) lose nothing
 (``tests/test_pool.py`` kills a replica under load). OpenRLHF's own HTTP client retries failed
 reward requests too.
@@ -47,7 +47,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ...core.errors import PluieError
+from ...common.errors import PluieError
 
 DEFAULT_APP = "pluie"
 NICENESS_VARIABLE = "RAY_worker_niceness"  # Ray's worker_niceness setting (ray_constants.RAY_WORKER_NICENESS)
