@@ -12,7 +12,7 @@ import math
 import pytest
 
 from pluie_reward import Judge, PluieReward, load_template
-from pluie_reward.core.outputs import AnswerOutput
+from pluie_reward.integrations.outputs import AnswerOutput
 from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
 from pluie_reward.tools import cli
 from pluie_reward.tools.evaluation import cli as eval_cli

@@ -76,7 +76,7 @@ def test_every_package_exception_subclasses_pluie_error():
 
 def test_errors_keep_their_builtin_bases():
     from pluie_reward import PluieError as exported
-    from pluie_reward.core.fields import MissingColumnError
+    from pluie_reward.integrations.fields import MissingColumnError
     from pluie_reward.core.prompt import AnswerTokenError
     from pluie_reward.engines.remote import RemoteEngineError
     from pluie_reward.serving.batcher import ScoringError, ShuttingDown

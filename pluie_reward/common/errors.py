@@ -11,8 +11,7 @@ the HTTP status and the server's message; it lives here, not beside the HTTP cli
 subclasses can be imported without httpx.
 
 Example:
-    >>> from pluie_reward.core.fields import MissingColumnError
-    >>> issubclass(MissingColumnError, PluieError) and issubclass(MissingColumnError, KeyError)
+    >>> issubclass(RemoteError, PluieError) and issubclass(RemoteError, RuntimeError)
     True
 """
 

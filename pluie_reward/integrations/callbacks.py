@@ -27,10 +27,10 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 from transformers.trainer_callback import TrainerCallback
 
-from ..core.fields import map_fields
-from ..core.judge import Judge
 from ..common.weights import weights_digest
+from ..core.judge import Judge
 from ..core.template import Template, load_template, normalize_fields
+from .fields import map_fields
 
 JudgeLike = "Judge | Callable[[], Judge]"
 logger = logging.getLogger(__name__)
@@ -269,7 +269,7 @@ class PluieCallback(TrainerCallback):
                 f"template {self.template.name!r} has no field {hypothesis_field!r} for the generation; "
                 f"its fields are {list(self.template.fields)} (set hypothesis_field=...)."
             )
-        # the one field -> column mapping (pluie_reward.core.fields); the generation fills hypothesis_field
+        # the one field -> column mapping (pluie_reward.integrations.fields); the generation fills hypothesis_field
         self.field_map = map_fields(
             self.template.fields, fields, optional=self.template.optional_fields, fixed={hypothesis_field},
             template=self.template.name, setting="fields", who="PluieCallback: ",

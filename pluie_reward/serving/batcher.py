@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..common.errors import PluieError
-from ..core.novelty import TASKS
 from ..core.plan import ScoringPlan, finite
+from ..integrations.novelty import TASKS
 from .protocol import CLIENT_OPTIONS, SERVER_OPTIONS
 
 
@@ -53,7 +53,7 @@ def split_request(template: Any, body: Mapping[str, Any]) -> tuple[dict[str, Any
     """A request's keys split into the template's fields and the options a client may set.
 
     A client may set ``threshold`` (a finite number: its verdicts are ``logratio > threshold``),
-    ``use_cache`` (true or false) and ``task`` (a task of :data:`~pluie_reward.core.novelty.TASKS` whose
+    ``use_cache`` (true or false) and ``task`` (a task of :data:`~pluie_reward.integrations.novelty.TASKS` whose
     copy-proof reward the server adds to the answer; the served template must be able to give it).
     ``details``, ``truncate``, ``max_new_tokens`` and ``template``
     are the server's: a request naming one is refused (``ValueError``, answered 422), as is an

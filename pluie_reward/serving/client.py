@@ -4,7 +4,7 @@ They send the template fields to ``POST /score`` through the package's one HTTP 
 (:mod:`pluie_reward.common.http`: timeouts, retries with exponential back-off on connection errors
 and the statuses of :data:`~pluie_reward.common.http.RETRY_STATUS`, ``Retry-After``), and fail with
 :class:`RemoteJudgeError` (URL, status, the server's message) otherwise. The completion's
-text and the field -> column mapping come from :mod:`pluie_reward.core.fields`, as for the local
+text and the field -> column mapping come from :mod:`pluie_reward.integrations.fields`, as for the local
 rewards. This module needs httpx only (no torch) and uses absolute imports, so verl can load it as
 ``pkg://pluie_reward.serving.client`` or by file path.
 """
@@ -22,10 +22,10 @@ from typing import Any, Mapping, Sequence
 import httpx
 
 from pluie_reward.common.errors import RemoteError
-from pluie_reward.core.fields import FieldMap, completion_text
 from pluie_reward.common.http import RETRY_STATUS, AsyncHTTPClient, HTTPClient, HTTPConfig
-from pluie_reward.core.novelty import TASKS, Task, resolve_task
-from pluie_reward.core.outputs import SECOND_CANDIDATE, AnswerOutput
+from pluie_reward.integrations.fields import FieldMap, completion_text
+from pluie_reward.integrations.novelty import TASKS, Task, resolve_task
+from pluie_reward.integrations.outputs import SECOND_CANDIDATE, AnswerOutput
 from pluie_reward.integrations.reward_base import AsyncReward, Batch, Scores
 from pluie_reward.integrations.reward_config import RewardConfig, reward_config
 from pluie_reward.serving.protocol import COLUMNS, OUTPUTS, TOKEN_ENV, URL_ENV
@@ -138,7 +138,7 @@ class RemotePluieReward(AsyncReward):
     """A TRL reward function (async, so GRPOTrainer runs it concurrently) backed by a judge server.
 
     The completion fills the template's ``hypothesis`` (its text as for :class:`~pluie_reward.PluieReward`:
-    :func:`~pluie_reward.core.fields.completion_text`); ``fields`` maps the other template fields
+    :func:`~pluie_reward.integrations.fields.completion_text`); ``fields`` maps the other template fields
     to dataset columns, which TRL passes as keyword arguments (``"prompt"`` reads the prompt, its last
     user message when conversational). Large batches are sent as several concurrent requests of at
     most ``chunk_size`` items; the server batches them again.
@@ -152,17 +152,17 @@ class RemotePluieReward(AsyncReward):
     ``normalize=True`` the scale's range is read from the server's ``/health``, or give ``scale=(lowest, highest)``), or
     ``output="prob"``/``"logprob"`` with ``answer=`` (a choice; map ``alternative`` to the column of
     the second candidate; ``both_orders=True`` sends each completion in both slots, 2 items per
-    completion), through :class:`~pluie_reward.core.outputs.AnswerOutput` and ``/score``'s records.
+    completion), through :class:`~pluie_reward.integrations.outputs.AnswerOutput` and ``/score``'s records.
 
-    ``task="paraphrase"`` (``"translation"``, ``"revision"``, or a :class:`~pluie_reward.core.novelty.Task`)
+    ``task="paraphrase"`` (``"translation"``, ``"revision"``, or a :class:`~pluie_reward.integrations.novelty.Task`)
     makes it the task's copy-proof reward, the values of :class:`~pluie_reward.ParaphraseReward` (...)
     on the served judge: the server's ``p_yes`` gated by the completion's novelty against its source
-    (:meth:`~pluie_reward.core.novelty.Task.batch`, computed here: a copy scores 0). Train a generator
+    (:meth:`~pluie_reward.integrations.novelty.Task.batch`, computed here: a copy scores 0). Train a generator
     with it, not with PLUIE: a judge prefers a copy to any paraphrase.
 
     Args:
         url: the server's base URL (``http://host:port``).
-        task: a task of :data:`~pluie_reward.core.novelty.TASKS` (or a ``Task``): the copy-proof reward;
+        task: a task of :data:`~pluie_reward.integrations.novelty.TASKS` (or a ``Task``): the copy-proof reward;
             None (default): the ``output`` of the judge.
         fields: template field -> dataset column (default ``{"source": "source"}``; with a task, its source
             field read from the column of the same name, e.g. ``{"original": "original"}`` for revision).
@@ -171,7 +171,7 @@ class RemotePluieReward(AsyncReward):
             the server's threshold); ``"expected"``, ``"prob"`` or ``"logprob"`` (with ``answer``) for a
             template with N answers.
         clip: ``output="clip"``: the logratio is clipped to ``[-clip, clip]`` (default 10).
-        answer, normalize, both_orders, scale: the N-answer read (see :class:`~pluie_reward.core.outputs.AnswerOutput`).
+        answer, normalize, both_orders, scale: the N-answer read (see :class:`~pluie_reward.integrations.outputs.AnswerOutput`).
         config: ``output``, ``clip``, ``answer``, ``normalize``, ``both_orders`` and ``scale`` as one
             :class:`~pluie_reward.RewardConfig` (its ``threshold`` must stay None: the server's verdict is used).
         token: bearer token (default: ``$PLUIE_REWARD_TOKEN`` if set).

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from ...core.fields import map_fields, parse_assignments
+from ...integrations.fields import map_fields, parse_assignments
 from ..shared import UsageError, json_lines, relocate  # noqa: F401  (re-exported: relocate's home was here)
 
 JSON_SUFFIXES = {".jsonl", ".ndjson", ".json"}
@@ -436,7 +436,7 @@ def _read_dataset(path: Path, split: str | None) -> Records:
 def parse_columns(specs: Sequence[str], fields: Sequence[str], optional: Sequence[str] = ()) -> dict[str, str | None]:
     """Field -> input column from repeated ``FIELD=COLUMN`` (default: the column named like the field);
     ``FIELD=`` (empty) leaves an optional field out. A command-line wrapper around
-    :func:`pluie_reward.core.fields.map_fields`, the mapping every integration uses.
+    :func:`pluie_reward.integrations.fields.map_fields`, the mapping every integration uses.
 
     Example:
         >>> parse_columns(["source=s1", "gold="], ["source", "hypothesis"], ["gold"])

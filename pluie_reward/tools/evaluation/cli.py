@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ...core.outputs import SECOND_CANDIDATE
 from ...core.template import load_template
+from ...integrations.outputs import SECOND_CANDIDATE
 from ..cli.common import (
     UsageError,
     add_judge_arguments,

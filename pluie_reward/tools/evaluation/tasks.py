@@ -28,8 +28,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ...core.outputs import SECOND_CANDIDATE
 from ...core.template import load_template
+from ...integrations.outputs import SECOND_CANDIDATE
 from .baselines import parse_baselines, score_baseline
 from .calibration import EVAL_HELDOUT, EVAL_SEED, calibration_report, heldout_calibrated, p_yes
 from .metrics import as_labels, as_preferences, choice_metrics, classification_report, preference_metrics

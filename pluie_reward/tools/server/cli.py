@@ -9,14 +9,14 @@ import socket
 import sys
 from pathlib import Path
 
-from ..cli.common import UsageError, add_judge_arguments, command, judge_from_args
-from ..shared import finite_float, nonneg_float, port, positive_float, positive_int
-from ...core.fields import parse_assignments
-from ...core.novelty import TASKS
 from ...core.template import load_template
+from ...integrations.fields import parse_assignments
+from ...integrations.novelty import TASKS
 from ...serving.mapping import DEFAULT_STRIP, REWARDS, SOURCES, RewardMapping
 from ...serving.protocol import TOKEN_ENV
 from ...serving.runner import run
+from ..cli.common import UsageError, add_judge_arguments, command, judge_from_args
+from ..shared import finite_float, nonneg_float, port, positive_float, positive_int
 
 SHUTDOWN_S = 30.0  # default drain bound at SIGTERM (--graceful-timeout)
 MAX_BODY_MB = 1024 * 1024  # 1 TiB: a larger --max-body-mb is a typo (the server holds a body in memory)

@@ -247,7 +247,7 @@ class FieldMap:
             >>> fm.select(["hypothesis", "src"], where="the dataset")
             Traceback (most recent call last):
             ...
-            pluie_reward.core.fields.MissingColumnError: template field 'source' reads the column 'source', which is not in the dataset. Available columns: ['hypothesis', 'src']. Pass columns={'source': '<column>'}, or add the column.
+            pluie_reward.integrations.fields.MissingColumnError: template field 'source' reads the column 'source', which is not in the dataset. Available columns: ['hypothesis', 'src']. Pass columns={'source': '<column>'}, or add the column.
         """
         missing = self.missing(available)
         if missing:
