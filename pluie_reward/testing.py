@@ -10,7 +10,6 @@ import torch
 
 from .core.judge import Judge
 from .engines.base import Engine, Request
-from .engines.transformers.compat import checkpointing_on, enable_checkpointing  # noqa: F401  (re-exported for tests)
 
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"

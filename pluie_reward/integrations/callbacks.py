@@ -19,7 +19,6 @@ import json
 import logging
 import math
 import sys
-import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -213,7 +212,7 @@ class PluieCallback(TrainerCallback):
             and call ``callback.attach(trainer)``.
 
     The callback needs its trainer to log (metrics added in ``on_evaluate`` are otherwise not
-    logged). A callback only passed in ``callbacks=[...]`` still finds it, with a ``DeprecationWarning``.
+    logged): a callback only passed in ``callbacks=[...]`` has none, and says so when training starts.
 
     Example:
         >>> from transformers import Trainer, TrainingArguments
@@ -392,38 +391,14 @@ class PluieCallback(TrainerCallback):
             )
 
     def _find_trainer(self) -> Any:
-        """The trainer given to :meth:`attach` (or ``trainer=``). Deprecated fallback: a callback only
-        passed in ``callbacks=[...]`` looks for the trainer calling it up the call stack, once."""
+        """The trainer given to :meth:`attach` (or ``trainer=``)."""
         if self.trainer is not None:
             return self.trainer
-        from transformers import Trainer
-
-        frame = sys._getframe(1)
-        while frame is not None:
-            owner = frame.f_locals.get("self")
-            if isinstance(owner, Trainer) and self in getattr(getattr(owner, "callback_handler", None), "callbacks", ()):
-                warnings.warn(
-                    "PluieCallback found its trainer up the call stack: pass it explicitly, "
-                    "PluieCallback(..., trainer=trainer) or callback.attach(trainer), as TRL's LogCompletionsCallback(trainer, ...).",
-                    DeprecationWarning, stacklevel=2,
-                )
-                self.trainer = owner  # not attach(): the handler may be iterating over its callbacks now
-                handler = owner.callback_handler
-                handler.callbacks = [self] + [cb for cb in handler.callbacks if cb is not self]  # a new list
-                self._check_arguments(owner.args)
-                return owner
-            frame = frame.f_back
         raise RuntimeError(
             "PluieCallback has no trainer: build it with PluieCallback(..., trainer=trainer) or call callback.attach(trainer)."
         )
 
     # trainer events --------------------------------------------------------------------------
-    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        try:
-            self._find_trainer()
-        except RuntimeError:
-            pass  # the callback was not passed in callbacks=[...]; attach() or on_train_begin will tell
-
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._find_trainer()
 

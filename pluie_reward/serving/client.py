@@ -96,11 +96,9 @@ async def apost_json(
 
 
 def _check_output(output: str) -> str:
-    """The ``/score`` column a verl ``output`` setting reads (``"prob"``, the rewards' name, is ``"p_yes"``),
-    or a task's name (its copy-proof reward)."""
-    output = "p_yes" if output == "prob" else output
+    """The ``/score`` column a verl ``output`` setting reads, or a task's name (its copy-proof reward)."""
     if output not in OUTPUTS and output not in TASKS:
-        raise ValueError(f"output must be one of {list(OUTPUTS)} ('prob' is 'p_yes') or a task's copy-proof reward "
+        raise ValueError(f"output must be one of {list(OUTPUTS)} or a task's copy-proof reward "
                          f"{list(TASKS)}, got {output!r}.")
     return output
 
@@ -577,7 +575,7 @@ async def compute_score(
 
     Settings come from ``reward.custom_reward_function.reward_kwargs``: ``url``, ``token``, ``fields``
     (template field -> ``ground_truth`` (default for ``source``), ``data_source`` or
-    ``extra_info.<key>``), ``output`` (``logratio``, ``p_yes`` (or ``prob``), ``verdict``, or a task's
+    ``extra_info.<key>``), ``output`` (``logratio``, ``p_yes``, ``verdict``, or a task's
     copy-proof reward: ``paraphrase``, ``translation``, ``revision``, as
     :class:`~pluie_reward.ParaphraseReward` computes it from the server's ``p_yes``), ``timeout``,
     ``retries``, ``backoff``, ``return_dict`` (default True), ``max_wait_ms`` (default 10),

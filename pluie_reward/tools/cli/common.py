@@ -1,5 +1,6 @@
-"""What every ``pluie-reward`` sub-command shares: the command registry, usage errors, the judge options
-and reading input files. Sub-commands live in their own modules and register here with :func:`command`."""
+"""What the ``pluie-reward`` sub-commands share: the judge options and the judge they make, the chat template
+options, reading input files and their columns. Sub-commands live in their own modules and register with
+:func:`~pluie_reward.tools.cli.registry.command`."""
 
 from __future__ import annotations
 
@@ -11,18 +12,8 @@ from ...core.judge import Judge
 from ...core.prompt import chat_clock
 from ...core.template import check_chat_template_kwargs
 from ...engines.remote import RemoteEngineError
-from ..shared import (  # noqa: F401  (re-exported: the commands import them from here)
-    UsageError,
-    auto_chunk_size,
-    finite_float,
-    nonneg_float,
-    nonneg_int,
-    positive_float,
-    positive_int,
-)
-from .output import check_output_dir, check_output_file  # noqa: F401  (re-exported)
+from ..shared import UsageError, positive_float, positive_int
 from .records import parse_columns, read_table
-from .registry import COMMANDS, command  # noqa: F401  (re-exported)
 
 
 def add_judge_arguments(parser: argparse.ArgumentParser, adapter: bool = True, base_model: bool = False) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ...integrations.fields import map_fields, parse_assignments
-from ..shared import UsageError, json_lines, relocate  # noqa: F401  (re-exported: relocate's home was here)
+from ..shared import UsageError, json_lines
 
 JSON_SUFFIXES = {".jsonl", ".ndjson", ".json"}
 TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t"}

@@ -11,23 +11,18 @@ from typing import Any, Iterator, Sequence
 from ...core.prompt import AnswerTokenError, BoundTemplate
 from ...core.template import Template, builtin_template_names, load_template
 from ...judges import default_adapter_dir
+from ..shared import Progress, UsageError, auto_chunk_size, finite_float, positive_int, relocate
 from .common import (
-    UsageError,
     add_chat_template_kwargs_argument,
     add_judge_arguments,
-    auto_chunk_size,
     chat_template_kwargs,
-    check_output_file,
-    command,
     field_columns,
-    finite_float,
     judge_from_args,
     model_not_found,
-    positive_int,
 )
-from ..shared import Progress
-from .output import OutputFile, partial_path
-from .records import Records, check_texts, read_table, relocate
+from .output import OutputFile, check_output_file, partial_path
+from .records import Records, check_texts, read_table
+from .registry import command
 
 
 # score -----------------------------------------------------------------------------------------

@@ -21,18 +21,12 @@ from typing import Any
 
 from ...core.calibration import FILE_NAME
 from ...core.template import load_template
-from ..cli.common import (
-    UsageError,
-    add_judge_arguments,
-    check_output_file,
-    command,
-    judge_from_args,
-    nonneg_float,
-    nonneg_int,
-    positive_int,
-)
+from ..cli.common import add_judge_arguments, judge_from_args
+from ..cli.output import check_output_file
 from ..cli.output import OutputFile
 from ..cli.records import read_table
+from ..cli.registry import command
+from ..shared import UsageError, nonneg_float, nonneg_int, positive_int
 from .calibration import CalibrationConfig, fit_calibration, heldout_split, p_yes
 from .cli import INPUT_HELP, _convert, _load_generic
 from .metrics import binary_label

@@ -15,6 +15,7 @@ Example:
     >>> H = ["A cat is asleep.", "Prices fell in May.", "He went home early.", "The store is open."]
     >>> labels = [True, False, True, False]  # paraphrase or not
     >>> r = evaluate_classification(judge, {"source": S, "hypothesis": H}, labels, progress=False)
+    >>> from pluie_reward.tools.evaluation.tables import classification_markdown
     >>> print(classification_markdown(r))
     4 pairs, 2 positive; judge tiny-random, template para-fs.
     ...
@@ -36,24 +37,20 @@ from .metrics import as_labels, as_preferences, choice_metrics, classification_r
 from .paraphrasus import paraphrasus_plots, paraphrasus_results
 from .plots import PLUIE_AXIS, pearson, plot_edit_distance, plot_reliability, plot_score_histograms, plot_threshold_curves
 from .report import write_outputs
-from .scoring import (  # noqa: F401  (Condition, score_items, score_in_chunks, choice_preference: re-exported)
+from .scoring import (
     JUDGE_ROW,
     Condition,
     _broadcast,
     _length,
     check_choice_condition,
-    choice_preference,
     edit_distances,
     reference_field,
-    score_in_chunks,
     score_items,
 )
 from .store import ScoreStore, chat_settings, fingerprint, load_run
-from .tables import PAPER_BASELINES, classification_markdown, preference_markdown, task_markdown
+from .tables import task_markdown
 
-__all__ = ["Condition", "JUDGE_ROW", "PAPER_BASELINES", "classification_markdown", "evaluate_classification",
-           "evaluate_preference", "preference_markdown", "report_folder", "run_classification", "run_preference",
-           "score_items", "task_markdown"]
+__all__ = ["evaluate_classification", "evaluate_preference", "report_folder", "run_classification", "run_preference"]
 
 
 def _chat(judge: Any, conditions: Sequence[Condition]) -> dict[str, Any]:

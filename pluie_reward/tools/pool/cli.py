@@ -15,11 +15,11 @@ import time
 from functools import partial
 from typing import Any
 
-from ..cli.common import UsageError, chat_template_kwargs, check_device, check_engine_options, command, judge_from_args
-from ..shared import nonneg_float, nonneg_int, positive_float, positive_int
 from ...core.template import load_template
-from ..server.cli import _configure as configure_server
-from ..server.cli import server_options
+from ..cli.common import chat_template_kwargs, check_device, check_engine_options, judge_from_args
+from ..cli.registry import command
+from ..server.cli import _configure as configure_server, server_options
+from ..shared import UsageError, nonneg_float, nonneg_int, positive_float, positive_int
 from .deployment import PoolOptions, PoolStartError, deploy, shutdown, start_ray
 
 # what judge_from_args reads; the replicas get these (not the token, the limits...)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..cli.common import UsageError, command, positive_int
+from ..cli.registry import command
+from ..shared import UsageError, positive_int
 from . import plot_run, read_run, summary
 
 

@@ -15,8 +15,9 @@ from ...integrations.novelty import TASKS
 from ...serving.mapping import DEFAULT_STRIP, REWARDS, SOURCES, RewardMapping
 from ...serving.protocol import TOKEN_ENV
 from ...serving.runner import run
-from ..cli.common import UsageError, add_judge_arguments, command, judge_from_args
-from ..shared import finite_float, nonneg_float, port, positive_float, positive_int
+from ..cli.common import add_judge_arguments, judge_from_args
+from ..cli.registry import command
+from ..shared import UsageError, finite_float, nonneg_float, port, positive_float, positive_int
 
 SHUTDOWN_S = 30.0  # default drain bound at SIGTERM (--graceful-timeout)
 MAX_BODY_MB = 1024 * 1024  # 1 TiB: a larger --max-body-mb is a typo (the server holds a body in memory)

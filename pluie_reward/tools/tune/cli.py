@@ -16,18 +16,9 @@ from typing import Any, Sequence
 
 from ...core.judge import Judge
 from ...core.template import load_template
-from ..cli.common import (
-    UsageError,
-    add_judge_arguments,
-    command,
-    field_columns,
-    judge_from_args,
-    nonneg_float,
-    nonneg_int,
-    positive_float,
-    positive_int,
-    read_records,
-)
+from ..cli.common import add_judge_arguments, field_columns, judge_from_args, read_records
+from ..cli.registry import command
+from ..shared import UsageError, nonneg_float, nonneg_int, positive_float, positive_int
 from .config import TuneConfig
 from .data import PairData
 
