@@ -24,7 +24,7 @@ from ...core.calibration import Calibration
 from .metrics import as_labels, as_scores, _same_length
 from .report import markdown_table
 
-__all__ = ["Calibration", "CalibrationConfig", "brier_score", "calibration_markdown", "calibration_metrics",
+__all__ = ["CalibrationConfig", "brier_score", "calibration_markdown", "calibration_metrics",
            "calibration_report", "expected_calibration_error", "fit_calibration", "fit_platt", "heldout_split", "log_loss", "p_yes", "probabilities",
            "reliability_bins"]
 
