@@ -263,7 +263,7 @@ class TransformersEngine(Engine):
 
     @classmethod
     def load(cls, model: "str | Path | None" = None, *, name: str | None = None, adapter: "str | Path | None" = None,
-             default_adapter: "Path | None" = None, device: Any = None, dtype: Any = None, device_map: Any = None,
+             default_adapter: "Path | None", device: Any = None, dtype: Any = None, device_map: Any = None,
              offload_device: Any = None, model_kwargs: dict | None = None, **options: Any) -> LoadedEngine:
         """The ``"transformers"`` loader of :meth:`Judge.load <pluie_reward.Judge.load>` (which documents the
         arguments): ``None``/``"embedded"`` is the embedded model with ``default_adapter`` merged, an
@@ -271,7 +271,7 @@ class TransformersEngine(Engine):
         :class:`~pluie_reward.engines.transformers.config.TransformersEngineConfig`."""
         if adapter is not None and model is None:
             model = EMBEDDED_BASE  # adapters of the embedded model are tuned on its untuned weights
-        name = display_name(model, default_adapter) if name is None else name
+        name = display_name(model, default_adapter=default_adapter) if name is None else name
         first = offload_device if offload_device is not None else device
         lm, tokenizer = load_model_and_tokenizer(model, device=first, dtype=dtype, device_map=device_map,
                                                  default_adapter=default_adapter, **(model_kwargs or {}))

@@ -256,7 +256,7 @@ def tune(
         raise TypeError("tune(model, tokenizer): a model object needs its tokenizer.")
     else:
         load_name = _loadable_name(model)
-    model_name = model_name or display_name(load_name, default_adapter_dir())
+    model_name = model_name or display_name(load_name, default_adapter=default_adapter_dir())
     policy = _is_peft(model)
     if policy and config.adapter_name in model.peft_config:
         raise ValueError(f"the policy already has an adapter named {config.adapter_name!r}; choose another adapter_name.")
