@@ -117,7 +117,8 @@ def make_slow_tiny_judge(seconds: float, min_requests: int, **kwargs: Any) -> An
         True
         >>> short == make_tiny_judge().score("para-fs", source=["a"], hypothesis=["b"])
         True
-        >>> start = time.perf_counter(); _ = judge.score("para-fs", source=["c", "e"], hypothesis=["d", "f"]); time.perf_counter() - start >= 1.0
+        >>> start = time.perf_counter(); _ = judge.score("para-fs", source=["c", "e"], hypothesis=["d", "f"])
+        >>> time.perf_counter() - start >= 1.0
         True
     """
     judge = make_tiny_judge(**kwargs)

@@ -21,7 +21,8 @@ replica when there is one; other failures raise :class:`RemoteEngineError` with 
 and the server's message.
 
 Example:
-    >>> judge = Judge.connect(["http://10.0.0.5:8000", "http://10.0.0.6:8000"], tokenizer="Qwen/Qwen2.5-7B-Instruct")  # vLLM servers  # doctest: +SKIP
+    >>> judge = Judge.connect(["http://10.0.0.5:8000", "http://10.0.0.6:8000"],  # vLLM servers  # doctest: +SKIP
+    ...                       tokenizer="Qwen/Qwen2.5-7B-Instruct")
 """
 
 from __future__ import annotations
@@ -223,7 +224,8 @@ class RemoteEngine(LoopEngine):
                 + (f"; the server reports {mode!r}." if mode else "; the server's mode could not be read.")
             )
         # sanity check: a log-probability is never positive
-        probe = (await self._completions([[int(self.tokenizer.eos_token_id or 0)]], max_tokens=1, logprobs=1, return_tokens_as_token_ids=True))[0]
+        eos = int(self.tokenizer.eos_token_id or 0)
+        probe = (await self._completions([[eos]], max_tokens=1, logprobs=1, return_tokens_as_token_ids=True))[0]
         top = max(float(v) for v in probe["logprobs"]["top_logprobs"][0].values())
         if top > 1e-4:
             raise RemoteEngineError(f"the server returned a positive log-probability ({top:.3g}): it serves raw logits.")
@@ -239,7 +241,8 @@ class RemoteEngine(LoopEngine):
             )
             return [[_value(c["logprobs"]["top_logprobs"][0], t) for t in ids] for c in choices]
         await self._check_normalised()
-        jobs = [(i, k, list(r.ids) + list(a[:t]), a[t]) for i, r in enumerate(requests) for k, a in enumerate(answers) for t in range(len(a))]
+        jobs = [(i, k, list(r.ids) + list(a[:t]), a[t])
+                for i, r in enumerate(requests) for k, a in enumerate(answers) for t in range(len(a))]
         values = [[0.0] * len(answers) for _ in requests]
         for token in {job[3] for job in jobs}:  # one request shape per target token
             group = [job for job in jobs if job[3] == token]

@@ -9,8 +9,9 @@ Example:
     >>> from pluie_reward import Judge
     >>> from pluie_reward.integrations.callbacks import PluieCallback
     >>> callback = PluieCallback(Judge.load, "para-fs", [{"prompt": "Paraphrase: The cat sleeps.", "source": "The cat sleeps."}])
-    >>> trainer = SFTTrainer(model, args=args, train_dataset=train, eval_dataset=dev, callbacks=[callback])  # needs minutes of training  # doctest: +SKIP
-    >>> trainer.train()  # doctest: +SKIP
+    >>> trainer = SFTTrainer(model, args=args, train_dataset=train, eval_dataset=dev)  # doctest: +SKIP
+    >>> callback.attach(trainer)  # doctest: +SKIP
+    >>> trainer.train()  # needs minutes of training  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -471,7 +472,9 @@ class PluieCallback(TrainerCallback):
         trainer.log(self.evaluate(model, kwargs.get("processing_class"), args=args, state=state))
 
     # the work --------------------------------------------------------------------------------
-    def generate_and_score(self, model: Any, tokenizer: Any = None, *, process_index: int = 0, num_processes: int = 1) -> list[dict[str, Any]]:
+    def generate_and_score(
+        self, model: Any, tokenizer: Any = None, *, process_index: int = 0, num_processes: int = 1
+    ) -> list[dict[str, Any]]:
         """Generate for this process's slice of the evaluation set and score it with the judge.
 
         Returns one record per item of the slice: ``index, prompt, generation, score, p_yes, verdict``

@@ -219,7 +219,9 @@ class FieldMap:
     hint: str | None = field(default=None, compare=False)
 
     @classmethod
-    def explicit(cls, columns: Mapping[str, str], setting: str = "fields", what: str = "column", who: str = "", hint: str | None = None) -> "FieldMap":
+    def explicit(
+        cls, columns: Mapping[str, str], setting: str = "fields", what: str = "column", who: str = "", hint: str | None = None
+    ) -> "FieldMap":
         """Every given field is required (no template to check against, e.g. a remote judge's).
 
         Example:
@@ -244,10 +246,11 @@ class FieldMap:
 
         Example:
             >>> fm = map_fields(["source", "hypothesis"], setting="columns")
-            >>> fm.select(["hypothesis", "src"], where="the dataset")
+            >>> fm.select(["hypothesis", "src"], where="the dataset")  # doctest: +NORMALIZE_WHITESPACE
             Traceback (most recent call last):
             ...
-            pluie_reward.integrations.fields.MissingColumnError: template field 'source' reads the column 'source', which is not in the dataset. Available columns: ['hypothesis', 'src']. Pass columns={'source': '<column>'}, or add the column.
+            pluie_reward.integrations.fields.MissingColumnError: template field 'source' reads the column 'source', which is not in the
+            dataset. Available columns: ['hypothesis', 'src']. Pass columns={'source': '<column>'}, or add the column.
         """
         missing = self.missing(available)
         if missing:

@@ -262,8 +262,9 @@ class CompletionGuard:
         name: prefix of the logged metrics (``<name>/<check>_rate``).
 
     Example:
-        >>> CompletionGuard("para-fs").flags(["Yes.", "He said yes to the offer."])
-        [{'answer_word': True, 'delimiter': False, 'control_token': False}, {'answer_word': False, 'delimiter': False, 'control_token': False}]
+        >>> CompletionGuard("para-fs").flags(["Yes.", "He said yes to the offer."])  # doctest: +NORMALIZE_WHITESPACE
+        [{'answer_word': True, 'delimiter': False, 'control_token': False},
+         {'answer_word': False, 'delimiter': False, 'control_token': False}]
     """
 
     def __init__(

@@ -24,10 +24,11 @@ Example:
     True
     >>> RewardConfig(output="prob").reads_answers is None       # p_yes, or p(answer) once the template says
     True
-    >>> RewardConfig(output="logratio", answer="A")
+    >>> RewardConfig(output="logratio", answer="A")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    ValueError: answer=, normalize=, both_orders= and scale= go with output='prob', 'logprob' or 'expected' (templates with N answers); output='logratio' reads a Yes/No template.
+    ValueError: answer=, normalize=, both_orders= and scale= go with output='prob', 'logprob' or 'expected' (templates with N answers);
+    output='logratio' reads a Yes/No template.
 """
 
 from __future__ import annotations

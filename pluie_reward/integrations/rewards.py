@@ -199,7 +199,8 @@ class PluieReward(JudgeHolder, Reward):
                     "for [0, 1])" if t.kind == "scale" else
                     f"a choice between {list(t.labels)}: pass output='prob' (or 'logprob') and answer= the label to "
                     f"reward, e.g. answer={t.labels[0]!r} (the completion, in the first slot, is preferred)")
-            which = "it has no PLUIE log-ratio" if config.output == "logratio" else f"output={config.output!r} (read from PLUIE) does not apply"
+            which = ("it has no PLUIE log-ratio" if config.output == "logratio"
+                     else f"output={config.output!r} (read from PLUIE) does not apply")
             raise ValueError(f"{name}: template {t.name!r} has {len(t.answers)} answers, not Yes/No, so {which}; it is {what}.")
         try:
             reading = config.answer_output()  # a bare output='prob' on a template with N answers: "name it, e.g. answer='A'"

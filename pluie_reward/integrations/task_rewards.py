@@ -23,8 +23,8 @@ Each is the judge's probability of "Yes" gated by how far the completion is from
   accepts, and what a 64-step GRPO run learned to write) gets 0.75 of its reward, one at two thirds or more gets it all.
 
 So a copy scores exactly 0, and any completion the judge accepts (p_yes > 0.5) with novelty at or
-above the target, no repetition and (paraphrase) at least ``min_length`` of the source's words scores above 0.5: copying cannot win, whatever the judge gives the
-copy. The reward is bounded ([0, 1)), so it composes with other rewards through
+above the target, no repetition and (paraphrase) at least ``min_length`` of the source's words scores
+above 0.5: copying cannot win, whatever the judge gives the copy. The reward is bounded ([0, 1)), so it composes with other rewards through
 ``GRPOConfig(reward_weights=...)``, and pickles like :class:`~pluie_reward.PluieReward` (a judge
 factory is dropped and rebuilt). The formula lives in :mod:`pluie_reward.integrations.novelty`
 (:meth:`~pluie_reward.integrations.novelty.Task.batch`), shared with the judge server and its clients, which give

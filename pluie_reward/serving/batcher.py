@@ -71,10 +71,12 @@ def split_request(template: Any, body: Mapping[str, Any]) -> tuple[dict[str, Any
         >>> from pluie_reward.core.template import load_template
         >>> split_request(load_template("para-fs"), {"source": "s", "hypothesis": ["h"], "threshold": 1})
         ({'source': 's', 'hypothesis': ['h']}, {'threshold': 1.0})
-        >>> split_request(load_template("para-fs"), {"source": "s", "hypothesis": ["h"], "truncate": False})
+        >>> split_request(load_template("para-fs"),  # doctest: +NORMALIZE_WHITESPACE
+        ...               {"source": "s", "hypothesis": ["h"], "truncate": False})
         Traceback (most recent call last):
         ...
-        ValueError: 'truncate' is set by the server, not per request; a request may set only 'threshold', 'use_cache' and 'task' besides the template's fields.
+        ValueError: 'truncate' is set by the server, not per request; a request may set only 'threshold', 'use_cache' and 'task' besides the
+        template's fields.
         >>> split_request(load_template("para-fs"), {"source": "s", "hypothesis": ["h"], "threshold": 10**400})
         Traceback (most recent call last):
         ...

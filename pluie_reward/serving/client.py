@@ -184,7 +184,8 @@ class RemotePluieReward(AsyncReward):
 
     Example:
         >>> reward = RemotePluieReward("http://127.0.0.1:8000", fields={"source": "source"})
-        >>> trainer = GRPOTrainer(model=..., reward_funcs=[reward], args=GRPOConfig(...), train_dataset=ds)  # a policy, a dataset  # doctest: +SKIP
+        >>> trainer = GRPOTrainer(model=..., reward_funcs=[reward], args=GRPOConfig(...),  # a policy, a dataset  # doctest: +SKIP
+        ...                       train_dataset=ds)
 
         TRL awaits the reward; here against a judge server on a free port:
 

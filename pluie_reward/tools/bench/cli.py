@@ -60,7 +60,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("engines, server and training (off by default)")
     group.add_argument("--engines", default=None, metavar="LIST",
                        help="compare Judge.score on these engines side by side, e.g. transformers,vllm (pairs/s, ratio, max |diff|)")
-    group.add_argument("--vllm-max-model-len", type=positive_int, default=4096, help="context length of the benchmark's vLLM judges (default 4096)")
+    group.add_argument("--vllm-max-model-len", type=positive_int, default=4096,
+                       help="context length of the benchmark's vLLM judges (default 4096)")
     group.add_argument("--server-clients", type=nonneg_int, default=0, metavar="N",
                        help="also load a judge server (pluie-reward serve, started here on 127.0.0.1) with N concurrent clients, "
                             "for each engine of --engines (default: transformers)")

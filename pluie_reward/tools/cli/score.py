@@ -84,10 +84,11 @@ def _check_json(records: Records) -> None:
     duration...), naming its row and column, before the model loads.
 
     Example:
-        >>> _check_json(Records(Path("in.parquet"), [{"source": "a", "blob": b"x"}], ["row 1"]))
+        >>> _check_json(Records(Path("in.parquet"), [{"source": "a", "blob": b"x"}], ["row 1"]))  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        pluie_reward.tools.shared.UsageError: in.parquet row 1: column 'blob' holds bytes, which the JSON output (every input column is kept) cannot hold; drop that column from the input or convert it to text.
+        pluie_reward.tools.shared.UsageError: in.parquet row 1: column 'blob' holds bytes, which the JSON output (every input column is
+        kept) cannot hold; drop that column from the input or convert it to text.
     """
     for i, row in enumerate(records.rows):
         try:

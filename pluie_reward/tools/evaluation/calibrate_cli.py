@@ -48,7 +48,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
     data.add_argument("--judge-name", default=None,
                       help="with --score-column: the judge the scores came from, recorded in the file")
     fit = p.add_argument_group("fit (see CalibrationConfig)")
-    fit.add_argument("--heldout", type=nonneg_float, default=0.3, help="share of the items kept out of the fit for the report (default 0.3)")
+    fit.add_argument("--heldout", type=nonneg_float, default=0.3,
+                     help="share of the items kept out of the fit for the report (default 0.3)")
     fit.add_argument("--seed", type=nonneg_int, default=0, help="seed of the held-out split (default 0)")
     fit.add_argument("--bins", type=positive_int, default=10, help="equal-width bins of the expected calibration error (default 10)")
     fit.add_argument("--l2", type=nonneg_float, default=1e-4, help="ridge penalty on a and b (default 1e-4; 0: plain maximum likelihood)")

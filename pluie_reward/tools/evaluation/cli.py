@@ -43,7 +43,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="save scores as they come (scores.jsonl; a rerun resumes), results.json/.md and plots here")
     p.add_argument("--overwrite", action="store_true", help="discard scores already in --output-dir instead of resuming")
     p.add_argument("--chunk-size", type=positive_int, default=None,
-                   help="items per Judge.score call, saved after each (default: about one forward batch: 8 prompts on CPU, 64 on GPU; A and B count as two)")
+                   help="items per Judge.score call, saved after each (default: about one forward batch: 8 prompts on CPU, "
+                        "64 on GPU; A and B count as two)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_judge_arguments(p)
 

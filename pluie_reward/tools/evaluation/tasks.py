@@ -6,9 +6,9 @@ A run scores one or more :class:`Condition` (a template and the fields it reads:
 scored in the same ``Judge.score`` call, next to each other, so the prefix they share (template,
 original, instruction, gold) is computed once. A choice template (``rev-choice``, ``net-choice``)
 reads both candidates in one prompt instead: A in its ``hypothesis`` slot, B in ``alternative``;
-its most likely answer is the predicted preference (first answer -> A, second -> B, others -> tie). With an output folder, scores are saved after every
-call (:mod:`.store`): an interrupted run resumes, and :func:`report_folder` recomputes the tables
-without the judge.
+its most likely answer is the predicted preference (first answer -> A, second -> B, others -> tie).
+With an output folder, scores are saved after every call (:mod:`.store`): an interrupted run resumes,
+and :func:`report_folder` recomputes the tables without the judge.
 
 Example:
     >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early.", "The shop is closed."]

@@ -32,7 +32,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("pool (Ray Serve)")
     g.add_argument("--replicas", type=positive_int, default=1, help="replicas, each with its own judge (default 1)")
     g.add_argument("--min-replicas", type=nonneg_int, default=None, help="autoscale from this many (with --max-replicas; 0 scales to zero)")
-    g.add_argument("--max-replicas", type=positive_int, default=None, help="autoscale up to this many on queue length (replaces --replicas)")
+    g.add_argument("--max-replicas", type=positive_int, default=None,
+                   help="autoscale up to this many on queue length (replaces --replicas)")
     g.add_argument("--target-ongoing-requests", type=positive_float, default=16.0,
                    help="autoscaling aims at this many requests in flight or queued per replica (default 16)")
     g.add_argument("--upscale-delay", type=nonneg_float, default=None,

@@ -33,7 +33,7 @@ Ray is imported inside the functions (``pip install 'pluie-reward[pool]'``).
 Example:
     >>> from functools import partial
     >>> from pluie_reward import Judge
-    >>> start_ray()                                            # a local Ray cluster; start_ray("ray://head:10001") joins one  # doctest: +SKIP
+    >>> start_ray()  # a local Ray cluster; start_ray("ray://head:10001") joins one  # doctest: +SKIP
     >>> url = deploy(partial(Judge.load), "para-fs", PoolOptions(replicas=2), port=8000)  # doctest: +SKIP
     >>> url                                                    # doctest: +SKIP
     'http://127.0.0.1:8000'

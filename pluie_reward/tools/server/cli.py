@@ -32,9 +32,11 @@ def _configure(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("batching")
     g.add_argument("--max-wait-ms", type=nonneg_float, default=5.0, help="how long a request may wait for others to batch with (default 5)")
     g.add_argument("--max-batch-items", type=positive_int, default=256, help="items per Judge.score call (default 256)")
-    g.add_argument("--max-batch-tokens", type=positive_int, default=32768, help="estimated field tokens per Judge.score call (default 32768)")
+    g.add_argument("--max-batch-tokens", type=positive_int, default=32768,
+                   help="estimated field tokens per Judge.score call (default 32768)")
     g = p.add_argument_group("safety")
-    g.add_argument("--token-file", type=Path, help=f"file holding the bearer token clients must send (default: ${TOKEN_ENV} if set, else none)")
+    g.add_argument("--token-file", type=Path,
+                   help=f"file holding the bearer token clients must send (default: ${TOKEN_ENV} if set, else none)")
     g.add_argument("--max-items-per-request", type=positive_int, default=1024, help="larger requests get 413 (default 1024)")
     g.add_argument("--max-body-mb", type=positive_float, default=4.0, help="larger request bodies get 413 (default 4 MiB)")
     g.add_argument("--graceful-timeout", type=nonneg_float, default=None,
