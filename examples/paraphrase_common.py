@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from pluie_reward.core.novelty import TASKS, copy_proof_novelty, is_copy
+from pluie_reward.integrations.novelty import TASKS, copy_proof_novelty, is_copy
 from pluie_reward.tools.evaluation.baselines import embedding_available, embedding_cosine
 
 DATA = Path(__file__).resolve().parent / "data"

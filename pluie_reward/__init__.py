@@ -13,10 +13,10 @@ import importlib
 from typing import Any
 
 # Names are imported on first use (PEP 562), so that light modules (the HTTP client with httpx
-# alone, pluie_reward.core.fields, the command line's --help) do not pull in torch and transformers.
+# alone, pluie_reward.integrations.fields, the command line's --help) do not pull in torch and transformers.
 _EXPORTS = {
-    "PluieError": "core.errors",
-    "RemoteError": "core.errors",
+    "PluieError": "common.errors",
+    "RemoteError": "common.errors",
     "AnswerTokenError": "core.prompt",
     "BoundTemplate": "core.prompt",
     "Judge": "core.judge",
@@ -41,8 +41,8 @@ _EXPORTS = {
     "Calibration": "core.calibration",
     "fit_calibration": "tools.evaluation.calibration",
     "GroupPluieReward": "integrations.group_reward",
-    "judge_groups": "core.group",
-    "load_group_template": "core.group",
+    "judge_groups": "integrations.group",
+    "load_group_template": "integrations.group",
     "HackAlarm": "integrations.alarm",
     "AlarmedReward": "integrations.alarm",
     "HackWarning": "integrations.alarm",

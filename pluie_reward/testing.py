@@ -10,7 +10,6 @@ import torch
 
 from .core.judge import Judge
 from .engines.base import Engine, Request
-from .engines.transformers.compat import checkpointing_on, enable_checkpointing  # noqa: F401  (re-exported for tests)
 
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
@@ -118,7 +117,8 @@ def make_slow_tiny_judge(seconds: float, min_requests: int, **kwargs: Any) -> An
         True
         >>> short == make_tiny_judge().score("para-fs", source=["a"], hypothesis=["b"])
         True
-        >>> start = time.perf_counter(); _ = judge.score("para-fs", source=["c", "e"], hypothesis=["d", "f"]); time.perf_counter() - start >= 1.0
+        >>> start = time.perf_counter(); _ = judge.score("para-fs", source=["c", "e"], hypothesis=["d", "f"])
+        >>> time.perf_counter() - start >= 1.0
         True
     """
     judge = make_tiny_judge(**kwargs)

@@ -326,7 +326,8 @@ def test_server_score_passes_p_calibrated_through(judges):
 def test_classification_results_markdown_and_reliability_plot(tmp_path):
     from pluie_reward.tools.evaluation.calibration import heldout_calibrated
     from pluie_reward.tools.evaluation.plots import plot_facts
-    from pluie_reward.tools.evaluation.tasks import classification_plots, classification_results, task_markdown
+    from pluie_reward.tools.evaluation.tables import task_markdown
+    from pluie_reward.tools.evaluation.tasks import classification_plots, classification_results
 
     rng = np.random.default_rng(5)
     scores = [float(v) for v in rng.normal(0, 3, size=40)]

@@ -19,8 +19,9 @@ from transformers import (
 )
 
 from pluie_reward import Judge
+from pluie_reward.engines.transformers.compat import checkpointing_on, enable_checkpointing
 from pluie_reward.integrations.callbacks import PluieCallback
-from pluie_reward.testing import checkpointing_on, enable_checkpointing, make_tiny_causal_lm, make_tiny_tokenizer
+from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
 
 SOURCES = [
     "The cat sleeps on the mat.",
@@ -173,7 +174,8 @@ def test_seq2seq_generator(tiny_judge, tmp_path):
     items = [{"prompt": f"paraphrase: {s}", "source": s} for s in SOURCES]
     callback = PluieCallback(tiny_judge, "para-fs", items, batch_size=3, max_new_tokens=5)
     args = Seq2SeqTrainingArguments(str(tmp_path), report_to=[], use_cpu=True, disable_tqdm=True, per_device_eval_batch_size=8)
-    trainer = Seq2SeqTrainer(model=model, args=args, eval_dataset=lm_dataset(tok), processing_class=tok, callbacks=[callback])
+    trainer = Seq2SeqTrainer(model=model, args=args, eval_dataset=lm_dataset(tok), processing_class=tok)
+    callback.attach(trainer)
     metrics = trainer.evaluate()
 
     assert KEYS <= set(metrics)
@@ -297,7 +299,8 @@ def test_trl_sft_trainer(tok, tiny_judge, tmp_path):
     )
     data = _conversations(tok)
     trainer = trl.SFTTrainer(model=make_tiny_causal_lm(tok, seed=6), args=args, train_dataset=data, eval_dataset=data,
-                             processing_class=tok, callbacks=[callback])
+                             processing_class=tok)
+    callback.attach(trainer)
     trainer.train()
     logged = [e for e in trainer.state.log_history if "eval_pluie_mean" in e]
     assert [e["step"] for e in logged] == [2]
@@ -322,7 +325,8 @@ def test_trl_grpo_trainer_with_shared_judge(tok, tmp_path):
         max_completion_length=4, gradient_checkpointing=True, bf16=False, logging_steps=100,
     )
     trainer = trl.GRPOTrainer(model=model, args=args, reward_funcs=pluie_reward, train_dataset=prompts, eval_dataset=prompts,
-                              processing_class=tok, callbacks=[callback])
+                              processing_class=tok)
+    callback.attach(trainer)
     trainer.train()
     logged = [e for e in trainer.state.log_history if "eval_pluie_mean" in e]
     assert len(logged) == 1 and KEYS <= set(logged[0])
@@ -349,7 +353,8 @@ data = Dataset.from_dict({"input_ids": [r + [tok.pad_token_id] * (6 - len(r)) fo
                           "labels": [r + [-100] * (6 - len(r)) for r in rows]})
 args = TrainingArguments(out, report_to=[], use_cpu=True, disable_tqdm=True, ddp_backend="gloo")
 callback = PluieCallback(make_tiny_judge(), "para-fs", items, max_new_tokens=4, batch_size=2)
-trainer = Trainer(model=make_tiny_causal_lm(tok, seed=1), args=args, eval_dataset=data, processing_class=tok, callbacks=[callback])
+trainer = Trainer(model=make_tiny_causal_lm(tok, seed=1), args=args, eval_dataset=data, processing_class=tok)
+callback.attach(trainer)
 metrics = trainer.evaluate()
 # one file per rank: two processes printing to one pipe can interleave their lines
 with open(f"{out}/result-{args.process_index}.json", "w") as f:
@@ -441,16 +446,6 @@ def test_warns_when_the_starting_point_beat_every_checkpoint(tiny_judge, tmp_pat
     callback.on_train_end(args, state, None)
     assert not caplog.records
     assert callback.best_evaluation()["step"] == 2
-
-
-def test_a_callback_only_passed_in_callbacks_still_works_with_a_deprecation_warning(tok, tiny_judge, tmp_path):
-    callback = PluieCallback(tiny_judge, "para-fs", chat_items(SOURCES[:2]), max_new_tokens=3)
-    with pytest.warns(DeprecationWarning, match="pass it explicitly"):
-        trainer = Trainer(model=make_tiny_causal_lm(tok, seed=1), args=training_args(tmp_path), eval_dataset=lm_dataset(tok),
-                          processing_class=tok, callbacks=[callback])
-    assert callback.trainer is trainer
-    trainer.evaluate()
-    assert any("eval_pluie_mean" in e for e in trainer.state.log_history)
 
 
 def test_a_callback_without_a_trainer_says_how_to_give_it(tiny_judge):

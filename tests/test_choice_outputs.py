@@ -12,11 +12,12 @@ import math
 import pytest
 
 from pluie_reward import Judge, PluieReward, load_template
-from pluie_reward.core.outputs import AnswerOutput
+from pluie_reward.integrations.outputs import AnswerOutput
 from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
 from pluie_reward.tools import cli
 from pluie_reward.tools.evaluation import cli as eval_cli
-from pluie_reward.tools.evaluation.tasks import choice_preference, preference_results
+from pluie_reward.tools.evaluation.scoring import choice_preference
+from pluie_reward.tools.evaluation.tasks import preference_results
 
 from test_answers import answer_softmax
 from test_eval_runs import Recorder, ref_kappa, ref_tie_calibrated
@@ -272,7 +273,8 @@ def test_eval_bad_choice_inputs_exit_2(tmp_path, capsys, monkeypatch):
     assert "nope" in capsys.readouterr().err
     assert cli.main(["eval", "classification", "-i", str(data), "-t", "rev-choice", "--no-progress"]) == 2
     assert "evaluate it with 'pluie-reward eval preference'" in capsys.readouterr().err
-    from pluie_reward.tools.evaluation.tasks import Condition, run_classification
+    from pluie_reward.tools.evaluation.scoring import Condition
+    from pluie_reward.tools.evaluation.tasks import run_classification
 
     with pytest.raises(ValueError, match="with a preference task"):
         run_classification(None, [Condition("C", "rev-choice", {"original": ["o"], "instruction": ["i"]})], [True])

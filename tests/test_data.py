@@ -106,7 +106,7 @@ def test_best_of_n_prefers_paraphrases_to_copies_by_default():
     ds = Dataset.from_dict({"source": sources, "hypothesis": candidates, "pluie_logratio": logratio,
                             "pluie_p_yes": p_yes, "pluie_verdict": [True] * 3})
     from pluie_reward.integrations.data import _copy_proof_columns
-    from pluie_reward.core.novelty import TASKS
+    from pluie_reward.integrations.novelty import TASKS
 
     columns = _copy_proof_columns(TASKS["paraphrase"], sources, candidates, p_yes, "pluie_")
     ds = ds.add_column("pluie_novelty", columns["pluie_novelty"]).add_column("pluie_copy", columns["pluie_copy"])

@@ -13,7 +13,16 @@ import json
 import pytest
 
 from pluie_reward import Judge, load_template
-from pluie_reward.engines.transformers.loading import EMBEDDED_NAME, load_adapter, load_model_and_tokenizer
+from pluie_reward.engines.transformers.engine import TransformersEngine
+from pluie_reward.engines.transformers.loading import (
+    EMBEDDED_NAME,
+    display_name,
+    load_adapter,
+    load_model_and_tokenizer,
+    load_tokenizer,
+    model_source,
+)
+from pluie_reward.engines.vllm import VLLMEngine
 from pluie_reward.judges import DEFAULT_ADAPTER_DIR, DEFAULT_TEMPLATE, default_adapter_dir
 
 from test_chat_templates import eq3
@@ -47,12 +56,24 @@ def test_the_package_ships_the_adapter_and_its_card():
     assert size < 20_000_000, size  # small package data
 
 
+def test_a_forgotten_default_adapter_is_an_error_not_the_untuned_model():
+    """Every function that resolves ``None``/"embedded" to a model takes the default judge's adapter as a
+    required keyword (``None``: the untuned model, said explicitly)."""
+    calls = [lambda: display_name(None), lambda: model_source(None), lambda: load_tokenizer(),
+             lambda: load_model_and_tokenizer(), lambda: TransformersEngine.load(), lambda: VLLMEngine.load()]
+    for call in calls:
+        with pytest.raises(TypeError, match="default_adapter"):
+            call()
+    assert display_name(None, default_adapter=None) == EMBEDDED_NAME
+    assert display_name("embedded", default_adapter=DEFAULT_ADAPTER_DIR) == f"{EMBEDDED_NAME}+{DEFAULT_ADAPTER_DIR.name}"
+
+
 @pytest.mark.slow  # ~25 s on 2 cores, ~55 s on one pytest-xdist worker's single thread
 def test_default_judge_scores_equal_eq3_on_the_unmerged_adapter(default_judge, embedded_base_judge):
     """Under the engine's settings too: its default, small batches (64 tokens) and one batch, the result
     cache off and on (then a second call served from it), inputs shuffled (results come back in input order)."""
     assert default_judge.name == f"{EMBEDDED_NAME}+{DEFAULT_ADAPTER_DIR.name}"
-    base, tokenizer = load_model_and_tokenizer("embedded-base")
+    base, tokenizer = load_model_and_tokenizer("embedded-base", default_adapter=None)
     unmerged = copy.deepcopy(load_adapter(base, DEFAULT_ADAPTER_DIR)).double()
     template = load_template(DEFAULT_TEMPLATE)
     want = [eq3(unmerged, tokenizer, template.chat({"source": s, "hypothesis": h}), template.answers)

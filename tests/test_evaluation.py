@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from pluie_reward.integrations.novelty import edit_distance
 from pluie_reward.tools.cli import main
-from pluie_reward.core.novelty import edit_distance
 from pluie_reward.tools.evaluation import baselines as bl
 from pluie_reward.tools.evaluation.metrics import (
     as_labels,

@@ -1,5 +1,5 @@
 """One completion -> text function and one field -> column mapping for every integration
-(pluie_reward.core.fields): local and remote rewards, verl, the server, datasets and the CLI read the
+(pluie_reward.integrations.fields): local and remote rewards, verl, the server, datasets and the CLI read the
 same text and report a missing column the same way."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pluie_reward.core.fields import (
+from pluie_reward.integrations.fields import (
     FieldMap,
     MissingColumnError,
     completion_text,
@@ -123,7 +123,7 @@ def test_map_fields_rules():
 
 
 def test_the_http_client_imports_without_torch():
-    """The client and core/fields need httpx only: torch and transformers are blocked in a fresh process."""
+    """The client and integrations/fields need httpx only: torch and transformers are blocked in a fresh process."""
     code = (
         "import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None; sys.modules['yaml'] = None\n"
         "import pluie_reward.serving.client as c, pluie_reward.serving.openrlhf as o\n"

@@ -28,10 +28,10 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
 from pluie_reward import AsyncPluieReward, NoveltyReward, PluieReward  # noqa: E402
+from pluie_reward.integrations.novelty import novelty_score  # noqa: E402
 from pluie_reward.serving import background, create_app  # noqa: E402
 from pluie_reward.serving import client as client_module  # noqa: E402
 from pluie_reward.serving.client import RemotePluieReward, compute_score, compute_score_sync  # noqa: E402
-from pluie_reward.core.novelty import novelty_score  # noqa: E402
 from pluie_reward.testing import make_tiny_judge  # noqa: E402
 
 TOKEN = "frameworks-token-3"

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from pluie_reward.core.group import judge_groups, load_group_template, residual_bias, shifts
+from pluie_reward.integrations.group import judge_groups, load_group_template, residual_bias, shifts
 from pluie_reward.integrations.group_reward import GroupPluieReward
 from pluie_reward.testing import make_tiny_judge
 

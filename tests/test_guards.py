@@ -17,7 +17,7 @@ from pluie_reward.integrations.guards import (
     escape_fields,
     template_format,
 )
-from pluie_reward.core.novelty import normalize_text, novelty_score, same_words
+from pluie_reward.integrations.novelty import normalize_text, novelty_score, same_words
 from pluie_reward.testing import make_tiny_tokenizer
 
 SOURCE = "The cat sleeps on the mat."

@@ -1,4 +1,4 @@
-"""The package's one exception base (``PluieError``) and its one HTTP client (``core/http.py``):
+"""The package's one exception base (``PluieError``) and its one HTTP client (``common/http.py``):
 retries, ``Retry-After``, timeouts and errors, the same for the sync and async clients, against a
 real server on 127.0.0.1."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pluie_reward.core.errors import PluieError, RemoteError
+from pluie_reward.common.errors import PluieError, RemoteError
 
 ROOT = Path(__file__).resolve().parents[1] / "pluie_reward"
 
@@ -76,7 +76,7 @@ def test_every_package_exception_subclasses_pluie_error():
 
 def test_errors_keep_their_builtin_bases():
     from pluie_reward import PluieError as exported
-    from pluie_reward.core.fields import MissingColumnError
+    from pluie_reward.integrations.fields import MissingColumnError
     from pluie_reward.core.prompt import AnswerTokenError
     from pluie_reward.engines.remote import RemoteEngineError
     from pluie_reward.serving.batcher import ScoringError, ShuttingDown
@@ -102,7 +102,7 @@ import threading  # noqa: E402
 import time  # noqa: E402
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
 
-from pluie_reward.core.http import RETRY_STATUS, AsyncHTTPClient, HTTPClient, HTTPConfig  # noqa: E402
+from pluie_reward.common.http import RETRY_STATUS, AsyncHTTPClient, HTTPClient, HTTPConfig  # noqa: E402
 
 FAST = dict(backoff=0.001, connect_timeout=2.0)  # short waits: the tests check counts, not back-off times
 

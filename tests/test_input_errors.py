@@ -14,10 +14,10 @@ from pluie_reward import Judge, load_template
 from pluie_reward.core.template import RESERVED_FIELDS
 from pluie_reward.testing import make_tiny_judge
 from pluie_reward.tools import cli
-from pluie_reward.tools.cli import common
 from pluie_reward.tools.cli import score as score_cli
 from pluie_reward.tools.cli.records import read_table
 from pluie_reward.tools.evaluation import cli as eval_cli
+from pluie_reward.tools.shared import UsageError
 
 
 class NoJudge:
@@ -151,7 +151,7 @@ def test_dataset_formats_and_nested_columns(tmp_path):
         assert records.values("meta.human") == ["B", "tie"], path
     assert read_table(tmp_path / "dd", "train").values("a") == ["x"]
     assert read_table(tmp_path / "o.json").where(1) == "o.json entry 'p2'"
-    with pytest.raises(common.UsageError, match=r"splits \['test', 'train'\].*--split"):
+    with pytest.raises(UsageError, match=r"splits \['test', 'train'\].*--split"):
         read_table(tmp_path / "dd")
 
 

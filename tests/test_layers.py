@@ -1,6 +1,16 @@
-"""The package's layers (docs/architecture.md): tools -> serving -> integrations -> engines/core. A module never
-imports from a layer above its own, at module level or inside a function; module-level imports form
-no cycle. Read from the source with ``ast`` (no import needed)."""
+"""The package's layers (docs/architecture.md), one floor each, lowest first:
+
+0 ground        common/ (errors, the HTTP client, weight fingerprints), templates/ and judges/ (data)
+1 engines       engines/ (run a model on token ids)
+2 core          core/ (the Judge: templates, prompt binding, plan, calibration, result cache)
+3 integrations  integrations/ (rewards, callbacks, datasets, and what they share with the clients and tools)
+4 serving       serving/ (the judge server and its clients)
+5 tools         tools/ (the commands), __main__.py, and the package's own __init__ (it exports names of every layer)
+
+testing.py (tiny models and the engine conformance suite, for tests) imports the Judge and the engine
+protocol, which puts it on core's floor. A module never imports from a floor above its own, at module
+level or inside a function; module-level imports form no cycle. Read from the source with ``ast`` (no
+import needed)."""
 
 from __future__ import annotations
 
@@ -9,7 +19,14 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "pluie_reward"
-LAYERS = {"core": 1, "engines": 1, "templates": 0, "judges": 0, "integrations": 2, "serving": 2.5, "tools": 3, "testing": 3}
+FLOORS = {
+    "common": 0, "templates": 0, "judges": 0,
+    "engines": 1,
+    "core": 2, "testing": 2,
+    "integrations": 3,
+    "serving": 4,
+    "tools": 5, "__main__": 5, "__init__": 5,
+}
 
 
 def module_name(path: Path) -> str:
@@ -17,11 +34,14 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def layer(module: str) -> int:
+def entry(module: str) -> str:
+    """The package's top-level folder or module ``module`` belongs to (``__init__``: the package's own)."""
     parts = module.split(".")
-    if len(parts) < 2:
-        return 0  # the package's own __init__: lazy exports only
-    return LAYERS.get(parts[1], 3)
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def layer(module: str) -> int:
+    return FLOORS[entry(module)]
 
 
 def imports(path: Path) -> list[tuple[str, bool, int]]:
@@ -58,14 +78,21 @@ def known(target: str, modules: set[str]) -> str | None:
 MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
 
 
+def test_every_part_of_the_package_has_a_floor():
+    """Each top-level folder and module of the package is on one floor of FLOORS, and FLOORS names no other."""
+    entries = {p.stem if p.is_file() else p.name for p in ROOT.iterdir()
+               if (p.is_file() and p.suffix == ".py") or (p.is_dir() and not p.name.startswith(("_", ".")))}
+    assert entries == set(FLOORS), f"without a floor: {sorted(entries - set(FLOORS))}; not in the package: {sorted(set(FLOORS) - entries)}"
+
+
 def test_no_module_imports_from_a_layer_above():
-    wrong = []
+    wrong = set()
     for name, path in MODULES.items():
         for target, _, line in imports(path):
             resolved = known(target, set(MODULES))
             if resolved and layer(resolved) > layer(name):
-                wrong.append(f"{path.relative_to(ROOT.parent)}:{line}: {name} (layer {layer(name)}) imports {resolved} (layer {layer(resolved)})")
-    assert not wrong, "\n".join(wrong)
+                wrong.add(f"{path.relative_to(ROOT.parent)}:{line}: {name} (floor {layer(name)}) imports {resolved} (floor {layer(resolved)})")
+    assert not wrong, "\n".join(sorted(wrong))
 
 
 def test_core_reaches_engines_only_through_the_protocol_and_the_registry():
@@ -136,7 +163,7 @@ def test_module_level_imports_form_no_cycle():
 #   "# lazy: httpx-only client"   a module that must import with httpx alone (LIGHT_CLIENTS) defers the rest.
 REASON = re.compile(r"#\s*(optional: ([\w.-]+)|lazy: (CLI start-up|package exports|httpx-only client))")
 HEAVY = {"torch", "transformers", "accelerate", "datasets", "gguf"}  # core dependencies too slow for start-up
-LIGHT_CLIENTS = {"pluie_reward.serving.openrlhf": {"torch", "transformers", "yaml"}}  # tests/test_fields.py
+LIGHT_CLIENTS = {name: {"torch", "transformers", "yaml"} for name in ("pluie_reward.serving.client", "pluie_reward.serving.openrlhf")}
 
 
 def optional_dependencies() -> set[str]:
@@ -262,6 +289,13 @@ def test_the_command_line_starts_without_heavy_dependencies():
     """``pluie-reward --help`` and argument errors load no torch, transformers or optional dependency."""
     heavy = sorted(dependencies_of(command_modules()) & (HEAVY | optional_dependencies()))
     assert not heavy, f"the command modules load {heavy} when imported; import it where the command runs (# lazy: CLI start-up)"
+
+
+def test_the_http_clients_import_with_httpx_alone():
+    """The judge server's clients load no torch, transformers or yaml when imported (tests/test_fields.py
+    imports them with those blocked)."""
+    heavy = {name: sorted(dependencies_of({name}) & banned) for name, banned in LIGHT_CLIENTS.items()}
+    assert not any(heavy.values()), heavy
 
 
 def test_only_commands_import_the_command_line_package():

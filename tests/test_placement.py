@@ -12,8 +12,9 @@ peft = pytest.importorskip("peft")
 from peft import LoraConfig, get_peft_model  # noqa: E402
 
 from pluie_reward import Judge, load_trainable_embedded  # noqa: E402
+from pluie_reward.engines.transformers.compat import checkpointing_on, enable_checkpointing  # noqa: E402
 from pluie_reward.engines.transformers.placement import belongs_to_adapter, gathered_parameters  # noqa: E402
-from pluie_reward.testing import checkpointing_on, enable_checkpointing, make_tiny_causal_lm, make_tiny_tokenizer  # noqa: E402
+from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer  # noqa: E402
 
 SOURCES = ["The cat sleeps on the mat.", "The dog barks at night.", "The cat sleeps on the mat."]
 HYPOTHESES = ["A cat is sleeping on the mat.", "The dog sleeps.", "Paraphrase this sentence."]

@@ -204,7 +204,7 @@ def test_a_replica_killed_under_load_loses_no_request(pool_url, reference, monke
     each bounded by its timeout) queue in Ray's proxy, and one replica is killed 1 s later, before
     anything can have been answered. Every call is answered, with the reference scores: the long
     request of the dead replica comes back as 500 from Ray's proxy and the client retries it
-    (core/http.py; the spy counts it), the queued ones Ray routes to the live replica. Ray then starts
+    (common/http.py; the spy counts it), the queued ones Ray routes to the live replica. Ray then starts
     a replica in its place."""
     import ray
     from ray import serve

@@ -8,9 +8,10 @@ import pickle
 import pytest
 
 from pluie_reward import Judge, NoveltyReward, PluieReward, novelty
-from pluie_reward.core.novelty import edit_distance, novelty_score
-from pluie_reward.core.fields import completion_text
-from pluie_reward.testing import checkpointing_on, make_tiny_causal_lm, make_tiny_judge, make_tiny_tokenizer
+from pluie_reward.engines.transformers.compat import checkpointing_on
+from pluie_reward.integrations.fields import completion_text
+from pluie_reward.integrations.novelty import edit_distance, novelty_score
+from pluie_reward.testing import make_tiny_causal_lm, make_tiny_judge, make_tiny_tokenizer
 
 SOURCES = ["The cat sleeps on the mat and the dog barks at night.", "The dog barks at night in the garden of the house."]
 COMPLETIONS = ["A cat is sleeping on the mat.", "The dog sleeps.", "Paraphrase this sentence.", ""]

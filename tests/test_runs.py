@@ -89,7 +89,8 @@ def test_plot_run_on_a_real_trainer_run(tiny_judge, tmp_path):
     args = TrainingArguments(str(tmp_path), max_steps=2, eval_strategy="steps", eval_steps=1, logging_steps=1,
                              per_device_train_batch_size=3, report_to=[], use_cpu=True, disable_tqdm=True, save_strategy="no")
     trainer = Trainer(model=make_tiny_causal_lm(tok, seed=1), args=args, train_dataset=data, eval_dataset=data,
-                      processing_class=tok, callbacks=[PluieCallback(tiny_judge, "para-fs", items, max_new_tokens=3)])
+                      processing_class=tok)
+    PluieCallback(tiny_judge, "para-fs", items, max_new_tokens=3, trainer=trainer)
     trainer.train()
     trainer.save_state()
     run = read_run(tmp_path)

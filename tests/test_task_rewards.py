@@ -11,7 +11,7 @@ import re
 import pytest
 
 from pluie_reward import CopyProofReward, Judge, ParaphraseReward, RevisionReward, TranslationReward
-from pluie_reward.core.novelty import TASKS, copy_proof_novelty, copy_proof_score, is_copy
+from pluie_reward.integrations.novelty import TASKS, copy_proof_novelty, copy_proof_score, is_copy
 
 VOCAB = ("the cat dog sleeps barks mat night garden house river boat flour salt concert tickets summer fence "
          "rain flights airport monday team won championship year museum roof repaired library public spring").split()

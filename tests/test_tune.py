@@ -214,7 +214,7 @@ def test_training_loss_decreases(tokenizer):
 
 
 def test_gradient_checkpointing_trains_and_is_switched_off_afterwards(tokenizer):
-    from pluie_reward.testing import checkpointing_on
+    from pluie_reward.engines.transformers.compat import checkpointing_on
 
     model = make_tiny_causal_lm(tokenizer, seed=4)
     fields, labels, _ = cat_dog(16)

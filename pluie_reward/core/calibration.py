@@ -158,10 +158,11 @@ class Calibration:
         """A calibration from :meth:`to_dict`'s dict; unknown keys are an error naming them.
 
         Example:
-            >>> Calibration.from_dict({"a": 2, "b": 0, "temperature": 3})
+            >>> Calibration.from_dict({"a": 2, "b": 0, "temperature": 3})  # doctest: +NORMALIZE_WHITESPACE
             Traceback (most recent call last):
             ...
-            ValueError: calibration: unknown key(s) ['temperature']; known: ['a', 'b', 'template', 'judge', 'n_fit', 'n_heldout', 'heldout_fraction', 'seed', 'n_bins', 'metrics'].
+            ValueError: calibration: unknown key(s) ['temperature']; known: ['a', 'b', 'template', 'judge', 'n_fit', 'n_heldout',
+            'heldout_fraction', 'seed', 'n_bins', 'metrics'].
         """
         if not isinstance(data, Mapping):
             raise ValueError(f"calibration: expected a JSON object with 'a' and 'b', got {type(data).__name__}.")

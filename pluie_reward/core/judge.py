@@ -31,10 +31,11 @@ def check_engine_options(spec: EngineSpec, options: dict[str, Any]) -> None:
     that the engine ``spec`` does not declare (when it declares its options).
 
     Example:
-        >>> check_engine_options(engine_spec("transformers"), {"tensor_parallel_size": 2})  # doctest: +ELLIPSIS
+        >>> check_engine_options(engine_spec("transformers"), {"tensor_parallel_size": 2})  # doctest: +ELLIPSIS, +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        TypeError: Judge got unexpected argument(s) ['tensor_parallel_size']; the judge's options are [...], the transformers engine's [...].
+        TypeError: Judge got unexpected argument(s) ['tensor_parallel_size']; the judge's options are [...],
+        the transformers engine's [...].
     """
     names = spec.option_names()
     unknown = [] if names is None else sorted(set(options) - set(names))
@@ -220,7 +221,8 @@ class Judge:
         Example:
             >>> judge = Judge.load("Qwen/Qwen2.5-7B-Instruct", device="cuda:0", dtype="bfloat16")  # a GPU, a Hub model  # doctest: +SKIP
             >>> judge = Judge.load("Qwen/Qwen2.5-7B-Instruct", device="cuda", offload_device="cpu")  # a GPU, a Hub model  # doctest: +SKIP
-            >>> judge = Judge.load("meta-llama/Meta-Llama-3-70B-Instruct", engine="vllm", tensor_parallel_size=2)  # 2 GPUs  # doctest: +SKIP
+            >>> judge = Judge.load("meta-llama/Meta-Llama-3-70B-Instruct",  # 2 GPUs  # doctest: +SKIP
+            ...                    engine="vllm", tensor_parallel_size=2)
             >>> from pluie_reward.judges import DEFAULT_ADAPTER_DIR  # e.g. "out/judge-adapter" from pluie-reward tune
             >>> judge = Judge.load(adapter=DEFAULT_ADAPTER_DIR)  # the embedded base + a tuned adapter
         """
@@ -287,7 +289,8 @@ class Judge:
             The judge (the judge's options are checked before connecting).
 
         Example:
-            >>> judge = Judge.connect("http://judge-host:8000", tokenizer="meta-llama/Meta-Llama-3-70B-Instruct")  # a vLLM server  # doctest: +SKIP
+            >>> judge = Judge.connect("http://judge-host:8000",  # a vLLM server  # doctest: +SKIP
+            ...                       tokenizer="meta-llama/Meta-Llama-3-70B-Instruct")
         """
         own, engine_options = split_options(JudgeConfig, options)
         config = JudgeConfig(**own)  # checked before connecting

@@ -49,7 +49,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from .errors import PluieError
+from ..common.errors import PluieError
 from .template import GENERATED, Template, check_chat_template_kwargs, load_template  # noqa: F401  (load_template: doctests)
 
 _FIELD_MARK = "\ue000{}\ue001"  # private-use characters: no chat template touches them

@@ -72,7 +72,9 @@ class LoopEngine(Engine):
         """Scoring state: the served weights are taken as fixed, so the state is constant."""
         yield 0
 
-    def answer_logprobs(self, requests: Sequence[Request], answers: Sequence[Sequence[int]], *, prefix: Sequence[int] = ()) -> list[list[float]]:
+    def answer_logprobs(
+        self, requests: Sequence[Request], answers: Sequence[Sequence[int]], *, prefix: Sequence[int] = ()
+    ) -> list[list[float]]:
         """``log p(answer_k | ids)`` per request (up to a per-request constant for one-token answers); see :mod:`.base`."""
         return self._run(self._answers(requests, answers))
 

@@ -64,7 +64,8 @@ class EngineSpec:
     @property
     def load(self) -> Callable[..., LoadedEngine]:
         """The loader: ``spec.load(model, name=, adapter=, default_adapter=, device=, dtype=, device_map=,
-        offload_device=, model_kwargs=, **options)`` loads a model by name (``Judge.load``'s arguments)."""
+        offload_device=, model_kwargs=, **options)`` loads a model by name (``Judge.load``'s arguments;
+        ``default_adapter``, the default judge's adapter or ``None`` for the untuned model, is required)."""
         if self.loader is None:
             raise ValueError(f"the {self.name} engine does not load a model by name.")
         return _resolve(self.loader)

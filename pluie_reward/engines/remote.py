@@ -14,14 +14,15 @@ ids to ``POST /v1/completions``:
   ``VLLM_SERVER_DEV_MODE=1``) or takes ``logprobs_mode=`` from the caller, and refuses otherwise;
 * the judge's own turn (INDIRECT): greedy completion with ``return_token_ids``.
 
-HTTP goes through :mod:`pluie_reward.core.http`, the package's one client: requests go to the
+HTTP goes through :mod:`pluie_reward.common.http`, the package's one client: requests go to the
 replica with the fewest requests in flight; connection errors, timeouts and the statuses of
-:data:`~pluie_reward.core.http.RETRY_STATUS` (429, 5xx...) are retried with back-off, on another
+:data:`~pluie_reward.common.http.RETRY_STATUS` (429, 5xx...) are retried with back-off, on another
 replica when there is one; other failures raise :class:`RemoteEngineError` with the URL, the status
 and the server's message.
 
 Example:
-    >>> judge = Judge.connect(["http://10.0.0.5:8000", "http://10.0.0.6:8000"], tokenizer="Qwen/Qwen2.5-7B-Instruct")  # vLLM servers  # doctest: +SKIP
+    >>> judge = Judge.connect(["http://10.0.0.5:8000", "http://10.0.0.6:8000"],  # vLLM servers  # doctest: +SKIP
+    ...                       tokenizer="Qwen/Qwen2.5-7B-Instruct")
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Sequence
 
-from ..core.errors import RemoteError
+from ..common.errors import RemoteError
 from .base import Request
 from .loop import LoopEngine
 
@@ -38,7 +39,7 @@ NORMALISED_MODES = frozenset({"raw_logprobs", "processed_logprobs"})
 
 class RemoteEngineError(RemoteError):
     """The judge server refused a request, no replica answered after the retries, or an answer was
-    not what the engine needs (``status``, ``url``, ``detail``: see :class:`~pluie_reward.core.errors.RemoteError`)."""
+    not what the engine needs (``status``, ``url``, ``detail``: see :class:`~pluie_reward.common.errors.RemoteError`)."""
 
 
 def parse_urls(urls: "str | Sequence[str]") -> list[str]:
@@ -100,7 +101,7 @@ class RemoteEngine(LoopEngine):
         timeout: seconds per HTTP request (connecting: at most 10 s).
         retries: extra attempts per request (on another replica when there is one).
         backoff: seconds before the first retry, doubled at each further one (see
-            :class:`~pluie_reward.core.http.HTTPConfig`).
+            :class:`~pluie_reward.common.http.HTTPConfig`).
         chunk_size: prompts per HTTP request.
         logprobs_mode: the servers' ``--logprobs-mode`` when you know it (needed for multi-token
             answers when ``/server_info`` is not exposed).
@@ -124,7 +125,7 @@ class RemoteEngine(LoopEngine):
         chunk_size: int = 32,
         logprobs_mode: str | None = None,
     ) -> None:
-        from ..core.http import HTTPConfig  # optional: httpx
+        from ..common.http import HTTPConfig  # optional: httpx
 
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
@@ -155,7 +156,7 @@ class RemoteEngine(LoopEngine):
     @staticmethod
     async def _make_client(urls: list[str], config: Any, headers: dict[str, str]) -> Any:
         """The HTTP client, made on the engine's event loop (which it will run on)."""
-        from ..core.http import AsyncHTTPClient  # optional: httpx
+        from ..common.http import AsyncHTTPClient  # optional: httpx
 
         return AsyncHTTPClient(urls, config, headers=headers, name="judge server", error=RemoteEngineError, max_connections=256)
 
@@ -223,7 +224,8 @@ class RemoteEngine(LoopEngine):
                 + (f"; the server reports {mode!r}." if mode else "; the server's mode could not be read.")
             )
         # sanity check: a log-probability is never positive
-        probe = (await self._completions([[int(self.tokenizer.eos_token_id or 0)]], max_tokens=1, logprobs=1, return_tokens_as_token_ids=True))[0]
+        eos = int(self.tokenizer.eos_token_id or 0)
+        probe = (await self._completions([[eos]], max_tokens=1, logprobs=1, return_tokens_as_token_ids=True))[0]
         top = max(float(v) for v in probe["logprobs"]["top_logprobs"][0].values())
         if top > 1e-4:
             raise RemoteEngineError(f"the server returned a positive log-probability ({top:.3g}): it serves raw logits.")
@@ -239,7 +241,8 @@ class RemoteEngine(LoopEngine):
             )
             return [[_value(c["logprobs"]["top_logprobs"][0], t) for t in ids] for c in choices]
         await self._check_normalised()
-        jobs = [(i, k, list(r.ids) + list(a[:t]), a[t]) for i, r in enumerate(requests) for k, a in enumerate(answers) for t in range(len(a))]
+        jobs = [(i, k, list(r.ids) + list(a[:t]), a[t])
+                for i, r in enumerate(requests) for k, a in enumerate(answers) for t in range(len(a))]
         values = [[0.0] * len(answers) for _ in requests]
         for token in {job[3] for job in jobs}:  # one request shape per target token
             group = [job for job in jobs if job[3] == token]

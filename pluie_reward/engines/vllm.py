@@ -203,7 +203,7 @@ class VLLMEngine(LoopEngine):
 
     @classmethod
     def load(cls, model: "str | Path | None" = None, *, name: str | None = None, adapter: "str | Path | None" = None,
-             default_adapter: "Path | None" = None, device: Any = None, dtype: Any = None, device_map: Any = None,
+             default_adapter: "Path | None", device: Any = None, dtype: Any = None, device_map: Any = None,
              offload_device: Any = None, model_kwargs: dict | None = None, **options: Any) -> LoadedEngine:
         """The ``"vllm"`` loader of :meth:`Judge.load <pluie_reward.Judge.load>` (which documents the arguments):
         ``None``/``"embedded"`` is the embedded model with ``default_adapter`` merged, in float32 unless
@@ -217,10 +217,10 @@ class VLLMEngine(LoopEngine):
         if adapter is not None:
             raise ValueError("a tuned judge adapter is read by the transformers engine; merge it into the model "
                              "(peft's merge_and_unload, then save_pretrained) to serve it with vLLM.")
-        name = display_name(model, default_adapter) if name is None else name
+        name = display_name(model, default_adapter=default_adapter) if name is None else name
         default_dtype = "float32" if is_embedded(model) else "auto"
         dtype = str(dtype or default_dtype).replace("torch.", "")
-        return LoadedEngine(cls(model_source(model, default_adapter), dtype=dtype, **options), name, is_embedded(model))
+        return LoadedEngine(cls(model_source(model, default_adapter=default_adapter), dtype=dtype, **options), name, is_embedded(model))
 
     async def _create(self) -> Any:
         from vllm.v1.engine.async_llm import AsyncLLM

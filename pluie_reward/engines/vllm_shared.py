@@ -44,7 +44,7 @@ import json
 from pathlib import Path
 from typing import Any, Hashable, Iterator, Sequence
 
-from ..core.errors import PluieError
+from ..common.errors import PluieError
 from .base import Engine, Request
 from .vllm import read_answers, reading_jobs, reading_params
 
@@ -191,7 +191,9 @@ class SharedVLLMEngine(Engine):
         self.stats["requests"] += len(jobs)
         return [o.outputs[0] for o in outs]
 
-    def answer_logprobs(self, requests: Sequence[Request], answers: Sequence[Sequence[int]], *, prefix: Sequence[int] = ()) -> list[list[float]]:
+    def answer_logprobs(
+        self, requests: Sequence[Request], answers: Sequence[Sequence[int]], *, prefix: Sequence[int] = ()
+    ) -> list[list[float]]:
         """``log p(answer_k | ids)`` per request (see :mod:`.base`); raw logits when the engine runs in
         a logits ``logprobs_mode`` (one-token answers only)."""
         if self.logits_only and any(len(a) > 1 for a in answers):

@@ -305,11 +305,12 @@ class HackAlarm:
         self._streak = self._streak + 1 if over else 0
         if self._streak >= self.config.patience and self.fired_at is None:
             self.fired_at = index
+            correlations = ", ".join(f"{n!r}: {self._paid[n]:.2f} (paid at {self.config.paid_at(n)})" for n in sorted(lagging))
             warnings.warn(
                 f"possible reward hacking from batch {index}: the reward rose {rise:.2f} baseline SDs while "
                 f"{sorted(lagging)} did not follow (divergence {lagging}, threshold {self.config.threshold}, "
                 f"shifts {{{', '.join(f'{n!r}: {shifts[n]:.2f}' for n in sorted(lagging))}}}; within-group correlation "
-                f"with the reward {{{', '.join(f'{n!r}: {self._paid[n]:.2f} (paid at {self.config.paid_at(n)})' for n in sorted(lagging))}}}). "
+                f"with the reward {{{correlations}}}). "
                 "Look at the completions of these batches; guard the reward (GuardedReward, NoveltyReward) if they game it.",
                 HackWarning,
                 stacklevel=2,

@@ -9,8 +9,9 @@ Example:
     >>> from pluie_reward import Judge
     >>> from pluie_reward.integrations.callbacks import PluieCallback
     >>> callback = PluieCallback(Judge.load, "para-fs", [{"prompt": "Paraphrase: The cat sleeps.", "source": "The cat sleeps."}])
-    >>> trainer = SFTTrainer(model, args=args, train_dataset=train, eval_dataset=dev, callbacks=[callback])  # needs minutes of training  # doctest: +SKIP
-    >>> trainer.train()  # doctest: +SKIP
+    >>> trainer = SFTTrainer(model, args=args, train_dataset=train, eval_dataset=dev)  # doctest: +SKIP
+    >>> callback.attach(trainer)  # doctest: +SKIP
+    >>> trainer.train()  # needs minutes of training  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import json
 import logging
 import math
 import sys
-import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -27,10 +27,10 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 from transformers.trainer_callback import TrainerCallback
 
-from ..core.fields import map_fields
+from ..common.weights import weights_digest
 from ..core.judge import Judge
-from ..core.weights import weights_digest
 from ..core.template import Template, load_template, normalize_fields
+from .fields import map_fields
 
 JudgeLike = "Judge | Callable[[], Judge]"
 logger = logging.getLogger(__name__)
@@ -213,7 +213,7 @@ class PluieCallback(TrainerCallback):
             and call ``callback.attach(trainer)``.
 
     The callback needs its trainer to log (metrics added in ``on_evaluate`` are otherwise not
-    logged). A callback only passed in ``callbacks=[...]`` still finds it, with a ``DeprecationWarning``.
+    logged): a callback only passed in ``callbacks=[...]`` has none, and says so when training starts.
 
     Example:
         >>> from transformers import Trainer, TrainingArguments
@@ -269,7 +269,7 @@ class PluieCallback(TrainerCallback):
                 f"template {self.template.name!r} has no field {hypothesis_field!r} for the generation; "
                 f"its fields are {list(self.template.fields)} (set hypothesis_field=...)."
             )
-        # the one field -> column mapping (pluie_reward.core.fields); the generation fills hypothesis_field
+        # the one field -> column mapping (pluie_reward.integrations.fields); the generation fills hypothesis_field
         self.field_map = map_fields(
             self.template.fields, fields, optional=self.template.optional_fields, fixed={hypothesis_field},
             template=self.template.name, setting="fields", who="PluieCallback: ",
@@ -392,38 +392,14 @@ class PluieCallback(TrainerCallback):
             )
 
     def _find_trainer(self) -> Any:
-        """The trainer given to :meth:`attach` (or ``trainer=``). Deprecated fallback: a callback only
-        passed in ``callbacks=[...]`` looks for the trainer calling it up the call stack, once."""
+        """The trainer given to :meth:`attach` (or ``trainer=``)."""
         if self.trainer is not None:
             return self.trainer
-        from transformers import Trainer
-
-        frame = sys._getframe(1)
-        while frame is not None:
-            owner = frame.f_locals.get("self")
-            if isinstance(owner, Trainer) and self in getattr(getattr(owner, "callback_handler", None), "callbacks", ()):
-                warnings.warn(
-                    "PluieCallback found its trainer up the call stack: pass it explicitly, "
-                    "PluieCallback(..., trainer=trainer) or callback.attach(trainer), as TRL's LogCompletionsCallback(trainer, ...).",
-                    DeprecationWarning, stacklevel=2,
-                )
-                self.trainer = owner  # not attach(): the handler may be iterating over its callbacks now
-                handler = owner.callback_handler
-                handler.callbacks = [self] + [cb for cb in handler.callbacks if cb is not self]  # a new list
-                self._check_arguments(owner.args)
-                return owner
-            frame = frame.f_back
         raise RuntimeError(
             "PluieCallback has no trainer: build it with PluieCallback(..., trainer=trainer) or call callback.attach(trainer)."
         )
 
     # trainer events --------------------------------------------------------------------------
-    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        try:
-            self._find_trainer()
-        except RuntimeError:
-            pass  # the callback was not passed in callbacks=[...]; attach() or on_train_begin will tell
-
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._find_trainer()
 
@@ -496,7 +472,9 @@ class PluieCallback(TrainerCallback):
         trainer.log(self.evaluate(model, kwargs.get("processing_class"), args=args, state=state))
 
     # the work --------------------------------------------------------------------------------
-    def generate_and_score(self, model: Any, tokenizer: Any = None, *, process_index: int = 0, num_processes: int = 1) -> list[dict[str, Any]]:
+    def generate_and_score(
+        self, model: Any, tokenizer: Any = None, *, process_index: int = 0, num_processes: int = 1
+    ) -> list[dict[str, Any]]:
         """Generate for this process's slice of the evaluation set and score it with the judge.
 
         Returns one record per item of the slice: ``index, prompt, generation, score, p_yes, verdict``

@@ -2,9 +2,9 @@
 best teacher candidates per source (best-of-n) to build distillation data.
 
 PLUIE alone prefers copies (a copy of the source means what the source means), so for a template of a
-known task (paraphrase, translation, revision: :func:`~pluie_reward.core.novelty.task_of`)
+known task (paraphrase, translation, revision: :func:`~pluie_reward.integrations.novelty.task_of`)
 :func:`score_dataset` also adds the copy-proof score of
-:func:`~pluie_reward.core.novelty.copy_proof_score`, novelty and a copy flag, and
+:func:`~pluie_reward.integrations.novelty.copy_proof_score`, novelty and a copy flag, and
 :func:`best_of_n` ranks by the copy-proof score by default; :func:`describe_pairs` reports the copy
 rate and novelty of what was kept beside its PLUIE.
 
@@ -24,9 +24,9 @@ import math
 import uuid
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..core.fields import map_fields
 from ..core.template import load_template
-from ..core.novelty import resolve_task, task_of
+from .fields import map_fields
+from .novelty import resolve_task, task_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from datasets import Dataset
@@ -40,7 +40,7 @@ COPY_PROOF_COLUMNS = ("novelty", "copy", "copy_proof")
 
 def _field_columns(dataset: "Dataset", template: Any, columns: Mapping[str, str] | None) -> dict[str, str]:
     """Map each template field to a dataset column (same name unless ``columns`` says otherwise;
-    optional fields only when their column exists), with :mod:`pluie_reward.core.fields`."""
+    optional fields only when their column exists), with :mod:`pluie_reward.integrations.fields`."""
     tmpl = load_template(template)
     field_map = map_fields(tmpl.fields, columns, optional=tmpl.optional_fields, template=tmpl.name, setting="columns")
     return field_map.select(dataset.column_names, where="the dataset")
@@ -62,15 +62,15 @@ def score_dataset(
     """Add ``{prefix}logratio``, ``{prefix}p_yes`` and ``{prefix}verdict`` columns with a batched ``map``
     that calls :meth:`Judge.score` (the map shows a progress bar; ``desc=None`` keeps its default),
     and, for a template of a known task, ``{prefix}novelty``
-    (:func:`~pluie_reward.core.novelty.copy_proof_novelty` against the task's source
-    field), ``{prefix}copy`` (:func:`~pluie_reward.core.novelty.is_copy`) and
-    ``{prefix}copy_proof`` (:func:`~pluie_reward.core.novelty.copy_proof_score`: the
+    (:func:`~pluie_reward.integrations.novelty.copy_proof_novelty` against the task's source
+    field), ``{prefix}copy`` (:func:`~pluie_reward.integrations.novelty.is_copy`) and
+    ``{prefix}copy_proof`` (:func:`~pluie_reward.integrations.novelty.copy_proof_score`: the
     reward of :class:`~pluie_reward.ParaphraseReward` and its siblings, 0 for a copy).
 
     Args:
         columns: template field -> dataset column, for columns not named like the fields.
         threshold: verdict is ``logratio > threshold`` (default: the judge's).
-        task: the :class:`~pluie_reward.core.novelty.Task` (or its name) for the
+        task: the :class:`~pluie_reward.integrations.novelty.Task` (or its name) for the
             copy-proof columns; default: the template's (``para-*``: paraphrase, ``net``: translation,
             ``rev``: revision; none for other templates, and then no such columns).
 

@@ -1,5 +1,5 @@
 """A group-relative TRL reward: the judge sees a GRPO group's G completions together and says which
-is best (:func:`~pluie_reward.core.group.judge_groups`), instead of judging each alone.
+is best (:func:`~pluie_reward.integrations.group.judge_groups`), instead of judging each alone.
 
 GRPO already turns rewards into advantages within a group; a group judge compares the candidates
 directly, in one prompt per order, and its ``p(best = i)`` sums to 1 over the group. Groups are the
@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping, Sequence
 
-from ..core.fields import map_fields, prompt_text
-from ..core.group import judge_groups, load_group_template
 from ..core.judge import Judge
+from .fields import map_fields, prompt_text
+from .group import judge_groups, load_group_template
 from .reward_base import Batch, Reward, Scores
 from .rewards import JudgeHolder
 
@@ -45,7 +45,7 @@ class GroupPluieReward(JudgeHolder, Reward):
     When TRL passes ``log_metric``, it logs ``<name>/max_prob`` (mean over groups of the largest
     p(best): 1/G means the judge cannot tell the candidates apart) and ``<name>/groups``.
 
-    Its ``template`` is a :class:`~pluie_reward.core.group.GroupTemplate`, which puts the completion
+    Its ``template`` is a :class:`~pluie_reward.integrations.group.GroupTemplate`, which puts the completion
     among G candidates, not in a ``hypothesis`` field: a guard cannot read it (pass a
     :class:`~pluie_reward.CompletionGuard` of a Yes/No template to guard the completions).
     """

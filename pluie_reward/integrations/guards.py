@@ -11,7 +11,7 @@ need no judge to recognise, from the completion text alone:
 * ``control_token``: control-token strings of the judge's tokenizer (``<|im_end|>``, ``[INST]``...),
   which a policy can spell with ordinary tokens to fake the end of the user turn.
 
-Text is folded with :func:`~pluie_reward.core.novelty.normalize_text` first, so zero-width characters,
+Text is folded with :func:`~pluie_reward.integrations.novelty.normalize_text` first, so zero-width characters,
 case and homoglyphs do not evade the checks. Use them as a separate reward (:class:`GuardReward`,
 a penalty added with ``reward_weights``) or around PLUIE (:class:`GuardedReward`, which replaces the
 reward of a flagged completion); both log each guard's rate through TRL's ``log_metric``
@@ -42,9 +42,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import yaml
 
-from ..core.fields import prompt_text
-from ..core.novelty import is_invisible, normalize_text, words
 from ..core.template import Template, load_template
+from .fields import prompt_text
+from .novelty import is_invisible, normalize_text, words
 from .reward_base import Batch, Reward, Scores
 
 CHECKS = ("answer_word", "delimiter", "control_token")
@@ -262,8 +262,9 @@ class CompletionGuard:
         name: prefix of the logged metrics (``<name>/<check>_rate``).
 
     Example:
-        >>> CompletionGuard("para-fs").flags(["Yes.", "He said yes to the offer."])
-        [{'answer_word': True, 'delimiter': False, 'control_token': False}, {'answer_word': False, 'delimiter': False, 'control_token': False}]
+        >>> CompletionGuard("para-fs").flags(["Yes.", "He said yes to the offer."])  # doctest: +NORMALIZE_WHITESPACE
+        [{'answer_word': True, 'delimiter': False, 'control_token': False},
+         {'answer_word': False, 'delimiter': False, 'control_token': False}]
     """
 
     def __init__(

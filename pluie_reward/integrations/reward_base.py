@@ -6,7 +6,7 @@ TRL (``GRPOTrainer``, ``RLOOTrainer``) calls a reward as ``reward(prompts=..., c
 columns arrive as keyword arguments, and TRL >= 1.0 adds ``log_metric`` and ``log_extra``.
 ``Reward.__call__`` does what every reward does around its own score:
 
-1. :meth:`Reward.gather`: the completions' texts (:func:`~pluie_reward.core.fields.completion_texts`,
+1. :meth:`Reward.gather`: the completions' texts (:func:`~pluie_reward.integrations.fields.completion_texts`,
    the package's one completion -> text extraction) and the template fields read from the columns
    (:attr:`Reward.field_map`), as one :class:`Batch`;
 2. :meth:`Reward.score_batch`: the subclass's hook, the rewards and what to log, as :class:`Scores`;
@@ -39,7 +39,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from pluie_reward.core.fields import FieldMap, completion_texts
+from pluie_reward.integrations.fields import FieldMap, completion_texts
 
 __all__ = ["Reward", "AsyncReward", "Batch", "Scores"]
 

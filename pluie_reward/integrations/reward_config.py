@@ -10,7 +10,7 @@ vocabulary covers both kinds of template:
   p(no), the default), ``"prob"`` (``p_yes = sigmoid(PLUIE)``), ``"clip"`` (PLUIE clipped to
   ``[-clip, clip]``), ``"calibrated"`` (the judge's ``p_calibrated``) or ``"verdict"`` (1.0 when
   PLUIE > threshold, else 0.0);
-* templates with N answers (choices, rating scales; :class:`~pluie_reward.core.outputs.AnswerOutput`):
+* templates with N answers (choices, rating scales; :class:`~pluie_reward.integrations.outputs.AnswerOutput`):
   ``"expected"`` (the expected rating of a scale), ``"prob"`` or ``"logprob"`` of ``answer``.
 
 The checks that need the template (a Yes/No output on a scale, an answer the template does not
@@ -24,10 +24,11 @@ Example:
     True
     >>> RewardConfig(output="prob").reads_answers is None       # p_yes, or p(answer) once the template says
     True
-    >>> RewardConfig(output="logratio", answer="A")
+    >>> RewardConfig(output="logratio", answer="A")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    ValueError: answer=, normalize=, both_orders= and scale= go with output='prob', 'logprob' or 'expected' (templates with N answers); output='logratio' reads a Yes/No template.
+    ValueError: answer=, normalize=, both_orders= and scale= go with output='prob', 'logprob' or 'expected' (templates with N answers);
+    output='logratio' reads a Yes/No template.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from pluie_reward.core.outputs import READS, AnswerOutput
+from pluie_reward.integrations.outputs import READS, AnswerOutput
 
 YES_NO_OUTPUTS = ("logratio", "prob", "clip", "calibrated", "verdict")
 """Outputs of a Yes/No template (PLUIE and what is computed from it)."""
@@ -58,7 +59,7 @@ class RewardConfig:
     Raises:
         ValueError: an unknown ``output``, ``clip <= 0`` with ``output="clip"``, ``answer``/
             ``normalize``/``both_orders``/``scale`` with a Yes/No output, ``threshold`` with an
-            answer's probability, or an N-answer read :class:`~pluie_reward.core.outputs.AnswerOutput` refuses.
+            answer's probability, or an N-answer read :class:`~pluie_reward.integrations.outputs.AnswerOutput` refuses.
 
     Example:
         >>> config = RewardConfig(output="expected", normalize=True)
@@ -139,7 +140,7 @@ class RewardConfig:
         """The read of a template with N answers these options describe.
 
         Returns:
-            An :class:`~pluie_reward.core.outputs.AnswerOutput` (not yet checked against a template).
+            An :class:`~pluie_reward.integrations.outputs.AnswerOutput` (not yet checked against a template).
 
         Raises:
             ValueError: the options do not make one (e.g. ``output="prob"`` without ``answer=``).

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from ..core.fields import FieldMap, map_fields
-from ..core.outputs import AnswerOutput
-from ..core.novelty import check_sources, check_target, novelty_credit, novelty_score
 from ..core.judge import Judge, sigmoid
 from ..core.template import load_template
+from .fields import FieldMap, map_fields
+from .novelty import check_sources, check_target, novelty_credit, novelty_score
+from .outputs import AnswerOutput
 from .reward_base import AsyncReward, Batch, Reward, Scores
 from .reward_config import RewardConfig, reward_config
 
@@ -115,7 +115,7 @@ class PluieReward(JudgeHolder, Reward):
             (1.0 if PLUIE > threshold, else 0.0). Templates with N answers (the default is then an
             error saying what to choose): ``"expected"`` (scale), ``"prob"`` or ``"logprob"`` of
             ``answer`` (choice or scale), renormalised over the template's answers
-            (:class:`~pluie_reward.core.outputs.AnswerOutput`).
+            (:class:`~pluie_reward.integrations.outputs.AnswerOutput`).
         answer: the answer's label for ``"prob"``/``"logprob"`` of a template with N answers (e.g. ``"A"``).
         normalize: ``output="expected"`` only: ``(rating - lowest) / (highest - lowest)`` in [0, 1].
         both_orders: choice templates only: average over both candidate orders (2 judge passes per
@@ -167,7 +167,7 @@ class PluieReward(JudgeHolder, Reward):
                 f"template {self.template.name!r} has no 'hypothesis' field for the completion; "
                 f"its fields are {list(self.template.fields)}."
             )
-        # the one field -> column mapping (pluie_reward.core.fields), checked now against the template
+        # the one field -> column mapping (pluie_reward.integrations.fields), checked now against the template
         self.field_map = map_fields(
             self.template.fields, fields, optional=self.template.optional_fields, fixed={"hypothesis"},
             template=self.template.name, setting="fields", who=f"{name}: ",
@@ -186,7 +186,7 @@ class PluieReward(JudgeHolder, Reward):
             name: the reward's name, for messages.
 
         Returns:
-            The :class:`~pluie_reward.core.outputs.AnswerOutput` of a template with N answers, or None
+            The :class:`~pluie_reward.integrations.outputs.AnswerOutput` of a template with N answers, or None
             for a Yes/No template.
         """
         t, config = self.template, self.config
@@ -199,7 +199,8 @@ class PluieReward(JudgeHolder, Reward):
                     "for [0, 1])" if t.kind == "scale" else
                     f"a choice between {list(t.labels)}: pass output='prob' (or 'logprob') and answer= the label to "
                     f"reward, e.g. answer={t.labels[0]!r} (the completion, in the first slot, is preferred)")
-            which = "it has no PLUIE log-ratio" if config.output == "logratio" else f"output={config.output!r} (read from PLUIE) does not apply"
+            which = ("it has no PLUIE log-ratio" if config.output == "logratio"
+                     else f"output={config.output!r} (read from PLUIE) does not apply")
             raise ValueError(f"{name}: template {t.name!r} has {len(t.answers)} answers, not Yes/No, so {which}; it is {what}.")
         try:
             reading = config.answer_output()  # a bare output='prob' on a template with N answers: "name it, e.g. answer='A'"

@@ -7,15 +7,15 @@ Each is the judge's probability of "Yes" gated by how far the completion is from
 
 * ``p_yes = sigmoid(PLUIE)``, in (0, 1): the judge's "is this a paraphrase / a translation / a
   revision that follows the instruction?";
-* ``novelty`` is :func:`~pluie_reward.core.novelty.novelty_score` against the source (1 −
+* ``novelty`` is :func:`~pluie_reward.integrations.novelty.novelty_score` against the source (1 −
   normalised word edit similarity; 0 for the source itself and every disguised copy it normalises:
   case, spacing, punctuation, invisible characters, accents, homoglyphs; 0 for a completion without a
   word), and also 0, for paraphrase and translation, when the completion holds the whole source with
-  more around it (the source repeated, or followed by anything: :func:`~pluie_reward.core.novelty.contains_words`);
-* ``target`` is the novelty that earns full credit (:data:`~pluie_reward.core.novelty.TASKS`: 0.3 for paraphrase
+  more around it (the source repeated, or followed by anything: :func:`~pluie_reward.integrations.novelty.contains_words`);
+* ``target`` is the novelty that earns full credit (:data:`~pluie_reward.integrations.novelty.TASKS`: 0.3 for paraphrase
   and translation, 0.05 for revision; see docs/rewards.md for how they were chosen);
 * the excess repetition is the share of the completion's word trigrams repeating an earlier one, less
-  the source's own (:func:`~pluie_reward.core.novelty.repetition`): a completion that says the same thing
+  the source's own (:func:`~pluie_reward.integrations.novelty.repetition`): a completion that says the same thing
   twice gets about half;
 * the length ratio is the completion's word count over the source's (paraphrase only, ``min_length``
   0.67; translation and revision: no floor): a paraphrase says everything its source says, so a
@@ -23,11 +23,11 @@ Each is the judge's probability of "Yes" gated by how far the completion is from
   accepts, and what a 64-step GRPO run learned to write) gets 0.75 of its reward, one at two thirds or more gets it all.
 
 So a copy scores exactly 0, and any completion the judge accepts (p_yes > 0.5) with novelty at or
-above the target, no repetition and (paraphrase) at least ``min_length`` of the source's words scores above 0.5: copying cannot win, whatever the judge gives the
-copy. The reward is bounded ([0, 1)), so it composes with other rewards through
+above the target, no repetition and (paraphrase) at least ``min_length`` of the source's words scores
+above 0.5: copying cannot win, whatever the judge gives the copy. The reward is bounded ([0, 1)), so it composes with other rewards through
 ``GRPOConfig(reward_weights=...)``, and pickles like :class:`~pluie_reward.PluieReward` (a judge
-factory is dropped and rebuilt). The formula lives in :mod:`pluie_reward.core.novelty`
-(:meth:`~pluie_reward.core.novelty.Task.batch`), shared with the judge server and its clients, which give
+factory is dropped and rebuilt). The formula lives in :mod:`pluie_reward.integrations.novelty`
+(:meth:`~pluie_reward.integrations.novelty.Task.batch`), shared with the judge server and its clients, which give
 the same values.
 
 Example:
@@ -43,8 +43,8 @@ from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 from ..core.judge import Judge, sigmoid
-from ..core.novelty import Task, check_min_length, check_sources, check_target, resolve_task
 from ..core.template import load_template
+from .novelty import Task, check_min_length, check_sources, check_target, resolve_task
 from .reward_base import Batch, Scores
 from .rewards import PluieReward
 
@@ -61,15 +61,15 @@ class CopyProofReward(PluieReward):
     Args:
         judge: a :class:`~pluie_reward.Judge`, or a zero-argument factory returning one (built on first
             call, dropped when pickled).
-        task: ``"paraphrase"``, ``"translation"``, ``"revision"`` (:data:`~pluie_reward.core.novelty.TASKS`) or a
-            :class:`~pluie_reward.core.novelty.Task`.
+        task: ``"paraphrase"``, ``"translation"``, ``"revision"`` (:data:`~pluie_reward.integrations.novelty.TASKS`) or a
+            :class:`~pluie_reward.integrations.novelty.Task`.
         template: the judge's Yes/No template (default: the task's; it must have the task's source field).
         fields: template field -> dataset column, as :class:`~pluie_reward.PluieReward` (unmapped fields
             read the column of the same name; the completion is the ``hypothesis``).
         target: the novelty that earns full credit (default: the task's).
         min_length: the length floor, a share of the source's words in (0, 1] (``"task"``, the default:
             the task's, 0.67 for paraphrase, none for translation and revision; None: no floor; see
-            :class:`~pluie_reward.core.novelty.Task`).
+            :class:`~pluie_reward.integrations.novelty.Task`).
         threshold: acceptance cut on PLUIE for the logged accept rate (default: the judge's).
         name: the name TRL logs under (default: the task's name).
 
@@ -77,10 +77,10 @@ class CopyProofReward(PluieReward):
         ValueError: an unknown task, a bad target, a template with N answers or without the source field.
 
     When TRL passes ``log_metric``, it logs ``<name>/accept_rate`` (PLUIE > threshold),
-    ``<name>/copy_rate`` (:func:`~pluie_reward.core.novelty.is_copy`), ``<name>/novelty`` (mean
-    :func:`~pluie_reward.core.novelty.copy_proof_novelty`), ``<name>/accepted_novel_rate`` (accepted and at
+    ``<name>/copy_rate`` (:func:`~pluie_reward.integrations.novelty.is_copy`), ``<name>/novelty`` (mean
+    :func:`~pluie_reward.integrations.novelty.copy_proof_novelty`), ``<name>/accepted_novel_rate`` (accepted and at
     or above the target: what the generator is for) and, with a length floor, ``<name>/short_rate``
-    (:meth:`~pluie_reward.core.novelty.Task.batch`); with ``log_extra``, the ``<name>/logratio`` and
+    (:meth:`~pluie_reward.integrations.novelty.Task.batch`); with ``log_extra``, the ``<name>/logratio`` and
     ``<name>/novelty`` columns of the completions table.
 
     Example:
@@ -104,7 +104,7 @@ class CopyProofReward(PluieReward):
 
     def score_batch(self, batch: Batch) -> Scores:
         """One reward in [0, 1) per completion (see the class docstring), the task's metrics
-        (:meth:`~pluie_reward.core.novelty.Task.batch`) and the ``logratio`` and ``novelty`` columns."""
+        (:meth:`~pluie_reward.integrations.novelty.Task.batch`) and the ``logratio`` and ``novelty`` columns."""
         name = self.__name__
         sources = batch.fields[self.task.source_field]
         check_sources(sources, f"{name}: ", f"(field {self.task.source_field!r})")

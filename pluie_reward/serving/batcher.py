@@ -28,9 +28,9 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ..core.errors import PluieError
-from ..core.novelty import TASKS
+from ..common.errors import PluieError
 from ..core.plan import ScoringPlan, finite
+from ..integrations.novelty import TASKS
 from .protocol import CLIENT_OPTIONS, SERVER_OPTIONS
 
 
@@ -53,7 +53,7 @@ def split_request(template: Any, body: Mapping[str, Any]) -> tuple[dict[str, Any
     """A request's keys split into the template's fields and the options a client may set.
 
     A client may set ``threshold`` (a finite number: its verdicts are ``logratio > threshold``),
-    ``use_cache`` (true or false) and ``task`` (a task of :data:`~pluie_reward.core.novelty.TASKS` whose
+    ``use_cache`` (true or false) and ``task`` (a task of :data:`~pluie_reward.integrations.novelty.TASKS` whose
     copy-proof reward the server adds to the answer; the served template must be able to give it).
     ``details``, ``truncate``, ``max_new_tokens`` and ``template``
     are the server's: a request naming one is refused (``ValueError``, answered 422), as is an
@@ -71,10 +71,12 @@ def split_request(template: Any, body: Mapping[str, Any]) -> tuple[dict[str, Any
         >>> from pluie_reward.core.template import load_template
         >>> split_request(load_template("para-fs"), {"source": "s", "hypothesis": ["h"], "threshold": 1})
         ({'source': 's', 'hypothesis': ['h']}, {'threshold': 1.0})
-        >>> split_request(load_template("para-fs"), {"source": "s", "hypothesis": ["h"], "truncate": False})
+        >>> split_request(load_template("para-fs"),  # doctest: +NORMALIZE_WHITESPACE
+        ...               {"source": "s", "hypothesis": ["h"], "truncate": False})
         Traceback (most recent call last):
         ...
-        ValueError: 'truncate' is set by the server, not per request; a request may set only 'threshold', 'use_cache' and 'task' besides the template's fields.
+        ValueError: 'truncate' is set by the server, not per request; a request may set only 'threshold', 'use_cache' and 'task' besides the
+        template's fields.
         >>> split_request(load_template("para-fs"), {"source": "s", "hypothesis": ["h"], "threshold": 10**400})
         Traceback (most recent call last):
         ...

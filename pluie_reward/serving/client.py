@@ -1,10 +1,10 @@
 """Clients of the judge server: a TRL reward function and verl ``compute_score`` functions.
 
 They send the template fields to ``POST /score`` through the package's one HTTP client
-(:mod:`pluie_reward.core.http`: timeouts, retries with exponential back-off on connection errors
-and the statuses of :data:`~pluie_reward.core.http.RETRY_STATUS`, ``Retry-After``), and fail with
+(:mod:`pluie_reward.common.http`: timeouts, retries with exponential back-off on connection errors
+and the statuses of :data:`~pluie_reward.common.http.RETRY_STATUS`, ``Retry-After``), and fail with
 :class:`RemoteJudgeError` (URL, status, the server's message) otherwise. The completion's
-text and the field -> column mapping come from :mod:`pluie_reward.core.fields`, as for the local
+text and the field -> column mapping come from :mod:`pluie_reward.integrations.fields`, as for the local
 rewards. This module needs httpx only (no torch) and uses absolute imports, so verl can load it as
 ``pkg://pluie_reward.serving.client`` or by file path.
 """
@@ -21,11 +21,11 @@ from typing import Any, Mapping, Sequence
 
 import httpx
 
-from pluie_reward.core.errors import RemoteError
-from pluie_reward.core.fields import FieldMap, completion_text
-from pluie_reward.core.http import RETRY_STATUS, AsyncHTTPClient, HTTPClient, HTTPConfig
-from pluie_reward.core.novelty import TASKS, Task, resolve_task
-from pluie_reward.core.outputs import SECOND_CANDIDATE, AnswerOutput
+from pluie_reward.common.errors import RemoteError
+from pluie_reward.common.http import RETRY_STATUS, AsyncHTTPClient, HTTPClient, HTTPConfig
+from pluie_reward.integrations.fields import FieldMap, completion_text
+from pluie_reward.integrations.novelty import TASKS, Task, resolve_task
+from pluie_reward.integrations.outputs import SECOND_CANDIDATE, AnswerOutput
 from pluie_reward.integrations.reward_base import AsyncReward, Batch, Scores
 from pluie_reward.integrations.reward_config import RewardConfig, reward_config
 from pluie_reward.serving.protocol import COLUMNS, OUTPUTS, TOKEN_ENV, URL_ENV
@@ -59,13 +59,13 @@ def post_json(
     retries: int = 3, backoff: float = 0.5, client: httpx.Client | None = None,
 ) -> dict[str, Any]:
     """POST ``payload`` to ``url`` and return the JSON answer, retrying transient failures
-    (:mod:`pluie_reward.core.http`'s policy).
+    (:mod:`pluie_reward.common.http`'s policy).
 
     Args:
         url: the endpoint (``http://host:port/score``).
         payload: the JSON body.
         token: bearer token (default: ``$PLUIE_REWARD_TOKEN`` if set).
-        timeout, retries, backoff: see :class:`~pluie_reward.core.http.HTTPConfig`.
+        timeout, retries, backoff: see :class:`~pluie_reward.common.http.HTTPConfig`.
         client: an ``httpx.Client`` to send with (kept open); default: a new one for this call.
 
     Returns:
@@ -96,11 +96,9 @@ async def apost_json(
 
 
 def _check_output(output: str) -> str:
-    """The ``/score`` column a verl ``output`` setting reads (``"prob"``, the rewards' name, is ``"p_yes"``),
-    or a task's name (its copy-proof reward)."""
-    output = "p_yes" if output == "prob" else output
+    """The ``/score`` column a verl ``output`` setting reads, or a task's name (its copy-proof reward)."""
     if output not in OUTPUTS and output not in TASKS:
-        raise ValueError(f"output must be one of {list(OUTPUTS)} ('prob' is 'p_yes') or a task's copy-proof reward "
+        raise ValueError(f"output must be one of {list(OUTPUTS)} or a task's copy-proof reward "
                          f"{list(TASKS)}, got {output!r}.")
     return output
 
@@ -138,7 +136,7 @@ class RemotePluieReward(AsyncReward):
     """A TRL reward function (async, so GRPOTrainer runs it concurrently) backed by a judge server.
 
     The completion fills the template's ``hypothesis`` (its text as for :class:`~pluie_reward.PluieReward`:
-    :func:`~pluie_reward.core.fields.completion_text`); ``fields`` maps the other template fields
+    :func:`~pluie_reward.integrations.fields.completion_text`); ``fields`` maps the other template fields
     to dataset columns, which TRL passes as keyword arguments (``"prompt"`` reads the prompt, its last
     user message when conversational). Large batches are sent as several concurrent requests of at
     most ``chunk_size`` items; the server batches them again.
@@ -152,17 +150,17 @@ class RemotePluieReward(AsyncReward):
     ``normalize=True`` the scale's range is read from the server's ``/health``, or give ``scale=(lowest, highest)``), or
     ``output="prob"``/``"logprob"`` with ``answer=`` (a choice; map ``alternative`` to the column of
     the second candidate; ``both_orders=True`` sends each completion in both slots, 2 items per
-    completion), through :class:`~pluie_reward.core.outputs.AnswerOutput` and ``/score``'s records.
+    completion), through :class:`~pluie_reward.integrations.outputs.AnswerOutput` and ``/score``'s records.
 
-    ``task="paraphrase"`` (``"translation"``, ``"revision"``, or a :class:`~pluie_reward.core.novelty.Task`)
+    ``task="paraphrase"`` (``"translation"``, ``"revision"``, or a :class:`~pluie_reward.integrations.novelty.Task`)
     makes it the task's copy-proof reward, the values of :class:`~pluie_reward.ParaphraseReward` (...)
     on the served judge: the server's ``p_yes`` gated by the completion's novelty against its source
-    (:meth:`~pluie_reward.core.novelty.Task.batch`, computed here: a copy scores 0). Train a generator
+    (:meth:`~pluie_reward.integrations.novelty.Task.batch`, computed here: a copy scores 0). Train a generator
     with it, not with PLUIE: a judge prefers a copy to any paraphrase.
 
     Args:
         url: the server's base URL (``http://host:port``).
-        task: a task of :data:`~pluie_reward.core.novelty.TASKS` (or a ``Task``): the copy-proof reward;
+        task: a task of :data:`~pluie_reward.integrations.novelty.TASKS` (or a ``Task``): the copy-proof reward;
             None (default): the ``output`` of the judge.
         fields: template field -> dataset column (default ``{"source": "source"}``; with a task, its source
             field read from the column of the same name, e.g. ``{"original": "original"}`` for revision).
@@ -171,12 +169,12 @@ class RemotePluieReward(AsyncReward):
             the server's threshold); ``"expected"``, ``"prob"`` or ``"logprob"`` (with ``answer``) for a
             template with N answers.
         clip: ``output="clip"``: the logratio is clipped to ``[-clip, clip]`` (default 10).
-        answer, normalize, both_orders, scale: the N-answer read (see :class:`~pluie_reward.core.outputs.AnswerOutput`).
+        answer, normalize, both_orders, scale: the N-answer read (see :class:`~pluie_reward.integrations.outputs.AnswerOutput`).
         config: ``output``, ``clip``, ``answer``, ``normalize``, ``both_orders`` and ``scale`` as one
             :class:`~pluie_reward.RewardConfig` (its ``threshold`` must stay None: the server's verdict is used).
         token: bearer token (default: ``$PLUIE_REWARD_TOKEN`` if set).
-        timeout, retries, backoff: per request (:class:`~pluie_reward.core.http.HTTPConfig`); retries on
-            connection errors, timeouts and the statuses of :data:`~pluie_reward.core.http.RETRY_STATUS`.
+        timeout, retries, backoff: per request (:class:`~pluie_reward.common.http.HTTPConfig`); retries on
+            connection errors, timeouts and the statuses of :data:`~pluie_reward.common.http.RETRY_STATUS`.
         name: ``__name__``, used by TRL in ``rewards/<name>/mean``; default the local reward's: ``"pluie"``,
             or the task's name (``"paraphrase"``).
 
@@ -186,7 +184,8 @@ class RemotePluieReward(AsyncReward):
 
     Example:
         >>> reward = RemotePluieReward("http://127.0.0.1:8000", fields={"source": "source"})
-        >>> trainer = GRPOTrainer(model=..., reward_funcs=[reward], args=GRPOConfig(...), train_dataset=ds)  # a policy, a dataset  # doctest: +SKIP
+        >>> trainer = GRPOTrainer(model=..., reward_funcs=[reward], args=GRPOConfig(...),  # a policy, a dataset  # doctest: +SKIP
+        ...                       train_dataset=ds)
 
         TRL awaits the reward; here against a judge server on a free port:
 
@@ -577,7 +576,7 @@ async def compute_score(
 
     Settings come from ``reward.custom_reward_function.reward_kwargs``: ``url``, ``token``, ``fields``
     (template field -> ``ground_truth`` (default for ``source``), ``data_source`` or
-    ``extra_info.<key>``), ``output`` (``logratio``, ``p_yes`` (or ``prob``), ``verdict``, or a task's
+    ``extra_info.<key>``), ``output`` (``logratio``, ``p_yes``, ``verdict``, or a task's
     copy-proof reward: ``paraphrase``, ``translation``, ``revision``, as
     :class:`~pluie_reward.ParaphraseReward` computes it from the server's ``p_yes``), ``timeout``,
     ``retries``, ``backoff``, ``return_dict`` (default True), ``max_wait_ms`` (default 10),

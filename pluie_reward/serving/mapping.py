@@ -6,7 +6,7 @@ up to 0.10.1) POSTs ``{"query": [prompt+response, ...], "prompts": [prompt, ...]
 one sample per request (OpenRLHF@3c3be623:openrlhf/utils/agent.py:283-287,332-336), and reads
 ``"rewards"``, ``"scores"`` and ``"extra_logs"`` from the JSON answer (agent.py:288-297). The reward is
 PLUIE, p_yes or the verdict, or a task's copy-proof reward (``--rm-reward paraphrase``:
-:meth:`~pluie_reward.core.novelty.Task.batch`, the values of :class:`~pluie_reward.ParaphraseReward`). Without
+:meth:`~pluie_reward.integrations.novelty.Task.batch`, the values of :class:`~pluie_reward.ParaphraseReward`). Without
 ``--data.label_key`` every label is ``""`` (openrlhf/datasets/prompts_dataset.py:44). Which of these
 texts fills which template field is fixed when the server starts; the same mapping serves the
 in-process ``reward_func`` (:mod:`pluie_reward.serving.openrlhf`).
@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from ..core.fields import map_fields
-from ..core.novelty import TASKS
 from ..core.template import Template
+from ..integrations.fields import map_fields
+from ..integrations.novelty import TASKS
 from .protocol import OUTPUTS
 
 SOURCES = ("response", "query", "prompt", "label")

@@ -37,7 +37,7 @@ import os
 import threading
 from typing import Any, Sequence
 
-from pluie_reward.core.fields import parse_assignments
+from pluie_reward.integrations.fields import parse_assignments
 from pluie_reward.serving.protocol import TOKEN_ENV, URL_ENV
 
 logger = logging.getLogger("pluie_reward.openrlhf")

@@ -36,7 +36,7 @@ SERVER_OPTIONS = ("details", "truncate", "max_new_tokens", "template")
 """Scoring options the server sets: a request naming one is refused (422)."""
 OUTPUTS = ("logratio", "p_yes", "verdict")
 """The columns of a Yes/No server's ``/score`` answer (verl's ``output`` setting picks one, or a task of
-:data:`~pluie_reward.core.novelty.TASKS`: its copy-proof reward, which the client computes from ``p_yes``)."""
+:data:`~pluie_reward.integrations.novelty.TASKS`: its copy-proof reward, which the client computes from ``p_yes``)."""
 COLUMNS = {"logratio": "logratio", "prob": "p_yes", "clip": "logratio", "calibrated": "p_calibrated", "verdict": "verdict"}
 """The ``/score`` column each Yes/No output of :class:`~pluie_reward.serving.client.RemotePluieReward` reads."""
 URL_ENV, TOKEN_ENV = "PLUIE_REWARD_URL", "PLUIE_REWARD_TOKEN"

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Body, HTTPException, Request
 from pydantic import BaseModel, ConfigDict
 
 from ..core.judge import answer_record
-from ..core.novelty import TASKS
+from ..integrations.novelty import TASKS
 from .batcher import ScoringError, ShuttingDown, split_request
 
 
@@ -70,7 +70,7 @@ def check_size(request: Request, n: int) -> None:
 
 def task_columns(template: Any, body: Mapping[str, Any], answer: Mapping[str, list]) -> dict[str, list[float]]:
     """The ``reward`` and ``novelty`` columns of a ``/score`` answer whose request set ``task``
-    (:meth:`~pluie_reward.core.novelty.Task.batch` of the answer's ``p_yes`` and verdicts and the request's
+    (:meth:`~pluie_reward.integrations.novelty.Task.batch` of the answer's ``p_yes`` and verdicts and the request's
     texts; a string field is shared by all items); no columns for a request without a task.
 
     Args:

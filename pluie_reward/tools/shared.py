@@ -5,8 +5,8 @@ and the ``type=`` checks of numeric command-line options (:func:`finite_float`, 
 out-of-range numbers while the command line is parsed, so before anything loads or binds (exit
 code 2, the message names the option).
 
-The command line (:mod:`pluie_reward.tools.cli`) re-exports these names; a tool's library code
-(evaluation tasks, benchmarks) imports them from here, never from the command-line package.
+The commands and a tool's library code (evaluation tasks, benchmarks) import them from here; library
+code never imports the command-line package.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 from typing import Any, AnyStr, Iterator, Sequence, TextIO
 
-from ..core.errors import PluieError
+from ..common.errors import PluieError
 
 
 class UsageError(PluieError):

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ...core.errors import PluieError
+from ...common.errors import PluieError
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
 

@@ -22,7 +22,7 @@ Two paths, both exact:
 Scoring calls go through :meth:`TransformersEngine.session`: one call at a time per model (a lock),
 the model in eval mode under ``torch.inference_mode`` in its weights' dtype, PEFT adapters
 switched as configured, sharded weights gathered, and the weights checked so that cached prefixes
-and results never outlive a change of the weights (:func:`~pluie_reward.core.weights.weights_digest`).
+and results never outlive a change of the weights (:func:`~pluie_reward.common.weights.weights_digest`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Any, Hashable, Iterator, Sequence
 
 import torch
 
-from ...core.weights import weights_digest
+from ...common.weights import weights_digest
 from ..base import Engine, Request
 from ..registry import LoadedEngine
 from .attention import KV, PREFIX, AttentionUnsupported, SharedPrefix, WindowExceeded, register, selected
@@ -263,7 +263,7 @@ class TransformersEngine(Engine):
 
     @classmethod
     def load(cls, model: "str | Path | None" = None, *, name: str | None = None, adapter: "str | Path | None" = None,
-             default_adapter: "Path | None" = None, device: Any = None, dtype: Any = None, device_map: Any = None,
+             default_adapter: "Path | None", device: Any = None, dtype: Any = None, device_map: Any = None,
              offload_device: Any = None, model_kwargs: dict | None = None, **options: Any) -> LoadedEngine:
         """The ``"transformers"`` loader of :meth:`Judge.load <pluie_reward.Judge.load>` (which documents the
         arguments): ``None``/``"embedded"`` is the embedded model with ``default_adapter`` merged, an
@@ -271,7 +271,7 @@ class TransformersEngine(Engine):
         :class:`~pluie_reward.engines.transformers.config.TransformersEngineConfig`."""
         if adapter is not None and model is None:
             model = EMBEDDED_BASE  # adapters of the embedded model are tuned on its untuned weights
-        name = display_name(model, default_adapter) if name is None else name
+        name = display_name(model, default_adapter=default_adapter) if name is None else name
         first = offload_device if offload_device is not None else device
         lm, tokenizer = load_model_and_tokenizer(model, device=first, dtype=dtype, device_map=device_map,
                                                  default_adapter=default_adapter, **(model_kwargs or {}))

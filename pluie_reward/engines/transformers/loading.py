@@ -12,7 +12,9 @@ Two names select it:
   ``default_adapter`` (:meth:`Judge.load <pluie_reward.Judge.load>` passes the PLUIE adapter shipped
   in ``pluie_reward/judges/smollm2-pluie``) merged into the weights once and cached beside the
   converted copy (keyed by the adapter's bytes), so it scores exactly like any plain model and as
-  fast; without an adapter, the untuned model;
+  fast; with ``default_adapter=None``, the untuned model. Every function that resolves a model name
+  takes ``default_adapter`` as a required keyword: a caller that forgets it gets a ``TypeError``, not
+  the untuned model;
 * ``"embedded-base"``: the untuned SmolLM2-135M-Instruct.
 """
 
@@ -187,15 +189,16 @@ def is_embedded(model: Any) -> bool:
     return model is None or (isinstance(model, str) and model in (EMBEDDED_DEFAULT, EMBEDDED_BASE))
 
 
-def display_name(model: "str | Path | None", default_adapter: "Path | None" = None) -> str:
+def display_name(model: "str | Path | None", *, default_adapter: "Path | None") -> str:
     """The name a judge loaded from ``model`` goes by (reports, logs, ``judge.name``); ``default_adapter``:
-    the default judge's adapter (``None``/``"embedded"`` then name the embedded model with it).
+    the default judge's adapter (``None``/``"embedded"`` then name the embedded model with it; ``None``:
+    the untuned model).
 
     Example:
-        >>> display_name("embedded-base"), display_name("Qwen/Qwen2.5-7B-Instruct")
+        >>> display_name("embedded-base", default_adapter=None), display_name("Qwen/Qwen2.5-7B-Instruct", default_adapter=None)
         ('SmolLM2-135M-Instruct', 'Qwen/Qwen2.5-7B-Instruct')
-        >>> display_name(None, Path("smollm2-pluie"))
-        'SmolLM2-135M-Instruct+smollm2-pluie'
+        >>> display_name(None, default_adapter=Path("smollm2-pluie")), display_name(None, default_adapter=None)
+        ('SmolLM2-135M-Instruct+smollm2-pluie', 'SmolLM2-135M-Instruct')
     """
     if model == EMBEDDED_BASE:
         return EMBEDDED_NAME
@@ -204,10 +207,10 @@ def display_name(model: "str | Path | None", default_adapter: "Path | None" = No
     return str(model)
 
 
-def model_source(model: "str | Path | None", default_adapter: "Path | None" = None) -> "str | Path":
+def model_source(model: "str | Path | None", *, default_adapter: "Path | None") -> "str | Path":
     """Where ``from_pretrained`` reads a judge: the default judge's folder (``None``/``"embedded"``: the
-    embedded model with ``default_adapter`` merged), the untuned embedded folder (``"embedded-base"``),
-    a converted GGUF folder, or ``model`` itself."""
+    embedded model with ``default_adapter`` merged; the untuned model when it is ``None``), the untuned
+    embedded folder (``"embedded-base"``), a converted GGUF folder, or ``model`` itself."""
     if model == EMBEDDED_BASE:
         return embedded_model_dir()
     if is_embedded(model):
@@ -219,17 +222,17 @@ def model_source(model: "str | Path | None", default_adapter: "Path | None" = No
     return model
 
 
-def load_tokenizer(model: "str | Path | None" = None, *, default_adapter: "Path | None" = None, **kwargs: Any) -> Any:
+def load_tokenizer(model: "str | Path | None" = None, *, default_adapter: "Path | None", **kwargs: Any) -> Any:
     """The tokenizer (with its chat template) of a judge, without loading the model (``model`` and
     ``default_adapter`` as for :func:`model_source`).
 
     Example:
-        >>> load_tokenizer().chat_template is not None
+        >>> load_tokenizer(default_adapter=None).chat_template is not None  # the untuned embedded model's
         True
     """
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(model_source(model, default_adapter), **kwargs)
+    return AutoTokenizer.from_pretrained(model_source(model, default_adapter=default_adapter), **kwargs)
 
 
 def load_model_and_tokenizer(
@@ -238,7 +241,7 @@ def load_model_and_tokenizer(
     dtype: "str | torch.dtype | None" = None,
     device_map: Any = None,
     *,
-    default_adapter: "Path | None" = None,
+    default_adapter: "Path | None",
     **kwargs: Any,
 ) -> tuple[Any, Any]:
     """Load a causal LM and its tokenizer: ``None`` is the embedded model with ``default_adapter`` merged (see
@@ -253,7 +256,7 @@ def load_model_and_tokenizer(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    source = model_source(model, default_adapter)
+    source = model_source(model, default_adapter=default_adapter)
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs.pop("tokenizer_kwargs", {}))
     load_kwargs = dict(kwargs)
     load_kwargs["dtype"] = parse_dtype(dtype) if dtype is not None else torch.float32
@@ -271,7 +274,7 @@ def load_adapter(model: Any, path: "str | Path", adapter_name: str = "judge") ->
 
     Example:
         >>> from pluie_reward.judges import default_adapter_dir
-        >>> lm, tokenizer = load_model_and_tokenizer("embedded-base")
+        >>> lm, tokenizer = load_model_and_tokenizer("embedded-base", default_adapter=None)
         >>> adapter = default_adapter_dir()  # or a folder written by `pluie-reward tune --output DIR`
         >>> peft_model = load_adapter(lm, adapter)
         >>> peft_model.active_adapter
@@ -299,4 +302,4 @@ def load_trainable_embedded(dtype: "str | torch.dtype" = torch.float32) -> tuple
         >>> policy.training
         False
     """
-    return load_model_and_tokenizer(EMBEDDED_BASE, device="cpu", dtype=dtype)
+    return load_model_and_tokenizer(EMBEDDED_BASE, device="cpu", dtype=dtype, default_adapter=None)

@@ -8,7 +8,7 @@ from typing import Any, Iterator
 
 import torch
 
-from ...core.errors import PluieError
+from ...common.errors import PluieError
 
 
 def no_autocast(device_type: str) -> Any:

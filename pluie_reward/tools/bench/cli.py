@@ -10,9 +10,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
-from ..cli.common import UsageError, add_judge_arguments, command, judge_from_args, nonneg_int, positive_int
+from ..cli.common import add_judge_arguments, judge_from_args
 from ..cli.main import main as cli_main
 from ..cli.output import check_output_file, write_text_file
+from ..cli.registry import command
+from ..shared import UsageError, nonneg_int, positive_int
 from .engines import compare_engines, comparison_json, format_engine_table, load_vllm_judge, parse_engines
 from .group import compare_group_judging, format_group_table
 from .grpo_share import PLACEMENTS as GRPO_PLACEMENTS, format_grpo_table, grpo_share
@@ -58,7 +60,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("engines, server and training (off by default)")
     group.add_argument("--engines", default=None, metavar="LIST",
                        help="compare Judge.score on these engines side by side, e.g. transformers,vllm (pairs/s, ratio, max |diff|)")
-    group.add_argument("--vllm-max-model-len", type=positive_int, default=4096, help="context length of the benchmark's vLLM judges (default 4096)")
+    group.add_argument("--vllm-max-model-len", type=positive_int, default=4096,
+                       help="context length of the benchmark's vLLM judges (default 4096)")
     group.add_argument("--server-clients", type=nonneg_int, default=0, metavar="N",
                        help="also load a judge server (pluie-reward serve, started here on 127.0.0.1) with N concurrent clients, "
                             "for each engine of --engines (default: transformers)")

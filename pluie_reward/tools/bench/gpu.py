@@ -191,7 +191,8 @@ def prompt_ids(judge: Any, sources: Sequence[str], hypotheses: Sequence[str]) ->
     for s, h in zip(sources, hypotheses):
         values = dict(zip(t.fields, (s, h)))
         if bound.use_chat:
-            ids = judge.tokenizer.apply_chat_template(t.chat(values), add_generation_prompt=True, tokenize=True, **judge.chat_template_kwargs)
+            ids = judge.tokenizer.apply_chat_template(t.chat(values), add_generation_prompt=True, tokenize=True,
+                                                      **judge.chat_template_kwargs)
             ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
         else:
             prompt, _ = t.plain(values)
@@ -597,9 +598,11 @@ def markdown(result: dict[str, Any]) -> str:
              f"torch {result['torch']}, transformers {result['transformers']}, shapes: {'tiny' if result['tiny'] else 'published'}; "
              f"bf16 matmul peak measured: {result['peak_tflops']:.3g} TFLOP/s; {result['seconds']:.0f} s in all.", "",
              "## a. Exactness (max |PLUIE - reference|; reference: seed eq. 3 two-pass on float64 copies of the same weights)", "",
-             f"failed: {failed(result['exactness'])}" if failed(result["exactness"]) else markdown_table(["check", "dtype", "n", "score range", "max abs diff", "seeds' two-pass, same dtype", "tolerance", "ok"],
+             f"failed: {failed(result['exactness'])}" if failed(result["exactness"]) else markdown_table(
+                            ["check", "dtype", "n", "score range", "max abs diff", "seeds' two-pass, same dtype", "tolerance", "ok"],
                             [[r["check"], r["dtype"], str(r["n"]), f"{r['score_range'][0]:.2f} .. {r['score_range'][1]:.2f}",
-                              f"{r['max_abs_diff']:.1e}", "-" if r.get("two_pass_same_dtype_diff") is None else f"{r['two_pass_same_dtype_diff']:.1e}",
+                              f"{r['max_abs_diff']:.1e}",
+                              "-" if r.get("two_pass_same_dtype_diff") is None else f"{r['two_pass_same_dtype_diff']:.1e}",
                               "informative" if r["tolerance"] is None else f"{r['tolerance']:.1e}",
                               "-" if r["ok"] is None else ("yes" if r["ok"] else "NO")]
                              for r in result["exactness"]], align="llrrrrrl"), "",
@@ -614,12 +617,14 @@ def markdown(result: dict[str, Any]) -> str:
                               _f(r["generate_pairs_s"], ".1f"), _f(r["speedup_vs_two_pass"], ".1f"), _f(r["speedup_vs_generate"], ".1f"),
                               str(r["subset"])] for r in result["throughput"]], align="llrrrrrrrrrrrr")]
     lines += [f"failed: {key[len('throughput '):]}: {value['error']}" for key, value in result.items() if key.startswith("throughput ")]
-    lines += ["", f"## b2. Against the plain forward (prompts sorted by length, left-padded batches of {' and '.join(map(str, PLAIN_ROWS))}, "
+    rows = " and ".join(map(str, PLAIN_ROWS))
+    lines += ["", f"## b2. Against the plain forward (prompts sorted by length, left-padded batches of {rows}, "
               "the model's own attention, logits_to_keep=1; bound: prompt tokens / distinct tokens)", "",
               markdown_table(["model", "workload", "n", "prompt tokens", "distinct tokens", "bound", "plain pairs/s, 16 rows",
                               "plain pairs/s, 64 rows", "plain share of peak (all tokens)", "PLUIE pairs/s", "PLUIE / best plain",
                               "judge's path", "max abs diff from plain"],
-                             [[r["model"], r["workload"], str(r["n"]), str(r["prompt_tokens"]), str(r["distinct_tokens"]), _f(r["bound"], ".2f"),
+                             [[r["model"], r["workload"], str(r["n"]), str(r["prompt_tokens"]), str(r["distinct_tokens"]),
+                               _f(r["bound"], ".2f"),
                                _f(r["plain16_pairs_s"], ".1f"), _f(r["plain64_pairs_s"], ".1f"), _f(r["plain_peak_share"], ".1%"),
                                _f(r["pluie_pairs_s"], ".1f"), _f(r["vs_plain"], ".2f"), path_cell(r), f"{r['plain_max_abs_diff']:.1e}"]
                               for r in result["throughput"]], align="llrrrrrrrrrlr")]
@@ -631,9 +636,11 @@ def markdown(result: dict[str, Any]) -> str:
         align="lrrllr"))
     s, cpu = result["sharing"], "n/a on CPU"
     lines += ["", "## c. A judge sharing the policy (1.5B-shaped, LoRA r=16)", "",
-              f"failed: {failed(s)}" if failed(s) else markdown_table(["policy MiB", "judge keeps MiB (caches)", "share of policy", "after clear_cache MiB",
+              f"failed: {failed(s)}" if failed(s) else markdown_table(
+                             ["policy MiB", "judge keeps MiB (caches)", "share of policy", "after clear_cache MiB",
                               "shared s/call", "offloaded s/call", "offload cost"],
-                             [[_f(mib(s["policy_bytes"]), ".0f", cpu), _f(mib(s["judge_kept_bytes"]), ".1f", cpu), _f(s["judge_kept_share"], ".2%", cpu),
+                             [[_f(mib(s["policy_bytes"]), ".0f", cpu), _f(mib(s["judge_kept_bytes"]), ".1f", cpu),
+                               _f(s["judge_kept_share"], ".2%", cpu),
                                _f(mib(s["judge_bytes_after_clear_cache"]), ".1f", cpu), _f(s["shared_seconds"], ".3f"),
                                _f(s["offloaded_seconds"], ".3f"), _f(s["offload_cost"], ".1f") + "x"]], align="rrrrrrr")]
     g = result["grpo"]
@@ -750,9 +757,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (with --tiny)")
     parser.add_argument("--tiny", action="store_true", help="tiny shapes: every section in under a minute on a CPU")
     parser.add_argument("--tokenizers", type=Path, default=None, help="../shared/tokenizers (default: that folder if it exists)")
-    parser.add_argument("--data", type=Path, default=None, help="PARAPHRASUS ms-mrpc.json (default: found as the bench finds it, else built-in pairs)")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="PARAPHRASUS ms-mrpc.json (default: found as the bench finds it, else built-in pairs)")
     parser.add_argument("--models", default="qwen2.5-7b,llama-3-8b", help="judge shapes for b, in order (default qwen2.5-7b,llama-3-8b)")
-    parser.add_argument("--budget", type=positive_float, default=420.0, help="seconds; a later judge shape is skipped past half of it (default 420)")
+    parser.add_argument("--budget", type=positive_float, default=420.0,
+                        help="seconds; a later judge shape is skipped past half of it (default 420)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as done:  # --help, or an option argparse refused (its message printed)

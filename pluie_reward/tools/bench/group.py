@@ -4,7 +4,7 @@ which candidate each picks, cost per group, and the position bias left by K orde
 Groups come from MRPC pairs as the grpo workload builds them (:func:`.run.edit_variants`): the
 partner sentence (a human paraphrase), the source itself (a copy), edits of the source and another
 pair's sentence. Pointwise PLUIE scores the G candidates one by one (one ``Judge.score`` call per
-group); the group judge reads all G at once, in K cyclic orders (:func:`~pluie_reward.core.group.judge_groups`).
+group); the group judge reads all G at once, in K cyclic orders (:func:`~pluie_reward.integrations.group.judge_groups`).
 
 Example:
     >>> kendall_tau([1, 2, 3], [10, 20, 30]), kendall_tau([1, 2, 3], [3, 2, 1])
@@ -17,7 +17,7 @@ import statistics
 import time
 from typing import Any, Sequence
 
-from ...core.group import judge_groups
+from ...integrations.group import judge_groups
 from ..evaluation.report import markdown_table
 from .run import edit_variants
 

@@ -5,7 +5,7 @@ port), waits for ``/health``, sends one untimed warm-up request, then runs ``cli
 clients, each posting ``requests`` requests of ``items`` distinct MRPC pairs to ``/score`` one after
 the other (no item is sent twice, so the server's result cache never answers). Latency is per
 request, from send to answer; throughput is items over the wall time of the whole load. Requests
-go through the package's HTTP client (:mod:`pluie_reward.core.http`) with no retry: a failed request
+go through the package's HTTP client (:mod:`pluie_reward.common.http`) with no retry: a failed request
 counts as an error instead of hiding in a latency.
 
 Example:
@@ -134,7 +134,7 @@ def stop_server(server: subprocess.Popen) -> None:
 
 async def _wait_ready(url: str, server: subprocess.Popen, log_path: Path, timeout: float) -> None:
     """Poll ``/health`` once a second until it answers, the server exits, or ``timeout`` passes."""
-    from ...core.http import AsyncHTTPClient, HTTPConfig, RemoteError  # optional: httpx
+    from ...common.http import AsyncHTTPClient, HTTPConfig, RemoteError  # optional: httpx
 
     deadline = time.monotonic() + timeout
     async with AsyncHTTPClient(url, HTTPConfig(timeout=5, retries=0)) as client:
@@ -169,7 +169,7 @@ def request_batches(pairs: Sequence[tuple[str, str]], clients: int, requests: in
 async def load_url(url: str, batches: list[dict[str, list[str]]], clients: int, result: ServerLoad) -> None:
     """Put the judge server (or pool) at ``url`` under load: send ``batches[0]`` (warm-up, untimed),
     then the others from ``clients`` concurrent clients, recording into ``result``."""
-    from ...core.http import AsyncHTTPClient, HTTPConfig, RemoteError  # optional: httpx
+    from ...common.http import AsyncHTTPClient, HTTPConfig, RemoteError  # optional: httpx
 
     async with AsyncHTTPClient(url, HTTPConfig(timeout=600, retries=0), name="judge server", max_connections=clients + 1) as client:
         await client.request("POST", "/score", json=batches[0])

@@ -1,5 +1,6 @@
-"""What every ``pluie-reward`` sub-command shares: the command registry, usage errors, the judge options
-and reading input files. Sub-commands live in their own modules and register here with :func:`command`."""
+"""What the ``pluie-reward`` sub-commands share: the judge options and the judge they make, the chat template
+options, reading input files and their columns. Sub-commands live in their own modules and register with
+:func:`~pluie_reward.tools.cli.registry.command`."""
 
 from __future__ import annotations
 
@@ -11,18 +12,8 @@ from ...core.judge import Judge
 from ...core.prompt import chat_clock
 from ...core.template import check_chat_template_kwargs
 from ...engines.remote import RemoteEngineError
-from ..shared import (  # noqa: F401  (re-exported: the commands import them from here)
-    UsageError,
-    auto_chunk_size,
-    finite_float,
-    nonneg_float,
-    nonneg_int,
-    positive_float,
-    positive_int,
-)
-from .output import check_output_dir, check_output_file  # noqa: F401  (re-exported)
+from ..shared import UsageError, positive_float, positive_int
 from .records import parse_columns, read_table
-from .registry import COMMANDS, command  # noqa: F401  (re-exported)
 
 
 def add_judge_arguments(parser: argparse.ArgumentParser, adapter: bool = True, base_model: bool = False) -> None:
@@ -33,20 +24,24 @@ def add_judge_arguments(parser: argparse.ArgumentParser, adapter: bool = True, b
                             "folder or .gguf file (default: embedded-base, the untuned embedded SmolLM2-135M-Instruct, "
                             "which Judge.load(adapter=DIR) puts the adapter on)")
     else:
-        parser.add_argument("--model", default=None, help="HF id, local folder or .gguf file (default: the default judge, the embedded SmolLM2-135M-Instruct with its packaged PLUIE adapter; embedded-base: the untuned model)")
+        parser.add_argument("--model", default=None, help="HF id, local folder or .gguf file (default: the default judge, the "
+                            "embedded SmolLM2-135M-Instruct with its packaged PLUIE adapter; embedded-base: the untuned model)")
     if adapter:
         parser.add_argument("--adapter", default=None, metavar="DIR",
                             help="a judge adapter folder (pluie-reward tune --output DIR) put on --model, active while scoring")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: best available)")
     parser.add_argument("--dtype", default=None, help="float32 (default), bfloat16, float16, auto")
-    parser.add_argument("--batch-tokens", type=positive_int, default=None, help="token budget of one batch (default: 512 on CPU, 4096 on GPU)")
+    parser.add_argument("--batch-tokens", type=positive_int, default=None,
+                        help="token budget of one batch (default: 512 on CPU, 4096 on GPU)")
     add_chat_template_kwargs_argument(parser)
     group = parser.add_argument_group("engine")
     group.add_argument("--engine", choices=("transformers", "vllm", "remote"), default="transformers",
                        help="transformers (this process, default), vllm (vLLM in this process) or remote (vLLM servers at --url)")
-    group.add_argument("--url", default=None, help="with --engine remote: the vLLM server(s), e.g. http://host:8000 (comma-separated for several)")
+    group.add_argument("--url", default=None,
+                       help="with --engine remote: the vLLM server(s), e.g. http://host:8000 (comma-separated for several)")
     group.add_argument("--tensor-parallel-size", type=positive_int, default=None, help="with --engine vllm: GPUs per replica (default 1)")
-    group.add_argument("--gpu-memory-utilization", type=positive_float, default=None, help="with --engine vllm: share of GPU memory vLLM may take")
+    group.add_argument("--gpu-memory-utilization", type=positive_float, default=None,
+                       help="with --engine vllm: share of GPU memory vLLM may take")
 
 
 def add_chat_template_kwargs_argument(parser: argparse.ArgumentParser) -> None:
@@ -116,10 +111,11 @@ def check_engine_options(args: argparse.Namespace) -> None:
 
     Example:
         >>> args = argparse.Namespace(engine="transformers", tensor_parallel_size=2, gpu_memory_utilization=None)
-        >>> check_engine_options(args)
+        >>> check_engine_options(args)  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        pluie_reward.tools.shared.UsageError: --tensor-parallel-size is for --engine vllm (vLLM places the model on its GPUs itself); with --engine transformers it would do nothing: drop it, or add --engine vllm.
+        pluie_reward.tools.shared.UsageError: --tensor-parallel-size is for --engine vllm (vLLM places the model on its GPUs itself); with
+        --engine transformers it would do nothing: drop it, or add --engine vllm.
     """
     engine = getattr(args, "engine", "transformers")
     given = [option for option, name in (("--tensor-parallel-size", "tensor_parallel_size"),

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from ...core.fields import map_fields, parse_assignments
-from ..shared import UsageError, json_lines, relocate  # noqa: F401  (re-exported: relocate's home was here)
+from ...integrations.fields import map_fields, parse_assignments
+from ..shared import UsageError, json_lines
 
 JSON_SUFFIXES = {".jsonl", ".ndjson", ".json"}
 TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t"}
@@ -159,10 +159,11 @@ def check_texts(records: Records, columns: Mapping[str, str], optional: Iterable
         >>> check_texts(read_table("pairs.jsonl"), {"source": "src"})
         {'source': ['The cat sleeps.', 'Prices rose.']}
         >>> _ = Path("bad.jsonl").write_text('{"src": "The cat sleeps."}\\n{"src": 3}\\n')
-        >>> check_texts(read_table("bad.jsonl"), {"source": "src"})
+        >>> check_texts(read_table("bad.jsonl"), {"source": "src"})  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        pluie_reward.tools.shared.UsageError: bad.jsonl line 2: column 'src' (template field 'source') is int 3, not a string; every item needs a text value there: fix or remove the row.
+        pluie_reward.tools.shared.UsageError: bad.jsonl line 2: column 'src' (template field 'source') is int 3, not a string; every item
+        needs a text value there: fix or remove the row.
     """
     optional = set(optional)
     out: dict[str, list[Any]] = {}
@@ -270,10 +271,11 @@ def _check_header(path: Path, header: Sequence[str]) -> None:
     """A column named twice in a CSV/TSV header is an error (reading it by name would take the last one).
 
     Example:
-        >>> _check_header(Path("pairs.csv"), ["source", "hypothesis", "source"])
+        >>> _check_header(Path("pairs.csv"), ["source", "hypothesis", "source"])  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        pluie_reward.tools.shared.UsageError: pairs.csv: the header names the column(s) ['source'] twice; rename one of each (a column is read by its name).
+        pluie_reward.tools.shared.UsageError: pairs.csv: the header names the column(s) ['source'] twice; rename one of each (a column is
+        read by its name).
     """
     twice = sorted({name for name in header if list(header).count(name) > 1})
     if twice:
@@ -436,7 +438,7 @@ def _read_dataset(path: Path, split: str | None) -> Records:
 def parse_columns(specs: Sequence[str], fields: Sequence[str], optional: Sequence[str] = ()) -> dict[str, str | None]:
     """Field -> input column from repeated ``FIELD=COLUMN`` (default: the column named like the field);
     ``FIELD=`` (empty) leaves an optional field out. A command-line wrapper around
-    :func:`pluie_reward.core.fields.map_fields`, the mapping every integration uses.
+    :func:`pluie_reward.integrations.fields.map_fields`, the mapping every integration uses.
 
     Example:
         >>> parse_columns(["source=s1", "gold="], ["source", "hypothesis"], ["gold"])

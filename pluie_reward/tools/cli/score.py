@@ -11,23 +11,18 @@ from typing import Any, Iterator, Sequence
 from ...core.prompt import AnswerTokenError, BoundTemplate
 from ...core.template import Template, builtin_template_names, load_template
 from ...judges import default_adapter_dir
+from ..shared import Progress, UsageError, auto_chunk_size, finite_float, positive_int, relocate
 from .common import (
-    UsageError,
     add_chat_template_kwargs_argument,
     add_judge_arguments,
-    auto_chunk_size,
     chat_template_kwargs,
-    check_output_file,
-    command,
     field_columns,
-    finite_float,
     judge_from_args,
     model_not_found,
-    positive_int,
 )
-from ..shared import Progress
-from .output import OutputFile, partial_path
-from .records import Records, check_texts, read_table, relocate
+from .output import OutputFile, check_output_file, partial_path
+from .records import Records, check_texts, read_table
+from .registry import command
 
 
 # score -----------------------------------------------------------------------------------------
@@ -89,10 +84,11 @@ def _check_json(records: Records) -> None:
     duration...), naming its row and column, before the model loads.
 
     Example:
-        >>> _check_json(Records(Path("in.parquet"), [{"source": "a", "blob": b"x"}], ["row 1"]))
+        >>> _check_json(Records(Path("in.parquet"), [{"source": "a", "blob": b"x"}], ["row 1"]))  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        pluie_reward.tools.shared.UsageError: in.parquet row 1: column 'blob' holds bytes, which the JSON output (every input column is kept) cannot hold; drop that column from the input or convert it to text.
+        pluie_reward.tools.shared.UsageError: in.parquet row 1: column 'blob' holds bytes, which the JSON output (every input column is
+        kept) cannot hold; drop that column from the input or convert it to text.
     """
     for i, row in enumerate(records.rows):
         try:

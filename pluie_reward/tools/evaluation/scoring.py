@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from ...core.outputs import SECOND_CANDIDATE
 from ...core.template import load_template
+from ...integrations.outputs import SECOND_CANDIDATE
 from ..shared import auto_chunk_size, relocate
 from .baselines import levenshtein_similarity
 from .store import ScoreStore

@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ...core.errors import PluieError
+from ...common.errors import PluieError
 from ..shared import json_lines, lock_file
 
 RUN_FILE = "run.json"

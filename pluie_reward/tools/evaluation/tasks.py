@@ -6,15 +6,16 @@ A run scores one or more :class:`Condition` (a template and the fields it reads:
 scored in the same ``Judge.score`` call, next to each other, so the prefix they share (template,
 original, instruction, gold) is computed once. A choice template (``rev-choice``, ``net-choice``)
 reads both candidates in one prompt instead: A in its ``hypothesis`` slot, B in ``alternative``;
-its most likely answer is the predicted preference (first answer -> A, second -> B, others -> tie). With an output folder, scores are saved after every
-call (:mod:`.store`): an interrupted run resumes, and :func:`report_folder` recomputes the tables
-without the judge.
+its most likely answer is the predicted preference (first answer -> A, second -> B, others -> tie).
+With an output folder, scores are saved after every call (:mod:`.store`): an interrupted run resumes,
+and :func:`report_folder` recomputes the tables without the judge.
 
 Example:
     >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early.", "The shop is closed."]
     >>> H = ["A cat is asleep.", "Prices fell in May.", "He went home early.", "The store is open."]
     >>> labels = [True, False, True, False]  # paraphrase or not
     >>> r = evaluate_classification(judge, {"source": S, "hypothesis": H}, labels, progress=False)
+    >>> from pluie_reward.tools.evaluation.tables import classification_markdown
     >>> print(classification_markdown(r))
     4 pairs, 2 positive; judge tiny-random, template para-fs.
     ...
@@ -28,32 +29,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ...core.outputs import SECOND_CANDIDATE
 from ...core.template import load_template
+from ...integrations.outputs import SECOND_CANDIDATE
 from .baselines import parse_baselines, score_baseline
 from .calibration import EVAL_HELDOUT, EVAL_SEED, calibration_report, heldout_calibrated, p_yes
 from .metrics import as_labels, as_preferences, choice_metrics, classification_report, preference_metrics
 from .paraphrasus import paraphrasus_plots, paraphrasus_results
 from .plots import PLUIE_AXIS, pearson, plot_edit_distance, plot_reliability, plot_score_histograms, plot_threshold_curves
 from .report import write_outputs
-from .scoring import (  # noqa: F401  (Condition, score_items, score_in_chunks, choice_preference: re-exported)
+from .scoring import (
     JUDGE_ROW,
     Condition,
     _broadcast,
     _length,
     check_choice_condition,
-    choice_preference,
     edit_distances,
     reference_field,
-    score_in_chunks,
     score_items,
 )
 from .store import ScoreStore, chat_settings, fingerprint, load_run
-from .tables import PAPER_BASELINES, classification_markdown, preference_markdown, task_markdown
+from .tables import task_markdown
 
-__all__ = ["Condition", "JUDGE_ROW", "PAPER_BASELINES", "classification_markdown", "evaluate_classification",
-           "evaluate_preference", "preference_markdown", "report_folder", "run_classification", "run_preference",
-           "score_items", "task_markdown"]
+__all__ = ["evaluate_classification", "evaluate_preference", "report_folder", "run_classification", "run_preference"]
 
 
 def _chat(judge: Any, conditions: Sequence[Condition]) -> dict[str, Any]:

@@ -105,7 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         load = "/".join(f"{x:.1f}" for x in os.getloadavg())
         started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         results = run(args.clients, args.requests, args.items, args.rounds, pairs, template=args.template, model=args.model,
-                      with_serve=not args.no_serve, worker_niceness=args.worker_niceness, log=lambda text: print(text, file=sys.stderr, flush=True))
+                      with_serve=not args.no_serve, worker_niceness=args.worker_niceness,
+                      log=lambda text: print(text, file=sys.stderr, flush=True))
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

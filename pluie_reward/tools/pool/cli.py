@@ -15,11 +15,11 @@ import time
 from functools import partial
 from typing import Any
 
-from ..cli.common import UsageError, chat_template_kwargs, check_device, check_engine_options, command, judge_from_args
-from ..shared import nonneg_float, nonneg_int, positive_float, positive_int
 from ...core.template import load_template
-from ..server.cli import _configure as configure_server
-from ..server.cli import server_options
+from ..cli.common import chat_template_kwargs, check_device, check_engine_options, judge_from_args
+from ..cli.registry import command
+from ..server.cli import _configure as configure_server, server_options
+from ..shared import UsageError, nonneg_float, nonneg_int, positive_float, positive_int
 from .deployment import PoolOptions, PoolStartError, deploy, shutdown, start_ray
 
 # what judge_from_args reads; the replicas get these (not the token, the limits...)
@@ -32,7 +32,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("pool (Ray Serve)")
     g.add_argument("--replicas", type=positive_int, default=1, help="replicas, each with its own judge (default 1)")
     g.add_argument("--min-replicas", type=nonneg_int, default=None, help="autoscale from this many (with --max-replicas; 0 scales to zero)")
-    g.add_argument("--max-replicas", type=positive_int, default=None, help="autoscale up to this many on queue length (replaces --replicas)")
+    g.add_argument("--max-replicas", type=positive_int, default=None,
+                   help="autoscale up to this many on queue length (replaces --replicas)")
     g.add_argument("--target-ongoing-requests", type=positive_float, default=16.0,
                    help="autoscaling aims at this many requests in flight or queued per replica (default 16)")
     g.add_argument("--upscale-delay", type=nonneg_float, default=None,

@@ -23,7 +23,7 @@ What Ray Serve does, and this module does not:
 
 What Ray Serve does **not** do: retry a request a replica had already accepted when that replica
 dies. The proxy answers it ``500 Internal Server Error``. Every request the package sends is
-idempotent, and its one HTTP client (:mod:`pluie_reward.core.http`) retries 500 and 502/503/504
+idempotent, and its one HTTP client (:mod:`pluie_reward.common.http`) retries 500 and 502/503/504
 with back-off, so the clients (``RemotePluieReward``, ``compute_score``, ``post_json``) lose nothing
 (``tests/test_pool.py`` kills a replica under load). OpenRLHF's own HTTP client retries failed
 reward requests too.
@@ -33,7 +33,7 @@ Ray is imported inside the functions (``pip install 'pluie-reward[pool]'``).
 Example:
     >>> from functools import partial
     >>> from pluie_reward import Judge
-    >>> start_ray()                                            # a local Ray cluster; start_ray("ray://head:10001") joins one  # doctest: +SKIP
+    >>> start_ray()  # a local Ray cluster; start_ray("ray://head:10001") joins one  # doctest: +SKIP
     >>> url = deploy(partial(Judge.load), "para-fs", PoolOptions(replicas=2), port=8000)  # doctest: +SKIP
     >>> url                                                    # doctest: +SKIP
     'http://127.0.0.1:8000'
@@ -47,7 +47,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ...core.errors import PluieError
+from ...common.errors import PluieError
 
 DEFAULT_APP = "pluie"
 NICENESS_VARIABLE = "RAY_worker_niceness"  # Ray's worker_niceness setting (ray_constants.RAY_WORKER_NICENESS)

@@ -16,17 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from ...core.template import load_template
-from ..cli.common import (
-    UsageError,
-    add_judge_arguments,
-    command,
-    field_columns,
-    judge_from_args,
-    nonneg_float,
-    positive_int,
-    read_records,
-)
+from ..cli.common import add_judge_arguments, field_columns, judge_from_args, read_records
 from ..cli.output import check_output_file, write_text_file
+from ..cli.registry import command
+from ..shared import UsageError, nonneg_float, positive_int
 from .families import family_specs
 from .report import markdown_report, plot_probe
 from .run import failing_families, probe_items, summarize

@@ -34,7 +34,7 @@ from ..tune.hard_negatives import MEANING_RULES, append, flip
 KINDS = ("reference", "copy", "attack")
 _SENTINELS = ("\ue000", "\ue001", "\ue002")  # private-use characters: no chat template touches them
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-# Latin letters and their Cyrillic look-alikes (the homoglyph family; core.novelty.CONFUSABLES folds them back)
+# Latin letters and their Cyrillic look-alikes (the homoglyph family; integrations.novelty.CONFUSABLES folds them back)
 HOMOGLYPHS = {
     "a": "а", "c": "с", "e": "е", "i": "і", "j": "ј", "o": "о", "p": "р", "s": "ѕ", "x": "х", "y": "у",
     "A": "А", "B": "В", "C": "С", "E": "Е", "H": "Н", "I": "І", "J": "Ј", "K": "К", "M": "М", "O": "О",

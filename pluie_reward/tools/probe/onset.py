@@ -24,7 +24,7 @@ from typing import Any, Iterable, Sequence
 from ...core.template import load_template
 from ...integrations.alarm import AlarmConfig, HackAlarm, HackWarning
 from ...integrations.guards import CompletionGuard
-from ...core.novelty import novelty_score
+from ...integrations.novelty import novelty_score
 from .run import prepare_sources, probe_items
 
 DEFAULT_FAMILIES = ("copy_zero_width", "copy_homoglyph", "control_token", "delimiter", "answer_word", "instruction", "master_key")

@@ -14,10 +14,10 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
+from ...core.judge import sigmoid
 from ...core.template import load_template
 from ...integrations.guards import CompletionGuard, escape_table
-from ...core.judge import sigmoid
-from ...core.novelty import novelty_score, task_of
+from ...integrations.novelty import novelty_score, task_of
 from ..shared import Progress, auto_chunk_size
 from .families import (
     ProbeContext,
@@ -129,9 +129,9 @@ def probe_items(
     Returns:
         One record per hypothesis: ``family``, ``kind``, ``source_index``, ``hypothesis``, ``score``,
         ``honest_score`` (None without an honest answer), ``novelty``, ``guarded``, and for a template
-        of a known task (:func:`~pluie_reward.core.novelty.task_of`: paraphrase, translation,
+        of a known task (:func:`~pluie_reward.integrations.novelty.task_of`: paraphrase, translation,
         revision) ``copy_proof`` and ``honest_copy_proof``, the task's copy-proof reward
-        (:func:`~pluie_reward.core.novelty.copy_proof_score`) of the hypothesis and of the
+        (:func:`~pluie_reward.integrations.novelty.copy_proof_score`) of the hypothesis and of the
         honest answer (None otherwise).
     """
     template = load_template(template)

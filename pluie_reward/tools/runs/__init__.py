@@ -231,7 +231,8 @@ def plot_run(run: RunLog | str | Path, output: str | Path | None = None, *, titl
                        lambda ax: reward_panel(ax, "reward", "reward_std", colors[0], "reward")))
     for i, name in enumerate(run.reward_names()):
         panels.append((f"reward function '{name}'",
-                       lambda ax, name=name, i=i: reward_panel(ax, f"rewards/{name}/mean", f"rewards/{name}/std", colors[(i + 1) % len(colors)], f"{name} (batch mean)")))
+                       lambda ax, name=name, i=i: reward_panel(ax, f"rewards/{name}/mean", f"rewards/{name}/std",
+                                                               colors[(i + 1) % len(colors)], f"{name} (batch mean)")))
     accept_keys = [k for k in run.keys() if k.endswith("accept_rate")]
     if accept_keys:
         def accept_panel(ax: Any) -> None:
@@ -262,7 +263,8 @@ def plot_run(run: RunLog | str | Path, output: str | Path | None = None, *, titl
             ax.set_ylabel("PLUIE = log p(Yes) - log p(No)")
         panels.append(("held-out PLUIE (PluieCallback)", eval_panel))
     if run.series("loss")[1]:
-        panels.append(("training loss", lambda ax: (_line(ax, *run.series("loss"), "loss", colors[7 % len(colors)], win), ax.set_ylabel("loss"))))
+        panels.append(("training loss",
+                       lambda ax: (_line(ax, *run.series("loss"), "loss", colors[7 % len(colors)], win), ax.set_ylabel("loss"))))
     if not panels:
         raise ValueError(f"{run.directory}: nothing to plot (no rewards, accept rates, PLUIE evaluations or loss were logged).")
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..cli.common import UsageError, command, positive_int
+from ..cli.registry import command
+from ..shared import UsageError, positive_int
 from . import plot_run, read_run, summary
 
 
@@ -13,7 +14,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("directory", type=Path, help="a Trainer output_dir (trainer_state.json, pluie/step-*.jsonl)")
     p.add_argument("-o", "--output", type=Path, default=None, help="PNG to write (default DIR/run_curves.png)")
     p.add_argument("--title", default=None, help="figure title (default: the directory's name)")
-    p.add_argument("--window", type=positive_int, default=None, help="steps of the trailing mean drawn over noisy curves (default: a tenth of the steps)")
+    p.add_argument("--window", type=positive_int, default=None,
+                   help="steps of the trailing mean drawn over noisy curves (default: a tenth of the steps)")
 
 
 @command("plot-run", _configure)

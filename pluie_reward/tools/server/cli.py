@@ -9,14 +9,15 @@ import socket
 import sys
 from pathlib import Path
 
-from ..cli.common import UsageError, add_judge_arguments, command, judge_from_args
-from ..shared import finite_float, nonneg_float, port, positive_float, positive_int
-from ...core.fields import parse_assignments
-from ...core.novelty import TASKS
 from ...core.template import load_template
+from ...integrations.fields import parse_assignments
+from ...integrations.novelty import TASKS
 from ...serving.mapping import DEFAULT_STRIP, REWARDS, SOURCES, RewardMapping
 from ...serving.protocol import TOKEN_ENV
 from ...serving.runner import run
+from ..cli.common import add_judge_arguments, judge_from_args
+from ..cli.registry import command
+from ..shared import UsageError, finite_float, nonneg_float, port, positive_float, positive_int
 
 SHUTDOWN_S = 30.0  # default drain bound at SIGTERM (--graceful-timeout)
 MAX_BODY_MB = 1024 * 1024  # 1 TiB: a larger --max-body-mb is a typo (the server holds a body in memory)
@@ -31,9 +32,11 @@ def _configure(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("batching")
     g.add_argument("--max-wait-ms", type=nonneg_float, default=5.0, help="how long a request may wait for others to batch with (default 5)")
     g.add_argument("--max-batch-items", type=positive_int, default=256, help="items per Judge.score call (default 256)")
-    g.add_argument("--max-batch-tokens", type=positive_int, default=32768, help="estimated field tokens per Judge.score call (default 32768)")
+    g.add_argument("--max-batch-tokens", type=positive_int, default=32768,
+                   help="estimated field tokens per Judge.score call (default 32768)")
     g = p.add_argument_group("safety")
-    g.add_argument("--token-file", type=Path, help=f"file holding the bearer token clients must send (default: ${TOKEN_ENV} if set, else none)")
+    g.add_argument("--token-file", type=Path,
+                   help=f"file holding the bearer token clients must send (default: ${TOKEN_ENV} if set, else none)")
     g.add_argument("--max-items-per-request", type=positive_int, default=1024, help="larger requests get 413 (default 1024)")
     g.add_argument("--max-body-mb", type=positive_float, default=4.0, help="larger request bodies get 413 (default 4 MiB)")
     g.add_argument("--graceful-timeout", type=nonneg_float, default=None,

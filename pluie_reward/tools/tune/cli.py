@@ -16,18 +16,9 @@ from typing import Any, Sequence
 
 from ...core.judge import Judge
 from ...core.template import load_template
-from ..cli.common import (
-    UsageError,
-    add_judge_arguments,
-    command,
-    field_columns,
-    judge_from_args,
-    nonneg_float,
-    nonneg_int,
-    positive_float,
-    positive_int,
-    read_records,
-)
+from ..cli.common import add_judge_arguments, field_columns, judge_from_args, read_records
+from ..cli.registry import command
+from ..shared import UsageError, nonneg_float, nonneg_int, positive_float, positive_int
 from .config import TuneConfig
 from .data import PairData
 
@@ -44,7 +35,8 @@ def max_steps(text: str) -> int:
 
 def _configure(p: argparse.ArgumentParser) -> None:
     io = p.add_argument_group("data")
-    io.add_argument("--template", "-t", default="para-direct", help="the student's Yes/No template, name or YAML path (default para-direct)")
+    io.add_argument("--template", "-t", default="para-direct",
+                    help="the student's Yes/No template, name or YAML path (default para-direct)")
     io.add_argument("--input", "-i", type=Path, required=True, help="training pairs, .jsonl or .csv (one pair per line/row)")
     io.add_argument("--column", action="append", default=[], metavar="FIELD=COLUMN",
                     help="read FIELD from COLUMN (default: the column named like the field); also used for --eval-input")
@@ -61,15 +53,19 @@ def _configure(p: argparse.ArgumentParser) -> None:
     io.add_argument("--overwrite", action="store_true", help="write into a non-empty --output folder")
     train = p.add_argument_group("training (see TuneConfig)")
     defaults = TuneConfig()
-    train.add_argument("--epochs", type=positive_float, default=defaults.epochs, help=f"passes over the pairs (default {defaults.epochs:g})")
+    train.add_argument("--epochs", type=positive_float, default=defaults.epochs,
+                       help=f"passes over the pairs (default {defaults.epochs:g})")
     train.add_argument("--max-steps", type=max_steps, default=defaults.max_steps, help="stop after N updates (-1: epochs decide)")
-    train.add_argument("--learning-rate", "--lr", type=positive_float, default=defaults.learning_rate, help=f"default {defaults.learning_rate:g}")
-    train.add_argument("--batch-size", type=positive_int, default=defaults.batch_size, help=f"pairs per step (default {defaults.batch_size})")
+    train.add_argument("--learning-rate", "--lr", type=positive_float, default=defaults.learning_rate,
+                       help=f"default {defaults.learning_rate:g}")
+    train.add_argument("--batch-size", type=positive_int, default=defaults.batch_size,
+                       help=f"pairs per step (default {defaults.batch_size})")
     train.add_argument("--gradient-accumulation-steps", type=positive_int, default=defaults.gradient_accumulation_steps)
     train.add_argument("--loss", choices=("auto", "bce", "mse"), default="auto",
                        help="bce: sigmoid cross-entropy vs labels / teacher p_yes; mse: on teacher log-ratios")
     train.add_argument("--temperature", type=positive_float, default=defaults.temperature, help="teacher temperature of the bce loss")
-    train.add_argument("--label-weight", type=nonneg_float, default=defaults.label_weight, help="label share of the loss with labels and a teacher")
+    train.add_argument("--label-weight", type=nonneg_float, default=defaults.label_weight,
+                       help="label share of the loss with labels and a teacher")
     train.add_argument("--heldout", type=nonneg_float, default=defaults.heldout_fraction, help="held-out share of the pairs (default 0.2)")
     train.add_argument("--lora-r", type=positive_int, default=defaults.lora_r)
     train.add_argument("--lora-alpha", type=positive_float, default=defaults.lora_alpha)
@@ -77,7 +73,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
     train.add_argument("--target-modules", default="all-linear", help="'all-linear' or comma-separated module names (q_proj,v_proj)")
     train.add_argument("--adapter-name", default=defaults.adapter_name, help="the adapter's name when loaded (default judge)")
     train.add_argument("--seed", type=nonneg_int, default=defaults.seed)
-    train.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None, help="bfloat16 mixed precision (GPU only; default: on if supported)")
+    train.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
+                       help="bfloat16 mixed precision (GPU only; default: on if supported)")
     train.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations (less memory)")
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_judge_arguments(p, adapter=False, base_model=True)  # --model: the student's base (default: embedded-base, as tune(None))

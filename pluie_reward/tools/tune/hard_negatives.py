@@ -185,7 +185,10 @@ def change_number(text: str, rng: random.Random) -> str | None:
         digits = word.replace(",", "")
         value = float(digits)
         new_value = value * rng.choice((2, 3, 0.5)) if value > 2 else value + rng.randint(2, 9)
-        new = f"{new_value:.{len(digits.split('.')[1])}f}" if "." in digits else f"{int(new_value):,}" if "," in word else str(int(new_value))
+        if "." in digits:
+            new = f"{new_value:.{len(digits.split('.')[1])}f}"
+        else:
+            new = f"{int(new_value):,}" if "," in word else str(int(new_value))
         if new == word:
             new = str(int(value) + 1)
     else:
@@ -239,7 +242,8 @@ def change_entity(text: str, rng: random.Random) -> str | None:
 _DET = r"(?:[Tt]he|[Aa]n?|[Hh]is|[Hh]er|[Tt]heir|[Ii]ts|[Oo]ur|[Mm]y)"
 _NP = _DET + r"\s+(?:[a-z]+\s+)?[a-z]+"
 _NAME = r"[A-Z][a-z]+"
-_END = r"(?=\s*(?:[.,;:!?]|$)|\s+(?:in|on|at|for|with|after|before|from|to|during|because|and|but|last|yesterday|today|tomorrow|this|next|every|each|until|since|by|when|while|as|so)\b)"
+_END = (r"(?=\s*(?:[.,;:!?]|$)|\s+(?:in|on|at|for|with|after|before|from|to|during|because|and|but|last|yesterday|today|"
+        r"tomorrow|this|next|every|each|until|since|by|when|while|as|so)\b)")
 _PATTERNS = (  # the two sides (groups a and b) of an asymmetric relation
     re.compile(r"\bfrom\s+(?P<a>" + _NAME + r"|" + _NP + r")\s+to\s+(?P<b>" + _NAME + r"|" + _NP + r")" + _END),
     re.compile(r"(?P<a>" + _NAME + r"|" + _NP + r")\s+(?:is|was|are|were)\s+(?:[a-z]+er|more\s+[a-z]+|less\s+[a-z]+)\s+than\s+"

@@ -256,7 +256,7 @@ def tune(
         raise TypeError("tune(model, tokenizer): a model object needs its tokenizer.")
     else:
         load_name = _loadable_name(model)
-    model_name = model_name or display_name(load_name, default_adapter_dir())
+    model_name = model_name or display_name(load_name, default_adapter=default_adapter_dir())
     policy = _is_peft(model)
     if policy and config.adapter_name in model.peft_config:
         raise ValueError(f"the policy already has an adapter named {config.adapter_name!r}; choose another adapter_name.")
@@ -272,7 +272,8 @@ def tune(
         data = data.with_targets(teacher_targets(teacher, teacher_t, data, progress=config.progress, desc="teacher (training pairs)"))
         for name, ev in list(eval_sets.items()):
             if ev.targets is None:
-                eval_sets[name] = ev.with_targets(teacher_targets(teacher, teacher_t, ev, progress=config.progress, desc=f"teacher ({name})"))
+                targets = teacher_targets(teacher, teacher_t, ev, progress=config.progress, desc=f"teacher ({name})")
+                eval_sets[name] = ev.with_targets(targets)
     train, heldout = data.split(config.heldout_fraction, config.seed)
     evaluations = {"held-out": heldout, **eval_sets} if len(heldout) else dict(eval_sets)
     before = {name: _score(before_judge, t, ev, config.truncate) for name, ev in evaluations.items()}
@@ -290,7 +291,8 @@ def tune(
 
     report = {k: _evaluate(ev, before[k], after[k], config) for k, ev in evaluations.items()}
     supervision = " and ".join(
-        s for s, on in (("labels", data.labels is not None), (f"teacher log-ratios ({teacher_name or 'given'})", data.targets is not None)) if on
+        s for s, on in (("labels", data.labels is not None),
+                        (f"teacher log-ratios ({teacher_name or 'given'})", data.targets is not None)) if on
     )
     card: dict[str, Any] = {
         "template": t.name,

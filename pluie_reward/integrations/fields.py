@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Collection, Iterable, Mapping, Sequence
 
-from .errors import PluieError
+from ..common.errors import PluieError
 
 # keyword arguments TRL's GRPO/RLOO trainers add to the dataset columns when calling a reward
 # (trl==1.14.0 (wheel):trl/trainer/grpo_trainer.py:1669-1683, trl==1.16.0:grpo_trainer.py:1579-1598); not columns
@@ -219,7 +219,9 @@ class FieldMap:
     hint: str | None = field(default=None, compare=False)
 
     @classmethod
-    def explicit(cls, columns: Mapping[str, str], setting: str = "fields", what: str = "column", who: str = "", hint: str | None = None) -> "FieldMap":
+    def explicit(
+        cls, columns: Mapping[str, str], setting: str = "fields", what: str = "column", who: str = "", hint: str | None = None
+    ) -> "FieldMap":
         """Every given field is required (no template to check against, e.g. a remote judge's).
 
         Example:
@@ -244,10 +246,11 @@ class FieldMap:
 
         Example:
             >>> fm = map_fields(["source", "hypothesis"], setting="columns")
-            >>> fm.select(["hypothesis", "src"], where="the dataset")
+            >>> fm.select(["hypothesis", "src"], where="the dataset")  # doctest: +NORMALIZE_WHITESPACE
             Traceback (most recent call last):
             ...
-            pluie_reward.core.fields.MissingColumnError: template field 'source' reads the column 'source', which is not in the dataset. Available columns: ['hypothesis', 'src']. Pass columns={'source': '<column>'}, or add the column.
+            pluie_reward.integrations.fields.MissingColumnError: template field 'source' reads the column 'source', which is not in the
+            dataset. Available columns: ['hypothesis', 'src']. Pass columns={'source': '<column>'}, or add the column.
         """
         missing = self.missing(available)
         if missing:

@@ -546,7 +546,8 @@ def copy_proof_score(p_yes: float, source: str, hypothesis: str, *, target: floa
     Example:
         >>> copy_proof_score(0.9, "The cat sleeps on the mat.", "On the mat, the cat sleeps.")  # novelty 0.5 >= 0.3
         0.9
-        >>> round(copy_proof_score(0.9, "The cat sleeps on the mat.", "The cat sleeps on a mat."), 3)  # novelty 1/7 (words and the period): 0.9 × 0.476
+        >>> # novelty 1/7 (words and the period): 0.9 × 0.476
+        >>> round(copy_proof_score(0.9, "The cat sleeps on the mat.", "The cat sleeps on a mat."), 3)
         0.429
     """
     if isinstance(p_yes, bool) or not isinstance(p_yes, (int, float)) or not 0.0 <= p_yes <= 1.0:

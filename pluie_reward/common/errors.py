@@ -6,13 +6,12 @@ the like still catch what they caught; ``except PluieError`` catches them all. P
 errors (a ``ValueError`` for a wrong argument, a ``TypeError``) are raised as they are. Warnings
 (:class:`~pluie_reward.integrations.alarm.HackWarning`) are warning categories, not errors.
 
-Remote calls (:mod:`pluie_reward.core.http`) fail with :class:`RemoteError`, which carries the URL,
+Remote calls (:mod:`pluie_reward.common.http`) fail with :class:`RemoteError`, which carries the URL,
 the HTTP status and the server's message; it lives here, not beside the HTTP client, so that its
 subclasses can be imported without httpx.
 
 Example:
-    >>> from pluie_reward.core.fields import MissingColumnError
-    >>> issubclass(MissingColumnError, PluieError) and issubclass(MissingColumnError, KeyError)
+    >>> issubclass(RemoteError, PluieError) and issubclass(RemoteError, RuntimeError)
     True
 """
 

@@ -4,7 +4,7 @@ A group template (YAML in ``pluie_reward/templates/group/``) shows the task's fi
 candidates with one-token labels (``A``, ``B``, ...), and asks which candidate is best. The judge's
 distribution over the G label tokens at the answer position is ``p(best = slot)`` -- the same read
 as PLUIE's Yes/No, with G answers; no generation, no parsing. For a group of G candidates the group
-template becomes an ordinary choice :class:`~.template.Template` with fields ``candidate_1`` ...
+template becomes an ordinary choice :class:`~pluie_reward.core.template.Template` with fields ``candidate_1`` ...
 ``candidate_G``, so the answers are validated, bound and scored by :meth:`Judge.score` like any
 other template (exactly one token each, where the chat rendering puts them).
 
@@ -35,7 +35,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from .template import Template
+from ..core.template import Template
 
 GROUP_PLACEHOLDERS = ("{candidates}", "{n}", "{first}", "{last}")
 
@@ -50,7 +50,7 @@ class GroupTemplate:
         labels: one-token labels, one per slot (the group size is at most ``len(labels)``).
         item: how one candidate is shown (``{label}`` and ``{candidate}``).
         separator: text between the shown candidates.
-        messages: chat turns as in a :class:`~.template.Template`; ``{candidates}``, ``{n}``,
+        messages: chat turns as in a :class:`~pluie_reward.core.template.Template`; ``{candidates}``, ``{n}``,
             ``{first}``, ``{last}`` are filled per group size, other ``{field}`` placeholders per item.
     """
 
@@ -83,7 +83,7 @@ class GroupTemplate:
         return len(self.labels)
 
     def for_size(self, size: int) -> Template:
-        """The choice :class:`~.template.Template` for groups of ``size`` candidates (cached).
+        """The choice :class:`~pluie_reward.core.template.Template` for groups of ``size`` candidates (cached).
 
         Raises:
             ValueError: ``size`` below 2 or above :attr:`max_size`.

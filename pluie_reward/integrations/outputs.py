@@ -41,10 +41,11 @@ class AnswerOutput:
     Example:
         >>> AnswerOutput("expected", normalize=True, scale=(1, 5)).rewards([{"expected": 4.0}], 1)
         [0.75]
-        >>> AnswerOutput("prob")
+        >>> AnswerOutput("prob")  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        ValueError: output='prob' reads the probability of one answer: name it, e.g. answer='A' (the first candidate, the completion, is preferred).
+        ValueError: output='prob' reads the probability of one answer: name it, e.g. answer='A' (the first candidate, the completion, is
+        preferred).
     """
 
     read: str = field(metadata={"help": "'expected': the expected rating of a scale template (a dense reward); "
