@@ -47,7 +47,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # examples/paraphrase_common.py, shared with the GRPO example
 
-from paraphrase_common import HELD_OUT_FILE, TARGET, TRAIN_FILE, chat, held_out_metrics, read_data  # noqa: E402
+from paraphrase_common import HELD_OUT_FILE, TARGET, TRAIN_FILE, chat, held_out_metrics, print_held_out, read_data  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -270,11 +270,7 @@ def summary_line(metrics: dict) -> str:
 
 def report(result: dict, output_dir: Path) -> None:
     """Print the held-out outputs and the before/after numbers."""
-    for row in result["held_out"]:
-        print(f"  {row['source']!r}\n    before: {row['before']!r}\n    after:  {row['after']!r}")
-    for key in ("accept_rate", "p_yes", "novelty", "copy_rate", "accepted_novel_rate", "pluie", "meaning"):
-        b, a = result["before"][key], result["after"][key]
-        print(f"held-out {key:>20}: before {b if b is None else round(b, 3)}, after {a if a is None else round(a, 3)}")
+    print_held_out(result)
     print(f"{result['rounds']} round(s) in {result['seconds'] / 60:.1f} min; result: {output_dir / 'result.json'}")
 
 

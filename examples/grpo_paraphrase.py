@@ -54,7 +54,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # examples/paraphrase_common.py, shared with the distillation example
 
 from paraphrase_common import (DATA, EXAMPLE, HELD_OUT_FILE, INSTRUCTION, TARGET, TRAIN_FILE, chat,  # noqa: F401
-                               copy_proof_novelty, held_out_metrics, read_data, read_sentences)  # noqa: E402
+                               copy_proof_novelty, held_out_metrics, print_held_out, read_data, read_sentences)  # noqa: E402
 
 REWARDS = ("paraphrase", "pluie")
 
@@ -305,11 +305,7 @@ def train(args: argparse.Namespace, policy, tokenizer, judge: Judge, started: fl
 
 def report(result: dict, output_dir: Path) -> None:
     """Print the held-out outputs and the before/after numbers, and draw the curves."""
-    for row in result["held_out"]:
-        print(f"  {row['source']!r}\n    before: {row['before']!r}\n    after:  {row['after']!r}")
-    for key in ("accept_rate", "p_yes", "novelty", "copy_rate", "accepted_novel_rate", "pluie", "meaning"):
-        b, a = result["before"][key], result["after"][key]
-        print(f"held-out {key:>20}: before {b if b is None else round(b, 3)}, after {a if a is None else round(a, 3)}")
+    print_held_out(result)
     run = read_run(output_dir)
     print("\n" + "\n".join(summary(run)))
     title = f"GRPO paraphrase, {result['steps']} steps, {result['reward']}"

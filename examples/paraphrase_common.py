@@ -104,3 +104,12 @@ def read_data(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     if overlap:
         parser.error(f"{len(overlap)} held-out sentence(s) are also training sentences (e.g. {sorted(overlap)[0]!r}): "
                      "held-out sentences must never be trained on.")
+
+
+def print_held_out(result: dict) -> None:
+    """Print a run's held-out outputs before and after training, then its before/after metrics."""
+    for row in result["held_out"]:
+        print(f"  {row['source']!r}\n    before: {row['before']!r}\n    after:  {row['after']!r}")
+    for key in ("accept_rate", "p_yes", "novelty", "copy_rate", "accepted_novel_rate", "pluie", "meaning"):
+        b, a = result["before"][key], result["after"][key]
+        print(f"held-out {key:>20}: before {b if b is None else round(b, 3)}, after {a if a is None else round(a, 3)}")
