@@ -27,7 +27,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable, Mapping
 
-from ..core.judge import Judge, sigmoid
+from ..core.calibration import sigmoid
+from ..core.judge import Judge
 from ..core.template import load_template
 from .novelty import Task, check_min_length, check_sources, check_target, resolve_task
 from .reward_base import Batch, Scores
