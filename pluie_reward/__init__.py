@@ -22,7 +22,7 @@ _EXPORTS = {
     "Judge": "core.judge",
     "JudgeConfig": "core.judge_config",
     "TransformersEngineConfig": "engines.transformers.config",
-    "sigmoid": "core.judge",
+    "sigmoid": "core.calibration",
     "Template": "core.template",
     "builtin_template_names": "core.template",
     "load_template": "core.template",

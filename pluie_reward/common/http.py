@@ -188,9 +188,11 @@ def _urls(urls: str | Sequence[str]) -> list[Replica]:
 class _Policy:
     """What the sync and async clients share: the replica choice and the meaning of each outcome."""
 
+    _transport: Any  # httpx.Client or httpx.AsyncClient: what a client without ``client=`` opens
+
     def __init__(
-        self, urls: str | Sequence[str], config: HTTPConfig | None, headers: Mapping[str, str] | None, name: str,
-        error: type[RemoteError],
+        self, urls: str | Sequence[str], config: HTTPConfig | None = None, *, headers: Mapping[str, str] | None = None,
+        name: str = "server", error: type[RemoteError] = RemoteError, client: Any = None, max_connections: int = 100,
     ) -> None:
         self.replicas = _urls(urls)
         self.config = config or HTTPConfig()
@@ -198,6 +200,10 @@ class _Policy:
         self.name, self.error = name, error
         self.stats = {"requests": 0, "retries": 0}  # answered requests, retried attempts
         self._timeout = self.config.httpx_timeout()
+        self._own = client is None
+        self._http = client if client is not None else self._transport(
+            timeout=self._timeout, limits=httpx.Limits(max_connections=max_connections)
+        )
 
     def _pick(self) -> Replica:
         return min(self.replicas, key=lambda r: (r.in_flight, r.failures))
@@ -261,16 +267,7 @@ class HTTPClient(_Policy):
         >>> client.close()
     """
 
-    def __init__(
-        self, urls: str | Sequence[str], config: HTTPConfig | None = None, *, headers: Mapping[str, str] | None = None,
-        name: str = "server", error: type[RemoteError] = RemoteError, client: httpx.Client | None = None,
-        max_connections: int = 100,
-    ) -> None:
-        super().__init__(urls, config, headers, name, error)
-        self._own = client is None
-        self._http = client if client is not None else httpx.Client(
-            timeout=self._timeout, limits=httpx.Limits(max_connections=max_connections)
-        )
+    _transport = httpx.Client
 
     def request(self, method: str, path: str = "", *, json: Any = None) -> Any:
         """Send a request (retrying as the policy says) and return its decoded JSON answer.
@@ -327,16 +324,7 @@ class AsyncHTTPClient(_Policy):
         {'status': 'ok', ...}
     """
 
-    def __init__(
-        self, urls: str | Sequence[str], config: HTTPConfig | None = None, *, headers: Mapping[str, str] | None = None,
-        name: str = "server", error: type[RemoteError] = RemoteError, client: httpx.AsyncClient | None = None,
-        max_connections: int = 100,
-    ) -> None:
-        super().__init__(urls, config, headers, name, error)
-        self._own = client is None
-        self._http = client if client is not None else httpx.AsyncClient(
-            timeout=self._timeout, limits=httpx.Limits(max_connections=max_connections)
-        )
+    _transport = httpx.AsyncClient
 
     async def request(self, method: str, path: str = "", *, json: Any = None) -> Any:
         """Async :meth:`HTTPClient.request`."""

@@ -31,7 +31,13 @@ FORMAT = "pluie-calibration/1"
 _WARNED: set[tuple[str | None, str]] = set()  # (fitted template, scored template) pairs already warned about
 
 
-def _sigmoid(x: float) -> float:
+def sigmoid(x: float) -> float:
+    """Numerically safe logistic function.
+
+    Example:
+        >>> sigmoid(0.0)
+        0.5
+    """
     if x >= 0:
         return 1.0 / (1.0 + math.exp(-x))
     z = math.exp(x)
@@ -98,7 +104,7 @@ class Calibration:
             >>> Calibration()(0.0)
             0.5
         """
-        return _sigmoid(self.logit(logratio))
+        return sigmoid(self.logit(logratio))
 
     def threshold(self, p: float = 0.5) -> float:
         """The raw log-ratio where the calibrated probability equals ``p``: ``(logit(p) - b) / a``; pass it

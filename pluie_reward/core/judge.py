@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import math
@@ -16,7 +15,7 @@ from ..engines.base import Engine, Request
 from ..engines.registry import EngineSpec, engine_spec, loader_spec
 from ..judges import default_adapter_dir
 from .cache import ResultCache
-from .calibration import Calibration
+from .calibration import Calibration, sigmoid
 from .judge_config import JudgeConfig, option_names, split_options
 from .plan import AnswerCall, CacheStep, EngineCall, GenerationCall, ScoreOptions, ScoringPlan
 from .prompt import BoundTemplate
@@ -42,19 +41,6 @@ def check_engine_options(spec: EngineSpec, options: dict[str, Any]) -> None:
     if unknown:
         raise TypeError(f"Judge got unexpected argument(s) {unknown}; the judge's options are "
                         f"{list(option_names(JudgeConfig))}, the {spec.name} engine's {list(names)}.")
-
-
-def sigmoid(x: float) -> float:
-    """Numerically safe logistic function.
-
-    Example:
-        >>> sigmoid(0.0)
-        0.5
-    """
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    z = math.exp(x)
-    return z / (1.0 + z)
 
 
 def answer_record(template: Template, values: Sequence[float], threshold: float = 0.0) -> dict[str, Any]:

@@ -34,8 +34,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..core.judge import Judge
 
 SCORE_COLUMNS = ("logratio", "p_yes", "verdict")
-COPY_PROOF_COLUMNS = ("novelty", "copy", "copy_proof")
-"""The columns :func:`score_dataset` adds for a template of a known task (after the prefix)."""
 
 
 def _field_columns(dataset: "Dataset", template: Any, columns: Mapping[str, str] | None) -> dict[str, str]:

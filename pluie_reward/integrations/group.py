@@ -37,8 +37,6 @@ import yaml
 
 from ..core.template import Template
 
-GROUP_PLACEHOLDERS = ("{candidates}", "{n}", "{first}", "{last}")
-
 
 @dataclass(frozen=True)
 class GroupTemplate:

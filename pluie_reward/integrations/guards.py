@@ -191,25 +191,6 @@ def escape_table(template: Any) -> dict[int, str]:
     return str.maketrans({q: QUOTE_ESCAPES[q] for q in quotes})
 
 
-def escape_fields(template: Any, values: Mapping[str, Any]) -> dict[str, Any]:
-    """:func:`escape_delimiters` applied to every string (or list of strings) of a field mapping;
-    other values (None for an absent optional field) pass unchanged.
-
-    Example:
-        >>> escape_fields("para-fs", {"source": 'A "b"', "hypothesis": ["c", 'd"']})
-        {'source': 'A ”b”', 'hypothesis': ['c', 'd”']}
-    """
-    table = escape_table(template)
-
-    def one(value: Any) -> Any:
-        return value.translate(table) if isinstance(value, str) else value
-
-    return {
-        name: [one(v) for v in value] if isinstance(value, (list, tuple)) else one(value)
-        for name, value in values.items()
-    }
-
-
 # --- control tokens ----------------------------------------------------------------------------------
 def control_strings(tokenizer: Any = None, *, all_added: bool = True) -> list[str]:
     """Control-token strings of a tokenizer: its special tokens (``all_special_tokens`` and, with

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from ..core.judge import Judge, sigmoid
+from ..core.calibration import sigmoid
+from ..core.judge import Judge
 from ..core.template import load_template
 from .fields import FieldMap, map_fields
 from .novelty import check_sources, check_target, novelty_credit, novelty_score

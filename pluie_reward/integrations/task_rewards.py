@@ -5,30 +5,15 @@ Each is the judge's probability of "Yes" gated by how far the completion is from
 
     reward = p_yes × min(1, novelty / target) × (1 − excess repetition) × min(1, length ratio / min_length)
 
-* ``p_yes = sigmoid(PLUIE)``, in (0, 1): the judge's "is this a paraphrase / a translation / a
-  revision that follows the instruction?";
-* ``novelty`` is :func:`~pluie_reward.integrations.novelty.novelty_score` against the source (1 −
-  normalised word edit similarity; 0 for the source itself and every disguised copy it normalises:
-  case, spacing, punctuation, invisible characters, accents, homoglyphs; 0 for a completion without a
-  word), and also 0, for paraphrase and translation, when the completion holds the whole source with
-  more around it (the source repeated, or followed by anything: :func:`~pluie_reward.integrations.novelty.contains_words`);
-* ``target`` is the novelty that earns full credit (:data:`~pluie_reward.integrations.novelty.TASKS`: 0.3 for paraphrase
-  and translation, 0.05 for revision; see docs/rewards.md for how they were chosen);
-* the excess repetition is the share of the completion's word trigrams repeating an earlier one, less
-  the source's own (:func:`~pluie_reward.integrations.novelty.repetition`): a completion that says the same thing
-  twice gets about half;
-* the length ratio is the completion's word count over the source's (paraphrase only, ``min_length``
-  0.67; translation and revision: no floor): a paraphrase says everything its source says, so a
-  completion with half the source's words (a fragment, a dropped clause: what the 135M default judge
-  accepts, and what a 64-step GRPO run learned to write) gets 0.75 of its reward, one at two thirds or more gets it all.
-
-So a copy scores exactly 0, and any completion the judge accepts (p_yes > 0.5) with novelty at or
-above the target, no repetition and (paraphrase) at least ``min_length`` of the source's words scores
-above 0.5: copying cannot win, whatever the judge gives the copy. The reward is bounded ([0, 1)), so it composes with other rewards through
-``GRPOConfig(reward_weights=...)``, and pickles like :class:`~pluie_reward.PluieReward` (a judge
-factory is dropped and rebuilt). The formula lives in :mod:`pluie_reward.integrations.novelty`
-(:meth:`~pluie_reward.integrations.novelty.Task.batch`), shared with the judge server and its clients, which give
-the same values.
+``p_yes = sigmoid(PLUIE)``; ``novelty`` is :func:`~pluie_reward.integrations.novelty.novelty_score` against
+the source (0 for a copy, a disguised copy, a completion without a word and, for paraphrase and translation,
+one holding the whole source); ``target`` and ``min_length`` are the task's
+(:data:`~pluie_reward.integrations.novelty.TASKS`). docs/rewards.md explains each factor and how they were
+chosen. So a copy scores exactly 0 and copying cannot win, whatever the judge gives the copy. The reward is
+bounded ([0, 1)), so it composes with other rewards through ``GRPOConfig(reward_weights=...)``, and pickles
+like :class:`~pluie_reward.PluieReward` (a judge factory is dropped and rebuilt). The formula lives in
+:meth:`~pluie_reward.integrations.novelty.Task.batch`, shared with the judge server and its clients, which
+give the same values.
 
 Example:
     >>> reward = ParaphraseReward(judge)                # the dataset's "source" column is the source
@@ -42,7 +27,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable, Mapping
 
-from ..core.judge import Judge, sigmoid
+from ..core.calibration import sigmoid
+from ..core.judge import Judge
 from ..core.template import load_template
 from .novelty import Task, check_min_length, check_sources, check_target, resolve_task
 from .reward_base import Batch, Scores

@@ -200,6 +200,12 @@ def _percent(value: Any) -> float:
     return float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
 
 
+def _challenge_means(rates: Mapping[str, float]) -> dict[str, float]:
+    """The mean error rate of each challenge over its datasets present in ``rates``."""
+    members = {c: [rates[d.name] for d in DATASETS if d.challenge == c and d.name in rates] for c in CHALLENGES}
+    return {c: sum(m) / len(m) for c, m in members.items() if m}
+
+
 def summarise(errors: dict[str, tuple[int, int]]) -> dict[str, Any]:
     """Error rate per dataset, mean per challenge (over the datasets present), overall mean of the
     challenge means. ``errors`` maps dataset -> (wrong, total).
@@ -214,11 +220,7 @@ def summarise(errors: dict[str, tuple[int, int]]) -> dict[str, Any]:
         if total < 1:
             raise ValueError(f"dataset {name} has no pairs; cannot compute its error rate.")
         rates[name] = wrong / total
-    challenges = {}
-    for challenge in CHALLENGES:
-        members = [rates[d.name] for d in DATASETS if d.challenge == challenge and d.name in rates]
-        if members:
-            challenges[challenge] = sum(members) / len(members)
+    challenges = _challenge_means(rates)
     overall = sum(challenges.values()) / len(challenges) if challenges else None
     return {"error_rates": rates, "challenges": challenges, "overall": overall}
 
@@ -407,11 +409,7 @@ def _peer_summary(figures: dict[str, Any], present: Iterable[str]) -> dict[str, 
     """A peer's per-dataset rates, its challenge means over the datasets of this run, and its published averages."""
     present = list(present)
     rates = {d: figures[d] for d in present if d in figures}
-    challenges = {}
-    for challenge in CHALLENGES:
-        members = [rates[d.name] for d in DATASETS if d.challenge == challenge and d.name in rates]
-        if members:
-            challenges[challenge] = sum(members) / len(members)
+    challenges = _challenge_means(rates)
     return {
         "error_rates": rates,
         "challenges_same_datasets": challenges,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
-from ...core.judge import sigmoid
+from ...core.calibration import sigmoid
 from ...core.template import load_template
 from ...integrations.guards import CompletionGuard, escape_table
 from ...integrations.novelty import novelty_score, task_of
