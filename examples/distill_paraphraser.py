@@ -93,8 +93,8 @@ if __name__ == "__main__":
 
 import torch  # noqa: E402  (the heavy imports come after the early parse above)
 from datasets import Dataset, concatenate_datasets  # noqa: E402
-from grpo_paraphrase import load_policy_and_judge  # noqa: E402
-from transformers import PrinterCallback, TrainerCallback, set_seed  # noqa: E402
+from grpo_paraphrase import TimeBudget, load_policy_and_judge  # noqa: E402
+from transformers import PrinterCallback, set_seed  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
 
 from pluie_reward import Judge, PluieCallback  # noqa: E402
@@ -106,43 +106,12 @@ CHUNK = 16  # training sentences sampled and judged at a time (the time budget i
 FINE_TUNE_RESERVE = 60.0  # seconds of a round kept for fine-tuning when the time budget cuts its sampling
 
 
-class Deadline(TrainerCallback):
-    """Stops fine-tuning once one more step (at the mean pace so far, +20 %) would end past ``deadline``
-    (a ``clock()`` time); ``stopped`` says whether it did.
-
-    Example:
-        >>> from types import SimpleNamespace
-        >>> now = [0.0]
-        >>> stop = Deadline(100.0, clock=lambda: now[0])
-        >>> state, control = SimpleNamespace(global_step=0, max_steps=9), SimpleNamespace(should_training_stop=False)
-        >>> stop.on_train_begin(None, state, control)
-        >>> now[0], state.global_step = 60.0, 2      # 30 s a step: 60 + 36 fits in 100
-        >>> stop.on_step_end(None, state, control); control.should_training_stop
-        False
-        >>> now[0], state.global_step = 90.0, 3      # 90 + 36 does not
-        >>> stop.on_step_end(None, state, control); control.should_training_stop, stop.stopped
-        (True, True)
-    """
-
-    def __init__(self, deadline: float, clock=time.monotonic) -> None:
-        self.deadline, self.clock, self.stopped = deadline, clock, False
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.start = self.clock()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        now = self.clock()
-        pace = (now - self.start) / max(state.global_step, 1)
-        if state.global_step < state.max_steps and now + 1.2 * pace > self.deadline:
-            control.should_training_stop = self.stopped = True
-
-
 def sample_candidates(model: Any, tokenizer: Any, sources: list[str], n: int, args: argparse.Namespace) -> Dataset:
     """``n`` sampled paraphrases of each source (``source``, ``hypothesis``; empty answers dropped)."""
-    prompts = [chat(s) for s in sources for _ in range(n)]
-    texts = generate_texts(model, tokenizer, prompts, batch_size=32, do_sample=True, temperature=args.temperature,
-                           top_p=1.0, top_k=0, max_new_tokens=args.max_new_tokens)
-    rows = [(s, t) for s, t in zip((s for s in sources for _ in range(n)), texts) if t]
+    repeated = [s for s in sources for _ in range(n)]
+    texts = generate_texts(model, tokenizer, [chat(s) for s in repeated], batch_size=32, do_sample=True,
+                           temperature=args.temperature, top_p=1.0, top_k=0, max_new_tokens=args.max_new_tokens)
+    rows = [(s, t) for s, t in zip(repeated, texts) if t]
     return Dataset.from_dict({"source": [r[0] for r in rows], "hypothesis": [r[1] for r in rows]})
 
 
@@ -162,7 +131,7 @@ def fine_tune(student: Any, tokenizer: Any, kept: Dataset, args: argparse.Namesp
     )
     trainer = SFTTrainer(model=student, args=config, train_dataset=data, processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)
-    stop = Deadline(deadline) if deadline is not None else None
+    stop = TimeBudget(deadline, reserve=0.0) if deadline is not None else None  # the GRPO example's step-pace stop
     if stop:
         trainer.add_callback(stop)
     output = trainer.train()

@@ -345,11 +345,21 @@ def test_distill_paraphraser_stops_within_its_time_budget(tmp_path, capsys):
     assert "round 1 not started" in capsys.readouterr().out
 
 
-def test_distill_paraphraser_doctests():
-    import doctest
+def test_distill_paraphraser_fine_tuning_stops_at_its_deadline(tmp_path):
+    """A round's fine-tuning stops after the step past which one more would end after the deadline (the GRPO
+    example's TimeBudget): with a deadline already past, one step of the three epochs, and it says so."""
+    import math
+    import time
 
-    result = doctest.testmod(_load_example("distill_paraphraser"))
-    assert result.attempted > 0 and result.failed == 0
+    from datasets import Dataset
+
+    example = _load_example("distill_paraphraser")
+    student, tokenizer, _ = _tiny_student()
+    args = example.parse_args(_distill_files(tmp_path) + ["--epochs", "3", "--batch-size", "1", "--output-dir", str(tmp_path / "run")])
+    kept = Dataset.from_dict({"source": ["The cat sleeps.", "Prices rose."], "hypothesis": ["A cat is asleep.", "Costs went up."]})
+    cut = example.fine_tune(student, tokenizer, kept, args, 1, deadline=time.monotonic())
+    assert (cut["steps"], cut["stopped_by_time_budget"]) == (1, True) and math.isfinite(cut["loss"])
+    assert example.fine_tune(student, tokenizer, kept, args, 2, deadline=None)["steps"] == 6  # 2 pairs x 3 epochs
 
 
 def test_distill_paraphraser_refuses_bad_arguments(tmp_path, capsys):
