@@ -12,7 +12,11 @@ judge is the default judge on the same base weights (its adapter loaded frozen b
    0 for a copy or a disguised copy), and ``best_of_n`` keeps each sentence's best candidate if its score
    is above ``--floor`` (0.7: the judge accepts it, it is no copy and no fragment; a sentence without such a
    candidate gives nothing), so copies, fragments and rejected candidates are never trained on;
-3. TRL's ``SFTTrainer`` trains the student's adapter on the kept pairs (prompt -> paraphrase).
+3. TRL's ``SFTTrainer`` trains the student's adapter on the kept pairs (prompt -> paraphrase); or, with
+   ``--objective dpo``, the pool also holds the teacher's greedy answer (and ``n - 1`` samples), and TRL's
+   ``DPOTrainer`` trains each kept candidate against that sentence's greedy answer when it scores below the
+   floor (else its worst candidate below the floor), DPO loss plus SFT on the kept candidate, against a frozen
+   copy of the adapter (``pairs-round-R.jsonl``; chosen on the dev file by ``examples/data/distill_dev_rule.md``).
 
 Data and proof as in the GRPO example: ``--train FILE`` (default ``examples/data/paraphrase_train.txt``,
 120 sentences) and ``--held-out FILE`` (default ``examples/data/paraphrase_held_out.txt``, 24 others; a
@@ -66,6 +70,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="keep a sentence's best candidate only if its copy-proof score is above this (default 0.7)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the candidates")
     parser.add_argument("--max-new-tokens", type=int, default=40)
+    parser.add_argument("--objective", choices=("sft", "dpo"), default="sft",
+                        help="sft: fine-tune on the kept candidates; dpo: also push down each sentence's greedy answer "
+                             "(or worst candidate) when it scores below the floor (DPO + SFT; examples/data/distill_dev_rule.md)")
+    parser.add_argument("--beta", type=float, default=0.1, help="DPO's beta (--objective dpo)")
     parser.add_argument("--epochs", type=float, default=2.0, help="fine-tuning epochs over each round's kept pairs")
     parser.add_argument("--learning-rate", type=float, default=2e-4)
     parser.add_argument("--batch-size", type=int, default=8)
@@ -95,7 +103,7 @@ import torch  # noqa: E402  (the heavy imports come after the early parse above)
 from datasets import Dataset, concatenate_datasets  # noqa: E402
 from grpo_paraphrase import TimeBudget, load_policy_and_judge  # noqa: E402
 from transformers import PrinterCallback, set_seed  # noqa: E402
-from trl import SFTConfig, SFTTrainer  # noqa: E402
+from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer  # noqa: E402
 
 from pluie_reward import Judge, PluieCallback  # noqa: E402
 from pluie_reward.integrations.callbacks import generate_texts  # noqa: E402
@@ -107,34 +115,82 @@ FINE_TUNE_RESERVE = 60.0  # seconds of a round kept for fine-tuning when the tim
 
 
 def sample_candidates(model: Any, tokenizer: Any, sources: list[str], n: int, args: argparse.Namespace) -> Dataset:
-    """``n`` sampled paraphrases of each source (``source``, ``hypothesis``; empty answers dropped)."""
-    repeated = [s for s in sources for _ in range(n)]
-    texts = generate_texts(model, tokenizer, [chat(s) for s in repeated], batch_size=32, do_sample=True,
-                           temperature=args.temperature, top_p=1.0, top_k=0, max_new_tokens=args.max_new_tokens)
-    rows = [(s, t) for s, t in zip(repeated, texts) if t]
-    return Dataset.from_dict({"source": [r[0] for r in rows], "hypothesis": [r[1] for r in rows]})
+    """``n`` paraphrases of each source (``source``, ``hypothesis``, ``greedy``; empty answers dropped): sampled,
+    or with ``--objective dpo`` the greedy answer and ``n - 1`` sampled ones."""
+    greedy = sources if args.objective == "dpo" else []
+    repeated = [s for s in sources for _ in range(n - 1 if greedy else n)]
+    settings = {"batch_size": 32, "max_new_tokens": args.max_new_tokens}
+    texts = generate_texts(model, tokenizer, [chat(s) for s in greedy], **settings) if greedy else []
+    texts += generate_texts(model, tokenizer, [chat(s) for s in repeated], do_sample=True, temperature=args.temperature,
+                            top_p=1.0, top_k=0, **settings) if repeated else []
+    rows = [(s, t, i < len(greedy)) for i, (s, t) in enumerate(zip(greedy + repeated, texts)) if t]
+    return Dataset.from_dict({"source": [r[0] for r in rows], "hypothesis": [r[1] for r in rows], "greedy": [r[2] for r in rows]})
 
 
-def fine_tune(student: Any, tokenizer: Any, kept: Dataset, args: argparse.Namespace, round_: int, deadline: float | None) -> dict:
-    """One SFT pass of the student's adapter on the kept pairs; returns its steps, loss and whether the deadline cut it."""
-    data = Dataset.from_dict({
-        "prompt": [chat(s) for s in kept["source"]],
-        "completion": [[{"role": "assistant", "content": h}] for h in kept["hypothesis"]],
-    })
+def preference_pairs(pool: Dataset, kept: Dataset, floor: float, score_column: str = "pluie_copy_proof") -> Dataset:
+    """``--objective dpo``'s pairs: each kept sentence's kept candidate (chosen) against its greedy answer when that
+    scores below ``floor``, else its lowest-scored candidate below ``floor`` (rejected); a sentence without a
+    candidate below the floor gives no pair.
+
+    Args:
+        pool: the judged candidates (``source``, ``hypothesis``, ``greedy``, ``score_column``).
+        kept: each sentence's best candidate above the floor (``best_of_n``'s output).
+        floor: the copy-proof floor of ``--floor``.
+        score_column: the column ranking the candidates.
+
+    Returns:
+        A dataset of ``source``, ``chosen``, ``rejected``, ``rejected_greedy``.
+
+    Example:
+        >>> pool = Dataset.from_dict({"source": ["a b c"] * 3 + ["d e"] * 2,
+        ...                           "hypothesis": ["a b", "c a b", "x y z", "d e", "e d f"],
+        ...                           "greedy": [True, False, False, True, False], "pluie_copy_proof": [0.3, 0.1, 0.9, 0.8, 0.9]})
+        >>> kept = Dataset.from_dict({"source": ["a b c", "d e"], "hypothesis": ["x y z", "e d f"]})
+        >>> preference_pairs(pool, kept, 0.7).to_list()
+        [{'source': 'a b c', 'chosen': 'x y z', 'rejected': 'a b', 'rejected_greedy': True}]
+    """
+    chosen = dict(zip(kept["source"], kept["hypothesis"]))
+    rejected: dict[str, tuple] = {}
+    for source, text, greedy, value in zip(pool["source"], pool["hypothesis"], pool["greedy"], pool[score_column]):
+        rank = (not greedy, value)  # the greedy answer first (the one the held-out test reads), then the lowest score
+        if source in chosen and value < floor and (source not in rejected or rank < rejected[source][0]):
+            rejected[source] = (rank, text, greedy)
+    return Dataset.from_dict({"source": list(rejected), "chosen": [chosen[s] for s in rejected],
+                              "rejected": [r[1] for r in rejected.values()], "rejected_greedy": [r[2] for r in rejected.values()]})
+
+
+def fine_tune(student: Any, tokenizer: Any, rows: Dataset, args: argparse.Namespace, round_: int, deadline: float | None) -> dict:
+    """One pass of the student's adapter over a round's kept pairs (``source``, ``hypothesis``: SFT) or, with
+    ``--objective dpo``, its preference pairs (``source``, ``chosen``, ``rejected``: DPO against a frozen copy of
+    the adapter, plus SFT on the chosen answer); returns its steps, loss and whether the deadline cut it."""
+    def answer(texts: list[str]) -> list[list[dict]]:
+        return [[{"role": "assistant", "content": t}] for t in texts]
+
     on_gpu = torch.cuda.is_available()
-    config = SFTConfig(
-        output_dir=str(args.output_dir / f"sft-round-{round_}"), num_train_epochs=args.epochs,
+    settings = dict(
+        output_dir=str(args.output_dir / f"{args.objective}-round-{round_}"), num_train_epochs=args.epochs,
         per_device_train_batch_size=args.batch_size, learning_rate=args.learning_rate, lr_scheduler_type="linear",
         logging_steps=5, save_strategy="no", report_to=[], seed=args.seed + round_, max_length=1024,
         use_cpu=not on_gpu, bf16=on_gpu and torch.cuda.is_bf16_supported(), disable_tqdm=True,
         gradient_checkpointing=False,  # a 135M student needs no memory saved (as in the GRPO example)
     )
-    trainer = SFTTrainer(model=student, args=config, train_dataset=data, processing_class=tokenizer)
+    prompts = [chat(s) for s in rows["source"]]
+    if args.objective == "dpo":
+        data = Dataset.from_dict({"prompt": prompts, "chosen": answer(rows["chosen"]), "rejected": answer(rows["rejected"])})
+        config = DPOConfig(**settings, beta=args.beta, loss_type=["sigmoid", "sft"], loss_weights=[1.0, 1.0])
+        trainer = DPOTrainer(model=student, args=config, train_dataset=data, processing_class=tokenizer)
+    else:
+        data = Dataset.from_dict({"prompt": prompts, "completion": answer(rows["hypothesis"])})
+        trainer = SFTTrainer(model=student, args=SFTConfig(**settings), train_dataset=data, processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)
     stop = TimeBudget(deadline, reserve=0.0) if deadline is not None else None  # the GRPO example's step-pace stop
     if stop:
         trainer.add_callback(stop)
-    output = trainer.train()
+    try:
+        output = trainer.train()
+    finally:
+        if "ref" in student.peft_config:  # DPOTrainer's frozen copy of the adapter: the next round copies it afresh
+            student.delete_adapter("ref")
     return {"steps": trainer.state.global_step, "loss": output.training_loss, "stopped_by_time_budget": bool(stop and stop.stopped)}
 
 
@@ -200,8 +256,14 @@ def distill(args: argparse.Namespace, student: Any, tokenizer: Any, judge: Judge
               f"kept {kept.num_rows} (copy-proof > {args.floor:g}; mean novelty {info['kept']['novelty'] or 0:.2f}, "
               f"copies {info['kept']['copy_rate'] or 0:.2f}); PLUIE best-of-{args.n} would keep copy rate "
               f"{info['best_by_pluie']['copy_rate'] or 0:.2f}", flush=True)
-        if kept.num_rows:
-            info["fine_tune"] = fine_tune(student, tokenizer, kept, args, round_, None if deadline is None else deadline - reserve)
+        rows = kept
+        if args.objective == "dpo":
+            rows = preference_pairs(pool, kept, args.floor)
+            rows.to_json(str(args.output_dir / f"pairs-round-{round_}.jsonl"))
+            info["pairs"] = {"pairs": rows.num_rows, "rejected_greedy": sum(rows["rejected_greedy"])}
+            print(f"round {round_}: {rows.num_rows} preference pairs ({info['pairs']['rejected_greedy']} against the greedy answer)", flush=True)
+        if rows.num_rows:
+            info["fine_tune"] = fine_tune(student, tokenizer, rows, args, round_, None if deadline is None else deadline - reserve)
             print(f"round {round_}: fine-tuned {info['fine_tune']['steps']} steps, loss {info['fine_tune']['loss']:.3f}", flush=True)
         info["seconds"] = time.monotonic() - round_start
         rounds.append(info)

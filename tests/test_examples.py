@@ -362,6 +362,84 @@ def test_distill_paraphraser_fine_tuning_stops_at_its_deadline(tmp_path):
     assert example.fine_tune(student, tokenizer, kept, args, 2, deadline=None)["steps"] == 6  # 2 pairs x 3 epochs
 
 
+def test_distill_paraphraser_dpo_trains_the_kept_candidate_against_the_greedy_copy(tmp_path, monkeypatch):
+    """--objective dpo: the teacher's greedy answer joins the sampled ones, and each sentence with a kept candidate
+    gives one pair, that candidate against the greedy answer when the greedy answer scores below the floor (a
+    copy scores 0); sentences with copies only give none."""
+    from datasets import Dataset
+
+    example = _load_example("distill_paraphraser")
+    student, tokenizer, judge = _tiny_student()
+    cat, prices, shop = "The cat sleeps on the mat.", "Prices rose in May.", "The shop opened late."
+    paraphrase = "On the mat, a cat is sleeping."
+    greedy = {cat: cat, prices: prices, shop: "The shop opened late. It was Monday."}  # copies, the last one disguised
+    sampled = {cat: [paraphrase, "the cat sleeps on the mat"], prices: ["PRICES ROSE IN MAY!", prices], shop: [shop, shop]}
+    generated = []
+
+    def fake_generate(model, tok, prompts, **kwargs):
+        generated.append((len(prompts), kwargs.get("do_sample", False)))
+        sources = [p[-1]["content"].split("Sentence: ")[-1] for p in prompts]  # the sentence closes the prompt
+        if not kwargs.get("do_sample"):
+            return [greedy[s] for s in sources]
+        return [sampled[s].pop() for s in sources]
+
+    trained = []
+    real_fine_tune = example.fine_tune
+    monkeypatch.setattr(example, "generate_texts", fake_generate)
+    monkeypatch.setattr(example, "fine_tune", lambda model, tok, rows, *rest: trained.append(rows.to_list()) or real_fine_tune(model, tok, rows, *rest))
+    args = example.parse_args(_distill_files(tmp_path) + ["--rounds", "1", "--n", "3", "--floor", "1e-6", "--epochs", "1", "--objective", "dpo",
+                                                          "--max-held-out", "1", "--max-new-tokens", "4", "--output-dir", str(tmp_path / "run")])
+    monkeypatch.setattr(example, "PluieCallback", _FixedHeldOut)
+    result = example.distill(args, student, tokenizer, judge)
+
+    assert sorted(generated) == [(3, False), (6, True)]  # one greedy answer and n - 1 = 2 samples per sentence
+    assert trained == [[{"source": cat, "chosen": paraphrase, "rejected": cat, "rejected_greedy": True}]]
+    assert result["round_stats"][0]["pairs"] == {"pairs": 1, "rejected_greedy": 1}
+    assert list(student.peft_config) == ["default"] and student.active_adapter == "default"  # DPO's "ref" copy is gone
+
+
+class _FixedHeldOut:
+    """A stand-in for the held-out PluieCallback: fixed outputs, no generation."""
+
+    def __init__(self, judge, template, rows, **kwargs):
+        self.rows = rows
+
+    def generate_and_score(self, model, tokenizer):
+        return [{"source": r["source"], "generation": r["source"], "score": 1.0, "p_yes": 0.7, "verdict": True} for r in self.rows]
+
+
+def test_distill_paraphraser_dpo_pushes_the_rejected_answer_down(tmp_path):
+    """DPO's fine-tuning raises the chosen answer and lowers the rejected one by more than SFT on the chosen answer
+    alone does (log-probabilities of the answers after the chat prompt, computed here from the model's logits)."""
+    import torch
+    from datasets import Dataset
+
+    example = _load_example("distill_paraphraser")
+    source, good, bad = "The cat sleeps on the mat.", "A cat is asleep on the rug.", "The cat sleeps on the mat."
+
+    def log_p(model, tokenizer, answer):
+        messages = example.chat(source)
+        prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        full = tokenizer.apply_chat_template(messages + [{"role": "assistant", "content": answer}], tokenize=False)
+        ids, start = tokenizer(full, add_special_tokens=False)["input_ids"], len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        model.eval()
+        with torch.no_grad():
+            logits = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+        return sum(logits[i - 1, ids[i]].item() for i in range(start, len(ids)))
+
+    moved = {}
+    for objective in ("dpo", "sft"):
+        student, tokenizer, _ = _tiny_student()
+        before = log_p(student, tokenizer, good), log_p(student, tokenizer, bad)
+        args = example.parse_args(_distill_files(tmp_path) + ["--objective", objective, "--epochs", "8", "--batch-size", "1",
+                                                              "--learning-rate", "1e-3", "--output-dir", str(tmp_path / objective)])
+        rows = Dataset.from_dict({"source": [source], "chosen": [good], "rejected": [bad], "hypothesis": [good]})
+        example.fine_tune(student, tokenizer, rows, args, 1, None)
+        moved[objective] = [a - b for a, b in zip((log_p(student, tokenizer, good), log_p(student, tokenizer, bad)), before)]
+    assert moved["dpo"][0] > 0 > moved["dpo"][1]
+    assert moved["dpo"][1] < moved["sft"][1] - 0.05  # here -0.31 against -0.16 nats; the same up to 1e-5 without DPO's loss
+
+
 def test_distill_paraphraser_refuses_bad_arguments(tmp_path, capsys):
     example = _load_example("distill_paraphraser")
     files = _distill_files(tmp_path)
