@@ -292,9 +292,7 @@ def exactness(folder: Path | None, pairs: Sequence[tuple[str, str]], device: Any
 
     A row passes when ``Judge.score`` is within :data:`TOLERANCE` of float64, or no further from it than
     twice the seeds' own two-pass method run in the same dtype on the same weights: the method adds no
-    error beyond the dtype's rounding. (bf16 rounds every activation to 8 bits of mantissa, so it is
-    never within 1e-3 on these models; float32 is, except where the random model amplifies rounding:
-    gpt-oss's ~600-token prompts gave 1.5e-3 on CPU and CUDA alike, with any attention kernel.)
+    error beyond the dtype's rounding (bf16's 8-bit mantissa is never within 1e-3).
     """
     import torch
 
