@@ -49,7 +49,7 @@ def plot_probe(rows: Sequence[Mapping[str, Any]], path: str | Path, *, threshold
         >>> plot_probe(rows, "probe.png", title=f"{judge.name}, para-fs")
         PosixPath('probe.png')
     """
-    from ..evaluation.plots import _figure
+    from ..evaluation.plots import _figure  # lazy: CLI start-up (numpy and the evaluation modules)
 
     names = [r["family"] for r in rows]
     y = list(range(len(rows)))
