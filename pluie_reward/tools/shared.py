@@ -21,7 +21,7 @@ try:  # POSIX
     import fcntl
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
-from typing import Any, AnyStr, Iterator, Sequence, TextIO
+from typing import Any, AnyStr, Callable, Iterator, Sequence, TextIO
 
 from ..common.errors import PluieError
 
@@ -191,107 +191,44 @@ def json_lines(data: AnyStr) -> Iterator[tuple[AnyStr, int]]:
 
 
 # numeric command-line options --------------------------------------------------------------------
-def _number(text: str, kind: type) -> float | int:
-    try:
-        value = kind(text)
-    except (TypeError, ValueError):
-        what = "a whole number" if kind is int else "a number"
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}.") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}.")
-    return value
-
-
-def finite_float(text: str) -> float:
-    """``type=`` of a numeric option that may be any finite number (a threshold, a log-ratio).
+def _number_type(kind: type, ok: Callable[[Any], bool], what: str) -> Callable[[str], Any]:
+    """The ``type=`` of a numeric option: the text read as ``kind`` (float or int), finite, and ``ok``
+    (else "must be ``what``").
 
     Example:
-        >>> finite_float("-1.5")
-        -1.5
+        >>> finite_float("-1.5"), positive_float("0.5"), nonneg_float("0"), positive_int("8"), nonneg_int("0"), port("8000")
+        (-1.5, 0.5, 0.0, 8, 0, 8000)
         >>> finite_float("nan")
         Traceback (most recent call last):
         ...
         argparse.ArgumentTypeError: must be a finite number, got 'nan'.
-    """
-    return float(_number(text, float))
-
-
-def positive_float(text: str) -> float:
-    """``type=`` of a numeric option that must be a finite number > 0 (a rate, a size, a duration).
-
-    Example:
-        >>> positive_float("0.5")
-        0.5
-        >>> positive_float("0")
-        Traceback (most recent call last):
-        ...
-        argparse.ArgumentTypeError: must be a finite number > 0, got '0'.
-    """
-    value = float(_number(text, float))
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}.")
-    return value
-
-
-def nonneg_float(text: str) -> float:
-    """``type=`` of a numeric option that must be a finite number >= 0 (a margin, a penalty, a share).
-
-    Example:
-        >>> nonneg_float("0")
-        0.0
-        >>> nonneg_float("inf")
-        Traceback (most recent call last):
-        ...
-        argparse.ArgumentTypeError: must be a finite number, got 'inf'.
-    """
-    value = float(_number(text, float))
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}.")
-    return value
-
-
-def positive_int(text: str) -> int:
-    """``type=`` of a count that must be a whole number >= 1 (items, steps, tokens).
-
-    Example:
-        >>> positive_int("8")
-        8
         >>> positive_int("-1")
         Traceback (most recent call last):
         ...
         argparse.ArgumentTypeError: must be a whole number >= 1, got '-1'.
-    """
-    value = int(_number(text, int))
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}.")
-    return value
-
-
-def nonneg_int(text: str) -> int:
-    """``type=`` of a whole number >= 0 (a seed; a count where 0 means "skip").
-
-    Example:
-        >>> nonneg_int("0")
-        0
-    """
-    value = int(_number(text, int))
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}.")
-    return value
-
-
-def port(text: str) -> int:
-    """``type=`` of a TCP port to listen on: a whole number in 1..65535.
-
-    Example:
-        >>> port("8000")
-        8000
         >>> port("99999")
         Traceback (most recent call last):
         ...
         argparse.ArgumentTypeError: must be a port between 1 and 65535, got '99999'.
     """
-    value = int(_number(text, int))
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port between 1 and 65535, got {text!r}.")
-    return value
+    def check(text: str) -> Any:
+        try:
+            value = kind(text)
+        except (TypeError, ValueError):
+            what_kind = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"expected {what_kind}, got {text!r}.") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}.")
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}.")
+        return value
+
+    return check
+
+
+finite_float = _number_type(float, lambda v: True, "")  # a threshold, a log-ratio
+positive_float = _number_type(float, lambda v: v > 0, "a finite number > 0")  # a rate, a size, a duration
+nonneg_float = _number_type(float, lambda v: v >= 0, "a finite number >= 0")  # a margin, a penalty, a share
+positive_int = _number_type(int, lambda v: v >= 1, "a whole number >= 1")  # items, steps, tokens
+nonneg_int = _number_type(int, lambda v: v >= 0, "a whole number >= 0")  # a seed; a count where 0 means "skip"
+port = _number_type(int, lambda v: 1 <= v <= 65535, "a port between 1 and 65535")  # a TCP port to listen on

@@ -126,11 +126,8 @@ def bench_command(args: argparse.Namespace) -> int:
         raise UsageError(f"no {_DATA_NAME} found beside the checkout; pass --data PATH.")
     pairs = read_pairs(data)
     names, methods, engines = check_args(args, len(pairs))
-    builders = {
-        "mrpc": lambda: mrpc_workload(pairs, args.pairs),
-        "grpo": lambda: grpo_workload(pairs, args.sources, args.per_source),
-    }
-    workloads = [builders[n]() for n in names]
+    workloads = [mrpc_workload(pairs, args.pairs) if n == "mrpc" else grpo_workload(pairs, args.sources, args.per_source)
+                 for n in names]
     if args.threads is not None:
         import torch
 

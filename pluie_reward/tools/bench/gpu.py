@@ -5,25 +5,10 @@ policy, and the reward's share of a GRPO step. Writes ``DIR/gpu.json`` and the M
 Nothing is downloaded: the models are random weights made on the device from published shapes
 (Qwen2.5-7B-Instruct, Llama-3-8B-Instruct, Qwen2.5-1.5B), paired with the real tokenizers of
 ``../shared/tokenizers`` (``--tokenizers``); throughput and memory do not depend on the weights' values.
-Sections:
-
-a. exactness -- :meth:`Judge.score` against the seeds' two-pass PLUIE (eq. 3, one pair at a time,
-   :func:`~pluie_reward.tools.bench.run.reference_scores`) computed on a float64 copy of the same
-   weights, for every real tokenizer with a small random model, in float32 and bfloat16; and, on the
-   7B-shaped bf16 judge, the batched scores against one item at a time.
-b. throughput -- pairs/s and tokens/s of ``Judge.score`` on MRPC pairs and GRPO groups (G = 8 and 16,
-   completions of 128 and 512 tokens; 16 x G=16 of 256), the seeds' two-pass method and a generating judge
-   (greedy, up to 8 new tokens, Yes/No parsed) on the same items in the same run; the share of the card's
-   bf16 peak (measured by a matmul in the same run) that scoring reaches; peak GPU memory. Beside it
-   (b2), the plain forward a user writes by hand (:func:`plain_scores`, batches of 16 and 64 prompts) on
-   the same items, the bound of sharing prefixes (prompt tokens / distinct tokens), ``Judge.score`` /
-   the best plain forward, and the path the judge took (shared prefix, or its fallback to whole prompts)
-   with its scores' largest difference from the plain forward's; and (b3) eight random draws of the
-   first shape (seeds 0-7), each scoring two groups: the path taken and the difference.
-c. sharing -- a 1.5B-shaped policy with a LoRA adapter and ``Judge.from_peft`` on its base: the bytes the
-   judge keeps on the device beyond its activations, and what ``offload_device="cpu"`` costs in time.
-d. GRPO -- one ``trl.GRPOTrainer`` step on that policy (completions of 256 tokens) with
-   :class:`~pluie_reward.PluieReward` on the shared judge: the share of the step spent in the reward.
+Sections (each a function below): a. :func:`exactness` against the seeds' two-pass PLUIE on float64
+copies; b. :func:`throughput` beside the two-pass method, a generating judge and (b2) the plain padded
+forward (:func:`plain_scores`), and (b3) :func:`random_draws`; c. :func:`sharing`, a judge on a LoRA
+policy's base; d. :func:`grpo_step`, the reward's share of a ``trl.GRPOTrainer`` step.
 
 ``--tiny --device cpu`` runs every section at tiny shapes (the vocabulary too: the tokenizer's, not the
 published one; two random draws, one call of each plain forward) on the CPU, in seconds (the test suite
@@ -307,9 +292,7 @@ def exactness(folder: Path | None, pairs: Sequence[tuple[str, str]], device: Any
 
     A row passes when ``Judge.score`` is within :data:`TOLERANCE` of float64, or no further from it than
     twice the seeds' own two-pass method run in the same dtype on the same weights: the method adds no
-    error beyond the dtype's rounding. (bf16 rounds every activation to 8 bits of mantissa, so it is
-    never within 1e-3 on these models; float32 is, except where the random model amplifies rounding:
-    gpt-oss's ~600-token prompts gave 1.5e-3 on CPU and CUDA alike, with any attention kernel.)
+    error beyond the dtype's rounding (bf16's 8-bit mantissa is never within 1e-3).
     """
     import torch
 

@@ -76,9 +76,7 @@ class Workload:
 
 
 def default_data_path() -> Path | None:
-    """``ms-mrpc.json`` of the PARAPHRASUS data, found as the evaluation finds it
-    (:func:`~pluie_reward.tools.evaluation.paraphrasus.find_data_dir`: ``$PARAPHRASUS_DIR``, else
-    ``../shared/data/paraphrasus`` or ``shared/data/paraphrasus``), or ``None`` when it is missing."""
+    """``ms-mrpc.json`` in :func:`~pluie_reward.tools.evaluation.paraphrasus.find_data_dir`'s folder, or ``None``."""
     from ..evaluation.paraphrasus import find_data_dir  # lazy: CLI start-up (it brings the evaluation's scoring and plots)
 
     try:
@@ -617,9 +615,7 @@ def placement_child(kind: str, pairs: int = 16) -> dict[str, float]:
 
 
 def peak_rss_mb() -> float:
-    """This process's peak resident memory in MB.
-
-    Linux ``VmHWM`` (``ru_maxrss`` is not used: it keeps the parent's value across fork+exec).
+    """This process's peak resident memory in MB: Linux ``VmHWM`` (``ru_maxrss`` keeps the parent's across fork+exec).
 
     Example:
         >>> peak_rss_mb() > 0

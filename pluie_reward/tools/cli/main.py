@@ -78,10 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # a command that keeps work says so itself; the others stop in one line
         print(f"pluie-reward {args.command}: interrupted.", file=sys.stderr)
         return 130
-    except UsageError as err:
-        print(f"pluie-reward {args.command}: error: {err}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, ModuleNotFoundError, ValueError, TypeError) as err:
+    except (UsageError, FileNotFoundError, ModuleNotFoundError, ValueError, TypeError) as err:
         print(f"pluie-reward {args.command}: error: {err}", file=sys.stderr)
         return 2
 

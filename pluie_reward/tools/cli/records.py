@@ -343,19 +343,17 @@ def _read_tsv(path: Path) -> Records:
     return Records(path, rows, locations)
 
 
-def _quiet_datasets() -> Any:
+@contextmanager
+def _quiet_datasets() -> Iterator[None]:
     import datasets
 
-    class Quiet:
-        def __enter__(self) -> None:
-            self.was = datasets.is_progress_bar_enabled()
-            datasets.disable_progress_bars()
-
-        def __exit__(self, *exc: Any) -> None:
-            if self.was:
-                datasets.enable_progress_bars()
-
-    return Quiet()
+    was = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if was:
+            datasets.enable_progress_bars()
 
 
 def as_json_value(value: Any) -> Any:

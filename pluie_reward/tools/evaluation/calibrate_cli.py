@@ -22,8 +22,7 @@ from typing import Any
 from ...core.calibration import FILE_NAME
 from ...core.template import load_template
 from ..cli.common import add_judge_arguments, judge_from_args
-from ..cli.output import check_output_file
-from ..cli.output import OutputFile
+from ..cli.output import OutputFile, check_output_file
 from ..cli.records import read_table
 from ..cli.registry import command
 from ..shared import UsageError, nonneg_float, nonneg_int, positive_int
@@ -118,7 +117,6 @@ def calibrate_command(args: argparse.Namespace) -> int:
     with OutputFile(target) as out:  # written beside, renamed into place when complete
         calibration.save(out.partial)
         out.commit()
-    path = target
     print(summary(calibration))
     if args.plot:
         import numpy as np
@@ -130,13 +128,13 @@ def calibrate_command(args: argparse.Namespace) -> int:
         part = held if held.size else np.arange(len(s))
         where = "held-out" if held.size else "fit (in-sample)"
         png = plot_reliability(
-            p_yes(s[part]), y[part], path.with_suffix(".png"), n_bins=config.n_bins,
+            p_yes(s[part]), y[part], target.with_suffix(".png"), n_bins=config.n_bins,
             title=f"judge {judge_name or '?'}, template {template.name}: {part.size} {where} items",
             name="p_yes = sigmoid(PLUIE) (before)",
             calibrated=([calibration(v) for v in s[part]], y[part]),
             calibrated_name=f"sigmoid({calibration.a:.2f} · PLUIE + {calibration.b:.2f}) (after)")
         print(f"reliability diagram: {png}")
-    print(f"\nwrote {path}; apply it with Judge.load(..., calibration={str(path)!r}) "
+    print(f"\nwrote {target}; apply it with Judge.load(..., calibration={str(target)!r}) "
           "(details records gain p_calibrated) or PluieReward(..., output='calibrated').")
     return 0
 

@@ -28,7 +28,8 @@ LABEL_STYLE = {False: ("tab:orange", "s"), True: ("tab:blue", "o")}  # ParaPLUIE
 PLUIE_AXIS = "PLUIE score: log p(Yes) − log p(No)"
 
 
-def _figure(width: float = 6.4, height: float = 4.0) -> tuple[Any, Any]:
+def _figure(width: float = 6.4, height: float = 4.0, columns: int = 1) -> tuple[Any, Any]:
+    """A figure on matplotlib's Agg canvas and its axes (``columns`` > 1: that many, sharing y)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -36,7 +37,7 @@ def _figure(width: float = 6.4, height: float = 4.0) -> tuple[Any, Any]:
         raise ModuleNotFoundError("plots need matplotlib: pip install 'pluie-reward[eval]'.") from err
     figure = Figure(figsize=(width, height), dpi=100)
     FigureCanvasAgg(figure)
-    return figure, figure.add_subplot(1, 1, 1)
+    return figure, figure.add_subplot(1, 1, 1) if columns == 1 else figure.subplots(1, columns, sharey=True)
 
 
 def _title(ax: Any, text: str, width: int = 72) -> None:
@@ -89,24 +90,16 @@ def plot_threshold_curves(
         ax.step(grid, m[name], where="post", color=colour, label=name, linewidth=1.4)
     best = best_threshold(s, y, "f1")
     shown = min(max(best["threshold"], lo), hi)  # "all positive"/"all negative" lie outside the scores: edge
-    note = ""
-    if best["threshold"] < s.min():
-        note = " (every item positive)"
-    elif best["threshold"] > s.max():
-        note = " (every item negative)"
+    note = " (every item positive)" if best["threshold"] < s.min() else " (every item negative)" if best["threshold"] > s.max() else ""
     ax.scatter([shown], [best["f1"]], color="tab:green", zorder=3, s=30)
     ax.annotate(f"best F1 {best['f1']:.2f} at threshold {best['threshold']:.3g}{note}", (shown, best["f1"]),
                 textcoords="offset points", xytext=(6, 8), fontsize=8,
                 bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.8, "linewidth": 0})
     if natural_threshold is not None:
         ax.axvline(natural_threshold, color="grey", linestyle="--", linewidth=1, label=f"threshold {natural_threshold:g}")
-    ax.set_xlim(lo, hi)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("metric value")
-    ax.set_ylim(-0.02, 1.02)
+    ax.set(xlim=(lo, hi), ylim=(-0.02, 1.02), xlabel=xlabel, ylabel="metric value")
     _title(ax, title or "classification metrics against the threshold")
     ax.legend(loc="best", fontsize=8)
-    figure.tight_layout()
     return _save(figure, path, {"best_f1_threshold": best["threshold"], "best_f1": best["f1"], "xlim": [lo, hi]})
 
 
@@ -171,15 +164,11 @@ def plot_score_histograms(
             side = (natural_threshold, hi) if expected else (lo, natural_threshold)
             ax.axvspan(*side, color="tab:green", alpha=0.08, zorder=0,
                        label=f"correct side: {label_names[int(expected)]} ({wrong}/{s.size} wrong)")
-    ax.set_xlim(lo, hi)
+    ax.set(xlim=(lo, hi), xlabel=xlabel, ylabel="items")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    facts = {"bins": len(edges) - 1, "yticks": [float(t) for t in ax.get_yticks()]}
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("items")
     _title(ax, title or "score distribution per label")
     ax.legend(loc="best", fontsize=8, title="expected label", title_fontsize=8)
-    figure.tight_layout()
-    return _save(figure, path, facts)
+    return _save(figure, path, {"bins": len(edges) - 1, "yticks": [float(t) for t in ax.get_yticks()]})
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
@@ -230,11 +219,9 @@ def plot_edit_distance(
                    label=f"{label_names[int(value)]} (n={int(mask.sum())}, r={'N/A' if r is None else f'{r:.2f}'})")
     if natural_threshold is not None:
         ax.axhline(natural_threshold, color="tab:red", linewidth=1, label=f"threshold {natural_threshold:g}")
-    ax.set_xlabel("normalised edit distance (character Levenshtein / longer length)")
-    ax.set_ylabel(ylabel)
+    ax.set(xlabel="normalised edit distance (character Levenshtein / longer length)", ylabel=ylabel)
     _title(ax, title or "score against edit distance")
     ax.legend(loc="best", fontsize=8, title="expected label (Pearson r with distance)", title_fontsize=8)
-    figure.tight_layout()
     return _save(figure, path)
 
 
@@ -295,13 +282,10 @@ def plot_reliability(
     counts_ax.set_ylim(0, max(1, *(max(v["counts"]) for k, v in facts.items() if k != "n_bins")) * 3)
     ax.set_zorder(counts_ax.get_zorder() + 1)
     ax.patch.set_visible(False)
-    ax.set_xlim(0, 1)
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel(f"mean predicted probability of the positive label ({n_bins} equal-width bins)")
-    ax.set_ylabel("share of positive labels")
+    ax.set(xlim=(0, 1), ylim=(-0.02, 1.02), xlabel=f"mean predicted probability of the positive label ({n_bins} equal-width bins)",
+           ylabel="share of positive labels")
     _title(ax, title or "reliability diagram")
     ax.legend(loc="upper left", fontsize=8)
-    figure.tight_layout()
     return _save(figure, path, facts)
 
 
@@ -353,12 +337,9 @@ def plot_sts_bins(
             ax.annotate("–" if v is None else f"{100 * v:.0f}%\nn={n}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
     ax.set_xticks(x, [f"{b}" for b, _, _ in judged])
-    ax.set_xlabel("STS score bin (0 = unrelated, 5 = equivalent); – = no pair in the bin")
-    ax.set_ylabel("% of the bin's pairs")
-    ax.set_ylim(0, 118)
+    ax.set(xlabel="STS score bin (0 = unrelated, 5 = equivalent); – = no pair in the bin", ylabel="% of the bin's pairs", ylim=(0, 118))
     _title(ax, title or "share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1)")
     ax.legend(loc="upper left", fontsize=8)
-    figure.tight_layout()
     return _save(figure, path)
 
 
@@ -397,12 +378,10 @@ def plot_error_rates(
                        color=palette[k % len(palette)], label=system, zorder=3)
     ax.set_yticks(y, rows)
     ax.invert_yaxis()
-    ax.set_xlim(0, 105)
-    ax.set_xlabel("error rate (%), lower is better")
+    ax.set(xlim=(0, 105), xlabel="error rate (%), lower is better")
     _title(ax, title or "error rates beside the published peers")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title="bars: this judge; markers: peers",
               title_fontsize=7)
-    figure.tight_layout()
     return _save(figure, path, {"rows": rows, "systems": systems})
 
 
@@ -427,5 +406,6 @@ def _save(figure: Any, path: str | Path, facts: Mapping[str, Any] | None = None)
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
     figure.savefig(path, format="png", metadata={"Description": json.dumps(dict(facts or {}))})
     return path

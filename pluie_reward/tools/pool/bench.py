@@ -1,13 +1,9 @@
 """Throughput of the judge pool with 1 and 2 replicas, beside ``pluie-reward serve``, in one run.
 
-One local Ray cluster (all of this machine's CPUs, no dashboard) is started; each configuration
-serves the same judge (default: the embedded default judge, ``Judge.load()``) and is put under the
-same load as ``pluie-reward bench --server-clients`` (:mod:`pluie_reward.tools.bench.server_load`):
-one untimed warm-up request, then ``clients`` concurrent clients each posting ``requests`` requests
-of ``items`` distinct MRPC pairs to ``/score``, the same pairs for every configuration, no retry (a
-failed request counts as an error). Every configuration starts fresh (new replicas, empty caches),
-and the configurations are run ``rounds`` times in turn, so a change in the machine's load shows
-as a difference between rounds rather than between configurations.
+On one local Ray cluster, each configuration serves the same judge (default ``Judge.load()``) under
+the load of ``pluie-reward bench --server-clients`` (:mod:`pluie_reward.tools.bench.server_load`),
+starting fresh each time; the configurations run ``rounds`` times in turn, so that a change in the
+machine's load shows between rounds rather than between configurations.
 
 The configurations on a machine of C CPUs: ``serve`` (one process, torch's default threads), ``1 x C``
 (one replica, C CPUs: C torch threads) and ``2 x C/2`` (two replicas, C/2 each). The replicas split

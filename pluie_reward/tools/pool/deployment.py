@@ -7,26 +7,11 @@ the pool speaks the server's HTTP API unchanged (``POST /score``, ``POST /get_re
 verl's ``compute_score`` and OpenRLHF's remote reward URL point at the pool's URL as at
 ``pluie-reward serve``.
 
-What Ray Serve does, and this module does not:
-
-* **routing**: Ray's HTTP proxy sends each request to a replica chosen by its request router
-  (power of two choices on the replicas' queue lengths), at most ``max_ongoing_requests`` at a time
-  per replica; the rest wait in the proxy's queue.
-* **retries before execution**: a request that a replica rejects (full), or that was routed to a
-  replica found dead or unreachable before it accepted the request, is routed again to another one.
-* **replacement**: a dead replica is replaced by a new one (its judge loaded again); health checks
-  every ``health_check_period_s``.
-* **autoscaling** on queue length (``autoscaling_config``): replicas are added when the requests
-  in flight and queued per replica exceed ``target_ongoing_requests``, removed when below.
-* **placement**: ``num_cpus`` and fractional ``num_gpus`` per replica (Ray sets
-  ``CUDA_VISIBLE_DEVICES`` and ``OMP_NUM_THREADS`` for it), on any node of the cluster.
-
-What Ray Serve does **not** do: retry a request a replica had already accepted when that replica
-dies. The proxy answers it ``500 Internal Server Error``. Every request the package sends is
-idempotent, and its one HTTP client (:mod:`pluie_reward.common.http`) retries 500 and 502/503/504
-with back-off, so the clients (``RemotePluieReward``, ``compute_score``, ``post_json``) lose nothing
-(``tests/test_pool.py`` kills a replica under load). OpenRLHF's own HTTP client retries failed
-reward requests too.
+Ray Serve routes (at most ``max_ongoing_requests`` per replica), retries a request no replica has
+accepted yet, replaces dead replicas, autoscales on queue length and places replicas (``num_cpus``,
+fractional ``num_gpus``). A request a replica had accepted when it died gets ``500``; every request the
+package sends is idempotent and its HTTP client (:mod:`pluie_reward.common.http`) retries 500 and
+502/503/504, so the clients lose nothing (``tests/test_pool.py`` kills a replica under load).
 
 Ray is imported inside the functions (``pip install 'pluie-reward[pool]'``).
 

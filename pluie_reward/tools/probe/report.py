@@ -49,16 +49,11 @@ def plot_probe(rows: Sequence[Mapping[str, Any]], path: str | Path, *, threshold
         >>> plot_probe(rows, "probe.png", title=f"{judge.name}, para-fs")
         PosixPath('probe.png')
     """
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as err:  # pragma: no cover
-        raise ModuleNotFoundError("--plot needs matplotlib: pip install 'pluie-reward[eval]'.") from err
+    from ..evaluation.plots import _figure  # lazy: CLI start-up (numpy and the evaluation modules)
+
     names = [r["family"] for r in rows]
     y = list(range(len(rows)))
-    figure = Figure(figsize=(10, 0.32 * len(rows) + 1.6), dpi=100)
-    FigureCanvasAgg(figure)
-    left, right = figure.subplots(1, 2, sharey=True)
+    figure, (left, right) = _figure(10, 0.32 * len(rows) + 1.6, columns=2)
     colours = {"reference": "tab:green", "copy": "tab:blue", "attack": "tab:red"}
     left.barh(y, [r["mean"] for r in rows], color=[colours.get(r["kind"], "grey") for r in rows], alpha=0.8, label="mean")
     left.scatter([r["max"] for r in rows], y, color="black", s=12, zorder=3, label="max")

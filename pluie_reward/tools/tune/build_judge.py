@@ -132,11 +132,9 @@ def half_precision(path: Path) -> None:
 def build(data: Path, output: Path, per_source: int = 200, epochs: float = 1.5, learning_rate: float = 2e-4,
           lora_r: int = 16, seed: int = 0, overwrite: bool = True, progress: bool = True, hard: int = 200,
           additions: int | None = None, contrast_weight: float = 0.0) -> dict[str, Any]:
-    """Tune the default judge's adapter and write it with its card (``hard``: meaning-flip negatives,
-    taken from the SNLI share, ``additions`` of them additions (see :func:`training_pairs`); ``hard=0``
-    gives the data of the adapter shipped before them; ``contrast_weight`` > 0: each hard negative
-    also scored against the honest pair it was made from, :func:`~pluie_reward.tools.tune.loss.contrast_loss`).
-    Returns the card."""
+    """Tune the default judge's adapter and write it with its card; returns the card. ``hard`` and
+    ``additions``: see :func:`training_pairs`; ``contrast_weight`` > 0: each hard negative also scored
+    against the honest pair it was made from (:func:`~pluie_reward.tools.tune.loss.contrast_loss`)."""
     pairs = training_pairs(data, per_source, seed, hard, additions)
     config = TuneConfig(epochs=epochs, learning_rate=learning_rate, lora_r=lora_r, lora_alpha=2.0 * lora_r,
                         target_modules="all-linear", batch_size=16, heldout_fraction=0.1, seed=seed, progress=progress,

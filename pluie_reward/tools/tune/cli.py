@@ -152,9 +152,6 @@ def tune_command(args: argparse.Namespace) -> int:
             adapter_name=args.adapter_name, heldout_fraction=args.heldout, seed=args.seed, bf16=args.bf16,
             gradient_checkpointing=args.gradient_checkpointing, progress=not args.no_progress,
         )
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    try:
         check_output_dir(args.output, args.overwrite)
     except ValueError as err:
         raise UsageError(str(err)) from None

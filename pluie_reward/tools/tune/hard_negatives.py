@@ -14,9 +14,8 @@ nothing it can edit:
 * ``swap``: the two sides of an asymmetric relation exchanged (subject and object of "The dog chased
   the cat", two names, "from A to B", "A than B");
 * ``addition``: the sentence kept whole and something added that its source does not say: a clause
-  (", according to local officials") or a sentence of commentary ("The original sentence was
-  reworded to make it clearer."), what a small policy appends to a paraphrase to earn novelty (the
-  GRPO example's first default run learned exactly that, and the judge accepted it).
+  (", according to local officials") or a sentence of commentary, what a small policy appends to a
+  paraphrase to earn novelty.
 
 The word lists are this package's (Apache-2.0); the sentences edited are the caller's.
 

@@ -1,9 +1,8 @@
 """Synthetic paraphrase pairs for demonstrations and smoke runs: simple templated English sentences
 ("Alice bought a used car in Lyon last week.") and edits of them whose label is known by construction.
 
-This is *synthetic* data -- a short vocabulary, one sentence pattern, rule-made edits -- meant to
-show the tuning pipeline without touching evaluation data. It is not a substitute for real
-paraphrase corpora.
+A short vocabulary, one sentence pattern and rule-made edits: enough to show the tuning pipeline,
+no substitute for real paraphrase corpora.
 
 Paraphrases (label ``True``) combine meaning-preserving edits: a synonymous verb, a reworded
 object, the time moved to the front, the passive voice. Non-paraphrases (``False``) change one
