@@ -535,15 +535,10 @@ class _Coalescer:
             answer = await apost_json(url, body, token=token, timeout=timeout, retries=retries, backoff=backoff)
             for output in OUTPUTS:
                 _values(answer, output, len(group), url)
-        except RemoteJudgeError as err:
-            if err.status == 422 and len(group) > 1:  # one bad item: the others must not fail with it
+        except BaseException as err:  # noqa: BLE001 - every waiting caller gets the error
+            if isinstance(err, RemoteJudgeError) and err.status == 422 and len(group) > 1:  # one bad item: not the others
                 await asyncio.gather(*(self.send(key, names, [one]) for one in group))
                 return
-            for _, future in group:
-                if not future.done():
-                    future.set_exception(err)
-            return
-        except BaseException as err:  # noqa: BLE001 - every waiting caller gets the error
             for _, future in group:
                 if not future.done():
                     future.set_exception(err)
