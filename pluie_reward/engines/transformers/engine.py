@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import threading
 import warnings
 import weakref
@@ -81,15 +82,7 @@ def longest_common_prefix(sequences: Sequence[Sequence[int]]) -> int:
         >>> longest_common_prefix([[1, 2, 3], [1, 2, 4], [1, 2]])
         2
     """
-    if not sequences:
-        return 0
-    n = min(len(s) for s in sequences)
-    first = sequences[0]
-    for i in range(n):
-        t = first[i]
-        if any(s[i] != t for s in sequences[1:]):
-            return i
-    return n
+    return len(os.path.commonprefix([tuple(s) for s in sequences]))
 
 
 def token_batches(lengths: Sequence[int], batch_tokens: int, max_batch_size: int = 256) -> Iterator[list[int]]:
