@@ -1,12 +1,8 @@
 """Clients of the judge server: a TRL reward function and verl ``compute_score`` functions.
 
-They send the template fields to ``POST /score`` through the package's one HTTP client
-(:mod:`pluie_reward.common.http`: timeouts, retries with exponential back-off on connection errors
-and the statuses of :data:`~pluie_reward.common.http.RETRY_STATUS`, ``Retry-After``), and fail with
-:class:`RemoteJudgeError` (URL, status, the server's message) otherwise. The completion's
-text and the field -> column mapping come from :mod:`pluie_reward.integrations.fields`, as for the local
-rewards. This module needs httpx only (no torch) and uses absolute imports, so verl can load it as
-``pkg://pluie_reward.serving.client`` or by file path.
+They send the template fields to ``POST /score`` through :mod:`pluie_reward.common.http` (its timeouts and
+retries) and fail with :class:`RemoteJudgeError`. httpx only (no torch), absolute imports: verl can load it
+as ``pkg://pluie_reward.serving.client`` or by file path.
 """
 
 from __future__ import annotations
@@ -58,8 +54,7 @@ def post_json(
     url: str, payload: Mapping[str, Any], *, token: str | None = None, timeout: float = 120.0,
     retries: int = 3, backoff: float = 0.5, client: httpx.Client | None = None,
 ) -> dict[str, Any]:
-    """POST ``payload`` to ``url`` and return the JSON answer, retrying transient failures
-    (:mod:`pluie_reward.common.http`'s policy).
+    """POST ``payload`` to ``url`` and return the JSON answer (:mod:`pluie_reward.common.http`'s retries).
 
     Args:
         url: the endpoint (``http://host:port/score``).
@@ -135,28 +130,11 @@ def _values(answer: Mapping[str, Any], output: str, n: int, url: str) -> list[fl
 class RemotePluieReward(AsyncReward):
     """A TRL reward function (async, so GRPOTrainer runs it concurrently) backed by a judge server.
 
-    The completion fills the template's ``hypothesis`` (its text as for :class:`~pluie_reward.PluieReward`:
-    :func:`~pluie_reward.integrations.fields.completion_text`); ``fields`` maps the other template fields
-    to dataset columns, which TRL passes as keyword arguments (``"prompt"`` reads the prompt, its last
-    user message when conversational). Large batches are sent as several concurrent requests of at
-    most ``chunk_size`` items; the server batches them again.
-
-    Needs TRL >= 1.14, which awaits async callable classes (``trl.trainer.utils.is_async_callable``,
-    trl==1.14.0 (wheel):trl/trainer/utils.py:238-249); TRL 1.13 and older call it synchronously and fail.
-
-    ``output`` has :class:`~pluie_reward.PluieReward`'s vocabulary (:class:`~pluie_reward.RewardConfig`).
-    A server whose template has N answers (``pluie-reward serve -t net-likert``, ``-t rev-choice``)
-    is read as by :class:`~pluie_reward.PluieReward`: ``output="expected"`` (a scale; with
-    ``normalize=True`` the scale's range is read from the server's ``/health``, or give ``scale=(lowest, highest)``), or
-    ``output="prob"``/``"logprob"`` with ``answer=`` (a choice; map ``alternative`` to the column of
-    the second candidate; ``both_orders=True`` sends each completion in both slots, 2 items per
-    completion), through :class:`~pluie_reward.integrations.outputs.AnswerOutput` and ``/score``'s records.
-
-    ``task="paraphrase"`` (``"translation"``, ``"revision"``, or a :class:`~pluie_reward.integrations.novelty.Task`)
-    makes it the task's copy-proof reward, the values of :class:`~pluie_reward.ParaphraseReward` (...)
-    on the served judge: the server's ``p_yes`` gated by the completion's novelty against its source
-    (:meth:`~pluie_reward.integrations.novelty.Task.batch`, computed here: a copy scores 0). Train a generator
-    with it, not with PLUIE: a judge prefers a copy to any paraphrase.
+    As :class:`~pluie_reward.PluieReward` (same completion text, ``fields``, ``output`` vocabulary and N-answer
+    reads), scored by the server: batches go as concurrent requests of at most ``chunk_size`` items; with
+    ``normalize=True`` and no ``scale`` the scale's range comes from the server's ``/health``. ``task=`` makes it
+    the task's copy-proof reward (:meth:`~pluie_reward.integrations.novelty.Task.batch` on the server's ``p_yes``,
+    computed here: a copy scores 0). Needs TRL >= 1.14, which awaits async callable classes.
 
     Args:
         url: the server's base URL (``http://host:port``).
@@ -178,9 +156,7 @@ class RemotePluieReward(AsyncReward):
         name: ``__name__``, used by TRL in ``rewards/<name>/mean``; default the local reward's: ``"pluie"``,
             or the task's name (``"paraphrase"``).
 
-    When TRL passes ``log_metric``/``log_extra`` (TRL >= 1.0), it logs ``<name>/accept_rate`` and the
-    per-completion ``<name>/logratio`` column of the completions table, like ``PluieReward``; with a
-    task, also the metrics and the ``<name>/novelty`` column of :class:`~pluie_reward.CopyProofReward`.
+    It logs what ``PluieReward`` logs (with a task, what :class:`~pluie_reward.CopyProofReward` logs).
 
     Example:
         >>> reward = RemotePluieReward("http://127.0.0.1:8000", fields={"source": "source"})
@@ -341,15 +317,10 @@ class RemotePluieReward(AsyncReward):
 
 
 # verl -----------------------------------------------------------------------------------------
-# verl's reward loop (verl >= 0.7.1; verl-project/verl@1dda039b = PyPI verl 0.9.1) calls the custom
-# reward function once per sample with keyword arguments (verl/experimental/reward_loop/reward_manager/
-# naive.py:66-84): data_source, solution_str, ground_truth, extra_info, plus reward_router_address and
-# reward_model_tokenizer when reward.reward_model.enable=True (naive.py:58-65), plus the config's
-# reward_kwargs merged over them (verl/trainer/ppo/reward.py:32-47,82). An ``async def`` is awaited
-# directly (naive.py:30,66), a plain function runs in the default thread pool (naive.py:75-84).
-# The result is a float (logged as "acc") or a dict with "score" whose keys are all logged; the keys
-# are read from the first sample (verl/experimental/reward_loop/reward_loop.py:366), so every sample
-# returns the same keys.
+# verl (>= 0.7.1) calls the custom reward function once per sample with data_source, solution_str,
+# ground_truth, extra_info (plus reward_router_address and reward_model_tokenizer with a reward model, and
+# the config's reward_kwargs); it awaits an ``async def``. The result is a float or a dict with "score",
+# whose keys, read from the first sample, are all logged: every sample returns the same keys.
 VERL_EXTRA_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
 SETTINGS = ("url", "token", "fields", "output", "timeout", "retries", "backoff", "return_dict", "max_wait_ms", "max_batch_items")
 VERL_HINT = "fields={{'{field}': 'ground_truth' | 'data_source' | 'extra_info.<key>'}} (reward_kwargs)"
@@ -472,9 +443,8 @@ def compute_score_batch(
 def compute_score_sync(
     data_source: Any = None, solution_str: str = "", ground_truth: Any = None, extra_info: Any = None, **kwargs: Any
 ) -> float | dict[str, Any]:
-    """Synchronous verl reward function: one item, one request. For verl's ``remote`` reward manager
-    (which rejects async functions, verl/experimental/reward_loop/reward_manager/remote.py:53-54);
-    otherwise prefer the async :func:`compute_score`, which batches.
+    """Synchronous verl reward function: one item, one request, for verl's ``remote`` reward manager
+    (which rejects async functions); otherwise prefer the async :func:`compute_score`, which batches.
 
     Settings as for :func:`compute_score`; ``return_dict`` defaults to True.
 
@@ -570,14 +540,11 @@ async def compute_score(
     ``POST /score`` of up to ``max_batch_items`` items.
 
     Settings come from ``reward.custom_reward_function.reward_kwargs``: ``url``, ``token``, ``fields``
-    (template field -> ``ground_truth`` (default for ``source``), ``data_source`` or
-    ``extra_info.<key>``), ``output`` (``logratio``, ``p_yes``, ``verdict``, or a task's
-    copy-proof reward: ``paraphrase``, ``translation``, ``revision``, as
-    :class:`~pluie_reward.ParaphraseReward` computes it from the server's ``p_yes``), ``timeout``,
-    ``retries``, ``backoff``, ``return_dict`` (default True), ``max_wait_ms`` (default 10),
-    ``max_batch_items`` (default 256); or ``$PLUIE_REWARD_URL`` / ``$PLUIE_REWARD_TOKEN``. verl's
-    other keyword arguments (``reward_router_address``, ``reward_model_tokenizer``, future ones) are
-    ignored.
+    (template field -> ``ground_truth`` (default for ``source``), ``data_source`` or ``extra_info.<key>``),
+    ``output`` (``logratio``, ``p_yes``, ``verdict``, or a task's copy-proof reward: ``paraphrase``,
+    ``translation``, ``revision``), ``timeout``, ``retries``, ``backoff``, ``return_dict`` (default True),
+    ``max_wait_ms`` (default 10), ``max_batch_items`` (default 256); or ``$PLUIE_REWARD_URL`` /
+    ``$PLUIE_REWARD_TOKEN``. verl's other keyword arguments are ignored.
 
     Returns:
         ``{"score": <output>, "acc": verdict (1.0/0.0), "logratio", "p_yes"}`` (verl logs every key;
