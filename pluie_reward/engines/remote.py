@@ -14,11 +14,8 @@ ids to ``POST /v1/completions``:
   ``VLLM_SERVER_DEV_MODE=1``) or takes ``logprobs_mode=`` from the caller, and refuses otherwise;
 * the judge's own turn (INDIRECT): greedy completion with ``return_token_ids``.
 
-HTTP goes through :mod:`pluie_reward.common.http`, the package's one client: requests go to the
-replica with the fewest requests in flight; connection errors, timeouts and the statuses of
-:data:`~pluie_reward.common.http.RETRY_STATUS` (429, 5xx...) are retried with back-off, on another
-replica when there is one; other failures raise :class:`RemoteEngineError` with the URL, the status
-and the server's message.
+HTTP goes through :mod:`pluie_reward.common.http` (replica choice, retries); failures raise
+:class:`RemoteEngineError`.
 
 Example:
     >>> judge = Judge.connect(["http://10.0.0.5:8000", "http://10.0.0.6:8000"],  # vLLM servers  # doctest: +SKIP

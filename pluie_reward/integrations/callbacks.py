@@ -421,11 +421,8 @@ class PluieCallback(TrainerCallback):
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Warn when the evaluation before training beat every checkpoint the trainer could choose.
 
-        transformers picks the best model among the evaluations made *during* training only
-        (``Trainer._determine_best_metric`` runs in ``_maybe_log_save_evaluate``; ``eval_on_start``
-        and a ``trainer.evaluate()`` before ``train()`` are never compared, transformers==5.19.0:
-        trainer.py:1641-1642,2253-2254,3390-3424), so the first in-training evaluation always
-        becomes "best", even when it is worse than the starting point.
+        transformers picks the best model among the evaluations made *during* training only, so the first
+        in-training evaluation becomes "best" even when it is worse than the starting point.
         """
         metric = getattr(args, "metric_for_best_model", None) or ""
         if "pluie" not in metric or getattr(state, "best_metric", None) is None:

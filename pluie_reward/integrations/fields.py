@@ -31,8 +31,7 @@ from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from ..common.errors import PluieError
 
-# keyword arguments TRL's GRPO/RLOO trainers add to the dataset columns when calling a reward
-# (trl==1.14.0 (wheel):trl/trainer/grpo_trainer.py:1669-1683, trl==1.16.0:grpo_trainer.py:1579-1598); not columns
+# keyword arguments TRL's GRPO/RLOO trainers add to the dataset columns when calling a reward; not columns
 TRAINER_KWARGS = frozenset({"trainer_state", "log_extra", "log_metric", "completion_ids", "environments"})
 PROMPT_COLUMN = "prompt"
 

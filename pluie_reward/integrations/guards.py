@@ -11,14 +11,10 @@ need no judge to recognise, from the completion text alone:
 * ``control_token``: control-token strings of the judge's tokenizer (``<|im_end|>``, ``[INST]``...),
   which a policy can spell with ordinary tokens to fake the end of the user turn.
 
-Text is folded with :func:`~pluie_reward.integrations.novelty.normalize_text` first, so zero-width characters,
-case and homoglyphs do not evade the checks. Use them as a separate reward (:class:`GuardReward`,
-a penalty added with ``reward_weights``) or around PLUIE (:class:`GuardedReward`, which replaces the
-reward of a flagged completion); both log each guard's rate through TRL's ``log_metric``
-(``guard/answer_word_rate``, ``guard/delimiter_rate``, ``guard/control_token_rate``,
-``guard/flagged_rate``) and the flags as a column of the completions table (``log_extra``).
-:func:`escape_delimiters` is the cheap template hardening: it replaces the template's quote
-delimiters inside field values by typographic look-alikes, so that no field can close its quotes.
+Text is folded with :func:`~pluie_reward.integrations.novelty.normalize_text` first. Use them as a separate
+reward (:class:`GuardReward`, a penalty) or around PLUIE (:class:`GuardedReward`, which replaces the reward of
+a flagged completion); both log each guard's rate (``guard/<guard>_rate``, ``guard/flagged_rate``) and the
+flags column. :func:`escape_delimiters` hardens a template: no field value can close its quotes.
 
 Example:
     >>> guard = CompletionGuard("para-fs")
