@@ -346,8 +346,6 @@ class CompletionGuard:
         return f"CompletionGuard(template={self.template.name!r}, checks={self.checks}, name={self.name!r})"
 
 
-
-
 class GuardReward(Reward):
     """A TRL reward that penalises hacking completions: ``penalty`` (≤ 0) for a completion flagged by
     any enabled check, 0 otherwise. Add it to ``reward_funcs`` with a weight; it logs each check's rate.
@@ -398,24 +396,15 @@ class GuardedReward(Reward):
     hardening, without changing it: a flagged completion gets ``flagged_value`` instead of its reward,
     and with ``escape_delimiters`` every field value (the completion and the mapped dataset columns)
     goes through :func:`escape_delimiters` before the wrapped reward scores it. TRL logs it under the
-    wrapped reward's name.
-
-    It reads the wrapped reward through the public attributes of
-    :class:`~pluie_reward.integrations.reward_base.Reward`: ``template`` (a
-    :class:`~pluie_reward.Template`, for ``guard=True`` and escaping), ``field_map`` (the columns to
-    escape) and ``lowest`` (the default ``flagged_value``); ``guard=True`` also builds its guard with
-    the wrapped reward's ``judge`` (its tokenizer's control tokens).
+    wrapped reward's name. It reads the wrapped reward's ``template``, ``field_map``, ``lowest`` and ``judge``.
 
     Args:
         reward: the reward to wrap (any TRL reward callable; ``guard=True`` and escaping need a
             :class:`~pluie_reward.integrations.reward_base.Reward` judged in a template, such as a ``PluieReward``).
         guard: a :class:`CompletionGuard`, ``True`` for the default guard of the reward's template and
             judge tokenizer (built on the first call, so a lazy judge factory stays lazy), or None.
-        flagged_value: the reward of a flagged completion; default the reward's ``lowest``. For a
-            ``PluieReward`` of a Yes/No template: 0 with ``output="prob"``, ``"calibrated"`` or ``"verdict"``, ``-clip``
-            otherwise (``-10`` for PLUIE log-ratios: below any honest score of a sane judge); of a template
-            with N answers: 0 for ``"prob"`` and normalised ratings, the lowest grade for ``"expected"``;
-            required for a reward without a lowest value (``"logprob"``, a plain callable), guarded or not.
+        flagged_value: the reward of a flagged completion; default the reward's ``lowest``
+            (:attr:`~pluie_reward.PluieReward.lowest`); required for a reward without one (``"logprob"``, a plain callable).
         escape_delimiters: escape the template's quote delimiters inside fields before scoring.
 
     Example:
