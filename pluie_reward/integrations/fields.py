@@ -1,18 +1,12 @@
 """Which text fills which template field, for every integration, local and remote.
 
-Two things live here and nowhere else:
-
 - :func:`completion_text` (and :func:`prompt_text`): a TRL completion or prompt (a string, or chat
-  messages) as the text the judge reads. :class:`~pluie_reward.PluieReward`,
-  :class:`~pluie_reward.NoveltyReward`, :class:`~pluie_reward.serving.client.RemotePluieReward`
-  and verl's ``compute_score`` all call it, so a local and a remote reward read the same text.
-- :func:`map_fields` / :class:`FieldMap`: template field -> column (of a TRL batch, a dataset, an
-  evaluation set, an input file, an OpenRLHF request or verl's arguments), with one wording of
-  the errors, parametrised by the setting the user writes the mapping in (``fields={...}``,
-  ``columns={...}``, ``--column FIELD=COLUMN``, ``--rm-field FIELD=SOURCE``).
+  messages) as the text the judge reads, for every local and remote reward.
+- :func:`map_fields` / :class:`FieldMap`: template field -> column (of a TRL batch, a dataset, an input
+  file, an OpenRLHF request or verl's arguments), with one wording of the errors, named by the setting
+  the user writes the mapping in (``fields={...}``, ``--column FIELD=COLUMN``...).
 
-This module uses the standard library only (no torch, no yaml), so the HTTP client imports with
-httpx alone.
+Standard library only, so the HTTP client imports it with httpx alone.
 
 Example:
     >>> completion_text([{"role": "assistant", "content": "A cat is asleep."}])

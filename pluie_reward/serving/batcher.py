@@ -1,19 +1,14 @@
 """How the server turns concurrent requests into scoring calls.
 
-* :class:`Batcher` (the transformers engine): requests are queued in arrival order and cut into
-  parts within the batch limits; one worker thread takes the next part of each queued request in
-  turn (round-robin, so a large request never holds back a small one), waits up to ``max_wait_ms``
-  for company (or until the batch is full by item count or by token estimate), concatenates the
-  parts of requests with the same options, calls ``Judge.score`` once and hands each request its
-  own slice of the results. One worker owns the judge, so its result cache and prefix caches serve
-  every request.
-* :class:`Direct` (engines that batch by themselves: vLLM's continuous batching, remote vLLM
-  servers): each request is one ``await Judge.ascore(...)``; the engine interleaves them. No second
-  batcher sits in front of vLLM's.
+* :class:`Batcher` (the transformers engine): requests are cut into parts within the batch limits; one
+  worker thread takes the next part of each queued request in turn (round-robin: a large request never
+  holds back a small one), waits up to ``max_wait_ms`` for company, concatenates the parts of requests
+  with the same options, calls ``Judge.score`` once and hands each request its slice of the results.
+* :class:`Direct` (engines that batch by themselves: vLLM, remote): each request is one
+  ``await Judge.ascore(...)``.
 
 Both expose ``await scorer.score(fields)``, ``start``, ``close``, ``pending``, ``bound``, and read a
-request's fields and options with :func:`split_request`. OpenRLHF's in-process ``reward_func``
-(:mod:`.openrlhf`) scores through a :class:`Batcher` too.
+request's fields and options with :func:`split_request`.
 """
 
 from __future__ import annotations

@@ -3,17 +3,13 @@ stored once (batch 1), never copied per row.
 
 The prefix part folds the batch into the query length (one key/value set for every row), the
 suffix part runs causally within each row, and the two softmaxes are merged exactly through
-their log-sum-exps. This is the same softmax computed in two parts.
+their log-sum-exps.
 
-It reaches a model through transformers' public attention interface, without replacing anything:
-:func:`register` adds a new implementation, ``pluie_prefix_<name>`` (e.g. ``pluie_prefix_sdpa``),
-to ``AttentionInterface`` (and the original's mask function under the same name to
-``AttentionMaskInterface``). It runs shared-prefix attention when (and only when) the forward call
-carries a ``pluie_prefix`` keyword argument, and the original function unchanged otherwise. The
-engine selects it on its own model for the duration of a scoring call (:func:`selected`, through
-``model.set_attn_implementation``) and restores the model's implementation after; other models in
-the process never see it, and other forwards of the judge's model during a call behave exactly as
-with the original implementation.
+:func:`register` adds ``pluie_prefix_<name>`` (e.g. ``pluie_prefix_sdpa``) to transformers'
+``AttentionInterface`` (and the original's mask function to ``AttentionMaskInterface``): it runs
+shared-prefix attention when the forward call carries a ``pluie_prefix`` keyword argument, the original
+function unchanged otherwise. The engine selects it on its own model for a scoring call only
+(:func:`selected`); other models never see it.
 
 Example:
     >>> q = k = v = torch.randn(1, 2, 3, 4)
