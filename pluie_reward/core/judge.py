@@ -95,12 +95,9 @@ class Judge:
             ``calibration.json``, or its folder): ``details=True`` records of Yes/No templates then
             add ``p_calibrated = sigmoid(a * logratio + b)``; floats and verdicts stay raw.
         engine_options: options of the transformers engine, the fields of
-            :class:`~pluie_reward.engines.transformers.config.TransformersEngineConfig` (``batch_tokens``,
-            ``disable_adapters``, ``adapter_name``, ``device``, ``offload_device``, ``check_weights``,
-            ``min_shared_tokens``, ``max_cached_prefixes``, ``keep_group_prefixes``).
+            :class:`~pluie_reward.engines.transformers.config.TransformersEngineConfig` (``batch_tokens``...).
 
-    The judge's own options are checked together, as a :class:`~pluie_reward.core.judge_config.JudgeConfig`
-    (kept as :attr:`config`), and the engine's as a ``TransformersEngineConfig``.
+    The judge's own options are checked as a :class:`~pluie_reward.core.judge_config.JudgeConfig` (kept as :attr:`config`).
 
     Raises:
         ValueError, TypeError: an option either config refuses, an unknown keyword argument, or
@@ -170,16 +167,11 @@ class Judge:
         warm_up: "TemplateLike | bool" = None,
         **judge_kwargs: Any,
     ) -> "Judge":
-        """Load a judge: ``None`` (or ``"embedded"``) for the default judge, a HF id, a folder or a ``.gguf`` file.
-
-        The default judge is the embedded SmolLM2-135M-Instruct with the PLUIE adapter this package
-        ships (merged into the weights, see :mod:`pluie_reward.judges`); ``"embedded-base"`` is the
-        untuned model. ``judge.name`` says which was loaded (also logged at INFO level).
+        """Load a judge: ``None`` (or ``"embedded"``) for the default judge (the embedded SmolLM2-135M-Instruct with
+        the shipped PLUIE adapter; ``"embedded-base"``: untuned), a HF id, a folder or a ``.gguf`` file.
 
         Args:
-            engine: ``"transformers"`` (this process, default) or ``"vllm"`` (vLLM's engine in this
-                process: tensor/pipeline parallelism, paged KV cache, continuous batching): the engines
-                of :mod:`pluie_reward.engines.registry` that load a model by name.
+            engine: ``"transformers"`` (default) or ``"vllm"`` (:mod:`pluie_reward.engines.registry`).
             device: where to score (default: the best available); with ``offload_device``, the
                 weights stay there between calls and visit ``device`` only while scoring. (transformers)
             dtype: ``float32`` (default for the embedded judge), ``bfloat16``, ``float16`` or ``auto``.
@@ -228,9 +220,8 @@ class Judge:
         return self
 
     def warm_up(self, template: TemplateLike = None) -> float:
-        """Pay the one-off costs of a first scoring call now, so that the first real call is not the slow one:
-        one tiny item, not cached, binds ``template`` and computes (and keeps) its prefix's key/values
-        on the engines that cache prefixes; the first forward allocates what later ones reuse.
+        """Pay the one-off costs of a first scoring call now: one tiny item, not cached, binds ``template``
+        and computes (and keeps) its prefix's key/values on the engines that cache prefixes.
 
         Args:
             template: the template the judge will score with (default ``"para-fs"``).
@@ -285,11 +276,8 @@ class Judge:
 
     @classmethod
     def from_vllm(cls, llm: Any, *, tokenizer: Any = None, lora: Any = None, weights: str = "base", **options: Any) -> "Judge":
-        """A judge inside a ``vllm.LLM`` somebody else owns, e.g. the trainer's rollout engine (TRL's
-        colocate mode: ``trainer.vllm_generation.llm``): its base weights, or a judge LoRA adapter
-        through vLLM's multi-LoRA. No second copy of the weights. See
-        :mod:`pluie_reward.engines.vllm_shared` for what happens when the trainer syncs the policy into
-        the engine (``weights="base"`` then raises instead of judging with the policy).
+        """A judge inside a ``vllm.LLM`` somebody else owns, e.g. the trainer's rollout engine: its base
+        weights, or a judge LoRA adapter (:mod:`pluie_reward.engines.vllm_shared`).
 
         Args:
             llm: the ``vllm.LLM``.

@@ -42,12 +42,9 @@ class GroupPluieReward(JudgeHolder, Reward):
         group_size: fixed group size (default: runs of identical prompts and field values).
         name: the name TRL logs under.
 
-    When TRL passes ``log_metric``, it logs ``<name>/max_prob`` (mean over groups of the largest
-    p(best): 1/G means the judge cannot tell the candidates apart) and ``<name>/groups``.
-
-    Its ``template`` is a :class:`~pluie_reward.integrations.group.GroupTemplate`, which puts the completion
-    among G candidates, not in a ``hypothesis`` field: a guard cannot read it (pass a
-    :class:`~pluie_reward.CompletionGuard` of a Yes/No template to guard the completions).
+    It logs ``<name>/max_prob`` (mean over groups of the largest p(best); 1/G: no separation) and
+    ``<name>/groups``. Its ``template`` is a :class:`~pluie_reward.integrations.group.GroupTemplate`: guard it
+    with a :class:`~pluie_reward.CompletionGuard` of a Yes/No template.
     """
 
     def __init__(

@@ -47,13 +47,10 @@ _ITEM = re.compile(r"\bitem (\d+)\b")
 def split_request(template: Any, body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """A request's keys split into the template's fields and the options a client may set.
 
-    A client may set ``threshold`` (a finite number: its verdicts are ``logratio > threshold``),
-    ``use_cache`` (true or false) and ``task`` (a task of :data:`~pluie_reward.integrations.novelty.TASKS` whose
-    copy-proof reward the server adds to the answer; the served template must be able to give it).
-    ``details``, ``truncate``, ``max_new_tokens`` and ``template``
-    are the server's: a request naming one is refused (``ValueError``, answered 422), as is an
-    option of the wrong type. Any other key is left with the fields (an unknown field is refused
-    when the plan is made). Requests with different options are never joined into one batch.
+    A client may set ``threshold`` (a finite number), ``use_cache`` (a bool) and ``task`` (a task of
+    :data:`~pluie_reward.integrations.novelty.TASKS` whose copy-proof reward the server adds to the answer).
+    ``details``, ``truncate``, ``max_new_tokens`` and ``template`` are the server's: a request naming one is
+    refused (``ValueError``, answered 422), as is an option of the wrong type. Other keys are fields.
 
     Args:
         template: the served :class:`~pluie_reward.core.template.Template`.
@@ -131,14 +128,8 @@ def _settle(future: Future, result: Any = None, error: BaseException | None = No
 
 
 class Batcher:
-    """One judge, one template, one worker thread; many concurrent callers.
-
-    Requests are cut into parts of at most ``max_batch_items`` items / ``max_batch_tokens``
-    estimated tokens. The worker takes the next part of each queued request in turn (round-robin),
-    joining the parts of requests with the same options into one ``Judge.score`` call, so a small
-    request waits for at most one part of each request queued before it, never for a large request
-    to finish. A request whose caller went away (cancelled future: the client disconnected) is
-    dropped before its next part.
+    """One judge, one template, one worker thread; many concurrent callers (see the module docstring). A
+    request whose caller went away (cancelled future) is dropped before its next part.
 
     Args:
         judge: a :class:`~pluie_reward.Judge`; only this batcher's worker may use it while running.
