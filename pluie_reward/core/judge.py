@@ -471,28 +471,16 @@ class Judge:
         return self.run(self.plan(template, details=details, threshold=threshold, truncate=truncate,
                                   use_cache=use_cache, max_new_tokens=max_new_tokens, **fields))
 
-    async def ascore(
-        self,
-        /,  # a field may be named 'self'; it goes to **fields
-        template: TemplateLike = None,
-        *,
-        details: bool = False,
-        threshold: float | None = None,
-        truncate: bool = True,
-        use_cache: bool = True,
-        max_new_tokens: int | None = None,
-        **fields: Any,
-    ) -> list[float] | list[dict[str, Any]]:
-        """:meth:`score` for ``asyncio`` code: the same plan, awaiting engines that serve concurrent
-        requests (vLLM, remote) so that concurrent calls are batched by the engine itself. Other
+    async def ascore(self, /, template: TemplateLike = None, **options: Any) -> list[float] | list[dict[str, Any]]:
+        """:meth:`score` for ``asyncio`` code (the same arguments): the same plan, awaiting engines that serve
+        concurrent requests (vLLM, remote) so that concurrent calls are batched by the engine itself. Other
         engines score in a worker thread, one call at a time.
 
         Example:
             >>> asyncio.run(judge.ascore("para-fs", source=["S"], hypothesis=["H"]))  # await judge.ascore(...) in async code
             [...]
         """
-        return await self.arun(self.plan(template, details=details, threshold=threshold, truncate=truncate,
-                                         use_cache=use_cache, max_new_tokens=max_new_tokens, **fields))
+        return await self.arun(self.plan(template, **options))
 
     def run(self, plan: ScoringPlan) -> list[float] | list[dict[str, Any]]:
         """Execute a plan from :meth:`plan` (blocking): what :meth:`score` does.
@@ -505,8 +493,7 @@ class Judge:
         """
         self._own(plan)
         with self._lock, self.engine.session() as state:
-            steps = self._steps(plan, state)
-            reply = None
+            steps, reply = self._steps(plan, state), None
             while True:
                 try:
                     call = steps.send(reply)
@@ -527,8 +514,7 @@ class Judge:
             return await asyncio.to_thread(self.run, plan)
         self._own(plan)
         with self.engine.session() as state:
-            steps = self._steps(plan, state)
-            reply = None
+            steps, reply = self._steps(plan, state), None
             while True:
                 try:
                     call = steps.send(reply)
