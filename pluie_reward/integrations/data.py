@@ -1,12 +1,9 @@
 """Judge-annotated datasets: score a :class:`datasets.Dataset` with PLUIE, filter it, and keep the
 best teacher candidates per source (best-of-n) to build distillation data.
 
-PLUIE alone prefers copies (a copy of the source means what the source means), so for a template of a
-known task (paraphrase, translation, revision: :func:`~pluie_reward.integrations.novelty.task_of`)
-:func:`score_dataset` also adds the copy-proof score of
-:func:`~pluie_reward.integrations.novelty.copy_proof_score`, novelty and a copy flag, and
-:func:`best_of_n` ranks by the copy-proof score by default; :func:`describe_pairs` reports the copy
-rate and novelty of what was kept beside its PLUIE.
+PLUIE alone prefers copies, so for a template of a known task
+(:func:`~pluie_reward.integrations.novelty.task_of`) :func:`score_dataset` also adds the copy-proof score,
+novelty and a copy flag, and :func:`best_of_n` ranks by the copy-proof score by default.
 
 Example:
     >>> from datasets import Dataset
