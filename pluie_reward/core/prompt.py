@@ -85,10 +85,6 @@ def fixed_clock_template(source: str, moment: datetime.datetime) -> str:
     """A chat template's source with every ``strftime_now("<format>")`` call replaced by the string
     that call would return at ``moment``, so the rendering does not depend on the clock.
 
-    (Passing a ``strftime_now`` function as a template keyword stopped working in transformers 5.24,
-    which turns non-JSON keyword values into inert strings; the template source itself is a public
-    ``apply_chat_template(chat_template=...)`` argument.)
-
     Example:
         >>> fixed_clock_template('{{ "Today: " + strftime_now("%Y-%m-%d") }}', datetime.datetime(2025, 1, 1))
         '{{ "Today: " + "2025-01-01" }}'

@@ -1,9 +1,8 @@
 """PluieCallback: PLUIE scores of the generator's own outputs, computed during training.
 
-At each evaluation (or every N steps) the callback generates answers for a fixed evaluation set
-with the model being trained, scores them with :meth:`Judge.score` (hypothesis = the generation)
-and logs ``eval_pluie_mean``, ``eval_pluie_accept_rate`` and quantiles through the trainer, so
-every reporter sees them and ``metric_for_best_model="eval_pluie_mean"`` works.
+At each evaluation (or every N steps) the callback generates answers for a fixed evaluation set with
+the model being trained, scores them and logs ``eval_pluie_mean``, ``eval_pluie_accept_rate`` and
+quantiles through the trainer (``metric_for_best_model="eval_pluie_mean"`` works).
 
 Example:
     >>> from pluie_reward import Judge
@@ -183,9 +182,8 @@ class PluieCallback(TrainerCallback):
     """Generate with the model under training, score with a PLUIE judge, log the results.
 
     Args:
-        judge: a :class:`Judge`, or a zero-argument factory (e.g. ``Judge.load``) called on first use.
-            A judge sharing the trained model (``Judge(model, tok, disable_adapters=True)`` on a
-            PEFT model) is fine: the model's state is restored after generating and scoring.
+        judge: a :class:`Judge`, or a zero-argument factory (e.g. ``Judge.load``) called on first use;
+            it may share the trained model (its state is restored after generating and scoring).
         template: the judge template (name, YAML path or :class:`Template`).
         eval_set: a ``datasets.Dataset`` or list of dicts with a prompt column (a string, or chat
             messages rendered with the generator tokenizer's chat template) and the template's
@@ -203,17 +201,12 @@ class PluieCallback(TrainerCallback):
         tokenizer: the generator's tokenizer (default: the trainer's ``processing_class``).
         write_table: write ``{output_dir}/pluie/step-XXXXXX.jsonl`` and a wandb table when a run is active.
         alarm, alarm_views: a :class:`~pluie_reward.integrations.alarm.HackAlarm` fed at each run with the
-            generations' PLUIE and each view (name -> a TRL-style reward called with
-            ``completions=`` the generations and the evaluation items' columns, e.g. ``novelty``); its
-            metrics are logged as ``<prefix>_alarm_*`` and a ``HackWarning`` says when it fires.
+            generations' PLUIE and each view (name -> a TRL-style reward on the generations and the items'
+            columns); its metrics are logged as ``<prefix>_alarm_*``.
         **generation_kwargs: passed to ``model.generate`` (``max_new_tokens=64``, greedy by default).
 
-        trainer: the transformers ``Trainer`` to log through, as TRL's ``LogCompletionsCallback(trainer,
-            ...)`` takes it: the callback adds itself to it (:meth:`attach`). Or build the callback first
-            and call ``callback.attach(trainer)``.
-
-    The callback needs its trainer to log (metrics added in ``on_evaluate`` are otherwise not
-    logged): a callback only passed in ``callbacks=[...]`` has none, and says so when training starts.
+        trainer: the transformers ``Trainer`` to log through; the callback adds itself to it (:meth:`attach`).
+            The callback needs its trainer to log: one only passed in ``callbacks=[...]`` says so at the start.
 
     Example:
         >>> from transformers import Trainer, TrainingArguments

@@ -1,28 +1,19 @@
 """The transformers engine: batched, prefix-cached forward passes of a causal LM in this process.
 
-Every request is a list of token ids ending where the answer comes. Requests are split into a
-shared prefix, whose key/values are computed once and kept, and suffix rows run in right-padded
-batches formed by a token budget. With right padding, real tokens never see a pad (causal
-attention) and positions are the true ones; ``logits_to_keep`` keeps only the last positions, so
-the LM head runs on a few positions per row. Group prefixes (one source, many hypotheses) extend
-the cached template prefix and are computed together in one batch.
+Requests are split into a shared prefix, whose key/values are computed once and kept, and suffix rows
+run in right-padded batches formed by a token budget (real tokens never see a pad; ``logits_to_keep``
+runs the LM head on a few positions per row). Group prefixes (one source, many hypotheses) extend the
+cached template prefix. Two paths, both exact:
 
-Two paths, both exact:
+* **fast**: suffix rows attend the cached prefix through :mod:`.attention` (tests/test_families.py
+  proves it exact on every architecture family it accepts).
+* **plain**: whole prompts, the model's own attention, no prefix reuse; taken, with one warning, when
+  the model's attention cannot take the fast path (:meth:`TransformersEngine.plain_reason`), and for
+  rows longer than a sliding window.
 
-* **fast**: suffix rows attend the cached prefix through :mod:`.attention` (the prefix is stored
-  once, never copied per row). It computes the model's own softmax in two parts, exactly: the tests
-  prove it on float64 tiny models of every architecture family it accepts (``tests/test_families.py``),
-  so no check forward runs at scoring time.
-* **plain**: whole prompts, the model's own attention, no prefix reuse. Taken -- with a warning,
-  once -- when the model's attention cannot take the fast path, decided when the engine is made
-  (eager attention, attention sinks, a forward that does not pass keyword arguments to its attention:
-  :meth:`TransformersEngine.plain_reason` says why) or at the first call that shows it (an attention
-  input the fast path does not know), and for rows longer than a sliding window.
-
-Scoring calls go through :meth:`TransformersEngine.session`: one call at a time per model (a lock),
-the model in eval mode under ``torch.inference_mode`` in its weights' dtype, PEFT adapters
-switched as configured, sharded weights gathered, and the weights checked so that cached prefixes
-and results never outlive a change of the weights (:func:`~pluie_reward.common.weights.weights_digest`).
+Scoring calls go through :meth:`TransformersEngine.session`: one call at a time per model, the model in
+scoring state, sharded weights gathered, and the weights checked so that caches never outlive a change
+(:func:`~pluie_reward.common.weights.weights_digest`).
 """
 
 from __future__ import annotations
