@@ -134,10 +134,7 @@ def generate_texts(
             else:  # left padding so that every row continues from its last prompt token
                 input_ids = [[pad_id] * (width - len(r)) + r for r in rows]
                 mask = [[0] * (width - len(r)) + [1] * len(r) for r in rows]
-            batch = {
-                "input_ids": torch.tensor(input_ids, device=device),
-                "attention_mask": torch.tensor(mask, device=device),
-            }
+            batch = {"input_ids": torch.tensor(input_ids, device=device), "attention_mask": torch.tensor(mask, device=device)}
             sequences = model.generate(**batch, **settings)
             if not isinstance(sequences, torch.Tensor):  # return_dict_in_generate=True
                 sequences = sequences.sequences
@@ -487,14 +484,8 @@ class PluieCallback(TrainerCallback):
         if not indices:
             return []
         items = [self.items[i] for i in indices]
-        generations = generate_texts(
-            model,
-            tokenizer,
-            [row[self.prompt_field] for row in items],
-            batch_size=self.batch_size,
-            max_prompt_length=self.max_prompt_length,
-            **self.generation_kwargs,
-        )
+        generations = generate_texts(model, tokenizer, [row[self.prompt_field] for row in items], batch_size=self.batch_size,
+                                     max_prompt_length=self.max_prompt_length, **self.generation_kwargs)
         fields = self._fields(items)
         results = self.judge.score(
             self.template, details=True, threshold=self.threshold, **fields, **{self.hypothesis_field: generations}

@@ -91,14 +91,8 @@ def score_dataset(
         return out
 
     # The judge (a whole model) is not hashed for the fingerprint; a fresh one avoids stale caches.
-    return dataset.map(
-        annotate,
-        batched=True,
-        batch_size=batch_size,
-        load_from_cache_file=False,
-        new_fingerprint=uuid.uuid4().hex,
-        desc=desc,
-    )
+    return dataset.map(annotate, batched=True, batch_size=batch_size, load_from_cache_file=False,
+                       new_fingerprint=uuid.uuid4().hex, desc=desc)
 
 
 def _task(template: Any, task: Any) -> Any:

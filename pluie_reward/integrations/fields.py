@@ -57,11 +57,7 @@ def content_text(content: Any, index: int = 0, what: str = "completion") -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, Sequence):
-        return "".join(
-            block.get("text") or ""
-            for block in content
-            if isinstance(block, Mapping) and block.get("type", "text") == "text"
-        )
+        return "".join(block.get("text") or "" for block in content if isinstance(block, Mapping) and block.get("type", "text") == "text")
     raise TypeError(f"{what} {index}: message content must be a string or a list of blocks, got {type(content).__name__}.")
 
 

@@ -46,10 +46,7 @@ from .reward_base import Batch, Reward, Scores
 CHECKS = ("answer_word", "delimiter", "control_token")
 QUOTES = "\"'`«»“”„‘’‚‹›「」『』"
 # The typographic look-alike a delimiter becomes inside a field (escape_delimiters).
-QUOTE_ESCAPES = {
-    '"': "”", "'": "’", "`": "’", "«": "‹", "»": "›", "“": "‘", "”": "’", "„": "‚",
-    "「": "『", "」": "』",
-}
+QUOTE_ESCAPES = {'"': "”", "'": "’", "`": "’", "«": "‹", "»": "›", "“": "‘", "”": "’", "„": "‚", "「": "『", "」": "』"}
 _CLAUSE_BREAK = re.compile(r"[.!?;:,\n\"«»“”„()\[\]{}<>*#|]+|\s[-–—]+\s")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")  # a template's {field}, as core.template reads it
 # markers spelled in chat-template source: <|im_end|>, <start_of_turn>, </s>, [INST], <<SYS>>
@@ -136,15 +133,8 @@ def template_format(template: Any = "para-fs", field: str = "hypothesis") -> Tem
         label = literal.lstrip(QUOTES + ";,.|/ \t\n")
         if any(c.isalnum() for c in label):
             labels.append(label)
-    return TemplateFormat(
-        message=message,
-        before=before,
-        after=after,
-        open_quote=_trailing_quotes(before),
-        close_quote=_leading_quotes(after),
-        quotes=tuple(quotes),
-        labels=tuple(labels),
-    )
+    return TemplateFormat(message=message, before=before, after=after, open_quote=_trailing_quotes(before),
+                          close_quote=_leading_quotes(after), quotes=tuple(quotes), labels=tuple(labels))
 
 
 def escape_delimiters(template: Any, text: str) -> str:

@@ -35,19 +35,8 @@ KV = list[tuple[torch.Tensor, torch.Tensor]]
 # Keyword arguments the shared-prefix function understands (allow-list). Any other keyword a model
 # passes to its attention with a value (a bias, sinks, varlen sequence lengths...) makes the
 # function refuse with AttentionUnsupported instead of silently ignoring it.
-HANDLED_KWARGS = frozenset(
-    {
-        "scaling",
-        "dropout",
-        "sliding_window",
-        "softcap",
-        "is_causal",
-        "position_ids",
-        "cache_position",
-        "use_cache",
-        "output_attentions",
-    }
-)
+HANDLED_KWARGS = frozenset({"scaling", "dropout", "sliding_window", "softcap", "is_causal", "position_ids", "cache_position",
+                            "use_cache", "output_attentions"})
 # PyTorch's fused CPU flash-attention kernel returns the log-sum-exp we need; it is a private op
 # (tests/test_attention_registry.py breaks if it moves). Elsewhere the scores are materialised in float32.
 _FUSED_CPU_OP = "_scaled_dot_product_flash_attention_for_cpu"

@@ -524,10 +524,7 @@ class TransformersEngine(Engine):
         self.fast = False
         self._why_plain = reason
         self._prefixes.clear()
-        self._warn_once(
-            "plain",
-            f"scoring runs whole prompts without prefix caching (slower, still exact): {reason}.",
-        )
+        self._warn_once("plain", f"scoring runs whole prompts without prefix caching (slower, still exact): {reason}.")
 
     def _forward_shared(self, input_ids: torch.Tensor, state: SharedPrefix, keep: int | None) -> Any:
         """Forward of right-padded rows whose attention goes through the shared-prefix function."""
@@ -706,14 +703,8 @@ class TransformersEngine(Engine):
                 chunk = members[start : start + per_batch]
                 ids = torch.tensor([list(prompts[i]) for i in chunk], device=self.device)
                 self.stats["forward_calls"] += 1
-                generated = self.model.generate(
-                    input_ids=ids,
-                    attention_mask=torch.ones_like(ids),
-                    max_new_tokens=max_new_tokens,
-                    do_sample=False,
-                    eos_token_id=sorted(stops) or None,
-                    pad_token_id=self.pad_id,
-                )[:, length:]
+                generated = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                                do_sample=False, eos_token_id=sorted(stops) or None, pad_token_id=self.pad_id)[:, length:]
                 for i, row in zip(chunk, generated.tolist()):
                     tokens = []
                     for t in row:
