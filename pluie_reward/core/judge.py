@@ -538,10 +538,7 @@ class Judge:
         generated = None
         if bound.template.generates:
             step = self._generation_step(plan, state)
-            outputs = (
-                (yield GenerationCall([k[-1] for k in step.todo], plan.max_new_tokens, bound.stop_ids))
-                if step.todo else []
-            )
+            outputs = (yield GenerationCall([k[-1] for k in step.todo], plan.max_new_tokens, bound.stop_ids)) if step.todo else []
             texts = {k: self.tokenizer.decode(list(ids), skip_special_tokens=True).strip() for k, ids in zip(step.todo, outputs)}
             generated = self._store(step, texts, use_cache)
         columns = plan.columns if generated is None else {**plan.columns, GENERATED: generated}
@@ -551,10 +548,7 @@ class Judge:
         for key, item in zip(step.keys, items):
             first.setdefault(key, item)
         requests = [Request(first[key].ids, first[key].group) for key in step.todo]
-        fresh = (
-            (yield AnswerCall(requests, bound.answer_ids, prefix=bound.prefix_ids))
-            if requests else []
-        )
+        fresh = (yield AnswerCall(requests, bound.answer_ids, prefix=bound.prefix_ids)) if requests else []
         answers = self._store(step, {key: self._checked(values) for key, values in zip(step.todo, fresh)}, use_cache)
         return self._finish(plan, answers, generated)
 

@@ -523,11 +523,7 @@ class BoundTemplate:
             excess = len(ids) + reserve + max(len(a) for a in self.answer_ids) - self.max_length
             if excess <= 0:
                 break
-            lengths = {
-                f: len(self._text_ids(v))
-                for f, v in row.items()
-                if isinstance(v, str) and f in self.template.all_fields
-            }
+            lengths = {f: len(self._text_ids(v)) for f, v in row.items() if isinstance(v, str) and f in self.template.all_fields}
             longest = max(lengths, key=lengths.get)
             field_ids = self._text_ids(row[longest])
             keep = max(len(field_ids) - excess - 8, 0)
@@ -536,9 +532,7 @@ class BoundTemplate:
             cut_fields.append(longest)
             ids = encode(row)
         if self._too_long(ids, reserve):
-            raise ValueError(
-                f"item {index}: the template alone does not fit the judge's context ({self.max_length} tokens)."
-            )
+            raise ValueError(f"item {index}: the template alone does not fit the judge's context ({self.max_length} tokens).")
         warnings.warn(
             f"item {index}: prompt longer than the judge's context ({self.max_length} tokens); field(s) "
             f"{sorted(set(cut_fields))} truncated from the middle.",

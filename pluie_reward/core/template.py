@@ -450,9 +450,7 @@ def normalize_fields(
         if isinstance(value, str):
             continue
         if not isinstance(value, Sequence):
-            raise TypeError(
-                f"field {name!r} must be a string or a list of strings, not {type(value).__name__}."
-            )
+            raise TypeError(f"field {name!r} must be a string or a list of strings, not {type(value).__name__}.")
         lengths[name] = len(value)
     if len(set(lengths.values())) > 1:
         raise ValueError(f"fields have different lengths: {lengths}; pass one value per item in every field.")
@@ -467,9 +465,7 @@ def normalize_fields(
             if item is None and name in template.optional_fields:
                 continue
             if not isinstance(item, str):
-                raise TypeError(
-                    f"field {name!r}, item {index}: expected a string, got {type(item).__name__} ({item!r})."
-                )
+                raise TypeError(f"field {name!r}, item {index}: expected a string, got {type(item).__name__} ({item!r}).")
             if not item.isascii():
                 try:
                     item.encode("utf-8")

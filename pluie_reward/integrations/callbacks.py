@@ -487,9 +487,7 @@ class PluieCallback(TrainerCallback):
         generations = generate_texts(model, tokenizer, [row[self.prompt_field] for row in items], batch_size=self.batch_size,
                                      max_prompt_length=self.max_prompt_length, **self.generation_kwargs)
         fields = self._fields(items)
-        results = self.judge.score(
-            self.template, details=True, threshold=self.threshold, **fields, **{self.hypothesis_field: generations}
-        )
+        results = self.judge.score(self.template, details=True, threshold=self.threshold, **fields, **{self.hypothesis_field: generations})
         records = []
         for position, (index, generation, result) in enumerate(zip(indices, generations, results)):
             record = {"index": index, "prompt": items[position][self.prompt_field], "generation": generation}

@@ -115,9 +115,7 @@ def completion_text(completion: Any, index: int = 0) -> str:
         )
     messages = _messages(completion)
     if messages is None:
-        raise TypeError(
-            f"completion {index}: expected a string or a list of chat messages, got {type(completion).__name__}."
-        )
+        raise TypeError(f"completion {index}: expected a string or a list of chat messages, got {type(completion).__name__}.")
     for message in reversed(messages):
         if message.get("role", "assistant") == "assistant" and message.get("content") is not None:
             return content_text(message.get("content"), index)

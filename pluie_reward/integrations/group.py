@@ -199,9 +199,7 @@ def aggregate(per_order: Sequence[Sequence[float]], order_shifts: Sequence[int])
         [0.5, 0.5]
     """
     size = len(per_order[0])
-    means = [
-        sum(row[slot_of(i, s, size)] for row, s in zip(per_order, order_shifts)) / len(order_shifts) for i in range(size)
-    ]
+    means = [sum(row[slot_of(i, s, size)] for row, s in zip(per_order, order_shifts)) / len(order_shifts) for i in range(size)]
     top = max(means)
     norm = top + math.log(sum(math.exp(m - top) for m in means))
     return [m - norm for m in means]

@@ -76,10 +76,7 @@ class GroupPluieReward(JudgeHolder, Reward):
             if n % self.group_size:
                 raise ValueError(f"{self.__name__}: {n} completions are not groups of {self.group_size}.")
             return [range(i, i + self.group_size) for i in range(0, n, self.group_size)]
-        keys = [
-            (prompt_text(prompts[i], i) if prompts is not None else None, tuple(str(v[i]) for v in values.values()))
-            for i in range(n)
-        ]
+        keys = [(prompt_text(prompts[i], i) if prompts is not None else None, tuple(str(v[i]) for v in values.values())) for i in range(n)]
         runs, start = [], 0
         for i in range(1, n + 1):
             if i == n or keys[i] != keys[start]:

@@ -255,9 +255,7 @@ class CompletionGuard:
             raise ValueError(f"template {self.template.name!r}: the yes answer {self.template.answers[0]!r} has no word.")
         rules = guard_rules()["answer_lead_ins"]
         languages = dict.fromkeys([self.template.language, "en"])
-        self.lead_ins = frozenset(
-            " ".join(words(lead)) for lang in languages for lead in rules.get(lang, [])
-        )
+        self.lead_ins = frozenset(" ".join(words(lead)) for lang in languages for lead in rules.get(lang, []))
         verbs = guard_rules()["answer_verbs"]
         self.answer_verbs = frozenset(normalize_text(v) for lang in languages for v in verbs.get(lang, []))
         fmt = template_format(self.template)

@@ -72,11 +72,7 @@ def is_invisible(char: str) -> bool:
         (True, True, False, False)
     """
     code = ord(char)
-    return (
-        unicodedata.category(char) == "Cf"
-        or code in _INVISIBLE_EXTRA
-        or any(code in block for block in _VARIATION_SELECTORS)
-    )
+    return unicodedata.category(char) == "Cf" or code in _INVISIBLE_EXTRA or any(code in block for block in _VARIATION_SELECTORS)
 
 
 def normalize_text(text: str) -> str:

@@ -346,9 +346,7 @@ def _settings(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     unknown = sorted(k for k in kwargs if k not in SETTINGS and k not in VERL_EXTRA_KWARGS and k not in _warned)
     if unknown:
         _warned.update(unknown)
-        logger.warning(
-            "pluie_reward compute_score: ignoring keyword argument(s) %s (settings are %s).", unknown, list(SETTINGS)
-        )
+        logger.warning("pluie_reward compute_score: ignoring keyword argument(s) %s (settings are %s).", unknown, list(SETTINGS))
     return {k: kwargs[k] for k in SETTINGS if k in kwargs}
 
 

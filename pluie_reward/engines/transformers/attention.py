@@ -130,9 +130,7 @@ def _check_kwargs(module: Any, width: int, state: SharedPrefix, dropout: float, 
         raise AttentionUnsupported("attention weights were requested")
     window = kwargs.get("sliding_window")
     if window is not None and state.prefix_length + width > window:
-        raise WindowExceeded(
-            f"prompts of {state.prefix_length + width} tokens are longer than the sliding window ({window})"
-        )
+        raise WindowExceeded(f"prompts of {state.prefix_length + width} tokens are longer than the sliding window ({window})")
     if getattr(module, "layer_idx", None) is None:
         raise AttentionUnsupported("attention modules do not carry their layer index")
     return (kwargs.get("softcap") or None) if state.softcap_applies else None

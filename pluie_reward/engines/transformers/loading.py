@@ -101,9 +101,7 @@ def dequantized_copy(model: Any) -> Any:
     """
     from transformers import AutoModelForCausalLM
 
-    config = model.config.__class__.from_dict(
-        {k: v for k, v in model.config.to_dict().items() if k != "quantization_config"}
-    )
+    config = model.config.__class__.from_dict({k: v for k, v in model.config.to_dict().items() if k != "quantization_config"})
     with torch.device("meta"):
         plain = AutoModelForCausalLM.from_config(config)
     plain = plain.to_empty(device="cpu")
