@@ -131,10 +131,9 @@ class RemotePluieReward(AsyncReward):
     """A TRL reward function (async, so GRPOTrainer runs it concurrently) backed by a judge server.
 
     As :class:`~pluie_reward.PluieReward` (same completion text, ``fields``, ``output`` vocabulary and N-answer
-    reads), scored by the server: batches go as concurrent requests of at most ``chunk_size`` items; with
-    ``normalize=True`` and no ``scale`` the scale's range comes from the server's ``/health``. ``task=`` makes it
-    the task's copy-proof reward (:meth:`~pluie_reward.integrations.novelty.Task.batch` on the server's ``p_yes``,
-    computed here: a copy scores 0). Needs TRL >= 1.14, which awaits async callable classes.
+    reads), scored by the server in concurrent requests. ``task=`` makes it the task's copy-proof reward
+    (:meth:`~pluie_reward.integrations.novelty.Task.batch` on the server's ``p_yes``, computed here: a copy
+    scores 0). Needs TRL >= 1.14, which awaits async callable classes.
 
     Args:
         url: the server's base URL (``http://host:port``).
@@ -142,17 +141,14 @@ class RemotePluieReward(AsyncReward):
             None (default): the ``output`` of the judge.
         fields: template field -> dataset column (default ``{"source": "source"}``; with a task, its source
             field read from the column of the same name, e.g. ``{"original": "original"}`` for revision).
-        output: for a Yes/No template ``"logratio"`` (default), ``"prob"`` (p_yes), ``"clip"`` (with
-            ``clip``), ``"calibrated"`` (the server's judge needs a calibration) or ``"verdict"`` (1.0/0.0,
-            the server's threshold); ``"expected"``, ``"prob"`` or ``"logprob"`` (with ``answer``) for a
-            template with N answers.
-        clip: ``output="clip"``: the logratio is clipped to ``[-clip, clip]`` (default 10).
-        answer, normalize, both_orders, scale: the N-answer read (see :class:`~pluie_reward.integrations.outputs.AnswerOutput`).
+        output, clip, answer, normalize, both_orders: as :class:`~pluie_reward.PluieReward` (``"verdict"``: the
+            server's threshold; ``"calibrated"``: the server's judge needs a calibration).
+        scale: a scale's ``(lowest, highest)`` for ``normalize=True`` (default: the server's ``/health``).
         config: ``output``, ``clip``, ``answer``, ``normalize``, ``both_orders`` and ``scale`` as one
             :class:`~pluie_reward.RewardConfig` (its ``threshold`` must stay None: the server's verdict is used).
         token: bearer token (default: ``$PLUIE_REWARD_TOKEN`` if set).
-        timeout, retries, backoff: per request (:class:`~pluie_reward.common.http.HTTPConfig`); retries on
-            connection errors, timeouts and the statuses of :data:`~pluie_reward.common.http.RETRY_STATUS`.
+        timeout, retries, backoff: per request (:class:`~pluie_reward.common.http.HTTPConfig`).
+        chunk_size: the most items one request carries.
         name: ``__name__``, used by TRL in ``rewards/<name>/mean``; default the local reward's: ``"pluie"``,
             or the task's name (``"paraphrase"``).
 
