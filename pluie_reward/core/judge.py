@@ -244,14 +244,7 @@ class Judge:
         return seconds
 
     @classmethod
-    def connect(
-        cls,
-        urls: "str | Sequence[str]",
-        *,
-        model: str | None = None,
-        tokenizer: Any = None,
-        **options: Any,
-    ) -> "Judge":
+    def connect(cls, urls: "str | Sequence[str]", *, model: str | None = None, tokenizer: Any = None, **options: Any) -> "Judge":
         """A judge served by vLLM's OpenAI-compatible server (``vllm serve``), one or several replicas.
 
         Args:

@@ -228,14 +228,8 @@ class BoundTemplate:
             reproduces the rendering).
     """
 
-    def __init__(
-        self,
-        template: Template,
-        tokenizer: Any,
-        max_length: int | None = None,
-        allow_multi_token: bool = False,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
-    ) -> None:
+    def __init__(self, template: Template, tokenizer: Any, max_length: int | None = None, allow_multi_token: bool = False,
+                 chat_template_kwargs: Mapping[str, Any] | None = None) -> None:
         self.template = template
         self.tokenizer = tokenizer
         self.max_length = max_length

@@ -127,15 +127,8 @@ def _scores(dataset: "Dataset", score_column: str) -> list[float]:
     return list(scores)
 
 
-def filter_dataset(
-    dataset: "Dataset",
-    judge: "Judge | None" = None,
-    template: Any = None,
-    *,
-    threshold: float = 0.0,
-    score_column: str = "pluie_logratio",
-    **score_kwargs: Any,
-) -> "Dataset":
+def filter_dataset(dataset: "Dataset", judge: "Judge | None" = None, template: Any = None, *, threshold: float = 0.0,
+                   score_column: str = "pluie_logratio", **score_kwargs: Any) -> "Dataset":
     """Keep the rows whose score is ``> threshold``; rows are scored first when ``judge`` is given
     (then ``score_column`` must be ``prefix + "logratio"``, the default).
 
@@ -153,14 +146,8 @@ def filter_dataset(
     return dataset.select([i for i, s in enumerate(scores) if s > threshold])
 
 
-def best_of_n(
-    dataset: "Dataset",
-    *,
-    group_by: str = "source",
-    score_column: str = "pluie_copy_proof",
-    k: int = 1,
-    threshold: float | None = None,
-) -> "Dataset":
+def best_of_n(dataset: "Dataset", *, group_by: str = "source", score_column: str = "pluie_copy_proof", k: int = 1,
+              threshold: float | None = None) -> "Dataset":
     """For each value of ``group_by`` keep the ``k`` highest-scoring rows, only those ``> threshold``
     when one is given (a group with none left disappears). Groups stay in order of first
     appearance; inside a group rows are sorted by decreasing score (equal scores: input order).

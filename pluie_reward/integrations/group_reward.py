@@ -47,16 +47,8 @@ class GroupPluieReward(JudgeHolder, Reward):
     with a :class:`~pluie_reward.CompletionGuard` of a Yes/No template.
     """
 
-    def __init__(
-        self,
-        judge: "Judge | Callable[[], Judge]",
-        template: Any = "para-group",
-        fields: Mapping[str, str] | None = None,
-        output: str = "prob",
-        orders: int | None = None,
-        group_size: int | None = None,
-        name: str = "pluie_group",
-    ) -> None:
+    def __init__(self, judge: "Judge | Callable[[], Judge]", template: Any = "para-group", fields: Mapping[str, str] | None = None,
+                 output: str = "prob", orders: int | None = None, group_size: int | None = None, name: str = "pluie_group") -> None:
         if output not in OUTPUTS:
             raise ValueError(f"{name}: unknown output {output!r}; use one of {list(OUTPUTS)}.")
         if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2):

@@ -234,16 +234,8 @@ class CompletionGuard:
          {'answer_word': False, 'delimiter': False, 'control_token': False}]
     """
 
-    def __init__(
-        self,
-        template: Any = "para-fs",
-        tokenizer: Any = None,
-        checks: Sequence[str] = CHECKS,
-        *,
-        quotes: bool = False,
-        extra_control: Iterable[str] = (),
-        name: str = "guard",
-    ) -> None:
+    def __init__(self, template: Any = "para-fs", tokenizer: Any = None, checks: Sequence[str] = CHECKS, *, quotes: bool = False,
+                 extra_control: Iterable[str] = (), name: str = "guard") -> None:
         unknown = sorted(set(checks) - set(CHECKS))
         if unknown or not checks:
             raise ValueError(f"checks must be a non-empty subset of {list(CHECKS)}, got {list(checks)}.")
@@ -353,17 +345,8 @@ class GuardReward(Reward):
         0.5
     """
 
-    def __init__(
-        self,
-        template: Any = "para-fs",
-        tokenizer: Any = None,
-        penalty: float = -1.0,
-        checks: Sequence[str] = CHECKS,
-        *,
-        quotes: bool = False,
-        extra_control: Iterable[str] = (),
-        name: str = "guard",
-    ) -> None:
+    def __init__(self, template: Any = "para-fs", tokenizer: Any = None, penalty: float = -1.0, checks: Sequence[str] = CHECKS, *,
+                 quotes: bool = False, extra_control: Iterable[str] = (), name: str = "guard") -> None:
         if penalty > 0:
             raise ValueError(f"penalty must not be positive (it is added to the reward), got {penalty}.")
         self.guard = CompletionGuard(template, tokenizer, checks, quotes=quotes, extra_control=extra_control, name=name)
@@ -406,13 +389,8 @@ class GuardedReward(Reward):
         >>> trainer = GRPOTrainer(..., reward_funcs=[paraphraser])  # needs a policy and a dataset  # doctest: +SKIP
     """
 
-    def __init__(
-        self,
-        reward: Callable[..., list[float]],
-        guard: "CompletionGuard | bool | None" = True,
-        flagged_value: float | None = None,
-        escape_delimiters: bool = False,
-    ) -> None:
+    def __init__(self, reward: Callable[..., list[float]], guard: "CompletionGuard | bool | None" = True,
+                 flagged_value: float | None = None, escape_delimiters: bool = False) -> None:
         if not callable(reward):
             raise TypeError(f"reward must be a TRL reward callable, not {type(reward).__name__}.")
         if not (guard is None or isinstance(guard, (bool, CompletionGuard))):

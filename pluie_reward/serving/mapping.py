@@ -68,13 +68,8 @@ class RewardMapping:
     strip: tuple[str, ...] = DEFAULT_STRIP
 
     @classmethod
-    def for_template(
-        cls,
-        template: Template,
-        overrides: Mapping[str, str] | None = None,
-        reward: str = "logratio",
-        strip: Sequence[str] = DEFAULT_STRIP,
-    ) -> "RewardMapping":
+    def for_template(cls, template: Template, overrides: Mapping[str, str] | None = None, reward: str = "logratio",
+                     strip: Sequence[str] = DEFAULT_STRIP) -> "RewardMapping":
         """Default mapping (``hypothesis`` ← response, ``source`` ← label) updated by ``overrides``.
 
         Raises ``ValueError`` naming the fields left unmapped or the unknown names, or a task ``reward``
