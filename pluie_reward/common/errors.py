@@ -1,14 +1,9 @@
 """The package's exception base: every error pluie-reward raises on purpose is a :class:`PluieError`.
 
-Each error also keeps the built-in base it always had (``ValueError`` for bad input, ``KeyError``
-for a missing column, ``RuntimeError`` for a failed remote call...), so ``except ValueError`` and
-the like still catch what they caught; ``except PluieError`` catches them all. Plain built-in
-errors (a ``ValueError`` for a wrong argument, a ``TypeError``) are raised as they are. Warnings
-(:class:`~pluie_reward.integrations.alarm.HackWarning`) are warning categories, not errors.
-
-Remote calls (:mod:`pluie_reward.common.http`) fail with :class:`RemoteError`, which carries the URL,
-the HTTP status and the server's message; it lives here, not beside the HTTP client, so that its
-subclasses can be imported without httpx.
+Each also has a built-in base (``ValueError`` for bad input, ``KeyError`` for a missing column,
+``RuntimeError`` for a failed remote call...). Plain built-in errors (a wrong argument) are raised as they
+are. Remote calls fail with :class:`RemoteError` (URL, HTTP status, the server's message), kept here so
+that its subclasses import without httpx.
 
 Example:
     >>> issubclass(RemoteError, PluieError) and issubclass(RemoteError, RuntimeError)

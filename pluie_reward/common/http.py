@@ -16,15 +16,10 @@ decoded JSON answer; both follow one policy:
   the subclass the caller names) carrying ``url``, ``status`` (``None`` when no answer came) and
   ``detail``, the server's own message.
 
-Why these statuses. 408, 429, 502, 503 and 504 say "not now" by definition. 500 is retried too
-because every request this package sends is idempotent (it reads a model; nothing is written) and
-500 is how both servers it talks to report failures that are not the request's fault: vLLM answers
-500 to the requests in flight when its engine dies (``EngineDeadError`` is a ``VLLMServerError``,
-vllm 0.32 ``entrypoints/serve/exception_handling/error_response.py``; the server then exits), where
-a retry on another replica is the fail-over; the judge server answers 500 when a coalesced batch
-failed for a reason it does not blame on the request (it answers 422 when it does). A 500 that
-repeats costs the bounded waits (at most 0.5 + 1 + 2 s with the defaults) before the same error is
-raised. Other 4xx are the request's fault and are never retried.
+408, 429, 502, 503 and 504 say "not now". 500 is retried too: every request this package sends is
+idempotent, and 500 is how vLLM (its engine died: a retry on another replica is the fail-over) and the
+judge server (a batch failed, not by the request's fault) report failures that are not the request's.
+Other 4xx are the request's fault and are never retried.
 
 Example:
     >>> from pluie_reward.serving import background, create_app

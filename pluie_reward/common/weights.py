@@ -21,12 +21,10 @@ def _probe(length: int, device: torch.device) -> torch.Tensor:
 def weights_digest(parameters: "list[tuple[str, torch.Tensor]]") -> torch.Tensor:
     """A fingerprint of the parameters' values: changes whenever any value changes, however it was written.
 
-    Each parameter, seen as a (rows, columns) matrix, is multiplied by a fixed random vector in
-    float32 (one read of the weights, in chunks of rows, on the parameter's device) and the row
-    results are combined with a second random vector in float64. Optimizer steps, ``.data``
-    writes (EMA, ``mul_``, TRL's reference-model sync), replaced Parameters and
-    ``load_state_dict(assign=True)`` all change it; moving the weights to another device does not
-    (up to the last bits of float32 sums on the other device). Names, shapes and dtypes are part of it.
+    Each parameter, seen as a (rows, columns) matrix, is multiplied by a fixed random vector in float32 (one
+    read of the weights, on its device) and the row results are combined with a second one in float64.
+    ``.data`` writes and replaced Parameters change it too; a move to another device does not (up to the
+    last bits of float32 sums). Names, shapes and dtypes are part of it.
 
     Args:
         parameters: ``(name, tensor)`` pairs, e.g. ``model.named_parameters()``.

@@ -1,8 +1,7 @@
 """A bounded least-recently-used cache of results, keyed by everything a result depends on.
 
-Like lm-eval's ``CachingLM``, the judge looks results up before asking its engine and stores what
-the engine computed. Keys hold the engine's state (so results never outlive a weight change), the
-answer token ids and the full prompt token ids.
+Keys hold the engine's state (so results never outlive a weight change), the answer token ids and
+the full prompt token ids.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """A fitted calibration of PLUIE: ``p_calibrated = sigmoid(a * PLUIE + b)`` (Platt scaling).
 
-The raw confidence ``p_yes = sigmoid(PLUIE)`` of a small or zero-shot judge is often over- or
-under-confident. A :class:`Calibration` holds a temperature-like slope ``a`` and a bias ``b`` fitted
-on labelled scores (:func:`pluie_reward.tools.evaluation.calibration.fit_calibration`, or
-``pluie-reward calibrate``); a :class:`~pluie_reward.Judge` given one adds ``p_calibrated`` to its
-``details=True`` records. The verdict and the float scores stay the raw PLUIE.
-
-Saved as a small JSON file, ``calibration.json`` (beside an adapter's ``template.yaml`` or anywhere).
-Standard library only.
+``a`` and ``b`` are fitted on labelled scores (``pluie-reward calibrate``); a :class:`~pluie_reward.Judge`
+given one adds ``p_calibrated`` to its ``details=True`` records (verdicts and floats stay raw). Saved as
+``calibration.json``. Standard library only.
 
 Example:
     >>> c = Calibration(a=0.5, b=-1.0, template="para-fs")

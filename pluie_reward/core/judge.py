@@ -95,12 +95,9 @@ class Judge:
             ``calibration.json``, or its folder): ``details=True`` records of Yes/No templates then
             add ``p_calibrated = sigmoid(a * logratio + b)``; floats and verdicts stay raw.
         engine_options: options of the transformers engine, the fields of
-            :class:`~pluie_reward.engines.transformers.config.TransformersEngineConfig` (``batch_tokens``,
-            ``disable_adapters``, ``adapter_name``, ``device``, ``offload_device``, ``check_weights``,
-            ``min_shared_tokens``, ``max_cached_prefixes``, ``keep_group_prefixes``).
+            :class:`~pluie_reward.engines.transformers.config.TransformersEngineConfig` (``batch_tokens``...).
 
-    The judge's own options are checked together, as a :class:`~pluie_reward.core.judge_config.JudgeConfig`
-    (kept as :attr:`config`), and the engine's as a ``TransformersEngineConfig``.
+    The judge's own options are checked as a :class:`~pluie_reward.core.judge_config.JudgeConfig` (kept as :attr:`config`).
 
     Raises:
         ValueError, TypeError: an option either config refuses, an unknown keyword argument, or
@@ -170,16 +167,11 @@ class Judge:
         warm_up: "TemplateLike | bool" = None,
         **judge_kwargs: Any,
     ) -> "Judge":
-        """Load a judge: ``None`` (or ``"embedded"``) for the default judge, a HF id, a folder or a ``.gguf`` file.
-
-        The default judge is the embedded SmolLM2-135M-Instruct with the PLUIE adapter this package
-        ships (merged into the weights, see :mod:`pluie_reward.judges`); ``"embedded-base"`` is the
-        untuned model. ``judge.name`` says which was loaded (also logged at INFO level).
+        """Load a judge: ``None`` (or ``"embedded"``) for the default judge (the embedded SmolLM2-135M-Instruct with
+        the shipped PLUIE adapter; ``"embedded-base"``: untuned), a HF id, a folder or a ``.gguf`` file.
 
         Args:
-            engine: ``"transformers"`` (this process, default) or ``"vllm"`` (vLLM's engine in this
-                process: tensor/pipeline parallelism, paged KV cache, continuous batching): the engines
-                of :mod:`pluie_reward.engines.registry` that load a model by name.
+            engine: ``"transformers"`` (default) or ``"vllm"`` (:mod:`pluie_reward.engines.registry`).
             device: where to score (default: the best available); with ``offload_device``, the
                 weights stay there between calls and visit ``device`` only while scoring. (transformers)
             dtype: ``float32`` (default for the embedded judge), ``bfloat16``, ``float16`` or ``auto``.
@@ -228,9 +220,8 @@ class Judge:
         return self
 
     def warm_up(self, template: TemplateLike = None) -> float:
-        """Pay the one-off costs of a first scoring call now, so that the first real call is not the slow one:
-        one tiny item, not cached, binds ``template`` and computes (and keeps) its prefix's key/values
-        on the engines that cache prefixes; the first forward allocates what later ones reuse.
+        """Pay the one-off costs of a first scoring call now: one tiny item, not cached, binds ``template``
+        and computes (and keeps) its prefix's key/values on the engines that cache prefixes.
 
         Args:
             template: the template the judge will score with (default ``"para-fs"``).
@@ -253,14 +244,7 @@ class Judge:
         return seconds
 
     @classmethod
-    def connect(
-        cls,
-        urls: "str | Sequence[str]",
-        *,
-        model: str | None = None,
-        tokenizer: Any = None,
-        **options: Any,
-    ) -> "Judge":
+    def connect(cls, urls: "str | Sequence[str]", *, model: str | None = None, tokenizer: Any = None, **options: Any) -> "Judge":
         """A judge served by vLLM's OpenAI-compatible server (``vllm serve``), one or several replicas.
 
         Args:
@@ -285,11 +269,8 @@ class Judge:
 
     @classmethod
     def from_vllm(cls, llm: Any, *, tokenizer: Any = None, lora: Any = None, weights: str = "base", **options: Any) -> "Judge":
-        """A judge inside a ``vllm.LLM`` somebody else owns, e.g. the trainer's rollout engine (TRL's
-        colocate mode: ``trainer.vllm_generation.llm``): its base weights, or a judge LoRA adapter
-        through vLLM's multi-LoRA. No second copy of the weights. See
-        :mod:`pluie_reward.engines.vllm_shared` for what happens when the trainer syncs the policy into
-        the engine (``weights="base"`` then raises instead of judging with the policy).
+        """A judge inside a ``vllm.LLM`` somebody else owns, e.g. the trainer's rollout engine: its base
+        weights, or a judge LoRA adapter (:mod:`pluie_reward.engines.vllm_shared`).
 
         Args:
             llm: the ``vllm.LLM``.
@@ -483,28 +464,16 @@ class Judge:
         return self.run(self.plan(template, details=details, threshold=threshold, truncate=truncate,
                                   use_cache=use_cache, max_new_tokens=max_new_tokens, **fields))
 
-    async def ascore(
-        self,
-        /,  # a field may be named 'self'; it goes to **fields
-        template: TemplateLike = None,
-        *,
-        details: bool = False,
-        threshold: float | None = None,
-        truncate: bool = True,
-        use_cache: bool = True,
-        max_new_tokens: int | None = None,
-        **fields: Any,
-    ) -> list[float] | list[dict[str, Any]]:
-        """:meth:`score` for ``asyncio`` code: the same plan, awaiting engines that serve concurrent
-        requests (vLLM, remote) so that concurrent calls are batched by the engine itself. Other
+    async def ascore(self, /, template: TemplateLike = None, **options: Any) -> list[float] | list[dict[str, Any]]:
+        """:meth:`score` for ``asyncio`` code (the same arguments): the same plan, awaiting engines that serve
+        concurrent requests (vLLM, remote) so that concurrent calls are batched by the engine itself. Other
         engines score in a worker thread, one call at a time.
 
         Example:
             >>> asyncio.run(judge.ascore("para-fs", source=["S"], hypothesis=["H"]))  # await judge.ascore(...) in async code
             [...]
         """
-        return await self.arun(self.plan(template, details=details, threshold=threshold, truncate=truncate,
-                                         use_cache=use_cache, max_new_tokens=max_new_tokens, **fields))
+        return await self.arun(self.plan(template, **options))
 
     def run(self, plan: ScoringPlan) -> list[float] | list[dict[str, Any]]:
         """Execute a plan from :meth:`plan` (blocking): what :meth:`score` does.
@@ -517,8 +486,7 @@ class Judge:
         """
         self._own(plan)
         with self._lock, self.engine.session() as state:
-            steps = self._steps(plan, state)
-            reply = None
+            steps, reply = self._steps(plan, state), None
             while True:
                 try:
                     call = steps.send(reply)
@@ -539,8 +507,7 @@ class Judge:
             return await asyncio.to_thread(self.run, plan)
         self._own(plan)
         with self.engine.session() as state:
-            steps = self._steps(plan, state)
-            reply = None
+            steps, reply = self._steps(plan, state), None
             while True:
                 try:
                     call = steps.send(reply)
@@ -564,10 +531,7 @@ class Judge:
         generated = None
         if bound.template.generates:
             step = self._generation_step(plan, state)
-            outputs = (
-                (yield GenerationCall([k[-1] for k in step.todo], plan.max_new_tokens, bound.stop_ids))
-                if step.todo else []
-            )
+            outputs = (yield GenerationCall([k[-1] for k in step.todo], plan.max_new_tokens, bound.stop_ids)) if step.todo else []
             texts = {k: self.tokenizer.decode(list(ids), skip_special_tokens=True).strip() for k, ids in zip(step.todo, outputs)}
             generated = self._store(step, texts, use_cache)
         columns = plan.columns if generated is None else {**plan.columns, GENERATED: generated}
@@ -577,10 +541,7 @@ class Judge:
         for key, item in zip(step.keys, items):
             first.setdefault(key, item)
         requests = [Request(first[key].ids, first[key].group) for key in step.todo]
-        fresh = (
-            (yield AnswerCall(requests, bound.answer_ids, prefix=bound.prefix_ids))
-            if requests else []
-        )
+        fresh = (yield AnswerCall(requests, bound.answer_ids, prefix=bound.prefix_ids)) if requests else []
         answers = self._store(step, {key: self._checked(values) for key, values in zip(step.todo, fresh)}, use_cache)
         return self._finish(plan, answers, generated)
 

@@ -1,7 +1,6 @@
-"""The options of a :class:`~pluie_reward.Judge` itself, as one dataclass (PEFT style) checked once:
-:class:`JudgeConfig`. The constructors (``Judge(...)``, ``Judge.load``, ``Judge.connect``,
-``Judge.from_vllm``) keep their keyword arguments and hand each one to the judge or to its engine by
-the names of these dataclasses' fields (:func:`split_options`), not by hand-kept lists of names.
+"""The options of a :class:`~pluie_reward.Judge` itself, as one dataclass checked once: :class:`JudgeConfig`.
+The constructors hand each keyword argument to the judge or to its engine by the dataclasses' field
+names (:func:`split_options`).
 
 Example:
     >>> JudgeConfig(threshold=1.5).cache_size

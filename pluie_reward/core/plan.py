@@ -1,14 +1,11 @@
 """A scoring call as a first-class plan: bound, normalised and checked once, run by any driver.
 
 :meth:`Judge.plan <pluie_reward.Judge.plan>` binds the template to the judge's tokenizer and
-normalises the fields (the one field -> column mapping, :func:`~pluie_reward.core.template.normalize_fields`):
-bad input fails there, before anything is queued or computed. :meth:`Judge.run <pluie_reward.Judge.run>`
-and :meth:`Judge.arun <pluie_reward.Judge.arun>` then drive the *same* steps: each step resolves the
-judge's cache hits to values when it is planned, asks the engine for what is left (an
-:class:`AnswerCall` or a :class:`GenerationCall`, each calling one method of the engine protocol),
-and finishes into results. ``score``/``ascore``, the server's batchers and the rewards all go
-through plans; the server coalesces several requests' plans with :meth:`ScoringPlan.concat` and
-hands each caller its slice with :meth:`ScoringPlan.split`.
+normalises the fields: bad input fails there, before anything is queued. :meth:`Judge.run
+<pluie_reward.Judge.run>` and :meth:`Judge.arun <pluie_reward.Judge.arun>` drive the *same* steps: each
+resolves the cache hits, asks the engine for what is left (an :class:`AnswerCall` or a
+:class:`GenerationCall`) and finishes into results. The server coalesces several requests' plans with
+:meth:`ScoringPlan.concat` and hands each caller its slice with :meth:`ScoringPlan.split`.
 
 Example:
     >>> from pluie_reward.core.template import load_template

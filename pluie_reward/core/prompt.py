@@ -4,28 +4,21 @@ The papers compute PLUIE on the chat rendering of the whole conversation **with 
 assistant's message and everything after the answer (end-of-turn) cut**. :class:`BoundTemplate`
 reproduces exactly that:
 
-* Each item is rendered with its answer as the final assistant turn. The text the chat template
-  puts between the generation prompt and the answer (Mistral's space after ``[/INST]``, for
-  instance) is part of that rendering, so the answer token is whatever the rendering tokenizes to
-  (``▁Yes`` for Mistral, not ``Yes``). The prompt ids are the rendering's tokens before the first
-  answer token -- a token prefix of the full rendering by construction.
+* Each item is rendered with its answer as the final assistant turn, so the answer token is whatever
+  the rendering tokenizes to (``▁Yes`` for Mistral, not ``Yes``); the prompt ids are the rendering's
+  tokens before the first answer token.
 * Answer words are validated once per template and tokenizer on that rendering: every answer
   must start at the same token boundary, must not merge with the end-of-turn text, and must be one
   token (several only with ``allow_multi_token``, the seeds' eq. 4).
-* Field values are text, never markup: chat markers inside them are tokenized as ordinary text,
-  while the template's own structure keeps its control tokens. The markers
-  (:func:`marker_strings`) are every special token (``<|im_end|>``, ``</s>``, ...) and every
-  other added token the chat template writes (Qwen3's non-special ``<think>``, ``<tool_call>``;
-  DeepSeek's ``<｜Assistant｜>``). The judge's own generated turn (INDIRECT) is rendered as the
-  judge wrote it (its non-special markers stay markers: Qwen3's template drops a ``<think>`` block).
+* Field values are text, never markup: chat markers (:func:`marker_strings`) inside them are tokenized
+  as ordinary text, while the template's own structure keeps its control tokens. The judge's own
+  generated turn (INDIRECT) is rendered as the judge wrote it.
 * Chat-template keywords (``chat_template_kwargs``: the judge's defaults, then the template's own)
   reach every rendering. Scores never depend on the clock: a template that writes today's date
   (gpt-oss: ``Current date:`` from ``strftime_now``) gets a fixed date, :data:`DEFAULT_CHAT_DATE`,
   unless the keywords set one (``{"strftime_now": "2025-06-28"}``; ``"now"``: the real clock).
-* Qwen3 renders the final assistant turn after an empty ``<think>\n\n</think>\n\n`` block whatever
-  ``enable_thinking`` says, so PLUIE is read in non-thinking mode, as the papers' rendering of
-  the answer as the assistant turn does; ``enable_thinking`` only changes the generation prompt
-  of a judge-generated turn (INDIRECT templates).
+* Qwen3 renders the final assistant turn after an empty ``<think>`` block, so PLUIE is read in
+  non-thinking mode; ``enable_thinking`` only changes the generation prompt of an INDIRECT turn.
 
 Example:
     >>> from pluie_reward.testing import make_tiny_tokenizer
@@ -91,10 +84,6 @@ _CLOCK_CALL = re.compile(r"""strftime_now\(\s*(["'])((?:(?!\1).)*)\1\s*\)""")
 def fixed_clock_template(source: str, moment: datetime.datetime) -> str:
     """A chat template's source with every ``strftime_now("<format>")`` call replaced by the string
     that call would return at ``moment``, so the rendering does not depend on the clock.
-
-    (Passing a ``strftime_now`` function as a template keyword stopped working in transformers 5.24,
-    which turns non-JSON keyword values into inert strings; the template source itself is a public
-    ``apply_chat_template(chat_template=...)`` argument.)
 
     Example:
         >>> fixed_clock_template('{{ "Today: " + strftime_now("%Y-%m-%d") }}', datetime.datetime(2025, 1, 1))
@@ -239,14 +228,8 @@ class BoundTemplate:
             reproduces the rendering).
     """
 
-    def __init__(
-        self,
-        template: Template,
-        tokenizer: Any,
-        max_length: int | None = None,
-        allow_multi_token: bool = False,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
-    ) -> None:
+    def __init__(self, template: Template, tokenizer: Any, max_length: int | None = None, allow_multi_token: bool = False,
+                 chat_template_kwargs: Mapping[str, Any] | None = None) -> None:
         self.template = template
         self.tokenizer = tokenizer
         self.max_length = max_length
@@ -534,11 +517,7 @@ class BoundTemplate:
             excess = len(ids) + reserve + max(len(a) for a in self.answer_ids) - self.max_length
             if excess <= 0:
                 break
-            lengths = {
-                f: len(self._text_ids(v))
-                for f, v in row.items()
-                if isinstance(v, str) and f in self.template.all_fields
-            }
+            lengths = {f: len(self._text_ids(v)) for f, v in row.items() if isinstance(v, str) and f in self.template.all_fields}
             longest = max(lengths, key=lengths.get)
             field_ids = self._text_ids(row[longest])
             keep = max(len(field_ids) - excess - 8, 0)
@@ -547,9 +526,7 @@ class BoundTemplate:
             cut_fields.append(longest)
             ids = encode(row)
         if self._too_long(ids, reserve):
-            raise ValueError(
-                f"item {index}: the template alone does not fit the judge's context ({self.max_length} tokens)."
-            )
+            raise ValueError(f"item {index}: the template alone does not fit the judge's context ({self.max_length} tokens).")
         warnings.warn(
             f"item {index}: prompt longer than the judge's context ({self.max_length} tokens); field(s) "
             f"{sorted(set(cut_fields))} truncated from the middle.",

@@ -198,9 +198,8 @@ class Template:
     def with_system(self, system: str | None) -> "Template":
         """This template with a system turn of its own (``None``: the chat template's default, if any).
 
-        Some chat templates add a default system turn when a conversation has none (Qwen2.5: "You
-        are Qwen, created by Alibaba Cloud...", SmolLM2, Llama-3.1's knowledge dates); the papers kept
-        that behaviour. Setting one here replaces it (``""`` gives an empty system turn).
+        It replaces the default system turn some chat templates add (Qwen2.5, SmolLM2...); ``""`` gives an
+        empty system turn.
 
         Example:
             >>> load_template("para-direct").with_system("You are a careful judge.").chat({"source": "a", "hypothesis": "b"})[0]
@@ -213,10 +212,8 @@ class Template:
     def with_chat_template_kwargs(self, kwargs: Mapping[str, Any] | None = None, **more: Any) -> "Template":
         """This template with keywords for the judge's chat template (merged over its own).
 
-        They are passed to ``tokenizer.apply_chat_template`` in every rendering: Qwen3's
-        ``enable_thinking``, gpt-oss's ``reasoning_effort``, and ``strftime_now`` (an ISO date) for
-        templates that write today's date (see :class:`~pluie_reward.core.prompt.BoundTemplate`).
-        They override the judge's own defaults (``Judge(..., chat_template_kwargs=...)``).
+        They reach ``tokenizer.apply_chat_template`` in every rendering (Qwen3's ``enable_thinking``,
+        ``strftime_now``: an ISO date) and override the judge's own defaults.
 
         Args:
             kwargs: keyword -> value (JSON values).
@@ -453,9 +450,7 @@ def normalize_fields(
         if isinstance(value, str):
             continue
         if not isinstance(value, Sequence):
-            raise TypeError(
-                f"field {name!r} must be a string or a list of strings, not {type(value).__name__}."
-            )
+            raise TypeError(f"field {name!r} must be a string or a list of strings, not {type(value).__name__}.")
         lengths[name] = len(value)
     if len(set(lengths.values())) > 1:
         raise ValueError(f"fields have different lengths: {lengths}; pass one value per item in every field.")
@@ -470,9 +465,7 @@ def normalize_fields(
             if item is None and name in template.optional_fields:
                 continue
             if not isinstance(item, str):
-                raise TypeError(
-                    f"field {name!r}, item {index}: expected a string, got {type(item).__name__} ({item!r})."
-                )
+                raise TypeError(f"field {name!r}, item {index}: expected a string, got {type(item).__name__} ({item!r}).")
             if not item.isascii():
                 try:
                     item.encode("utf-8")

@@ -19,21 +19,16 @@ Contract of :meth:`Engine.answer_logprobs`:
   answers. When any answer has several tokens the values must be exact log-probabilities.
 * Results must not depend on batching, ordering, padding or caching beyond floating-point noise,
   and must be finite (the judge raises on non-finite values).
-* ``prefix`` (optional) is a token prefix most requests share (the template's instructions and
-  few-shot turns); ``Request.group`` marks requests that share a longer prefix (one source, many
-  hypotheses). Both are hints for caching; ignoring them must not change results.
+* ``prefix`` (a token prefix most requests share) and ``Request.group`` (requests sharing a longer
+  prefix) are caching hints; ignoring them must not change results.
 
-:meth:`Engine.session` is entered around each scoring call (the judge serialises calls): it yields
-a hashable *state* that changes whenever results for the same ids may change (the model's weights
-changed); the judge keys its result cache on it. :meth:`Engine.generate` is greedy decoding, used
-by templates with a judge-generated turn.
+:meth:`Engine.session` is entered around each scoring call: it yields a hashable *state* that changes
+whenever results for the same ids may change (the judge keys its result cache on it).
+:meth:`Engine.generate` is greedy decoding, for templates with a judge-generated turn.
 
-Everything a caller uses is declared here, like lm-eval's ``LM``: an engine subclasses
-:class:`Engine`, implements the three abstract methods and overrides what it does differently --
-:meth:`~Engine.aanswer_logprobs`/:meth:`~Engine.agenerate` and ``concurrent = True`` when it batches
-concurrent requests itself (vLLM, remote), :meth:`~Engine.clear` and :meth:`~Engine.close` when it
-holds caches or processes, :meth:`~Engine.to`/:meth:`~Engine.attach` when it places a model in this
-process. ``pluie_reward.testing.check_engine`` is the conformance suite every engine passes.
+An engine subclasses :class:`Engine`, implements the three abstract methods and overrides what it does
+differently (the async methods and ``concurrent = True`` when it batches concurrent requests itself).
+``pluie_reward.testing.check_engine`` is the conformance suite every engine passes.
 
 Example:
     >>> class Constant(Engine):
@@ -111,10 +106,8 @@ class Engine(abc.ABC):
     async def aanswer_logprobs(
         self, requests: Sequence[Request], answers: Sequence[Sequence[int]], *, prefix: Sequence[int] = ()
     ) -> list[list[float]]:
-        """:meth:`answer_logprobs`, awaitable. Default: the synchronous method, run in the caller's thread
-        (a session may be bound to its thread, e.g. a model shared with a trainer); engines that serve
-        concurrent requests (``concurrent = True``) override it. :meth:`Judge.ascore` runs whole
-        calls of a non-concurrent engine in a worker thread instead."""
+        """:meth:`answer_logprobs`, awaitable. Default: the synchronous method, in the caller's thread (a
+        session may be bound to its thread); engines with ``concurrent = True`` override it."""
         return self.answer_logprobs(requests, answers, prefix=prefix)
 
     async def agenerate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, stop_ids: Sequence[int] = ()) -> list[list[int]]:

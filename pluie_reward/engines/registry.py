@@ -2,10 +2,8 @@
 :meth:`Judge.connect <pluie_reward.Judge.connect>`, :meth:`Judge.from_vllm <pluie_reward.Judge.from_vllm>`
 and ``Judge(model, tokenizer)`` build.
 
-Each engine is registered once (:func:`register_engine`, PEFT's ``register_peft_method`` in spirit):
-its factory, its options dataclass and, for engines that load a model by name, its loader, each an
-import path ``"module:attribute"`` imported on first use, so importing this module loads no torch,
-vLLM or httpx.
+Each engine is registered once (:func:`register_engine`): its factory, options dataclass and loader as
+import paths ``"module:attribute"`` imported on first use, so importing this module loads no torch, vLLM or httpx.
 
 Example:
     >>> sorted(ENGINES)

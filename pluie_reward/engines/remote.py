@@ -14,11 +14,8 @@ ids to ``POST /v1/completions``:
   ``VLLM_SERVER_DEV_MODE=1``) or takes ``logprobs_mode=`` from the caller, and refuses otherwise;
 * the judge's own turn (INDIRECT): greedy completion with ``return_token_ids``.
 
-HTTP goes through :mod:`pluie_reward.common.http`, the package's one client: requests go to the
-replica with the fewest requests in flight; connection errors, timeouts and the statuses of
-:data:`~pluie_reward.common.http.RETRY_STATUS` (429, 5xx...) are retried with back-off, on another
-replica when there is one; other failures raise :class:`RemoteEngineError` with the URL, the status
-and the server's message.
+HTTP goes through :mod:`pluie_reward.common.http` (replica choice, retries); failures raise
+:class:`RemoteEngineError`.
 
 Example:
     >>> judge = Judge.connect(["http://10.0.0.5:8000", "http://10.0.0.6:8000"],  # vLLM servers  # doctest: +SKIP
@@ -140,7 +137,7 @@ class RemoteEngine(LoopEngine):
         self.stats = self._http.stats  # requests answered, attempts retried
         self._normalised: bool | None = None
         try:
-            served = self._run(self._get("/v1/models"))["data"]
+            served = self._run(self._http.request("GET", "/v1/models"))["data"]
             if not served:
                 raise RemoteEngineError(f"{self.replicas[0].url} serves no model.", url=self.replicas[0].url)
             entry = next((m for m in served if m.get("id") == model), None) if model else served[0]
@@ -183,21 +180,12 @@ class RemoteEngine(LoopEngine):
             self._run(self._http.aclose())
         self._stop_loop()
 
-    async def _get(self, path: str) -> dict:
-        """GET from a replica (server facts are the same on every replica)."""
-        return await self._http.request("GET", path)
-
-    async def _post(self, path: str, body: dict) -> dict:
-        """POST to the least busy replica; transient failures are retried on the others."""
-        return await self._http.request("POST", path, json=body)
-
     async def _completions(self, prompts: Sequence[Sequence[int]], **body: Any) -> list[dict]:
         """``/v1/completions`` for many token-id prompts, in chunks sent concurrently; choices in order."""
         chunks = [list(prompts[i : i + self.chunk_size]) for i in range(0, len(prompts), self.chunk_size)]
-        answers = await asyncio.gather(*(
-            self._post("/v1/completions", {"model": self.model, "prompt": [list(p) for p in chunk], "temperature": 0, **body})
-            for chunk in chunks
-        ))
+        answers = await asyncio.gather(*(self._http.request(
+            "POST", "/v1/completions", json={"model": self.model, "prompt": [list(p) for p in chunk], "temperature": 0, **body}
+        ) for chunk in chunks))
         out: list[dict] = []
         for chunk, answer in zip(chunks, answers):
             choices = sorted(answer["choices"], key=lambda c: c["index"])
@@ -213,7 +201,7 @@ class RemoteEngine(LoopEngine):
         mode = self.declared_mode
         if mode is None:
             try:
-                mode = _find_key(await self._get("/server_info?config_format=json"), "logprobs_mode")
+                mode = _find_key(await self._http.request("GET", "/server_info?config_format=json"), "logprobs_mode")
             except RemoteEngineError:  # 404 unless the server runs with VLLM_SERVER_DEV_MODE=1
                 mode = None
         if mode not in NORMALISED_MODES:

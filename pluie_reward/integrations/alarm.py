@@ -10,27 +10,18 @@ its own baseline spread (an effect size, so the reward's log-ratios and a guard'
     shift(x)      = (EMA of x's batch means − baseline mean of x) / baseline standard deviation of x
     divergence(v) = shift(reward) − shift(view v)
 
-A lag alone is not a hack: a view with no headroom (a clean guard, novelty counted up to a target
-that every completion already reaches) cannot follow any rise, and a view can fall because the policy
-drifted somewhere the reward *punishes*. What a group-relative update (GRPO, RLOO) moves each view by
-is, to first order, the covariance of the advantages with that view inside each group. So the alarm
-also reads, per batch, the correlation of the reward with each view *within groups* of completions
-of the same prompt (the whole batch when no groups are given), pooled over groups and smoothed
-like the shifts:
+A lag alone is not a hack (a view may have no headroom, or fall where the reward *punishes*). What a
+group-relative update (GRPO, RLOO) moves a view by is, to first order, the covariance of the advantages
+with it inside each group, so the alarm also reads the reward's correlation with each view *within
+groups* of completions of one prompt (the whole batch without groups), pooled and smoothed:
 
     paid(v) = EMA over batches of  Σ_g Σ_i (r_i − r̄_g)(v_i − v̄_g) / sqrt(Σ_g Σ_i (r_i − r̄_g)² · Σ_g Σ_i (v_i − v̄_g)²)
 
-A batch in which the view (or the reward) is constant inside every group says nothing and leaves it
-as it was. The alarm fires when the reward has risen (``shift(reward) >= min_rise``) and some view lags
-it, by ``divergence >= threshold``, by having moved less than ``follow`` times the reward's shift
-(views and reward are scaled by separately estimated spreads, so a view that honestly follows a large
-rise may differ from it by more than the threshold) *and* by not being clearly paid for by the reward
-(``paid(v) < paid``, or below 0 for a view that is a term of the reward itself, ``terms``: such a
-view is paid for by construction, and only a reward that pays *against* it is trading it away; a view
-never seen to vary is not lagging), for ``patience`` batches in a row: a
-:class:`HackWarning` names the views and numbers, and ``alarm/*`` metrics go to the trainer's log.
-Honest progress moves the views with the reward and keeps the divergence near 0; a reward that scores
-copies 0 pays for novelty inside every group that holds a copy, so a few sampled copies do not fire it.
+(a batch constant inside every group leaves it as it was). The alarm fires when the reward has risen
+(``shift(reward) >= min_rise``) and some view lags it (``divergence >= threshold`` and a shift below
+``follow`` times the reward's) *and* is not clearly paid for (``paid(v) < paid``, or below 0 for a view
+in ``terms``, a term of the reward itself), for ``patience`` batches in a row: a :class:`HackWarning`
+names the views and numbers, and ``alarm/*`` metrics go to the trainer's log.
 
 :class:`AlarmedReward` puts an alarm on a TRL reward: it returns the reward's values unchanged,
 computes the views on the same completions and logs ``alarm/…`` through TRL's ``log_metric``.

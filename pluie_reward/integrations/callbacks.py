@@ -1,9 +1,8 @@
 """PluieCallback: PLUIE scores of the generator's own outputs, computed during training.
 
-At each evaluation (or every N steps) the callback generates answers for a fixed evaluation set
-with the model being trained, scores them with :meth:`Judge.score` (hypothesis = the generation)
-and logs ``eval_pluie_mean``, ``eval_pluie_accept_rate`` and quantiles through the trainer, so
-every reporter sees them and ``metric_for_best_model="eval_pluie_mean"`` works.
+At each evaluation (or every N steps) the callback generates answers for a fixed evaluation set with
+the model being trained, scores them and logs ``eval_pluie_mean``, ``eval_pluie_accept_rate`` and
+quantiles through the trainer (``metric_for_best_model="eval_pluie_mean"`` works).
 
 Example:
     >>> from pluie_reward import Judge
@@ -135,10 +134,7 @@ def generate_texts(
             else:  # left padding so that every row continues from its last prompt token
                 input_ids = [[pad_id] * (width - len(r)) + r for r in rows]
                 mask = [[0] * (width - len(r)) + [1] * len(r) for r in rows]
-            batch = {
-                "input_ids": torch.tensor(input_ids, device=device),
-                "attention_mask": torch.tensor(mask, device=device),
-            }
+            batch = {"input_ids": torch.tensor(input_ids, device=device), "attention_mask": torch.tensor(mask, device=device)}
             sequences = model.generate(**batch, **settings)
             if not isinstance(sequences, torch.Tensor):  # return_dict_in_generate=True
                 sequences = sequences.sequences
@@ -183,9 +179,8 @@ class PluieCallback(TrainerCallback):
     """Generate with the model under training, score with a PLUIE judge, log the results.
 
     Args:
-        judge: a :class:`Judge`, or a zero-argument factory (e.g. ``Judge.load``) called on first use.
-            A judge sharing the trained model (``Judge(model, tok, disable_adapters=True)`` on a
-            PEFT model) is fine: the model's state is restored after generating and scoring.
+        judge: a :class:`Judge`, or a zero-argument factory (e.g. ``Judge.load``) called on first use;
+            it may share the trained model (its state is restored after generating and scoring).
         template: the judge template (name, YAML path or :class:`Template`).
         eval_set: a ``datasets.Dataset`` or list of dicts with a prompt column (a string, or chat
             messages rendered with the generator tokenizer's chat template) and the template's
@@ -203,17 +198,12 @@ class PluieCallback(TrainerCallback):
         tokenizer: the generator's tokenizer (default: the trainer's ``processing_class``).
         write_table: write ``{output_dir}/pluie/step-XXXXXX.jsonl`` and a wandb table when a run is active.
         alarm, alarm_views: a :class:`~pluie_reward.integrations.alarm.HackAlarm` fed at each run with the
-            generations' PLUIE and each view (name -> a TRL-style reward called with
-            ``completions=`` the generations and the evaluation items' columns, e.g. ``novelty``); its
-            metrics are logged as ``<prefix>_alarm_*`` and a ``HackWarning`` says when it fires.
+            generations' PLUIE and each view (name -> a TRL-style reward on the generations and the items'
+            columns); its metrics are logged as ``<prefix>_alarm_*``.
         **generation_kwargs: passed to ``model.generate`` (``max_new_tokens=64``, greedy by default).
 
-        trainer: the transformers ``Trainer`` to log through, as TRL's ``LogCompletionsCallback(trainer,
-            ...)`` takes it: the callback adds itself to it (:meth:`attach`). Or build the callback first
-            and call ``callback.attach(trainer)``.
-
-    The callback needs its trainer to log (metrics added in ``on_evaluate`` are otherwise not
-    logged): a callback only passed in ``callbacks=[...]`` has none, and says so when training starts.
+        trainer: the transformers ``Trainer`` to log through; the callback adds itself to it (:meth:`attach`).
+            The callback needs its trainer to log: one only passed in ``callbacks=[...]`` says so at the start.
 
     Example:
         >>> from transformers import Trainer, TrainingArguments
@@ -421,11 +411,8 @@ class PluieCallback(TrainerCallback):
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Warn when the evaluation before training beat every checkpoint the trainer could choose.
 
-        transformers picks the best model among the evaluations made *during* training only
-        (``Trainer._determine_best_metric`` runs in ``_maybe_log_save_evaluate``; ``eval_on_start``
-        and a ``trainer.evaluate()`` before ``train()`` are never compared, transformers==5.19.0:
-        trainer.py:1641-1642,2253-2254,3390-3424), so the first in-training evaluation always
-        becomes "best", even when it is worse than the starting point.
+        transformers picks the best model among the evaluations made *during* training only, so the first
+        in-training evaluation becomes "best" even when it is worse than the starting point.
         """
         metric = getattr(args, "metric_for_best_model", None) or ""
         if "pluie" not in metric or getattr(state, "best_metric", None) is None:
@@ -497,18 +484,10 @@ class PluieCallback(TrainerCallback):
         if not indices:
             return []
         items = [self.items[i] for i in indices]
-        generations = generate_texts(
-            model,
-            tokenizer,
-            [row[self.prompt_field] for row in items],
-            batch_size=self.batch_size,
-            max_prompt_length=self.max_prompt_length,
-            **self.generation_kwargs,
-        )
+        generations = generate_texts(model, tokenizer, [row[self.prompt_field] for row in items], batch_size=self.batch_size,
+                                     max_prompt_length=self.max_prompt_length, **self.generation_kwargs)
         fields = self._fields(items)
-        results = self.judge.score(
-            self.template, details=True, threshold=self.threshold, **fields, **{self.hypothesis_field: generations}
-        )
+        results = self.judge.score(self.template, details=True, threshold=self.threshold, **fields, **{self.hypothesis_field: generations})
         records = []
         for position, (index, generation, result) in enumerate(zip(indices, generations, results)):
             record = {"index": index, "prompt": items[position][self.prompt_field], "generation": generation}

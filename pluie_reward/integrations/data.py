@@ -1,12 +1,9 @@
 """Judge-annotated datasets: score a :class:`datasets.Dataset` with PLUIE, filter it, and keep the
 best teacher candidates per source (best-of-n) to build distillation data.
 
-PLUIE alone prefers copies (a copy of the source means what the source means), so for a template of a
-known task (paraphrase, translation, revision: :func:`~pluie_reward.integrations.novelty.task_of`)
-:func:`score_dataset` also adds the copy-proof score of
-:func:`~pluie_reward.integrations.novelty.copy_proof_score`, novelty and a copy flag, and
-:func:`best_of_n` ranks by the copy-proof score by default; :func:`describe_pairs` reports the copy
-rate and novelty of what was kept beside its PLUIE.
+PLUIE alone prefers copies, so for a template of a known task
+(:func:`~pluie_reward.integrations.novelty.task_of`) :func:`score_dataset` also adds the copy-proof score,
+novelty and a copy flag, and :func:`best_of_n` ranks by the copy-proof score by default.
 
 Example:
     >>> from datasets import Dataset
@@ -94,14 +91,8 @@ def score_dataset(
         return out
 
     # The judge (a whole model) is not hashed for the fingerprint; a fresh one avoids stale caches.
-    return dataset.map(
-        annotate,
-        batched=True,
-        batch_size=batch_size,
-        load_from_cache_file=False,
-        new_fingerprint=uuid.uuid4().hex,
-        desc=desc,
-    )
+    return dataset.map(annotate, batched=True, batch_size=batch_size, load_from_cache_file=False,
+                       new_fingerprint=uuid.uuid4().hex, desc=desc)
 
 
 def _task(template: Any, task: Any) -> Any:
@@ -136,15 +127,8 @@ def _scores(dataset: "Dataset", score_column: str) -> list[float]:
     return list(scores)
 
 
-def filter_dataset(
-    dataset: "Dataset",
-    judge: "Judge | None" = None,
-    template: Any = None,
-    *,
-    threshold: float = 0.0,
-    score_column: str = "pluie_logratio",
-    **score_kwargs: Any,
-) -> "Dataset":
+def filter_dataset(dataset: "Dataset", judge: "Judge | None" = None, template: Any = None, *, threshold: float = 0.0,
+                   score_column: str = "pluie_logratio", **score_kwargs: Any) -> "Dataset":
     """Keep the rows whose score is ``> threshold``; rows are scored first when ``judge`` is given
     (then ``score_column`` must be ``prefix + "logratio"``, the default).
 
@@ -162,14 +146,8 @@ def filter_dataset(
     return dataset.select([i for i, s in enumerate(scores) if s > threshold])
 
 
-def best_of_n(
-    dataset: "Dataset",
-    *,
-    group_by: str = "source",
-    score_column: str = "pluie_copy_proof",
-    k: int = 1,
-    threshold: float | None = None,
-) -> "Dataset":
+def best_of_n(dataset: "Dataset", *, group_by: str = "source", score_column: str = "pluie_copy_proof", k: int = 1,
+              threshold: float | None = None) -> "Dataset":
     """For each value of ``group_by`` keep the ``k`` highest-scoring rows, only those ``> threshold``
     when one is given (a group with none left disappears). Groups stay in order of first
     appearance; inside a group rows are sorted by decreasing score (equal scores: input order).

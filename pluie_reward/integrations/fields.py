@@ -1,18 +1,12 @@
 """Which text fills which template field, for every integration, local and remote.
 
-Two things live here and nowhere else:
-
 - :func:`completion_text` (and :func:`prompt_text`): a TRL completion or prompt (a string, or chat
-  messages) as the text the judge reads. :class:`~pluie_reward.PluieReward`,
-  :class:`~pluie_reward.NoveltyReward`, :class:`~pluie_reward.serving.client.RemotePluieReward`
-  and verl's ``compute_score`` all call it, so a local and a remote reward read the same text.
-- :func:`map_fields` / :class:`FieldMap`: template field -> column (of a TRL batch, a dataset, an
-  evaluation set, an input file, an OpenRLHF request or verl's arguments), with one wording of
-  the errors, parametrised by the setting the user writes the mapping in (``fields={...}``,
-  ``columns={...}``, ``--column FIELD=COLUMN``, ``--rm-field FIELD=SOURCE``).
+  messages) as the text the judge reads, for every local and remote reward.
+- :func:`map_fields` / :class:`FieldMap`: template field -> column (of a TRL batch, a dataset, an input
+  file, an OpenRLHF request or verl's arguments), with one wording of the errors, named by the setting
+  the user writes the mapping in (``fields={...}``, ``--column FIELD=COLUMN``...).
 
-This module uses the standard library only (no torch, no yaml), so the HTTP client imports with
-httpx alone.
+Standard library only, so the HTTP client imports it with httpx alone.
 
 Example:
     >>> completion_text([{"role": "assistant", "content": "A cat is asleep."}])
@@ -31,8 +25,7 @@ from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from ..common.errors import PluieError
 
-# keyword arguments TRL's GRPO/RLOO trainers add to the dataset columns when calling a reward
-# (trl==1.14.0 (wheel):trl/trainer/grpo_trainer.py:1669-1683, trl==1.16.0:grpo_trainer.py:1579-1598); not columns
+# keyword arguments TRL's GRPO/RLOO trainers add to the dataset columns when calling a reward; not columns
 TRAINER_KWARGS = frozenset({"trainer_state", "log_extra", "log_metric", "completion_ids", "environments"})
 PROMPT_COLUMN = "prompt"
 
@@ -64,11 +57,7 @@ def content_text(content: Any, index: int = 0, what: str = "completion") -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, Sequence):
-        return "".join(
-            block.get("text") or ""
-            for block in content
-            if isinstance(block, Mapping) and block.get("type", "text") == "text"
-        )
+        return "".join(block.get("text") or "" for block in content if isinstance(block, Mapping) and block.get("type", "text") == "text")
     raise TypeError(f"{what} {index}: message content must be a string or a list of blocks, got {type(content).__name__}.")
 
 
@@ -126,9 +115,7 @@ def completion_text(completion: Any, index: int = 0) -> str:
         )
     messages = _messages(completion)
     if messages is None:
-        raise TypeError(
-            f"completion {index}: expected a string or a list of chat messages, got {type(completion).__name__}."
-        )
+        raise TypeError(f"completion {index}: expected a string or a list of chat messages, got {type(completion).__name__}.")
     for message in reversed(messages):
         if message.get("role", "assistant") == "assistant" and message.get("content") is not None:
             return content_text(message.get("content"), index)

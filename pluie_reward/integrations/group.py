@@ -2,11 +2,9 @@
 
 A group template (YAML in ``pluie_reward/templates/group/``) shows the task's fields and the G
 candidates with one-token labels (``A``, ``B``, ...), and asks which candidate is best. The judge's
-distribution over the G label tokens at the answer position is ``p(best = slot)`` -- the same read
-as PLUIE's Yes/No, with G answers; no generation, no parsing. For a group of G candidates the group
-template becomes an ordinary choice :class:`~pluie_reward.core.template.Template` with fields ``candidate_1`` ...
-``candidate_G``, so the answers are validated, bound and scored by :meth:`Judge.score` like any
-other template (exactly one token each, where the chat rendering puts them).
+distribution over the G label tokens at the answer position is ``p(best = slot)``. For G candidates the
+group template becomes an ordinary choice :class:`~pluie_reward.core.template.Template` with fields
+``candidate_1`` ... ``candidate_G``, scored by :meth:`Judge.score` like any other template.
 
 Position bias: a judge prefers some slots whatever they hold. Order ``k`` of a group puts candidate
 ``i`` in slot ``(i + s_k) mod G`` (a cyclic shift ``s_k``). If the bias is an additive logit per slot,
@@ -201,9 +199,7 @@ def aggregate(per_order: Sequence[Sequence[float]], order_shifts: Sequence[int])
         [0.5, 0.5]
     """
     size = len(per_order[0])
-    means = [
-        sum(row[slot_of(i, s, size)] for row, s in zip(per_order, order_shifts)) / len(order_shifts) for i in range(size)
-    ]
+    means = [sum(row[slot_of(i, s, size)] for row, s in zip(per_order, order_shifts)) / len(order_shifts) for i in range(size)]
     top = max(means)
     norm = top + math.log(sum(math.exp(m - top) for m in means))
     return [m - norm for m in means]

@@ -42,24 +42,13 @@ class GroupPluieReward(JudgeHolder, Reward):
         group_size: fixed group size (default: runs of identical prompts and field values).
         name: the name TRL logs under.
 
-    When TRL passes ``log_metric``, it logs ``<name>/max_prob`` (mean over groups of the largest
-    p(best): 1/G means the judge cannot tell the candidates apart) and ``<name>/groups``.
-
-    Its ``template`` is a :class:`~pluie_reward.integrations.group.GroupTemplate`, which puts the completion
-    among G candidates, not in a ``hypothesis`` field: a guard cannot read it (pass a
-    :class:`~pluie_reward.CompletionGuard` of a Yes/No template to guard the completions).
+    It logs ``<name>/max_prob`` (mean over groups of the largest p(best); 1/G: no separation) and
+    ``<name>/groups``. Its ``template`` is a :class:`~pluie_reward.integrations.group.GroupTemplate`: guard it
+    with a :class:`~pluie_reward.CompletionGuard` of a Yes/No template.
     """
 
-    def __init__(
-        self,
-        judge: "Judge | Callable[[], Judge]",
-        template: Any = "para-group",
-        fields: Mapping[str, str] | None = None,
-        output: str = "prob",
-        orders: int | None = None,
-        group_size: int | None = None,
-        name: str = "pluie_group",
-    ) -> None:
+    def __init__(self, judge: "Judge | Callable[[], Judge]", template: Any = "para-group", fields: Mapping[str, str] | None = None,
+                 output: str = "prob", orders: int | None = None, group_size: int | None = None, name: str = "pluie_group") -> None:
         if output not in OUTPUTS:
             raise ValueError(f"{name}: unknown output {output!r}; use one of {list(OUTPUTS)}.")
         if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2):
@@ -79,10 +68,7 @@ class GroupPluieReward(JudgeHolder, Reward):
             if n % self.group_size:
                 raise ValueError(f"{self.__name__}: {n} completions are not groups of {self.group_size}.")
             return [range(i, i + self.group_size) for i in range(0, n, self.group_size)]
-        keys = [
-            (prompt_text(prompts[i], i) if prompts is not None else None, tuple(str(v[i]) for v in values.values()))
-            for i in range(n)
-        ]
+        keys = [(prompt_text(prompts[i], i) if prompts is not None else None, tuple(str(v[i]) for v in values.values())) for i in range(n)]
         runs, start = [], 0
         for i in range(1, n + 1):
             if i == n or keys[i] != keys[start]:

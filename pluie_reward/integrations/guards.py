@@ -11,14 +11,10 @@ need no judge to recognise, from the completion text alone:
 * ``control_token``: control-token strings of the judge's tokenizer (``<|im_end|>``, ``[INST]``...),
   which a policy can spell with ordinary tokens to fake the end of the user turn.
 
-Text is folded with :func:`~pluie_reward.integrations.novelty.normalize_text` first, so zero-width characters,
-case and homoglyphs do not evade the checks. Use them as a separate reward (:class:`GuardReward`,
-a penalty added with ``reward_weights``) or around PLUIE (:class:`GuardedReward`, which replaces the
-reward of a flagged completion); both log each guard's rate through TRL's ``log_metric``
-(``guard/answer_word_rate``, ``guard/delimiter_rate``, ``guard/control_token_rate``,
-``guard/flagged_rate``) and the flags as a column of the completions table (``log_extra``).
-:func:`escape_delimiters` is the cheap template hardening: it replaces the template's quote
-delimiters inside field values by typographic look-alikes, so that no field can close its quotes.
+Text is folded with :func:`~pluie_reward.integrations.novelty.normalize_text` first. Use them as a separate
+reward (:class:`GuardReward`, a penalty) or around PLUIE (:class:`GuardedReward`, which replaces the reward of
+a flagged completion); both log each guard's rate (``guard/<guard>_rate``, ``guard/flagged_rate``) and the
+flags column. :func:`escape_delimiters` hardens a template: no field value can close its quotes.
 
 Example:
     >>> guard = CompletionGuard("para-fs")
@@ -50,10 +46,7 @@ from .reward_base import Batch, Reward, Scores
 CHECKS = ("answer_word", "delimiter", "control_token")
 QUOTES = "\"'`«»“”„‘’‚‹›「」『』"
 # The typographic look-alike a delimiter becomes inside a field (escape_delimiters).
-QUOTE_ESCAPES = {
-    '"': "”", "'": "’", "`": "’", "«": "‹", "»": "›", "“": "‘", "”": "’", "„": "‚",
-    "「": "『", "」": "』",
-}
+QUOTE_ESCAPES = {'"': "”", "'": "’", "`": "’", "«": "‹", "»": "›", "“": "‘", "”": "’", "„": "‚", "「": "『", "」": "』"}
 _CLAUSE_BREAK = re.compile(r"[.!?;:,\n\"«»“”„()\[\]{}<>*#|]+|\s[-–—]+\s")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")  # a template's {field}, as core.template reads it
 # markers spelled in chat-template source: <|im_end|>, <start_of_turn>, </s>, [INST], <<SYS>>
@@ -140,15 +133,8 @@ def template_format(template: Any = "para-fs", field: str = "hypothesis") -> Tem
         label = literal.lstrip(QUOTES + ";,.|/ \t\n")
         if any(c.isalnum() for c in label):
             labels.append(label)
-    return TemplateFormat(
-        message=message,
-        before=before,
-        after=after,
-        open_quote=_trailing_quotes(before),
-        close_quote=_leading_quotes(after),
-        quotes=tuple(quotes),
-        labels=tuple(labels),
-    )
+    return TemplateFormat(message=message, before=before, after=after, open_quote=_trailing_quotes(before),
+                          close_quote=_leading_quotes(after), quotes=tuple(quotes), labels=tuple(labels))
 
 
 def escape_delimiters(template: Any, text: str) -> str:
@@ -248,16 +234,8 @@ class CompletionGuard:
          {'answer_word': False, 'delimiter': False, 'control_token': False}]
     """
 
-    def __init__(
-        self,
-        template: Any = "para-fs",
-        tokenizer: Any = None,
-        checks: Sequence[str] = CHECKS,
-        *,
-        quotes: bool = False,
-        extra_control: Iterable[str] = (),
-        name: str = "guard",
-    ) -> None:
+    def __init__(self, template: Any = "para-fs", tokenizer: Any = None, checks: Sequence[str] = CHECKS, *, quotes: bool = False,
+                 extra_control: Iterable[str] = (), name: str = "guard") -> None:
         unknown = sorted(set(checks) - set(CHECKS))
         if unknown or not checks:
             raise ValueError(f"checks must be a non-empty subset of {list(CHECKS)}, got {list(checks)}.")
@@ -269,9 +247,7 @@ class CompletionGuard:
             raise ValueError(f"template {self.template.name!r}: the yes answer {self.template.answers[0]!r} has no word.")
         rules = guard_rules()["answer_lead_ins"]
         languages = dict.fromkeys([self.template.language, "en"])
-        self.lead_ins = frozenset(
-            " ".join(words(lead)) for lang in languages for lead in rules.get(lang, [])
-        )
+        self.lead_ins = frozenset(" ".join(words(lead)) for lang in languages for lead in rules.get(lang, []))
         verbs = guard_rules()["answer_verbs"]
         self.answer_verbs = frozenset(normalize_text(v) for lang in languages for v in verbs.get(lang, []))
         fmt = template_format(self.template)
@@ -350,8 +326,6 @@ class CompletionGuard:
         return f"CompletionGuard(template={self.template.name!r}, checks={self.checks}, name={self.name!r})"
 
 
-
-
 class GuardReward(Reward):
     """A TRL reward that penalises hacking completions: ``penalty`` (≤ 0) for a completion flagged by
     any enabled check, 0 otherwise. Add it to ``reward_funcs`` with a weight; it logs each check's rate.
@@ -371,17 +345,8 @@ class GuardReward(Reward):
         0.5
     """
 
-    def __init__(
-        self,
-        template: Any = "para-fs",
-        tokenizer: Any = None,
-        penalty: float = -1.0,
-        checks: Sequence[str] = CHECKS,
-        *,
-        quotes: bool = False,
-        extra_control: Iterable[str] = (),
-        name: str = "guard",
-    ) -> None:
+    def __init__(self, template: Any = "para-fs", tokenizer: Any = None, penalty: float = -1.0, checks: Sequence[str] = CHECKS, *,
+                 quotes: bool = False, extra_control: Iterable[str] = (), name: str = "guard") -> None:
         if penalty > 0:
             raise ValueError(f"penalty must not be positive (it is added to the reward), got {penalty}.")
         self.guard = CompletionGuard(template, tokenizer, checks, quotes=quotes, extra_control=extra_control, name=name)
@@ -402,24 +367,15 @@ class GuardedReward(Reward):
     hardening, without changing it: a flagged completion gets ``flagged_value`` instead of its reward,
     and with ``escape_delimiters`` every field value (the completion and the mapped dataset columns)
     goes through :func:`escape_delimiters` before the wrapped reward scores it. TRL logs it under the
-    wrapped reward's name.
-
-    It reads the wrapped reward through the public attributes of
-    :class:`~pluie_reward.integrations.reward_base.Reward`: ``template`` (a
-    :class:`~pluie_reward.Template`, for ``guard=True`` and escaping), ``field_map`` (the columns to
-    escape) and ``lowest`` (the default ``flagged_value``); ``guard=True`` also builds its guard with
-    the wrapped reward's ``judge`` (its tokenizer's control tokens).
+    wrapped reward's name. It reads the wrapped reward's ``template``, ``field_map``, ``lowest`` and ``judge``.
 
     Args:
         reward: the reward to wrap (any TRL reward callable; ``guard=True`` and escaping need a
             :class:`~pluie_reward.integrations.reward_base.Reward` judged in a template, such as a ``PluieReward``).
         guard: a :class:`CompletionGuard`, ``True`` for the default guard of the reward's template and
             judge tokenizer (built on the first call, so a lazy judge factory stays lazy), or None.
-        flagged_value: the reward of a flagged completion; default the reward's ``lowest``. For a
-            ``PluieReward`` of a Yes/No template: 0 with ``output="prob"``, ``"calibrated"`` or ``"verdict"``, ``-clip``
-            otherwise (``-10`` for PLUIE log-ratios: below any honest score of a sane judge); of a template
-            with N answers: 0 for ``"prob"`` and normalised ratings, the lowest grade for ``"expected"``;
-            required for a reward without a lowest value (``"logprob"``, a plain callable), guarded or not.
+        flagged_value: the reward of a flagged completion; default the reward's ``lowest``
+            (:attr:`~pluie_reward.PluieReward.lowest`); required for a reward without one (``"logprob"``, a plain callable).
         escape_delimiters: escape the template's quote delimiters inside fields before scoring.
 
     Example:
@@ -433,13 +389,8 @@ class GuardedReward(Reward):
         >>> trainer = GRPOTrainer(..., reward_funcs=[paraphraser])  # needs a policy and a dataset  # doctest: +SKIP
     """
 
-    def __init__(
-        self,
-        reward: Callable[..., list[float]],
-        guard: "CompletionGuard | bool | None" = True,
-        flagged_value: float | None = None,
-        escape_delimiters: bool = False,
-    ) -> None:
+    def __init__(self, reward: Callable[..., list[float]], guard: "CompletionGuard | bool | None" = True,
+                 flagged_value: float | None = None, escape_delimiters: bool = False) -> None:
         if not callable(reward):
             raise TypeError(f"reward must be a TRL reward callable, not {type(reward).__name__}.")
         if not (guard is None or isinstance(guard, (bool, CompletionGuard))):

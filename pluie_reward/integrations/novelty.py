@@ -6,16 +6,10 @@ and ``--rm-reward paraphrase``, :class:`~pluie_reward.serving.client.RemotePluie
 
     reward = p_yes × min(1, novelty / target) × (1 − excess repetition) × min(1, length ratio / min_length)
 
-Texts are folded first (:func:`normalize_text`: invisible characters, compatibility forms, accents,
-case, homoglyphs, spacing), so a disguised copy is a copy; then split by the one tokeniser,
-:func:`tokens` (words and punctuation marks), whose word tokens are :func:`words`. Novelty counts
-edits over tokens; copies, repetition and lengths count words. The rewards, the guards
-(:mod:`pluie_reward.integrations.guards`) and the data tools (:mod:`pluie_reward.integrations.data`)
-read texts through this module.
-
-It needs only the judge's ``p_yes`` and the texts, and imports the standard library alone, so the
-HTTP clients (httpx only) compute the same values as the local rewards. docs/rewards.md explains the
-formula and how the targets were chosen.
+Texts are folded first (:func:`normalize_text`), so a disguised copy is a copy, then split by the one
+tokeniser, :func:`tokens`, whose word tokens are :func:`words`. Novelty counts edits over tokens; copies,
+repetition and lengths count words. Standard library only, so the HTTP clients compute the same values
+as the local rewards. docs/rewards.md explains the formula and how the targets were chosen.
 
 Example:
     >>> copy_proof_score(0.99, "The cat sleeps.", "THE CAT SLEEPS!"), copy_proof_score(0.6, "The cat sleeps.", "A cat is asleep.")
@@ -78,11 +72,7 @@ def is_invisible(char: str) -> bool:
         (True, True, False, False)
     """
     code = ord(char)
-    return (
-        unicodedata.category(char) == "Cf"
-        or code in _INVISIBLE_EXTRA
-        or any(code in block for block in _VARIATION_SELECTORS)
-    )
+    return unicodedata.category(char) == "Cf" or code in _INVISIBLE_EXTRA or any(code in block for block in _VARIATION_SELECTORS)
 
 
 def normalize_text(text: str) -> str:
@@ -90,9 +80,6 @@ def normalize_text(text: str) -> str:
     forms (NFKC: full-width, ligatures, mathematical letters), accents on Latin/Greek/Cyrillic letters
     and case folded, Cyrillic/Greek look-alikes of Latin letters mapped to them (:data:`CONFUSABLES`),
     whitespace collapsed.
-
-    Two texts with the same ``normalize_text`` differ only by case, spacing, invisible characters,
-    accents or homoglyphs; :func:`same_words` also ignores punctuation.
 
     Args:
         text: any string.
@@ -244,12 +231,8 @@ def repetition(text: str, n: int = 3) -> float:
 
 # --- novelty and the copy-proof score -------------------------------------------------------------------
 def novelty_score(source: str, hypothesis: str) -> float:
-    """1 - normalised word-level edit similarity: 0 for a copy of the source, 1 when nothing is kept.
-
-    Both texts are split by :func:`tokens` (words and punctuation of the folded text), so a copy
-    with case, spacing, punctuation, invisible-character (zero-width space, soft hyphen...), accent
-    or homoglyph changes scores 0 like a plain copy. A hypothesis without any word (empty,
-    whitespace, punctuation only) scores 0: generating nothing is not novelty.
+    """1 - normalised edit similarity over :func:`tokens`: 0 for a copy of the source (disguised or not),
+    1 when nothing is kept; 0 for a hypothesis without any word (generating nothing is not novelty).
 
     Example:
         >>> novelty_score("The cat sleeps.", "The cat sleeps.")
@@ -356,8 +339,7 @@ class Task:
 
     def score(self, p_yes: float, source: str, hypothesis: str, novelty: float | None = None) -> float:
         """:func:`copy_proof_score` with this task's target, copy rule and length floor (``novelty``: the
-        completion's :meth:`novelty`, when already computed): the one place a task's fields become the score
-        (rewards, judge-filtered data and the probe use it).
+        completion's :meth:`novelty`, when already computed).
 
         Example:
             >>> TASKS["paraphrase"].score(0.9, "The cat sleeps on the mat.", "On the mat, the cat sleeps.")
@@ -398,9 +380,8 @@ class Task:
 
     def batch(self, p_yes: Sequence[float], accepted: Sequence[bool], sources: Sequence[str],
               hypotheses: Sequence[str]) -> "TaskScores":
-        """The copy-proof rewards of a batch, their novelty and the metrics a copy-proof reward logs: what
-        every path (the local rewards, the judge server, the HTTP clients) computes from the judge's
-        answers, here only.
+        """The copy-proof rewards of a batch, their novelty and the metrics a copy-proof reward logs (every
+        path, local or remote, computes them here).
 
         Args:
             p_yes: the judge's probability of "Yes" per completion.

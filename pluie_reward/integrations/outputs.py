@@ -2,16 +2,10 @@
 the expected rating of a scale, or the probability of one answer of a choice (e.g. the completion
 preferred over a reference), in one candidate order or averaged over both.
 
-:class:`~pluie_reward.PluieReward` and :class:`~pluie_reward.serving.client.RemotePluieReward`
-share it: both send the fields :meth:`AnswerOutput.fields` builds to the one scoring path
-(``Judge.score(..., details=True)`` locally, ``POST /score`` remotely, which returns the same
-records column by column) and turn the records into rewards with :meth:`AnswerOutput.rewards`.
-
-A choice template puts its first candidate in the field ``hypothesis`` (the completion; the first
-answer, e.g. ``"A"``, prefers it) and its second in ``alternative`` (e.g. a reference column; the
-second answer, ``"B"``, prefers it); further answers (``"C"``, labelled ``"tie"``) prefer neither.
-
-Standard library only, so the HTTP client imports it with httpx alone.
+:class:`~pluie_reward.PluieReward` and :class:`~pluie_reward.serving.client.RemotePluieReward` both score
+the fields :meth:`AnswerOutput.fields` builds and turn the records into rewards with :meth:`AnswerOutput.rewards`.
+A choice template's first candidate is ``hypothesis`` (the completion; the first answer, e.g. ``"A"``,
+prefers it), its second ``alternative``; further answers (``"tie"``) prefer neither. Standard library only.
 
 Example:
     >>> out = AnswerOutput("prob", answer="A", both_orders=True)

@@ -2,21 +2,17 @@
 :class:`AsyncReward`), the base of every reward of the package.
 
 TRL (``GRPOTrainer``, ``RLOOTrainer``) calls a reward as ``reward(prompts=..., completions=...,
-**columns)`` and takes one float per completion; completions are strings or chat messages, dataset
-columns arrive as keyword arguments, and TRL >= 1.0 adds ``log_metric`` and ``log_extra``.
+**columns)`` (plus ``log_metric`` and ``log_extra``) and takes one float per completion.
 ``Reward.__call__`` does what every reward does around its own score:
 
-1. :meth:`Reward.gather`: the completions' texts (:func:`~pluie_reward.integrations.fields.completion_texts`,
-   the package's one completion -> text extraction) and the template fields read from the columns
+1. :meth:`Reward.gather`: the completions' texts and the template fields read from the columns
    (:attr:`Reward.field_map`), as one :class:`Batch`;
 2. :meth:`Reward.score_batch`: the subclass's hook, the rewards and what to log, as :class:`Scores`;
 3. :meth:`Reward.finish`: the metrics through ``log_metric``, the columns through ``log_extra``, the
    rewards returned.
 
-Wrappers (a guard, an alarm) read the rewards they wrap through public attributes only:
-:attr:`Reward.template`, :attr:`Reward.field_map` and :attr:`Reward.lowest`. Like TRL's own reward
-functions, a reward is a small picklable callable whose ``__name__`` TRL logs under
-(``rewards/<name>/mean``). Standard library only, so the HTTP client imports it with httpx alone.
+Wrappers (a guard, an alarm) read :attr:`Reward.template`, :attr:`Reward.field_map` and
+:attr:`Reward.lowest`. TRL logs a reward under its ``__name__``. Standard library only.
 
 Example:
     >>> class Length(Reward):

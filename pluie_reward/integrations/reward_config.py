@@ -1,10 +1,6 @@
-"""What a PLUIE reward returns: :class:`RewardConfig`, its options in one dataclass (PEFT style),
-checked once when it is made.
-
-:class:`~pluie_reward.PluieReward`, :class:`~pluie_reward.AsyncPluieReward` and
-:class:`~pluie_reward.serving.client.RemotePluieReward` take these options as keyword
-arguments or as one ``config=RewardConfig(...)``; both forms give the same reward. One ``output``
-vocabulary covers both kinds of template:
+"""What a PLUIE reward returns: :class:`RewardConfig`, its options in one dataclass, checked once.
+:class:`~pluie_reward.PluieReward` (async, remote) take them as keyword arguments or as one
+``config=RewardConfig(...)``. One ``output`` vocabulary covers both kinds of template:
 
 * Yes/No templates (``para-fs``, ``rev``, ``net``...): ``"logratio"`` (PLUIE, log p(yes) - log
   p(no), the default), ``"prob"`` (``p_yes = sigmoid(PLUIE)``), ``"clip"`` (PLUIE clipped to
@@ -13,9 +9,7 @@ vocabulary covers both kinds of template:
 * templates with N answers (choices, rating scales; :class:`~pluie_reward.integrations.outputs.AnswerOutput`):
   ``"expected"`` (the expected rating of a scale), ``"prob"`` or ``"logprob"`` of ``answer``.
 
-The checks that need the template (a Yes/No output on a scale, an answer the template does not
-have...) are made by the reward when it loads its template. Standard library only, so the HTTP
-client imports it with httpx alone.
+The reward checks what needs the template when it loads it. Standard library only (the HTTP client imports it).
 
 Example:
     >>> RewardConfig(output="clip", clip=5.0)

@@ -1,9 +1,5 @@
-"""Reward functions for TRL's online trainers (GRPOTrainer, RLOOTrainer): PLUIE and novelty.
-
-Both are :class:`~pluie_reward.integrations.reward_base.Reward` subclasses, TRL 1.x's reward
-contract: ``reward(prompts=..., completions=..., **columns)`` returns one float per completion;
-completions are strings (standard datasets) or lists of chat messages (conversational datasets);
-dataset columns arrive as keyword arguments.
+"""Reward functions for TRL's online trainers (GRPOTrainer, RLOOTrainer): PLUIE and novelty
+(:class:`~pluie_reward.integrations.reward_base.Reward` subclasses).
 
 PLUIE rewards what the judge accepts, and a judge accepts a copy of the source more surely than any
 paraphrase: to train a generator, use the copy-proof rewards (:class:`~pluie_reward.ParaphraseReward`...,
@@ -87,18 +83,8 @@ class JudgeHolder:
 class PluieReward(JudgeHolder, Reward):
     """PLUIE of each completion as a TRL reward: the completion is the template's ``hypothesis``,
     the other fields come from dataset columns (``fields`` maps field -> column; ``"prompt"`` is the
-    prompt itself, its last user message when conversational).
-
-    ``output`` says what the reward is (one vocabulary, :class:`~pluie_reward.RewardConfig`). For a
-    Yes/No template: PLUIE (``"logratio"``, the default), ``"prob"`` (p_yes), ``"clip"``,
-    ``"calibrated"`` or ``"verdict"``. Templates with N answers need ``output``: the expected rating
-    of a scale (``net-likert``, ``output="expected"``, a dense reward; ``normalize=True`` maps it to
-    [0, 1]), or the probability of one answer of a choice (``rev-choice``/``net-choice``,
-    ``output="prob", answer="A"``: the completion, in the first candidate slot ``hypothesis``, is
-    preferred to the second candidate, ``alternative``, read from a dataset column such as a
-    reference). ``both_orders=True`` also scores each completion in the second slot and averages
-    p(A) in the first order with p(B) in the second, which removes the judge's position bias and
-    costs two judge passes per completion.
+    prompt itself, its last user message when conversational). For a choice template (``net-choice``,
+    ``output="prob", answer="A"``) the completion is the first candidate, ``alternative`` the second.
 
     Args:
         judge: a :class:`Judge`, or a zero-argument factory returning one (built on first call, and
@@ -111,26 +97,23 @@ class PluieReward(JudgeHolder, Reward):
         name: the name TRL logs under (``rewards/<name>/mean``); default ``"pluie"``.
         output: Yes/No templates: ``"logratio"`` (PLUIE, default), ``"prob"`` (p_yes in [0, 1]),
             ``"clip"`` (PLUIE clipped to ``[-clip, clip]``), ``"calibrated"`` (the judge's
-            ``p_calibrated = sigmoid(a * PLUIE + b)`` in [0, 1]; the judge needs a ``calibration``,
-            see :func:`~pluie_reward.tools.evaluation.calibration.fit_calibration`) or ``"verdict"``
+            ``p_calibrated = sigmoid(a * PLUIE + b)``; the judge needs a ``calibration``) or ``"verdict"``
             (1.0 if PLUIE > threshold, else 0.0). Templates with N answers (the default is then an
             error saying what to choose): ``"expected"`` (scale), ``"prob"`` or ``"logprob"`` of
             ``answer`` (choice or scale), renormalised over the template's answers
             (:class:`~pluie_reward.integrations.outputs.AnswerOutput`).
         answer: the answer's label for ``"prob"``/``"logprob"`` of a template with N answers (e.g. ``"A"``).
         normalize: ``output="expected"`` only: ``(rating - lowest) / (highest - lowest)`` in [0, 1].
-        both_orders: choice templates only: average over both candidate orders (2 judge passes per
-            completion; with ``"logprob"``, the mean of the two log-probabilities).
+        both_orders: choice templates only: average p(A) in the first order with p(B) in the second
+            (removes position bias; 2 judge passes per completion; with ``"logprob"``, the mean of the two).
         config: all of ``output``, ``clip``, ``threshold``, ``answer``, ``normalize`` and
             ``both_orders`` as one :class:`~pluie_reward.RewardConfig` (then leave those keywords out).
 
     Raises:
         ValueError: an option that does not fit the template (checked here, with what to pass instead).
 
-    When TRL passes ``log_metric``/``log_extra``, it logs ``<name>/accept_rate`` and the
-    per-completion ``<name>/logratio`` column of the completions table. With ``output=``, the
-    accept rate is the share of the judge's picks (most likely answer) that are ``answer`` (a
-    choice) or of expected ratings above the threshold (a scale), and the column is ``<name>/<output>``.
+    It logs ``<name>/accept_rate`` and the completions-table column ``<name>/logratio`` (N answers:
+    ``<name>/<output>``; accepted: the judge picks ``answer``, or the expected rating is above the threshold).
 
     Example:
         >>> reward = PluieReward(judge, fields={"source": "src"})
@@ -286,11 +269,8 @@ class PluieReward(JudgeHolder, Reward):
 
 
 class AsyncPluieReward(AsyncReward, PluieReward):
-    """:class:`PluieReward` as an ``async`` reward: TRL runs async rewards concurrently on its event
-    loop, so a judge on its own device scores while other (e.g. remote) rewards wait on I/O.
-
-    Scoring runs in a worker thread. Give each model at most one async reward (a shared judge must not
-    score concurrently with itself).
+    """:class:`PluieReward` as an ``async`` reward, scored in a worker thread while TRL's other rewards
+    wait on I/O. Give each model at most one async reward (a shared judge must not score concurrently with itself).
 
     Example:
         >>> reward = AsyncPluieReward(Judge.load("<model>", device="cuda:1"), fields={"source": "source"})  # a second GPU  # doctest: +SKIP
@@ -306,18 +286,14 @@ class AsyncPluieReward(AsyncReward, PluieReward):
 class NoveltyReward(Reward):
     """Novelty of each completion against a source column, as a TRL reward (picklable).
 
-    Copying the source scores 0. It is a view to watch (e.g. by a :class:`~pluie_reward.HackAlarm`), not a
-    term to add to PLUIE: PLUIE's lead for a copy outweighs any weighted novelty, so a generator is trained
-    with a copy-proof reward (:class:`~pluie_reward.ParaphraseReward`), which gates p_yes by novelty.
-    ``column="prompt"`` reads the prompt itself.
+    Copying the source scores 0. A view to watch (e.g. by a :class:`~pluie_reward.HackAlarm`), not a term to add
+    to PLUIE (a copy's lead outweighs it): train with a copy-proof reward (:class:`~pluie_reward.ParaphraseReward`).
 
     Args:
         column: the dataset column holding the source (``"prompt"``: the prompt itself).
         name: the reward's ``__name__`` (TRL logs it as ``rewards/<name>``).
-        target: if given, ``min(1, novelty / target)`` instead: novelty counted up to a target, as a
-            copy-proof reward (:class:`~pluie_reward.ParaphraseReward`, target 0.3) counts it. A hack
-            alarm watching such a reward needs this view: the reward pays nothing for novelty above
-            its target, so plain novelty may fall while the reward honestly rises.
+        target: if given, ``min(1, novelty / target)`` instead, as a copy-proof reward counts it (the view a
+            hack alarm on such a reward needs: novelty above the target earns nothing).
 
     Example:
         >>> reward = NoveltyReward("sentence1")

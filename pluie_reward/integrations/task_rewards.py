@@ -5,15 +5,9 @@ Each is the judge's probability of "Yes" gated by how far the completion is from
 
     reward = p_yes × min(1, novelty / target) × (1 − excess repetition) × min(1, length ratio / min_length)
 
-``p_yes = sigmoid(PLUIE)``; ``novelty`` is :func:`~pluie_reward.integrations.novelty.novelty_score` against
-the source (0 for a copy, a disguised copy, a completion without a word and, for paraphrase and translation,
-one holding the whole source); ``target`` and ``min_length`` are the task's
-(:data:`~pluie_reward.integrations.novelty.TASKS`). docs/rewards.md explains each factor and how they were
-chosen. So a copy scores exactly 0 and copying cannot win, whatever the judge gives the copy. The reward is
-bounded ([0, 1)), so it composes with other rewards through ``GRPOConfig(reward_weights=...)``, and pickles
-like :class:`~pluie_reward.PluieReward` (a judge factory is dropped and rebuilt). The formula lives in
-:meth:`~pluie_reward.integrations.novelty.Task.batch`, shared with the judge server and its clients, which
-give the same values.
+``p_yes = sigmoid(PLUIE)``; ``novelty`` (0 for any copy) and the task's ``target`` and ``min_length`` are
+:mod:`~pluie_reward.integrations.novelty`'s (:meth:`~pluie_reward.integrations.novelty.Task.batch`, shared
+with the judge server and its clients; docs/rewards.md). A copy scores exactly 0, whatever the judge gives it.
 
 Example:
     >>> reward = ParaphraseReward(judge)                # the dataset's "source" column is the source
@@ -38,11 +32,8 @@ __all__ = ["CopyProofReward", "ParaphraseReward", "TranslationReward", "Revision
 
 
 class CopyProofReward(PluieReward):
-    """The copy-proof reward of a task (see the module docstring), a TRL reward: ``reward(prompts=...,
-    completions=..., **columns)`` returns one float in [0, 1) per completion.
-
-    Use the task's class (:class:`ParaphraseReward`, :class:`TranslationReward`,
-    :class:`RevisionReward`); this one takes the task as an argument.
+    """The copy-proof reward of a task (see the module docstring): one float in [0, 1) per completion. The
+    task's class (:class:`ParaphraseReward`...) is this one with the task given.
 
     Args:
         judge: a :class:`~pluie_reward.Judge`, or a zero-argument factory returning one (built on first
@@ -62,12 +53,8 @@ class CopyProofReward(PluieReward):
     Raises:
         ValueError: an unknown task, a bad target, a template with N answers or without the source field.
 
-    When TRL passes ``log_metric``, it logs ``<name>/accept_rate`` (PLUIE > threshold),
-    ``<name>/copy_rate`` (:func:`~pluie_reward.integrations.novelty.is_copy`), ``<name>/novelty`` (mean
-    :func:`~pluie_reward.integrations.novelty.copy_proof_novelty`), ``<name>/accepted_novel_rate`` (accepted and at
-    or above the target: what the generator is for) and, with a length floor, ``<name>/short_rate``
-    (:meth:`~pluie_reward.integrations.novelty.Task.batch`); with ``log_extra``, the ``<name>/logratio`` and
-    ``<name>/novelty`` columns of the completions table.
+    It logs :meth:`~pluie_reward.integrations.novelty.Task.batch`'s metrics as ``<name>/<metric>`` and the
+    ``<name>/logratio`` and ``<name>/novelty`` columns.
 
     Example:
         >>> reward = CopyProofReward(judge, "revision", fields={"original": "paragraph"})

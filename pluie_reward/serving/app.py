@@ -87,16 +87,8 @@ def create_app(
     if judge.engine.concurrent:  # vLLM / remote: the engine batches concurrent requests
         batcher: Any = Direct(judge, template, threshold=threshold, truncate=truncate, on_batch=metrics.record_batch)
     else:
-        batcher = Batcher(
-            judge,
-            template,
-            max_batch_items=max_batch_items,
-            max_batch_tokens=max_batch_tokens,
-            max_wait_ms=max_wait_ms,
-            threshold=threshold,
-            truncate=truncate,
-            on_batch=metrics.record_batch,
-        )
+        batcher = Batcher(judge, template, max_batch_items=max_batch_items, max_batch_tokens=max_batch_tokens,
+                          max_wait_ms=max_wait_ms, threshold=threshold, truncate=truncate, on_batch=metrics.record_batch)
     rm_mapping, rm_problem = mapping, ""
     if rm_mapping is None:
         try:

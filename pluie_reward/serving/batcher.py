@@ -1,19 +1,14 @@
 """How the server turns concurrent requests into scoring calls.
 
-* :class:`Batcher` (the transformers engine): requests are queued in arrival order and cut into
-  parts within the batch limits; one worker thread takes the next part of each queued request in
-  turn (round-robin, so a large request never holds back a small one), waits up to ``max_wait_ms``
-  for company (or until the batch is full by item count or by token estimate), concatenates the
-  parts of requests with the same options, calls ``Judge.score`` once and hands each request its
-  own slice of the results. One worker owns the judge, so its result cache and prefix caches serve
-  every request.
-* :class:`Direct` (engines that batch by themselves: vLLM's continuous batching, remote vLLM
-  servers): each request is one ``await Judge.ascore(...)``; the engine interleaves them. No second
-  batcher sits in front of vLLM's.
+* :class:`Batcher` (the transformers engine): requests are cut into parts within the batch limits; one
+  worker thread takes the next part of each queued request in turn (round-robin: a large request never
+  holds back a small one), waits up to ``max_wait_ms`` for company, concatenates the parts of requests
+  with the same options, calls ``Judge.score`` once and hands each request its slice of the results.
+* :class:`Direct` (engines that batch by themselves: vLLM, remote): each request is one
+  ``await Judge.ascore(...)``.
 
 Both expose ``await scorer.score(fields)``, ``start``, ``close``, ``pending``, ``bound``, and read a
-request's fields and options with :func:`split_request`. OpenRLHF's in-process ``reward_func``
-(:mod:`.openrlhf`) scores through a :class:`Batcher` too.
+request's fields and options with :func:`split_request`.
 """
 
 from __future__ import annotations
@@ -52,13 +47,10 @@ _ITEM = re.compile(r"\bitem (\d+)\b")
 def split_request(template: Any, body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """A request's keys split into the template's fields and the options a client may set.
 
-    A client may set ``threshold`` (a finite number: its verdicts are ``logratio > threshold``),
-    ``use_cache`` (true or false) and ``task`` (a task of :data:`~pluie_reward.integrations.novelty.TASKS` whose
-    copy-proof reward the server adds to the answer; the served template must be able to give it).
-    ``details``, ``truncate``, ``max_new_tokens`` and ``template``
-    are the server's: a request naming one is refused (``ValueError``, answered 422), as is an
-    option of the wrong type. Any other key is left with the fields (an unknown field is refused
-    when the plan is made). Requests with different options are never joined into one batch.
+    A client may set ``threshold`` (a finite number), ``use_cache`` (a bool) and ``task`` (a task of
+    :data:`~pluie_reward.integrations.novelty.TASKS` whose copy-proof reward the server adds to the answer).
+    ``details``, ``truncate``, ``max_new_tokens`` and ``template`` are the server's: a request naming one is
+    refused (``ValueError``, answered 422), as is an option of the wrong type. Other keys are fields.
 
     Args:
         template: the served :class:`~pluie_reward.core.template.Template`.
@@ -136,14 +128,8 @@ def _settle(future: Future, result: Any = None, error: BaseException | None = No
 
 
 class Batcher:
-    """One judge, one template, one worker thread; many concurrent callers.
-
-    Requests are cut into parts of at most ``max_batch_items`` items / ``max_batch_tokens``
-    estimated tokens. The worker takes the next part of each queued request in turn (round-robin),
-    joining the parts of requests with the same options into one ``Judge.score`` call, so a small
-    request waits for at most one part of each request queued before it, never for a large request
-    to finish. A request whose caller went away (cancelled future: the client disconnected) is
-    dropped before its next part.
+    """One judge, one template, one worker thread; many concurrent callers (see the module docstring). A
+    request whose caller went away (cancelled future) is dropped before its next part.
 
     Args:
         judge: a :class:`~pluie_reward.Judge`; only this batcher's worker may use it while running.

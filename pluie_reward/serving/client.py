@@ -1,12 +1,8 @@
 """Clients of the judge server: a TRL reward function and verl ``compute_score`` functions.
 
-They send the template fields to ``POST /score`` through the package's one HTTP client
-(:mod:`pluie_reward.common.http`: timeouts, retries with exponential back-off on connection errors
-and the statuses of :data:`~pluie_reward.common.http.RETRY_STATUS`, ``Retry-After``), and fail with
-:class:`RemoteJudgeError` (URL, status, the server's message) otherwise. The completion's
-text and the field -> column mapping come from :mod:`pluie_reward.integrations.fields`, as for the local
-rewards. This module needs httpx only (no torch) and uses absolute imports, so verl can load it as
-``pkg://pluie_reward.serving.client`` or by file path.
+They send the template fields to ``POST /score`` through :mod:`pluie_reward.common.http` (its timeouts and
+retries) and fail with :class:`RemoteJudgeError`. httpx only (no torch), absolute imports: verl can load it
+as ``pkg://pluie_reward.serving.client`` or by file path.
 """
 
 from __future__ import annotations
@@ -58,8 +54,7 @@ def post_json(
     url: str, payload: Mapping[str, Any], *, token: str | None = None, timeout: float = 120.0,
     retries: int = 3, backoff: float = 0.5, client: httpx.Client | None = None,
 ) -> dict[str, Any]:
-    """POST ``payload`` to ``url`` and return the JSON answer, retrying transient failures
-    (:mod:`pluie_reward.common.http`'s policy).
+    """POST ``payload`` to ``url`` and return the JSON answer (:mod:`pluie_reward.common.http`'s retries).
 
     Args:
         url: the endpoint (``http://host:port/score``).
@@ -135,28 +130,10 @@ def _values(answer: Mapping[str, Any], output: str, n: int, url: str) -> list[fl
 class RemotePluieReward(AsyncReward):
     """A TRL reward function (async, so GRPOTrainer runs it concurrently) backed by a judge server.
 
-    The completion fills the template's ``hypothesis`` (its text as for :class:`~pluie_reward.PluieReward`:
-    :func:`~pluie_reward.integrations.fields.completion_text`); ``fields`` maps the other template fields
-    to dataset columns, which TRL passes as keyword arguments (``"prompt"`` reads the prompt, its last
-    user message when conversational). Large batches are sent as several concurrent requests of at
-    most ``chunk_size`` items; the server batches them again.
-
-    Needs TRL >= 1.14, which awaits async callable classes (``trl.trainer.utils.is_async_callable``,
-    trl==1.14.0 (wheel):trl/trainer/utils.py:238-249); TRL 1.13 and older call it synchronously and fail.
-
-    ``output`` has :class:`~pluie_reward.PluieReward`'s vocabulary (:class:`~pluie_reward.RewardConfig`).
-    A server whose template has N answers (``pluie-reward serve -t net-likert``, ``-t rev-choice``)
-    is read as by :class:`~pluie_reward.PluieReward`: ``output="expected"`` (a scale; with
-    ``normalize=True`` the scale's range is read from the server's ``/health``, or give ``scale=(lowest, highest)``), or
-    ``output="prob"``/``"logprob"`` with ``answer=`` (a choice; map ``alternative`` to the column of
-    the second candidate; ``both_orders=True`` sends each completion in both slots, 2 items per
-    completion), through :class:`~pluie_reward.integrations.outputs.AnswerOutput` and ``/score``'s records.
-
-    ``task="paraphrase"`` (``"translation"``, ``"revision"``, or a :class:`~pluie_reward.integrations.novelty.Task`)
-    makes it the task's copy-proof reward, the values of :class:`~pluie_reward.ParaphraseReward` (...)
-    on the served judge: the server's ``p_yes`` gated by the completion's novelty against its source
-    (:meth:`~pluie_reward.integrations.novelty.Task.batch`, computed here: a copy scores 0). Train a generator
-    with it, not with PLUIE: a judge prefers a copy to any paraphrase.
+    As :class:`~pluie_reward.PluieReward` (same completion text, ``fields``, ``output`` vocabulary and N-answer
+    reads), scored by the server in concurrent requests. ``task=`` makes it the task's copy-proof reward
+    (:meth:`~pluie_reward.integrations.novelty.Task.batch` on the server's ``p_yes``, computed here: a copy
+    scores 0). Needs TRL >= 1.14, which awaits async callable classes.
 
     Args:
         url: the server's base URL (``http://host:port``).
@@ -164,23 +141,18 @@ class RemotePluieReward(AsyncReward):
             None (default): the ``output`` of the judge.
         fields: template field -> dataset column (default ``{"source": "source"}``; with a task, its source
             field read from the column of the same name, e.g. ``{"original": "original"}`` for revision).
-        output: for a Yes/No template ``"logratio"`` (default), ``"prob"`` (p_yes), ``"clip"`` (with
-            ``clip``), ``"calibrated"`` (the server's judge needs a calibration) or ``"verdict"`` (1.0/0.0,
-            the server's threshold); ``"expected"``, ``"prob"`` or ``"logprob"`` (with ``answer``) for a
-            template with N answers.
-        clip: ``output="clip"``: the logratio is clipped to ``[-clip, clip]`` (default 10).
-        answer, normalize, both_orders, scale: the N-answer read (see :class:`~pluie_reward.integrations.outputs.AnswerOutput`).
+        output, clip, answer, normalize, both_orders: as :class:`~pluie_reward.PluieReward` (``"verdict"``: the
+            server's threshold; ``"calibrated"``: the server's judge needs a calibration).
+        scale: a scale's ``(lowest, highest)`` for ``normalize=True`` (default: the server's ``/health``).
         config: ``output``, ``clip``, ``answer``, ``normalize``, ``both_orders`` and ``scale`` as one
             :class:`~pluie_reward.RewardConfig` (its ``threshold`` must stay None: the server's verdict is used).
         token: bearer token (default: ``$PLUIE_REWARD_TOKEN`` if set).
-        timeout, retries, backoff: per request (:class:`~pluie_reward.common.http.HTTPConfig`); retries on
-            connection errors, timeouts and the statuses of :data:`~pluie_reward.common.http.RETRY_STATUS`.
+        timeout, retries, backoff: per request (:class:`~pluie_reward.common.http.HTTPConfig`).
+        chunk_size: the most items one request carries.
         name: ``__name__``, used by TRL in ``rewards/<name>/mean``; default the local reward's: ``"pluie"``,
             or the task's name (``"paraphrase"``).
 
-    When TRL passes ``log_metric``/``log_extra`` (TRL >= 1.0), it logs ``<name>/accept_rate`` and the
-    per-completion ``<name>/logratio`` column of the completions table, like ``PluieReward``; with a
-    task, also the metrics and the ``<name>/novelty`` column of :class:`~pluie_reward.CopyProofReward`.
+    It logs what ``PluieReward`` logs (with a task, what :class:`~pluie_reward.CopyProofReward` logs).
 
     Example:
         >>> reward = RemotePluieReward("http://127.0.0.1:8000", fields={"source": "source"})
@@ -341,15 +313,10 @@ class RemotePluieReward(AsyncReward):
 
 
 # verl -----------------------------------------------------------------------------------------
-# verl's reward loop (verl >= 0.7.1; verl-project/verl@1dda039b = PyPI verl 0.9.1) calls the custom
-# reward function once per sample with keyword arguments (verl/experimental/reward_loop/reward_manager/
-# naive.py:66-84): data_source, solution_str, ground_truth, extra_info, plus reward_router_address and
-# reward_model_tokenizer when reward.reward_model.enable=True (naive.py:58-65), plus the config's
-# reward_kwargs merged over them (verl/trainer/ppo/reward.py:32-47,82). An ``async def`` is awaited
-# directly (naive.py:30,66), a plain function runs in the default thread pool (naive.py:75-84).
-# The result is a float (logged as "acc") or a dict with "score" whose keys are all logged; the keys
-# are read from the first sample (verl/experimental/reward_loop/reward_loop.py:366), so every sample
-# returns the same keys.
+# verl (>= 0.7.1) calls the custom reward function once per sample with data_source, solution_str,
+# ground_truth, extra_info (plus reward_router_address and reward_model_tokenizer with a reward model, and
+# the config's reward_kwargs); it awaits an ``async def``. The result is a float or a dict with "score",
+# whose keys, read from the first sample, are all logged: every sample returns the same keys.
 VERL_EXTRA_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
 SETTINGS = ("url", "token", "fields", "output", "timeout", "retries", "backoff", "return_dict", "max_wait_ms", "max_batch_items")
 VERL_HINT = "fields={{'{field}': 'ground_truth' | 'data_source' | 'extra_info.<key>'}} (reward_kwargs)"
@@ -375,9 +342,7 @@ def _settings(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     unknown = sorted(k for k in kwargs if k not in SETTINGS and k not in VERL_EXTRA_KWARGS and k not in _warned)
     if unknown:
         _warned.update(unknown)
-        logger.warning(
-            "pluie_reward compute_score: ignoring keyword argument(s) %s (settings are %s).", unknown, list(SETTINGS)
-        )
+        logger.warning("pluie_reward compute_score: ignoring keyword argument(s) %s (settings are %s).", unknown, list(SETTINGS))
     return {k: kwargs[k] for k in SETTINGS if k in kwargs}
 
 
@@ -472,9 +437,8 @@ def compute_score_batch(
 def compute_score_sync(
     data_source: Any = None, solution_str: str = "", ground_truth: Any = None, extra_info: Any = None, **kwargs: Any
 ) -> float | dict[str, Any]:
-    """Synchronous verl reward function: one item, one request. For verl's ``remote`` reward manager
-    (which rejects async functions, verl/experimental/reward_loop/reward_manager/remote.py:53-54);
-    otherwise prefer the async :func:`compute_score`, which batches.
+    """Synchronous verl reward function: one item, one request, for verl's ``remote`` reward manager
+    (which rejects async functions); otherwise prefer the async :func:`compute_score`, which batches.
 
     Settings as for :func:`compute_score`; ``return_dict`` defaults to True.
 
@@ -535,15 +499,10 @@ class _Coalescer:
             answer = await apost_json(url, body, token=token, timeout=timeout, retries=retries, backoff=backoff)
             for output in OUTPUTS:
                 _values(answer, output, len(group), url)
-        except RemoteJudgeError as err:
-            if err.status == 422 and len(group) > 1:  # one bad item: the others must not fail with it
+        except BaseException as err:  # noqa: BLE001 - every waiting caller gets the error
+            if isinstance(err, RemoteJudgeError) and err.status == 422 and len(group) > 1:  # one bad item: not the others
                 await asyncio.gather(*(self.send(key, names, [one]) for one in group))
                 return
-            for _, future in group:
-                if not future.done():
-                    future.set_exception(err)
-            return
-        except BaseException as err:  # noqa: BLE001 - every waiting caller gets the error
             for _, future in group:
                 if not future.done():
                     future.set_exception(err)
@@ -575,14 +534,11 @@ async def compute_score(
     ``POST /score`` of up to ``max_batch_items`` items.
 
     Settings come from ``reward.custom_reward_function.reward_kwargs``: ``url``, ``token``, ``fields``
-    (template field -> ``ground_truth`` (default for ``source``), ``data_source`` or
-    ``extra_info.<key>``), ``output`` (``logratio``, ``p_yes``, ``verdict``, or a task's
-    copy-proof reward: ``paraphrase``, ``translation``, ``revision``, as
-    :class:`~pluie_reward.ParaphraseReward` computes it from the server's ``p_yes``), ``timeout``,
-    ``retries``, ``backoff``, ``return_dict`` (default True), ``max_wait_ms`` (default 10),
-    ``max_batch_items`` (default 256); or ``$PLUIE_REWARD_URL`` / ``$PLUIE_REWARD_TOKEN``. verl's
-    other keyword arguments (``reward_router_address``, ``reward_model_tokenizer``, future ones) are
-    ignored.
+    (template field -> ``ground_truth`` (default for ``source``), ``data_source`` or ``extra_info.<key>``),
+    ``output`` (``logratio``, ``p_yes``, ``verdict``, or a task's copy-proof reward: ``paraphrase``,
+    ``translation``, ``revision``), ``timeout``, ``retries``, ``backoff``, ``return_dict`` (default True),
+    ``max_wait_ms`` (default 10), ``max_batch_items`` (default 256); or ``$PLUIE_REWARD_URL`` /
+    ``$PLUIE_REWARD_TOKEN``. verl's other keyword arguments are ignored.
 
     Returns:
         ``{"score": <output>, "acc": verdict (1.0/0.0), "logratio", "p_yes"}`` (verl logs every key;

@@ -1,15 +1,11 @@
 """OpenRLHF's remote reward-model request (query, prompts, labels) turned into template fields.
 
-OpenRLHF (>= 0.10.2: ``--reward.remote_url http://host:port/get_reward --data.label_key <column>``,
-OpenRLHF/OpenRLHF@64c1cc4f:openrlhf/cli/train_ppo_ray.py:519,543; ``--remote_rm_url``/``--label_key``
-up to 0.10.1) POSTs ``{"query": [prompt+response, ...], "prompts": [prompt, ...], "labels": [label, ...]}``,
-one sample per request (OpenRLHF@3c3be623:openrlhf/utils/agent.py:283-287,332-336), and reads
-``"rewards"``, ``"scores"`` and ``"extra_logs"`` from the JSON answer (agent.py:288-297). The reward is
-PLUIE, p_yes or the verdict, or a task's copy-proof reward (``--rm-reward paraphrase``:
-:meth:`~pluie_reward.integrations.novelty.Task.batch`, the values of :class:`~pluie_reward.ParaphraseReward`). Without
-``--data.label_key`` every label is ``""`` (openrlhf/datasets/prompts_dataset.py:44). Which of these
-texts fills which template field is fixed when the server starts; the same mapping serves the
-in-process ``reward_func`` (:mod:`pluie_reward.serving.openrlhf`).
+OpenRLHF (``--reward.remote_url http://host:port/get_reward --data.label_key <column>``) POSTs
+``{"query": [prompt+response, ...], "prompts": [prompt, ...], "labels": [label, ...]}``, one sample per
+request, and reads ``"rewards"``, ``"scores"`` and ``"extra_logs"`` from the JSON answer. The reward is
+PLUIE, p_yes or the verdict, or a task's copy-proof reward (``--rm-reward paraphrase``). Without
+``--data.label_key`` every label is ``""``. Which text fills which template field is fixed when the server
+starts; the same mapping serves the in-process ``reward_func`` (:mod:`pluie_reward.serving.openrlhf`).
 """
 
 from __future__ import annotations
@@ -72,13 +68,8 @@ class RewardMapping:
     strip: tuple[str, ...] = DEFAULT_STRIP
 
     @classmethod
-    def for_template(
-        cls,
-        template: Template,
-        overrides: Mapping[str, str] | None = None,
-        reward: str = "logratio",
-        strip: Sequence[str] = DEFAULT_STRIP,
-    ) -> "RewardMapping":
+    def for_template(cls, template: Template, overrides: Mapping[str, str] | None = None, reward: str = "logratio",
+                     strip: Sequence[str] = DEFAULT_STRIP) -> "RewardMapping":
         """Default mapping (``hypothesis`` ← response, ``source`` ← label) updated by ``overrides``.
 
         Raises ``ValueError`` naming the fields left unmapped or the unknown names, or a task ``reward``
@@ -132,9 +123,8 @@ class RewardMapping:
     def response(self, index: int, query: str, prompt: str) -> str:
         """The generated part of ``query``: what follows ``prompt``, without trailing end markers.
 
-        OpenRLHF cuts an over-long prompt from the left before generating but sends the whole prompt
-        (OpenRLHF@3c3be623:openrlhf/utils/agent.py:221-234,283-287): the query then starts with the
-        prompt's tail, and the response follows the longest end of the prompt found in the query
+        OpenRLHF cuts an over-long prompt from the left before generating but sends the whole prompt:
+        the query then starts with the prompt's tail, and the response follows the longest end of the prompt found in the query
         (at least ``MIN_OVERLAP`` characters).
 
         Example:
@@ -167,8 +157,7 @@ class RewardMapping:
                columns: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
         """OpenRLHF's reward answer for ``Judge.score(..., details=True)`` results: ``rewards`` (the
         configured score, the advantage's input), ``scores`` (p_yes in [0, 1], or a task's reward: OpenRLHF's
-        dynamic filtering keeps a group when ``min < mean(scores) < max``, OpenRLHF@3c3be623:
-        openrlhf/trainer/ppo_utils/samples_generator.py:169-173) and ``extra_logs`` (logged per sample;
+        dynamic filtering keeps a group when ``min < mean(scores) < max``) and ``extra_logs`` (logged per sample;
         a task adds ``pluie_novelty``).
 
         Args:

@@ -1,13 +1,10 @@
 """OpenRLHF's in-process reward option: ``--reward.remote_url /path/to/this/file.py``.
 
 OpenRLHF loads a ``.py`` reward URL as a module and calls its ``reward_func(queries, prompts, labels)``
-(OpenRLHF/OpenRLHF@3c3be623:openrlhf/utils/agent.py:187-200) once per generated sample, in a worker
-thread, with lists of length 1 and no keyword arguments (agent.py:303-320), and reads ``"rewards"``,
-``"scores"`` (falls back to rewards) and ``"extra_logs"`` from the returned dict (agent.py:288-297).
-The ``query`` is the prompt and the response decoded with special tokens kept (agent.py:283).
+once per generated sample, in a worker thread, with lists of length 1; it reads ``"rewards"``,
+``"scores"`` and ``"extra_logs"`` from the returned dict. The ``query`` is the prompt and the response.
 
-This module's :func:`reward_func` works two ways, chosen by environment variables (they must reach
-OpenRLHF's Ray workers, e.g. ``ray job submit --runtime-env-json '{"env_vars": {...}}'``):
+:func:`reward_func` works two ways, chosen by environment variables (they must reach OpenRLHF's Ray workers):
 
 - ``PLUIE_REWARD_URL`` set: it forwards the sample to the judge server's ``/get_reward`` with the
   bearer token ``PLUIE_REWARD_TOKEN`` (which OpenRLHF's own HTTP client cannot send). Needs httpx only.
@@ -18,16 +15,12 @@ OpenRLHF's Ray workers, e.g. ``ray job submit --runtime-env-json '{"env_vars": {
   task's copy-proof reward: ``paraphrase``, ``translation``, ``revision``, as the server's ``--rm-reward``)).
   Concurrent calls are batched into one ``Judge.score`` call (the server's batcher).
 
-The answer is the server's: ``{"rewards": [...], "scores": [p_yes], "extra_logs": {...}}``. OpenRLHF
-logs a failing reward function at INFO level only and then trains without the sample's reward
-(agent.py:298-299), so failures are also logged here at ERROR level, with the reason.
-
-Point OpenRLHF at the file::
+The answer is the server's: ``{"rewards": [...], "scores": [p_yes], "extra_logs": {...}}``. Failures are
+logged at ERROR level (OpenRLHF logs them at INFO and drops the sample's reward). Absolute imports
+only: OpenRLHF loads the file by path, outside the package. Point OpenRLHF at it::
 
     --reward.remote_url $(python -c "import pluie_reward.serving.openrlhf as m; print(m.__file__)") \\
     --data.label_key source
-
-This module uses absolute imports only: OpenRLHF loads it by path, outside the package.
 """
 
 from __future__ import annotations

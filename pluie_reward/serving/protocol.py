@@ -11,16 +11,13 @@ Endpoints:
   reward, as :class:`~pluie_reward.ParaphraseReward` computes it) and ``"novelty"``.
 - ``POST /get_reward``: OpenRLHF's remote reward model protocol,
   ``{"query": [...], "prompts": [...], "labels": [...]}`` -> ``{"rewards": [...], "scores": [...], "extra_logs": {...}}``
-  (:class:`~pluie_reward.serving.mapping.RewardMapping`). An empty request (``{"query": [], ...}``,
-  what OpenRLHF up to 0.11.0 sends every server but the first of a comma-separated
-  ``--reward.remote_url``, OpenRLHF@3c3be623:openrlhf/utils/agent.py:324-336) gets empty lists.
+  (:class:`~pluie_reward.serving.mapping.RewardMapping`). An empty request gets empty lists.
 - ``GET /health``: liveness plus the template's fields (no token needed: :data:`PUBLIC_PATHS`).
 - ``GET /metrics``: requests (by path, by status, 5xx as ``server_errors``), items, batches and batch
   sizes, latency percentiles.
 
 Every 4xx answer is also logged (WARNING, logger ``pluie_reward.server``) with the request path and the
-message, every 5xx (ERROR) with its reason: OpenRLHF logs only the status (agent.py:345-346) and then
-drops the sample's reward (agent.py:298-299), so the server's log is where the reason shows.
+message, every 5xx (ERROR) with its reason (OpenRLHF logs only the status).
 """
 
 from __future__ import annotations

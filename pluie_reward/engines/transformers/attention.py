@@ -3,17 +3,13 @@ stored once (batch 1), never copied per row.
 
 The prefix part folds the batch into the query length (one key/value set for every row), the
 suffix part runs causally within each row, and the two softmaxes are merged exactly through
-their log-sum-exps. This is the same softmax computed in two parts.
+their log-sum-exps.
 
-It reaches a model through transformers' public attention interface, without replacing anything:
-:func:`register` adds a new implementation, ``pluie_prefix_<name>`` (e.g. ``pluie_prefix_sdpa``),
-to ``AttentionInterface`` (and the original's mask function under the same name to
-``AttentionMaskInterface``). It runs shared-prefix attention when (and only when) the forward call
-carries a ``pluie_prefix`` keyword argument, and the original function unchanged otherwise. The
-engine selects it on its own model for the duration of a scoring call (:func:`selected`, through
-``model.set_attn_implementation``) and restores the model's implementation after; other models in
-the process never see it, and other forwards of the judge's model during a call behave exactly as
-with the original implementation.
+:func:`register` adds ``pluie_prefix_<name>`` (e.g. ``pluie_prefix_sdpa``) to transformers'
+``AttentionInterface`` (and the original's mask function to ``AttentionMaskInterface``): it runs
+shared-prefix attention when the forward call carries a ``pluie_prefix`` keyword argument, the original
+function unchanged otherwise. The engine selects it on its own model for a scoring call only
+(:func:`selected`); other models never see it.
 
 Example:
     >>> q = k = v = torch.randn(1, 2, 3, 4)
@@ -39,19 +35,8 @@ KV = list[tuple[torch.Tensor, torch.Tensor]]
 # Keyword arguments the shared-prefix function understands (allow-list). Any other keyword a model
 # passes to its attention with a value (a bias, sinks, varlen sequence lengths...) makes the
 # function refuse with AttentionUnsupported instead of silently ignoring it.
-HANDLED_KWARGS = frozenset(
-    {
-        "scaling",
-        "dropout",
-        "sliding_window",
-        "softcap",
-        "is_causal",
-        "position_ids",
-        "cache_position",
-        "use_cache",
-        "output_attentions",
-    }
-)
+HANDLED_KWARGS = frozenset({"scaling", "dropout", "sliding_window", "softcap", "is_causal", "position_ids", "cache_position",
+                            "use_cache", "output_attentions"})
 # PyTorch's fused CPU flash-attention kernel returns the log-sum-exp we need; it is a private op
 # (tests/test_attention_registry.py breaks if it moves). Elsewhere the scores are materialised in float32.
 _FUSED_CPU_OP = "_scaled_dot_product_flash_attention_for_cpu"
@@ -145,9 +130,7 @@ def _check_kwargs(module: Any, width: int, state: SharedPrefix, dropout: float, 
         raise AttentionUnsupported("attention weights were requested")
     window = kwargs.get("sliding_window")
     if window is not None and state.prefix_length + width > window:
-        raise WindowExceeded(
-            f"prompts of {state.prefix_length + width} tokens are longer than the sliding window ({window})"
-        )
+        raise WindowExceeded(f"prompts of {state.prefix_length + width} tokens are longer than the sliding window ({window})")
     if getattr(module, "layer_idx", None) is None:
         raise AttentionUnsupported("attention modules do not carry their layer index")
     return (kwargs.get("softcap") or None) if state.softcap_applies else None

@@ -1,10 +1,7 @@
 """Names that transformers changed between releases, read the way the installed release has them.
 
-Checkpointing: transformers 5.20 renamed ``gradient_checkpointing*`` to ``activation_checkpointing*`` on models
-(``activation_checkpointing_enable(activation_checkpointing_kwargs=...)``, the flag
-``is_activation_checkpointing``) and on ``TrainingArguments``; the old names warn and go in v6.
-These helpers pick the name the installed release has, so the library follows the rename without
-warnings and keeps working on older releases (the README's vLLM set pins transformers < 5.20).
+Checkpointing: transformers 5.20 renamed ``gradient_checkpointing*`` to ``activation_checkpointing*`` on
+models and on ``TrainingArguments`` (the old names warn); these helpers use the installed release's name.
 
 Key/value cache: transformers 5.24 renamed the forward argument and output field ``past_key_values``
 to ``cache`` (the old name warns and goes in 5.40).

@@ -1,34 +1,26 @@
 """The transformers engine: batched, prefix-cached forward passes of a causal LM in this process.
 
-Every request is a list of token ids ending where the answer comes. Requests are split into a
-shared prefix, whose key/values are computed once and kept, and suffix rows run in right-padded
-batches formed by a token budget. With right padding, real tokens never see a pad (causal
-attention) and positions are the true ones; ``logits_to_keep`` keeps only the last positions, so
-the LM head runs on a few positions per row. Group prefixes (one source, many hypotheses) extend
-the cached template prefix and are computed together in one batch.
+Requests are split into a shared prefix, whose key/values are computed once and kept, and suffix rows
+run in right-padded batches formed by a token budget (real tokens never see a pad; ``logits_to_keep``
+runs the LM head on a few positions per row). Group prefixes (one source, many hypotheses) extend the
+cached template prefix. Two paths, both exact:
 
-Two paths, both exact:
+* **fast**: suffix rows attend the cached prefix through :mod:`.attention` (tests/test_families.py
+  proves it exact on every architecture family it accepts).
+* **plain**: whole prompts, the model's own attention, no prefix reuse; taken, with one warning, when
+  the model's attention cannot take the fast path (:meth:`TransformersEngine.plain_reason`), and for
+  rows longer than a sliding window.
 
-* **fast**: suffix rows attend the cached prefix through :mod:`.attention` (the prefix is stored
-  once, never copied per row). It computes the model's own softmax in two parts, exactly: the tests
-  prove it on float64 tiny models of every architecture family it accepts (``tests/test_families.py``),
-  so no check forward runs at scoring time.
-* **plain**: whole prompts, the model's own attention, no prefix reuse. Taken -- with a warning,
-  once -- when the model's attention cannot take the fast path, decided when the engine is made
-  (eager attention, attention sinks, a forward that does not pass keyword arguments to its attention:
-  :meth:`TransformersEngine.plain_reason` says why) or at the first call that shows it (an attention
-  input the fast path does not know), and for rows longer than a sliding window.
-
-Scoring calls go through :meth:`TransformersEngine.session`: one call at a time per model (a lock),
-the model in eval mode under ``torch.inference_mode`` in its weights' dtype, PEFT adapters
-switched as configured, sharded weights gathered, and the weights checked so that cached prefixes
-and results never outlive a change of the weights (:func:`~pluie_reward.common.weights.weights_digest`).
+Scoring calls go through :meth:`TransformersEngine.session`: one call at a time per model, the model in
+scoring state, sharded weights gathered, and the weights checked so that caches never outlive a change
+(:func:`~pluie_reward.common.weights.weights_digest`).
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+import os
 import threading
 import warnings
 import weakref
@@ -81,15 +73,7 @@ def longest_common_prefix(sequences: Sequence[Sequence[int]]) -> int:
         >>> longest_common_prefix([[1, 2, 3], [1, 2, 4], [1, 2]])
         2
     """
-    if not sequences:
-        return 0
-    n = min(len(s) for s in sequences)
-    first = sequences[0]
-    for i in range(n):
-        t = first[i]
-        if any(s[i] != t for s in sequences[1:]):
-            return i
-    return n
+    return len(os.path.commonprefix([tuple(s) for s in sequences]))
 
 
 def token_batches(lengths: Sequence[int], batch_tokens: int, max_batch_size: int = 256) -> Iterator[list[int]]:
@@ -540,10 +524,7 @@ class TransformersEngine(Engine):
         self.fast = False
         self._why_plain = reason
         self._prefixes.clear()
-        self._warn_once(
-            "plain",
-            f"scoring runs whole prompts without prefix caching (slower, still exact): {reason}.",
-        )
+        self._warn_once("plain", f"scoring runs whole prompts without prefix caching (slower, still exact): {reason}.")
 
     def _forward_shared(self, input_ids: torch.Tensor, state: SharedPrefix, keep: int | None) -> Any:
         """Forward of right-padded rows whose attention goes through the shared-prefix function."""
@@ -722,14 +703,8 @@ class TransformersEngine(Engine):
                 chunk = members[start : start + per_batch]
                 ids = torch.tensor([list(prompts[i]) for i in chunk], device=self.device)
                 self.stats["forward_calls"] += 1
-                generated = self.model.generate(
-                    input_ids=ids,
-                    attention_mask=torch.ones_like(ids),
-                    max_new_tokens=max_new_tokens,
-                    do_sample=False,
-                    eos_token_id=sorted(stops) or None,
-                    pad_token_id=self.pad_id,
-                )[:, length:]
+                generated = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                                do_sample=False, eos_token_id=sorted(stops) or None, pad_token_id=self.pad_id)[:, length:]
                 for i, row in zip(chunk, generated.tolist()):
                     tokens = []
                     for t in row:

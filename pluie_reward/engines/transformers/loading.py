@@ -9,12 +9,10 @@ read that copy. Nothing is downloaded.
 Two names select it:
 
 * ``None`` or ``"embedded"``: the **default judge**, the embedded model with the caller's
-  ``default_adapter`` (:meth:`Judge.load <pluie_reward.Judge.load>` passes the PLUIE adapter shipped
-  in ``pluie_reward/judges/smollm2-pluie``) merged into the weights once and cached beside the
-  converted copy (keyed by the adapter's bytes), so it scores exactly like any plain model and as
-  fast; with ``default_adapter=None``, the untuned model. Every function that resolves a model name
-  takes ``default_adapter`` as a required keyword: a caller that forgets it gets a ``TypeError``, not
-  the untuned model;
+  ``default_adapter`` (:meth:`Judge.load <pluie_reward.Judge.load>` passes the shipped PLUIE adapter)
+  merged into the weights once and cached beside the converted copy (keyed by the adapter's bytes);
+  with ``default_adapter=None``, the untuned model. ``default_adapter`` is a required keyword of every
+  function that resolves a model name;
 * ``"embedded-base"``: the untuned SmolLM2-135M-Instruct.
 """
 
@@ -103,9 +101,7 @@ def dequantized_copy(model: Any) -> Any:
     """
     from transformers import AutoModelForCausalLM
 
-    config = model.config.__class__.from_dict(
-        {k: v for k, v in model.config.to_dict().items() if k != "quantization_config"}
-    )
+    config = model.config.__class__.from_dict({k: v for k, v in model.config.to_dict().items() if k != "quantization_config"})
     with torch.device("meta"):
         plain = AutoModelForCausalLM.from_config(config)
     plain = plain.to_empty(device="cpu")

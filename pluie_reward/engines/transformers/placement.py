@@ -21,7 +21,6 @@ from typing import Any, Iterator
 import torch
 
 
-
 def process_device() -> torch.device:
     """This process's accelerator under ``accelerate launch`` (or the best local device otherwise).
 
