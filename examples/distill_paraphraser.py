@@ -16,7 +16,7 @@ judge is the default judge on the same base weights (its adapter loaded frozen b
    ``--objective dpo``, the pool also holds the teacher's greedy answer (and ``n - 1`` samples), and TRL's
    ``DPOTrainer`` trains each kept candidate against that sentence's greedy answer when it scores below the
    floor (else its worst candidate below the floor), DPO loss plus SFT on the kept candidate, against a frozen
-   copy of the adapter (``pairs-round-R.jsonl``; chosen on the dev file by ``examples/data/distill_dev_rule.md``).
+   copy of the adapter (``pairs-round-R.jsonl``; not chosen as the default on the dev file: docs/evaluation.md).
 
 Data and proof as in the GRPO example: ``--train FILE`` (default ``examples/data/paraphrase_train.txt``,
 120 sentences) and ``--held-out FILE`` (default ``examples/data/paraphrase_held_out.txt``, 24 others; a
@@ -72,7 +72,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-new-tokens", type=int, default=40)
     parser.add_argument("--objective", choices=("sft", "dpo"), default="sft",
                         help="sft: fine-tune on the kept candidates; dpo: also push down each sentence's greedy answer "
-                             "(or worst candidate) when it scores below the floor (DPO + SFT; examples/data/distill_dev_rule.md)")
+                             "(or worst candidate) when it scores below the floor (DPO + SFT; not better on the dev file, docs/evaluation.md)")
     parser.add_argument("--beta", type=float, default=0.1, help="DPO's beta (--objective dpo)")
     parser.add_argument("--epochs", type=float, default=2.0, help="fine-tuning epochs over each round's kept pairs")
     parser.add_argument("--learning-rate", type=float, default=2e-4)
