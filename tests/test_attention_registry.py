@@ -10,7 +10,8 @@ import pytest
 import torch
 from transformers import AttentionInterface, AttentionMaskInterface
 
-from pluie_reward.engines.transformers.attention import _FUSED_CPU_OP, PREFIX, partial_attention, register, selected
+from pluie_reward.engines.transformers import attention
+from pluie_reward.engines.transformers.attention import _FUSED_CPU_OP, FUSED_OPS, PREFIX, partial_attention, register, selected
 from pluie_reward.testing import make_tiny_causal_lm, make_tiny_judge, make_tiny_tokenizer
 
 
@@ -64,3 +65,45 @@ def test_the_private_cpu_flash_op_still_exists_and_gives_sdpa_and_its_log_sum_ex
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(8) + torch.triu(torch.full((5, 5), float("-inf")), 1)
     assert torch.allclose(lse, torch.logsumexp(scores, dim=-1), atol=1e-5)
     assert op is not None
+
+
+def test_the_private_cuda_flash_op_still_exists_with_the_arguments_and_returns_partial_attention_uses():
+    """partial_attention calls the CUDA flash kernel as ``op(q, k, v, dropout_p=, is_causal=, scale=)`` and reads
+    ``(output, logsumexp)`` first (a CPU build registers the op too: breaks here if PyTorch moves or changes it)."""
+    schema = getattr(torch.ops.aten, FUSED_OPS["cuda"]).default._schema
+    names = [a.name for a in schema.arguments]
+    assert names[:5] == ["query", "key", "value", "dropout_p", "is_causal"] and "scale" in names
+    assert [r.name for r in schema.returns][:2] == ["output", "logsumexp"]
+
+
+def test_a_failing_fused_kernel_warns_once_and_gives_the_same_attention_in_float32(monkeypatch):
+    """A device whose fused kernel raises (a GPU without flash attention) gets the float32 scores, equal to
+    SDPA and the log-sum-exp computed here, with one RuntimeWarning; later calls do not try the kernel again."""
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        raise RuntimeError("FlashAttention only supports Ampere GPUs or newer.")
+
+    monkeypatch.setattr(torch.ops.aten, "pluie_test_broken_op", broken, raising=False)
+    monkeypatch.setitem(FUSED_OPS, "cpu", "pluie_test_broken_op")
+    monkeypatch.setattr(attention, "_BROKEN", {})
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 8) for _ in range(3))
+    with pytest.warns(RuntimeWarning, match="Ampere"):
+        out, lse = partial_attention(q, k, v, 1 / math.sqrt(8), causal=True)
+    assert torch.allclose(out, torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-5)
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(8) + torch.triu(torch.full((5, 5), float("-inf")), 1)
+    assert torch.allclose(lse, torch.logsumexp(scores, dim=-1), atol=1e-5)
+    partial_attention(q, k, v, 1 / math.sqrt(8), causal=True)
+    assert calls == [1] and attention.fused_kernel("cpu", torch.float32, 8, None) is None
+
+
+@pytest.mark.parametrize(("device", "dtype", "head_dim", "softcap", "kernel"), [
+    ("cpu", torch.float64, 64, None, "cpu"), ("cuda", torch.bfloat16, 128, None, "cuda"), ("cuda", torch.float16, 256, None, "cuda"),
+    ("cuda", torch.float32, 128, None, None), ("cuda", torch.bfloat16, 264, None, None), ("cuda", torch.bfloat16, 100, None, None),
+    ("cuda", torch.bfloat16, 128, 30.0, None), ("cpu", torch.float32, 64, 30.0, None), ("mps", torch.float16, 64, None, None)])
+def test_the_fused_kernel_is_chosen_only_where_it_computes_the_attention(device, dtype, head_dim, softcap, kernel):
+    """CUDA's flash kernel takes float16/bfloat16 with a head size <= 256 and a multiple of 8; a softcap needs the
+    float32 scores everywhere."""
+    assert attention.fused_kernel(device, dtype, head_dim, softcap) == kernel

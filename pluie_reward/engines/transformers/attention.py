@@ -21,7 +21,9 @@ Example:
 from __future__ import annotations
 
 import inspect
+import os
 import threading
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -37,9 +39,15 @@ KV = list[tuple[torch.Tensor, torch.Tensor]]
 # function refuse with AttentionUnsupported instead of silently ignoring it.
 HANDLED_KWARGS = frozenset({"scaling", "dropout", "sliding_window", "softcap", "is_causal", "position_ids", "cache_position",
                             "use_cache", "output_attentions"})
-# PyTorch's fused CPU flash-attention kernel returns the log-sum-exp we need; it is a private op
-# (tests/test_attention_registry.py breaks if it moves). Elsewhere the scores are materialised in float32.
-_FUSED_CPU_OP = "_scaled_dot_product_flash_attention_for_cpu"
+# PyTorch's fused flash-attention kernels return the log-sum-exp we need: on CPU (any float dtype) and on
+# CUDA (float16/bfloat16, head size <= 256, a multiple of 8). They are private ops (tests/test_attention_registry.py
+# breaks if they move); the CUDA one was chosen over the memory-efficient kernel and one SDPA over the broadcast
+# prefix by issue 45's per-layer measurements on an H200 (0.32 ms against 0.52 and 0.49 for 128-token rows over
+# a 512-token prefix). Other inputs (a softcap, float32 on CUDA, other devices) materialise the scores in float32.
+# PLUIE_FUSED_ATTENTION=0 turns both kernels off (to measure the float32 path beside them).
+FUSED_OPS = {"cpu": "_scaled_dot_product_flash_attention_for_cpu", "cuda": "_scaled_dot_product_flash_attention"}
+_FUSED_CPU_OP = FUSED_OPS["cpu"]
+_FUSED_OFF = os.environ.get("PLUIE_FUSED_ATTENTION", "1") == "0"
 
 
 class AttentionUnsupported(PluieError, RuntimeError):
@@ -67,6 +75,26 @@ class SharedPrefix:
     collected: KV = field(default_factory=list)
 
 
+def fused_kernel(device_type: str, dtype: torch.dtype, head_dim: int, softcap: float | None) -> str | None:
+    """The fused kernel :func:`partial_attention` uses for these inputs (a key of :data:`FUSED_OPS`), or ``None``
+    for the float32 scores.
+
+    Example:
+        >>> fused_kernel("cpu", torch.float32, 64, None), fused_kernel("cuda", torch.bfloat16, 128, None)
+        ('cpu', 'cuda')
+        >>> fused_kernel("cuda", torch.float32, 128, None), fused_kernel("cuda", torch.bfloat16, 128, 50.0)
+        (None, None)
+    """
+    if _FUSED_OFF or softcap is not None or device_type in _BROKEN or not hasattr(torch.ops.aten, FUSED_OPS.get(device_type, "?")):
+        return None
+    if device_type == "cuda" and not (dtype in (torch.float16, torch.bfloat16) and head_dim <= 256 and head_dim % 8 == 0):
+        return None
+    return device_type
+
+
+_BROKEN: dict[str, str] = {}  # device type -> why its fused kernel failed (then the float32 path, with one warning)
+
+
 def partial_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -83,7 +111,7 @@ def partial_attention(
         query, key, value: (batch, heads, length, dim), the same number of heads.
         scale: the factor on the scores.
         causal: query i sees keys j <= i (mask aligned top-left).
-        fused: use PyTorch's fused CPU kernel (default: on CPU, when it exists and no softcap).
+        fused: use PyTorch's fused kernel of the device (default: :func:`fused_kernel`'s choice).
         softcap: Gemma-2 style logit soft-capping ``softcap * tanh(scores / softcap)``.
 
     Returns:
@@ -96,12 +124,20 @@ def partial_attention(
         True
     """
     exact = torch.promote_types(query.dtype, torch.float32)  # float32, or float64 for a float64 model
+    device = query.device.type
     if fused is None:
-        fused = query.device.type == "cpu" and softcap is None and hasattr(torch.ops.aten, _FUSED_CPU_OP)
+        fused = fused_kernel(device, query.dtype, query.shape[-1], softcap) is not None
     if fused:
-        kernel = getattr(torch.ops.aten, _FUSED_CPU_OP)
-        out, lse = kernel(query, key, value, 0.0, causal, scale=scale)
-        return out, lse.to(exact)
+        kernel = getattr(torch.ops.aten, FUSED_OPS[device])
+        try:
+            out, lse = kernel(query, key, value, dropout_p=0.0, is_causal=causal, scale=scale)[:2]
+            return out, lse[..., : query.shape[-2]].to(exact)
+        except torch.OutOfMemoryError:
+            raise
+        except RuntimeError as error:  # a GPU without the kernel (flash needs sm80+): float32 from now on, said once
+            _BROKEN[device] = str(error).splitlines()[0]
+            warnings.warn(f"the fused {device} attention kernel failed ({_BROKEN[device]}); shared-prefix attention "
+                          "materialises float32 scores instead (slower, the same scores)", RuntimeWarning, stacklevel=2)
     scores = torch.matmul(query.to(exact), key.to(exact).transpose(-1, -2)) * scale
     if softcap:
         scores = torch.tanh(scores / softcap) * softcap
