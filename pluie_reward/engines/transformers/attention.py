@@ -132,7 +132,7 @@ def partial_attention(
         try:
             out, lse = kernel(query, key, value, dropout_p=0.0, is_causal=causal, scale=scale)[:2]
             return out, lse[..., : query.shape[-2]].to(exact)
-        except torch.OutOfMemoryError:
+        except torch.cuda.OutOfMemoryError:  # (torch.OutOfMemoryError from torch 2.5)
             raise
         except RuntimeError as error:  # a GPU without the kernel (flash needs sm80+): float32 from now on, said once
             _BROKEN[device] = str(error).splitlines()[0]
