@@ -107,3 +107,16 @@ def test_the_fused_kernel_is_chosen_only_where_it_computes_the_attention(device,
     """CUDA's flash kernel takes float16/bfloat16 with a head size <= 256 and a multiple of 8; a softcap needs the
     float32 scores everywhere."""
     assert attention.fused_kernel(device, dtype, head_dim, softcap) == kernel
+
+
+def test_running_out_of_memory_in_the_fused_kernel_is_raised_not_hidden(monkeypatch):
+    def out_of_memory(*args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(torch.ops.aten, "pluie_test_oom_op", out_of_memory, raising=False)
+    monkeypatch.setitem(FUSED_OPS, "cpu", "pluie_test_oom_op")
+    monkeypatch.setattr(attention, "_BROKEN", {})
+    q = torch.randn(1, 1, 2, 8)
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        partial_attention(q, q, q, 0.5, causal=True)
+    assert attention._BROKEN == {}  # the kernel is not given up for a batch too large
