@@ -417,3 +417,15 @@ def test_roc_auc_by_hand_and_against_scikit_learn():
     rng = np.random.default_rng(0)
     scores, labels = np.round(rng.normal(size=300), 1), rng.random(300) < 0.4  # rounded: many ties
     assert roc_auc(scores, labels) == pytest.approx(sklearn.roc_auc_score(labels, scores), abs=1e-12)
+
+
+def test_pearson_of_a_constant_series_is_undefined_even_when_its_float_std_is_not_zero():
+    """``np.std([0.1] * 3)`` is 1.4e-17, not 0: Pearson's r must still say undefined (it said 0.0)."""
+    import numpy as np
+
+    from pluie_reward.tools.evaluation.plots import pearson
+
+    stats = pytest.importorskip("scipy.stats")
+    assert pearson([0.1] * 3, [1, 2, 3]) is None and pearson([1, 2, 3], [0.1] * 3) is None and pearson([1], [2]) is None
+    x, y = np.array([0.2, 1.5, 0.7, 3.1]), np.array([1.0, 2.0, 0.5, 4.0])
+    assert pearson(x, y) == pytest.approx(stats.pearsonr(x, y)[0])
