@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..evaluation.metrics import as_scores, classification_report
-from ..evaluation.plots import plot_threshold_curves
+from ..evaluation.plots import pearson, plot_threshold_curves
 from ..evaluation.report import markdown_table, number, percent
 
 
@@ -32,12 +32,6 @@ def _ranks(x: np.ndarray) -> np.ndarray:
     _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
     sums = np.bincount(inverse, weights=ranks)
     return sums[inverse] / counts[inverse]
-
-
-def _pearson(x: np.ndarray, y: np.ndarray) -> float | None:
-    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return None  # undefined for a constant series
-    return float(np.corrcoef(x, y)[0, 1])
 
 
 def agreement(student: Iterable[float], teacher: Iterable[float], threshold: float = 0.0) -> dict[str, Any]:
@@ -54,8 +48,8 @@ def agreement(student: Iterable[float], teacher: Iterable[float], threshold: flo
         raise ValueError(f"student and teacher scores differ in length ({len(s)} vs {len(t)}).")
     return {
         "n": int(len(s)),
-        "pearson": _pearson(s, t),
-        "spearman": _pearson(_ranks(s), _ranks(t)),
+        "pearson": pearson(s, t),
+        "spearman": pearson(_ranks(s), _ranks(t)),
         "verdict_agreement": float(np.mean((s > threshold) == (t > threshold))),
         "mean_abs_difference": float(np.mean(np.abs(s - t))),
         "student_positive_rate": float(np.mean(s > threshold)),
