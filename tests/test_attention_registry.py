@@ -11,7 +11,7 @@ import torch
 from transformers import AttentionInterface, AttentionMaskInterface
 
 from pluie_reward.engines.transformers import attention
-from pluie_reward.engines.transformers.attention import _FUSED_CPU_OP, FUSED_OPS, PREFIX, partial_attention, register, selected
+from pluie_reward.engines.transformers.attention import FUSED_OPS, PREFIX, partial_attention, register, selected
 from pluie_reward.testing import make_tiny_causal_lm, make_tiny_judge, make_tiny_tokenizer
 
 
@@ -56,7 +56,7 @@ def test_selected_restores_after_an_error():
 
 
 def test_the_private_cpu_flash_op_still_exists_and_gives_sdpa_and_its_log_sum_exp():
-    op = getattr(torch.ops.aten, _FUSED_CPU_OP)  # breaks here if PyTorch moves or renames it
+    op = getattr(torch.ops.aten, FUSED_OPS["cpu"])  # breaks here if PyTorch moves or renames it
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 2, 5, 8) for _ in range(3))
     out, lse = partial_attention(q, k, v, 1 / math.sqrt(8), causal=True)

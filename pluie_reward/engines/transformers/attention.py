@@ -46,8 +46,8 @@ HANDLED_KWARGS = frozenset({"scaling", "dropout", "sliding_window", "softcap", "
 # a 512-token prefix). Other inputs (a softcap, float32 on CUDA, other devices) materialise the scores in float32.
 # PLUIE_FUSED_ATTENTION=0 turns both kernels off (to measure the float32 path beside them).
 FUSED_OPS = {"cpu": "_scaled_dot_product_flash_attention_for_cpu", "cuda": "_scaled_dot_product_flash_attention"}
-_FUSED_CPU_OP = FUSED_OPS["cpu"]
 _FUSED_OFF = os.environ.get("PLUIE_FUSED_ATTENTION", "1") == "0"
+_BROKEN: dict[str, str] = {}  # device type -> why its fused kernel failed (then the float32 path, with one warning)
 
 
 class AttentionUnsupported(PluieError, RuntimeError):
@@ -90,9 +90,6 @@ def fused_kernel(device_type: str, dtype: torch.dtype, head_dim: int, softcap: f
     if device_type == "cuda" and not (dtype in (torch.float16, torch.bfloat16) and head_dim <= 256 and head_dim % 8 == 0):
         return None
     return device_type
-
-
-_BROKEN: dict[str, str] = {}  # device type -> why its fused kernel failed (then the float32 path, with one warning)
 
 
 def partial_attention(
