@@ -92,6 +92,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--floor must lie in [0, 1): the copy-proof score is p_yes x novelty credit x length credit.")
     if not args.time_budget >= 0 or not args.epochs > 0:
         parser.error("--time-budget must be >= 0 minutes (0: no limit) and --epochs > 0.")
+    if not 0 < args.beta < float("inf"):  # also refuses nan
+        parser.error("--beta must be a positive number (DPO's strength against the reference; 0.1 by default).")
     read_data(parser, args)
     return args
 

@@ -450,7 +450,8 @@ def test_distill_paraphraser_refuses_bad_arguments(tmp_path, capsys):
     for argv, message in ([files[:2] + ["--held-out", str(overlap)], "also training sentences"],
                           [["--train", str(mrpc)], "MRPC"],
                           [files + ["--floor", "1"], "--floor"], [files + ["--floor", "nan"], "--floor"],
-                          [files + ["--rounds", "0"], "at least 1"], [files + ["--time-budget", "-1"], "--time-budget"]):
+                          [files + ["--rounds", "0"], "at least 1"], [files + ["--time-budget", "-1"], "--time-budget"],
+                          [files + ["--beta", "0"], "--beta"], [files + ["--beta", "nan"], "--beta"]):
         with pytest.raises(SystemExit) as exit_info:
             example.parse_args(argv)
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
