@@ -120,3 +120,31 @@ def test_running_out_of_memory_in_the_fused_kernel_is_raised_not_hidden(monkeypa
     with pytest.raises(torch.cuda.OutOfMemoryError):
         partial_attention(q, q, q, 0.5, causal=True)
     assert attention._BROKEN == {}  # the kernel is not given up for a batch too large
+
+
+def test_fused_attention_false_scores_through_the_float32_path_with_the_same_scores_and_restores(monkeypatch):
+    """The bench times both paths in one run: inside ``fused_attention(False)`` no fused kernel runs, the scores
+    are the fused path's (float32 tiny judge), and the switch comes back after the block, an error included."""
+    calls = []
+    real = getattr(torch.ops.aten, FUSED_OPS["cpu"])
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.ops.aten, "pluie_test_counted_op", counted, raising=False)
+    monkeypatch.setitem(FUSED_OPS, "cpu", "pluie_test_counted_op")
+    monkeypatch.setitem(attention._FUSED, "on", True)
+    judge = make_tiny_judge()
+    items = dict(source=["The cat sleeps.", "The cat sleeps."], hypothesis=["A cat is asleep.", "The dog barks loudly."])
+    fused = judge.score("para-fs", **items, use_cache=False)
+    assert calls  # the fused kernel ran
+    calls.clear()
+    with attention.fused_attention(False):
+        plain = judge.score("para-fs", **items, use_cache=False)
+    assert calls == [] and judge.engine.stats["plain_rows"] == 0  # the shared-prefix path, its float32 scores
+    assert plain == pytest.approx(fused, abs=1e-4)
+    with pytest.raises(KeyError), attention.fused_attention(False):
+        raise KeyError("x")
+    judge.score("para-fs", **items, use_cache=False)
+    assert calls  # on again

@@ -62,6 +62,8 @@ def test_tiny_gpu_check_fills_every_cell(tmp_path):
         assert r["bound"] == pytest.approx(r["prompt_tokens"] / r["distinct_tokens"]) and r["bound"] > 1
         assert r["path"] == "shared prefix" and r["plain_rows"] == 0 < r["rows"], r
         assert r["plain_max_abs_diff"] < 0.05, r  # bf16: the two read the same scores up to rounding
+        assert r["fused_vs_f32"] == pytest.approx(r["pluie_pairs_s"] / r["f32_pairs_s"])  # b1: the same judge, kernels off
+        assert r["f32_max_abs_diff"] < 0.05, r
     draws = result["random_draws"]
     assert [d["seed"] for d in draws] == [0, 1] and all(d["path"] == "shared prefix" for d in draws), draws
     goals = result["goals"]["workloads"]
@@ -79,7 +81,7 @@ def test_tiny_gpu_check_fills_every_cell(tmp_path):
             assert not any(re.fullmatch(r"(?i)nan|inf|not run|", c) for c in cells), line
     assert "not run" not in table and "failed:" not in table and "| NO |" not in table
     assert table.count("| Judge.score / best plain (bound ") == len(result["throughput"])
-    assert "## b2. Against the plain forward" in table and "## b3. Random draws" in table
+    assert "## b1. Fused attention kernels" in table and "## b2. Against the plain forward" in table and "## b3. Random draws" in table
 
 
 @pytest.mark.parametrize("name", ["tiny", "mistral-7b-instruct-v0.2"])

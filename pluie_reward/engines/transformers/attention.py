@@ -44,9 +44,9 @@ HANDLED_KWARGS = frozenset({"scaling", "dropout", "sliding_window", "softcap", "
 # breaks if they move); the CUDA one was chosen over the memory-efficient kernel and one SDPA over the broadcast
 # prefix by issue 45's per-layer measurements on an H200 (0.32 ms against 0.52 and 0.49 for 128-token rows over
 # a 512-token prefix). Other inputs (a softcap, float32 on CUDA, other devices) materialise the scores in float32.
-# PLUIE_FUSED_ATTENTION=0 turns both kernels off (to measure the float32 path beside them).
+# PLUIE_FUSED_ATTENTION=0 turns both kernels off in a process, fused_attention(False) within a block.
 FUSED_OPS = {"cpu": "_scaled_dot_product_flash_attention_for_cpu", "cuda": "_scaled_dot_product_flash_attention"}
-_FUSED_OFF = os.environ.get("PLUIE_FUSED_ATTENTION", "1") == "0"
+_FUSED = {"on": os.environ.get("PLUIE_FUSED_ATTENTION", "1") != "0"}
 _BROKEN: dict[str, str] = {}  # device type -> why its fused kernel failed (then the float32 path, with one warning)
 
 
@@ -85,11 +85,30 @@ def fused_kernel(device_type: str, dtype: torch.dtype, head_dim: int, softcap: f
         >>> fused_kernel("cuda", torch.float32, 128, None), fused_kernel("cuda", torch.bfloat16, 128, 50.0)
         (None, None)
     """
-    if _FUSED_OFF or softcap is not None or device_type in _BROKEN or not hasattr(torch.ops.aten, FUSED_OPS.get(device_type, "?")):
+    if not _FUSED["on"] or softcap is not None or device_type in _BROKEN or not hasattr(torch.ops.aten, FUSED_OPS.get(device_type, "?")):
         return None
     if device_type == "cuda" and not (dtype in (torch.float16, torch.bfloat16) and head_dim <= 256 and head_dim % 8 == 0):
         return None
     return device_type
+
+
+@contextmanager
+def fused_attention(enabled: bool) -> Iterator[None]:
+    """Turn the fused kernels on or off in this process for the block (then back as they were), so that one
+    run can time the float32 path beside them (``python -m pluie_reward.tools.bench.gpu`` does). Not for
+    concurrent scoring calls: the switch is global.
+
+    Example:
+        >>> with fused_attention(False):
+        ...     fused_kernel("cpu", torch.float32, 64, None)
+        >>> fused_kernel("cpu", torch.float32, 64, None)
+        'cpu'
+    """
+    was, _FUSED["on"] = _FUSED["on"], enabled
+    try:
+        yield
+    finally:
+        _FUSED["on"] = was
 
 
 def partial_attention(

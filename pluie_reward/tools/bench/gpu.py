@@ -6,9 +6,11 @@ Nothing is downloaded: the models are random weights made on the device from pub
 (Qwen2.5-7B-Instruct, Llama-3-8B-Instruct, Qwen2.5-1.5B), paired with the real tokenizers of
 ``../shared/tokenizers`` (``--tokenizers``); throughput and memory do not depend on the weights' values.
 Sections (each a function below): a. :func:`exactness` against the seeds' two-pass PLUIE on float64
-copies; b. :func:`throughput` beside the two-pass method, a generating judge and (b2) the plain padded
-forward (:func:`plain_scores`), and (b3) :func:`random_draws`; c. :func:`sharing`, a judge on a LoRA
-policy's base; d. :func:`grpo_step`, the reward's share of a ``trl.GRPOTrainer`` step.
+copies; b. :func:`throughput` beside the two-pass method, a generating judge, (b1) the same judge with the
+fused attention kernels off (:func:`~pluie_reward.engines.transformers.attention.fused_attention`: the float32
+path they replaced) and (b2) the plain padded forward (:func:`plain_scores`), and (b3) :func:`random_draws`;
+c. :func:`sharing`, a judge on a LoRA policy's base; d. :func:`grpo_step`, the reward's share of a
+``trl.GRPOTrainer`` step.
 
 ``--tiny --device cpu`` runs every section at tiny shapes (the vocabulary too: the tokenizer's, not the
 published one; two random draws, one call of each plain forward) on the CPU, in seconds (the test suite
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ...core.judge import Judge
+from ...engines.transformers.attention import fused_attention
 from ...integrations.rewards import PluieReward
 from ...testing import make_tiny_causal_lm, make_tiny_tokenizer
 from ..evaluation.report import markdown_table
@@ -358,10 +361,14 @@ def throughput(shape: str, folder: Path | None, pairs: Sequence[tuple[str, str]]
         seconds, scores, mem = timed(device, lambda: judge.score(TEMPLATE, source=src, hypothesis=hyp, use_cache=False))
         path = scoring_path(judge.engine, before)
         wide_seconds, _, _ = timed(device, lambda: wide.score(TEMPLATE, source=src, hypothesis=hyp, use_cache=False))
+        with fused_attention(False):  # the float32 scores the fused kernels replaced: before and after in one run
+            f32_seconds, f32_scores, _ = timed(device, lambda: judge.score(TEMPLATE, source=src, hypothesis=hyp, use_cache=False))
         row = {"model": shape, "workload": name, "n": len(src), "prompt_tokens": tokens, "pluie_pairs_s": len(src) / seconds,
                "pluie_tokens_s": tokens / seconds, "pluie_peak_share": flops / seconds / peak, "pluie_peak_mib": mem,
                "wide_batch_tokens": WIDE_BATCH_TOKENS[tiny], "wide_pairs_s": len(src) / wide_seconds,
-               "wide_peak_share": flops / wide_seconds / peak, "distinct_tokens": distinct, "bound": tokens / distinct, **path}
+               "wide_peak_share": flops / wide_seconds / peak, "distinct_tokens": distinct, "bound": tokens / distinct, **path,
+               "f32_pairs_s": len(src) / f32_seconds, "f32_peak_share": flops / f32_seconds / peak, "fused_vs_f32": f32_seconds / seconds,
+               "f32_max_abs_diff": max(abs(a - b) for a, b in zip(scores, f32_scores))}
         judged = judge_ids(judge, src, hyp)  # the prompts Judge.score read (the same ids as `ids` for these tokenizers)
         measured: dict[int, tuple[float, Any, float | None]] = {}
         for size in PLAIN_ROWS:  # the plain padded forward, on the same items
@@ -600,6 +607,13 @@ def markdown(result: dict[str, Any]) -> str:
                               _f(r["generate_pairs_s"], ".1f"), _f(r["speedup_vs_two_pass"], ".1f"), _f(r["speedup_vs_generate"], ".1f"),
                               str(r["subset"])] for r in result["throughput"]], align="llrrrrrrrrrrrr")]
     lines += [f"failed: {key[len('throughput '):]}: {value['error']}" for key, value in result.items() if key.startswith("throughput ")]
+    lines += ["", "## b1. Fused attention kernels against the float32 scores they replaced (the same judge, "
+              "`fused_attention(False)`; max abs diff: between the two paths' scores)", "",
+              markdown_table(["model", "workload", "n", "PLUIE pairs/s", "share of bf16 peak", "float32 attention pairs/s",
+                              "its share of peak", "fused / float32", "max abs diff"],
+                             [[r["model"], r["workload"], str(r["n"]), _f(r["pluie_pairs_s"], ".1f"), _f(r["pluie_peak_share"], ".1%"),
+                               _f(r["f32_pairs_s"], ".1f"), _f(r["f32_peak_share"], ".1%"), _f(r["fused_vs_f32"], ".2f"),
+                               f"{r['f32_max_abs_diff']:.1e}"] for r in result["throughput"]], align="llrrrrrrr")]
     rows = " and ".join(map(str, PLAIN_ROWS))
     lines += ["", f"## b2. Against the plain forward (prompts sorted by length, left-padded batches of {rows}, "
               "the model's own attention, logits_to_keep=1; bound: prompt tokens / distinct tokens)", "",
