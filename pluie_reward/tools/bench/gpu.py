@@ -171,27 +171,9 @@ def completions(tokenizer: Any, text: str, count: int, length: int) -> list[str]
     return [tokenizer.decode(ids[7 * i : 7 * i + length]) for i in range(count)]
 
 
-def prompt_ids(judge: Any, sources: Sequence[str], hypotheses: Sequence[str]) -> list[list[int]]:
-    """The token ids of each rendered prompt (the answer position last), as the judge's template renders it."""
-    bound = judge.bind(TEMPLATE)
-    t = bound.template
-    out = []
-    for s, h in zip(sources, hypotheses):
-        values = dict(zip(t.fields, (s, h)))
-        if bound.use_chat:
-            ids = judge.tokenizer.apply_chat_template(t.chat(values), add_generation_prompt=True, tokenize=True,
-                                                      **judge.chat_template_kwargs)
-            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-        else:
-            prompt, _ = t.plain(values)
-            ids = judge.tokenizer(prompt).input_ids
-        out.append(list(ids))
-    return out
-
-
 def judge_ids(judge: Any, sources: Sequence[str], hypotheses: Sequence[str]) -> list[list[int]]:
-    """The prompt ids ``Judge.score`` reads, one list per item (its bound template's own encoding; for
-    the throughput shapes' tokenizers, Qwen2.5 and Llama-3, the same ids as :func:`prompt_ids`).
+    """The prompt ids ``Judge.score`` reads, one list per item (its bound template's own encoding of the
+    rendered prompts): what the plain forward reads and the distinct tokens are counted on.
 
     Args:
         judge: the judge.
@@ -354,7 +336,7 @@ def throughput(shape: str, folder: Path | None, pairs: Sequence[tuple[str, str]]
     answer_ids, pad = judge.bind(TEMPLATE).answer_ids, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     rows = []
     for name, src, hyp in workloads(judge, pairs, tiny):
-        ids = prompt_ids(judge, src, hyp)
+        ids = judge_ids(judge, src, hyp)  # the prompts Judge.score reads: counted, and read by the plain forward
         tokens, distinct = sum(map(len, ids)), trie_tokens(ids)
         flops = 2 * params * distinct
         before = dict(judge.engine.stats)
@@ -369,12 +351,11 @@ def throughput(shape: str, folder: Path | None, pairs: Sequence[tuple[str, str]]
                "wide_peak_share": flops / wide_seconds / peak, "distinct_tokens": distinct, "bound": tokens / distinct, **path,
                "f32_pairs_s": len(src) / f32_seconds, "f32_peak_share": flops / f32_seconds / peak, "fused_vs_f32": f32_seconds / seconds,
                "f32_max_abs_diff": max(abs(a - b) for a, b in zip(scores, f32_scores))}
-        judged = judge_ids(judge, src, hyp)  # the prompts Judge.score read (the same ids as `ids` for these tokenizers)
         measured: dict[int, tuple[float, Any, float | None]] = {}
         for size in PLAIN_ROWS:  # the plain padded forward, on the same items
             rows_now = min(size, len(src))  # a size past n makes the batches of the size before: measured once
             if rows_now not in measured:  # tiny: one call (the tiny tokenizer's prompts are long)
-                measured[rows_now] = timed(device, lambda r=rows_now: plain_scores(model, judged, answer_ids, pad, r),
+                measured[rows_now] = timed(device, lambda r=rows_now: plain_scores(model, ids, answer_ids, pad, r),
                                            rounds=1 if tiny else 2, warmup=not tiny)
             plain_s, plain, plain_mem = measured[rows_now]
             row.update({f"plain{size}_pairs_s": len(src) / plain_s, f"plain{size}_peak_mib": plain_mem,
