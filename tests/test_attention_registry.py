@@ -148,3 +148,30 @@ def test_fused_attention_false_scores_through_the_float32_path_with_the_same_sco
         raise KeyError("x")
     judge.score("para-fs", **items, use_cache=False)
     assert calls  # on again
+
+
+def test_the_cuda_kernels_return_layout_is_read_right(monkeypatch):
+    """What CUDA's kernel gives back, emulated on the CPU: nine values (output, logsumexp, then sequence lengths,
+    RNG state and a debug mask) with a log-sum-exp longer than the queries (the memory-efficient kernel pads it to a
+    multiple of 32): partial_attention reads the output and the first q_length log-sum-exps, equal to SDPA and an
+    independent log-sum-exp; a shared-prefix forward through it equals the float32 path."""
+    def cuda_like(query, key, value, dropout_p=0.0, is_causal=False, scale=None):
+        out, lse = attention.partial_attention(query, key, value, scale, causal=is_causal, fused=False)
+        padded = torch.cat([lse, torch.full((*lse.shape[:-1], 32 - lse.shape[-1] % 32), float("nan"))], dim=-1)
+        empty = torch.empty(0)
+        return out, padded, empty, empty, query.shape[-2], key.shape[-2], empty, empty, empty
+
+    monkeypatch.setattr(torch.ops.aten, "pluie_test_cuda_like_op", cuda_like, raising=False)
+    monkeypatch.setitem(FUSED_OPS, "cpu", "pluie_test_cuda_like_op")
+    monkeypatch.setattr(attention, "_BROKEN", {})
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 7, 8), torch.randn(1, 2, 7, 8)
+    out, lse = partial_attention(q, k, v, 1 / math.sqrt(8), causal=False)
+    assert lse.shape == (1, 2, 5) and torch.isfinite(lse).all()
+    assert torch.allclose(out, torch.nn.functional.scaled_dot_product_attention(q, k, v), atol=1e-5)
+    assert torch.allclose(lse, torch.logsumexp((q @ k.transpose(-1, -2)) / math.sqrt(8), dim=-1), atol=1e-5)
+    judge = make_tiny_judge()
+    items = dict(source=["The cat sleeps."] * 2, hypothesis=["A cat is asleep.", "The dog barks loudly."])
+    emulated = judge.score("para-fs", **items, use_cache=False)
+    with attention.fused_attention(False):
+        assert emulated == pytest.approx(judge.score("para-fs", **items, use_cache=False), abs=1e-4)
