@@ -175,3 +175,20 @@ def test_the_cuda_kernels_return_layout_is_read_right(monkeypatch):
     emulated = judge.score("para-fs", **items, use_cache=False)
     with attention.fused_attention(False):
         assert emulated == pytest.approx(judge.score("para-fs", **items, use_cache=False), abs=1e-4)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("causal", [True, False])
+def test_grouped_query_attention_reads_key_value_head_h_over_group_without_a_copy(fused, causal):
+    """Keys/values with fewer heads (GQA) give the attention of the keys repeated per query head as transformers'
+    repeat_kv does (query head h reads head h // group), in the fused kernel and in the float32 scores alike."""
+    torch.manual_seed(0)
+    length_k = 5 if causal else 7
+    q, k, v = torch.randn(2, 6, 5, 8), torch.randn(2, 2, length_k, 8), torch.randn(2, 2, length_k, 8)
+    out, lse = partial_attention(q, k, v, 0.3, causal=causal, fused=fused)
+    k_rep, v_rep = k.repeat_interleave(3, dim=1), v.repeat_interleave(3, dim=1)  # head h <- h // 3
+    scores = (q @ k_rep.transpose(-1, -2)) * 0.3
+    if causal:
+        scores = scores + torch.triu(torch.full((5, 5), float("-inf")), 1)
+    assert torch.allclose(lse, torch.logsumexp(scores, dim=-1), atol=1e-5)
+    assert torch.allclose(out, torch.softmax(scores, dim=-1) @ v_rep, atol=1e-5)

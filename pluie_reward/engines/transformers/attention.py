@@ -124,7 +124,9 @@ def partial_attention(
     float64 for float64 inputs).
 
     Args:
-        query, key, value: (batch, heads, length, dim), the same number of heads.
+        query, key, value: (batch, heads, length, dim); key/value may have fewer heads, a divisor of the
+            query's (grouped-query attention: query head h reads key/value head h // (heads / kv_heads), as
+            transformers' ``repeat_kv``; no copy of keys or values per query head).
         scale: the factor on the scores.
         causal: query i sees keys j <= i (mask aligned top-left).
         fused: use PyTorch's fused kernel of the device (default: :func:`fused_kernel`'s choice).
@@ -154,16 +156,18 @@ def partial_attention(
             _BROKEN[device] = str(error).splitlines()[0]
             warnings.warn(f"the fused {device} attention kernel failed ({_BROKEN[device]}); shared-prefix attention "
                           "materialises float32 scores instead (slower, the same scores)", RuntimeWarning, stacklevel=2)
-    scores = torch.matmul(query.to(exact), key.to(exact).transpose(-1, -2)) * scale
+    batch, heads, length_q, dim = query.shape
+    kv_heads = key.shape[1]  # the query heads of a group share one key/value head: broadcast, not copied
+    grouped = query.to(exact).reshape(batch, kv_heads, heads // kv_heads, length_q, dim)
+    scores = torch.matmul(grouped, key.to(exact)[:, :, None].transpose(-1, -2)) * scale
     if softcap:
         scores = torch.tanh(scores / softcap) * softcap
     if causal:
-        length_q, length_k = scores.shape[-2:]
-        future = torch.ones(length_q, length_k, dtype=torch.bool, device=scores.device).triu(1)
+        future = torch.ones(length_q, key.shape[-2], dtype=torch.bool, device=scores.device).triu(1)
         scores = scores.masked_fill(future, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
-    out = torch.matmul(torch.exp(scores - lse[..., None]), value.to(exact))
-    return out.to(query.dtype), lse
+    out = torch.matmul(torch.exp(scores - lse[..., None]), value.to(exact)[:, :, None])
+    return out.reshape(query.shape).to(query.dtype), lse.reshape(batch, heads, length_q)
 
 
 def _check_kwargs(module: Any, width: int, state: SharedPrefix, dropout: float, kwargs: dict[str, Any]) -> float | None:
@@ -222,13 +226,8 @@ def shared_prefix_attention(
         raise AttentionUnsupported("unexpected key/value head layout")
     group = heads // kv_heads
     scale = scaling if scaling is not None else dim**-0.5
-    # suffix part: causal within each row
-    if group > 1:
-        own_key = key[:, :, None].expand(batch, kv_heads, group, width, dim).reshape(batch, heads, width, dim)
-        own_value = value[:, :, None].expand(batch, kv_heads, group, width, dim).reshape(batch, heads, width, dim)
-    else:
-        own_key, own_value = key, value
-    out_suffix, lse_suffix = partial_attention(query, own_key, own_value, scale, causal=True, softcap=softcap)
+    # suffix part: causal within each row (grouped-query attention without a copy per query head)
+    out_suffix, lse_suffix = partial_attention(query, key, value, scale, causal=True, softcap=softcap)
     if pluie_prefix.kv is None:
         return out_suffix.transpose(1, 2).contiguous(), None
     if layer >= len(pluie_prefix.kv):
