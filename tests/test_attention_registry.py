@@ -5,6 +5,7 @@ uses on CPU is checked against the public SDPA here, so that a move breaks this 
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -192,3 +193,29 @@ def test_grouped_query_attention_reads_key_value_head_h_over_group_without_a_cop
         scores = scores + torch.triu(torch.full((5, 5), float("-inf")), 1)
     assert torch.allclose(lse, torch.logsumexp(scores, dim=-1), atol=1e-5)
     assert torch.allclose(out, torch.softmax(scores, dim=-1) @ v_rep, atol=1e-5)
+
+
+def test_a_fused_kernel_without_grouped_query_attention_gets_the_heads_repeated_not_the_float32_path(monkeypatch):
+    """A kernel that refuses fewer key/value heads than query heads (not PyTorch's flash kernels today) is called
+    again with the heads repeated, from then on for that device, with no warning and the same attention."""
+    calls = []
+
+    def no_gqa(query, key, value, dropout_p=0.0, is_causal=False, scale=None):
+        calls.append(key.shape[1])
+        if key.shape[1] != query.shape[1]:
+            raise RuntimeError("Number of heads in key/value must equal the query's")
+        return attention.partial_attention(query, key, value, scale, causal=is_causal, fused=False)
+
+    monkeypatch.setattr(torch.ops.aten, "pluie_test_no_gqa_op", no_gqa, raising=False)
+    monkeypatch.setitem(FUSED_OPS, "cpu", "pluie_test_no_gqa_op")
+    monkeypatch.setattr(attention, "_BROKEN", {})
+    monkeypatch.setattr(attention, "_NO_GQA", set())
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 4, 5, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    reference = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3, enable_gqa=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, _ = partial_attention(q, k, v, 0.3, causal=True)
+        again, _ = partial_attention(q, k, v, 0.3, causal=True)
+    assert torch.allclose(out, reference, atol=1e-5) and torch.allclose(again, reference, atol=1e-5)
+    assert calls == [2, 4, 4] and attention._BROKEN == {}  # refused once, then repeated heads only

@@ -48,6 +48,7 @@ HANDLED_KWARGS = frozenset({"scaling", "dropout", "sliding_window", "softcap", "
 FUSED_OPS = {"cpu": "_scaled_dot_product_flash_attention_for_cpu", "cuda": "_scaled_dot_product_flash_attention"}
 _FUSED = {"on": os.environ.get("PLUIE_FUSED_ATTENTION", "1") != "0"}
 _BROKEN: dict[str, str] = {}  # device type -> why its fused kernel failed (then the float32 path, with one warning)
+_NO_GQA: set[str] = set()  # device types whose fused kernel refused fewer key/value heads (then they are repeated)
 
 
 class AttentionUnsupported(PluieError, RuntimeError):
@@ -147,12 +148,19 @@ def partial_attention(
         fused = fused_kernel(device, query.dtype, query.shape[-1], softcap) is not None
     if fused:
         kernel = getattr(torch.ops.aten, FUSED_OPS[device])
+        gqa = key.shape[1] != query.shape[1]
+        if gqa and device in _NO_GQA:
+            key, value = (x.repeat_interleave(query.shape[1] // x.shape[1], dim=1) for x in (key, value))
         try:
             out, lse = kernel(query, key, value, dropout_p=0.0, is_causal=causal, scale=scale)[:2]
             return out, lse[..., : query.shape[-2]].to(exact)
         except torch.cuda.OutOfMemoryError:  # (torch.OutOfMemoryError from torch 2.5)
             raise
-        except RuntimeError as error:  # a GPU without the kernel (flash needs sm80+): float32 from now on, said once
+        except RuntimeError as error:
+            if gqa and device not in _NO_GQA:  # a kernel without grouped-query attention: repeat the heads from now on
+                _NO_GQA.add(device)
+                return partial_attention(query, key, value, scale, causal, fused, softcap)
+            # a GPU without the kernel (flash needs sm80+): float32 from now on, said once
             _BROKEN[device] = str(error).splitlines()[0]
             warnings.warn(f"the fused {device} attention kernel failed ({_BROKEN[device]}); shared-prefix attention "
                           "materialises float32 scores instead (slower, the same scores)", RuntimeWarning, stacklevel=2)
