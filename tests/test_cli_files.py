@@ -193,6 +193,20 @@ def test_resume_after_a_last_record_without_its_newline_writes_one_line_per_row(
     assert out.read_text() == clean.read_text() and len(out.read_text().splitlines()) == 12
 
 
+def test_resume_over_a_damaged_line_is_refused_and_the_partial_file_is_kept(tiny_cli, tmp_path, capsys):
+    """A bad line before the last is an edited or damaged file, not an interruption: exit 2 with what to do, and the
+    partial file is left as it was (nothing truncated)."""
+    data = _jsonl(tmp_path / "in.jsonl", _rows(6))
+    clean, out = tmp_path / "clean.jsonl", tmp_path / "out.jsonl"
+    assert cli.main(["score", "-i", str(data), "-o", str(clean), "--chunk-size", "2"]) == 0
+    lines = clean.read_text().splitlines(keepends=True)
+    damaged = lines[0] + lines[1] + '{"id": 2, "sou\n' + lines[3]
+    partial_path(out).write_text(damaged)
+    _refused(["score", "-i", str(data), "-o", str(out), "--chunk-size", "2", "--resume"], capsys,
+             "line 3 is not valid JSON; the file was edited or damaged: pass --overwrite")
+    assert partial_path(out).read_text() == damaged and not out.exists()
+
+
 def test_resume_with_other_settings_or_another_input_is_refused(tiny_judge, tmp_path, monkeypatch, capsys):
     data = _jsonl(tmp_path / "in.jsonl", _rows(7))
     out = tmp_path / "out.jsonl"

@@ -207,6 +207,22 @@ def test_resume_writes_one_line_per_item_after_an_interruption(damage, tiny_judg
     assert [json.loads(line)["i"] for line in scores.read_text().splitlines()] == [0, 1, 2, 3, 4, 5]
 
 
+def test_a_damaged_line_in_the_saved_scores_is_refused_and_kept(tiny_judge, use_judge, tmp_path, capsys):
+    """A bad line before the last of scores.jsonl is an edited file, not an interruption: exit 2, the file untouched."""
+    argv = ["eval", "parareval", str(PARAREVAL), "--chunk-size", "3", "--no-progress", "-o", str(tmp_path / "run")]
+    use_judge(tiny_judge)
+    assert cli.main(argv) == 0
+    scores = tmp_path / "run" / "scores.jsonl"
+    lines = scores.read_text().splitlines(keepends=True)
+    damaged = "".join(lines[:2]) + "{not json\n" + "".join(lines[3:])
+    scores.write_text(damaged)
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "scores.jsonl: line 3 is not valid JSON; the file was edited or corrupted." in err and "Traceback" not in err
+    assert scores.read_text() == damaged
+
+
 def test_a_folder_of_another_run_is_refused_unless_overwrite(tiny_judge, use_judge, tmp_path, capsys):
     use_judge(tiny_judge)
     data = tmp_path / "pairs.jsonl"

@@ -12,6 +12,7 @@ code never imports the command-line package.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import sys
@@ -189,6 +190,33 @@ def json_lines(data: AnyStr) -> Iterator[tuple[AnyStr, int]]:
         yield line, end
         start = end
 
+
+
+def complete_json_lines(data: bytes) -> tuple[list[Any], int]:
+    r"""The records an interrupted writer left in JSON Lines ``data`` and the byte length they span: a last line
+    cut short is left out (to be written again), a last complete record without its newline kept.
+
+    Raises:
+        ValueError: ``"line N is not valid JSON"`` for a bad line before the last (an edited or damaged file).
+
+    Example:
+        >>> complete_json_lines(b'{"a": 1}\n\n{"b": 2}\n{"c"')
+        ([{'a': 1}, {'b': 2}], 19)
+        >>> complete_json_lines(b'{"a": 1}\n{"b"\n{"c": 3}\n')
+        Traceback (most recent call last):
+        ValueError: line 2 is not valid JSON
+    """
+    lines, good = [], 0
+    for raw, end in json_lines(data):
+        if raw.strip():
+            try:
+                lines.append(json.loads(raw))
+            except json.JSONDecodeError:
+                if end >= len(data):  # the last line, cut short
+                    break
+                raise ValueError(f"line {len(lines) + 1} is not valid JSON") from None
+        good = end
+    return lines, good
 
 # numeric command-line options --------------------------------------------------------------------
 def _number_type(kind: type, ok: Callable[[Any], bool], what: str) -> Callable[[str], Any]:

@@ -20,13 +20,12 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterable
 
-from ..shared import UsageError, json_lines, lock_file
+from ..shared import UsageError, complete_json_lines, lock_file
 
 PARTIAL = ".partial"
 
@@ -175,17 +174,10 @@ class OutputFile:
         assert self.handle is not None
         self.handle.seek(0)
         data = self.handle.buffer.read()
-        lines, good = [], 0
-        for raw, end in json_lines(data):
-            if raw.strip():
-                try:
-                    lines.append(json.loads(raw))
-                except json.JSONDecodeError:
-                    if end >= len(data):  # the last line, cut short
-                        break
-                    raise UsageError(f"{self.partial} line {len(lines) + 1} is not valid JSON; the file was edited or "
-                                     "damaged: pass --overwrite to start again.") from None
-            good = end
+        try:
+            lines, good = complete_json_lines(data)
+        except ValueError as error:
+            raise UsageError(f"{self.partial} {error}; the file was edited or damaged: pass --overwrite to start again.") from None
         self.handle.truncate(good)
         self.handle.seek(good)
         if good and data[good - 1:good] != b"\n":  # interrupted between a record and its newline

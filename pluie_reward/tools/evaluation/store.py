@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ...common.errors import PluieError
-from ..shared import json_lines, lock_file
+from ..shared import complete_json_lines, lock_file
 
 RUN_FILE = "run.json"
 SCORES_FILE = "scores.jsonl"
@@ -76,26 +76,12 @@ def chat_settings(judge: Any, templates: Mapping[str, Any]) -> dict[str, dict[st
 
 
 def read_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The complete JSON lines of ``path`` and the byte length they span; a last line cut short by
-    an interruption is ignored (it is rewritten on resume; a last complete line that lacks its newline
-    gets it there, so the next line starts its own)."""
-    lines: list[dict[str, Any]] = []
-    good = 0
-    if not path.is_file():
-        return lines, good
-    data = path.read_bytes()
-    for raw, offset in json_lines(data):
-        if not raw.strip():
-            good = offset
-            continue
-        try:
-            lines.append(json.loads(raw))
-        except json.JSONDecodeError:
-            if offset == len(data):  # interrupted while writing the last line
-                break
-            raise StoreMismatch(f"{path}: line {len(lines) + 1} is not valid JSON; the file was edited or corrupted.") from None
-        good = offset
-    return lines, good
+    """The complete JSON lines of ``path`` and the byte length they span (:func:`~pluie_reward.tools.shared.complete_json_lines`:
+    a last line cut short is rewritten on resume); none when there is no file."""
+    try:
+        return complete_json_lines(path.read_bytes()) if path.is_file() else ([], 0)
+    except ValueError as error:
+        raise StoreMismatch(f"{path}: {error}; the file was edited or corrupted.") from None
 
 
 def load_run(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
