@@ -195,6 +195,18 @@ def test_grouped_query_attention_reads_key_value_head_h_over_group_without_a_cop
     assert torch.allclose(out, torch.softmax(scores, dim=-1) @ v_rep, atol=1e-5)
 
 
+
+def test_the_float32_scores_take_values_of_another_head_size():
+    """Values may have their own head size (multi-head latent attention: 192-wide keys, 128-wide values); the
+    output takes the values' size."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 4, 5, 12), torch.randn(1, 2, 5, 12), torch.randn(1, 2, 5, 8)
+    out, _ = partial_attention(q, k, v, 0.3, causal=True, fused=False)
+    scores = (q @ k.repeat_interleave(2, dim=1).transpose(-1, -2)) * 0.3 + torch.triu(torch.full((5, 5), float("-inf")), 1)
+    assert out.shape == (1, 4, 5, 8)
+    assert torch.allclose(out, torch.softmax(scores, dim=-1) @ v.repeat_interleave(2, dim=1), atol=1e-5)
+
+
 def test_a_fused_kernel_without_grouped_query_attention_gets_the_heads_repeated_not_the_float32_path(monkeypatch):
     """A kernel that refuses fewer key/value heads than query heads (not PyTorch's flash kernels today) is called
     again with the heads repeated, from then on for that device, with no warning and the same attention."""

@@ -175,7 +175,7 @@ def partial_attention(
         scores = scores.masked_fill(future, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
     out = torch.matmul(torch.exp(scores - lse[..., None]), value.to(exact)[:, :, None])
-    return out.reshape(query.shape).to(query.dtype), lse.reshape(batch, heads, length_q)
+    return out.reshape(batch, heads, length_q, value.shape[-1]).to(query.dtype), lse.reshape(batch, heads, length_q)
 
 
 def _check_kwargs(module: Any, width: int, state: SharedPrefix, dropout: float, kwargs: dict[str, Any]) -> float | None:
