@@ -207,6 +207,19 @@ def test_the_float32_scores_take_values_of_another_head_size():
     assert torch.allclose(out, torch.softmax(scores, dim=-1) @ v.repeat_interleave(2, dim=1), atol=1e-5)
 
 
+def test_values_of_another_head_size_skip_the_fused_kernel_without_giving_it_up(monkeypatch):
+    """The fused kernels refuse values narrower than the keys (CPU: "Q/K/V should have the same head size"): such a
+    call takes the float32 scores quietly, and the device keeps its kernel for the other calls."""
+    monkeypatch.setattr(attention, "_BROKEN", {})
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 4, 5, 12), torch.randn(1, 2, 5, 12), torch.randn(1, 2, 5, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, _ = partial_attention(q, k, v, 0.3, causal=True)
+    assert torch.allclose(out, partial_attention(q, k, v, 0.3, causal=True, fused=False)[0])
+    assert attention._BROKEN == {} and attention.fused_kernel("cpu", torch.float32, 12, None) == "cpu"
+
+
 def test_a_fused_kernel_without_grouped_query_attention_gets_the_heads_repeated_not_the_float32_path(monkeypatch):
     """A kernel that refuses fewer key/value heads than query heads (not PyTorch's flash kernels today) is called
     again with the heads repeated, from then on for that device, with no warning and the same attention."""

@@ -144,8 +144,8 @@ def partial_attention(
     """
     exact = torch.promote_types(query.dtype, torch.float32)  # float32, or float64 for a float64 model
     device = query.device.type
-    if fused is None:
-        fused = fused_kernel(device, query.dtype, query.shape[-1], softcap) is not None
+    if fused is None:  # the fused kernels want one head size for queries, keys and values (not MLA's narrower values)
+        fused = value.shape[-1] == query.shape[-1] and fused_kernel(device, query.dtype, query.shape[-1], softcap) is not None
     if fused:
         kernel = getattr(torch.ops.aten, FUSED_OPS[device])
         gqa = key.shape[1] != query.shape[1]
