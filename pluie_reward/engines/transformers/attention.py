@@ -43,7 +43,8 @@ HANDLED_KWARGS = frozenset({"scaling", "dropout", "sliding_window", "softcap", "
 # CUDA (float16/bfloat16, head size <= 256, a multiple of 8). They are private ops (tests/test_attention_registry.py
 # breaks if they move); the CUDA one was chosen over the memory-efficient kernel and one SDPA over the broadcast
 # prefix by issue 45's per-layer measurements on an H200 (0.32 ms against 0.52 and 0.49 for 128-token rows over
-# a 512-token prefix). Other inputs (a softcap, float32 on CUDA, other devices) materialise the scores in float32.
+# a 512-token prefix). Other inputs (a softcap, float32 on CUDA, values narrower than the keys, other devices)
+# materialise the scores in float32.
 # PLUIE_FUSED_ATTENTION=0 turns both kernels off in a process, fused_attention(False) within a block.
 FUSED_OPS = {"cpu": "_scaled_dot_product_flash_attention_for_cpu", "cuda": "_scaled_dot_product_flash_attention"}
 _FUSED = {"on": os.environ.get("PLUIE_FUSED_ATTENTION", "1") != "0"}
@@ -134,7 +135,8 @@ def partial_attention(
         softcap: Gemma-2 style logit soft-capping ``softcap * tanh(scores / softcap)``.
 
     Returns:
-        ``(output, lse)``: output like ``query``, lse (batch, heads, q_length).
+        ``(output, lse)``: output (batch, heads, q_length, the values' dim) in the query's dtype, lse (batch,
+        heads, q_length).
 
     Example:
         >>> q, k, v = torch.randn(1, 1, 2, 4), torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 4)
