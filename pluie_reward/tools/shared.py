@@ -191,7 +191,6 @@ def json_lines(data: AnyStr) -> Iterator[tuple[AnyStr, int]]:
         start = end
 
 
-
 def complete_json_lines(data: bytes) -> tuple[list[Any], int]:
     r"""The records an interrupted writer left in JSON Lines ``data`` and the byte length they span: a last line
     cut short is left out (to be written again), a last complete record without its newline kept.
@@ -217,6 +216,7 @@ def complete_json_lines(data: bytes) -> tuple[list[Any], int]:
                 raise ValueError(f"line {len(lines) + 1} is not valid JSON") from None
         good = end
     return lines, good
+
 
 # numeric command-line options --------------------------------------------------------------------
 def _number_type(kind: type, ok: Callable[[Any], bool], what: str) -> Callable[[str], Any]:
