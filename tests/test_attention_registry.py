@@ -178,6 +178,35 @@ def test_the_cuda_kernels_return_layout_is_read_right(monkeypatch):
         assert emulated == pytest.approx(judge.score("para-fs", **items, use_cache=False), abs=1e-4)
 
 
+def test_a_causal_call_with_fewer_queries_than_keys_is_aligned_top_left_whatever_the_kernel_aligns(monkeypatch):
+    """CUDA's flash op aligns a causal mask with fewer queries than keys bottom-right (torch/nn/attention/bias.py:
+    "for this particular op it means lower right"), the CPU op and the float32 scores top-left. Emulated here: such a
+    call gives the top-left attention computed in the test (the kernel is not asked), a square one still uses it."""
+    calls = []
+
+    def lower_right(query, key, value, dropout_p=0.0, is_causal=False, scale=None):
+        calls.append(query.shape[-2])
+        scores = (query @ key.transpose(-1, -2)) * scale
+        if is_causal:  # query i sees keys j <= i + (keys - queries)
+            offset = key.shape[-2] - query.shape[-2]
+            scores = scores + torch.triu(torch.full(scores.shape[-2:], float("-inf")), 1 + offset)
+        return torch.softmax(scores, -1) @ value, torch.logsumexp(scores, -1)
+
+    monkeypatch.setattr(torch.ops.aten, "pluie_test_lower_right_op", lower_right, raising=False)
+    monkeypatch.setitem(FUSED_OPS, "cpu", "pluie_test_lower_right_op")
+    monkeypatch.setattr(attention, "_BROKEN", {})
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    out, lse = partial_attention(q, k, v, 0.3, causal=True)
+    scores = (q @ k.transpose(-1, -2)) * 0.3 + torch.triu(torch.full((3, 5), float("-inf")), 1)  # top-left
+    assert torch.allclose(lse, torch.logsumexp(scores, dim=-1), atol=1e-5)
+    assert torch.allclose(out, torch.softmax(scores, dim=-1) @ v, atol=1e-5)
+    assert calls == []
+    partial_attention(q, k[:, :, :3], v[:, :, :3], 0.3, causal=True)
+    partial_attention(q, k, v, 0.3, causal=False)
+    assert calls == [3, 3]  # square causal and non-causal calls keep the kernel
+
+
 @pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("causal", [True, False])
 def test_grouped_query_attention_reads_key_value_head_h_over_group_without_a_copy(fused, causal):

@@ -130,7 +130,9 @@ def partial_attention(
             query's (grouped-query attention: query head h reads key/value head h // (heads / kv_heads), as
             transformers' ``repeat_kv``; no copy of keys or values per query head).
         scale: the factor on the scores.
-        causal: query i sees keys j <= i (mask aligned top-left).
+        causal: query i sees keys j <= i (mask aligned top-left). A causal call with queries and keys of two lengths
+            takes the float32 scores: CUDA's flash kernel aligns such a mask bottom-right (``torch.nn.attention.
+            bias``: "for this particular op it means lower right"), the CPU one top-left.
         fused: use PyTorch's fused kernel of the device (default: :func:`fused_kernel`'s choice).
         softcap: Gemma-2 style logit soft-capping ``softcap * tanh(scores / softcap)``.
 
@@ -146,8 +148,10 @@ def partial_attention(
     """
     exact = torch.promote_types(query.dtype, torch.float32)  # float32, or float64 for a float64 model
     device = query.device.type
-    if fused is None:  # the fused kernels want one head size for queries, keys and values (not MLA's narrower values)
-        fused = value.shape[-1] == query.shape[-1] and fused_kernel(device, query.dtype, query.shape[-1], softcap) is not None
+    if fused is None:  # the fused kernels want one head size for queries, keys and values (not MLA's narrower
+        # values), and a causal mask only where its alignment does not matter (as many queries as keys)
+        square = not causal or query.shape[-2] == key.shape[-2]
+        fused = square and value.shape[-1] == query.shape[-1] and fused_kernel(device, query.dtype, query.shape[-1], softcap) is not None
     if fused:
         kernel = getattr(torch.ops.aten, FUSED_OPS[device])
         gqa = key.shape[1] != query.shape[1]
