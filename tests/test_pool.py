@@ -73,6 +73,18 @@ def test_pool_without_ray_says_what_to_install(monkeypatch, capsys):
     assert "the pool needs ray: pip install 'pluie-reward[pool]'" in capsys.readouterr().err
 
 
+def test_a_replica_is_warm_on_its_template_when_its_constructor_returns():
+    """Ray routes requests to a replica once its constructor returns: the template is bound and its prefix
+    computed by then (as `pluie-reward serve` does before it listens), so no request pays them."""
+    from pluie_reward.tools.pool.deployment import JudgeReplica
+
+    replica = JudgeReplica(make_tiny_judge, "para-direct", {})
+    passes = replica.judge.engine.stats["prefix_passes"]
+    assert passes >= 1
+    replica.judge.score("para-direct", source=["The cat sleeps."], hypothesis=["A cat is asleep."])
+    assert replica.judge.engine.stats["prefix_passes"] == passes  # the template prefix was ready
+
+
 # --- one Ray cluster, one pool ----------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -176,7 +176,10 @@ class PoolOptions:
 
 
 class JudgeReplica:
-    """One replica of the pool: loads a judge, then serves the judge server's app for it.
+    """One replica of the pool: loads a judge and warms it up on its template (:meth:`Judge.warm_up
+    <pluie_reward.core.judge.Judge.warm_up>`, as ``pluie-reward serve`` does: Ray sends requests to a replica once
+    its constructor returns, and none of them should pay the template binding and prefix), then serves the judge
+    server's app for it.
 
     Ray Serve wraps it with ``serve.ingress()`` (:func:`judge_deployment`); the wrapper calls
     :meth:`__serve_build_asgi_app__` after the constructor and runs the app's lifespan (the
@@ -191,6 +194,7 @@ class JudgeReplica:
 
     def __init__(self, load_judge: Callable[[], Any], template: Any, server_options: dict[str, Any]) -> None:
         self.judge = load_judge()
+        self.judge.warm_up(template)
         self.template = template
         self.server_options = dict(server_options)
 
