@@ -132,3 +132,40 @@ def test_best_of_n_bad_input():
         best_of_n(ds, group_by="prompt")
     with pytest.raises(ValueError, match="k must be"):
         best_of_n(ds, k=0)
+
+
+def test_score_dataset_names_the_absolute_row_of_a_bad_item(tiny_judge):
+    """A None at row 13 of a dataset judged 8 rows at a time is row 13, not item 5 of its batch."""
+    hypotheses = [f"Candidate number {i}." for i in range(16)]
+    hypotheses[13] = None
+    ds = Dataset.from_dict({"source": ["The cat sleeps."] * 16, "hypothesis": hypotheses})
+    with pytest.raises(TypeError, match=r"field 'hypothesis', row 13: expected a string, got NoneType") as info:
+        score_dataset(ds, tiny_judge, "para-fs", batch_size=8, desc=None)
+    assert "item 5" not in str(info.value)
+
+
+def test_score_dataset_refuses_to_overwrite_score_columns_unless_asked(tiny_judge):
+    ds = Dataset.from_dict({"source": SOURCES[:2], "hypothesis": HYPOTHESES[:2], "pluie_logratio": [9.0, 9.0]})
+    with pytest.raises(ValueError, match=r"already has the column\(s\) \['pluie_logratio'\].*overwrite=True.*prefix="):
+        score_dataset(ds, tiny_judge, desc=None)
+    # a copy-proof column counts too (the template's task adds it)
+    with pytest.raises(ValueError, match=r"\['pluie_copy'\]"):
+        score_dataset(Dataset.from_dict({"source": ["a"], "hypothesis": ["b"], "pluie_copy": [True]}), tiny_judge, desc=None)
+    scored = score_dataset(ds, tiny_judge, overwrite=True, desc=None)
+    assert scored["pluie_logratio"] == pytest.approx(tiny_judge.score(source=SOURCES[:2], hypothesis=HYPOTHESES[:2]), abs=1e-4)
+    assert scored.column_names.count("pluie_logratio") == 1
+    # another prefix leaves the old column alone
+    assert score_dataset(ds, tiny_judge, prefix="j_", desc=None)["pluie_logratio"] == [9.0, 9.0]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_thresholds_must_be_finite(bad, tiny_judge):
+    """A nan threshold would drop every row (nothing is > nan) without a word: refused, as is an infinite one."""
+    ds = Dataset.from_dict({"source": ["s", "s"], "hypothesis": ["a", "b"], "pluie_logratio": [1.0, -1.0],
+                            "pluie_copy_proof": [0.9, 0.1]})
+    with pytest.raises(ValueError, match="threshold must be a finite number"):
+        filter_dataset(ds, threshold=bad)
+    with pytest.raises(ValueError, match="threshold must be a finite number"):
+        best_of_n(ds, threshold=bad)
+    with pytest.raises(ValueError, match="threshold must be a finite number"):
+        score_dataset(ds.remove_columns(["pluie_logratio", "pluie_copy_proof"]), tiny_judge, threshold=bad, desc=None)

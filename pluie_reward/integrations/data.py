@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..core.judge import Judge
 
 SCORE_COLUMNS = ("logratio", "p_yes", "verdict")
+COPY_PROOF_COLUMNS = ("novelty", "copy", "copy_proof")
 
 
 def _field_columns(dataset: "Dataset", template: Any, columns: Mapping[str, str] | None) -> dict[str, str]:
@@ -53,6 +55,7 @@ def score_dataset(
     truncate: bool = True,
     desc: str | None = "PLUIE scoring",
     task: Any = None,
+    overwrite: bool = False,
 ) -> "Dataset":
     """Add ``{prefix}logratio``, ``{prefix}p_yes`` and ``{prefix}verdict`` columns with a batched ``map``
     that calls :meth:`Judge.score` (the map shows a progress bar; ``desc=None`` keeps its default),
@@ -68,6 +71,14 @@ def score_dataset(
         task: the :class:`~pluie_reward.integrations.novelty.Task` (or its name) for the
             copy-proof columns; default: the template's (``para-*``: paraphrase, ``net``: translation,
             ``rev``: revision; none for other templates, and then no such columns).
+        overwrite: replace score columns the dataset already has (default: refuse them, ValueError).
+
+    Returns:
+        The dataset with the new columns.
+
+    Raises:
+        ValueError, TypeError: a bad item (the message names its absolute row), a column that exists
+            without ``overwrite``, a threshold that is not a finite number.
 
     Example:
         >>> from datasets import Dataset
@@ -79,20 +90,55 @@ def score_dataset(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+    if threshold is not None:
+        _check_threshold(threshold)
     mapping = _field_columns(dataset, template, columns)
     task = _task(template, task)
+    added = [prefix + key for key in SCORE_COLUMNS + (COPY_PROOF_COLUMNS if task is not None else ())]
+    existing = [c for c in added if c in dataset.column_names]
+    if existing and not overwrite:
+        raise ValueError(f"the dataset already has the column(s) {existing}; pass overwrite=True to replace them, "
+                         f"or prefix= to add the new scores beside them (prefix={prefix!r} now).")
 
-    def annotate(batch: dict[str, list]) -> dict[str, list]:
+    def annotate(batch: dict[str, list], indices: list[int]) -> dict[str, list]:
         values = {field: batch[column] for field, column in mapping.items()}
-        results = judge.score(template, details=True, threshold=threshold, truncate=truncate, **values)
+        try:
+            results = judge.score(template, details=True, threshold=threshold, truncate=truncate, **values)
+        except (TypeError, ValueError) as err:  # the judge counts items from the batch's start: name the dataset's row
+            raise type(err)(_absolute_rows(str(err), indices)) from err
         out = {prefix + key: [r[key] for r in results] for key in SCORE_COLUMNS}
         if task is not None:
             out.update(_copy_proof_columns(task, values[task.source_field], values["hypothesis"], out[prefix + "p_yes"], prefix))
         return out
 
     # The judge (a whole model) is not hashed for the fingerprint; a fresh one avoids stale caches.
-    return dataset.map(annotate, batched=True, batch_size=batch_size, load_from_cache_file=False,
+    return dataset.map(annotate, batched=True, batch_size=batch_size, with_indices=True, load_from_cache_file=False,
                        new_fingerprint=uuid.uuid4().hex, desc=desc)
+
+
+def _absolute_rows(message: str, indices: list[int]) -> str:
+    """A judge's message about "item i" of a batch, about the dataset's row instead.
+
+    Example:
+        >>> _absolute_rows("field 'hypothesis', item 5: expected a string.", list(range(8, 16)))
+        "field 'hypothesis', row 13: expected a string."
+        >>> _absolute_rows("something else", [8, 9])
+        'rows 8-9: something else'
+    """
+    swapped, found = re.subn(r"\bitem (\d+)\b", lambda m: f"row {indices[int(m.group(1))]}", message)
+    return swapped if found else f"rows {indices[0]}-{indices[-1]}: {message}"
+
+
+def _check_threshold(threshold: float) -> float:
+    """A threshold as a finite float (nothing is above nan: every row would go without a word).
+
+    Example:
+        >>> _check_threshold(0)
+        0.0
+    """
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
+        raise ValueError(f"threshold must be a finite number, got {threshold!r}.")
+    return float(threshold)
 
 
 def _task(template: Any, task: Any) -> Any:
@@ -140,6 +186,7 @@ def filter_dataset(dataset: "Dataset", judge: "Judge | None" = None, template: A
         >>> list(filter_dataset(scored, threshold=0.0)["hypothesis"])
         ['A cat is asleep.']
     """
+    _check_threshold(threshold)
     if judge is not None:
         dataset = score_dataset(dataset, judge, template, **score_kwargs)
     scores = _scores(dataset, score_column)
@@ -165,6 +212,8 @@ def best_of_n(dataset: "Dataset", *, group_by: str = "source", score_column: str
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}.")
+    if threshold is not None:
+        _check_threshold(threshold)
     if group_by not in dataset.column_names:
         raise ValueError(f"the dataset has no column {group_by!r} to group by (columns: {dataset.column_names}).")
     scores = _scores(dataset, score_column)
