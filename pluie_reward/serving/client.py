@@ -15,9 +15,12 @@ import threading
 import weakref
 from typing import Any, Mapping, Sequence
 
-import httpx
+from pluie_reward.common.errors import RemoteError, missing_extra
 
-from pluie_reward.common.errors import RemoteError
+try:
+    import httpx
+except ModuleNotFoundError as err:
+    raise missing_extra(err, "the judge server's clients (RemotePluieReward, verl's compute_score)") from None
 from pluie_reward.common.http import RETRY_STATUS, AsyncHTTPClient, HTTPClient, HTTPConfig
 from pluie_reward.integrations.fields import FieldMap, completion_text
 from pluie_reward.integrations.novelty import TASKS, Task, resolve_task
@@ -88,6 +91,47 @@ async def apost_json(
     config = HTTPConfig(timeout=timeout, retries=retries, backoff=backoff)
     async with AsyncHTTPClient(url, config, client=client, **_client_options(token)) as http:
         return await http.request("POST", json=payload)
+
+
+def text_problem(value: Any) -> str | None:
+    """Why a string cannot be sent to the judge (a lone surrogate, e.g. from JSON ``"\\ud800"``: not UTF-8 text),
+    in the words of the local path (:func:`~pluie_reward.core.template.normalize_fields`), else None.
+
+    Example:
+        >>> text_problem("A cat.") is None
+        True
+        >>> print(text_problem("A cat\\ud800."))  # doctest: +ELLIPSIS
+        character 5 is a lone surrogate (\\ud800), which is not valid Unicode text; fix the text (e.g. ...
+    """
+    if not isinstance(value, str) or value.isascii():
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return (f"character {err.start} is a lone surrogate ({ascii(value[err.start])[1:-1]}), which is not valid Unicode "
+                "text; fix the text (e.g. decode the original bytes with errors='replace').")
+    return None
+
+
+def check_texts(body: Mapping[str, Any], who: str = "") -> None:
+    """Refuse, before sending, a body whose text cannot be encoded as JSON (a lone surrogate), naming the field
+    and the item (its index in ``body``), as the local path does, rather than the bare ``UnicodeEncodeError`` of
+    the whole request.
+
+    Raises:
+        ValueError: ``{who}field {name!r}, item {i}: character {k} is a lone surrogate ...``.
+
+    Example:
+        >>> check_texts({"source": "The cat.", "hypothesis": ["A cat.", "A\\udc80 cat."]})
+        Traceback (most recent call last):
+        ...
+        ValueError: field 'hypothesis', item 1: character 1 is a lone surrogate (\\udc80), which is not valid Unicode text; ...
+    """
+    for name, values in body.items():
+        for index, value in enumerate(values if isinstance(values, (list, tuple)) else [values]):
+            problem = text_problem(value)
+            if problem is not None:
+                raise ValueError(f"{who}field {name!r}, item {index}: {problem}")
 
 
 def _check_output(output: str) -> str:
@@ -236,6 +280,7 @@ class RemotePluieReward(AsyncReward):
     async def ascore_batch(self, batch: Batch) -> Scores:
         """One reward per completion, from the server's ``/score`` answers."""
         body = self._body(batch)
+        check_texts(body)  # one bad item: its index in the batch, not the UnicodeEncodeError of its chunk
         n = len(body["hypothesis"])
         if n == 0:
             return Scores([])
@@ -428,6 +473,7 @@ def compute_score_batch(
     if len(solution_strs) == 0:
         return []
     body = _verl_fields(data_sources, solution_strs, ground_truths, extra_infos, fields, output)
+    check_texts(body, "compute_score_batch: ")
     score_url = _score_url(url)
     answer = post_json(score_url, body, token=token, timeout=timeout, retries=retries, backoff=backoff, client=_shared_client())
     results = _verl_results(answer, output, body, score_url)
@@ -562,6 +608,8 @@ async def compute_score(
     for name, value in item.items():  # checked here, so that a bad item fails alone, not its whole batch
         if not isinstance(value, str):
             raise TypeError(f"compute_score: field {name!r} must be a string, got {type(value).__name__} ({value!r:.60}).")
+        if text_problem(value) is not None:
+            raise ValueError(f"compute_score: field {name!r}: {text_problem(value)}")
     key = (
         _score_url(settings.get("url")), settings.get("token"), float(settings.get("timeout", 120.0)),
         int(settings.get("retries", 3)), float(settings.get("backoff", 0.5)),

@@ -44,10 +44,12 @@ def _reward_url(url: str) -> str:
 
 
 def _remote(queries: list[Any], prompts: list[Any], labels: list[Any]) -> dict[str, Any]:
-    from pluie_reward.serving.client import post_json  # optional: httpx
+    from pluie_reward.serving.client import check_texts, post_json  # optional: httpx
 
     url = _reward_url(os.environ[URL_ENV])
-    return post_json(url, {"query": queries, "prompts": prompts, "labels": labels}, token=os.environ.get(TOKEN_ENV) or None)
+    body = {"query": queries, "prompts": prompts, "labels": labels}
+    check_texts(body)
+    return post_json(url, body, token=os.environ.get(TOKEN_ENV) or None)
 
 
 def _local_scorer() -> tuple[Any, Any]:
