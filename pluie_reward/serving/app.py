@@ -13,10 +13,15 @@ import threading
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
-from fastapi import FastAPI, Request
-from fastapi.encoders import jsonable_encoder
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from ..common.errors import missing_extra
+
+try:
+    from fastapi import FastAPI, Request
+    from fastapi.encoders import jsonable_encoder
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+except ModuleNotFoundError as err:
+    raise missing_extra(err, "the judge server") from None
 
 from .batcher import Batcher, Direct
 from .mapping import RewardMapping

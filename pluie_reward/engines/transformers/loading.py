@@ -282,10 +282,8 @@ def load_adapter(model: Any, path: "str | Path", adapter_name: str = "judge") ->
             f"{str(folder)!r} is not a PEFT adapter folder (no adapter_config.json); pass the folder written by "
             "`pluie-reward tune --output DIR` or by peft's save_pretrained."
         )
-    try:
-        from peft import PeftModel
-    except ImportError as err:  # pragma: no cover - peft is an optional dependency
-        raise ModuleNotFoundError("loading a judge adapter needs peft: pip install 'pluie-reward[train]'.") from err
+    from peft import PeftModel
+
     return PeftModel.from_pretrained(model, str(folder), adapter_name=adapter_name, is_trainable=False).eval()
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from ...common.errors import missing_extra
 from ..shared import json_lines
 
 _REWARD = re.compile(r"^rewards/(.+)/mean$")
@@ -204,8 +205,10 @@ def plot_run(run: RunLog | str | Path, output: str | Path | None = None, *, titl
         >>> plot_run("runs/grpo_paraphrase")
         PosixPath('runs/grpo_paraphrase/run_curves.png')
     """
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ModuleNotFoundError as err:
+        raise missing_extra(err, "plot_run") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
