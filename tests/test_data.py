@@ -169,3 +169,51 @@ def test_thresholds_must_be_finite(bad, tiny_judge):
         best_of_n(ds, threshold=bad)
     with pytest.raises(ValueError, match="threshold must be a finite number"):
         score_dataset(ds.remove_columns(["pluie_logratio", "pluie_copy_proof"]), tiny_judge, threshold=bad, desc=None)
+
+
+def test_best_of_n_novel_keeps_the_most_novel_accepted_candidate_never_a_copy():
+    """select="novel": the floor (and the judge's verdict, the copy flag) gate, novelty chooses, the score breaks ties."""
+    ds = Dataset.from_dict({
+        "source":           ["s1", "s1", "s1", "s1", "s1", "s2", "s2", "s3"],
+        "hypothesis":       ["a",  "b",  "c",  "d",  "e",  "f",  "g",  "h"],
+        "pluie_copy_proof": [0.90, 0.75, 0.60, 0.95, 0.80, 0.85, 0.72, 0.50],
+        "pluie_novelty":    [0.20, 0.60, 0.80, 0.90, 0.60, 0.70, 0.10, 0.90],
+        "pluie_verdict":    [True, True, True, True, True, False, True, True],
+        "pluie_copy":       [False, False, False, True, False, False, False, False],
+    })
+    # by hand, floor 0.7: s1 -> a, b, d, e pass the floor; d is a copy; of a (0.2), b (0.6), e (0.6): b and e tie on
+    # novelty, e scores higher -> e, then b. s2 -> f is rejected by the judge, g passes. s3 -> h is under the floor.
+    assert best_of_n(ds, threshold=0.7, select="novel")["hypothesis"] == ["e", "g"]
+    assert best_of_n(ds, threshold=0.7, select="novel", k=2)["hypothesis"] == ["e", "b", "g"]
+    # floor 0.55: c (novelty 0.8) now passes and wins s1
+    assert best_of_n(ds, threshold=0.55, select="novel")["hypothesis"] == ["c", "g"]
+    # the default still ranks by the score alone (a real copy scores 0 there, so the floor drops it)
+    assert best_of_n(ds, threshold=0.7)["hypothesis"] == ["d", "f"]
+    # without the verdict and copy columns, the floor alone gates
+    assert best_of_n(ds.remove_columns(["pluie_verdict", "pluie_copy"]), threshold=0.7, select="novel")["hypothesis"] == ["d", "f"]
+    with pytest.raises(ValueError, match="pass threshold="):
+        best_of_n(ds, select="novel")
+    with pytest.raises(ValueError, match="reads the column 'pluie_novelty'"):
+        best_of_n(ds.remove_columns("pluie_novelty"), threshold=0.7, select="novel")
+    with pytest.raises(ValueError, match="select must be 'score' or 'novel'"):
+        best_of_n(ds, threshold=0.7, select="novelty")
+
+
+def test_best_of_n_novel_on_real_copy_proof_columns():
+    """On the copy-proof columns of real candidates: the least-copying accepted paraphrase, never a copy."""
+    from pluie_reward.integrations.data import _copy_proof_columns
+    from pluie_reward.integrations.novelty import TASKS
+
+    source = "The cat sleeps on the mat."
+    candidates = ["The cat sleeps on the mat.", "The cat sleeps on the rug.", "On the mat, a cat is sleeping.", "A cat naps on a rug."]
+    p_yes = [0.99, 0.95, 0.9, 0.8]
+    columns = _copy_proof_columns(TASKS["paraphrase"], [source] * 4, candidates, p_yes, "pluie_")
+    ds = Dataset.from_dict({"source": [source] * 4, "hypothesis": candidates, "pluie_verdict": [True] * 4, **columns})
+    # by hand, tokens of the source: the cat sleeps on the mat . (7); "the cat sleeps on the rug .": 1 of 7 changed
+    # (novelty 1/7, credit 0.476: 0.45 < 0.7); "on the mat , a cat is sleeping .": 9 tokens, edit distance 7 -> 7/9;
+    # "a cat naps on a rug .": the, sleeps, the, mat -> a, naps, a, rug: 4 of 7
+    assert columns["pluie_novelty"] == pytest.approx([0.0, 1 / 7, 7 / 9, 4 / 7])
+    assert best_of_n(ds, threshold=0.7, select="novel")["hypothesis"] == [candidates[2]]
+    assert best_of_n(ds, threshold=0.7)["hypothesis"] == [candidates[2]]  # p_yes 0.9 > 0.8: the score agrees here
+    # floor 0: everything but the copy (score 0), by decreasing novelty 7/9, 4/7, 1/7
+    assert best_of_n(ds, threshold=0.0, select="novel", k=4)["hypothesis"] == [candidates[2], candidates[3], candidates[1]]

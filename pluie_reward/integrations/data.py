@@ -194,13 +194,31 @@ def filter_dataset(dataset: "Dataset", judge: "Judge | None" = None, template: A
 
 
 def best_of_n(dataset: "Dataset", *, group_by: str = "source", score_column: str = "pluie_copy_proof", k: int = 1,
-              threshold: float | None = None) -> "Dataset":
+              threshold: float | None = None, select: str = "score", prefix: str = "pluie_") -> "Dataset":
     """For each value of ``group_by`` keep the ``k`` highest-scoring rows, only those ``> threshold``
     when one is given (a group with none left disappears). Groups stay in order of first
     appearance; inside a group rows are sorted by decreasing score (equal scores: input order).
 
     The default score is the copy-proof score of :func:`score_dataset` (in [0, 1): a threshold of 0
     drops copies); ``score_column="pluie_logratio"`` ranks by PLUIE, which prefers copies.
+
+    ``select="novel"`` makes fidelity a gate and novelty the choice (as Impossible Distillation, Jung et al.
+    2023, keeps the least-overlapping survivor): among the rows above ``threshold`` (required: with the
+    copy-proof score, the floor folds in the judge's p_yes, the copy rule and the length floor), whose
+    ``{prefix}verdict`` is true and ``{prefix}copy`` false where those columns exist, keep the ``k`` with the
+    highest ``{prefix}novelty`` (equal novelty: the higher score, then input order).
+
+    Args:
+        dataset: scored rows (:func:`score_dataset`).
+        group_by: the column whose values form the groups (the source).
+        score_column: the score that ranks (``select="score"``) or gates and breaks ties (``"novel"``).
+        k: rows kept per group.
+        threshold: keep only rows whose score is above it (a finite number).
+        select: ``"score"`` (the default) or ``"novel"``.
+        prefix: the prefix of :func:`score_dataset`'s columns (``select="novel"`` reads novelty, verdict, copy).
+
+    Returns:
+        The kept rows.
 
     Example:
         >>> from datasets import Dataset
@@ -212,21 +230,42 @@ def best_of_n(dataset: "Dataset", *, group_by: str = "source", score_column: str
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}.")
+    if select not in ("score", "novel"):
+        raise ValueError(f"select must be 'score' or 'novel', got {select!r}.")
     if threshold is not None:
         _check_threshold(threshold)
+    elif select == "novel":
+        raise ValueError("select='novel' keeps the most novel row above a floor: pass threshold= (e.g. 0.7 on the "
+                         "copy-proof score, which is 0 for a copy).")
     if group_by not in dataset.column_names:
         raise ValueError(f"the dataset has no column {group_by!r} to group by (columns: {dataset.column_names}).")
     scores = _scores(dataset, score_column)
+    passes = [threshold is None or s > threshold for s in scores]
+    novelty = [0.0] * len(scores)  # select="score": the score alone ranks
+    if select == "novel":
+        novelty, accepted = _novel_gate(dataset, prefix)
+        passes = [p and a for p, a in zip(passes, accepted)]
     groups: dict[Any, list[int]] = {}
     for i, key in enumerate(dataset[group_by]):
         groups.setdefault(key, []).append(i)
     keep: list[int] = []
     for rows in groups.values():
-        ranked = sorted(rows, key=lambda i: -scores[i])  # stable: ties keep input order
-        if threshold is not None:
-            ranked = [i for i in ranked if scores[i] > threshold]
+        ranked = [i for i in sorted(rows, key=lambda i: (-novelty[i], -scores[i])) if passes[i]]  # stable: ties keep input order
         keep.extend(ranked[:k])
     return dataset.select(keep)
+
+
+def _novel_gate(dataset: "Dataset", prefix: str) -> tuple[list[float], list[bool]]:
+    """``select="novel"``'s reads: each row's novelty, and whether the judge accepts it and it is no copy
+    (where the verdict and copy columns exist)."""
+    column = prefix + "novelty"
+    if column not in dataset.column_names:
+        raise ValueError(f"select='novel' reads the column {column!r}, which the dataset does not have "
+                         f"(columns: {dataset.column_names}); score_dataset adds it for a template of a known task, or with task=.")
+    n = dataset.num_rows
+    verdicts = dataset[prefix + "verdict"] if prefix + "verdict" in dataset.column_names else [True] * n
+    copies = dataset[prefix + "copy"] if prefix + "copy" in dataset.column_names else [False] * n
+    return _scores(dataset, column), [bool(v) and not c for v, c in zip(verdicts, copies)]
 
 
 def describe_pairs(dataset: "Dataset", *, prefix: str = "pluie_") -> dict[str, Any]:
