@@ -20,12 +20,13 @@ from pluie_reward.testing import make_tiny_judge  # noqa: E402
 TOL = 1e-3
 SOURCES = ["The cat sleeps on the mat.", "It rained all day in Paris.", "She bought three red apples."]
 HYPOTHESES = ["A cat is asleep on the mat.", "Paris had rain the whole day.", "She purchased three apples."]
-BAD = "A cat\ud800 sleeps."  # a lone surrogate: not UTF-8 text, cannot be sent as JSON
+BAD = "A cat\ud800 sleeps."
+ITEM_CHARS = 300  # the shared server's --max-item-chars  # a lone surrogate: not UTF-8 text, cannot be sent as JSON
 
 
 @pytest.fixture(scope="module")
 def server():
-    app = create_app(make_tiny_judge(), "para-fs", max_wait_ms=20, max_items_per_request=4)
+    app = create_app(make_tiny_judge(), "para-fs", max_wait_ms=20, max_items_per_request=4, max_item_chars=ITEM_CHARS)
     with background(app, host="127.0.0.1", port=0) as srv:
         srv.app = app
         yield srv
@@ -64,3 +65,49 @@ def test_openrlhf_remote_refuses_a_lone_surrogate_with_its_item(server, monkeypa
     monkeypatch.setenv("PLUIE_REWARD_URL", server.url)
     with pytest.raises(ValueError, match=r"field 'labels', item 0: character 5 is a lone surrogate \(\\ud800\)"):
         openrlhf.reward_func(["Q: hi\nA cat."], ["Q: hi\n"], [BAD])
+
+
+def metrics(server) -> dict:
+    return httpx.get(server.url + "/metrics", timeout=30).json()
+
+
+# item 5.2: one long item cannot hold the judge for the others -----------------------------------
+def test_an_item_over_the_character_limit_gets_413_before_any_scoring(server, tiny_judge):
+    source = "The cat sleeps on the mat."
+    fits = "x" * (ITEM_CHARS - len(source))  # exactly at the limit: scored
+    before = metrics(server)
+    for body in ({"source": source, "hypothesis": ["A cat.", fits + "y"]},  # a shared string counts for each item
+                 {"source": [source, "a" * 400], "hypothesis": ["A cat.", "b"]}):
+        got = httpx.post(server.url + "/score", json=body, timeout=60)
+        assert got.status_code == 413, got.text
+        assert got.json()["detail"].startswith(f"item 1: its fields hold {ITEM_CHARS + 1 if body['source'] == source else 401} "
+                                               f"characters; this server takes at most {ITEM_CHARS} per item")
+    query = "Paraphrase it.\n" + "z" * 400
+    got = httpx.post(server.url + "/get_reward", json={"query": [query], "prompts": ["Paraphrase it.\n"], "labels": [source]},
+                     timeout=60)
+    assert got.status_code == 413 and "at most 300 per item" in got.text
+    after = metrics(server)
+    assert after["batches"] == before["batches"] and after["items"] == before["items"]  # the judge never ran
+    ok = httpx.post(server.url + "/score", json={"source": source, "hypothesis": [fits]}, timeout=60)
+    want = tiny_judge.score("para-fs", source=[source], hypothesis=[fits], use_cache=False)
+    assert ok.status_code == 200 and ok.json()["logratio"] == pytest.approx(want, abs=TOL)
+
+
+def test_serve_cli_bounds_items_by_default(monkeypatch):
+    import pluie_reward.tools.server.cli as serve_cli
+    from pluie_reward.tools.cli import main
+
+    seen = {}
+    monkeypatch.setattr(serve_cli, "judge_from_args", lambda args: make_tiny_judge())
+    monkeypatch.setattr(serve_cli, "run", lambda app, **kwargs: seen.update(app=app))
+    assert main(["serve"]) == 0
+    assert seen["app"].state.batcher.max_item_chars == serve_cli.MAX_ITEM_CHARS == 16384
+    assert main(["serve", "--max-item-chars", "0"]) == 2
+
+
+# item 5.10: HEAD /health, and a client batch above the server's item limit ----------------------
+def test_health_answers_head_and_names_the_limits(server):
+    head = httpx.head(server.url + "/health", timeout=30)
+    assert head.status_code == 200 and head.content == b""
+    health = httpx.get(server.url + "/health", timeout=30).json()
+    assert (health["max_items_per_request"], health["max_item_chars"]) == (4, ITEM_CHARS)

@@ -62,6 +62,7 @@ def create_app(
     max_wait_ms: float = 5.0,
     threshold: float | None = None,
     truncate: bool = True,
+    max_item_chars: int | None = None,
     shutdown_timeout: float = 30.0,
 ) -> FastAPI:
     """A FastAPI app serving ``judge`` with one template; run it with uvicorn (or :mod:`.runner`).
@@ -69,7 +70,9 @@ def create_app(
     The batcher starts with the app's lifespan. At shutdown it finishes the queued requests for at
     most ``shutdown_timeout`` seconds, then answers the unfinished ones 503 (retry elsewhere);
     :func:`.runner.run` starts that drain as soon as the signal arrives (``app.state.drain``).
-    A request whose client disconnects is answered 499 and its remaining work dropped.
+    A request whose client disconnects is answered 499 and its remaining work dropped. An item whose fields
+    hold more than ``max_item_chars`` characters is answered 413 (None: no limit; ``pluie-reward serve``'s
+    default is :data:`~pluie_reward.tools.server.cli.MAX_ITEM_CHARS`).
 
     Example:
         >>> from pluie_reward import Judge
@@ -90,10 +93,12 @@ def create_app(
         raise ValueError(f"shutdown_timeout must be a finite number of seconds >= 0, got {shutdown_timeout}.")
     metrics = ServerMetrics()
     if judge.engine.concurrent:  # vLLM / remote: the engine batches concurrent requests
-        batcher: Any = Direct(judge, template, threshold=threshold, truncate=truncate, on_batch=metrics.record_batch)
+        batcher: Any = Direct(judge, template, threshold=threshold, truncate=truncate, max_item_chars=max_item_chars,
+                              on_batch=metrics.record_batch)
     else:
         batcher = Batcher(judge, template, max_batch_items=max_batch_items, max_batch_tokens=max_batch_tokens,
-                          max_wait_ms=max_wait_ms, threshold=threshold, truncate=truncate, on_batch=metrics.record_batch)
+                          max_wait_ms=max_wait_ms, threshold=threshold, truncate=truncate, max_item_chars=max_item_chars,
+                          on_batch=metrics.record_batch)
     rm_mapping, rm_problem = mapping, ""
     if rm_mapping is None:
         try:
@@ -117,6 +122,7 @@ def create_app(
     app.state.mapping = rm_mapping
     app.state.mapping_problem = rm_problem
     app.state.max_items_per_request = max_items_per_request
+    app.state.max_body_bytes = max_body_bytes
     app.state.shutdown_timeout = shutdown_timeout
     app.state.drain = drain
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)

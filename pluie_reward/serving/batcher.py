@@ -33,6 +33,37 @@ class ShuttingDown(PluieError, RuntimeError):
     """The batcher no longer accepts requests (the server is stopping)."""
 
 
+class ItemTooLarge(PluieError, ValueError):
+    """An item whose fields hold more characters than the server's ``max_item_chars`` (answered 413)."""
+
+
+def check_item_sizes(plan: ScoringPlan, limit: int | None) -> None:
+    """Refuse a plan with an item whose fields (a string shared by all items counts for each) hold more than
+    ``limit`` characters: the judge scores an item in one forward pass, so one long item would hold the
+    worker, and every other client, for as long as its pass takes (an item cut to the embedded judge's
+    8192-token context took ~85-100 s on a CPU). ``None``: no limit.
+
+    Raises:
+        ItemTooLarge: naming the first such item, its size and the limit.
+
+    Example:
+        >>> from pluie_reward.core.plan import ScoringPlan
+        >>> plan = ScoringPlan(None, {"source": ["Hi.", "Hi."], "hypothesis": ["Hello.", "x" * 100]}, 2)
+        >>> check_item_sizes(plan, 100)
+        Traceback (most recent call last):
+        ...
+        pluie_reward.serving.batcher.ItemTooLarge: item 1: its fields hold 103 characters; this server takes at most 100 per item ...
+    """
+    if limit is None:
+        return
+    for index in range(plan.n):
+        size = sum(len(column[index]) for column in plan.columns.values() if isinstance(column[index], str))
+        if size > limit:
+            raise ItemTooLarge(f"item {index}: its fields hold {size} characters; this server takes at most {limit} per item "
+                               "(pluie-reward serve --max-item-chars), so that one item cannot hold the judge for every other "
+                               "client: shorten it, or send it to a server started with a larger --max-item-chars.")
+
+
 class ScoringError(PluieError):
     """``Judge.score`` failed on a request; ``client_error`` says whether the request was at fault."""
 
@@ -100,6 +131,12 @@ def split_request(template: Any, body: Mapping[str, Any]) -> tuple[dict[str, Any
     return fields, options
 
 
+def _item_limit(limit: int | None) -> int | None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"max_item_chars must be a whole number >= 1 (or None: no limit), got {limit!r}.")
+    return limit
+
+
 @dataclass
 class _Job:
     """One request: its plan, cut into parts that are scored in turn (round-robin with other requests)."""
@@ -142,6 +179,8 @@ class Batcher:
         max_wait_ms: how long the oldest queued request may wait for company (finite, >= 0).
         threshold: verdict = logratio > threshold (default: the judge's); a request may set its own.
         truncate: passed to ``Judge.score`` (False: over-long items fail their request).
+        max_item_chars: refuse (:class:`ItemTooLarge`, before queueing) an item whose fields hold more characters
+            (:func:`check_item_sizes`); None: no limit.
         on_batch: called with (items, requests) after each ``Judge.score`` call (metrics).
 
     Example:
@@ -163,6 +202,7 @@ class Batcher:
         max_wait_ms: float = 5.0,
         threshold: float | None = None,
         truncate: bool = True,
+        max_item_chars: int | None = None,
         on_batch: Callable[[int, int], None] | None = None,
     ) -> None:
         if max_batch_items < 1 or max_batch_tokens < 1:
@@ -177,6 +217,7 @@ class Batcher:
         self.max_wait = max_wait_ms / 1000.0
         self.threshold = threshold
         self.truncate = truncate
+        self.max_item_chars = _item_limit(max_item_chars)
         self.on_batch = on_batch
         self._pending: deque[_Job] = deque()  # requests with parts still to score, in turn order
         self._running: list[_Job] = []  # requests of the batch being scored
@@ -234,7 +275,9 @@ class Batcher:
         fields, options = split_request(self.bound.template, body)
         options.pop("task", None)  # the server computes the task's reward from the results (routes.task_columns)
         options = {"threshold": self.threshold, **options}
-        return self.judge.plan(self.template, details=True, truncate=self.truncate, **options, **fields)
+        plan = self.judge.plan(self.template, details=True, truncate=self.truncate, **options, **fields)
+        check_item_sizes(plan, self.max_item_chars)
+        return plan
 
     def _parts(self, plan: ScoringPlan) -> list[tuple[ScoringPlan, int, int]]:
         """The plan cut into parts within the batch limits: (part, estimated tokens, first item)."""
@@ -383,7 +426,7 @@ class Direct:
 
     Args:
         judge: a :class:`~pluie_reward.Judge` whose engine is ``concurrent`` (vLLM, remote).
-        template, threshold, truncate, on_batch: as for :class:`Batcher`.
+        template, threshold, truncate, max_item_chars, on_batch: as for :class:`Batcher`.
 
     Example:
         >>> scorer = Direct(Judge.load(engine="vllm"), "para-fs").start()  # needs vLLM on a GPU  # doctest: +SKIP
@@ -397,6 +440,7 @@ class Direct:
         *,
         threshold: float | None = None,
         truncate: bool = True,
+        max_item_chars: int | None = None,
         on_batch: Callable[[int, int], None] | None = None,
     ) -> None:
         if not judge.engine.concurrent:
@@ -406,6 +450,7 @@ class Direct:
         self.bound = judge.bind(template)
         self.threshold = threshold
         self.truncate = truncate
+        self.max_item_chars = _item_limit(max_item_chars)
         self.on_batch = on_batch
         self._in_flight = [0, 0]  # requests, items
         self._idle = threading.Condition()

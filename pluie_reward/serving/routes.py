@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..core.judge import answer_record
 from ..integrations.novelty import TASKS
-from .batcher import ScoringError, ShuttingDown, split_request
+from .batcher import ItemTooLarge, ScoringError, ShuttingDown, split_request
 
 
 class RewardRequest(BaseModel):
@@ -38,7 +38,8 @@ async def _disconnected(request: Request) -> None:
 
 async def score_items(fields: Mapping[str, Any], request: Request) -> list[dict[str, Any]]:
     """The app's batcher's results for one request's fields: 499 when the client leaves first (its remaining
-    work is dropped), 422 for bad fields or options, 503 while shutting down, 500 when scoring fails."""
+    work is dropped), 413 for an item over the server's ``max_item_chars``, 422 for bad fields or options, 503
+    while shutting down, 500 when scoring fails."""
     state = request.app.state
     work = asyncio.ensure_future(state.batcher.score(fields))
     gone = asyncio.ensure_future(_disconnected(request))
@@ -51,6 +52,8 @@ async def score_items(fields: Mapping[str, Any], request: Request) -> list[dict[
         raise HTTPException(499, "the client closed the connection; the rest of its request was dropped.")
     try:
         results = work.result()
+    except ItemTooLarge as err:
+        raise HTTPException(413, str(err)) from None
     except (ValueError, TypeError) as err:
         raise HTTPException(422, str(err)) from None
     except ShuttingDown as err:
@@ -151,7 +154,7 @@ async def get_reward(body: RewardRequest, request: Request) -> dict[str, Any]:
 health_router = APIRouter()
 
 
-@health_router.get("/health")
+@health_router.api_route("/health", methods=["GET", "HEAD"])
 async def health(request: Request) -> dict[str, Any]:
     """Liveness and what the server scores (the judge's model name, never its filesystem path)."""
     batcher = request.app.state.batcher
@@ -166,6 +169,10 @@ async def health(request: Request) -> dict[str, Any]:
         "answers": list(template.labels),
         "values": list(template.values) or None,  # a scale's ratings, in the answers' order
         "chat_template_kwargs": batcher.bound.chat_template_kwargs,  # incl. the date a template writes as today
+        # the limits a client must keep to (larger requests get 413): clients split their batches by them
+        "max_items_per_request": request.app.state.max_items_per_request,
+        "max_item_chars": batcher.max_item_chars,
+        "max_body_bytes": request.app.state.max_body_bytes,
     }
 
 

@@ -21,6 +21,9 @@ from ..shared import UsageError, finite_float, nonneg_float, port, positive_floa
 
 SHUTDOWN_S = 30.0  # default drain bound at SIGTERM (--graceful-timeout)
 MAX_BODY_MB = 1024 * 1024  # 1 TiB: a larger --max-body-mb is a typo (the server holds a body in memory)
+MAX_ITEM_CHARS = 16384
+"""``--max-item-chars``'s default: characters in one item's fields (about 3-4k tokens of English). An item is one forward
+pass that holds the judge for every client: cut to the embedded judge's 8192-token context, one took ~85-100 s on a CPU."""
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -38,6 +41,9 @@ def _configure(p: argparse.ArgumentParser) -> None:
     g.add_argument("--token-file", type=Path,
                    help=f"file holding the bearer token clients must send (default: ${TOKEN_ENV} if set, else none)")
     g.add_argument("--max-items-per-request", type=positive_int, default=1024, help="larger requests get 413 (default 1024)")
+    g.add_argument("--max-item-chars", type=positive_int, default=MAX_ITEM_CHARS,
+                   help=f"an item whose fields hold more characters gets 413, so that one long item cannot hold the judge for "
+                        f"every other client (default {MAX_ITEM_CHARS}; an item is one forward pass, cut to the judge's context)")
     g.add_argument("--max-body-mb", type=positive_float, default=4.0, help="larger request bodies get 413 (default 4 MiB)")
     g.add_argument("--graceful-timeout", type=nonneg_float, default=None,
                    help=f"at SIGTERM/SIGINT, seconds the queued and running requests get to finish before they are answered "
@@ -151,6 +157,7 @@ def server_options(args: argparse.Namespace, command: str = "serve") -> dict:
         "max_wait_ms": args.max_wait_ms,
         "threshold": args.threshold,
         "truncate": not args.no_truncate,
+        "max_item_chars": args.max_item_chars,
         "shutdown_timeout": SHUTDOWN_S if args.graceful_timeout is None else args.graceful_timeout,
     }
 
