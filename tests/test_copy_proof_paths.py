@@ -40,6 +40,13 @@ COMPLETIONS = [
 ]
 # min(1, novelty / 0.3) x (1 - excess repetition) x min(1, (words / 6) / 0.67): the paraphrase has 7 words
 FACTORS = [0.0, 0.0, 1.0, (3 / 6) / 0.67]
+# the same completions as a policy may pad them at no cost (a trailing newline, spaces, blank lines, doubled spaces)
+PADDED = [
+    SOURCE + "\n",
+    "  THE CAT SLEEPS ON THE MAT! ",
+    "\n\nA cat is  asleep\ton the mat.\n\n",
+    "The cat sleeps.\r\n",
+]
 
 
 def sigmoid(x: float) -> float:
@@ -172,3 +179,43 @@ def test_bad_task_requests_say_what_to_do(server, capsys):
         RewardMapping.for_template(load_template("net-likert"), reward="paraphrase")
     assert main(["serve", "-t", "net-likert", "--rm-reward", "paraphrase"]) == 2
     assert "--rm-reward paraphrase: template 'net-likert' does not answer Yes/No" in capsys.readouterr().err
+
+
+def test_padded_completions_get_the_clean_ones_reward_on_every_path(server, tiny_judge, want, local_openrlhf_judge,
+                                                                     monkeypatch):
+    """Layout around or inside a completion moves no path's reward: each gives the padded completions the value
+    the hand computation gives the clean ones (red on every whitespace-keeping path without the judge's clean_text)."""
+    import importlib
+
+    import pluie_reward.serving.openrlhf as openrlhf
+
+    n = len(PADDED)
+    assert ParaphraseReward(tiny_judge)(completions=PADDED, source=[SOURCE + "\n"] * n) == pytest.approx(want, abs=EXACT)
+    remote = RemotePluieReward(server.url, task="paraphrase", token=TOKEN)
+    assert asyncio.run(remote(completions=PADDED, source=[SOURCE] * n)) == pytest.approx(want, abs=EXACT)
+    body = {"source": " " + SOURCE, "hypothesis": PADDED, "task": "paraphrase"}
+    assert httpx.post(server.url + "/score", json=body, headers=AUTH, timeout=60).json()["reward"] == pytest.approx(want, abs=EXACT)
+    assert compute_score_batch(["d"] * n, PADDED, [SOURCE] * n, url=server.url, token=TOKEN,
+                               output="paraphrase") == pytest.approx(want, abs=EXACT)
+    samples = [openrlhf_sample(c) for c in PADDED]
+    answer = httpx.post(server.url + "/get_reward", json={"query": [q for q, _ in samples], "prompts": [p for _, p in samples],
+                                                           "labels": [SOURCE] * n}, headers=AUTH, timeout=60).json()
+    assert answer["rewards"] == pytest.approx(want, abs=EXACT)
+    monkeypatch.setenv("PLUIE_REWARD_RM_REWARD", "paraphrase")
+    module = importlib.reload(openrlhf)  # in process, as a worker without a URL
+    try:
+        got = module.reward_func([q for q, _ in samples], [p for _, p in samples], [SOURCE] * n)["rewards"]
+        assert got == pytest.approx(want, abs=EXACT)
+    finally:
+        module._state.get("batcher") and module._state["batcher"].close()
+        module._state.clear()
+    # the judge itself: the padded and the clean texts are one prompt; clean_text=False reads them as given
+    assert tiny_judge.score("para-fs", source=SOURCE, hypothesis=PADDED, use_cache=False) == pytest.approx(
+        tiny_judge.score("para-fs", source=SOURCE, hypothesis=COMPLETIONS, use_cache=False), abs=EXACT)
+    tiny_judge.clean_text = False
+    try:
+        raw = tiny_judge.score("para-fs", source=SOURCE, hypothesis=PADDED, use_cache=False)
+    finally:
+        tiny_judge.clean_text = True
+    clean = tiny_judge.score("para-fs", source=SOURCE, hypothesis=COMPLETIONS, use_cache=False)
+    assert all(abs(a - b) > 1e-4 for a, b in zip(raw, clean))

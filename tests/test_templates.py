@@ -166,3 +166,15 @@ def test_chat_template_kwargs_in_yaml_and_on_templates():
         Template.from_dict({**base, "chat_template_kwargs": ["enable_thinking"]})
     with pytest.raises(ValueError, match="cannot set 'add_generation_prompt'"):
         t.with_chat_template_kwargs(add_generation_prompt=True)
+
+
+def test_clean_text_is_words_per_line_without_blank_lines():
+    """clean_text against a reference written here: each non-blank line's words joined by one space, the lines by
+    one newline (texts of spaces, tabs, no-break spaces, \\n and \\r\\n only, where str.split/splitlines agree)."""
+    from pluie_reward.core.template import clean_text
+
+    texts = ["A cat.", " A cat.\n", "\n\nA  cat\tsleeps.\r\n\r\nIt purrs. \n", "a\u00a0\u00a0b", "  \n \t", "x\n \ny", "",
+             "Line one\n  line two  \n\nline three"]
+    for text in texts:
+        want = "\n".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
+        assert clean_text(text) == want, text

@@ -91,6 +91,9 @@ class Judge:
         chat_template_kwargs: keywords for the judge's chat template in every rendering (Qwen3's
             ``enable_thinking``, gpt-oss's ``reasoning_effort``; ``strftime_now``: the ISO date a
             template writes as today, fixed by default); a template's own keywords override them.
+        clean_text: read every field value as :func:`~pluie_reward.core.template.clean_text` gives it
+            (surrounding whitespace removed, inner runs made one), so layout cannot move a score;
+            False: exactly as given.
         calibration: a :class:`~pluie_reward.core.calibration.Calibration` (or the path of a
             ``calibration.json``, or its folder): ``details=True`` records of Yes/No templates then
             add ``p_calibrated = sigmoid(a * logratio + b)``; floats and verdicts stay raw.
@@ -122,11 +125,12 @@ class Judge:
         allow_multi_token: bool = False,
         name: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        clean_text: bool = True,
         calibration: "Calibration | str | Path | None" = None,
         **engine_options: Any,
     ) -> None:
         config = JudgeConfig(cache_size=cache_size, threshold=threshold, allow_multi_token=allow_multi_token, name=name,
-                             chat_template_kwargs=chat_template_kwargs, calibration=calibration)
+                             chat_template_kwargs=chat_template_kwargs, clean_text=clean_text, calibration=calibration)
         transformers = engine_spec("transformers")
         check_engine_options(transformers, engine_options)
         if isinstance(model, Engine):
@@ -145,6 +149,7 @@ class Judge:
         self.calibration = config.calibration
         self.allow_multi_token = config.allow_multi_token
         self.chat_template_kwargs: dict[str, Any] = dict(config.chat_template_kwargs or {})
+        self.clean_text = config.clean_text
         self.name = config.name or self.engine.name
         self.results = ResultCache(config.cache_size)
         self._bound: dict[Any, BoundTemplate] = {}
@@ -178,7 +183,7 @@ class Judge:
             device_map: passed to ``from_pretrained`` (accelerate placement across devices). (transformers)
             model_kwargs: more ``from_pretrained`` arguments (transformers).
             judge_kwargs: :class:`Judge` arguments, the fields of :class:`~pluie_reward.core.judge_config.JudgeConfig`
-                (``cache_size``, ``threshold``, ``allow_multi_token``, ``name``, ``chat_template_kwargs``,
+                (``cache_size``, ``threshold``, ``allow_multi_token``, ``name``, ``chat_template_kwargs``, ``clean_text``,
                 ``calibration``); the others go to the engine: with ``engine="transformers"``, the fields of
                 :class:`~pluie_reward.engines.transformers.config.TransformersEngineConfig` (``batch_tokens``,
                 ``check_weights``...), with ``engine="vllm"`` :class:`~pluie_reward.engines.vllm.VLLMEngine`'s
@@ -421,7 +426,7 @@ class Judge:
             True
         """
         options = ScoreOptions(details, threshold, truncate, use_cache, max_new_tokens)
-        return ScoringPlan.build(self.bind(template), fields, options)
+        return ScoringPlan.build(self.bind(template), fields, options, clean=self.clean_text)
 
     def score(
         self,

@@ -36,7 +36,7 @@ def option_names(config: type) -> tuple[str, ...]:
 
     Example:
         >>> option_names(JudgeConfig)
-        ('cache_size', 'threshold', 'allow_multi_token', 'name', 'chat_template_kwargs', 'calibration')
+        ('cache_size', 'threshold', 'allow_multi_token', 'name', 'chat_template_kwargs', 'clean_text', 'calibration')
     """
     return tuple(f.name for f in dataclasses.fields(config))
 
@@ -66,7 +66,7 @@ class JudgeConfig:
     Raises:
         ValueError: ``cache_size`` not an integer >= 0, a non-finite ``threshold``, or a
             ``chat_template_kwargs`` that is not a mapping of keyword names.
-        TypeError: ``allow_multi_token`` not a bool, ``name`` not a string, a ``calibration`` that
+        TypeError: ``allow_multi_token`` or ``clean_text`` not a bool, ``name`` not a string, a ``calibration`` that
             is not a :class:`~pluie_reward.core.calibration.Calibration`, a path or a dict.
         FileNotFoundError: no calibration file at the path.
     """
@@ -82,6 +82,10 @@ class JudgeConfig:
     chat_template_kwargs: Mapping[str, Any] | None = field(default=None, metadata={
         "help": "keywords for the judge's chat template in every rendering (Qwen3's enable_thinking, gpt-oss's "
                 "reasoning_effort, strftime_now); a template's own keywords override them."})
+    clean_text: bool = field(default=True, metadata={
+        "help": "read every field value without its surrounding whitespace and with inner runs of whitespace made "
+                "one (core.template.clean_text), on every path, so layout a policy adds at no cost cannot move a "
+                "score; False: read values exactly as given."})
     calibration: Calibration | str | Path | Mapping[str, Any] | None = field(default=None, metadata={
         "help": "a Calibration, the path of a calibration.json (or its folder) or a dict of its fields (read "
                 "into a Calibration here): details records of Yes/No templates then add p_calibrated = "
@@ -98,6 +102,8 @@ class JudgeConfig:
             raise TypeError(f"allow_multi_token must be True or False, got {self.allow_multi_token!r}.")
         if self.name is not None and not isinstance(self.name, str):
             raise TypeError(f"name must be a string (a label for reprs and logs), got {type(self.name).__name__}.")
+        if not isinstance(self.clean_text, bool):
+            raise TypeError(f"clean_text must be True or False, got {self.clean_text!r}.")
         if self.chat_template_kwargs is not None:
             check_chat_template_kwargs(self.chat_template_kwargs, "Judge")
         object.__setattr__(self, "calibration", Calibration.resolve(self.calibration))  # a file is read once, here

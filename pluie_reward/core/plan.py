@@ -171,7 +171,8 @@ class ScoringPlan:
             self.sizes = (self.n,)
 
     @classmethod
-    def build(cls, bound: Any, fields: Mapping[str, Any], options: ScoreOptions | None = None) -> "ScoringPlan":
+    def build(cls, bound: Any, fields: Mapping[str, Any], options: ScoreOptions | None = None, *,
+              clean: bool = True) -> "ScoringPlan":
         """Normalise ``fields`` against the bound template (raises ``TypeError``/``ValueError``/``KeyError``
         with what to do on bad input).
 
@@ -179,11 +180,13 @@ class ScoringPlan:
             bound: a :class:`~pluie_reward.core.prompt.BoundTemplate`.
             fields: the template's fields, each a list (one value per item) or one shared string.
             options: the call's options (default: :class:`ScoreOptions`).
+            clean: read each value as :func:`~pluie_reward.core.template.clean_text` gives it (the
+                judge's ``clean_text`` option); False: exactly as given.
 
         Returns:
             The plan.
         """
-        columns, n = normalize_fields(bound.template, fields)
+        columns, n = normalize_fields(bound.template, fields, clean=clean)
         return cls(bound, columns, n, options or ScoreOptions())
 
     @property

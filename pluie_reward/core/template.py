@@ -26,6 +26,8 @@ RESERVED_FIELDS = ("template", "details", "threshold", "truncate", "use_cache", 
 # apply_chat_template's own arguments: a chat-template keyword with one of these names would clash
 _CHAT_ARGUMENTS = ("conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
                    "continue_final_message", "tokenize", "return_dict", "tokenizer_kwargs")
+_BREAK_RUN = re.compile(r"\s*\n\s*")  # a run of whitespace holding a line break (\r\n, blank lines...)
+_SPACE_RUN = re.compile(r"[^\S\n]+")  # a run of whitespace without one (spaces, tabs, no-break spaces...)
 _YAML_BOOL_HINT = ("YAML reads unquoted yes/no/on/off/true/false as booleans; quote the word, "
                    "e.g. \"yes\": \"Yes\" or content: \"No\"")
 
@@ -416,8 +418,32 @@ def _template_file(path: Path) -> Template:
         raise ValueError(f"template file {path}: {err}") from None
 
 
+def clean_text(text: str) -> str:
+    """What the judge reads of a field value (a source, a completion...): the text without its
+    surrounding whitespace, each inner run of whitespace holding a line break made one ``"\\n"``, and
+    each other inner run (spaces, tabs, no-break spaces) one space. Layout a policy can add at no
+    cost (a trailing newline, padding, doubled spaces, blank lines) then cannot move a score; words,
+    punctuation, case and quotes are kept as given (the hack probe's ``presentation`` family reports
+    what those edits do to a reward). Every scoring path applies it, through :meth:`Judge.plan
+    <pluie_reward.Judge.plan>`; ``Judge(..., clean_text=False)`` reads values exactly as given.
+
+    Args:
+        text: a field value.
+
+    Returns:
+        The cleaned text.
+
+    Example:
+        >>> clean_text("  A cat\\tsleeps  on the mat.\\r\\n\\n It purrs.\\n")
+        'A cat sleeps on the mat.\\nIt purrs.'
+        >>> clean_text(" \\n ")
+        ''
+    """
+    return _SPACE_RUN.sub(" ", _BREAK_RUN.sub("\n", text)).strip()
+
+
 def normalize_fields(
-    template: Template, values: Mapping[str, Any]
+    template: Template, values: Mapping[str, Any], *, clean: bool = False
 ) -> tuple[dict[str, list[str | None]], int]:
     """Check the field values passed to a scorer and broadcast them to lists of equal length.
 
@@ -426,9 +452,20 @@ def normalize_fields(
     values that are not strings, ``ValueError`` (naming field and index) for text holding a lone
     surrogate; optional fields accept ``None`` per item (turn left out).
 
+    Args:
+        template: the template whose fields these are.
+        values: field -> a list (one value per item) or one string shared by all items.
+        clean: pass every value through :func:`clean_text` (what a judge reads; the checks only
+            leave it off).
+
+    Returns:
+        ``(columns, n)``: field -> ``n`` values.
+
     Example:
         >>> normalize_fields(load_template("para-fs"), {"source": "s", "hypothesis": ["a", "b"]})
         ({'source': ['s', 's'], 'hypothesis': ['a', 'b']}, 2)
+        >>> normalize_fields(load_template("para-fs"), {"source": "s ", "hypothesis": ["a\\n"]}, clean=True)[0]
+        {'source': ['s'], 'hypothesis': ['a']}
     """
     unknown = sorted(set(values) - set(template.all_fields))
     missing = [f for f in template.fields if f not in values]
@@ -475,5 +512,5 @@ def normalize_fields(
                         f"({ascii(item[err.start])[1:-1]}), which is not valid Unicode text; fix the text "
                         "(e.g. decode the original bytes with errors='replace')."
                     ) from None
-        out[name] = items
+        out[name] = [v if v is None else clean_text(v) for v in items] if clean else items
     return out, n
