@@ -111,3 +111,17 @@ def test_health_answers_head_and_names_the_limits(server):
     assert head.status_code == 200 and head.content == b""
     health = httpx.get(server.url + "/health", timeout=30).json()
     assert (health["max_items_per_request"], health["max_item_chars"]) == (4, ITEM_CHARS)
+
+
+def test_client_batches_above_the_server_limit_are_split(server, tiny_judge):
+    sources, hypotheses = SOURCES * 3, HYPOTHESES * 3  # 9 items; the server takes 4 per request
+    want = tiny_judge.score("para-fs", source=sources, hypothesis=hypotheses, use_cache=False)
+    before = metrics(server)["requests"]["by_path"].get("/score", 0)
+    got = compute_score_batch(["d"] * 9, hypotheses, sources, url=server.url)
+    assert got == pytest.approx(want, abs=TOL)
+    assert metrics(server)["requests"]["by_path"]["/score"] - before == 1 + 3  # refused once (413), then 4 + 4 + 1
+    remote = RemotePluieReward(server.url, chunk_size=256)
+    assert asyncio.run(remote(completions=hypotheses, source=sources)) == pytest.approx(want, abs=TOL)
+    with pytest.raises(Exception, match="at most 300 per item") as err:  # a long item is not split further
+        compute_score_batch(["d"] * 3, ["a", "b" * 400, "c"], SOURCES, url=server.url)
+    assert err.value.status == 413

@@ -93,6 +93,82 @@ async def apost_json(
         return await http.request("POST", json=payload)
 
 
+def split_size(error: RemoteJudgeError, health: Any, body: Mapping[str, Any], n: int) -> int | None:
+    """How many items each piece of a request of ``n`` items that got ``error`` should carry, read from the
+    server's ``/health``: its ``max_items_per_request`` when the request had more, else half of them (a body
+    over the byte limit); None when splitting cannot help (one item, another error, or an item over the
+    server's ``max_item_chars``).
+
+    Example:
+        >>> too_large = RemoteJudgeError("HTTP 413", 413)
+        >>> split_size(too_large, {"max_items_per_request": 64, "max_item_chars": 100}, {"hypothesis": ["a"] * 256}, 256)
+        64
+        >>> split_size(too_large, {"max_items_per_request": 1024}, {"hypothesis": ["a"] * 256}, 256)  # the body's bytes
+        128
+        >>> split_size(too_large, {"max_item_chars": 3}, {"hypothesis": ["a", "abcd"]}, 2) is None  # an item too long
+        True
+    """
+    if error.status != 413 or n < 2:
+        return None
+    health = health if isinstance(health, Mapping) else {}
+    limit, chars = health.get("max_items_per_request"), health.get("max_item_chars")
+    if isinstance(limit, int) and 1 <= limit < n:
+        return limit
+    if isinstance(chars, int):
+        columns = [v if isinstance(v, list) else [v] * n for v in body.values() if isinstance(v, (list, str))]
+        if any(sum(len(c[i]) for c in columns if isinstance(c[i], str)) > chars for i in range(n)):
+            return None
+    return (n + 1) // 2
+
+
+def _pieces(body: Mapping[str, Any], n: int, size: int) -> list[tuple[dict[str, Any], int]]:
+    """``body`` cut into requests of at most ``size`` items (a string field is shared: sent with each)."""
+    return [({k: v[s : s + size] if isinstance(v, list) else v for k, v in body.items()}, min(size, n - s)) for s in range(0, n, size)]
+
+
+def _joined(answers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The answers of a request's pieces as one: each column concatenated in order."""
+    return {k: [x for a in answers for x in a[k]] if isinstance(answers[0][k], list) else answers[0][k] for k in answers[0]}
+
+
+def post_splitting(http: HTTPClient, path: str, body: Mapping[str, Any], n: int) -> dict[str, Any]:
+    """``POST path`` of ``body`` (``n`` items) with ``http``; a 413 answer is met by sending the items again in
+    requests the server takes (:func:`split_size`), and the answers joined, so a client batch above the
+    server's limits is split rather than refused."""
+    try:
+        return http.request("POST", path, json=body)
+    except RemoteJudgeError as err:
+        size = split_size(err, _health(http) if err.status == 413 and n > 1 else None, body, n)
+        if size is None:
+            raise
+    return _joined([post_splitting(http, path, piece, m) for piece, m in _pieces(body, n, size)])
+
+
+async def apost_splitting(http: AsyncHTTPClient, path: str, body: Mapping[str, Any], n: int) -> dict[str, Any]:
+    """Async :func:`post_splitting` (the pieces sent concurrently)."""
+    try:
+        return await http.request("POST", path, json=body)
+    except RemoteJudgeError as err:
+        size = split_size(err, await _ahealth(http) if err.status == 413 and n > 1 else None, body, n)
+        if size is None:
+            raise
+    return _joined(await asyncio.gather(*(apost_splitting(http, path, piece, m) for piece, m in _pieces(body, n, size))))
+
+
+def _health(http: HTTPClient) -> Any:
+    try:
+        return http.request("GET", "/health")
+    except RemoteJudgeError:  # e.g. an older server without /health: halve
+        return None
+
+
+async def _ahealth(http: AsyncHTTPClient) -> Any:
+    try:
+        return await http.request("GET", "/health")
+    except RemoteJudgeError:
+        return None
+
+
 def text_problem(value: Any) -> str | None:
     """Why a string cannot be sent to the judge (a lone surrogate, e.g. from JSON ``"\\ud800"``: not UTF-8 text),
     in the words of the local path (:func:`~pluie_reward.core.template.normalize_fields`), else None.
@@ -290,8 +366,8 @@ class RemotePluieReward(AsyncReward):
         async with AsyncHTTPClient(base, config, **_client_options(self.token)) as client:
             if self.reading is not None and self.reading.normalize and self.reading.scale is None:
                 await self._read_scale(client)
-            answers = await asyncio.gather(*(
-                client.request("POST", "/score", json={k: v[s : s + self.chunk_size] for k, v in body.items()})
+            answers = await asyncio.gather(*(  # a chunk above the server's limits is split further (413)
+                apost_splitting(client, "/score", {k: v[s : s + self.chunk_size] for k, v in body.items()}, min(self.chunk_size, n - s))
                 for s in starts
             ))
         if self.reading is not None:
@@ -475,7 +551,9 @@ def compute_score_batch(
     body = _verl_fields(data_sources, solution_strs, ground_truths, extra_infos, fields, output)
     check_texts(body, "compute_score_batch: ")
     score_url = _score_url(url)
-    answer = post_json(score_url, body, token=token, timeout=timeout, retries=retries, backoff=backoff, client=_shared_client())
+    config = HTTPConfig(timeout=timeout, retries=retries, backoff=backoff)
+    with HTTPClient(score_url[: -len("/score")], config, client=_shared_client(), **_client_options(token)) as http:
+        answer = post_splitting(http, "/score", body, len(solution_strs))  # a batch above the server's limits: split
     results = _verl_results(answer, output, body, score_url)
     return results if return_dict else [result["score"] for result in results]
 
