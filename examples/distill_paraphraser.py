@@ -7,11 +7,20 @@ judge is the default judge on the same base weights (its adapter loaded frozen b
 
 1. the teacher samples ``--n`` paraphrases of every training sentence (round 1: the untrained student,
    i.e. the base model, or any HF causal LM given by ``--teacher``; later rounds: the student so far);
+   With ``--blocking P`` the teacher samples under Dynamic Blocking (Niu et al., EMNLP 2021:
+   :class:`~pluie_reward.integrations.blocking.DynamicBlocking`): after it emits a token of the source, the
+   source's next token is blocked with probability P, so it must leave the source's wording; with
+   ``--no-repeat-ngram 3`` it samples with transformers' ``no_repeat_ngram_size`` (as Impossible Distillation
+   does: no 3-gram of the prompt, which holds the source, is repeated). Neither ever touches the held-out outputs;
 2. ``score_dataset`` judges them and adds the copy-proof score of
    :class:`~pluie_reward.ParaphraseReward` (``p_yes x min(1, novelty / 0.3) x min(1, length ratio / 0.67)``,
    0 for a copy or a disguised copy), and ``best_of_n`` keeps each sentence's best candidate if its score
    is above ``--floor`` (0.7: the judge accepts it, it is no copy and no fragment; a sentence without such a
-   candidate gives nothing), so copies, fragments and rejected candidates are never trained on;
+   candidate gives nothing), so copies, fragments and rejected candidates are never trained on; with
+   ``--select novel`` the floor (and the judge's verdict) is a gate and the most novel candidate past it is kept
+   (ties: the score). A sentence with no candidate past the gate gets ``--n`` more samples, under Dynamic
+   Blocking (``--retry-blocking``, 0.5), until ``--n-max`` in all; each round reports how many sentences had
+   none after each draw;
 3. TRL's ``SFTTrainer`` trains the student's adapter on the kept pairs (prompt -> paraphrase); or, with
    ``--objective dpo``, the pool also holds the teacher's greedy answer (and ``n - 1`` samples), and TRL's
    ``DPOTrainer`` trains each kept candidate against that sentence's greedy answer when it scores below the
@@ -24,7 +33,8 @@ held-out sentence that is also a training sentence is refused), one sentence per
 ``source`` field. The held-out sentences are paraphrased greedily before and after distillation and judged;
 ``result.json`` in ``--output-dir`` has the GRPO example's ``held_out`` rows and ``before``/``after``
 metrics (accept rate, p_yes, novelty, copy rate, accepted-and-novel share, PLUIE, meaning), each round's
-kept pairs (``describe_pairs``, beside what PLUIE best-of-n would have kept) and the seconds spent;
+kept pairs (``describe_pairs``, beside what PLUIE best-of-n would have kept), how many sentences had no
+candidate kept after each draw (``no_survivor``) and the seconds spent;
 ``kept-round-R.jsonl`` holds the pairs trained on.
 
 ``--time-budget MINUTES`` (default 35; 0: none) bounds the whole run, loading and both evaluations included:
@@ -35,6 +45,7 @@ would not leave the final evaluation (``result.json``: ``rounds``, ``stopped_by_
     python examples/distill_paraphraser.py --seed 0 --output-dir runs/distill-s0 --threads 2   # the default run
     python examples/distill_paraphraser.py --rounds 1 --n 2 --sentences 4 --max-held-out 2 --epochs 1   # smoke run
     python examples/distill_paraphraser.py --teacher Qwen/Qwen2.5-1.5B-Instruct     # round 1 sampled from another model
+    python examples/distill_paraphraser.py --blocking 0.5 --select novel --n-max 18   # a teacher kept off the source's wording
 
 The embedded 135M judge is for demos, not quality (docs/rewards.md reads its accepted outputs by hand).
 """
@@ -66,8 +77,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="HF id or folder of a causal LM that samples round 1 (default: the student's base, self-distillation)")
     parser.add_argument("--rounds", type=int, default=3, help="sample, filter and fine-tune rounds (default 3)")
     parser.add_argument("--n", type=int, default=6, help="candidates sampled per training sentence and round (default 6)")
+    parser.add_argument("--n-max", type=int, default=None,
+                        help="a sentence with no candidate past the floor gets --n more samples (with --retry-blocking) "
+                             "until this many in all (default: --n, no more samples)")
     parser.add_argument("--floor", type=float, default=0.7,
                         help="keep a sentence's best candidate only if its copy-proof score is above this (default 0.7)")
+    parser.add_argument("--select", choices=("score", "novel"), default="score",
+                        help="score: the best copy-proof score past the floor; novel: the most novel candidate past the "
+                             "floor that the judge accepts (ties: the score)")
+    parser.add_argument("--blocking", type=float, default=0.0,
+                        help="Dynamic Blocking probability for the teacher's first --n samples (0: off; Niu et al., 2021)")
+    parser.add_argument("--retry-blocking", type=float, default=0.5,
+                        help="Dynamic Blocking probability for the samples past --n (default 0.5)")
+    parser.add_argument("--no-repeat-ngram", type=int, default=0,
+                        help="the teacher samples with no_repeat_ngram_size N, prompt included (0: off; 3 as Impossible Distillation)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the candidates")
     parser.add_argument("--max-new-tokens", type=int, default=40)
     parser.add_argument("--objective", choices=("sft", "dpo"), default="sft",
@@ -88,6 +111,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     optional = [v for v in (args.sentences, args.max_held_out) if v is not None]
     if min([args.rounds, args.n, args.batch_size, args.max_new_tokens, *optional]) < 1:
         parser.error("--rounds, --n, --batch-size, --max-new-tokens, --sentences and --max-held-out must be at least 1.")
+    args.n_max = args.n if args.n_max is None else args.n_max
+    if args.n_max < args.n or args.no_repeat_ngram < 0:
+        parser.error(f"--n-max must be at least --n ({args.n}) and --no-repeat-ngram at least 0 (0: off).")
+    if not (0 <= args.blocking <= 1 and 0 <= args.retry_blocking <= 1):  # also refuses nan
+        parser.error("--blocking and --retry-blocking are probabilities: each must lie in [0, 1].")
     if not 0 <= args.floor < 1:  # also refuses nan; the copy-proof score lies in [0, 1]
         parser.error("--floor must lie in [0, 1): the copy-proof score is p_yes x novelty credit x length credit.")
     if not args.time_budget >= 0 or not args.epochs > 0:
@@ -104,29 +132,82 @@ if __name__ == "__main__":
 import torch  # noqa: E402  (the heavy imports come after the early parse above)
 from datasets import Dataset, concatenate_datasets  # noqa: E402
 from grpo_paraphrase import TimeBudget, load_policy_and_judge  # noqa: E402
-from transformers import PrinterCallback, set_seed  # noqa: E402
+from transformers import LogitsProcessorList, PrinterCallback, set_seed  # noqa: E402
 from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer  # noqa: E402
 
 from pluie_reward import Judge, PluieCallback  # noqa: E402
+from pluie_reward.integrations.blocking import DynamicBlocking  # noqa: E402
 from pluie_reward.integrations.callbacks import generate_texts  # noqa: E402
 from pluie_reward.integrations.data import best_of_n, describe_pairs, score_dataset  # noqa: E402
 
 TEMPLATE = "para-fs"
 CHUNK = 16  # training sentences sampled and judged at a time (the time budget is checked between chunks)
+SAMPLE_BATCH = 32  # prompts per generate call
 FINE_TUNE_RESERVE = 60.0  # seconds of a round kept for fine-tuning when the time budget cuts its sampling
 
 
-def sample_candidates(model: Any, tokenizer: Any, sources: list[str], n: int, args: argparse.Namespace) -> Dataset:
+def sample_candidates(model: Any, tokenizer: Any, sources: list[str], n: int, args: argparse.Namespace, *,
+                      blocking: float = 0.0, greedy: bool | None = None, seed: int = 0) -> Dataset:
     """``n`` paraphrases of each source (``source``, ``hypothesis``, ``greedy``; empty answers dropped): sampled,
-    or with ``--objective dpo`` the greedy answer and ``n - 1`` sampled ones."""
-    greedy = sources if args.objective == "dpo" else []
+    or with ``greedy`` (default: ``--objective dpo``) the greedy answer and ``n - 1`` sampled ones. The sampled
+    ones are drawn under Dynamic Blocking with probability ``blocking`` (its generator seeded by ``seed``) when
+    it is above 0, and with ``--no-repeat-ngram``; the greedy answers never are."""
+    greedy = sources if (args.objective == "dpo" if greedy is None else greedy) else []
     repeated = [s for s in sources for _ in range(n - 1 if greedy else n)]
-    settings = {"batch_size": 32, "max_new_tokens": args.max_new_tokens}
+    settings = {"batch_size": SAMPLE_BATCH, "max_new_tokens": args.max_new_tokens}
     texts = generate_texts(model, tokenizer, [chat(s) for s in greedy], **settings) if greedy else []
-    texts += generate_texts(model, tokenizer, [chat(s) for s in repeated], do_sample=True, temperature=args.temperature,
-                            top_p=1.0, top_k=0, **settings) if repeated else []
+    sampling = dict(settings, do_sample=True, temperature=args.temperature, top_p=1.0, top_k=0)
+    if args.no_repeat_ngram:
+        sampling["no_repeat_ngram_size"] = args.no_repeat_ngram
+    generator = torch.Generator().manual_seed(seed)
+    for start in range(0, len(repeated), SAMPLE_BATCH):  # one processor per generate call: its rows are this batch's
+        part = repeated[start : start + SAMPLE_BATCH]
+        extra = {}
+        if blocking:
+            extra["logits_processor"] = LogitsProcessorList([DynamicBlocking.from_texts(tokenizer, part, blocking, generator)])
+        texts += generate_texts(model, tokenizer, [chat(s) for s in part], **sampling, **extra)
     rows = [(s, t, i < len(greedy)) for i, (s, t) in enumerate(zip(greedy + repeated, texts)) if t]
     return Dataset.from_dict({"source": [r[0] for r in rows], "hypothesis": [r[1] for r in rows], "greedy": [r[2] for r in rows]})
+
+
+def keep(pool: Dataset, args: argparse.Namespace) -> Dataset:
+    """Each sentence's kept candidate: past the copy-proof ``--floor``, the best score or (``--select novel``) the
+    most novel that the judge accepts."""
+    return best_of_n(pool, group_by="source", k=1, threshold=args.floor, select=args.select)
+
+
+def sample_and_judge(model: Any, tokenizer: Any, sources: list[str], args: argparse.Namespace, judge: Judge, round_: int,
+                     seed: int) -> tuple[Dataset | None, dict[int, int]]:
+    """``--n`` candidates of each source, judged; then, while a source has no candidate :func:`keep` keeps, ``--n``
+    more of its own under Dynamic Blocking (``--retry-blocking``), until ``--n-max`` in all.
+
+    Args:
+        model: the teacher.
+        tokenizer: its tokenizer.
+        sources: the sentences.
+        args: :func:`parse_args`'s namespace.
+        judge: the judge.
+        round_: the round (for the progress bar).
+        seed: seeds the blocking's generator (each draw adds the samples drawn so far).
+
+    Returns:
+        The judged candidates (None when every answer was empty) and, after each draw (by the samples per source
+        drawn so far), how many sources had no candidate kept.
+    """
+    pools: list[Dataset] = []
+    none_after: dict[int, int] = {}
+    drawn, todo = 0, list(sources)
+    while todo and drawn < args.n_max:
+        n, retry = min(args.n, args.n_max - drawn), drawn > 0
+        chunk = sample_candidates(model, tokenizer, todo, n, args, blocking=args.retry_blocking if retry else args.blocking,
+                                  greedy=False if retry else None, seed=seed + drawn)
+        drawn += n
+        if chunk.num_rows:
+            pools.append(score_dataset(chunk, judge, TEMPLATE, desc=f"round {round_}: judging candidates"))
+        found = set(keep(concatenate_datasets(pools), args)["source"]) if pools else set()
+        todo = [s for s in todo if s not in found]
+        none_after[drawn] = len(todo)
+    return (concatenate_datasets(pools) if pools else None), none_after
 
 
 def preference_pairs(pool: Dataset, kept: Dataset, floor: float, score_column: str = "pluie_copy_proof") -> Dataset:
@@ -232,32 +313,38 @@ def distill(args: argparse.Namespace, student: Any, tokenizer: Any, judge: Judge
         model, model_tokenizer = teacher if (teacher is not None and round_ == 1) else (student, tokenizer)
         sources = list(args.train_sentences)
         random.Random(f"{args.seed}-{round_}").shuffle(sources)  # a round cut short still samples from the whole file
-        pools = []
+        pools, none_after = [], {}
         for start in range(0, len(sources), CHUNK):
             begin = time.monotonic()
             if sampling_deadline is not None and begin + 1.2 * pace > sampling_deadline:
                 stopped = True
                 break
-            chunk = sample_candidates(model, model_tokenizer, sources[start : start + CHUNK], args.n, args)
-            if chunk.num_rows:
-                pools.append(score_dataset(chunk, judge, TEMPLATE, desc=f"round {round_}: judging candidates"))
+            chunk, missing = sample_and_judge(model, model_tokenizer, sources[start : start + CHUNK], args, judge, round_,
+                                              seed=args.seed * 1_000_003 + round_ * 10_007 + start)
+            if chunk is not None:
+                pools.append(chunk)
+            for drawn, count in missing.items():
+                none_after[drawn] = none_after.get(drawn, 0) + count
             pace = max(pace, time.monotonic() - begin)
         if not pools:
             print(f"--time-budget {args.time_budget:g} min: round {round_} not started (the final evaluation must fit)"
                   if stopped else f"round {round_}: no candidate (every answer was empty)", flush=True)
             break
         pool = concatenate_datasets(pools)
-        kept = best_of_n(pool, group_by="source", k=1, threshold=args.floor)  # by the copy-proof score
+        kept = keep(pool, args)
         by_pluie = best_of_n(pool, group_by="source", k=1, score_column="pluie_logratio")
         kept.to_json(str(args.output_dir / f"kept-round-{round_}.jsonl"))
         sampled = len(set(pool["source"]))
         info = {"round": round_, "teacher": "--teacher" if model is not student else "student", "sentences": sampled,
                 "candidates": pool.num_rows, "sampled": describe_pairs(pool), "kept": describe_pairs(kept),
-                "best_by_pluie": describe_pairs(by_pluie)}
+                "best_by_pluie": describe_pairs(by_pluie),
+                "no_survivor": [{"samples": drawn, "sentences": count} for drawn, count in sorted(none_after.items())]}
         print(f"round {round_}: {pool.num_rows} candidates for {sampled} sentences (copy rate {info['sampled']['copy_rate']:.2f}), "
-              f"kept {kept.num_rows} (copy-proof > {args.floor:g}; mean novelty {info['kept']['novelty'] or 0:.2f}, "
+              f"kept {kept.num_rows} (copy-proof > {args.floor:g}, by {args.select}; mean novelty {info['kept']['novelty'] or 0:.2f}, "
               f"copies {info['kept']['copy_rate'] or 0:.2f}); PLUIE best-of-{args.n} would keep copy rate "
               f"{info['best_by_pluie']['copy_rate'] or 0:.2f}", flush=True)
+        print(f"round {round_}: sentences with no candidate past the floor: "
+              + ", ".join(f"{r['sentences']} after {r['samples']} samples" for r in info["no_survivor"]), flush=True)
         rows = kept
         if args.objective == "dpo":
             rows = preference_pairs(pool, kept, args.floor)
