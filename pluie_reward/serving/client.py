@@ -439,7 +439,8 @@ class RemotePluieReward(AsyncReward):
 # the config's reward_kwargs); it awaits an ``async def``. The result is a float or a dict with "score",
 # whose keys, read from the first sample, are all logged: every sample returns the same keys.
 VERL_EXTRA_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
-SETTINGS = ("url", "token", "fields", "output", "timeout", "retries", "backoff", "return_dict", "max_wait_ms", "max_batch_items")
+SETTINGS = ("url", "token", "fields", "output", "timeout", "retries", "backoff", "return_dict", "max_wait_ms", "max_batch_items",
+            "template", "threshold")  # the last two: scoring on verl's reward model only (serving/genrm.py)
 VERL_HINT = "fields={{'{field}': 'ground_truth' | 'data_source' | 'extra_info.<key>'}} (reward_kwargs)"
 _warned: set[str] = set()
 logger = logging.getLogger(__name__)
@@ -615,16 +616,24 @@ class _Coalescer:
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
-    async def send(self, key: tuple, names: tuple[str, ...], group: list[tuple[dict[str, Any], asyncio.Future]]) -> None:
+    async def post(self, key: tuple, body: dict[str, list[Any]]) -> Mapping[str, Any]:
+        """One request for a group's items: the judge server's ``/score`` answer (``serving/genrm.py``: verl's reward model)."""
         url, token, timeout, retries, backoff = key
+        return await apost_json(url, body, token=token, timeout=timeout, retries=retries, backoff=backoff)
+
+    def splits(self, err: BaseException) -> bool:
+        """Whether ``err`` may be one item's fault, so that each item of the group is sent again alone."""
+        return isinstance(err, RemoteJudgeError) and err.status == 422
+
+    async def send(self, key: tuple, names: tuple[str, ...], group: list[tuple[dict[str, Any], asyncio.Future]]) -> None:
         body = {name: [item[name] for item, _ in group] for name in names}
         self.requests += 1
         try:
-            answer = await apost_json(url, body, token=token, timeout=timeout, retries=retries, backoff=backoff)
+            answer = await self.post(key, body)
             for output in OUTPUTS:
-                _values(answer, output, len(group), url)
+                _values(answer, output, len(group), str(key[0]))
         except BaseException as err:  # noqa: BLE001 - every waiting caller gets the error
-            if isinstance(err, RemoteJudgeError) and err.status == 422 and len(group) > 1:  # one bad item: not the others
+            if self.splits(err) and len(group) > 1:  # one bad item: not the others
                 await asyncio.gather(*(self.send(key, names, [one]) for one in group))
                 return
             for _, future in group:
@@ -639,6 +648,15 @@ class _Coalescer:
 
 
 _coalescers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Coalescer]" = weakref.WeakKeyDictionary()
+_routes: set[str] = set()
+
+
+def _log_route(where: str, what: str, level: int = logging.INFO) -> str:
+    """Say (once per process and place) where :func:`compute_score` scores; returns ``where``."""
+    if where not in _routes:
+        _routes.add(where)
+        logger.log(level, "pluie_reward compute_score: scoring on %s at %s.", what, where)
+    return where
 
 
 def _coalescer() -> _Coalescer:
@@ -657,12 +675,23 @@ async def compute_score(
     within ``max_wait_ms`` of each other (and with the same URL and token) go to the server as one
     ``POST /score`` of up to ``max_batch_items`` items.
 
+    With a reward model enabled, verl adds ``reward_router_address`` and ``reward_model_tokenizer``; without a
+    judge server URL (``url`` or ``$PLUIE_REWARD_URL``, which wins), the calls are scored on verl's own vLLM
+    servers of that model (:mod:`pluie_reward.serving.genrm`: gathered the same way, one ``/v1/completions``
+    request per batch), with the settings ``template`` (default: the task's for a task's ``output``, else
+    ``para-fs``) and ``threshold`` (of the verdict, default 0). The log says which, once (INFO; WARNING when
+    the URL wins over verl's address).
+
     Settings come from ``reward.custom_reward_function.reward_kwargs``: ``url``, ``token``, ``fields``
     (template field -> ``ground_truth`` (default for ``source``), ``data_source`` or ``extra_info.<key>``),
     ``output`` (``logratio``, ``p_yes``, ``verdict``, or a task's copy-proof reward: ``paraphrase``,
     ``translation``, ``revision``), ``timeout``, ``retries``, ``backoff``, ``return_dict`` (default True),
     ``max_wait_ms`` (default 10), ``max_batch_items`` (default 256); or ``$PLUIE_REWARD_URL`` /
     ``$PLUIE_REWARD_TOKEN``. verl's other keyword arguments are ignored.
+
+    Raises:
+        ValueError: ``template``/``threshold`` with a judge server (its own apply).
+        GenRMError: verl's reward model server cannot give what PLUIE needs (:mod:`~pluie_reward.serving.genrm`).
 
     Returns:
         ``{"score": <output>, "acc": verdict (1.0/0.0), "logratio", "p_yes"}`` (verl logs every key;
@@ -688,10 +717,22 @@ async def compute_score(
             raise TypeError(f"compute_score: field {name!r} must be a string, got {type(value).__name__} ({value!r:.60}).")
         if text_problem(value) is not None:
             raise ValueError(f"compute_score: field {name!r}: {text_problem(value)}")
-    key = (
-        _score_url(settings.get("url")), settings.get("token"), float(settings.get("timeout", 120.0)),
-        int(settings.get("retries", 3)), float(settings.get("backoff", 0.5)),
-    )
-    answer = await _coalescer().submit(key, item, max_wait, max_items)
-    result = _verl_results({k: [v] for k, v in answer.items()}, output, {k: [v] for k, v in item.items()}, key[0])[0]
+    router = kwargs.get("reward_router_address")
+    if router and not (settings.get("url") or os.environ.get(URL_ENV)):  # verl's own reward model (GenRM)
+        from pluie_reward.serving import genrm  # lazy: httpx-only client
+
+        where = _log_route(genrm.base_url(router), "verl's reward model (reward_router_address)")
+        answer = await genrm.submit(router, kwargs.get("reward_model_tokenizer"), item, output, settings, max_wait, max_items)
+    else:
+        if "template" in settings or "threshold" in settings:
+            raise ValueError("compute_score: template= and threshold= are settings of scoring on verl's reward model; a judge "
+                             "server (url=... or $PLUIE_REWARD_URL) uses its own (pluie-reward serve --template/--threshold).")
+        key = (
+            _score_url(settings.get("url")), settings.get("token"), float(settings.get("timeout", 120.0)),
+            int(settings.get("retries", 3)), float(settings.get("backoff", 0.5)),
+        )
+        where = _log_route(key[0], "the judge server" + (" (a configured URL wins over verl's reward_router_address)" if router else ""),
+                           logging.WARNING if router else logging.INFO)
+        answer = await _coalescer().submit(key, item, max_wait, max_items)
+    result = _verl_results({k: [v] for k, v in answer.items()}, output, {k: [v] for k, v in item.items()}, where)[0]
     return result if settings.get("return_dict", True) else result["score"]

@@ -1,0 +1,268 @@
+"""PLUIE as verl's own generative reward model (GenRM): scoring on the vLLM servers verl runs for it.
+
+With ``reward.reward_model.enable=True`` and ``reward.reward_model.model_path``, verl serves the reward model on
+vLLM (colocated with the actor or on its own resource pool), behind a router that forwards every path, and calls
+the custom reward function with ``reward_router_address`` (``host:port``) and ``reward_model_tokenizer``. When no
+judge server URL is configured, :func:`~pluie_reward.serving.client.compute_score` scores there: the judge is the
+remote engine (:meth:`~pluie_reward.Judge.connect`) at ``http://<reward_router_address>``, rendering with
+``reward_model_tokenizer``; one judge per address per process, checked once when it is made:
+
+* the server is vLLM (``/v1/models``' ``owned_by``): SGLang's OpenAI server is refused, by name;
+* its tokenizer is ``reward_model_tokenizer``'s (``/tokenize`` of a rendered prompt gives the same ids);
+* it returns the log-probabilities of chosen tokens (``logprob_token_ids``): a vLLM whose OpenAI server ignores
+  the field is refused with its version (``/version``);
+
+then it warms the template's prefix into vLLM's prefix cache (:meth:`~pluie_reward.Judge.warm_up`: every later
+prompt starts with the same token ids). Concurrent calls of one event loop go out together
+(:class:`GenRMCoalescer`: one :meth:`~pluie_reward.Judge.ascore`, one ``/v1/completions`` request for up to
+``max_batch_items`` prompts).
+
+Example:
+    >>> reward = compute_score(data_source="mrpc", solution_str="A cat is asleep.", ground_truth="The cat sleeps.",  # doctest: +SKIP
+    ...                        extra_info={}, reward_router_address="10.0.0.5:40123", reward_model_tokenizer=tokenizer)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import weakref
+from typing import Any, Mapping
+
+from pluie_reward.common.errors import RemoteError
+from pluie_reward.common.http import HTTPClient, HTTPConfig
+from pluie_reward.core.judge import Judge
+from pluie_reward.core.template import load_template
+from pluie_reward.integrations.novelty import TASKS
+from pluie_reward.serving.client import _Coalescer
+from pluie_reward.serving.protocol import OUTPUTS
+
+PROBE = "Ünïcödé, 数字 and 🙂: 12,345.67 — tabs\tand  spaces; <b>markup</b> \"quotes\" it's."
+"""Text the tokenizer check renders into the template's fields (accents, CJK, emoji, spacing, markup)."""
+SERVER = "verl's reward model server"
+TESTED_VLLM = "0.31.0"
+TODO = ("or score on a pluie judge server instead (pluie-reward serve, then reward_kwargs.url=http://judge-host:8000; "
+        "docs/server.md)")
+
+
+class GenRMError(RemoteError):
+    """verl's reward model server cannot give what PLUIE needs (not vLLM, a tokenizer other than
+    ``reward_model_tokenizer``, no ``logprob_token_ids``); the message names the server and what to do."""
+
+
+def base_url(address: str) -> str:
+    """The base URL of verl's ``reward_router_address`` (``host:port``, ``[ipv6]:port`` or a URL).
+
+    Example:
+        >>> base_url("10.0.0.5:40123"), base_url("[::1]:8000"), base_url("http://judge:8000/")
+        ('http://10.0.0.5:40123', 'http://[::1]:8000', 'http://judge:8000')
+    """
+    address = str(address).strip().rstrip("/")
+    return address if address.startswith(("http://", "https://")) else f"http://{address}"
+
+
+def default_template(output: str) -> str:
+    """The template a GenRM judge asks with: a task's own for a copy-proof ``output``, else ``para-fs``.
+
+    Example:
+        >>> default_template("translation"), default_template("logratio")
+        ('net', 'para-fs')
+    """
+    return TASKS[output].template if output in TASKS else "para-fs"
+
+
+def check_template(template: str, output: str) -> None:
+    """``compute_score`` reads a Yes/No template (``logratio``, ``p_yes``, ``verdict``); a task's output also needs its fields.
+
+    Raises:
+        ValueError: the template has N answers, or lacks the task's source field.
+
+    Example:
+        >>> check_template("net-likert", "logratio")
+        Traceback (most recent call last):
+        ...
+        ValueError: compute_score on verl's reward model: template 'net-likert' does not answer Yes/No ...
+    """
+    loaded = load_template(template)
+    if loaded.kind != "binary":
+        raise ValueError(f"compute_score on verl's reward model: template {loaded.name!r} does not answer Yes/No "
+                         f"({list(loaded.answers)}), so it has no logratio, p_yes or verdict: use a Yes/No template "
+                         "(reward_kwargs.template=para-fs, net, rev...).")
+    if output in TASKS:
+        TASKS[output].check_template(loaded, who="compute_score on verl's reward model: ")
+
+
+def _served_model(http: HTTPClient, where: str) -> dict[str, Any]:
+    """The first model ``/v1/models`` lists; SGLang and other non-vLLM servers refused here."""
+    served = http.request("GET", "/v1/models").get("data") or []
+    if not served:
+        raise GenRMError(f"{SERVER} at {where} serves no model (/v1/models is empty).", url=where)
+    entry = served[0]
+    owner = entry.get("owned_by")
+    if owner == "sglang":
+        raise GenRMError(
+            f"{SERVER} at {where} is SGLang (/v1/models: owned_by='sglang'), whose OpenAI server does not return the "
+            "log-probabilities of chosen tokens (logprob_token_ids) that PLUIE reads: serve the reward model on vLLM "
+            f"(reward.reward_model.rollout.name=vllm), {TODO}.", url=where)
+    if owner != "vllm":
+        raise GenRMError(f"{SERVER} at {where} is not vLLM (/v1/models: owned_by={owner!r}); PLUIE scores through vLLM's "
+                         f"/v1/completions with logprob_token_ids: serve the reward model on vLLM "
+                         f"(reward.reward_model.rollout.name=vllm), {TODO}.", url=where)
+    return entry
+
+
+def _check_tokenizer(http: HTTPClient, where: str, model: str, tokenizer: Any, text: str) -> None:
+    """The served model tokenizes ``text`` (a rendered prompt, markup included) as ``tokenizer`` does."""
+    served = list(http.request("POST", "/tokenize", json={"model": model, "prompt": text, "add_special_tokens": False})["tokens"])
+    local = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if served != local:
+        at = next((i for i, (a, b) in enumerate(zip(served, local)) if a != b), min(len(served), len(local)))
+        name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        raise GenRMError(
+            f"{SERVER} at {where} serves {model!r}, whose tokenizer differs from reward_model_tokenizer ({name!r}, "
+            f"{len(tokenizer)} tokens): a rendered prompt is {len(served)} tokens there and {len(local)} here, first "
+            f"different at token {at} (server {served[at:at + 3]}, here {local[at:at + 3]}). verl loads "
+            "reward_model_tokenizer from reward.reward_model.model_path: serve that same model.", url=where)
+
+
+def _check_logprob_token_ids(http: HTTPClient, where: str, model: str, version: str, ids: list[int], wanted: list[int]) -> None:
+    """One ``/v1/completions`` asking ``logprobs=1`` but the log-probabilities of 3 chosen tokens: a vLLM that
+    ignores ``logprob_token_ids`` answers with its top token only."""
+    body = {"model": model, "prompt": [ids], "max_tokens": 1, "temperature": 0, "logprobs": 1,
+            "logprob_token_ids": wanted, "return_tokens_as_token_ids": True}
+    try:
+        choice = http.request("POST", "/v1/completions", json=body)["choices"][0]
+        got = set((choice.get("logprobs") or {}).get("top_logprobs", [{}])[0] or {})
+    except (RemoteError, KeyError, IndexError, TypeError) as err:
+        raise GenRMError(f"{SERVER} at {where} (vLLM {version}) refused /v1/completions with logprob_token_ids ({err}): "
+                         f"PLUIE needs a vLLM whose OpenAI server takes logprob_token_ids ({TESTED_VLLM} tested), {TODO}.",
+                         url=where) from None
+    missing = [t for t in wanted if f"token_id:{t}" not in got]
+    if missing:
+        raise GenRMError(
+            f"{SERVER} at {where} runs vLLM {version}, whose OpenAI server ignores logprob_token_ids (asked for tokens "
+            f"{wanted}, it returned {sorted(got)}): PLUIE reads exactly the answer tokens' log-probabilities, so it needs a "
+            f"vLLM that takes them on /v1/completions ({TESTED_VLLM} tested): upgrade verl's vLLM, {TODO}.", url=where)
+
+
+def connect(address: str, tokenizer: Any, template: str, *, timeout: float = 120.0, retries: int = 3, backoff: float = 0.5,
+            chunk_size: int = 256) -> Judge:
+    """A judge on verl's reward model server at ``address``, checked (see the module docstring) and warmed up on ``template``.
+
+    Args:
+        address: verl's ``reward_router_address``.
+        tokenizer: verl's ``reward_model_tokenizer`` (loaded by verl from ``reward.reward_model.model_path``).
+        template: the template to check and warm up.
+        timeout, retries, backoff: per HTTP request (:class:`~pluie_reward.common.http.HTTPConfig`).
+        chunk_size: the most prompts one ``/v1/completions`` request carries.
+
+    Returns:
+        The judge (:meth:`~pluie_reward.Judge.connect`'s).
+
+    Raises:
+        GenRMError: the server is not vLLM, its tokenizer is not ``tokenizer``, or it ignores ``logprob_token_ids``.
+    """
+    where = base_url(address)
+    if tokenizer is None or isinstance(tokenizer, str):
+        raise ValueError(f"compute_score on verl's reward model ({where}) needs verl's reward_model_tokenizer (a tokenizer "
+                         f"object), got {tokenizer!r}: verl passes it with reward_router_address when "
+                         "reward.reward_model.enable=True.")
+    config = HTTPConfig(timeout=timeout, retries=retries, backoff=backoff)
+    with HTTPClient(where, config, name=SERVER, error=GenRMError) as http:
+        model = _served_model(http, where)["id"]
+        try:
+            version = str(http.request("GET", "/version").get("version", "unknown"))
+        except GenRMError:
+            version = "unknown"
+        judge = Judge.connect(where, model=model, tokenizer=tokenizer, timeout=timeout, retries=retries, backoff=backoff,
+                              chunk_size=chunk_size)
+        try:
+            bound = judge.bind(template)
+            _check_tokenizer(http, where, model, tokenizer, bound.render({f: PROBE for f in bound.template.all_fields}))
+            answers = [a[0] for a in bound.answer_ids]
+            other = next(t for t in (tokenizer.eos_token_id, 0, 1, 2) if t is not None and t not in answers)
+            _check_logprob_token_ids(http, where, model, version, list(bound.prefix_ids) or [other], answers + [other])
+            judge.warm_up(template)  # the template prefix, computed once into vLLM's prefix cache
+        except BaseException:
+            judge.close()
+            raise
+    return judge
+
+
+_judges: dict[tuple[int, str], "Judge | GenRMError"] = {}
+_judges_lock = threading.Lock()
+
+
+def judge_for(address: str, tokenizer: Any, template: str, **options: Any) -> Judge:
+    """The process's judge for ``address`` (made by :func:`connect` at the first call, then reused; a
+    :class:`GenRMError` is kept too, so that every later call fails at once with the same message).
+
+    Args:
+        address, tokenizer, template, options: as :func:`connect`.
+
+    Returns:
+        The judge.
+    """
+    key = (os.getpid(), base_url(address))
+    with _judges_lock:
+        if key not in _judges:
+            try:
+                _judges[key] = connect(address, tokenizer, template, **options)
+            except GenRMError as err:
+                _judges[key] = err
+        found = _judges[key]
+    if isinstance(found, GenRMError):
+        raise found
+    return found
+
+
+class GenRMCoalescer(_Coalescer):
+    """Concurrent ``compute_score`` calls on one event loop scored together on verl's reward model: one
+    :meth:`~pluie_reward.Judge.ascore` per wait window, i.e. one ``/v1/completions`` request of up to
+    ``chunk_size`` prompts (keys: ``(base URL, template, threshold)``)."""
+
+    async def post(self, key: tuple, body: dict[str, list[Any]]) -> Mapping[str, Any]:
+        """The group's ``logratio``, ``p_yes`` and ``verdict`` columns, as a judge server's ``/score`` answers them."""
+        where, template, threshold = key
+        judge = judge_for(where, None, template)  # made by submit() before any item was queued
+        records = await judge.ascore(template, details=True, threshold=threshold, **body)
+        return {output: [record[output] for record in records] for output in OUTPUTS}
+
+    def splits(self, err: BaseException) -> bool:
+        """A ValueError (an item the judge refuses) may be one item's: each is retried alone."""
+        return isinstance(err, ValueError)
+
+
+_coalescers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GenRMCoalescer]" = weakref.WeakKeyDictionary()
+
+
+async def submit(address: str, tokenizer: Any, item: dict[str, Any], output: str, settings: Mapping[str, Any],
+                 max_wait: float, max_items: int) -> Mapping[str, Any]:
+    """Score one ``compute_score`` item on verl's reward model, batched with the concurrent calls of this event loop.
+
+    Args:
+        address: verl's ``reward_router_address``.
+        tokenizer: verl's ``reward_model_tokenizer``.
+        item: the template fields of the item.
+        output: ``compute_score``'s ``output`` (a task's name picks its template).
+        settings: ``compute_score``'s settings (``template``, ``threshold``, ``timeout``, ``retries``, ``backoff``).
+        max_wait, max_items: the wait window (seconds) and the most items of one batch.
+
+    Returns:
+        The item's ``logratio``, ``p_yes`` and ``verdict``.
+    """
+    template = str(settings.get("template") or default_template(output))
+    threshold = float(settings.get("threshold", 0.0))
+    check_template(template, output)
+    where = base_url(address)
+    options = {"timeout": float(settings.get("timeout", 120.0)), "retries": int(settings.get("retries", 3)),
+               "backoff": float(settings.get("backoff", 0.5)), "chunk_size": max_items}
+    key = (os.getpid(), where)
+    if key not in _judges:  # made once, in a thread: the event loop (verl's reward loop) goes on
+        await asyncio.to_thread(judge_for, where, tokenizer, template, **options)
+    judge_for(where, tokenizer, template)  # raises the kept GenRMError, if any
+    loop = asyncio.get_running_loop()
+    if loop not in _coalescers:
+        _coalescers[loop] = GenRMCoalescer()
+    return await _coalescers[loop].submit((where, template, threshold), item, max_wait, max_items)
