@@ -321,7 +321,7 @@ def test_hub_id_that_cannot_be_fetched_is_a_usage_error(monkeypatch, capsys):
 
     monkeypatch.setattr(Judge, "load", offline)
     _fails(["score", "--model", "some-org/some-judge", "a", "b"], capsys,
-           "--model some-org/some-judge", "not a local folder", "huggingface-cli download some-org/some-judge")
+           "--model some-org/some-judge", "not a local folder", "`hf download some-org/some-judge`", "HF_HUB_OFFLINE=1")
 
 
 def test_baselines_all_says_which_are_skipped(tiny_cli, tmp_path, capsys, monkeypatch):

@@ -46,6 +46,17 @@ class RemoteError(PluieError, RuntimeError):
         self.status, self.url, self.detail = status, url, detail
 
 
+class ModelNotFoundError(PluieError, FileNotFoundError):
+    """A model name that is neither a local folder or file nor available from the Hugging Face Hub (not cached, and
+    no network or the Hub's offline mode); its message says how to get it. Kept here so the command line names it
+    without importing torch.
+
+    Example:
+        >>> isinstance(ModelNotFoundError("org/name: ..."), OSError)
+        True
+    """
+
+
 EXTRAS = {"httpx": "serve", "fastapi": "serve", "starlette": "serve", "uvicorn": "serve", "ray": "pool",
           "matplotlib": "eval", "sacrebleu": "eval", "vllm": "vllm"}
 """The extra of ``pyproject.toml`` that installs each optional dependency (the rest are dependencies of the package)."""

