@@ -91,6 +91,52 @@ def test_csv_with_bom_and_latin1(tiny_cli, tmp_path, capsys):
     _fails(["score", "-i", str(latin)], capsys, str(latin), "not UTF-8", "iconv")
 
 
+def _suggested_command(err, tool):
+    """The shell command a message suggests, from the tool's name to the end of the line."""
+    return err[err.index(tool):].strip().splitlines()[0]
+
+
+def test_a_compressed_or_latin1_input_gets_a_command_that_makes_it_readable(no_judge, tmp_path, capsys):
+    """The suggested command is run as given: it must write a file beside the input that reads as the rows."""
+    import gzip
+    import shutil
+    import subprocess
+
+    rows = [{"source": "Été brûlant.", "hypothesis": "Un été chaud."}, {"source": "a", "hypothesis": "b"}]
+    packed = tmp_path / "pairs.jsonl.gz"
+    packed.write_bytes(gzip.compress("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode()))
+    err = _fails(["score", "-i", str(packed)], capsys, "gzip-compressed", "gzip -dc")
+    assert "iconv" not in err and "utf8.gz" not in err
+    subprocess.run(_suggested_command(err, "gzip -dc"), shell=True, check=True)
+    assert read_table(tmp_path / "pairs.jsonl").rows == rows
+    latin = tmp_path / "old.csv"
+    latin.write_bytes("source,hypothesis\nÉté brûlant.,Un été chaud.\n".encode("latin1"))
+    err = _fails(["score", "-i", str(latin)], capsys, "not UTF-8 text", "iconv -f latin1 -t utf-8")
+    if shutil.which("iconv"):
+        subprocess.run(_suggested_command(err, "iconv"), shell=True, check=True)
+        assert read_table(tmp_path / "old.utf8.csv").rows == [rows[0]]
+
+
+def test_an_input_link_loop_or_dangling_link_is_named_as_such(no_judge, tmp_path, capsys):
+    loop = tmp_path / "loop.jsonl"
+    loop.symlink_to(loop)
+    _fails(["score", "-i", str(loop)], capsys, "is a symbolic link loop")
+    dangling = tmp_path / "gone.jsonl"
+    dangling.symlink_to(tmp_path / "nothing.jsonl")
+    _fails(["score", "-i", str(dangling)], capsys, "is a symbolic link to", "nothing.jsonl', which does not exist")
+    _fails(["score", "-i", str(tmp_path / "missing.jsonl")], capsys, "missing.jsonl' does not exist")
+
+
+def test_a_mistyped_option_prints_the_commands_usage_and_the_closest_option(no_judge, capsys):
+    for argv, usage, hint in ((["score", "--ouptut", "x.jsonl", "a", "b"], "usage: pluie-reward score", "--output"),
+                              (["score", "--treshold=1", "a", "b"], "usage: pluie-reward score", "--threshold"),
+                              (["eval", "classification", "-i", "x", "--lable-column", "y"],
+                               "usage: pluie-reward eval classification", "--label-column")):
+        err = _fails(argv, capsys, usage, f"error: unrecognized arguments: {argv[-2 if argv[0] == 'eval' else 1]}",
+                     f"(did you mean {hint}?)")
+        assert "usage: pluie-reward [-h]" not in err
+
+
 def test_chunk_size_must_be_positive_before_loading(no_judge, tmp_path, capsys):
     data = _jsonl(tmp_path / "in.jsonl", [{"source": "a", "hypothesis": "b", "label": 1}])
     for value in ("-1", "0"):

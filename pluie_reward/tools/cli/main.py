@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..shared import UsageError
+from .output import OutputError
 from .registry import COMMANDS
 
 
@@ -45,10 +47,45 @@ def _load_commands() -> None:
         importlib.import_module(module)
 
 
+class CommandParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose commands refuse an option they do not know themselves, with their own usage and
+    the closest option they have (argparse leaves it to the top-level parser, whose usage names no option of the
+    command). Sub-commands' parsers are of this class too (``add_subparsers`` makes them of the parent's class).
+
+    Example:
+        >>> import contextlib, io
+        >>> parser = CommandParser(prog="tool")
+        >>> score = parser.add_subparsers(dest="command").add_parser("score")
+        >>> _ = score.add_argument("--output")
+        >>> err = io.StringIO()
+        >>> with contextlib.redirect_stderr(err):
+        ...     try:
+        ...         parser.parse_args(["score", "--ouptut", "x"])
+        ...     except SystemExit as done:
+        ...         print(done.code)
+        2
+        >>> print(err.getvalue().splitlines()[-1])
+        tool score: error: unrecognized arguments: --ouptut x (did you mean --output?)
+    """
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        self.has_commands = True
+        return super().add_subparsers(**kwargs)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed, extra = super().parse_known_args(args, namespace)
+        if extra and not getattr(self, "has_commands", False):  # a command's own parser: its options are all here
+            known = list(self._option_string_actions)  # argparse has no public listing of a parser's options
+            close = [m for a in extra if a.startswith("-") for m in difflib.get_close_matches(a.split("=")[0], known, n=1)]
+            hint = f" (did you mean {' or '.join(dict.fromkeys(close))}?)" if close else ""
+            self.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+        return parsed, extra
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``pluie-reward`` parser with every registered sub-command (each with ``run`` as default)."""
     _load_commands()
-    parser = argparse.ArgumentParser(prog="pluie-reward", description="PLUIE: an LLM judge read from its Yes/No logits.")
+    parser = CommandParser(prog="pluie-reward", description="PLUIE: an LLM judge read from its Yes/No logits.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (configure, run) in COMMANDS.items():
         sp = sub.add_parser(name, help=(run.__doc__ or "").strip().splitlines()[0], epilog=f"Example: {EXAMPLES[name]}",
@@ -69,18 +106,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as done:  # --help (0) or an option argparse refused (2, its message already printed)
         return done.code if isinstance(done.code, int) else 2
     try:
-        return args.run(args)
+        code = args.run(args)
+        try:
+            sys.stdout.flush()  # what is still buffered: a full or closed standard output fails here, not at exit
+        except BrokenPipeError:
+            raise
+        except OSError as err:
+            raise OutputError(f"cannot write standard output ({err.strerror or err}).", stdout=True) from None
+        return code
     except BrokenPipeError:  # e.g. piped into `head`: stop quietly, with the status of a Unix tool SIGPIPE stopped
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        _drop_stdout()
         return 128 + 13
     except KeyboardInterrupt:  # a command that keeps work says so itself; the others stop in one line
         print(f"pluie-reward {args.command}: interrupted.", file=sys.stderr)
         return 130
     except (UsageError, FileNotFoundError, ModuleNotFoundError, ValueError, TypeError) as err:
+        if getattr(err, "stdout", False):
+            _drop_stdout()
         print(f"pluie-reward {args.command}: error: {err}", file=sys.stderr)
         return 2
+
+
+def _drop_stdout() -> None:
+    """Point standard output at the null device: what is still buffered for a reader that left, or a
+    full device, is dropped at exit instead of failing again there."""
+    import os
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -19,8 +19,10 @@ from __future__ import annotations
 import csv
 import datetime
 import decimal
+import errno
 import json
 import math
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,8 +194,7 @@ def read_table(path: str | Path, split: str | None = None) -> Records:
         ['The cat sleeps.', 'Prices rose.']
     """
     path = Path(path)
-    if not path.exists():
-        raise UsageError(f"input {str(path)!r} does not exist.")
+    _check_exists(path)
     try:
         if path.is_dir():
             records = _read_dataset(path, split)
@@ -208,15 +209,69 @@ def read_table(path: str | Path, split: str | None = None) -> Records:
     except csv.Error as err:
         raise UsageError(f"{path}: cannot read it as {path.suffix[1:]} ({err}).") from None
     except UnicodeDecodeError as err:
-        raise UsageError(
-            f"{path}: not UTF-8 text (byte {err.start}: {err.reason}); convert it first, e.g. "
-            f"iconv -f latin1 -t utf-8 {path} > utf8{path.suffix}"
-        ) from None
+        raise UsageError(_not_text(path, err)) from None
     if split is not None and not path.is_dir():
         raise UsageError(f"--split applies to a datasets folder; {path} is a file.")
     if not records.rows:
         raise UsageError(f"{path} holds no items.")
     return records
+
+
+def _check_exists(path: Path) -> None:
+    """Refuse an input that cannot be opened: missing, a link to nothing, a link loop.
+
+    Example:
+        >>> _check_exists(Path("missing.jsonl"))
+        Traceback (most recent call last):
+        ...
+        pluie_reward.tools.shared.UsageError: input 'missing.jsonl' does not exist.
+    """
+    try:
+        os.stat(path)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise UsageError(f"input {str(path)!r} is a symbolic link loop (it leads back to itself); "
+                             "fix the link, or give the file itself.") from None
+        if path.is_symlink():
+            raise UsageError(f"input {str(path)!r} is a symbolic link to {os.readlink(path)!r}, which does not exist.") from None
+        if err.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise UsageError(f"input {str(path)!r} does not exist.") from None
+        raise UsageError(f"input {str(path)!r}: cannot read it ({err.strerror}).") from None
+
+
+# what a compressed file starts with: (magic bytes, format, command printing it decompressed, its suffix)
+COMPRESSED = ((b"\x1f\x8b", "gzip", "gzip -dc", ".gz"), (b"BZh", "bzip2", "bzip2 -dc", ".bz2"),
+              (b"\xfd7zXZ\x00", "xz", "xz -dc", ".xz"), (b"\x28\xb5\x2f\xfd", "zstd", "zstd -dc", ".zst"),
+              (b"PK\x03\x04", "zip", "unzip -p", ".zip"))
+
+
+def _not_text(path: Path, err: UnicodeDecodeError) -> str:
+    """What to do with an input that is not UTF-8: decompress it (a compressed file), or convert it to UTF-8; the
+    command given writes a new file beside the input, of the same format.
+
+    Example:
+        >>> import gzip
+        >>> _ = Path("old.csv").write_bytes("source,hypothesis\\nÉté,x\\n".encode("latin1"))
+        >>> _ = Path("pairs.jsonl.gz").write_bytes(gzip.compress(b'{"source": "a", "hypothesis": "b"}\\n'))
+        >>> for name in ("old.csv", "pairs.jsonl.gz"):
+        ...     try:
+        ...         read_table(name)
+        ...     except UsageError as err:
+        ...         print(err)
+        old.csv: not UTF-8 text (byte 18: invalid continuation byte); convert it first, e.g. iconv -f latin1 -t utf-8 old.csv > old.utf8.csv
+        pairs.jsonl.gz is gzip-compressed; decompress it first, e.g. gzip -dc pairs.jsonl.gz > pairs.jsonl
+    """
+    try:
+        with path.open("rb") as handle:
+            start = handle.read(8)
+    except OSError:
+        start = b""
+    for magic, name, command, suffix in COMPRESSED:
+        if start.startswith(magic):
+            plain = path.with_suffix("") if path.suffix.lower() == suffix else path.with_name(f"{path.stem}.plain{path.suffix}")
+            return f"{path} is {name}-compressed; decompress it first, e.g. {command} {path} > {plain}"
+    return (f"{path}: not UTF-8 text (byte {err.start}: {err.reason}); convert it first, e.g. "
+            f"iconv -f latin1 -t utf-8 {path} > {path.with_name(f'{path.stem}.utf8{path.suffix}')}")
 
 
 def _object(value: Any, path: Path, where: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from .common import (
     judge_from_args,
     model_not_found,
 )
-from .output import OutputFile, check_output_file, partial_path
+from .output import OutputError, OutputFile, StandardOutput, check_output_file
 from .records import Records, check_texts, read_table
 from .registry import command
 
@@ -166,9 +166,10 @@ def score_command(args: argparse.Namespace) -> int:
     run = _Run(args, judge, template, records, values, size)
     try:
         if args.output is None:
-            run.write(sys.stdout)
+            run.write(StandardOutput(sys.stdout))
         else:
             with OutputFile(args.output, resume=args.resume) as out:
+                run.target = out
                 run.write(out, out.done_lines() if args.resume else [])
                 out.commit()
     except KeyboardInterrupt:
@@ -176,6 +177,8 @@ def score_command(args: argparse.Namespace) -> int:
         return 130
     except (_Refused, BrokenPipeError):  # a closed standard output (| head): main stops quietly
         raise
+    except OutputError as err:  # disk full, standard output full or closed...
+        raise OutputError(f"{err}" + (f" ({run.kept()})." if run.kept() else "."), stdout=err.stdout) from None
     except UsageError as err:
         raise UsageError(f"{err}" + (f" ({run.kept(fix=True)})." if run.kept() else "")) from None
     except Exception:
@@ -197,13 +200,14 @@ class _Run:
         self.args, self.judge, self.template, self.records, self.values, self.size = args, judge, template, records, values, size
         self.written = 0
         self.started = False  # the output is checked and being written
+        self.target: OutputFile | None = None  # the --output file (None: standard output)
 
     def write(self, out: Any, done: Sequence[dict[str, Any]] = ()) -> None:
         """Score and write every row after ``done`` (rows an interrupted run wrote); the chunk holding
         the last of them is scored again, as in a clean run, and must give the saved results."""
         if done:
             try:
-                _check_done(list(done), self.records, partial_path(self.args.output))
+                _check_done(list(done), self.records, self._partial())
             except UsageError as err:
                 raise _Refused(str(err)) from None
         self.written = len(done)
@@ -223,7 +227,7 @@ class _Run:
                     if i < len(done):
                         if not _close({k: done[i].get(k) for k in result}, result):
                             raise _Refused(
-                                f"{partial_path(self.args.output)} line {i + 1} was scored with other settings (judge, "
+                                f"{self._partial()} line {i + 1} was scored with other settings (judge, "
                                 f"template, threshold...): it holds {({k: done[i].get(k) for k in result})}, this run gives "
                                 f"{result}. Resume with the same options, or pass --overwrite to start again.")
                         continue
@@ -235,16 +239,22 @@ class _Run:
                 self.written += new
                 bar.update(new)
 
+    def _partial(self) -> Path:
+        assert self.target is not None
+        return self.target.partial
+
     def kept(self, fix: bool = False) -> str:
         """What the run kept and how to go on ("" before it started writing); ``fix``: after fixing the input."""
         output, total = self.args.output, len(self.records)
         if not self.started:
             return ""
-        if output is None:
+        if output is None or self.target is None:
             return f"{self.written} of {total} item(s) were written to standard output"
+        if self.target.stream:
+            return f"{self.written} of {total} item(s) were written to {output}"
         if not self.written:
             return f"nothing was written; {output} is untouched"
-        return (f"{self.written} of {total} item(s), in input order, are kept in {partial_path(output)} "
+        return (f"{self.written} of {total} item(s), in input order, are kept in {self._partial()} "
                 f"({output} is untouched); {'fix it, then ' if fix else ''}run the same command with --resume to score the rest")
 
 
