@@ -77,6 +77,27 @@ def test_local_and_remote_rewards_read_the_same_text(tiny_judge):
     assert got == pytest.approx([6 / 7, 0.0])
 
 
+def test_a_string_where_the_list_of_completions_goes_is_refused_locally_and_remotely(tiny_judge):
+    """``completions="abc"`` with three sources would be three one-character completions: a TypeError that says
+    what to pass, from the local reward, the remote reward's request and the async local reward alike."""
+    import asyncio
+
+    from pluie_reward import AsyncPluieReward, PluieReward
+    from pluie_reward.serving.client import RemotePluieReward
+
+    calls = {
+        "local": lambda bad: PluieReward(tiny_judge)(prompts=["p"] * 3, completions=bad, source=["s"] * 3),
+        "remote": lambda bad: RemotePluieReward("http://127.0.0.1:1").payload(bad, {"source": ["s"] * 3}, prompts=["p"] * 3),
+        "async": lambda bad: asyncio.run(AsyncPluieReward(tiny_judge)(prompts=["p"] * 3, completions=bad, source=["s"] * 3)),
+    }
+    for where, call in calls.items():
+        for bad, kind in (("abc", "str"), (b"abc", "bytes"), ({"role": "assistant", "content": "abc"}, "dict"), (3, "int")):
+            with pytest.raises(TypeError, match=rf"completions must be a list with one completion per sample, got a {kind} "
+                                                r"\(.*\); for one completion pass completions=\["):
+                call(bad)
+    assert len(calls["local"](["abc", "def", "ghi"])) == 3  # the list itself is fine
+
+
 def test_missing_column_is_the_same_error_everywhere(tiny_judge):
     from datasets import Dataset
 

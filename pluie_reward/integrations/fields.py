@@ -73,14 +73,26 @@ def completion_texts(completions: Sequence[Any] | None, owner: str) -> list[str]
     """The text of each of TRL's completions (:func:`completion_text`), for a reward called ``owner``.
 
     Raises:
-        TypeError: ``completions`` was not passed (a reward is called with ``completions=[...]``).
+        TypeError: ``completions`` was not passed (a reward is called with ``completions=[...]``), or is not a
+            list of completions: a string (which would be scored character by character), bytes, one chat
+            message (a dict), a number.
 
     Example:
         >>> completion_texts(["A cat.", [{"role": "assistant", "content": "A dog."}]], "pluie")
         ['A cat.', 'A dog.']
+        >>> completion_texts("A cat.", "pluie")  # doctest: +NORMALIZE_WHITESPACE
+        Traceback (most recent call last):
+        ...
+        TypeError: pluie: completions must be a list with one completion per sample, got a str ('A cat.');
+        for one completion pass completions=['A cat.'].
     """
     if completions is None:
         raise TypeError(f"{owner}: call it with completions=[...] (TRL's reward contract).")
+    if isinstance(completions, (str, bytes, Mapping)) or not isinstance(completions, Iterable):
+        shown = repr(completions)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise TypeError(f"{owner}: completions must be a list with one completion per sample, got a "
+                        f"{type(completions).__name__} ({shown}); for one completion pass completions=[{shown}].")
     return [completion_text(c, i) for i, c in enumerate(completions)]
 
 
