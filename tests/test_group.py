@@ -137,3 +137,70 @@ def test_bench_compares_group_and_pointwise_on_the_same_groups(judge):
     assert result["bias"][3] == pytest.approx(0.0, abs=1e-9) and result["bias"][1] > 0
     assert "Position bias left" in format_group_table(result)
     assert kendall_tau([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / 3)
+
+
+FOUR = CANDIDATES + ["The budget was approved by the committee."]
+
+
+def _grpo_trainer(reward, num_generations, num_generations_eval=None):
+    """A TRL GRPOTrainer holding only what its own ``_calculate_rewards`` reads, so that the reward is called by
+    TRL 1.16's real code with TRL's keyword arguments (``trainer_state``, ``log_metric``, ``log_extra``...)."""
+    import collections
+    import types
+
+    import torch
+    from accelerate import Accelerator
+    from transformers import TrainerState
+    from trl import GRPOTrainer
+
+    trainer = object.__new__(GRPOTrainer)
+    trainer.accelerator, trainer.args, trainer.state = Accelerator(cpu=True), types.SimpleNamespace(report_to=[]), TrainerState()
+    trainer.reward_funcs, trainer.reward_processing_classes, trainer.reward_func_names = [reward], [None], ["group"]
+    trainer._log_completion_extra, trainer.environments = lambda *args: None, None
+    trainer._pending_metrics = collections.defaultdict(list)
+    trainer.num_generations, trainer.num_generations_eval = num_generations, num_generations_eval
+    trainer.model = torch.nn.Linear(1, 1)
+    return trainer
+
+
+def _trl_rewards(trainer, completions):
+    from trl import GRPOTrainer
+
+    n = len(completions)
+    inputs = [{"prompt": "Paraphrase it.", "source": SOURCE}] * n
+    return GRPOTrainer._calculate_rewards(trainer, inputs, ["Paraphrase it."] * n, completions, [[1]] * n)[:, 0].tolist()
+
+
+def test_neighbouring_groups_of_one_prompt_stay_separate_groups(judge):
+    """Two GRPO groups of 4 with the same prompt side by side (a repeated dataset row): each is judged alone, as
+    GRPO's group size says, whether given, attached or read from TRL's own call; never as one group of 8."""
+    alone = judge_groups(judge, "para-group", [FOUR], source=SOURCE)[0]["p_best"]
+    joined = judge_groups(judge, "para-group", [FOUR + FOUR], source=SOURCE)[0]["p_best"]
+    assert max(abs(a - b) for a, b in zip(alone, joined)) > 0.05  # what joining the groups gave
+    batch = {"prompts": ["Paraphrase it."] * 8, "completions": FOUR + FOUR, "source": [SOURCE] * 8}
+    assert GroupPluieReward(judge, group_size=4)(**batch) == pytest.approx(alone + alone, abs=1e-6)
+    reward = GroupPluieReward(judge)
+    trainer = _grpo_trainer(reward, 4, num_generations_eval=2)
+    assert _trl_rewards(trainer, FOUR + FOUR) == pytest.approx(alone + alone, abs=1e-6)  # TRL's call names its trainer
+    assert trainer._pending_metrics["pluie_group/groups"] == [2.0]
+    trainer.model.eval()  # evaluation: num_generations_eval completions per prompt
+    pairs = [judge_groups(judge, "para-group", [FOUR[i:i + 2]], source=SOURCE)[0]["p_best"] for i in (0, 2)]
+    assert _trl_rewards(trainer, FOUR) == pytest.approx(pairs[0] + pairs[1], abs=1e-6)
+    attached = GroupPluieReward(judge)
+    assert attached.attach(_grpo_trainer(attached, 4)) is not None
+    assert attached(**batch) == pytest.approx(alone + alone, abs=1e-6)  # attached: known without TRL's call
+    # five groups of one prompt (20 completions, more than a group template shows): five groups of 4
+    five = GroupPluieReward(judge, group_size=4)(prompts=["p"] * 20, completions=FOUR * 5, source=[SOURCE] * 20)
+    assert five == pytest.approx(alone * 5, abs=1e-6)
+
+
+def test_without_a_group_size_runs_of_one_prompt_are_groups_and_a_mismatch_is_refused(judge):
+    batch = {"prompts": ["p"] * 8, "completions": FOUR + FOUR, "source": [SOURCE] * 8}
+    joined = judge_groups(judge, "para-group", [FOUR + FOUR], source=SOURCE)[0]["p_best"]
+    assert GroupPluieReward(judge)(**batch) == pytest.approx(joined, abs=1e-6)  # outside a trainer, as documented
+    with pytest.raises(ValueError, match="one group of 20, more than the template's 16; pass group_size="):
+        GroupPluieReward(judge)(prompts=["p"] * 20, completions=FOUR * 5, source=[SOURCE] * 20)
+    with pytest.raises(ValueError, match="completions 0 and 2 are in one group of 4 but have different prompts"):
+        GroupPluieReward(judge, group_size=4)(prompts=["p", "p", "q", "q"], completions=FOUR, source=[SOURCE] * 4)
+    with pytest.raises(TypeError, match="has no num_generations"):
+        GroupPluieReward(judge).attach(object())
