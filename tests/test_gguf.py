@@ -80,11 +80,17 @@ def write_tiny_gguf(path, seed: int = 0) -> None:
     writer.close()
 
 
-def test_a_gguf_file_is_a_judge_in_one_line(tmp_path, monkeypatch):
+def test_a_gguf_file_is_a_judge_in_one_line(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("PLUIE_REWARD_CACHE", str(tmp_path / "cache"))
     path = tmp_path / "tiny.gguf"
     write_tiny_gguf(path)
+    capfd.readouterr()
     judge = Judge.load(str(path))  # the one line: converted once, cached, scored like any model
+    said = capfd.readouterr().err
+    # the conversion says what it does in one line of its own; transformers' bars (de-quantizing, writing shards,
+    # loading weights) are not shown
+    assert said.splitlines() == [f"pluie-reward: converting tiny.gguf to a transformers model (once) into {tmp_path}/cache/tiny-"
+                                 f"{path.stat().st_size}"], said
     assert judge.name == str(path)
     pairs = {"source": ["The cat sleeps on the mat.", "Prices rose."], "hypothesis": ["A cat is asleep.", "Dogs bark."]}
     got = judge.score("para-direct", **pairs)
@@ -98,5 +104,31 @@ def test_a_gguf_file_is_a_judge_in_one_line(tmp_path, monkeypatch):
             for s, h in zip(pairs["source"], pairs["hypothesis"])]
     assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-3, (got, want)
     assert abs(got[0] - got[1]) > 1e-4  # a real model, not a constant
-    again = Judge.load(str(path))  # from the cache this time
+    capfd.readouterr()
+    again = Judge.load(str(path))  # from the cache this time: nothing to say
+    assert capfd.readouterr().err == ""
     assert again.score("para-direct", **pairs) == pytest.approx(got, abs=1e-6)
+
+
+def test_the_default_judges_first_use_says_so_in_one_line(tmp_path, monkeypatch, capfd):
+    """The embedded judge's first use (its GGUF converted, the shipped adapter merged) prints one line of its own and
+    none of transformers' bars; later uses print nothing. Here on the tiny GGUF and a LoRA adapter made for it."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from pluie_reward.engines.transformers import loading
+
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path)
+    adapter = tmp_path / "tiny-adapter"
+    base = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name)
+    get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False)).save_pretrained(adapter)
+    monkeypatch.setattr(loading, "embedded_gguf_path", lambda: path)
+    monkeypatch.setenv("PLUIE_REWARD_CACHE", str(tmp_path / "cache"))
+    capfd.readouterr()
+    folder = loading.default_model_dir(adapter)
+    said = capfd.readouterr().err
+    assert said.splitlines() == [f"pluie-reward: converting the embedded judge (once, ~30 s) into {tmp_path}/cache"], said
+    assert (folder / "config.json").is_file() and folder.name.startswith(f"tiny-{path.stat().st_size}+tiny-adapter-")
+    assert loading.default_model_dir(adapter) == folder and loading.default_model_dir(None).is_dir()
+    assert capfd.readouterr().err == ""

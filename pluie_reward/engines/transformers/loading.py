@@ -18,13 +18,16 @@ Two names select it:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import os
 import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -143,13 +146,81 @@ def save_to_cache(model: Any, tokenizer: Any, target: Path) -> None:
         raise
 
 
+@contextlib.contextmanager
+def quiet_bars() -> Iterator[None]:
+    """Transformers' progress bars off while the block runs ("Loading weights", "Writing model shards"), as they were after.
+
+    Example:
+        >>> from transformers.utils import logging as hf_logging
+        >>> with quiet_bars():
+        ...     hf_logging.is_progress_bar_enabled()
+        False
+    """
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
+_CONVERTING: list[str] = []  # the conversion under way (the outermost speaks, the ones it makes are quiet)
+_BAR_LINE = re.compile(r"\r|\d+%\||\d+/\d+ \[")  # a progress bar's line (tqdm's carriage returns, "42%|", "3/30 [")
+
+
+@contextlib.contextmanager
+def converting(message: str) -> Iterator[None]:
+    """A one-off conversion says so in one line on stderr (``pluie-reward: <message>``) and prints no progress bars:
+    transformers' own (some of which, as the GGUF de-quantization's, ignore its switch) are caught with whatever
+    else the block writes to ``sys.stderr``, and only the lines that are not bars are written after it.
+
+    Args:
+        message: what is being done, e.g. ``"converting the embedded judge (once, ~30 s) into ~/.cache/pluie_reward"``.
+
+    Example:
+        >>> import contextlib, io
+        >>> err = io.StringIO()
+        >>> with contextlib.redirect_stderr(err), converting("converting X (once)"):
+        ...     print("Converting tensors: 100%|##########| 30/30 [00:01<00:00]", file=sys.stderr)
+        ...     print("a warning", file=sys.stderr)
+        >>> print(err.getvalue(), end="")
+        pluie-reward: converting X (once)
+        a warning
+    """
+    if _CONVERTING:
+        yield
+        return
+    print(f"pluie-reward: {message}", file=sys.stderr, flush=True)
+    caught = io.StringIO()
+    _CONVERTING.append(message)
+    try:
+        with quiet_bars(), contextlib.redirect_stderr(caught):
+            yield
+    finally:
+        _CONVERTING.clear()
+        kept = [line for line in caught.getvalue().split("\n") if line.strip() and not _BAR_LINE.search(line)]
+        if kept:
+            print("\n".join(kept), file=sys.stderr, flush=True)
+
+
+def _shown(folder: Path) -> str:
+    """``folder`` with the home folder as ``~``."""
+    home = str(Path.home())
+    return "~" + str(folder)[len(home):] if str(folder).startswith(home + os.sep) else str(folder)
+
+
 def gguf_as_folder(gguf_path: "str | Path") -> Path:
-    """A transformers folder (safetensors + tokenizer) converted once from a GGUF file and cached."""
+    """A transformers folder (safetensors + tokenizer) converted once from a GGUF file and cached (the conversion says
+    so in one line on stderr)."""
     gguf_path = Path(gguf_path).resolve()
     stat = gguf_path.stat()
     target = cache_dir() / f"{gguf_path.stem}-{stat.st_size}"
     if not (target / "config.json").is_file():
-        _convert_gguf(gguf_path.parent, gguf_path.name, target)
+        with converting(f"converting {gguf_path.name} to a transformers model (once) into {_shown(target)}"):
+            _convert_gguf(gguf_path.parent, gguf_path.name, target)
     return target
 
 
@@ -158,29 +229,42 @@ def embedded_model_dir() -> Path:
     return gguf_as_folder(embedded_gguf_path())
 
 
-def merged_model_dir(base: Path, adapter: Path) -> Path:
-    """``base`` with the LoRA ``adapter`` merged into its weights (PEFT's ``merge_and_unload``), saved
-    once under the cache and keyed by the adapter's bytes."""
+def merged_target(base: Path, adapter: Path) -> Path:
+    """Where :func:`merged_model_dir` keeps ``base`` merged with ``adapter`` (keyed by the adapter's bytes)."""
     import hashlib
 
     digest = hashlib.sha256()
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         digest.update((adapter / name).read_bytes())
-    target = cache_dir() / f"{base.name}+{adapter.name}-{digest.hexdigest()[:12]}"
+    return cache_dir() / f"{base.name}+{adapter.name}-{digest.hexdigest()[:12]}"
+
+
+def merged_model_dir(base: Path, adapter: Path) -> Path:
+    """``base`` with the LoRA ``adapter`` merged into its weights (PEFT's ``merge_and_unload``), saved
+    once under the cache and keyed by the adapter's bytes."""
+    target = merged_target(base, adapter)
     if (target / "config.json").is_file():
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    lm = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    save_to_cache(load_adapter(lm, adapter).merge_and_unload(), AutoTokenizer.from_pretrained(base), target)
+    with converting(f"merging the adapter {adapter.name} into {base.name} (once) into {_shown(target)}"):
+        lm = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        save_to_cache(load_adapter(lm, adapter).merge_and_unload(), AutoTokenizer.from_pretrained(base), target)
     return target
 
 
 def default_model_dir(adapter: "Path | None") -> Path:
     """Folder of the default judge: the embedded model with ``adapter`` (the packaged one, from
-    :func:`pluie_reward.judges.default_adapter_dir`) merged; the untuned embedded model when ``None``."""
-    base = embedded_model_dir()
-    return base if adapter is None else merged_model_dir(base, adapter)
+    :func:`pluie_reward.judges.default_adapter_dir`) merged; the untuned embedded model when ``None``. Its first
+    use converts the GGUF file and merges the adapter, saying so in one line on stderr."""
+    gguf = embedded_gguf_path()
+    base = cache_dir() / f"{gguf.stem}-{gguf.stat().st_size}"  # as gguf_as_folder names it
+    final = base if adapter is None else merged_target(base, adapter)
+    if (final / "config.json").is_file():
+        return final
+    with converting(f"converting the embedded judge (once, ~30 s) into {_shown(cache_dir())}"):
+        base = embedded_model_dir()
+        return base if adapter is None else merged_model_dir(base, adapter)
 
 
 def is_embedded(model: Any) -> bool:
@@ -344,7 +428,8 @@ def load_model_and_tokenizer(
     load_kwargs["dtype"] = parse_dtype(dtype) if dtype is not None else torch.float32
     if device_map is not None:
         load_kwargs["device_map"] = device_map
-    lm = AutoModelForCausalLM.from_pretrained(source, **load_kwargs)
+    with quiet_bars() if Path(source).is_relative_to(cache_dir()) else contextlib.nullcontext():  # ours: loads in a second
+        lm = AutoModelForCausalLM.from_pretrained(source, **load_kwargs)
     if device_map is None:
         lm = lm.to(resolve_device(device))
     return lm.eval(), tokenizer
