@@ -306,6 +306,8 @@ def test_paraphrasus_limit_keeps_both_directions():
         files = [p.file for p in pairs[name]]
         assert files.count(files[0]) == 3 and len(set(files)) == 2  # 5 shared as 3 + 2
     with pytest.raises(ValueError, match="unknown PARAPHRASUS dataset"):
+        load_pairs(paraphrasus, datasets=["PAWS"])
+    with pytest.raises(ValueError, match="PAWSX: .* lacks paws-x-test.json"):  # a dataset of the benchmark, not in the folder
         load_pairs(paraphrasus, datasets=["PAWSX"])
 
 

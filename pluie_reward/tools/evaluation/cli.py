@@ -117,10 +117,12 @@ def _configure(p: argparse.ArgumentParser) -> None:
 
     b = sub.add_parser("paraphrasus", help="PARAPHRASUS error rates next to the published Llama-3 figures")
     b.add_argument("--data-dir", type=Path, default=None,
-                   help="folder with the benchmark's JSON files (default: $PARAPHRASUS_DIR or ../shared/data/paraphrasus)")
+                   help="folder with the benchmark's JSON files, or the release holding them in datasets_no_results "
+                        "(default: $PARAPHRASUS_DIR or ../shared/data/paraphrasus)")
     b.add_argument("--limit", type=positive_int, default=None, help="random subset of at most N pairs per dataset (full run: ~21k pairs)")
     b.add_argument("--seed", type=nonneg_int, default=0, help="seed of the --limit subset (default 0)")
-    b.add_argument("--datasets", default=None, help="comma-separated subset of MRPC,STS-H,SNLI,ANLI,STS,SICK,TRUE,SIMP")
+    b.add_argument("--datasets", default=None, help="comma-separated subset of MRPC,STS-H,SNLI,ANLI,STS,SICK,TRUE,SIMP "
+                   "and PAWSX,XNLI (default: those whose files are in the folder)")
     b.add_argument("--threshold", type=finite_float, default=0.0, help="paraphrase when logratio > threshold (default 0)")
     b.add_argument("--peers", default="all", choices=["all", "llama3", "paper", "none"],
                    help="published figures to print beside (default all)")

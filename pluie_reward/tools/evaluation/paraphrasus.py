@@ -3,9 +3,11 @@ protocol of the data folder's README: which pairs of which files, the expected p
 dataset, the error rate per dataset, the mean per challenge and the mean of the three challenge means.
 
 The data is not shipped with the package: point ``data_dir`` at the folder holding the authors'
-JSON files (``ms-mrpc.json``, ...). PAWS-X and XNLI are not in that folder, so challenge means are
-over the datasets present; the peers' means are recomputed over the same datasets for comparison
-(their published averages, which include PAWS-X/XNLI, are kept in the results as well).
+JSON files (``ms-mrpc.json``, ...; the upstream release's ``datasets_no_results`` folder, or the release
+itself). PAWS-X (``paws-x-test.json``) and XNLI (``fb-xnli-pre-hyp.json``, ``fb-xnli-hyp-pre.json``) are
+scored when their files are in the folder; without them, challenge means are over the datasets present
+and the report says which are missing. The peers' means are recomputed over the same datasets for
+comparison (their published averages, which include PAWS-X/XNLI, are kept in the results as well).
 
 Example:
     >>> results = run_paraphrasus(judge, limit=2)  # 2 pairs per dataset; data_dir: $PARAPHRASUS_DIR or ../shared/data/paraphrasus
@@ -29,8 +31,11 @@ from .scoring import JUDGE_ROW, Condition, edit_distances, score_items
 from .store import ScoreStore, chat_settings, fingerprint
 
 CHALLENGES = ("Classify!", "Minimize!", "Maximize!")
-MISSING = ("PAWSX", "XNLI")  # in the benchmark, not in the data folder
-PEER_FILES = {"llama3": "results_llama3.json", "paper": "results_paper.json"}
+OPTIONAL = ("PAWSX", "XNLI")  # in the benchmark; scored when their files are in the data folder
+# each peer's published figures: the upstream release's results file (in the release, beside the data folder
+# datasets_no_results), or a copy of it named results_<peer>.json in the data folder
+PEER_FILES = {"llama3": ("benches/llama3_3_70b/results.json", "results_llama3.json"),
+              "paper": ("benches/paper/results.json", "results_paper.json")}
 STS_FILE = "stsbenchmark-test-sts.json"
 
 
@@ -66,6 +71,10 @@ DATASETS: tuple[DatasetSpec, ...] = (
                 "all; expected = paraphrase"),
     DatasetSpec("Maximize!", "SIMP", ("onestop_parallel_all_pairs.json",), lambda e: True, lambda e: True,
                 "all; expected = paraphrase"),
+    # last, so that a folder with or without them samples the same pairs of the others (--limit)
+    DatasetSpec("Classify!", "PAWSX", ("paws-x-test.json",), lambda e: True, _label, "all; expected = label"),
+    DatasetSpec("Minimize!", "XNLI", ("fb-xnli-pre-hyp.json", "fb-xnli-hyp-pre.json"), lambda e: True,
+                lambda e: False, "both directions; expected = not a paraphrase"),
 )
 DATASET_NAMES = tuple(d.name for d in DATASETS)
 
@@ -98,8 +107,9 @@ def find_data_dir(data_dir: str | Path | None = None) -> Path:
     else:
         candidates = [Path("../shared/data/paraphrasus"), Path("shared/data/paraphrasus")]
     for path in candidates:
-        if (path / "ms-mrpc.json").is_file():
-            return path
+        for folder in (path, path / "datasets_no_results"):  # the data folder, or the upstream release holding it
+            if (folder / "ms-mrpc.json").is_file():
+                return folder
     raise FileNotFoundError(
         f"no PARAPHRASUS data (ms-mrpc.json, ...) in {[str(c) for c in candidates]}; "
         "pass --data-dir / data_dir= or set PARAPHRASUS_DIR to the folder with the benchmark's JSON files."
@@ -113,6 +123,32 @@ def _read(path: Path) -> dict[str, dict]:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object {{pair_id: {{sentence1, sentence2, ...}}}}.")
     return data
+
+
+def missing_datasets(data_dir: str | Path | None = None) -> list[str]:
+    """The benchmark's datasets whose files are not in the data folder (PAWS-X, XNLI: optional).
+
+    Example:
+        >>> missing_datasets(find_data_dir())  # the folder of this checkout holds neither
+        ['PAWSX', 'XNLI']
+    """
+    folder = find_data_dir(data_dir)
+    return [d.name for d in DATASETS if d.name in OPTIONAL and not all((folder / f).is_file() for f in d.files)]
+
+
+def peer_file(folder: Path, peer: str) -> Path | None:
+    """The file of a peer's published figures (:data:`PEER_FILES`) for the data folder ``folder``: the
+    release's ``benches/<bench>/results.json`` beside or in it, else ``results_<peer>.json`` in it; None if absent.
+
+    Example:
+        >>> peer_file(find_data_dir(), "paper").name
+        'results_paper.json'
+    """
+    release, copy = PEER_FILES[peer]
+    for path in (folder.parent / release, folder / release, folder / copy):
+        if path.is_file():
+            return path
+    return None
 
 
 def _split(limit: int, parts: int) -> list[int]:
@@ -136,11 +172,16 @@ def load_pairs(
         (10, ['stannlp-snli-hyp-pre.json', 'stannlp-snli-pre-hyp.json'])
     """
     folder = find_data_dir(data_dir)
-    wanted = list(DATASET_NAMES) if datasets is None else list(datasets)
+    missing = missing_datasets(folder)
+    wanted = [d for d in DATASET_NAMES if d not in missing] if datasets is None else list(datasets)
     unknown = [d for d in wanted if d not in DATASET_NAMES]
     if unknown:
-        raise ValueError(f"unknown PARAPHRASUS dataset(s) {unknown}; available: {list(DATASET_NAMES)} "
-                         f"({', '.join(MISSING)} are not in the data folder).")
+        raise ValueError(f"unknown PARAPHRASUS dataset(s) {unknown}; available: {list(DATASET_NAMES)}.")
+    absent = [d for d in DATASETS if d.name in wanted and d.name in missing]
+    if absent:
+        raise ValueError(f"{', '.join(d.name for d in absent)}: {folder} lacks "
+                         f"{', '.join(f for d in absent for f in d.files if not (folder / f).is_file())} "
+                         "(from the benchmark's release); add them, or leave those datasets out.")
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}.")
     rng = random.Random(seed)
@@ -170,7 +211,8 @@ def load_pairs(
 def peer_results(data_dir: str | Path | None = None, peers: str = "all") -> dict[str, dict[str, Any]]:
     """Published error rates (fractions) per peer method: ``{peer: {dataset: rate, "averages": {...}}}``.
 
-    ``peers`` is "all", "llama3" (results_llama3.json), "paper" (results_paper.json) or "none".
+    ``peers`` is "all", "llama3" (the release's benches/llama3_3_70b/results.json, or results_llama3.json in
+    the data folder), "paper" (benches/paper/results.json, or results_paper.json) or "none" (:func:`peer_file`).
 
     Example:
         >>> peer_results(peers="llama3")["llama_3_8b_ins_q4_k_m"]["MRPC"]
@@ -182,10 +224,11 @@ def peer_results(data_dir: str | Path | None = None, peers: str = "all") -> dict
         raise ValueError(f"peers must be one of all, none, {', '.join(PEER_FILES)}; got {peers!r}.")
     folder = find_data_dir(data_dir)
     out: dict[str, dict[str, Any]] = {}
-    for key, file in PEER_FILES.items():
-        if peers not in ("all", key) or not (folder / file).is_file():
+    for key in PEER_FILES:
+        file = peer_file(folder, key)
+        if peers not in ("all", key) or file is None:
             continue
-        data = json.loads((folder / file).read_text(encoding="utf-8"))
+        data = json.loads(file.read_text(encoding="utf-8"))
         for challenge in CHALLENGES:
             for dataset, methods in data.get(challenge, {}).items():
                 for method, value in methods.items():
@@ -270,6 +313,7 @@ def run_paraphrasus(
         "seed": seed,
         "n": len(items),
         "datasets_selected": sorted({p.dataset for p in pairs}, key=DATASET_NAMES.index),
+        "not_in_data_folder": missing_datasets(folder),
         "peer_figures": peer_results(folder, peers),
     }
     config = {"task": "paraphrasus", "judge": meta["judge"],
@@ -331,7 +375,7 @@ def paraphrasus_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, An
         "datasets": per_dataset,
         "challenges": summary["challenges"],
         "overall": summary["overall"],
-        "not_included": list(MISSING),
+        "not_included": list(meta.get("not_in_data_folder", OPTIONAL)),  # runs saved before it was recorded: both
         "peers": {m: _peer_summary(v, per_dataset) for m, v in meta.get("peer_figures", {}).items()},
     }
     if keep_pairs:
@@ -448,7 +492,8 @@ def markdown_report(results: dict[str, Any]) -> str:
     note = (
         f"Error rates (lower is better), threshold {results['threshold']:g}"
         + (f", a random subset of at most {limit} pairs per dataset (seed {results['seed']})" if limit else ", all pairs")
-        + f". Peer columns: published figures; their means are recomputed over the same datasets "
-        f"({', '.join(results['not_included'])} are not in the data folder).{partial}"
+        + ". Peer columns: published figures; their means are recomputed over the same datasets"
+        + (f" ({', '.join(results['not_included'])} {'is' if len(results['not_included']) == 1 else 'are'} not in the data "
+           "folder)" if results.get("not_included") else "") + f".{partial}"
     )
     return markdown_table(headers, rows) + "\n\n" + note
