@@ -94,8 +94,9 @@ def test_the_cli_says_it_in_one_line(no_network, capsys):
     from pluie_reward.tools import cli
 
     assert cli.main(["score", "--model", "some-org/no-such-model", "The cat sleeps.", "A cat sleeps."]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "hf download some-org/no-such-model" in err[0] and "HF_HUB_OFFLINE=1" in err[0], err
+    err = capsys.readouterr().err.strip().splitlines()  # "loading some-org/no-such-model...", then the error
+    assert len(err) == 2 and "hf download some-org/no-such-model" in err[1] and "HF_HUB_OFFLINE=1" in err[1], err
+    assert err[1].startswith("pluie-reward score: error: --model some-org/no-such-model: ") and "Traceback" not in err[1]
     assert len(no_network) <= 1, no_network
 
 

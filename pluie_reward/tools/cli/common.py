@@ -5,6 +5,7 @@ options, reading input files and their columns. Sub-commands live in their own m
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -148,6 +149,10 @@ def judge_from_args(args: argparse.Namespace) -> Any:
     if engine != "transformers" and getattr(args, "adapter", None):
         raise UsageError("--adapter needs --engine transformers (a PEFT adapter on the base model in this process).")
     check_device(args.device)
+    what = "the default judge (SmolLM2-135M-Instruct + its PLUIE adapter)" if args.model is None else args.model
+    print(f"pluie-reward {getattr(args, 'command', 'judge')}: loading {what}...", file=sys.stderr, flush=True)
+    # no warm-up here: the command's first call pays those costs on its own template (`serve` warms up on it)
+    own.setdefault("warm_up", False)
     try:
         if engine == "vllm":
             if args.device or args.batch_tokens:

@@ -1,0 +1,42 @@
+"""No silent first step in the command line: loading the judge says so on stderr before it starts, the command
+pays no warm-up on a template it does not use, and waiting OpenMP threads sleep rather than spin (on a shared CPU,
+spinning made each forward pass of the default judge ~20x slower)."""
+
+from __future__ import annotations
+
+import os
+
+from pluie_reward import Judge
+from pluie_reward.testing import make_tiny_judge
+
+
+def _fake_load(calls):
+    def load(model=None, **kwargs):
+        calls.append((model, kwargs))
+        return make_tiny_judge()
+
+    return load
+
+
+def test_loading_the_judge_is_said_before_it_starts_and_pays_no_warm_up(monkeypatch, capsys):
+    from pluie_reward.tools import cli
+
+    calls = []
+    monkeypatch.setattr(Judge, "load", _fake_load(calls))
+    assert cli.main(["score", "--template", "para-direct", "The cat sleeps.", "A cat is asleep."]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "pluie-reward score: loading the default judge (SmolLM2-135M-Instruct + its PLUIE adapter)...", err
+    assert len(calls) == 1 and calls[0][1].get("warm_up") is False, calls  # the first call pays on para-direct itself
+    assert cli.main(["score", "--model", "some/folder-that-is-mocked", "a", "b"]) == 0
+    assert capsys.readouterr().err.splitlines()[0] == "pluie-reward score: loading some/folder-that-is-mocked..."
+
+
+def test_the_command_line_makes_waiting_threads_sleep_unless_told(monkeypatch, capsys):
+    from pluie_reward.tools import cli
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert cli.main(["templates"]) == 0
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert cli.main(["templates"]) == 0
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
