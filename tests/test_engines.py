@@ -201,3 +201,54 @@ def test_the_vllm_and_remote_engines_conform(engines, embedded_judge):
     local, remote, _ = engines
     check_engine(local.engine, embedded_judge.model)
     check_engine(remote.engine, embedded_judge.model)
+
+
+
+def prefix_cache_hits(url: str) -> float:
+    """vLLM's ``vllm:prefix_cache_hits_total`` (prompt tokens found in its prefix cache), read from ``/metrics``."""
+    text = httpx.get(url + "/metrics", timeout=30).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:prefix_cache_hits_total"))
+
+
+def test_verl_genrm_on_the_reward_router(engines, embedded_judge, monkeypatch):
+    """PLUIE as verl's GenRM (serving/genrm.py) on this module's vLLM server behind verl's router (tests/verl_router.py),
+    compute_score called as verl's reward loop calls it with reward_router_address and the served model's tokenizer:
+    the transformers judge's PLUIE within 1e-4, 64 concurrent samples (8 groups of 8, as GRPO's) in one
+    /v1/completions request, each prompt's template prefix found in vLLM's prefix cache, copies 0 with output="paraphrase"."""
+    from transformers import AutoTokenizer
+
+    from pluie_reward.serving import client, genrm
+    from verl_router import NaiveRouter, verl_reward_calls
+
+    _, _, url = engines
+    monkeypatch.delenv("PLUIE_REWARD_URL", raising=False)
+    tokenizer = AutoTokenizer.from_pretrained(str(default_model_dir(default_adapter_dir())))  # as verl's hf_tokenizer(model_path)
+    sources, hypotheses, _ = mrpc_pairs(72, offset=60)
+    sources = [sources[i // 8] for i in range(64)]  # the groups' sources; each group's hypotheses from 8 other pairs
+    samples = [{"data_source": "mrpc", "solution_str": h, "ground_truth": s, "extra_info": {"index": i}}
+               for i, (s, h) in enumerate(zip(sources, hypotheses))]
+    want = embedded_judge.score("para-fs", source=sources, hypothesis=hypotheses[:64], details=True)
+    assert httpx.post(url + "/reset_prefix_cache", timeout=60).status_code == 200  # VLLM_SERVER_DEV_MODE=1
+    genrm._judges.clear()
+    try:
+        with NaiveRouter([url]) as router:
+            calls = {"reward_router_address": router.address, "reward_model_tokenizer": tokenizer}
+            first = {"data_source": "mrpc", "solution_str": hypotheses[70], "ground_truth": hypotheses[71], "extra_info": {}}
+            verl_reward_calls(client.compute_score, [first], **calls, reward_kwargs={})  # connects: the checks, then 1 item
+            before, hits = router.counts["/v1/completions"], prefix_cache_hits(url)
+            got = verl_reward_calls(client.compute_score, samples, **calls, reward_kwargs={"output": "logratio"})
+            batch, hits = router.counts["/v1/completions"] - before, prefix_cache_hits(url) - hits
+            copies = verl_reward_calls(client.compute_score, [dict(s, solution_str=s["ground_truth"]) for s in samples[::16]], **calls,
+                                       reward_kwargs={"output": "paraphrase"})
+    finally:
+        for judge in genrm._judges.values():
+            if not isinstance(judge, Exception):
+                judge.close()
+        genrm._judges.clear()
+    diff = max(abs(g["reward_score"] - w["logratio"]) for g, w in zip(got, want))
+    assert diff <= 1e-4, f"max |GenRM - transformers| = {diff}"
+    assert [g["reward_extra_info"]["acc"] for g in got] == [float(w["verdict"]) for w in want]
+    assert batch == 1, router.counts
+    prefix = len(embedded_judge.bind("para-fs").prefix_ids)
+    assert hits >= 64 * (prefix // 32) * 32 > 0, (hits, prefix)  # --block-size 32: the prefix's full blocks, for every prompt
+    assert [c["reward_score"] for c in copies] == [0.0] * 4 and all(c["reward_extra_info"]["logratio"] > 0 for c in copies)

@@ -119,7 +119,7 @@ def samples(sources, hypotheses):
 
 def test_compute_score_on_verls_reward_model_as_verl_calls_it(tiny_judge, fresh_genrm, caplog, monkeypatch):
     """64 concurrent samples through verl's router: the local judge's PLUIE (≤ 1e-4), in one /v1/completions
-    request after the warm-up; the copy scores 0; the template prefix went first, alone."""
+    request after the checks; the copy scores 0; the template prefix went first, alone."""
     monkeypatch.delenv("PLUIE_REWARD_URL", raising=False)
     sources = [SOURCES[i % 4] for i in range(64)]
     hypotheses = [f"{HYPOTHESES[i % 4]} ({i})" for i in range(64)]
@@ -135,8 +135,8 @@ def test_compute_score_on_verls_reward_model_as_verl_calls_it(tiny_judge, fresh_
     assert [g["reward_score"] for g in got] == pytest.approx([w["logratio"] for w in want], abs=1e-4)
     assert [g["reward_extra_info"]["acc"] for g in got] == [float(w["logratio"] > 0) for w in want]
     assert [g["reward_extra_info"]["p_yes"] for g in got] == pytest.approx([w["p_yes"] for w in want], abs=1e-4)
-    # the checks' probe and the warm-up, then the 64 samples in one request; 4 more samples, one more request
-    assert before == 3 and server.counts["/v1/completions"] == router.counts["/v1/completions"] == 4, server.counts
+    # the checks' probe, then the 64 samples in one request; 4 more samples, one more request
+    assert before == 2 and server.counts["/v1/completions"] == router.counts["/v1/completions"] == 3, server.counts
     assert [c["reward_score"] for c in copies][:3] == [0.0, 0.0, 0.0] and copies[3]["reward_score"] > 0
     assert sorted(copies[0]["reward_extra_info"]) == ["acc", "logratio", "novelty", "p_yes", "score"]
     prefix = list(tiny_judge.bind("para-fs").prefix_ids)

@@ -12,10 +12,10 @@ remote engine (:meth:`~pluie_reward.Judge.connect`) at ``http://<reward_router_a
 * it returns the log-probabilities of chosen tokens (``logprob_token_ids``): a vLLM whose OpenAI server ignores
   the field is refused with its version (``/version``);
 
-then it warms the template's prefix into vLLM's prefix cache (:meth:`~pluie_reward.Judge.warm_up`: every later
-prompt starts with the same token ids). Concurrent calls of one event loop go out together
-(:class:`GenRMCoalescer`: one :meth:`~pluie_reward.Judge.ascore`, one ``/v1/completions`` request for up to
-``max_batch_items`` prompts).
+the last check's prompt is the template's prefix alone (the instructions every item shares, as token ids that
+start every prompt the judge sends), so vLLM's prefix cache holds it before the first batch and every prompt
+finds it there. Concurrent calls of one event loop go out together (:class:`GenRMCoalescer`: one
+:meth:`~pluie_reward.Judge.ascore`, one ``/v1/completions`` request for up to ``max_batch_items`` prompts).
 
 Example:
     >>> reward = compute_score(data_source="mrpc", solution_str="A cat is asleep.", ground_truth="The cat sleeps.",  # doctest: +SKIP
@@ -148,12 +148,12 @@ def _check_logprob_token_ids(http: HTTPClient, where: str, model: str, version: 
 
 def connect(address: str, tokenizer: Any, template: str, *, timeout: float = 120.0, retries: int = 3, backoff: float = 0.5,
             chunk_size: int = 256) -> Judge:
-    """A judge on verl's reward model server at ``address``, checked (see the module docstring) and warmed up on ``template``.
+    """A judge on verl's reward model server at ``address``, checked (see the module docstring) with ``template``'s prefix.
 
     Args:
         address: verl's ``reward_router_address``.
         tokenizer: verl's ``reward_model_tokenizer`` (loaded by verl from ``reward.reward_model.model_path``).
-        template: the template to check and warm up.
+        template: the template whose prefix the checks send (into vLLM's prefix cache).
         timeout, retries, backoff: per HTTP request (:class:`~pluie_reward.common.http.HTTPConfig`).
         chunk_size: the most prompts one ``/v1/completions`` request carries.
 
@@ -183,7 +183,6 @@ def connect(address: str, tokenizer: Any, template: str, *, timeout: float = 120
             answers = [a[0] for a in bound.answer_ids]
             other = next(t for t in (tokenizer.eos_token_id, 0, 1, 2) if t is not None and t not in answers)
             _check_logprob_token_ids(http, where, model, version, list(bound.prefix_ids) or [other], answers + [other])
-            judge.warm_up(template)  # the template prefix, computed once into vLLM's prefix cache
         except BaseException:
             judge.close()
             raise
