@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 import weakref
@@ -72,8 +73,10 @@ def default_template(output: str) -> str:
     return TASKS[output].template if output in TASKS else "para-fs"
 
 
+@functools.lru_cache(maxsize=64)
 def check_template(template: str, output: str) -> None:
-    """``compute_score`` reads a Yes/No template (``logratio``, ``p_yes``, ``verdict``); a task's output also needs its fields.
+    """``compute_score`` reads a Yes/No template (``logratio``, ``p_yes``, ``verdict``); a task's output also needs its fields
+    (checked once per template and output: verl calls once per sample).
 
     Raises:
         ValueError: the template has N answers, or lacks the task's source field.
