@@ -204,3 +204,15 @@ def test_without_a_group_size_runs_of_one_prompt_are_groups_and_a_mismatch_is_re
         GroupPluieReward(judge, group_size=4)(prompts=["p", "p", "q", "q"], completions=FOUR, source=[SOURCE] * 4)
     with pytest.raises(TypeError, match="has no num_generations"):
         GroupPluieReward(judge).attach(object())
+
+
+def test_an_attached_reward_pickles_without_its_trainer():
+    import functools
+    import pickle
+
+    reward = GroupPluieReward(functools.partial(make_tiny_judge, seed=3))
+    trainer = _grpo_trainer(reward, 4)
+    trainer.unpicklable = lambda: None  # a trainer does not pickle (and should not travel with its rewards)
+    reward.attach(trainer)
+    restored = pickle.loads(pickle.dumps(reward))
+    assert restored.trainer is None and reward.trainer is trainer and restored.size_for(trainer._log_metric) == 4

@@ -100,6 +100,11 @@ class GroupPluieReward(JudgeHolder, Reward):
         self.trainer = trainer
         return trainer
 
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state["trainer"] = None  # a copy in another process reads the size from TRL's call (or group_size)
+        return state
+
     def size_for(self, log_metric: Any) -> int | None:
         """The group size of a call (None: not known, runs of equal prompts are the groups): ``group_size``, the
         attached trainer's, or that of the trainer whose ``log_metric`` the call received."""
