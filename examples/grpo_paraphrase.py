@@ -54,7 +54,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # examples/paraphrase_common.py, shared with the distillation example
 
 from paraphrase_common import (DATA, EXAMPLE, HELD_OUT_FILE, INSTRUCTION, TARGET, TRAIN_FILE, chat,  # noqa: F401
-                               copy_proof_novelty, held_out_metrics, print_held_out, read_data, read_sentences)  # noqa: E402
+                               copy_proof_novelty, held_out_metrics, print_held_out, read_data, read_sentences, say)  # noqa: E402
 
 REWARDS = ("paraphrase", "pluie")
 
@@ -104,6 +104,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     parse_args()  # --help and bad arguments are answered here, before torch, TRL and PEFT load (main parses again)
+    say("importing torch, transformers, TRL and PEFT...")
 
 import torch  # noqa: E402  (the heavy imports come after the early parse above)
 from datasets import Dataset  # noqa: E402
@@ -161,6 +162,8 @@ class PrintRewards(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.start = time.monotonic()
+        say(f"GRPO: {state.max_steps} step(s); the first samples {args.per_device_train_batch_size} completions, scores them "
+            "with the judge and updates the policy...")
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "eval_pluie_mean" in logs:
@@ -183,6 +186,7 @@ class PrintRewards(TrainerCallback):
 
 def load_policy_and_judge(args: argparse.Namespace) -> tuple[object, object, Judge]:
     """The embedded SmolLM2 with a fresh LoRA adapter (the policy), its tokenizer, and the judge sharing its base weights."""
+    say("loading the policy and the judge (the embedded SmolLM2-135M-Instruct; its first use converts it, ~30 s)...")
     policy, tokenizer = load_trainable_embedded()
     set_seed(args.seed)  # the LoRA matrices are drawn here: without it, one seed gives different first gradients
     policy = get_peft_model(
@@ -259,6 +263,7 @@ def train(args: argparse.Namespace, policy, tokenizer, judge: Judge, started: fl
     trainer.remove_callback(PrinterCallback)  # disable_tqdm=True adds it: it would print every log dict again
     held_out_eval.attach(trainer)
     evaluation_start = time.monotonic()
+    say(f"held-out: paraphrasing {len(held_out)} sentence(s) greedily before training, judged by {judge.name}...")
     before = held_out_eval.evaluate(policy, tokenizer, args=config, state=trainer.state)  # step 0
     start = time.monotonic()
     budget = None
@@ -271,6 +276,7 @@ def train(args: argparse.Namespace, policy, tokenizer, judge: Judge, started: fl
         print(f"--time-budget {args.time_budget:g} min: training stopped after step {trainer.state.global_step} of "
               f"{args.max_steps} so that the final evaluation fits", flush=True)
     if trainer.state.global_step % eval_every:  # the last step was not evaluated yet
+        say(f"held-out: paraphrasing {len(held_out)} sentence(s) greedily after training...")
         trainer.state.log_history.append({"step": trainer.state.global_step,
                                           **held_out_eval.evaluate(policy, tokenizer, args=config, state=trainer.state)})
     trainer.state.log_history.insert(0, {"step": 0, **before})  # train() starts a fresh state
@@ -309,7 +315,10 @@ def report(result: dict, output_dir: Path) -> None:
     run = read_run(output_dir)
     print("\n" + "\n".join(summary(run)))
     title = f"GRPO paraphrase, {result['steps']} steps, {result['reward']}"
-    print(f"curves: {plot_run(run, title=title)}")
+    try:
+        print(f"curves: {plot_run(run, title=title)}")
+    except ModuleNotFoundError as err:  # matplotlib is in the eval extra: the run's results are written all the same
+        print(f"curves: not drawn ({err})")
     print(f"result: {output_dir / 'result.json'}")
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from pathlib import Path
 
 from pluie_reward.integrations.novelty import TASKS, copy_proof_novelty, is_copy
@@ -55,6 +57,20 @@ def read_sentences(path: Path) -> list[str]:
     if not sentences:
         raise ValueError(f"{path}: no sentences (one per line, or JSONL with a 'source' field).")
     return sentences
+
+
+STARTED = time.monotonic()
+
+
+def say(message: str) -> None:
+    """A progress line on stderr, ``[  12s] message`` (seconds since the example started), so that no step of a run
+    over a few seconds is silent.
+
+    Example:
+        >>> say("loading the policy...")  # doctest: +SKIP
+        [    3s] loading the policy...
+    """
+    print(f"[{time.monotonic() - STARTED:5.0f}s] {message}", file=sys.stderr, flush=True)
 
 
 def chat(sentence: str) -> list[dict[str, str]]:

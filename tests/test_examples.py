@@ -45,9 +45,10 @@ def _load_example(name: str):
     return module
 
 
-def test_grpo_paraphrase_writes_result_json_on_a_tiny_model(tmp_path):
+def test_grpo_paraphrase_writes_result_json_on_a_tiny_model(tmp_path, capsys):
     """The wiring of examples/grpo_paraphrase.py (files in, GRPO with the copy-proof reward, greedy held-out
-    outputs before/after, result.json's shape), on a tiny random policy judged by its own base weights."""
+    outputs before/after, result.json's shape), on a tiny random policy judged by its own base weights; each
+    long step says what it does on stderr before it starts."""
     import math
 
     from peft import LoraConfig, get_peft_model
@@ -69,7 +70,12 @@ def test_grpo_paraphrase_writes_result_json_on_a_tiny_model(tmp_path):
     policy = get_peft_model(make_tiny_causal_lm(tokenizer, seed=1),
                             LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
     judge = Judge.from_peft(policy, tokenizer)  # the base: training the adapter does not change it
+    capsys.readouterr()
     result = example.train(args, policy, tokenizer, judge)
+    said = [line.split("] ", 1)[1] for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
+    assert said == [f"held-out: paraphrasing 2 sentence(s) greedily before training, judged by {judge.name}...",
+                    "GRPO: 2 step(s); the first samples 4 completions, scores them with the judge and updates the policy...",
+                    "held-out: paraphrasing 2 sentence(s) greedily after training..."], said
 
     assert json.loads((out / "result.json").read_text(encoding="utf-8")) == result
     assert (result["reward"], result["seed"], result["steps"]) == ("paraphrase", 3, 2)
@@ -92,6 +98,27 @@ def test_grpo_paraphrase_writes_result_json_on_a_tiny_model(tmp_path):
     from pluie_reward.engines.transformers.compat import checkpointing_on
 
     assert checkpointing_on(policy) is False
+
+
+def test_grpo_paraphrase_reports_without_matplotlib(tmp_path, capsys, monkeypatch):
+    """matplotlib is in the eval extra, not in command 1's install: the report says the curves are not drawn and why,
+    and prints the rest."""
+    from pluie_reward.common.errors import missing_extra
+
+    example = _load_example("grpo_paraphrase")
+
+    def no_matplotlib(*args, **kwargs):
+        raise missing_extra(ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib"), "plot_run")
+
+    monkeypatch.setattr(example, "plot_run", no_matplotlib)
+    monkeypatch.setattr(example, "read_run", lambda directory: None)
+    monkeypatch.setattr(example, "summary", lambda run: ["summary line"])
+    metrics = dict.fromkeys(("accept_rate", "p_yes", "novelty", "copy_rate", "accepted_novel_rate", "pluie", "meaning"), 0.5)
+    result = {"held_out": [], "before": metrics, "after": metrics, "steps": 1, "reward": "paraphrase"}
+    example.report(result, tmp_path)
+    out = capsys.readouterr().out
+    assert 'curves: not drawn (plot_run needs matplotlib, which is not installed: pip install "pluie-reward[eval]")' in out
+    assert "summary line" in out and f"result: {tmp_path / 'result.json'}" in out
 
 
 def test_grpo_paraphrase_stops_within_its_time_budget(tmp_path, capsys):
