@@ -125,3 +125,58 @@ def test_client_batches_above_the_server_limit_are_split(server, tiny_judge):
     with pytest.raises(Exception, match="at most 300 per item") as err:  # a long item is not split further
         compute_score_batch(["d"] * 3, ["a", "b" * 400, "c"], SOURCES, url=server.url)
     assert err.value.status == 413
+
+
+# item 2: configuration checked once; task names compare case-insensitively ---------------------
+def openrlhf_sample(response: str, source: str) -> tuple[str, str]:
+    prompt = f"<|im_start|>user\nParaphrase: {source}<|im_end|>\n<|im_start|>assistant\n"
+    return prompt + response + "<|im_end|>", prompt
+
+
+def test_openrlhf_remote_sends_its_rm_reward_to_a_server_started_without_one(server, tiny_judge, monkeypatch):
+    import importlib
+
+    from pluie_reward import ParaphraseReward
+    from pluie_reward.serving import openrlhf
+
+    source = SOURCES[0]
+    completions = [source, HYPOTHESES[0]]  # a verbatim copy, an honest paraphrase
+    want = ParaphraseReward(tiny_judge)(completions=completions, source=[source] * 2)
+    assert want[0] == 0.0 and want[1] > 0
+    monkeypatch.setenv("PLUIE_REWARD_URL", server.url)  # the server's mapping gives logratio (no --rm-reward)
+    monkeypatch.setenv("PLUIE_REWARD_RM_REWARD", "Paraphrase")
+    module = importlib.reload(openrlhf)
+    samples = [openrlhf_sample(c, source) for c in completions]
+    got = [module.reward_func([q], [p], [source]) for q, p in samples]
+    assert [g["rewards"][0] for g in got] == pytest.approx(want, abs=TOL)
+    assert "pluie_novelty" in got[0]["extra_logs"]
+    bad = httpx.post(server.url + "/get_reward", json={"query": [samples[0][0]], "prompts": [samples[0][1]], "labels": [source],
+                                                       "rm_reward": "para"}, timeout=60)
+    assert bad.status_code == 422 and "'rm_reward' must be one of ['logratio', 'p_yes', 'verdict', 'paraphrase'" in bad.text
+    monkeypatch.setenv("PLUIE_REWARD_RM_REWARD", "para")  # refused once, when OpenRLHF loads the file
+    with pytest.raises(ValueError, match=r"PLUIE_REWARD_RM_REWARD must be one of \['logratio', 'p_yes', 'verdict', 'paraphrase'"):
+        importlib.reload(module)
+    monkeypatch.delenv("PLUIE_REWARD_RM_REWARD")
+    importlib.reload(module)
+
+
+def test_task_names_compare_case_insensitively_on_every_path(server, tiny_judge, monkeypatch):
+    import pluie_reward.tools.server.cli as serve_cli
+    from pluie_reward import ParaphraseReward
+    from pluie_reward.tools.cli import main
+
+    want = ParaphraseReward(tiny_judge)(completions=HYPOTHESES, source=SOURCES)
+    assert ParaphraseReward.__mro__[1](tiny_judge, "PARAPHRASE")(completions=HYPOTHESES, source=SOURCES) == pytest.approx(want)
+    body = {"source": SOURCES, "hypothesis": HYPOTHESES, "task": "Paraphrase"}
+    assert httpx.post(server.url + "/score", json=body, timeout=60).json()["reward"] == pytest.approx(want, abs=TOL)
+    remote = RemotePluieReward(server.url, task=" Paraphrase")
+    assert asyncio.run(remote(completions=HYPOTHESES, source=SOURCES)) == pytest.approx(want, abs=TOL)
+    assert compute_score_batch(["d"] * 3, HYPOTHESES, SOURCES, url=server.url, output="PARAPHRASE") == pytest.approx(want, abs=TOL)
+    got = asyncio.run(compute_score("d", HYPOTHESES[0], SOURCES[0], url=server.url, output="Paraphrase"))
+    assert got["score"] == pytest.approx(want[0], abs=TOL)
+    seen = {}
+    monkeypatch.setattr(serve_cli, "judge_from_args", lambda args: make_tiny_judge())
+    monkeypatch.setattr(serve_cli, "run", lambda app, **kwargs: seen.update(app=app))
+    assert main(["serve", "--rm-reward", "Paraphrase"]) == 0
+    assert seen["app"].state.mapping.reward == "paraphrase"
+    assert main(["serve", "--rm-reward", "para"]) == 2

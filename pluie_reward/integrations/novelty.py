@@ -554,9 +554,9 @@ def resolve_task(task: "str | Task") -> "Task":
         'revision'
     """
     if isinstance(task, str):
-        if task not in TASKS:
-            raise ValueError(f"unknown task {task!r}; use one of {list(TASKS)} or a Task(...).")
-        return TASKS[task]
+        if task.strip().lower() not in TASKS:  # names compare case-insensitively, as on every path (serving/protocol.choice)
+            raise ValueError(f"unknown task {task!r}; use one of {list(TASKS)} (case does not matter) or a Task(...).")
+        return TASKS[task.strip().lower()]
     if not isinstance(task, Task):
         raise TypeError(f"task must be a task name ({list(TASKS)}) or a Task, not {type(task).__name__}.")
     return task

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 from ..common.errors import PluieError
 from ..core.plan import ScoringPlan, finite
 from ..integrations.novelty import TASKS
-from .protocol import CLIENT_OPTIONS, SERVER_OPTIONS
+from .protocol import CLIENT_OPTIONS, SERVER_OPTIONS, choice
 
 
 class ShuttingDown(PluieError, RuntimeError):
@@ -118,9 +118,11 @@ def split_request(template: Any, body: Mapping[str, Any]) -> tuple[dict[str, Any
                 raise ValueError(f"'use_cache' must be true or false, got {value!r}.")
             options[key] = value
         elif key == "task":
-            if not isinstance(value, str) or value not in TASKS:
-                raise ValueError(f"'task' must be one of {list(TASKS)} (its copy-proof reward is added to the answer), "
-                                 f"got {value!r}.")
+            try:
+                value = choice(value, TASKS, "'task'")
+            except ValueError:
+                raise ValueError(f"'task' must be one of {list(TASKS)} (case does not matter; its copy-proof reward is added "
+                                 f"to the answer), got {value!r}.") from None
             TASKS[value].check_template(template, who=f"'task': {value!r}: ")
             options[key] = value
         else:

@@ -27,7 +27,7 @@ from pluie_reward.integrations.novelty import TASKS, Task, resolve_task
 from pluie_reward.integrations.outputs import SECOND_CANDIDATE, AnswerOutput
 from pluie_reward.integrations.reward_base import AsyncReward, Batch, Scores
 from pluie_reward.integrations.reward_config import RewardConfig, reward_config
-from pluie_reward.serving.protocol import COLUMNS, OUTPUTS, TOKEN_ENV, URL_ENV
+from pluie_reward.serving.protocol import COLUMNS, OUTPUTS, TOKEN_ENV, URL_ENV, choice
 
 
 class RemoteJudgeError(RemoteError):
@@ -212,10 +212,11 @@ def check_texts(body: Mapping[str, Any], who: str = "") -> None:
 
 def _check_output(output: str) -> str:
     """The ``/score`` column a verl ``output`` setting reads, or a task's name (its copy-proof reward)."""
-    if output not in OUTPUTS and output not in TASKS:
+    try:
+        return choice(output, OUTPUTS + tuple(TASKS), "output")
+    except ValueError:
         raise ValueError(f"output must be one of {list(OUTPUTS)} or a task's copy-proof reward "
-                         f"{list(TASKS)}, got {output!r}.")
-    return output
+                         f"{list(TASKS)} (case does not matter), got {output!r}.") from None
 
 
 def _task_sources(task: Task, body: Mapping[str, Sequence[Any]], who: str, hint: str) -> Sequence[Any]:

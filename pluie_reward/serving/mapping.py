@@ -10,13 +10,13 @@ starts; the same mapping serves the in-process ``reward_func`` (:mod:`pluie_rewa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from ..core.template import Template
 from ..integrations.fields import map_fields
 from ..integrations.novelty import TASKS
-from .protocol import OUTPUTS
+from .protocol import OUTPUTS, RM_REWARD_KEY, choice
 
 SOURCES = ("response", "query", "prompt", "label")
 REWARDS = OUTPUTS + tuple(TASKS)
@@ -84,11 +84,27 @@ class RewardMapping:
             name, source = next(iter(bad.items()))
             raise ValueError(f"--rm-field {name}={source}: the source must be one of {list(SOURCES)}.")
         fields = field_map.select(SOURCES, where=f"OpenRLHF requests (template {template.name!r})", addable=False)
-        if reward not in REWARDS:
-            raise ValueError(f"reward must be one of {list(REWARDS)}, got {reward!r}.")
+        reward = choice(reward, REWARDS, "reward (--rm-reward)")
         if reward in TASKS:
             TASKS[reward].check_template(template, who=f"--rm-reward {reward}: ")
         return cls(dict(fields), reward, tuple(s for s in strip if s))
+
+    def with_reward(self, reward: str, template: Template) -> "RewardMapping":
+        """This mapping with another reward: a request's ``rm_reward`` (:data:`~.protocol.RM_REWARD_KEY`), which
+        OpenRLHF's in-process client sends from ``$PLUIE_REWARD_RM_REWARD``; checked as :meth:`for_template` checks it.
+
+        Raises:
+            ValueError: a name not in :data:`REWARDS` (case does not matter), or a task ``template`` cannot give.
+
+        Example:
+            >>> from pluie_reward.core.template import load_template
+            >>> RewardMapping({"source": "label", "hypothesis": "response"}).with_reward("Paraphrase", load_template("para-fs")).reward
+            'paraphrase'
+        """
+        reward = choice(reward, REWARDS, f"'{RM_REWARD_KEY}'")
+        if reward in TASKS:
+            TASKS[reward].check_template(template, who=f"'{RM_REWARD_KEY}': {reward}: ")
+        return replace(self, reward=reward)
 
     def columns(
         self, queries: Sequence[str], prompts: Sequence[str] | None, labels: Sequence[Any] | None

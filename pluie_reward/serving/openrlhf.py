@@ -7,13 +7,18 @@ once per generated sample, in a worker thread, with lists of length 1; it reads 
 :func:`reward_func` works two ways, chosen by environment variables (they must reach OpenRLHF's Ray workers):
 
 - ``PLUIE_REWARD_URL`` set: it forwards the sample to the judge server's ``/get_reward`` with the
-  bearer token ``PLUIE_REWARD_TOKEN`` (which OpenRLHF's own HTTP client cannot send). Needs httpx only.
+  bearer token ``PLUIE_REWARD_TOKEN`` (which OpenRLHF's own HTTP client cannot send) and
+  ``PLUIE_REWARD_RM_REWARD`` if set (the server applies it to the request, whatever its ``--rm-reward``; the
+  other variables below are the server's options then, and a warning names them). Needs httpx only.
 - otherwise: it scores in-process with a judge loaded once per worker (``PLUIE_REWARD_MODEL``: HF id,
   folder or .gguf, default the embedded judge; ``PLUIE_REWARD_DEVICE``, ``PLUIE_REWARD_DTYPE``,
   ``PLUIE_REWARD_TEMPLATE`` (default ``para-fs``), ``PLUIE_REWARD_RM_FIELDS`` (``FIELD=SOURCE,...``,
   as the server's ``--rm-field``), ``PLUIE_REWARD_RM_REWARD`` (``logratio``, ``p_yes``, ``verdict``, or a
   task's copy-proof reward: ``paraphrase``, ``translation``, ``revision``, as the server's ``--rm-reward``)).
   Concurrent calls are batched into one ``Judge.score`` call (the server's batcher).
+
+``PLUIE_REWARD_RM_REWARD`` is checked when the module loads (case does not matter): a bad name fails OpenRLHF's
+start once, naming the allowed values, rather than every sample.
 
 The answer is the server's: ``{"rewards": [...], "scores": [p_yes], "extra_logs": {...}}``. Failures are
 logged at ERROR level (OpenRLHF logs them at INFO and drops the sample's reward). Absolute imports
@@ -31,11 +36,44 @@ import threading
 from typing import Any, Sequence
 
 from pluie_reward.integrations.fields import parse_assignments
-from pluie_reward.serving.protocol import TOKEN_ENV, URL_ENV
+from pluie_reward.integrations.novelty import TASKS
+from pluie_reward.serving.protocol import OUTPUTS, RM_REWARD_KEY, TOKEN_ENV, URL_ENV, choice
 
 logger = logging.getLogger("pluie_reward.openrlhf")
 _state: dict[str, Any] = {}
 _lock = threading.Lock()
+RM_REWARD_ENV = "PLUIE_REWARD_RM_REWARD"
+LOCAL_ONLY_ENV = ("PLUIE_REWARD_MODEL", "PLUIE_REWARD_DEVICE", "PLUIE_REWARD_DTYPE", "PLUIE_REWARD_TEMPLATE", "PLUIE_REWARD_RM_FIELDS")
+"""Settings of the in-process judge; with ``$PLUIE_REWARD_URL`` the server's options decide (a warning says so at load)."""
+
+
+def rm_reward() -> str | None:
+    """``$PLUIE_REWARD_RM_REWARD`` as a reward name (case does not matter), None when unset; checked when this module
+    loads, so a bad value fails OpenRLHF's start once rather than every sample.
+
+    Raises:
+        ValueError: a name that is not ``logratio``, ``p_yes``, ``verdict`` or a task (``paraphrase``...), naming them.
+
+    Example:
+        >>> os.environ[RM_REWARD_ENV] = "Paraphrase"
+        >>> rm_reward()
+        'paraphrase'
+        >>> del os.environ[RM_REWARD_ENV]
+    """
+    value = os.environ.get(RM_REWARD_ENV)
+    return choice(value, OUTPUTS + tuple(TASKS), RM_REWARD_ENV) if value and value.strip() else None
+
+
+def _check_environment() -> None:
+    """The environment checked once, at load: a bad reward name raises; in-process settings next to a URL are named."""
+    rm_reward()
+    ignored = [name for name in LOCAL_ONLY_ENV if os.environ.get(name)]
+    if os.environ.get(URL_ENV) and ignored:
+        logger.warning("pluie_reward reward_func: %s=%s is set, so %s are ignored: the judge server's options decide "
+                       "(%s is sent with each request).", URL_ENV, os.environ[URL_ENV], ignored, RM_REWARD_ENV)
+
+
+_check_environment()
 
 
 def _reward_url(url: str) -> str:
@@ -47,8 +85,11 @@ def _remote(queries: list[Any], prompts: list[Any], labels: list[Any]) -> dict[s
     from pluie_reward.serving.client import check_texts, post_json  # optional: httpx
 
     url = _reward_url(os.environ[URL_ENV])
-    body = {"query": queries, "prompts": prompts, "labels": labels}
+    body: dict[str, Any] = {"query": queries, "prompts": prompts, "labels": labels}
     check_texts(body)
+    reward = rm_reward()
+    if reward is not None:  # the server applies it to this request, whatever its --rm-reward
+        body[RM_REWARD_KEY] = reward
     return post_json(url, body, token=os.environ.get(TOKEN_ENV) or None)
 
 
@@ -66,7 +107,7 @@ def _local_scorer() -> tuple[Any, Any]:
             specs = [s for s in (os.environ.get("PLUIE_REWARD_RM_FIELDS") or "").split(",") if s.strip()]
             mapping = RewardMapping.for_template(
                 template, parse_assignments(specs, "PLUIE_REWARD_RM_FIELDS"),
-                reward=os.environ.get("PLUIE_REWARD_RM_REWARD") or "logratio",
+                reward=rm_reward() or "logratio",
             )
             judge = Judge.load(
                 os.environ.get("PLUIE_REWARD_MODEL") or None,

@@ -22,6 +22,8 @@ message, every 5xx (ERROR) with its reason (OpenRLHF logs only the status).
 
 from __future__ import annotations
 
+from typing import Any, Iterable
+
 PUBLIC_PATHS = frozenset({"/health"})
 """The paths answered without the bearer token."""
 KNOWN_PATHS = frozenset({"/score", "/get_reward", "/health", "/metrics", "/docs", "/openapi.json"})
@@ -38,3 +40,28 @@ COLUMNS = {"logratio": "logratio", "prob": "p_yes", "clip": "logratio", "calibra
 """The ``/score`` column each Yes/No output of :class:`~pluie_reward.serving.client.RemotePluieReward` reads."""
 URL_ENV, TOKEN_ENV = "PLUIE_REWARD_URL", "PLUIE_REWARD_TOKEN"
 """The environment variables of the server's URL (clients) and bearer token (clients and server)."""
+RM_REWARD_KEY = "rm_reward"
+"""The ``/get_reward`` key that sets the request's reward (what ``--rm-reward`` sets for the server): OpenRLHF's
+in-process ``reward_func`` sends ``$PLUIE_REWARD_RM_REWARD`` with it, so a server started without ``--rm-reward``
+still gives the copy-proof reward the client asked for."""
+
+
+def choice(value: Any, allowed: Iterable[str], setting: str) -> str:
+    """``value`` as one of ``allowed`` names, compared case-insensitively and without surrounding spaces (a task or
+    output name read from an environment variable, a CLI flag, ``reward_kwargs`` or a request), else a
+    ``ValueError`` naming the setting and the allowed values.
+
+    Example:
+        >>> choice(" Paraphrase", ("logratio", "paraphrase"), "PLUIE_REWARD_RM_REWARD")
+        'paraphrase'
+        >>> choice("para", ("logratio", "paraphrase"), "PLUIE_REWARD_RM_REWARD")
+        Traceback (most recent call last):
+        ...
+        ValueError: PLUIE_REWARD_RM_REWARD must be one of ['logratio', 'paraphrase'] (case does not matter), got 'para'.
+    """
+    names = list(allowed)
+    key = value.strip().lower() if isinstance(value, str) else None
+    for name in names:
+        if name.lower() == key:
+            return name
+    raise ValueError(f"{setting} must be one of {names} (case does not matter), got {value!r}.")

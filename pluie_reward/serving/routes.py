@@ -27,6 +27,7 @@ class RewardRequest(BaseModel):
     query: list[str]
     prompts: list[str] | None = None
     labels: list[Any] | None = None
+    rm_reward: str | None = None  # protocol.RM_REWARD_KEY: this request's reward, instead of the server's --rm-reward
 
 
 async def _disconnected(request: Request) -> None:
@@ -136,10 +137,16 @@ get_reward_router = APIRouter()
 
 @get_reward_router.post("/get_reward")
 async def get_reward(body: RewardRequest, request: Request) -> dict[str, Any]:
-    """OpenRLHF remote reward model: rewards (the configured score), scores (p_yes, in [0, 1]), extra_logs."""
+    """OpenRLHF remote reward model: rewards (the configured score, or the request's ``rm_reward``), scores (p_yes,
+    in [0, 1]), extra_logs."""
     mapping = request.app.state.mapping
     if mapping is None:
         raise HTTPException(501, request.app.state.mapping_problem)
+    if body.rm_reward is not None:  # the client's reward (OpenRLHF's in-process client sends $PLUIE_REWARD_RM_REWARD)
+        try:
+            mapping = mapping.with_reward(body.rm_reward, request.app.state.batcher.bound.template)
+        except ValueError as err:
+            raise HTTPException(422, str(err)) from None
     check_size(request, len(body.query))
     try:
         columns = mapping.columns(body.query, body.prompts, body.labels)

@@ -51,7 +51,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("OpenRLHF /get_reward")
     g.add_argument("--rm-field", action="append", default=[], metavar="FIELD=SOURCE",
                    help=f"fill template FIELD from SOURCE, one of {list(SOURCES)} (default: source=label, hypothesis=response)")
-    g.add_argument("--rm-reward", choices=REWARDS, default="logratio",
+    g.add_argument("--rm-reward", choices=REWARDS, default="logratio", type=lambda name: name.strip().lower(),
                    help="what 'rewards' holds: logratio (default), p_yes, verdict, or a task's copy-proof reward "
                         "(paraphrase, translation, revision: p_yes gated by novelty, a copy gets 0; train a "
                         "generator with it)")
