@@ -26,6 +26,7 @@ def test_loading_the_judge_is_said_before_it_starts_and_pays_no_warm_up(monkeypa
     assert cli.main(["score", "--template", "para-direct", "The cat sleeps.", "A cat is asleep."]) == 0
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "pluie-reward score: loading the default judge (SmolLM2-135M-Instruct + its PLUIE adapter)...", err
+    assert err[1].endswith(", template para-direct; scoring 1 item..."), err  # the first call (a prefix pass) is announced
     assert len(calls) == 1 and calls[0][1].get("warm_up") is False, calls  # the first call pays on para-direct itself
     assert cli.main(["score", "--model", "some/folder-that-is-mocked", "a", "b"]) == 0
     assert capsys.readouterr().err.splitlines()[0] == "pluie-reward score: loading some/folder-that-is-mocked..."

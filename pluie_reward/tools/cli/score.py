@@ -161,7 +161,8 @@ def score_command(args: argparse.Namespace) -> int:
     used = {f: c for f, c in mapping.items() if c is not None and (f in fields or records.has(c) or f"{f}={c}" in args.column)}
     values = check_texts(records, used, optional=template.optional_fields)
     judge = judge_from_args(args)
-    print(f"pluie-reward score: judge {judge.name}, template {template.name}", file=sys.stderr)
+    items = f"{len(records.rows)} item{'s' * (len(records.rows) != 1)}"
+    print(f"pluie-reward score: judge {judge.name}, template {template.name}; scoring {items}...", file=sys.stderr, flush=True)
     size = args.chunk_size or auto_chunk_size(judge)
     run = _Run(args, judge, template, records, values, size)
     try:
