@@ -550,6 +550,14 @@ def test_distill_paraphraser_dpo_pushes_the_rejected_answer_down(tmp_path):
     assert moved["dpo"][1] < moved["sft"][1] - 0.05  # here -0.31 against -0.16 nats; the same up to 1e-5 without DPO's loss
 
 
+def test_distill_paraphraser_doctests():
+    """The distillation example's doctests (preference_pairs)."""
+    import doctest
+
+    result = doctest.testmod(_load_example("distill_paraphraser"))
+    assert result.attempted > 0 and result.failed == 0
+
+
 def test_distill_paraphraser_refuses_bad_arguments(tmp_path, capsys):
     example = _load_example("distill_paraphraser")
     files = _distill_files(tmp_path)
