@@ -180,3 +180,33 @@ def test_task_names_compare_case_insensitively_on_every_path(server, tiny_judge,
     assert main(["serve", "--rm-reward", "Paraphrase"]) == 0
     assert seen["app"].state.mapping.reward == "paraphrase"
     assert main(["serve", "--rm-reward", "para"]) == 2
+
+
+# item 5.9: one rule for empty or blank sources on every copy-proof path -------------------------
+def test_blank_sources_are_refused_on_every_copy_proof_path(server, tiny_judge):
+    from pluie_reward import ParaphraseReward
+    from pluie_reward.serving.mapping import RewardMapping
+
+    sources = [SOURCES[0], " \n"]
+    with pytest.raises(ValueError) as local:
+        ParaphraseReward(tiny_judge)(completions=HYPOTHESES[:2], source=sources)
+    assert str(local.value).startswith("paraphrase: source 1 (field 'source') is empty or blank: a copy-proof reward measures")
+    with pytest.raises(ValueError, match="source 0 .* is empty or blank"):
+        ParaphraseReward(tiny_judge)(completions=HYPOTHESES[:1], source=[""])
+    with pytest.raises(ValueError) as remote:
+        asyncio.run(RemotePluieReward(server.url, task="paraphrase")(completions=HYPOTHESES[:2], source=sources))
+    assert str(remote.value) == str(local.value)
+    before = metrics(server)
+    for source, index in ((sources, 1), ("", 0)):
+        got = httpx.post(server.url + "/score", json={"source": source, "hypothesis": HYPOTHESES[:2], "task": "paraphrase"},
+                         timeout=60)
+        assert got.status_code == 422 and f"source {index} (field 'source') is empty or blank" in got.text, got.text
+    assert metrics(server)["batches"] == before["batches"]  # refused before scoring
+    with pytest.raises(ValueError, match=r"output='paraphrase': source 1 \(field 'source', from 'ground_truth'\) is empty or blank"):
+        compute_score_batch(["d"] * 2, HYPOTHESES[:2], sources, url=server.url, output="paraphrase")
+    with pytest.raises(ValueError, match="is empty or blank"):
+        asyncio.run(compute_score("d", HYPOTHESES[0], "", url=server.url, output="paraphrase"))
+    mapping = RewardMapping({"source": "prompt", "hypothesis": "response"}, "paraphrase")  # OpenRLHF, in process or served
+    with pytest.raises(ValueError, match=r"--rm-reward paraphrase: source 0 \(field 'source', from the prompt\) is empty or blank"):
+        mapping.columns([" \tA cat."], [" \t"], None)
+    assert RewardMapping({"source": "prompt", "hypothesis": "response"}).columns([" \tA cat."], [" \t"], None)["hypothesis"] == ["A cat."]

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple, Sequence
 
 __all__ = ["Task", "TASKS", "TEMPLATE_TASKS", "TaskScores", "task_of", "resolve_task", "normalize_text", "is_invisible",
            "CONFUSABLES", "tokens", "words", "edit_distance", "same_words", "contains_words", "repetition",
-           "is_copy", "novelty_score", "copy_proof_novelty", "novelty_credit", "check_sources", "check_target",
+           "is_copy", "novelty_score", "copy_proof_novelty", "novelty_credit", "check_sources", "check_blank_sources", "check_target",
            "check_min_length", "length_factor", "copy_proof_score"]
 
 
@@ -272,7 +272,8 @@ def novelty_credit(novelty: float, target: float) -> float:
 
 
 def check_sources(sources: Sequence[Any], who: str = "", where: str = "") -> None:
-    """Check that every source (the text a completion must not copy) is a string.
+    """Check that every source (the text a completion must not copy) is a string, and not empty or blank
+    (:func:`check_blank_sources`: the one rule of every copy-proof path, local or remote).
 
     Args:
         sources: one source per completion.
@@ -281,6 +282,7 @@ def check_sources(sources: Sequence[Any], who: str = "", where: str = "") -> Non
 
     Raises:
         TypeError: ``{who}source {i} {where} must be a string, got {type}.``
+        ValueError: an empty or blank source (:func:`check_blank_sources`).
 
     Example:
         >>> check_sources(["The cat sleeps.", None], "novelty: ", "in column 'src'")
@@ -291,6 +293,28 @@ def check_sources(sources: Sequence[Any], who: str = "", where: str = "") -> Non
     for i, source in enumerate(sources):
         if not isinstance(source, str):
             raise TypeError(f"{who}source {i} {where} must be a string, got {type(source).__name__}.")
+    check_blank_sources(sources, who, where)
+
+
+def check_blank_sources(sources: Sequence[Any], who: str = "", where: str = "") -> None:
+    """Refuse an empty or blank source string (other values are left to the callers' type checks): novelty, and so a
+    copy-proof reward, measures how far a completion moves from its source, and an empty source would make any
+    completion novel (a reward for nothing). In-process rewards, ``/score`` with a task, ``/get_reward``, the judge
+    server's clients and OpenRLHF's in-process judge all apply it.
+
+    Raises:
+        ValueError: ``{who}source {i} {where} is empty or blank: ...``, for the first such item.
+
+    Example:
+        >>> check_blank_sources(["The cat sleeps.", " \\n"], "paraphrase: ", "(field 'source')")
+        Traceback (most recent call last):
+        ...
+        ValueError: paraphrase: source 1 (field 'source') is empty or blank: a copy-proof reward measures the completion ...
+    """
+    for i, source in enumerate(sources):
+        if isinstance(source, str) and not source.strip():
+            raise ValueError(f"{who}source {i}{' ' + where if where else ''} is empty or blank: a copy-proof reward measures the "
+                             "completion against its source, so give the item its source text (or leave the item out).")
 
 
 def check_target(target: float) -> float:

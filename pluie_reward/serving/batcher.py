@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 
 from ..common.errors import PluieError
 from ..core.plan import ScoringPlan, finite
-from ..integrations.novelty import TASKS
+from ..integrations.novelty import TASKS, check_blank_sources
 from .protocol import CLIENT_OPTIONS, SERVER_OPTIONS, choice
 
 
@@ -124,6 +124,9 @@ def split_request(template: Any, body: Mapping[str, Any]) -> tuple[dict[str, Any
                 raise ValueError(f"'task' must be one of {list(TASKS)} (case does not matter; its copy-proof reward is added "
                                  f"to the answer), got {value!r}.") from None
             TASKS[value].check_template(template, who=f"'task': {value!r}: ")
+            sources = body.get(TASKS[value].source_field)
+            check_blank_sources([sources] if isinstance(sources, str) else sources if isinstance(sources, list) else [],
+                                f"'task': {value!r}: ", f"(field {TASKS[value].source_field!r})")
             options[key] = value
         else:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not finite(value):  # 10**400 too

@@ -23,7 +23,7 @@ except ModuleNotFoundError as err:
     raise missing_extra(err, "the judge server's clients (RemotePluieReward, verl's compute_score)") from None
 from pluie_reward.common.http import RETRY_STATUS, AsyncHTTPClient, HTTPClient, HTTPConfig
 from pluie_reward.integrations.fields import FieldMap, completion_text
-from pluie_reward.integrations.novelty import TASKS, Task, resolve_task
+from pluie_reward.integrations.novelty import TASKS, Task, check_blank_sources, check_sources, resolve_task
 from pluie_reward.integrations.outputs import SECOND_CANDIDATE, AnswerOutput
 from pluie_reward.integrations.reward_base import AsyncReward, Batch, Scores
 from pluie_reward.integrations.reward_config import RewardConfig, reward_config
@@ -358,6 +358,8 @@ class RemotePluieReward(AsyncReward):
         """One reward per completion, from the server's ``/score`` answers."""
         body = self._body(batch)
         check_texts(body)  # one bad item: its index in the batch, not the UnicodeEncodeError of its chunk
+        if self.task is not None:  # refused before sending, as the local reward refuses it
+            check_sources(body[self.task.source_field], f"{self.__name__}: ", f"(field {self.task.source_field!r})")
         n = len(body["hypothesis"])
         if n == 0:
             return Scores([])
@@ -496,6 +498,9 @@ def _verl_fields(
     field_map = FieldMap.explicit(mapping, what="source", hint=VERL_HINT)
     body: dict[str, list[Any]] = {"hypothesis": [completion_text(s, i) for i, s in enumerate(solution_strs)]}
     body.update(field_map.gather(_verl_columns(data_sources, ground_truths, extra_infos), n, where="verl's arguments", per="items"))
+    if output in TASKS:  # the copy-proof rewards' one rule, before sending
+        check_blank_sources(body[TASKS[output].source_field], f"output={output!r}: ",
+                            f"(field {TASKS[output].source_field!r}, from {mapping[TASKS[output].source_field]!r})")
     return body
 
 

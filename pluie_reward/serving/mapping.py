@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from ..core.template import Template
 from ..integrations.fields import map_fields
-from ..integrations.novelty import TASKS
+from ..integrations.novelty import TASKS, check_blank_sources
 from .protocol import OUTPUTS, RM_REWARD_KEY, choice
 
 SOURCES = ("response", "query", "prompt", "label")
@@ -134,7 +134,12 @@ class RewardMapping:
         texts = {"query": list(queries), "prompt": list(prompts or []), "label": list(labels or [])}
         if "response" in needed:
             texts["response"] = [self.response(i, q, p) for i, (q, p) in enumerate(zip(queries, prompts or []))]
-        return {name: texts[source] for name, source in self.fields.items()}
+        columns = {name: texts[source] for name, source in self.fields.items()}
+        task = TASKS.get(self.reward)
+        if task is not None:  # the copy-proof rewards' one rule (labels are checked above, for every reward)
+            check_blank_sources(columns[task.source_field], f"--rm-reward {task.name}: ",
+                                f"(field {task.source_field!r}, from the {self.fields[task.source_field]})")
+        return columns
 
     def response(self, index: int, query: str, prompt: str) -> str:
         """The generated part of ``query``: what follows ``prompt``, without trailing end markers.
