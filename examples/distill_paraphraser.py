@@ -18,7 +18,8 @@ judge is the default judge on the same base weights (its adapter loaded frozen b
    is above ``--floor`` (0.7: the judge accepts it, it is no copy and no fragment; a sentence without such a
    candidate gives nothing), so copies, fragments and rejected candidates are never trained on; with
    ``--select novel`` the floor (and the judge's verdict) is a gate and the most novel candidate past it is kept
-   (ties: the score). A sentence with no candidate past the gate gets ``--n`` more samples, under Dynamic
+   (ties: the score); ``--length-ratio 0.8 1.5`` adds Impossible Distillation's length gate. A sentence with no
+   candidate past the gate gets ``--n`` more samples, under Dynamic
    Blocking (``--retry-blocking``, 0.5), until ``--n-max`` in all; each round reports how many sentences had
    none after each draw;
 3. TRL's ``SFTTrainer`` trains the student's adapter on the kept pairs (prompt -> paraphrase); or, with
@@ -85,6 +86,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--select", choices=("score", "novel"), default="score",
                         help="score: the best copy-proof score past the floor; novel: the most novel candidate past the "
                              "floor that the judge accepts (ties: the score)")
+    parser.add_argument("--length-ratio", type=float, nargs=2, metavar=("LOW", "HIGH"), default=None,
+                        help="keep only candidates whose word count over the sentence's lies in [LOW, HIGH] "
+                             "(Impossible Distillation: 0.8 1.5; default: no such gate)")
     parser.add_argument("--blocking", type=float, default=0.0,
                         help="Dynamic Blocking probability for the teacher's first --n samples (0: off; Niu et al., 2021)")
     parser.add_argument("--retry-blocking", type=float, default=0.5,
@@ -114,6 +118,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.n_max = args.n if args.n_max is None else args.n_max
     if args.n_max < args.n or args.no_repeat_ngram < 0:
         parser.error(f"--n-max must be at least --n ({args.n}) and --no-repeat-ngram at least 0 (0: off).")
+    if args.length_ratio is not None and not 0 <= args.length_ratio[0] <= args.length_ratio[1] < float("inf"):  # also nan
+        parser.error("--length-ratio LOW HIGH needs 0 <= LOW <= HIGH (finite), e.g. 0.8 1.5.")
     if not (0 <= args.blocking <= 1 and 0 <= args.retry_blocking <= 1):  # also refuses nan
         parser.error("--blocking and --retry-blocking are probabilities: each must lie in [0, 1].")
     if not 0 <= args.floor < 1:  # also refuses nan; the copy-proof score lies in [0, 1]
@@ -171,9 +177,10 @@ def sample_candidates(model: Any, tokenizer: Any, sources: list[str], n: int, ar
 
 
 def keep(pool: Dataset, args: argparse.Namespace) -> Dataset:
-    """Each sentence's kept candidate: past the copy-proof ``--floor``, the best score or (``--select novel``) the
-    most novel that the judge accepts."""
-    return best_of_n(pool, group_by="source", k=1, threshold=args.floor, select=args.select)
+    """Each sentence's kept candidate: past the copy-proof ``--floor`` (and ``--length-ratio``), the best score or
+    (``--select novel``) the most novel that the judge accepts."""
+    ratio = tuple(args.length_ratio) if args.length_ratio is not None else None
+    return best_of_n(pool, group_by="source", k=1, threshold=args.floor, select=args.select, length_ratio=ratio)
 
 
 def sample_and_judge(model: Any, tokenizer: Any, sources: list[str], args: argparse.Namespace, judge: Judge, round_: int,

@@ -217,3 +217,23 @@ def test_best_of_n_novel_on_real_copy_proof_columns():
     assert best_of_n(ds, threshold=0.7)["hypothesis"] == [candidates[2]]  # p_yes 0.9 > 0.8: the score agrees here
     # floor 0: everything but the copy (score 0), by decreasing novelty 7/9, 4/7, 1/7
     assert best_of_n(ds, threshold=0.0, select="novel", k=4)["hypothesis"] == [candidates[2], candidates[3], candidates[1]]
+
+
+def test_best_of_n_length_ratio_gates_in_both_modes():
+    """length_ratio=(0.8, 1.5): words of the candidate over words of its source, counted by hand."""
+    source = "The cat sleeps on the mat."  # 6 words
+    candidates = ["A cat naps.",  # 3/6 = 0.5: too short
+                  "On the mat, a cat is sleeping, which is a new idea for everyone.",  # 14/6 = 2.33: too long
+                  "On the mat, a cat is sleeping.",  # 7/6
+                  "A cat is asleep on the mat."]  # 7/6
+    ds = Dataset.from_dict({"source": [source] * 4, "hypothesis": candidates, "pluie_copy_proof": [0.95, 0.9, 0.8, 0.85],
+                            "pluie_novelty": [0.7, 0.9, 0.78, 0.38], "pluie_verdict": [True] * 4, "pluie_copy": [False] * 4})
+    assert best_of_n(ds, threshold=0.7, select="novel")["hypothesis"] == [candidates[1]]  # the commentary is the most novel
+    assert best_of_n(ds, threshold=0.7, select="novel", length_ratio=(0.8, 1.5))["hypothesis"] == [candidates[2]]
+    assert best_of_n(ds, threshold=0.7, length_ratio=(0.8, 1.5))["hypothesis"] == [candidates[3]]  # by score
+    assert best_of_n(ds, k=4, length_ratio=(0.5, 2.4))["hypothesis"] == [candidates[i] for i in (0, 1, 3, 2)]  # bounds included
+    for bad in [(1.5, 0.8), (float("nan"), 1.0), (1.0,), "0.8,1.5"]:
+        with pytest.raises(ValueError, match="length_ratio must be"):
+            best_of_n(ds, length_ratio=bad)
+    with pytest.raises(ValueError, match="pass text_column="):
+        best_of_n(ds.rename_column("hypothesis", "text"), length_ratio=(0.8, 1.5))

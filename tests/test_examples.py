@@ -371,6 +371,19 @@ def test_distill_paraphraser_resamples_sentences_without_a_survivor_and_selects_
     assert trained == [sorted([(cat, "A feline dozes."), (prices, "In May, prices went up.")])]
 
 
+def test_distill_paraphraser_length_ratio_gates_the_kept_candidate(tmp_path):
+    """--length-ratio 0.8 1.5: a candidate that appends commentary (the most novel) is not kept; words counted by hand."""
+    from datasets import Dataset
+
+    example = _load_example("distill_paraphraser")
+    source = "The cat sleeps on the mat."  # 6 words
+    pool = Dataset.from_dict({"source": [source] * 2, "hypothesis": ["On the mat, a cat is sleeping, which is new.", "On the mat, a cat sleeps."],
+                              "pluie_copy_proof": [0.9, 0.8], "pluie_novelty": [0.8, 0.6], "pluie_verdict": [True, True], "pluie_copy": [False, False]})
+    novel = _distill_files(tmp_path) + ["--select", "novel"]
+    assert example.keep(pool, example.parse_args(novel))["hypothesis"] == [pool["hypothesis"][0]]  # 10 words / 6
+    assert example.keep(pool, example.parse_args(novel + ["--length-ratio", "0.8", "1.5"]))["hypothesis"] == [pool["hypothesis"][1]]  # 6 / 6
+
+
 def test_distill_paraphraser_samples_under_dynamic_blocking_and_never_evaluates_with_it(tmp_path, monkeypatch):
     """Real sampling on a tiny student: every sampled generate call of the teacher gets a DynamicBlocking over its
     own prompts' sentences (--blocking for the first --n, --retry-blocking past them) and no_repeat_ngram_size; the
@@ -572,7 +585,8 @@ def test_distill_paraphraser_refuses_bad_arguments(tmp_path, capsys):
                           [files + ["--beta", "0"], "--beta"], [files + ["--beta", "nan"], "--beta"],
                           [files + ["--n", "4", "--n-max", "3"], "--n-max must be at least --n (4)"],
                           [files + ["--blocking", "1.5"], "probabilities"], [files + ["--retry-blocking", "nan"], "probabilities"],
-                          [files + ["--no-repeat-ngram", "-1"], "--no-repeat-ngram"], [files + ["--select", "novelty"], "--select"]):
+                          [files + ["--no-repeat-ngram", "-1"], "--no-repeat-ngram"], [files + ["--select", "novelty"], "--select"],
+                          [files + ["--length-ratio", "1.5", "0.8"], "--length-ratio"], [files + ["--length-ratio", "nan", "1"], "--length-ratio"]):
         with pytest.raises(SystemExit) as exit_info:
             example.parse_args(argv)
         assert exit_info.value.code == 2 and message in capsys.readouterr().err

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..core.template import load_template
 from .fields import map_fields
-from .novelty import resolve_task, task_of
+from .novelty import resolve_task, task_of, words
 
 if TYPE_CHECKING:  # pragma: no cover
     from datasets import Dataset
@@ -194,7 +194,8 @@ def filter_dataset(dataset: "Dataset", judge: "Judge | None" = None, template: A
 
 
 def best_of_n(dataset: "Dataset", *, group_by: str = "source", score_column: str = "pluie_copy_proof", k: int = 1,
-              threshold: float | None = None, select: str = "score", prefix: str = "pluie_") -> "Dataset":
+              threshold: float | None = None, select: str = "score", prefix: str = "pluie_",
+              length_ratio: "tuple[float, float] | None" = None, text_column: str = "hypothesis") -> "Dataset":
     """For each value of ``group_by`` keep the ``k`` highest-scoring rows, only those ``> threshold``
     when one is given (a group with none left disappears). Groups stay in order of first
     appearance; inside a group rows are sorted by decreasing score (equal scores: input order).
@@ -206,7 +207,10 @@ def best_of_n(dataset: "Dataset", *, group_by: str = "source", score_column: str
     2023, keeps the least-overlapping survivor): among the rows above ``threshold`` (required: with the
     copy-proof score, the floor folds in the judge's p_yes, the copy rule and the length floor), whose
     ``{prefix}verdict`` is true and ``{prefix}copy`` false where those columns exist, keep the ``k`` with the
-    highest ``{prefix}novelty`` (equal novelty: the higher score, then input order).
+    highest ``{prefix}novelty`` (equal novelty: the higher score, then input order). ``length_ratio=(low, high)``
+    adds a length gate in either mode: a row's words over its source's (the ``group_by`` column) must lie in
+    ``[low, high]`` (Impossible Distillation's is (0.8, 1.5); it keeps off candidates that append commentary,
+    whose added words count as novelty).
 
     Args:
         dataset: scored rows (:func:`score_dataset`).
@@ -216,6 +220,8 @@ def best_of_n(dataset: "Dataset", *, group_by: str = "source", score_column: str
         threshold: keep only rows whose score is above it (a finite number).
         select: ``"score"`` (the default) or ``"novel"``.
         prefix: the prefix of :func:`score_dataset`'s columns (``select="novel"`` reads novelty, verdict, copy).
+        length_ratio: (low, high) bounds of a row's word count over its source's, or None (no length gate).
+        text_column: the column of the candidates (for ``length_ratio``).
 
     Returns:
         The kept rows.
@@ -241,6 +247,8 @@ def best_of_n(dataset: "Dataset", *, group_by: str = "source", score_column: str
         raise ValueError(f"the dataset has no column {group_by!r} to group by (columns: {dataset.column_names}).")
     scores = _scores(dataset, score_column)
     passes = [threshold is None or s > threshold for s in scores]
+    if length_ratio is not None:
+        passes = [p and r for p, r in zip(passes, _within_length(dataset, group_by, text_column, length_ratio))]
     novelty = [0.0] * len(scores)  # select="score": the score alone ranks
     if select == "novel":
         novelty, accepted = _novel_gate(dataset, prefix)
@@ -253,6 +261,30 @@ def best_of_n(dataset: "Dataset", *, group_by: str = "source", score_column: str
         ranked = [i for i in sorted(rows, key=lambda i: (-novelty[i], -scores[i])) if passes[i]]  # stable: ties keep input order
         keep.extend(ranked[:k])
     return dataset.select(keep)
+
+
+def _within_length(dataset: "Dataset", source_column: str, text_column: str, length_ratio: Any) -> list[bool]:
+    """Whether each row's word count over its source's lies in ``length_ratio`` (a source without a word: yes).
+
+    Example:
+        >>> from datasets import Dataset
+        >>> rows = Dataset.from_dict({"source": ["a b c d"] * 3, "hypothesis": ["a b", "a b c d e", "a b c d e f g"]})
+        >>> _within_length(rows, "source", "hypothesis", (0.8, 1.5))  # 2/4, 5/4, 7/4
+        [False, True, False]
+    """
+    if (isinstance(length_ratio, (str, bytes)) or not hasattr(length_ratio, "__len__") or len(length_ratio) != 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in length_ratio)
+            or not 0 <= length_ratio[0] <= length_ratio[1]):
+        raise ValueError(f"length_ratio must be (low, high) with 0 <= low <= high, finite, got {length_ratio!r}.")
+    if text_column not in dataset.column_names:
+        raise ValueError(f"length_ratio reads the candidates in column {text_column!r}, which the dataset does not have "
+                         f"(columns: {dataset.column_names}); pass text_column=.")
+    low, high = length_ratio
+    out = []
+    for source, text in zip(dataset[source_column], dataset[text_column]):
+        n = len(words(source))
+        out.append(n == 0 or low <= len(words(text)) / n <= high)
+    return out
 
 
 def _novel_gate(dataset: "Dataset", prefix: str) -> tuple[list[float], list[bool]]:
