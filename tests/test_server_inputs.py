@@ -5,6 +5,10 @@ another judge instance, never from the server's own output."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import signal
+import socket
+from urllib.parse import urlparse
 
 import httpx
 import pytest
@@ -210,3 +214,46 @@ def test_blank_sources_are_refused_on_every_copy_proof_path(server, tiny_judge):
     with pytest.raises(ValueError, match=r"--rm-reward paraphrase: source 0 \(field 'source', from the prompt\) is empty or blank"):
         mapping.columns([" \tA cat."], [" \t"], None)
     assert RewardMapping({"source": "prompt", "hypothesis": "response"}).columns([" \tA cat."], [" \t"], None)["hypothesis"] == ["A cat."]
+
+
+# item 5.6: slow uploads time out; at shutdown they get 503 at once --------------------------------
+def slow_upload(url: str) -> socket.socket:
+    """A POST /score whose body stops after its first bytes (a stalled upload), on a plain socket."""
+    address = urlparse(url)
+    sock = socket.create_connection((address.hostname, address.port), timeout=30)  # 30 s: a liveness bound
+    sock.sendall(b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+                 b'{"source": ["a"], ')
+    return sock
+
+
+def answer_of(sock: socket.socket) -> tuple[int, str]:
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    finally:
+        sock.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body.decode()
+
+
+def test_a_stalled_upload_gets_408(caplog):
+    app = create_app(make_tiny_judge(), "para-fs", max_wait_ms=0, body_timeout=0.5)
+    with caplog.at_level(logging.WARNING), background(app) as srv:
+        status, body = answer_of(slow_upload(srv.url))
+        assert status == 408 and "did not arrive whole within 0.5 s" in body, body
+        ok = httpx.post(srv.url + "/score", json={"source": ["a"], "hypothesis": ["b"]}, timeout=60)
+        assert ok.status_code == 200
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+def test_shutdown_answers_uploads_in_progress_503_at_once(caplog):
+    app = create_app(make_tiny_judge(), "para-fs", max_wait_ms=0)  # a body may take 60 s: the shutdown must not wait for it
+    with caplog.at_level(logging.INFO), background(app) as srv:
+        uploads = [slow_upload(srv.url) for _ in range(3)]
+        assert httpx.get(srv.url + "/health", timeout=30).status_code == 200  # the uploads' headers were read before this
+        srv.handle_exit(signal.SIGTERM, None)  # what uvicorn's signal handler calls
+        answers = [answer_of(sock) for sock in uploads]  # each within the socket's 30 s bound, or socket.timeout
+    assert [status for status, _ in answers] == [503] * 3
+    assert all("shutting down" in body for _, body in answers)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info], caplog.text

@@ -63,6 +63,7 @@ def create_app(
     threshold: float | None = None,
     truncate: bool = True,
     max_item_chars: int | None = None,
+    body_timeout: float | None = 60.0,
     shutdown_timeout: float = 30.0,
 ) -> FastAPI:
     """A FastAPI app serving ``judge`` with one template; run it with uvicorn (or :mod:`.runner`).
@@ -72,7 +73,9 @@ def create_app(
     :func:`.runner.run` starts that drain as soon as the signal arrives (``app.state.drain``).
     A request whose client disconnects is answered 499 and its remaining work dropped. An item whose fields
     hold more than ``max_item_chars`` characters is answered 413 (None: no limit; ``pluie-reward serve``'s
-    default is :data:`~pluie_reward.tools.server.cli.MAX_ITEM_CHARS`).
+    default is :data:`~pluie_reward.tools.server.cli.MAX_ITEM_CHARS`). A body that does not arrive whole within
+    ``body_timeout`` seconds is answered 408 (None: no limit), and one still arriving when the server is told to
+    stop, 503 at once (:class:`~.middleware.BodyLimit`), so that slow uploads hold neither the server nor its shutdown.
 
     Example:
         >>> from pluie_reward import Judge
@@ -91,6 +94,9 @@ def create_app(
         raise ValueError("max_items_per_request and max_body_bytes must be at least 1.")
     if not (math.isfinite(shutdown_timeout) and shutdown_timeout >= 0):
         raise ValueError(f"shutdown_timeout must be a finite number of seconds >= 0, got {shutdown_timeout}.")
+    if body_timeout is not None and not (math.isfinite(body_timeout) and body_timeout > 0):
+        raise ValueError(f"body_timeout must be a finite number of seconds > 0 (or None: no limit), got {body_timeout}.")
+    stopping = threading.Event()  # set by drain(): bodies still arriving get 503 at once
     metrics = ServerMetrics()
     if judge.engine.concurrent:  # vLLM / remote: the engine batches concurrent requests
         batcher: Any = Direct(judge, template, threshold=threshold, truncate=truncate, max_item_chars=max_item_chars,
@@ -109,6 +115,7 @@ def create_app(
     def drain() -> None:
         """Stop accepting requests and finish (or answer 503) the queued ones within ``shutdown_timeout``,
         in a background thread: what the runner calls when a stop signal arrives."""
+        stopping.set()
         threading.Thread(target=batcher.close, args=(shutdown_timeout,), name="pluie-drain", daemon=True).start()
 
     app = FastAPI(
@@ -125,7 +132,7 @@ def create_app(
     app.state.max_body_bytes = max_body_bytes
     app.state.shutdown_timeout = shutdown_timeout
     app.state.drain = drain
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, timeout=body_timeout, stopping=stopping.is_set)
     app.add_middleware(BearerAuth, token=token)
     app.add_middleware(Timing, metrics=metrics)
     app.add_exception_handler(RequestValidationError, invalid_request)

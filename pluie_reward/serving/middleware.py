@@ -1,15 +1,18 @@
 """The judge server's ASGI middleware, outermost first: :class:`Timing` (metrics and the log of every
-4xx/5xx), :class:`BearerAuth` (the token), :class:`BodyLimit` (413 for oversized bodies)."""
+4xx/5xx), :class:`BearerAuth` (the token), :class:`BodyLimit` (413 for oversized bodies, 408 for slow ones,
+503 for one still arriving at shutdown)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
 import logging
+import math
 import secrets
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
@@ -62,17 +65,60 @@ class BearerAuth:
         return await self.app(scope, receive, send)
 
 
+POLL_S = 0.1  # how often a body still arriving checks whether the server is stopping
+
+
 class BodyLimit:
     """Answer 413 to bodies over ``max_bytes``: from ``Content-Length`` before reading, or while
     reading a streamed (chunked) body, so an oversized body is never held in memory whole. The body
-    is read here, within the limit, and handed on whole."""
+    is read here, within the limit, and handed on whole. A body not whole within ``timeout`` seconds
+    (a slow or stalled upload) is answered 408; one still arriving when ``stopping()`` turns true (the
+    server was told to stop) is answered 503 at once, so that no upload holds the server's shutdown.
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    Args:
+        app: the application.
+        max_bytes: the body limit.
+        timeout: seconds a body may take to arrive whole (None: no limit).
+        stopping: says whether the server is stopping (default: never).
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float | None = None,
+                 stopping: Callable[[], bool] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout = timeout
+        self.stopping = stopping or (lambda: False)
 
     def _too_large(self) -> JSONResponse:
         return JSONResponse({"detail": f"Request Entity Too Large: the body limit is {self.max_bytes} bytes."}, status_code=413)
+
+    def _cut_short(self, stopping: bool) -> JSONResponse:
+        """408 for a body that took too long, 503 for one cut by the shutdown; the connection is closed."""
+        if stopping:
+            detail, status = "the judge server is shutting down and did not get this request's whole body; retry on another server.", 503
+        else:
+            detail, status = (f"the request body did not arrive whole within {self.timeout:g} s (the server's --body-timeout): "
+                              "send it at once, or over a faster connection."), 408
+        return JSONResponse({"detail": detail}, status_code=status, headers={"Connection": "close"})
+
+    async def _next(self, receive: Receive, deadline: float) -> Mapping[str, Any] | bool:
+        """The next message of the body, or whether the server is stopping when the wait is cut short
+        (the deadline passed, or the server is stopping)."""
+        loop = asyncio.get_running_loop()
+        message = asyncio.ensure_future(receive())
+        try:
+            while True:
+                if self.stopping():
+                    return True
+                left = deadline - loop.time()
+                if left <= 0:
+                    return False
+                done, _ = await asyncio.wait({message}, timeout=min(POLL_S, left))
+                if done:
+                    return message.result()
+        finally:
+            if not message.done():
+                message.cancel()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -80,9 +126,12 @@ class BodyLimit:
         length = Headers(scope=scope).get("content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             return await self._too_large()(scope, receive, send)
+        deadline = asyncio.get_running_loop().time() + (math.inf if self.timeout is None else self.timeout)
         chunks, size = [], 0
         while True:
-            message = await receive()
+            message = await self._next(receive, deadline)
+            if isinstance(message, bool):  # too slow, or the server is stopping
+                return await self._cut_short(message)(scope, receive, send)
             if message["type"] != "http.request":  # the client left before sending its whole body
                 return
             chunks.append(message.get("body", b""))
@@ -139,8 +188,8 @@ class Timing:
         finally:
             path = scope["path"] if scope["path"] in KNOWN_PATHS else "other"
             self.metrics.record_request(path, status[0], time.perf_counter() - start)
-            if status[0] >= 400:
-                level = logging.ERROR if status[0] >= 500 else logging.WARNING
+            if status[0] >= 400:  # 503 is "retry elsewhere" (the server is stopping): a warning, as a 4xx
+                level = logging.ERROR if status[0] >= 500 and status[0] != 503 else logging.WARNING
                 logger.log(level, "%s %s -> %d: %s", scope.get("method", "?"), scope["path"], status[0],
                            reason[0] or _detail(bytes(body)) or "(no reason given)")
 

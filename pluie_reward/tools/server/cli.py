@@ -20,6 +20,7 @@ from ..cli.registry import command
 from ..shared import UsageError, finite_float, nonneg_float, port, positive_float, positive_int
 
 SHUTDOWN_S = 30.0  # default drain bound at SIGTERM (--graceful-timeout)
+BODY_TIMEOUT_S = 60.0  # default bound on a body's upload (--body-timeout)
 MAX_BODY_MB = 1024 * 1024  # 1 TiB: a larger --max-body-mb is a typo (the server holds a body in memory)
 MAX_ITEM_CHARS = 16384
 """``--max-item-chars``'s default: characters in one item's fields (about 3-4k tokens of English). An item is one forward
@@ -45,6 +46,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    help=f"an item whose fields hold more characters gets 413, so that one long item cannot hold the judge for "
                         f"every other client (default {MAX_ITEM_CHARS}; an item is one forward pass, cut to the judge's context)")
     g.add_argument("--max-body-mb", type=positive_float, default=4.0, help="larger request bodies get 413 (default 4 MiB)")
+    g.add_argument("--body-timeout", type=positive_float, default=BODY_TIMEOUT_S,
+                   help=f"seconds a request body may take to arrive whole; a slower upload gets 408 (default {BODY_TIMEOUT_S:g})")
     g.add_argument("--graceful-timeout", type=nonneg_float, default=None,
                    help=f"at SIGTERM/SIGINT, seconds the queued and running requests get to finish before they are answered "
                         f"503 (default {SHUTDOWN_S:g}; pool: also Ray's wait for a replica's requests, default 20)")
@@ -158,6 +161,7 @@ def server_options(args: argparse.Namespace, command: str = "serve") -> dict:
         "threshold": args.threshold,
         "truncate": not args.no_truncate,
         "max_item_chars": args.max_item_chars,
+        "body_timeout": args.body_timeout,
         "shutdown_timeout": SHUTDOWN_S if args.graceful_timeout is None else args.graceful_timeout,
     }
 
