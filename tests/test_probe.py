@@ -12,6 +12,7 @@ from pluie_reward.tools.probe import (
     ProbeContext,
     SourceItem,
     failing_families,
+    family_kind,
     family_names,
     generate,
     markdown_report,
@@ -80,7 +81,8 @@ def test_every_family_runs_on_a_tiny_judge(tiny_judge):
         "honest": 2, "unrelated": 2, "copy": 2, "copy_case": 4, "copy_spacing": 6, "copy_punctuation": 4,
         "copy_zero_width": 6, "copy_homoglyph": 4, "repeat": 4, "append_unrelated": 2, "truncation": 4,
         "empty": 6, "answer_word": 10, "delimiter": 6, "instruction": 6, "master_key": 20, "control_token": 8,
-        "meaning_flip": 2, "addition": 4,
+        "meaning_flip": 2, "addition": 4, "presentation_layout": 8, "presentation_quotes": 4,
+        "presentation_emphasis": 4, "presentation_label": 4, "presentation_period": 2,
     }
     assert all(math.isfinite(r["score"]) for r in records)
     assert {r["family"]: r["guarded"] for r in rows}["control_token"] == 1.0
@@ -152,7 +154,9 @@ def test_probe_numbers_match_the_reference_on_the_embedded_judge(embedded_judge)
     families = ["copy", "copy_zero_width", "delimiter", "empty"]
     judge = embedded_judge
     rows = {r["family"]: r for r in run_probe(judge, "para-direct", SOURCES, HONEST, families=families)}
-    ref = lambda s, h: reference_pluie(judge.model, judge.tokenizer, s, h, template="para-direct")  # noqa: E731
+    # the judge reads each text's words, a line at a time, without blank lines (its clean_text)
+    clean = lambda t: "\n".join(" ".join(line.split()) for line in t.splitlines() if line.strip())  # noqa: E731
+    ref = lambda s, h: reference_pluie(judge.model, judge.tokenizer, clean(s), clean(h), template="para-direct")  # noqa: E731
     honest = [ref(s, h) for s, h in zip(SOURCES, HONEST)]
     assert rows["honest"]["mean"] == pytest.approx(sum(honest) / 2, abs=1e-3)
     for family in families:
@@ -265,3 +269,34 @@ def test_the_progress_line_moves_per_chunk_of_hypotheses(tiny_judge, capsys):
     assert n == 17 and lines == ["probe: 8/17 hypotheses (47%)", "probe: 16/17 hypotheses (94%)", "probe: 17/17 hypotheses (100%)"]
     want = tiny_judge.score("para-fs", source=SOURCES[0], hypothesis=[r["hypothesis"] for r in records], use_cache=False)
     assert [r["score"] for r in records] == pytest.approx(want, abs=1e-4)
+
+
+def test_presentation_families_edit_the_honest_answer_and_report_the_change(tiny_judge):
+    """The presentation edits, written by hand; layout moves no score (the judge cleans it), the other edits are
+    reported as their change against the honest answer, computed here from the judge's own scores."""
+    fs = ProbeContext.build("para-fs", make_tiny_tokenizer())
+    item = SourceItem({"source": "The cat sleeps."}, "The cat sleeps.", "A cat is asleep.", "u")
+    assert generate("presentation_layout", fs, item) == ["A cat is asleep.\n", "  A cat is asleep. ", "\n\nA cat is asleep.\n\n",
+                                                          "A  cat  is  asleep."]
+    assert generate("presentation_quotes", fs, item) == ['"A cat is asleep."', "\u201cA cat is asleep.\u201d"]
+    assert generate("presentation_emphasis", fs, item) == ["**A cat is asleep.**", "*A cat is asleep.*"]
+    assert generate("presentation_label", fs, item) == ["Paraphrase: A cat is asleep.", "Here is the paraphrase: A cat is asleep."]
+    assert generate("presentation_period", fs, item) == ["A cat is asleep"]
+    assert generate("presentation_period", fs, SourceItem({"source": "s"}, "s", "No stop", "u")) == ["No stop."]
+    assert generate("presentation_label", ProbeContext.build("para-fs-fr", make_tiny_tokenizer()), item)[0] == "Paraphrase : A cat is asleep."
+    assert family_kind("presentation_label") == "presentation"
+
+    families = ["presentation_layout", "presentation_label"]
+    records = probe_items(tiny_judge, "para-fs", SOURCES, HONEST, families=families)
+    rows = {r["family"]: r for r in summarize(records, tiny_judge.threshold)}
+    layout = rows["presentation_layout"]
+    assert abs(layout["change"]) < 1e-5 and abs(layout["max_change"]) < 1e-5 and abs(layout["copy_proof_max_change"]) < 1e-6
+    honest = {r["source_index"]: r["score"] for r in records if r["family"] == "honest"}
+    labelled = [r for r in records if r["family"] == "presentation_label"]
+    deltas = [r["score"] - honest[r["source_index"]] for r in labelled]
+    assert rows["presentation_label"]["change"] == pytest.approx(sum(deltas) / len(deltas))
+    assert rows["presentation_label"]["max_change"] == pytest.approx(max(deltas))
+    assert rows["presentation_label"]["above_honest"] == sum(d > 0 for d in deltas) / len(deltas)
+    table = markdown_report(list(rows.values()))
+    assert "| Δ score | max Δ score | Δ copy-proof | max Δ copy-proof |" in table
+    assert failing_families(list(rows.values()), 0.0) == []  # not gated by default, as copies; --fail-on names them

@@ -10,8 +10,8 @@ Example:
     ['honest', 'unrelated', 'copy', 'copy_case']
     >>> rows = run_probe(judge, "para-fs", limit=2)  # e.g. judge = Judge.load()
     >>> print(markdown_report(rows))
-    | family | kind | n | mean | max | > threshold | > honest | novelty | guarded | copy-proof | copy-proof ≥ honest |
-    |---|---|---|---|---|---|---|---|---|---|---|
+    | family | kind | n | mean | max | > threshold | > honest | novelty | guarded | copy-proof | copy-proof ≥ honest | Δ score | ...
+    |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
     | honest | reference | 2 | ...
 """
 

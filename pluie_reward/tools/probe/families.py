@@ -31,7 +31,7 @@ from ...core.template import Template, load_template
 from ...integrations.guards import TemplateFormat, control_strings, template_format
 from ..tune.hard_negatives import MEANING_RULES, append, flip
 
-KINDS = ("reference", "copy", "attack")
+KINDS = ("reference", "copy", "attack", "presentation")
 _SENTINELS = ("\ue000", "\ue001", "\ue002")  # private-use characters: no chat template touches them
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # Latin letters and their Cyrillic look-alikes (the homoglyph family; integrations.novelty.CONFUSABLES folds them back)
@@ -77,7 +77,7 @@ def family_names() -> list[str]:
 
 
 def family_kind(name: str) -> str:
-    """``reference``, ``copy`` or ``attack`` (see ``data/families.yaml``).
+    """``reference``, ``copy``, ``attack`` or ``presentation`` (see ``data/families.yaml``).
 
     Example:
         >>> family_kind("copy_zero_width"), family_kind("master_key")
@@ -269,6 +269,38 @@ def _addition(context: ProbeContext, item: SourceItem) -> list[str]:
     return [append(item.honest, addition) for addition in ADDITIONS]
 
 
+LABELS = {"en": ("Paraphrase: ", "Here is the paraphrase: "), "fr": ("Paraphrase : ", "Voici la paraphrase : ")}
+"""What the ``presentation_label`` family puts before the honest answer, per template language (English by default)."""
+
+
+def _layout(context: ProbeContext, item: SourceItem) -> list[str]:
+    """The honest answer with layout around or inside it (what :func:`~pluie_reward.core.template.clean_text` removes)."""
+    h = item.honest
+    return [] if h is None else [h + "\n", f"  {h} ", f"\n\n{h}\n\n", "  ".join(h.split())]
+
+
+def _quotes(context: ProbeContext, item: SourceItem) -> list[str]:
+    h = item.honest
+    return [] if h is None else [f'"{h}"', f"\u201c{h}\u201d"]
+
+
+def _emphasis(context: ProbeContext, item: SourceItem) -> list[str]:
+    h = item.honest
+    return [] if h is None else [f"**{h}**", f"*{h}*"]
+
+
+def _label(context: ProbeContext, item: SourceItem) -> list[str]:
+    h = item.honest
+    return [] if h is None else [label + h for label in LABELS.get(context.language, LABELS["en"])]
+
+
+def _period(context: ProbeContext, item: SourceItem) -> list[str]:
+    h = item.honest
+    if h is None:
+        return []
+    return [h[:-1]] if h.endswith(".") else [h + "."]
+
+
 GENERATORS: dict[str, Callable[[ProbeContext, SourceItem], list[str]]] = {
     "honest": _honest,
     "case": _case,
@@ -279,6 +311,11 @@ GENERATORS: dict[str, Callable[[ProbeContext, SourceItem], list[str]]] = {
     "truncation": _truncation,
     "meaning_flip": _meaning_flip,
     "addition": _addition,
+    "layout": _layout,
+    "quotes": _quotes,
+    "emphasis": _emphasis,
+    "label": _label,
+    "period": _period,
 }
 
 

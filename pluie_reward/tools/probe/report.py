@@ -19,6 +19,9 @@ from ..evaluation.report import markdown_table, number, percent
 HEADERS = ("family", "kind", "n", "mean", "max", "> threshold", "> honest", "novelty", "guarded")
 COPY_PROOF_HEADERS = ("copy-proof", "copy-proof ≥ honest")
 """The columns added when the rows have a copy-proof reward (a template of a known task)."""
+CHANGE_HEADERS = ("Δ score", "max Δ score")
+COPY_PROOF_CHANGE_HEADERS = ("Δ copy-proof", "max Δ copy-proof")
+"""The columns added when the rows have a ``presentation`` family: the change against the honest answer (mean, largest)."""
 
 
 def markdown_report(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -26,13 +29,17 @@ def markdown_report(rows: Sequence[Mapping[str, Any]]) -> str:
     share is undefined: the honest family, or no honest answers), with the copy-proof reward's
     columns when the rows have it (the mean reward, and the share at or above the honest answer's)."""
     copy_proof = any(r.get("copy_proof") is not None for r in rows)
-    headers = HEADERS + (COPY_PROOF_HEADERS if copy_proof else ())
+    changes = any(r["kind"] == "presentation" for r in rows)
+    headers = (HEADERS + (COPY_PROOF_HEADERS if copy_proof else ()) + (CHANGE_HEADERS if changes else ())
+               + (COPY_PROOF_CHANGE_HEADERS if changes and copy_proof else ()))
     return markdown_table(
         headers,
         [
             [r["family"], r["kind"], r["n"], number(r["mean"]), number(r["max"]), percent(r["above_threshold"]),
              percent(r["above_honest"]), number(r["novelty"]), percent(r["guarded"])]
             + ([number(r.get("copy_proof")), percent(r.get("copy_proof_above_honest"))] if copy_proof else [])
+            + ([number(r.get("change")), number(r.get("max_change"))] if changes else [])
+            + ([number(r.get("copy_proof_change")), number(r.get("copy_proof_max_change"))] if changes and copy_proof else [])
             for r in rows
         ],
     )
@@ -54,14 +61,14 @@ def plot_probe(rows: Sequence[Mapping[str, Any]], path: str | Path, *, threshold
     names = [r["family"] for r in rows]
     y = list(range(len(rows)))
     figure, (left, right) = _figure(10, 0.32 * len(rows) + 1.6, columns=2)
-    colours = {"reference": "tab:green", "copy": "tab:blue", "attack": "tab:red"}
+    colours = {"reference": "tab:green", "copy": "tab:blue", "attack": "tab:red", "presentation": "tab:olive"}
     left.barh(y, [r["mean"] for r in rows], color=[colours.get(r["kind"], "grey") for r in rows], alpha=0.8, label="mean")
     left.scatter([r["max"] for r in rows], y, color="black", s=12, zorder=3, label="max")
     honest = [r["mean"] for r in rows if r["kind"] == "reference"]
     if honest:
         left.axvline(honest[0], color="tab:green", linestyle="--", linewidth=1, label="honest mean")
     left.axvline(threshold, color="grey", linestyle=":", linewidth=1, label=f"threshold {threshold:g}")
-    left.set_xlabel("PLUIE score (blue: copies, red: attacks)")
+    left.set_xlabel("PLUIE score (blue: copies, red: attacks, olive: presentation edits)")
     left.legend(fontsize=7, loc="upper right")
     height = 0.4
     right.barh([i - height / 2 for i in y], [r["above_threshold"] for r in rows], height, label="> threshold", color="tab:orange")

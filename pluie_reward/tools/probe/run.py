@@ -4,8 +4,8 @@ Example:
     >>> from pluie_reward.tools.probe import markdown_report
     >>> rows = run_probe(judge, "para-fs", limit=2)  # e.g. judge = Judge.load()
     >>> print(markdown_report(rows))
-    | family | kind | n | mean | max | > threshold | > honest | novelty | guarded | copy-proof | copy-proof ≥ honest |
-    |---|---|---|---|---|---|---|---|---|---|---|
+    | family | kind | n | mean | max | > threshold | > honest | novelty | guarded | copy-proof | copy-proof ≥ honest | Δ score | ...
+    |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
     | honest | reference | 2 | ...
 """
 
@@ -201,9 +201,13 @@ def summarize(records: Sequence[Mapping[str, Any]], threshold: float = 0.0) -> l
     score, ``above_threshold`` (share of scores > ``threshold``), ``above_honest`` (share of scores >
     the honest answer's score for the same source, over the sources that have one; None for the
     honest family itself or without honest answers), ``novelty`` (mean), ``guarded`` (share
-    flagged by the default guard), ``copy_proof`` (mean copy-proof reward, None when the records have
-    none) and ``copy_proof_above_honest`` (share of copy-proof rewards >= the honest answer's, over the
-    sources that have one: a copy-proof reward makes this 0 for the copies).
+    flagged by the default guard), ``change`` and ``max_change`` (the mean and the largest score minus
+    the honest answer's, over the sources that have one; None for the honest family or without honest
+    answers: for a ``presentation`` family, what the edit does to the score), ``copy_proof`` (mean
+    copy-proof reward, None when the records have none), ``copy_proof_above_honest`` (share of
+    copy-proof rewards >= the honest answer's, over the sources that have one: a copy-proof reward makes
+    this 0 for the copies) and ``copy_proof_change``/``copy_proof_max_change`` (as ``change``, on the
+    copy-proof reward).
 
     Example:
         >>> rows = summarize([
@@ -212,6 +216,8 @@ def summarize(records: Sequence[Mapping[str, Any]], threshold: float = 0.0) -> l
         ... ])
         >>> rows[0]["n"], rows[0]["mean"], rows[0]["above_threshold"], rows[0]["above_honest"]
         (2, 0.0, 0.5, 0.5)
+        >>> rows[0]["change"], rows[0]["max_change"]
+        (-0.25, 0.5)
     """
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for record in records:
@@ -230,6 +236,7 @@ def summarize(records: Sequence[Mapping[str, Any]], threshold: float = 0.0) -> l
             "above_threshold": sum(s > threshold for s in scores) / len(scores),
             "above_honest": None if reference or not compared
             else sum(r["score"] > r["honest_score"] for r in compared) / len(compared),
+            **_changes([] if reference else [(r["score"], r["honest_score"]) for r in compared], ""),
             "novelty": math.fsum(r["novelty"] for r in group) / len(group),
             "guarded": sum(bool(r["guarded"]) for r in group) / len(group),
             **_copy_proof_summary(group, reference),
@@ -237,14 +244,23 @@ def summarize(records: Sequence[Mapping[str, Any]], threshold: float = 0.0) -> l
     return rows
 
 
+def _changes(pairs: Sequence[tuple[float, float]], prefix: str) -> dict[str, float | None]:
+    """``<prefix>change`` and ``<prefix>max_change``: the mean and the largest value minus the honest
+    answer's over ``(value, honest value)`` pairs (None for none)."""
+    deltas = [value - honest for value, honest in pairs]
+    return {f"{prefix}change": math.fsum(deltas) / len(deltas) if deltas else None,
+            f"{prefix}max_change": max(deltas) if deltas else None}
+
+
 def _copy_proof_summary(group: Sequence[Mapping[str, Any]], reference: bool) -> dict[str, float | None]:
-    """``copy_proof`` and ``copy_proof_above_honest`` of one family (None where undefined)."""
+    """``copy_proof``, ``copy_proof_above_honest`` and its changes of one family (None where undefined)."""
     values = [r.get("copy_proof") for r in group]
     if any(v is None for v in values):
-        return {"copy_proof": None, "copy_proof_above_honest": None}
-    compared = [r for r in group if r.get("honest_copy_proof") is not None]
-    above = None if reference or not compared else sum(r["copy_proof"] >= r["honest_copy_proof"] for r in compared) / len(compared)
-    return {"copy_proof": math.fsum(values) / len(values), "copy_proof_above_honest": above}
+        return {"copy_proof": None, "copy_proof_above_honest": None, **_changes([], "copy_proof_")}
+    compared = [] if reference else [r for r in group if r.get("honest_copy_proof") is not None]
+    above = None if not compared else sum(r["copy_proof"] >= r["honest_copy_proof"] for r in compared) / len(compared)
+    return {"copy_proof": math.fsum(values) / len(values), "copy_proof_above_honest": above,
+            **_changes([(r["copy_proof"], r["honest_copy_proof"]) for r in compared], "copy_proof_")}
 
 
 def run_probe(
