@@ -257,3 +257,20 @@ def test_shutdown_answers_uploads_in_progress_503_at_once(caplog):
     assert [status for status, _ in answers] == [503] * 3
     assert all("shutting down" in body for _, body in answers)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info], caplog.text
+
+
+def test_gathered_verl_calls_above_the_server_limit_are_split_and_a_long_item_fails_alone(server, tiny_judge):
+    sources, hypotheses = SOURCES * 3, HYPOTHESES * 3  # 9 calls gathered into one batch; the server takes 4 per request
+    want = tiny_judge.score("para-fs", source=sources, hypothesis=hypotheses, use_cache=False)
+
+    async def gathered():
+        calls = [compute_score("d", h, s, url=server.url, max_wait_ms=200) for s, h in zip(sources, hypotheses)]
+        calls.append(compute_score("d", "b" * 400, SOURCES[0], url=server.url, max_wait_ms=200))  # over max_item_chars
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    before = metrics(server)["requests"]["by_path"].get("/score", 0)
+    *got, long = asyncio.run(gathered())
+    assert [g["logratio"] if isinstance(g, dict) else g for g in got] == pytest.approx(want, abs=TOL)
+    assert long.status == 413 and "at most 300 per item" in str(long)
+    # 10 items: refused (413), then 4 + 4 + 2 (the server's limit, from /health); the 2 with the long item, item by item
+    assert metrics(server)["requests"]["by_path"]["/score"] - before == 1 + 3 + 2

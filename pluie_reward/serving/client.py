@@ -22,7 +22,7 @@ try:
 except ModuleNotFoundError as err:
     raise missing_extra(err, "the judge server's clients (RemotePluieReward, verl's compute_score)") from None
 from pluie_reward.common.http import RETRY_STATUS, AsyncHTTPClient, HTTPClient, HTTPConfig
-from pluie_reward.integrations.fields import FieldMap, completion_text
+from pluie_reward.integrations.fields import FieldMap, completion_texts
 from pluie_reward.integrations.novelty import TASKS, Task, check_blank_sources, check_sources, resolve_task
 from pluie_reward.integrations.outputs import SECOND_CANDIDATE, AnswerOutput
 from pluie_reward.integrations.reward_base import AsyncReward, Batch, Scores
@@ -493,10 +493,11 @@ def _verl_fields(
     mapping = dict({source: "ground_truth"} if fields is None else fields)
     if output in TASKS:
         _task_sources(TASKS[output], mapping, "", "pass " + VERL_HINT)
-    n = len(solution_strs)
+    texts = completion_texts(solution_strs, "verl's solution_strs")  # a string is refused, not read letter by letter
+    n = len(texts)
     extra_infos = list(extra_infos) if extra_infos is not None else [None] * n
     field_map = FieldMap.explicit(mapping, what="source", hint=VERL_HINT)
-    body: dict[str, list[Any]] = {"hypothesis": [completion_text(s, i) for i, s in enumerate(solution_strs)]}
+    body: dict[str, list[Any]] = {"hypothesis": texts}
     body.update(field_map.gather(_verl_columns(data_sources, ground_truths, extra_infos), n, where="verl's arguments", per="items"))
     if output in TASKS:  # the copy-proof rewards' one rule, before sending
         check_blank_sources(body[TASKS[output].source_field], f"output={output!r}: ",
@@ -553,7 +554,7 @@ def compute_score_batch(
     """
     _settings(ignored)
     output = _check_output(output)
-    if len(solution_strs) == 0:
+    if not completion_texts(solution_strs, "verl's solution_strs"):  # a string is refused, not read letter by letter
         return []
     body = _verl_fields(data_sources, solution_strs, ground_truths, extra_infos, fields, output)
     check_texts(body, "compute_score_batch: ")
@@ -627,9 +628,20 @@ class _Coalescer:
         url, token, timeout, retries, backoff = key
         return await apost_json(url, body, token=token, timeout=timeout, retries=retries, backoff=backoff)
 
+    async def piece_size(self, key: tuple, err: BaseException, body: Mapping[str, Any], n: int) -> int | None:
+        """For a group of ``n`` items the judge server refused with 413: the items per request it takes
+        (:func:`split_size`, from its ``/health``), or None when the group must go item by item (an item too long)."""
+        if not isinstance(err, RemoteJudgeError) or err.status != 413 or n < 2:
+            return None
+        url, token, timeout, retries, backoff = key
+        async with AsyncHTTPClient(url[: -len("/score")], HTTPConfig(timeout=timeout, retries=retries, backoff=backoff),
+                                   **_client_options(token)) as http:
+            return split_size(err, await _ahealth(http), body, n)
+
     def splits(self, err: BaseException) -> bool:
-        """Whether ``err`` may be one item's fault, so that each item of the group is sent again alone."""
-        return isinstance(err, RemoteJudgeError) and err.status == 422
+        """Whether ``err`` may be one item's fault (422, or 413 for an item over the server's ``max_item_chars``), so
+        that each item of the group is sent again alone."""
+        return isinstance(err, RemoteJudgeError) and err.status in (413, 422)
 
     async def send(self, key: tuple, names: tuple[str, ...], group: list[tuple[dict[str, Any], asyncio.Future]]) -> None:
         body = {name: [item[name] for item, _ in group] for name in names}
@@ -639,6 +651,13 @@ class _Coalescer:
             for output in OUTPUTS:
                 _values(answer, output, len(group), str(key[0]))
         except BaseException as err:  # noqa: BLE001 - every waiting caller gets the error
+            try:
+                size = await self.piece_size(key, err, body, len(group))
+            except Exception:  # noqa: BLE001 - no /health answer: the error below stands
+                size = None
+            if size is not None:  # a group above the server's limits: sent again in pieces it takes, each failing alone
+                await asyncio.gather(*(self.send(key, names, group[s : s + size]) for s in range(0, len(group), size)))
+                return
             if self.splits(err) and len(group) > 1:  # one bad item: not the others
                 await asyncio.gather(*(self.send(key, names, [one]) for one in group))
                 return
