@@ -83,12 +83,14 @@ def test_a_string_where_the_list_of_completions_goes_is_refused_locally_and_remo
     import asyncio
 
     from pluie_reward import AsyncPluieReward, PluieReward
-    from pluie_reward.serving.client import RemotePluieReward
+    from pluie_reward.serving.client import RemotePluieReward, compute_score_batch
 
     calls = {
         "local": lambda bad: PluieReward(tiny_judge)(prompts=["p"] * 3, completions=bad, source=["s"] * 3),
         "remote": lambda bad: RemotePluieReward("http://127.0.0.1:1").payload(bad, {"source": ["s"] * 3}, prompts=["p"] * 3),
         "async": lambda bad: asyncio.run(AsyncPluieReward(tiny_judge)(prompts=["p"] * 3, completions=bad, source=["s"] * 3)),
+        # verl's batch function checks its arguments before any request (nothing listens on port 1)
+        "verl": lambda bad: compute_score_batch(["d"] * 3, bad, ["s"] * 3, url="http://127.0.0.1:1"),
     }
     for where, call in calls.items():
         for bad, kind in (("abc", "str"), (b"abc", "bytes"), ({"role": "assistant", "content": "abc"}, "dict"), (3, "int")):
