@@ -11,13 +11,17 @@ Endpoints:
   reward, as :class:`~pluie_reward.ParaphraseReward` computes it) and ``"novelty"``.
 - ``POST /get_reward``: OpenRLHF's remote reward model protocol,
   ``{"query": [...], "prompts": [...], "labels": [...]}`` -> ``{"rewards": [...], "scores": [...], "extra_logs": {...}}``
-  (:class:`~pluie_reward.serving.mapping.RewardMapping`). An empty request gets empty lists.
-- ``GET /health``: liveness plus the template's fields (no token needed: :data:`PUBLIC_PATHS`).
+  (:class:`~pluie_reward.serving.mapping.RewardMapping`); ``"rm_reward"`` (:data:`RM_REWARD_KEY`) sets that
+  request's reward. An empty request gets empty lists.
+- ``GET /health`` (and ``HEAD``): liveness plus the template's fields and the server's limits
+  (``max_items_per_request``, ``max_item_chars``, ``max_body_bytes``: larger requests get 413, which the clients
+  meet by splitting); no token needed (:data:`PUBLIC_PATHS`).
 - ``GET /metrics``: requests (by path, by status, 5xx as ``server_errors``), items, batches and batch
   sizes, latency percentiles.
 
 Every 4xx answer is also logged (WARNING, logger ``pluie_reward.server``) with the request path and the
-message, every 5xx (ERROR) with its reason (OpenRLHF logs only the status).
+message, every 5xx (ERROR; 503, "retry elsewhere", WARNING) with its reason (OpenRLHF logs only the status). A body
+that does not arrive whole in time gets 408; one still arriving when the server stops, 503.
 """
 
 from __future__ import annotations
