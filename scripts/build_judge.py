@@ -1,4 +1,5 @@
-"""Rebuild the default judge's adapter: ``python -m pluie_reward.tools.tune.build_judge``.
+"""Rebuild the default judge's adapter: ``python scripts/build_judge.py`` (a maintainer script of the
+repository, not installed with the package).
 
 The embedded SmolLM2-135M-Instruct says No to nearly everything. This script tunes a LoRA adapter on
 it with :func:`pluie_reward.tune` (labels, BCE on the PLUIE logit of the default template) and
@@ -17,7 +18,7 @@ is Apache-2.0.
 The files are read from ``../shared/data/paraphrasus`` (``--data``) at build time; none is shipped.
 
 Example (shell):
-    python -m pluie_reward.tools.tune.build_judge --data ../shared/data/paraphrasus --output /tmp/smollm2-pluie
+    python scripts/build_judge.py --data ../shared/data/paraphrasus --output /tmp/smollm2-pluie
 """
 
 from __future__ import annotations
@@ -29,11 +30,11 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from ...judges import DEFAULT_ADAPTER_DIR, DEFAULT_TEMPLATE
-from .config import TuneConfig
-from .hard_negatives import MEANING_RULES, hard_negatives
-from .run import tune
-from .synthetic import make_pairs
+from pluie_reward.judges import DEFAULT_ADAPTER_DIR, DEFAULT_TEMPLATE
+from pluie_reward.tools.tune.config import TuneConfig
+from pluie_reward.tools.tune.hard_negatives import MEANING_RULES, hard_negatives
+from pluie_reward.tools.tune.run import tune
+from pluie_reward.tools.tune.synthetic import make_pairs
 
 SOURCES = {
     "synthetic": "rule-made pairs of pluie_reward.tools.tune.synthetic.make_pairs (Apache-2.0, this package)",
@@ -149,7 +150,7 @@ def build(data: Path, output: Path, per_source: int = 200, epochs: float = 1.5, 
         counts.setdefault(p["origin"], {"paraphrase": 0, "not": 0})["paraphrase" if p["label"] else "not"] += 1
     provenance = {"sources": {k: {"what": SOURCES[k], **counts[k]} for k in counts},
                   "held_out_never_trained_on": list(HELD_OUT), "seed": seed,
-                  "command": f"python -m pluie_reward.tools.tune.build_judge --per-source {per_source} --epochs {epochs} "
+                  "command": f"python scripts/build_judge.py --per-source {per_source} --epochs {epochs} "
                              f"--learning-rate {learning_rate} --lora-r {lora_r} --seed {seed} --hard-negatives {hard}"
                              + ("" if additions is None else f" --additions {additions}")
                              + (f" --contrast-weight {contrast_weight:g}" if contrast_weight else "")}
@@ -161,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line of the build."""
     here = Path(__file__).resolve()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=here.parents[3].parent / "shared" / "data" / "paraphrasus",
+    parser.add_argument("--data", type=Path, default=here.parents[1].parent / "shared" / "data" / "paraphrasus",
                         help="PARAPHRASUS folder (default: ../shared/data/paraphrasus beside the checkout)")
     parser.add_argument("--output", type=Path, default=DEFAULT_ADAPTER_DIR, help="adapter folder (default: the packaged one)")
     parser.add_argument("--per-source", type=int, default=200)
@@ -181,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         card = build(args.data, args.output, args.per_source, args.epochs, args.learning_rate, args.lora_r, args.seed,
                      hard=args.hard_negatives, additions=args.additions, contrast_weight=args.contrast_weight)
     except (FileNotFoundError, ValueError) as err:
-        print(f"pluie_reward.tools.tune.build_judge: error: {err}", file=sys.stderr)
+        print(f"{parser.prog}: error: {err}", file=sys.stderr)
         return 2
     print(json.dumps(card["evaluation"], indent=1, default=str))
     return 0

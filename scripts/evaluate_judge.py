@@ -1,4 +1,5 @@
-"""Measure a judge the way the README reports the default one: ``python -m pluie_reward.tools.tune.evaluate_judge``.
+"""Measure a judge the way the README reports the default one: ``python scripts/evaluate_judge.py`` (a maintainer
+script of the repository, not installed with the package).
 
 * MRPC (held out: never trained on): the first ``--mrpc`` pairs of ``ms-mrpc.json``; ROC-AUC,
   accuracy at threshold 0 and at the best threshold (a posteriori), pairs/s of ``Judge.score``.
@@ -11,9 +12,9 @@
   ``held out`` or ``seen in training`` (STS, SIMP and SNLI files were training sources of the default adapter).
 
 Example (shell):
-    python -m pluie_reward.tools.tune.evaluate_judge --model embedded-base     # the untuned model
-    python -m pluie_reward.tools.tune.evaluate_judge                           # the default judge
-    python -m pluie_reward.tools.tune.evaluate_judge --adapter out/judge-adapter   # a rebuilt adapter
+    python scripts/evaluate_judge.py --model embedded-base     # the untuned model
+    python scripts/evaluate_judge.py                           # the default judge
+    python scripts/evaluate_judge.py --adapter out/judge-adapter   # a rebuilt adapter
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from ...core.judge import Judge
-from ...judges import DEFAULT_TEMPLATE
-from ..evaluation.metrics import best_threshold, classification_metrics, roc_auc
-from ..evaluation.paraphrasus import DATASET_NAMES, find_data_dir, load_pairs
-from .hard_negatives import MEANING_RULES, hard_negatives
+from pluie_reward.core.judge import Judge
+from pluie_reward.judges import DEFAULT_TEMPLATE
+from pluie_reward.tools.evaluation.metrics import best_threshold, classification_metrics, roc_auc
+from pluie_reward.tools.evaluation.paraphrasus import DATASET_NAMES, find_data_dir, load_pairs
+from pluie_reward.tools.tune.hard_negatives import MEANING_RULES, hard_negatives
 
 TRAINED_ON = ("STS-H", "SNLI", "STS", "SIMP")  # PARAPHRASUS datasets the default adapter saw (build_judge)
 
@@ -157,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = evaluate(Judge.load(args.model, adapter=args.adapter), args.data_dir, args.mrpc, args.limit, args.seed)
     except (FileNotFoundError, ValueError) as err:
-        print(f"pluie_reward.tools.tune.evaluate_judge: error: {err}", file=sys.stderr)
+        print(f"{parser.prog}: error: {err}", file=sys.stderr)
         return 2
     print(markdown(result))
     if args.json:

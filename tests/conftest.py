@@ -49,6 +49,22 @@ def mrpc_pairs(n: int, offset: int = 0) -> tuple[list[str], list[str], list[bool
     return [r["sentence1"] for r in rows], [r["sentence2"] for r in rows], [r["label"] for r in rows]
 
 
+def load_script(name: str):
+    """The maintainer script ``scripts/<name>.py`` as a module (scripts/ is not installed nor a package), loaded once
+    under the name ``scripts.<name>`` so that tests patch the module the script's functions read."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    key = f"scripts.{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
 def assert_records_close(got: list[dict], want: list[dict], rel: float = 1e-6, abs: float = 1e-12) -> None:
     """Lists of flat records equal key by key, numbers within tolerance (``pytest.approx`` takes no
     nested structures since pytest 9.2)."""

@@ -25,6 +25,7 @@ from pluie_reward.engines.transformers.loading import (
 from pluie_reward.engines.vllm import VLLMEngine
 from pluie_reward.judges import DEFAULT_ADAPTER_DIR, DEFAULT_TEMPLATE, default_adapter_dir
 
+from conftest import load_script
 from test_chat_templates import eq3
 
 PAIRS = {
@@ -114,11 +115,9 @@ def test_an_adapter_without_a_model_goes_on_the_untuned_base(default_judge):
 
 @pytest.mark.parametrize("name", ["ms-mrpc.json", "fb-anli-pre-hyp.json", "amr_true_paraphrases.json", "sickr-sts.json"])
 def test_the_build_refuses_held_out_and_non_commercial_files(name, tmp_path):
-    from pluie_reward.tools.tune.build_judge import _rows
-
     (tmp_path / name).write_text("{}")
     with pytest.raises(ValueError, match="held-out benchmark|licence"):
-        _rows(tmp_path, name)
+        load_script("build_judge")._rows(tmp_path, name)
 
 
 def test_load_warms_the_embedded_judge_up():

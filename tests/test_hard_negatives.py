@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 
+from conftest import load_script
 from pluie_reward.tools.tune.hard_negatives import (ADDED_CLAUSES, ADDED_SENTENCES, MEANING_RULES, MONTHS, RULES, WEEKDAYS,
                                                      flip, hard_negatives)
 
@@ -154,7 +155,7 @@ def _paraphrasus(tmp_path):
 
 
 def test_build_data_has_the_hard_negatives_of_its_own_paraphrases(tmp_path):
-    from pluie_reward.tools.tune.build_judge import training_pairs
+    training_pairs = load_script("build_judge").training_pairs
 
     folder = _paraphrasus(tmp_path)
     with_hard = training_pairs(folder, per_source=8, seed=0, hard=6)
@@ -176,7 +177,7 @@ def test_build_data_has_the_hard_negatives_of_its_own_paraphrases(tmp_path):
 
 
 def test_build_data_takes_as_many_additions_as_asked_and_flips_for_the_rest(tmp_path):
-    from pluie_reward.tools.tune.build_judge import training_pairs
+    training_pairs = load_script("build_judge").training_pairs
 
     def added(pair):  # what the addition rule appends, on either side of the pair
         return any(a.strip(", ") in pair["source"] + pair["hypothesis"] for a in ADDED_CLAUSES + ADDED_SENTENCES)
@@ -191,7 +192,7 @@ def test_build_data_takes_as_many_additions_as_asked_and_flips_for_the_rest(tmp_
 
 
 def test_build_refuses_more_additions_than_hard_negatives(capsys, tmp_path):
-    from pluie_reward.tools.tune.build_judge import main, training_pairs
+    main, training_pairs = load_script("build_judge").main, load_script("build_judge").training_pairs
 
     for additions in (-1, 10):  # the Python API: -1 would have made more flips than asked (checked first: no data read)
         with pytest.raises(ValueError, match=f"--additions {additions}"):
@@ -204,7 +205,7 @@ def test_build_refuses_more_additions_than_hard_negatives(capsys, tmp_path):
 def test_build_pairs_each_hard_negative_with_the_honest_pair_it_was_made_from(tmp_path):
     """The contrast of a hard negative is the labelled paraphrase it was edited from, in the same order:
     one side equal to the negative's, the other the unedited paraphrase."""
-    from pluie_reward.tools.tune.build_judge import training_pairs
+    training_pairs = load_script("build_judge").training_pairs
 
     pairs = training_pairs(_paraphrasus(tmp_path), per_source=8, seed=0, hard=9)
     positives = {(p["source"], p["hypothesis"]) for p in pairs if p["label"]}
@@ -225,7 +226,7 @@ def test_build_pairs_each_hard_negative_with_the_honest_pair_it_was_made_from(tm
 
 
 def test_build_passes_the_contrasts_to_tune_only_when_weighted(tmp_path, monkeypatch):
-    from pluie_reward.tools.tune import build_judge as build_module
+    build_module = load_script("build_judge")
 
     calls = []
 
@@ -250,7 +251,7 @@ def test_build_passes_the_contrasts_to_tune_only_when_weighted(tmp_path, monkeyp
         assert all(not labels[i] for i, c in enumerate(contrast) if c is not None)
 
 
-# held-out flips in the judge's evaluation (pluie_reward.tools.tune.evaluate_judge) ------------------
+# held-out flips in the judge's evaluation (scripts/evaluate_judge.py) ------------------
 class _TableJudge:
     """Scores from a fixed table keyed by the hypothesis or else the source (neither: +0.5), and every pair it was asked."""
 
@@ -263,7 +264,7 @@ class _TableJudge:
 
 
 def test_held_out_flips_pair_each_flip_with_its_own_source_and_honest_score():
-    from pluie_reward.tools.tune.evaluate_judge import held_out_flips
+    held_out_flips = load_script("evaluate_judge").held_out_flips
 
     sources = ["Alice met Bob in Paris.", "The shop will stay open until Monday.", "Prices rose by 5 percent in 2019.",
                "The dog chased the cat."]
@@ -287,7 +288,7 @@ def test_held_out_flips_pair_each_flip_with_its_own_source_and_honest_score():
 
 
 def test_held_out_flips_count_what_the_judge_rejects_per_rule():
-    from pluie_reward.tools.tune.evaluate_judge import held_out_flips, markdown
+    held_out_flips, markdown = load_script("evaluate_judge").held_out_flips, load_script("evaluate_judge").markdown
 
     sources, hypotheses = ["The museum will stay closed until Monday."] * 2, ["The museum stays closed until Monday.",
                                                                               "Until Monday, the museum will stay closed."]
@@ -304,9 +305,21 @@ def test_held_out_flips_count_what_the_judge_rejects_per_rule():
 
 
 def test_held_out_flips_refuse_bad_input():
-    from pluie_reward.tools.tune.evaluate_judge import held_out_flips
+    held_out_flips = load_script("evaluate_judge").held_out_flips
 
     with pytest.raises(ValueError, match="differ in length"):
         held_out_flips(_TableJudge({}), ["a"], ["b", "c"], [1.0])
     with pytest.raises(ValueError, match="no meaning-flip rule applies"):
         held_out_flips(_TableJudge({}), ["Hello."], ["Hi."], [1.0])
+
+
+def test_the_scripts_doctests_and_help():
+    """scripts/ is not among pytest's doctest paths: the maintainer scripts' examples run here, and both scripts answer --help."""
+    import doctest
+
+    result = doctest.testmod(load_script("evaluate_judge"))
+    assert result.attempted > 0 and result.failed == 0
+    for name in ("build_judge", "evaluate_judge"):
+        with pytest.raises(SystemExit) as exit_info:
+            load_script(name).main(["--help"])
+        assert exit_info.value.code == 0

@@ -625,8 +625,8 @@ def add_default_judge_adapter(policy: Any, adapter_name: str = "judge") -> Any:
     """
     adapter = default_adapter_dir()
     if adapter is None:
-        raise FileNotFoundError("this package ships no default judge adapter; rebuild it with "
-                                "python -m pluie_reward.tools.tune.build_judge.")
+        raise FileNotFoundError("this package ships no default judge adapter; rebuild it from a clone of the "
+                                "repository with python scripts/build_judge.py.")
     active = policy.active_adapter
     policy.load_adapter(str(adapter), adapter_name=adapter_name, is_trainable=False)
     policy.set_adapter(active)

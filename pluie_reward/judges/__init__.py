@@ -1,5 +1,5 @@
 """Judges shipped with the package: the default judge is the embedded SmolLM2-135M-Instruct with a
-PLUIE adapter tuned by :mod:`pluie_reward.tools.tune.build_judge` (``smollm2-pluie/``)."""
+PLUIE adapter tuned by the repository's ``scripts/build_judge.py`` (``smollm2-pluie/``)."""
 
 from __future__ import annotations
 
