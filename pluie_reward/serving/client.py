@@ -93,7 +93,7 @@ async def apost_json(
         return await http.request("POST", json=payload)
 
 
-def split_size(error: RemoteJudgeError, health: Any, body: Mapping[str, Any], n: int) -> int | None:
+def split_size(error: RemoteError, health: Any, body: Mapping[str, Any], n: int) -> int | None:
     """How many items each piece of a request of ``n`` items that got ``error`` should carry, read from the
     server's ``/health``: its ``max_items_per_request`` when the request had more, else half of them (a body
     over the byte limit); None when splitting cannot help (one item, another error, or an item over the
@@ -134,10 +134,29 @@ def _joined(answers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def post_splitting(http: HTTPClient, path: str, body: Mapping[str, Any], n: int) -> dict[str, Any]:
     """``POST path`` of ``body`` (``n`` items) with ``http``; a 413 answer is met by sending the items again in
     requests the server takes (:func:`split_size`), and the answers joined, so a client batch above the
-    server's limits is split rather than refused."""
+    server's limits is split rather than refused.
+
+    Args:
+        http: a client of the judge server's base URL.
+        path: the endpoint (``/score``).
+        body: the request: lists of ``n`` values (a string field is shared by all items).
+        n: the number of items.
+
+    Returns:
+        The answer, as one request of all ``n`` items would have it (each column in the items' order).
+
+    Raises:
+        RemoteError: (the client's error) a refusal splitting cannot help (an item over ``max_item_chars``, a 422...).
+
+    Example:
+        >>> from pluie_reward.serving import background, create_app
+        >>> with background(create_app(judge, "para-fs", max_items_per_request=2)) as server, HTTPClient(server.url) as http:
+        ...     len(post_splitting(http, "/score", {"source": "a", "hypothesis": ["b", "c", "d"]}, 3)["logratio"])
+        3
+    """
     try:
         return http.request("POST", path, json=body)
-    except RemoteJudgeError as err:
+    except RemoteError as err:
         size = split_size(err, _health(http) if err.status == 413 and n > 1 else None, body, n)
         if size is None:
             raise
@@ -148,7 +167,7 @@ async def apost_splitting(http: AsyncHTTPClient, path: str, body: Mapping[str, A
     """Async :func:`post_splitting` (the pieces sent concurrently)."""
     try:
         return await http.request("POST", path, json=body)
-    except RemoteJudgeError as err:
+    except RemoteError as err:
         size = split_size(err, await _ahealth(http) if err.status == 413 and n > 1 else None, body, n)
         if size is None:
             raise
@@ -158,14 +177,14 @@ async def apost_splitting(http: AsyncHTTPClient, path: str, body: Mapping[str, A
 def _health(http: HTTPClient) -> Any:
     try:
         return http.request("GET", "/health")
-    except RemoteJudgeError:  # e.g. an older server without /health: halve
+    except RemoteError:  # e.g. an older server without /health: halve
         return None
 
 
 async def _ahealth(http: AsyncHTTPClient) -> Any:
     try:
         return await http.request("GET", "/health")
-    except RemoteJudgeError:
+    except RemoteError:
         return None
 
 
