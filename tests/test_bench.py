@@ -166,7 +166,11 @@ def test_bench_new_options_parse():
 def test_percentile_matches_numpy_linear_interpolation():
     import numpy as np
 
+    # by hand: sorted [0.07, 0.31, 0.5, 1.2, 2.5, 3.3, 9.0]; q at position 6q between its neighbours
     values = [0.31, 2.5, 0.07, 1.2, 9.0, 3.3, 0.5]
+    assert server_load.percentile(values, 0.5) == 1.2 and server_load.percentile(values, 1.0) == 9.0
+    assert server_load.percentile(values, 0.9) == pytest.approx(3.3 + 0.4 * (9.0 - 3.3), abs=1e-10)  # position 5.4
+    assert server_load.percentile(values, 0.25) == pytest.approx(0.31 + 0.5 * (0.5 - 0.31), abs=1e-10)  # position 1.5
     for q in (0.0, 0.5, 0.9, 0.99, 1.0):
         assert server_load.percentile(values, q) == pytest.approx(float(np.percentile(values, 100 * q)))
     load = server_load.ServerLoad("transformers", clients=2, requests=2, items=8, wall_seconds=4.0, latencies=[1.0, 2.0, 3.0, 4.0])

@@ -322,6 +322,7 @@ OPTIONAL = [
     ("matplotlib", "from pluie_reward.tools.evaluation.plots import _figure; _figure()", "eval"),
     ("matplotlib", "from pluie_reward.tools.runs import plot_run; plot_run('no-such-run')", "eval"),
     ("sacrebleu", "from pluie_reward.tools.evaluation.baselines import bleu; bleu('a b', 'a b')", "eval"),
+    ("sklearn", "from pluie_reward.tools.evaluation.metrics import roc_auc; roc_auc([0, 1], [False, True])", "eval"),
 ]
 
 
@@ -340,7 +341,7 @@ def test_an_optional_dependency_missing_fails_naming_its_extra(missing, code, ex
     assert f'pluie-reward[{extra}]' in out.stdout and missing in out.stdout, (out.stdout, out.stderr[-2000:])
 
 
-OPTIONAL_MODULES = {"httpx", "fastapi", "starlette", "uvicorn", "ray", "matplotlib", "sacrebleu", "vllm"}
+OPTIONAL_MODULES = {"httpx", "fastapi", "starlette", "uvicorn", "ray", "matplotlib", "sacrebleu", "sklearn", "vllm"}
 # Modules importing an optional dependency at module level without a guard, and why that is fine.
 UNGUARDED = {
     "serving/routes.py": "imported only by serving/app.py, after its guarded fastapi import",

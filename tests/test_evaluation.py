@@ -410,12 +410,17 @@ def test_roc_auc_by_hand_and_against_scikit_learn():
 
     from pluie_reward.tools.evaluation.metrics import roc_auc
 
+    sklearn = pytest.importorskip("sklearn.metrics")  # roc_auc calls it (the eval extra)
+
     # positives 0.35, 0.8 vs negatives 0.1, 0.4: pairs won 1 + 2 of 4
     assert roc_auc([0.1, 0.4, 0.35, 0.8], [False, False, True, True]) == 0.75
     assert roc_auc([2, 1], ["yes", "no"]) == 1.0 and roc_auc([1, 2], [True, False]) == 0.0
+    # positives 1, 2 vs negatives 1, 0: (1, 1) a tie counts one half, the other three pairs are won: 3.5 of 4
+    assert roc_auc([1, 1, 2, 0], [True, False, True, False]) == 0.875
+    # 3 positives x 2 negatives, by hand: 3 > 1, 3 > 2, 2 = 2 (half), 2 > 1, 0 < both: 3.5 of 6
+    assert roc_auc([3, 2, 0, 1, 2], [1, 1, 1, 0, 0]) == pytest.approx(3.5 / 6, abs=1e-15)
     with pytest.raises(ValueError, match="both positive and negative"):
         roc_auc([1, 2], [True, True])
-    sklearn = pytest.importorskip("sklearn.metrics")
     rng = np.random.default_rng(0)
     scores, labels = np.round(rng.normal(size=300), 1), rng.random(300) < 0.4  # rounded: many ties
     assert roc_auc(scores, labels) == pytest.approx(sklearn.roc_auc_score(labels, scores), abs=1e-12)

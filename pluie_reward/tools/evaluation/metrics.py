@@ -16,6 +16,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ...common.errors import missing_extra
+
 METRICS = ("accuracy", "precision", "recall", "f1")
 PREFERENCES = ("A", "B", "tie")
 _TRUE = {"true", "1", "yes", "y", "t", "paraphrase", "positive", "pos"}
@@ -181,7 +183,18 @@ def classification_metrics(scores: Iterable[float], labels: Iterable[Any], thres
 
 def roc_auc(scores: Iterable[float], labels: Iterable[Any]) -> float:
     """Area under the ROC curve: the probability that a random positive scores above a random
-    negative, ties counting one half (Mann-Whitney U / (n_pos n_neg)).
+    negative, ties counting one half (Mann-Whitney U / (n_pos n_neg)); scikit-learn's ``roc_auc_score``.
+
+    Args:
+        scores: one score per item (higher: more positive).
+        labels: binary labels (see :func:`as_labels`); both values must occur.
+
+    Returns:
+        The area, in [0, 1].
+
+    Raises:
+        ValueError: bad input, or labels all of one value.
+        ModuleNotFoundError: scikit-learn is not installed (the message names the ``eval`` extra).
 
     Example:
         >>> roc_auc([0.1, 0.4, 0.35, 0.8], [False, False, True, True])
@@ -192,12 +205,13 @@ def roc_auc(scores: Iterable[float], labels: Iterable[Any]) -> float:
     s = as_scores(scores)
     y = as_labels(labels)
     _same_length(scores=s, labels=y)
-    pos, neg = s[y], s[~y]
-    if not len(pos) or not len(neg):
+    if y.all() or not y.any():
         raise ValueError("ROC-AUC needs both positive and negative labels.")
-    greater = (pos[:, None] > neg[None, :]).sum()
-    ties = (pos[:, None] == neg[None, :]).sum()
-    return float((greater + 0.5 * ties) / (len(pos) * len(neg)))
+    try:
+        from sklearn.metrics import roc_auc_score
+    except ModuleNotFoundError as err:
+        raise missing_extra(err, "roc_auc") from None
+    return float(roc_auc_score(y, s))
 
 
 def candidate_thresholds(scores: Iterable[float]) -> np.ndarray:
