@@ -150,7 +150,7 @@ def test_the_http_client_imports_without_torch():
     code = (
         "import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None; sys.modules['yaml'] = None\n"
         "import pluie_reward.serving.client as c, pluie_reward.serving.openrlhf as o\n"
-        "print(c.completion_text([{'role': 'assistant', 'content': 'ok'}]))"
+        "print(c.completion_texts([[{'role': 'assistant', 'content': 'ok'}]], 'x')[0])"
     )
     root = str(Path(__file__).resolve().parents[1])
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120)
