@@ -274,3 +274,23 @@ def test_gathered_verl_calls_above_the_server_limit_are_split_and_a_long_item_fa
     assert long.status == 413 and "at most 300 per item" in str(long)
     # 10 items: refused (413), then 4 + 4 + 2 (the server's limit, from /health); the 2 with the long item, item by item
     assert metrics(server)["requests"]["by_path"]["/score"] - before == 1 + 3 + 2
+
+
+def test_openrlhf_in_process_settings_are_checked_when_the_file_loads(monkeypatch):
+    import importlib
+
+    from pluie_reward.serving import openrlhf
+
+    monkeypatch.delenv("PLUIE_REWARD_URL", raising=False)
+    try:
+        monkeypatch.setenv("PLUIE_REWARD_TEMPLATE", "net-likert")
+        monkeypatch.setenv("PLUIE_REWARD_RM_REWARD", "paraphrase")
+        with pytest.raises(ValueError, match="--rm-reward paraphrase: template 'net-likert' does not answer Yes/No"):
+            importlib.reload(openrlhf)
+        monkeypatch.setenv("PLUIE_REWARD_TEMPLATE", "para-fs")
+        monkeypatch.setenv("PLUIE_REWARD_RM_FIELDS", "nope=label")
+        with pytest.raises(ValueError, match="not a field of template 'para-fs'"):
+            importlib.reload(openrlhf)
+    finally:
+        monkeypatch.undo()
+        importlib.reload(openrlhf)

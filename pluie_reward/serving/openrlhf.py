@@ -64,9 +64,36 @@ def rm_reward() -> str | None:
     return choice(value, OUTPUTS + tuple(TASKS), RM_REWARD_ENV) if value and value.strip() else None
 
 
+def local_mapping() -> tuple[Any, Any]:
+    """The in-process judge's template (``$PLUIE_REWARD_TEMPLATE``) and request mapping (``$PLUIE_REWARD_RM_FIELDS``,
+    ``$PLUIE_REWARD_RM_REWARD``), checked against each other as ``pluie-reward serve`` checks its options.
+
+    Raises:
+        ValueError: an unknown template or field, a malformed ``FIELD=SOURCE``, a task the template cannot give.
+
+    Example:
+        >>> local_mapping()[1].fields
+        {'source': 'label', 'hypothesis': 'response'}
+    """
+    # lazy: httpx-only client (the remote mode imports without yaml; tests/test_fields.py)
+    from pluie_reward.core.template import load_template
+    from pluie_reward.serving.mapping import RewardMapping
+
+    template = load_template(os.environ.get("PLUIE_REWARD_TEMPLATE") or "para-fs")
+    specs = [s for s in (os.environ.get("PLUIE_REWARD_RM_FIELDS") or "").split(",") if s.strip()]
+    return template, RewardMapping.for_template(template, parse_assignments(specs, "PLUIE_REWARD_RM_FIELDS"),
+                                                reward=rm_reward() or "logratio")
+
+
 def _check_environment() -> None:
-    """The environment checked once, at load: a bad reward name raises; in-process settings next to a URL are named."""
+    """The environment checked once, at load: a bad reward name, and in process a template, fields and reward that do not
+    fit, raise; in-process settings next to a URL are named."""
     rm_reward()
+    if not os.environ.get(URL_ENV):
+        try:
+            local_mapping()
+        except ImportError:  # without the judge's dependencies: the first call says what is missing
+            pass
     ignored = [name for name in LOCAL_ONLY_ENV if os.environ.get(name)]
     if os.environ.get(URL_ENV) and ignored:
         logger.warning("pluie_reward reward_func: %s=%s is set, so %s are ignored: the judge server's options decide "
@@ -99,16 +126,9 @@ def _local_scorer() -> tuple[Any, Any]:
         if "batcher" not in _state:
             # lazy: httpx-only client (the remote mode imports without torch, transformers or yaml; tests/test_fields.py)
             from pluie_reward.core.judge import Judge
-            from pluie_reward.core.template import load_template
             from pluie_reward.serving.batcher import Batcher
-            from pluie_reward.serving.mapping import RewardMapping
 
-            template = load_template(os.environ.get("PLUIE_REWARD_TEMPLATE") or "para-fs")
-            specs = [s for s in (os.environ.get("PLUIE_REWARD_RM_FIELDS") or "").split(",") if s.strip()]
-            mapping = RewardMapping.for_template(
-                template, parse_assignments(specs, "PLUIE_REWARD_RM_FIELDS"),
-                reward=rm_reward() or "logratio",
-            )
+            template, mapping = local_mapping()
             judge = Judge.load(
                 os.environ.get("PLUIE_REWARD_MODEL") or None,
                 device=os.environ.get("PLUIE_REWARD_DEVICE") or None,
