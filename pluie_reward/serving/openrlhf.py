@@ -17,8 +17,8 @@ once per generated sample, in a worker thread, with lists of length 1; it reads 
   task's copy-proof reward: ``paraphrase``, ``translation``, ``revision``, as the server's ``--rm-reward``)).
   Concurrent calls are batched into one ``Judge.score`` call (the server's batcher).
 
-``PLUIE_REWARD_RM_REWARD`` is checked when the module loads (case does not matter): a bad name fails OpenRLHF's
-start once, naming the allowed values, rather than every sample.
+``PLUIE_REWARD_RM_REWARD`` (case does not matter) and, in process, the template, fields and reward together are checked
+when the module loads: a bad setting fails OpenRLHF's start once, saying what to give, rather than every sample.
 
 The answer is the server's: ``{"rewards": [...], "scores": [p_yes], "extra_logs": {...}}``. Failures are
 logged at ERROR level (OpenRLHF logs them at INFO and drops the sample's reward). Absolute imports
