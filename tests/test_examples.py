@@ -100,6 +100,43 @@ def test_grpo_paraphrase_writes_result_json_on_a_tiny_model(tmp_path, capsys):
     assert checkpointing_on(policy) is False
 
 
+def test_grpo_paraphrase_micro_batches_give_the_one_pass_gradient(tmp_path):
+    """A step's completions go through the policy --micro-batch-size at a time (memory), sampled and judged at once:
+    the first step (same seed, same completions) has the gradient of one pass over all of them, up to float rounding;
+    a size that does not divide --batch-size is refused."""
+    from peft import LoraConfig, get_peft_model
+
+    from pluie_reward import Judge
+    from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
+
+    example = _load_example("grpo_paraphrase")
+    data = tmp_path / "train.txt"
+    data.write_text("The cat sleeps on the mat.\nPrices rose in May.\n", encoding="utf-8")
+    held_out = tmp_path / "held_out.txt"
+    held_out.write_text("The dog barks at night.\n", encoding="utf-8")
+    common = ["--train", str(data), "--held-out", str(held_out), "--num-generations", "4", "--batch-size", "8", "--max-steps", "1",
+              "--max-completion-length", "6", "--temperature", "1.0", "--time-budget", "0"]
+    files = ["--train", str(data), "--held-out", str(held_out)]
+    assert example.parse_args(files).micro_batch_size == 4  # the default run's 16 completions, 4 at a time
+    assert example.parse_args(files + ["--num-generations", "2", "--batch-size", "6"]).micro_batch_size == 2
+    tokenizer = make_tiny_tokenizer()
+    norms, completions = {}, {}
+    for micro in (8, 2):  # one pass of 8; four passes of 2
+        policy = get_peft_model(make_tiny_causal_lm(tokenizer, seed=1),
+                                LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+        out = tmp_path / f"micro-{micro}"
+        args = example.parse_args(common + ["--micro-batch-size", str(micro), "--output-dir", str(out)])
+        example.train(args, policy, tokenizer, Judge.from_peft(policy, tokenizer))
+        history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+        norms[micro] = next(e["grad_norm"] for e in history if "grad_norm" in e)
+        completions[micro] = next(e["reward"] for e in history if "reward" in e)
+    assert completions[8] == pytest.approx(completions[2], abs=1e-6)  # the same sampled completions, judged alike
+    assert norms[8] > 0 and norms[2] == pytest.approx(norms[8], rel=1e-4), norms
+    with pytest.raises(SystemExit) as exit_info:
+        example.parse_args(common + ["--micro-batch-size", "3"])
+    assert exit_info.value.code == 2
+
+
 def test_grpo_paraphrase_reports_without_matplotlib(tmp_path, capsys, monkeypatch):
     """matplotlib is in the eval extra, not in command 1's install: the report says the curves are not drawn and why,
     and prints the rest."""
