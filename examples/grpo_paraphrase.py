@@ -81,7 +81,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--micro-batch-size", type=int, default=None,
                         help="completions per forward and backward pass (the step's gradient is accumulated over batch-size / "
                              "micro-batch-size of them; all are sampled and judged at once): less memory, the same gradient up "
-                             "to float rounding (default: gcd(batch-size, 4); the smoke run below peaked at 3.5 GB resident with 4, "
+                             "to float rounding (default: gcd(batch-size, 4); the smoke run above peaked at 3.5 GB resident with 4, "
                              "9.7 GB with 16 in one pass, the same gradient norm to the last digit)")
     parser.add_argument("--max-completion-length", type=int, default=40)
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the training completions")

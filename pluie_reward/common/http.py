@@ -48,7 +48,7 @@ from .errors import RemoteError, missing_extra
 try:
     import httpx
 except ModuleNotFoundError as err:
-    raise missing_extra(err, "pluie-reward's HTTP clients (RemotePluieReward, Judge.connect, verl's compute_score)") from None
+    raise missing_extra(err, "pluie-reward's HTTP client (RemotePluieReward, Judge.connect, verl's compute_score)") from None
 
 __all__ = ["RETRY_STATUS", "AsyncHTTPClient", "HTTPClient", "HTTPConfig", "RemoteError", "Replica", "retry_after", "server_message"]
 

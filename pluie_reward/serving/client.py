@@ -20,7 +20,7 @@ from pluie_reward.common.errors import RemoteError, missing_extra
 try:
     import httpx
 except ModuleNotFoundError as err:
-    raise missing_extra(err, "the judge server's clients (RemotePluieReward, verl's compute_score)") from None
+    raise missing_extra(err, "the judge server's client (RemotePluieReward, verl's compute_score)") from None
 from pluie_reward.common.http import RETRY_STATUS, AsyncHTTPClient, HTTPClient, HTTPConfig
 from pluie_reward.integrations.fields import FieldMap, completion_texts
 from pluie_reward.integrations.novelty import TASKS, Task, check_blank_sources, check_sources, resolve_task
