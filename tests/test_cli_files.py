@@ -426,4 +426,4 @@ def test_the_progress_line_moves_per_chunk_and_its_last_state_is_printed_once(ti
     assert lines == ["scoring: 2/5 items (40%)", "scoring: 4/5 items (80%)", "scoring: 5/5 items (100%)"]
     assert cli.main(["score", "-i", str(src), "--chunk-size", "2", "-t", "para-direct", "--no-progress"]) == 0
     captured = capsys.readouterr()
-    assert "scoring" not in captured.err and len(captured.out.splitlines()) == 5
+    assert "scoring:" not in captured.err and len(captured.out.splitlines()) == 5
