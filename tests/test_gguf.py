@@ -132,3 +132,20 @@ def test_the_default_judges_first_use_says_so_in_one_line(tmp_path, monkeypatch,
     assert (folder / "config.json").is_file() and folder.name.startswith(f"tiny-{path.stat().st_size}+tiny-adapter-")
     assert loading.default_model_dir(adapter) == folder and loading.default_model_dir(None).is_dir()
     assert capfd.readouterr().err == ""
+
+
+def test_a_conversion_hides_the_libraries_deprecation_warnings_and_keeps_the_others(capfd):
+    """Deprecation warnings raised inside a conversion are about calls made there, not by the user: not shown (the
+    first default-judge load printed transformers' `is_gradient_checkpointing` FutureWarning); other warnings are."""
+    import warnings
+
+    from pluie_reward.engines.transformers.loading import converting
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with converting("converting X (once)"):
+            warnings.warn("`old_name` is deprecated", FutureWarning)
+            warnings.warn("old API", DeprecationWarning)
+            warnings.warn("the weights look odd", UserWarning)
+    assert [str(w.message) for w in seen] == ["the weights look odd"]
+    assert capfd.readouterr().err == "pluie-reward: converting X (once)\n"

@@ -26,6 +26,7 @@ import re
 import shutil
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -175,7 +176,9 @@ _BAR_LINE = re.compile(r"\r|\d+%\||\d+/\d+ \[")  # a progress bar's line (tqdm's
 def converting(message: str) -> Iterator[None]:
     """A one-off conversion says so in one line on stderr (``pluie-reward: <message>``) and prints no progress bars:
     transformers' own (some of which, as the GGUF de-quantization's, ignore its switch) are caught with whatever
-    else the block writes to ``sys.stderr``, and only the lines that are not bars are written after it.
+    else the block writes to ``sys.stderr``, and only the lines that are not bars are written after it. The
+    libraries' deprecation warnings (``FutureWarning``, ``DeprecationWarning``), about calls made here and not
+    by the user, are not shown.
 
     Args:
         message: what is being done, e.g. ``"converting the embedded judge (once, ~30 s) into ~/.cache/pluie_reward"``.
@@ -197,7 +200,9 @@ def converting(message: str) -> Iterator[None]:
     caught = io.StringIO()
     _CONVERTING.append(message)
     try:
-        with quiet_bars(), contextlib.redirect_stderr(caught):
+        with quiet_bars(), contextlib.redirect_stderr(caught), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
             yield
     finally:
         _CONVERTING.clear()
