@@ -335,7 +335,7 @@ def cached_snapshot(repo_id: str) -> "Path | None":
         folder = Path(snapshot_download(repo_id, cache_dir=constants.HF_HUB_CACHE, local_files_only=True))
     except (LocalEntryNotFoundError, ValueError, OSError):  # not cached, or not a valid repo id
         return None
-    return folder if (folder / "config.json").is_file() else None
+    return folder if folder.is_dir() else None
 
 
 def hub_unreachable(repo_id: str, timeout: float = HUB_PROBE_TIMEOUT_S) -> "str | None":
