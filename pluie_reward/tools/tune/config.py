@@ -139,10 +139,8 @@ class TuneConfig:
 
     def lora_config(self) -> Any:
         """The ``peft.LoraConfig`` of the adapter (a causal-LM LoRA on ``target_modules``)."""
-        try:
-            from peft import LoraConfig
-        except ImportError as err:  # pragma: no cover
-            raise ModuleNotFoundError("tuning a judge adapter needs peft: pip install 'pluie-reward[train]'.") from err
+        from peft import LoraConfig
+
         return LoraConfig(
             r=self.lora_r,
             lora_alpha=self.lora_alpha,
