@@ -63,7 +63,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # examples/paraphrase_common.py, shared with the GRPO example
 
-from paraphrase_common import HELD_OUT_FILE, TARGET, TRAIN_FILE, chat, held_out_metrics, print_held_out, read_data  # noqa: E402
+from paraphrase_common import HELD_OUT_FILE, TARGET, TRAIN_FILE, chat, held_out_metrics, print_held_out, read_data, say  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -307,6 +307,7 @@ def distill(args: argparse.Namespace, student: Any, tokenizer: Any, judge: Judge
     held_out = PluieCallback(judge, TEMPLATE, [{"prompt": chat(s), "source": s} for s in args.held_out_sentences],
                              max_new_tokens=args.max_new_tokens, batch_size=8, write_table=False)
     evaluation_start = time.monotonic()
+    say(f"held-out: paraphrasing {len(args.held_out_sentences)} sentence(s) greedily before distilling, judged by {judge.name}...")
     first = held_out.generate_and_score(student, tokenizer)
     reserve = 1.5 * (time.monotonic() - evaluation_start) + 30  # the final evaluation and writing
     print(f"held-out before: {summary_line(held_out_metrics(first))}", flush=True)
@@ -320,6 +321,8 @@ def distill(args: argparse.Namespace, student: Any, tokenizer: Any, judge: Judge
         model, model_tokenizer = teacher if (teacher is not None and round_ == 1) else (student, tokenizer)
         sources = list(args.train_sentences)
         random.Random(f"{args.seed}-{round_}").shuffle(sources)  # a round cut short still samples from the whole file
+        say(f"round {round_}: sampling {args.n} candidates for each of {len(sources)} sentences "
+            f"({'the teacher' if model is not student else 'the student'}) and judging them...")
         pools, none_after = [], {}
         for start in range(0, len(sources), CHUNK):
             begin = time.monotonic()
@@ -359,6 +362,7 @@ def distill(args: argparse.Namespace, student: Any, tokenizer: Any, judge: Judge
             info["pairs"] = {"pairs": rows.num_rows, "rejected_greedy": sum(rows["rejected_greedy"])}
             print(f"round {round_}: {rows.num_rows} preference pairs ({info['pairs']['rejected_greedy']} against the greedy answer)", flush=True)
         if rows.num_rows:
+            say(f"round {round_}: fine-tuning the student on {rows.num_rows} {'pair' if args.objective == 'dpo' else 'example'}(s)...")
             info["fine_tune"] = fine_tune(student, tokenizer, rows, args, round_, None if deadline is None else deadline - reserve)
             print(f"round {round_}: fine-tuned {info['fine_tune']['steps']} steps, loss {info['fine_tune']['loss']:.3f}", flush=True)
         info["seconds"] = time.monotonic() - round_start
@@ -368,6 +372,7 @@ def distill(args: argparse.Namespace, student: Any, tokenizer: Any, judge: Judge
             print(f"--time-budget {args.time_budget:g} min: stopped in round {round_} (the final evaluation must fit)", flush=True)
             break
 
+    say(f"held-out: paraphrasing {len(args.held_out_sentences)} sentence(s) greedily after distilling...")
     last = held_out.generate_and_score(student, tokenizer)
     result = {
         "method": "distillation",

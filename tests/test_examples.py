@@ -460,7 +460,7 @@ def test_distill_paraphraser_samples_under_dynamic_blocking_and_never_evaluates_
     assert probabilities == [1.0, 0.5] and [len(prompts) for prompts, _ in sampled] == [6, 6]
 
 
-def test_distill_paraphraser_writes_result_json_on_a_tiny_model(tmp_path):
+def test_distill_paraphraser_writes_result_json_on_a_tiny_model(tmp_path, capsys):
     """The whole loop with real sampling and fine-tuning on a tiny random student: result.json has the GRPO
     example's shape, its held-out numbers are the judge's scores of its outputs (recomputed here), the
     adapter was trained, and no held-out sentence was ever a training pair."""
@@ -473,7 +473,11 @@ def test_distill_paraphraser_writes_result_json_on_a_tiny_model(tmp_path):
     lora = {n: p.detach().clone() for n, p in student.named_parameters() if "lora_B" in n}
     args = example.parse_args(_distill_files(tmp_path) + ["--rounds", "2", "--n", "4", "--floor", "0", "--epochs", "1",
                                                           "--max-new-tokens", "6", "--output-dir", str(tmp_path / "run"), "--seed", "3"])
+    capsys.readouterr()
     result = example.distill(args, student, tokenizer, judge)
+    # each long step says what it does on stderr before it starts (issue 55: no silent step)
+    said = [line.split("] ", 1)[1].split(":")[0] for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
+    assert said == ["held-out", "round 1", "round 1", "round 2", "round 2", "held-out"]
 
     assert json.loads((tmp_path / "run" / "result.json").read_text(encoding="utf-8")) == result
     assert (result["method"], result["seed"], result["rounds"], result["stopped_by_time_budget"]) == ("distillation", 3, 2, False)
