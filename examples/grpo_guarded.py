@@ -27,6 +27,7 @@ instruct model for real runs and check it first with ``pluie-reward probe --mode
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from typing import Sequence
 
@@ -82,6 +83,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         {"prompt": [[{"role": "user", "content": INSTRUCTION.format(s)}] for s in sources], "source": sources}
     )
 
+    print("loading the policy and its judge (the embedded SmolLM2-135M-Instruct; its first use converts it, ~30 s)...",
+          file=sys.stderr, flush=True)
     policy, tokenizer = load_trainable_embedded()
     policy = get_peft_model(policy, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
     judge = Judge.from_peft(policy, tokenizer)  # the base weights, adapter disabled while scoring
@@ -117,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         processing_class=tokenizer,
         callbacks=[PrintMetrics()],
     )
+    print(f"GRPO: {args.max_steps} step(s) of {args.num_generations} completions per prompt; each step samples, judges "
+          "and trains before its line (a minute or more on a CPU)...", file=sys.stderr, flush=True)
     trainer.train()
     last = [log for log in trainer.state.log_history if "rewards/paraphrase/mean" in log][-1]
     print("\nlast step's metrics:")

@@ -127,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     set_seed(args.seed)
     pairs, held_out = load_pairs(args.data, args.eval_items)
+    print(f"loading the generator {args.generator!r}...", file=sys.stderr, flush=True)
     model, tokenizer = load_generator(args.generator)
     if args.lora:
         from peft import LoraConfig, get_peft_model
@@ -178,7 +179,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     callback.attach(trainer)  # explicit; re-adds the early stopping after it, to read its metrics
     # a score for the starting point, so that improvement is visible
+    print(f"evaluating the starting point: generating for {len(held_out)} held-out sources and judging them"
+          + (" (the first use of the embedded judge converts it, ~30 s)" if args.judge == "embedded" and not args.shared_judge else "")
+          + "...", file=sys.stderr, flush=True)
     trainer.evaluate()
+    print(f"training: {args.steps} step(s), evaluated by the judge every {args.eval_steps}...", file=sys.stderr, flush=True)
     trainer.train()
     trainer.save_state()  # trainer_state.json for pluie-reward plot-run
 
