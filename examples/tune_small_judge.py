@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from pluie_reward.tools.shared import comma_list
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -39,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=None, help="the student's base (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--teacher", default="embedded", help="the teacher judge (default: embedded, the default judge; "
                         "embedded-base: the untuned model; or an HF id / folder), with para-fs")
-    parser.add_argument("--runs", default="distill,labels", help="comma-separated: distill, labels")
+    parser.add_argument("--runs", type=comma_list(["distill", "labels"], unique=True), default="distill,labels",
+                        help="comma-separated: distill, labels")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest on a busy shared CPU)")
     args = parser.parse_args(argv)
@@ -75,9 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         "labels": ["--label-column", "label"],
     }
     summary = ["# Tuning a small judge: measured on this machine", ""]
-    for name in [r.strip() for r in args.runs.split(",") if r.strip()]:
-        if name not in runs:
-            parser.error(f"unknown run {name!r}; use distill and/or labels.")
+    for name in args.runs:
         start = time.time()
         code = cli(common + runs[name] + ["--output", str(args.out / name)])
         if code:

@@ -103,11 +103,11 @@ def test_benchmark_runs_on_two_pairs(tiny_judge):
 
 
 def test_bench_command_is_registered_and_reports_bad_input(tmp_path, capsys):
-    code = main(["bench", "--data", str(tmp_path / "missing.json")])
+    code = main(["bench", "methods", "--data", str(tmp_path / "missing.json")])
     assert code == 2
     assert "pass --data" in capsys.readouterr().err
     (tmp_path / "pairs.json").write_text('{"1": {"sentence1": "a", "sentence2": "b"}}')
-    assert main(["bench", "--data", str(tmp_path / "pairs.json"), "--workloads", "mrpc"]) == 2  # too few pairs
+    assert main(["bench", "methods", "--data", str(tmp_path / "pairs.json"), "--workloads", "mrpc"]) == 2  # too few pairs
     assert "needs 64" in capsys.readouterr().err
 
 
@@ -118,49 +118,65 @@ from pluie_reward.tools.bench import engines as bench_engines, grpo_share, serve
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--engines", "vllm,transformers"], "list transformers first"),
-    (["--engines", "transformers,sglang"], "--engines: a comma-separated subset"),
-    (["--engines", "transformers,transformers"], "without repeats"),
-    (["--engines", ","], "--engines: a comma-separated subset"),
-    (["--server-clients", "65"], "between 1 and 64"),
-    (["--server-clients", "-1"], ">= 0"),
-    (["--server-clients", "64", "--server-requests", "20"], "keep it <= 1000"),
-    (["--server-clients", "2", "--server-items", "0"], "--server-items: must be a whole number >= 1"),
-    (["--grpo-steps", "2", "--model", "Qwen/Qwen2.5-0.5B-Instruct"], "drop --model"),
-    (["--engine", "vllm"], "--engines transformers,vllm"),
-    (["--methods", ""], "nothing to run"),
-    (["--methods", "score,indirectt"], "--methods: choose from"),
-    (["--indirect-max-new-tokens", "0"], "--indirect-max-new-tokens"),
-    (["--threads", "0"], "--threads: must be a whole number >= 1"),
+    (["engines", "--engines", "vllm,transformers"], "list transformers first"),
+    (["engines", "--engines", "transformers,sglang"], "--engines: choose a comma-separated list from transformers, vllm"),
+    (["engines", "--engines", "transformers,transformers"], "without repeats"),
+    (["engines", "--engines", ","], "--engines: choose a comma-separated list"),
+    (["engines", "--engine", "vllm"], "pluie-reward bench engines"),
+    (["methods", "--engine", "vllm"], "pluie-reward bench engines"),
+    (["methods", "--workloads", "mrpc,stsb"], "--workloads: choose a comma-separated list from mrpc, grpo"),
+    (["methods", "--methods", ""], "--methods: choose a comma-separated list"),
+    (["methods", "--methods", "score,indirectt"], "--methods: choose a comma-separated list from"),
+    (["methods", "--indirect-max-new-tokens", "0"], "--indirect-max-new-tokens"),
+    (["methods", "--threads", "0"], "--threads: must be a whole number >= 1"),
+    (["server", "--clients", "65"], "between 1 and 64"),
+    (["server", "--clients", "-1"], "--clients: must be a whole number >= 1"),
+    (["server", "--clients", "64", "--requests", "20"], "keep it <= 1000"),
+    (["server", "--clients", "2", "--items", "0"], "--items: must be a whole number >= 1"),
+    (["groups", "--group-orders", "1,x"], "--group-orders: expected comma-separated whole numbers"),
+    (["groups", "--group-orders", "1,8"], "--group-orders: each from 1 to --group-size (4)"),
+    (["groups", "--group-size", "17"], "--group-size must be from 2 to 16"),
+    (["grpo", "--placements", "shared,remote"], "--placements: choose a comma-separated list from shared, separate, vllm"),
+    (["grpo", "--model", "x"], "unrecognized arguments: --model"),  # it trains the embedded demo model with its own judges
+    (["pool", "--clients", "0"], "--clients: must be a whole number >= 1"),
+    (["pool", "--clients", "65"], "between 1 and 64"),
+    (["gpu", "--out", "x", "--models", "gpt-5"], "--models: choose a comma-separated list from"),
 ])
-def test_bench_new_options_are_checked_before_anything_loads(argv, message, tmp_path, capsys):
+def test_bench_options_are_checked_before_anything_loads(argv, message, tmp_path, capsys, monkeypatch):
+    from pluie_reward import Judge
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a judge was loaded before the options were checked")
+
+    monkeypatch.setattr(Judge, "load", classmethod(forbidden))
     # a missing data file would be reported after the options: the option's message comes first
-    code = main(["bench", "--data", str(tmp_path / "missing.json"), *argv])
+    data = [] if argv[0] in ("grpo", "gpu") else ["--data", str(tmp_path / "missing.json")]
+    code = main(["bench", *argv, *data])
     err = capsys.readouterr().err
-    assert code == 2 and message in err and "Traceback" not in err
+    assert code == 2 and message in err and "Traceback" not in err, err
 
 
-def test_bench_server_load_needs_enough_distinct_pairs(tmp_path, capsys):
-    rows = {str(i): {"sentence1": f"s{i}", "sentence2": f"h{i}"} for i in range(80)}
-    (tmp_path / "pairs.json").write_text(__import__("json").dumps(rows))
-    code = main(["bench", "--data", str(tmp_path / "pairs.json"), "--workloads", "mrpc", "--server-clients", "4"])
-    assert code == 2 and "needs 136 distinct pairs" in capsys.readouterr().err  # (4 x 4 + 1 warm-up) x 8
-
-
-def test_bench_new_options_parse():
+def test_bench_sections_parse_with_their_defaults():
     import argparse
 
-    from pluie_reward.tools.bench.cli import check_args, configure
+    from pluie_reward.tools.bench.cli import configure
 
     parser = argparse.ArgumentParser()
     configure(parser)
-    args = parser.parse_args(["--engines", "transformers, vllm", "--server-clients", "3", "--grpo-steps", "2",
-                              "--methods", "score,indirect", "--workloads", "grpo"])
-    assert check_args(args) == (["grpo"], ["score", "indirect"], ["transformers", "vllm"])
-    assert (args.server_clients, args.server_requests, args.server_items, args.grpo_steps) == (3, 4, 8, 2)
-    defaults = parser.parse_args([])
-    assert check_args(defaults) == (["mrpc", "grpo"], ["reference", "generate", "score", "score-cold"], [])
-    assert (defaults.server_clients, defaults.grpo_steps, defaults.engines) == (0, 0, None)  # the default run stays as it was
+    args = parser.parse_args(["engines", "--engines", "transformers, vllm", "--workloads", "grpo"])
+    assert (args.engines, args.workloads, args.rounds) == (["transformers", "vllm"], ["grpo"], 3)
+    args = parser.parse_args(["methods"])
+    assert (args.workloads, args.methods) == (["mrpc", "grpo"], ["reference", "generate", "score", "score-cold"])
+    args = parser.parse_args(["server", "--clients", "3"])
+    assert (args.engines, args.clients, args.requests, args.items) == (["transformers"], 3, 4, 8)
+    args = parser.parse_args(["grpo", "--steps", "2"])
+    assert (args.placements, args.steps) == (["shared", "separate"], 2)
+    args = parser.parse_args(["groups"])
+    assert (args.groups, args.group_size, args.group_orders) == (12, 4, [1, 2, 4])
+    args = parser.parse_args(["gpu", "--out", "x"])
+    assert (args.models, args.device, args.budget) == (["qwen2.5-7b", "llama-3-8b"], "cuda", 420.0)
+    with pytest.raises(SystemExit):
+        parser.parse_args([])  # a section is required
 
 
 def test_percentile_matches_numpy_linear_interpolation():

@@ -376,6 +376,20 @@ def _labelled(tmp_path, n=40, seed=0):
     return path, rows
 
 
+def test_calibrate_options_are_the_config_fields():
+    """calibrate's fit options are CalibrationConfig's fields (the old names --heldout and --bins kept as aliases)."""
+    from pluie_reward.tools.cli.common import config_from_args
+    from pluie_reward.tools.cli.main import build_parser
+
+    parser = build_parser()
+    base = ["calibrate", "-i", "x.jsonl", "-o", "c.json"]
+    args = parser.parse_args(base + ["--bins", "5", "--heldout", "0.2", "--l2", "0", "--max-iter", "50", "--tol", "1e-8",
+                                     "--seed", "2"])
+    assert config_from_args(CalibrationConfig, args) == CalibrationConfig(n_bins=5, heldout_fraction=0.2, l2=0.0, max_iter=50,
+                                                                          tol=1e-8, seed=2)
+    assert config_from_args(CalibrationConfig, parser.parse_args(base)) == CalibrationConfig()
+
+
 def test_cli_fits_from_a_score_column(tmp_path, capsys):
     from pluie_reward.tools.cli.main import main
 
@@ -415,10 +429,12 @@ def test_cli_scores_with_the_judge(tmp_path, monkeypatch, judges):
     ([{"out": {"logratio": 1}, "label": "maybe"}], [], "line 1: column 'label'.*not a binary label"),
     ([{"out": {"logratio": 1}, "label": True}, {"out": {"logratio": "x"}, "label": False}], [], "line 2: column 'out.logratio'.*not a number"),
     ([{"out": {"logratio": v}, "label": True} for v in (1, 2, 3)], [], "both positive and negative"),
-    ([{"out": {"logratio": 1}, "label": True}], ["--heldout", "1"], "heldout_fraction.*--heldout"),
+    ([{"out": {"logratio": 1}, "label": True}], ["--heldout", "1"], "--heldout-fraction/--heldout: heldout_fraction must be"),
     ([{"out": {"logratio": 1}, "label": True}], ["-t", "rev-choice"], "Yes/No template"),
     ([{"out": {"logratio": 1}, "label": True}], ["--column", "source=s1"], "nothing is scored"),
-    ([{"out": {"logratio": 1}, "label": True}], ["--bins", "0"], "--bins: must be a whole number >= 1"),
+    ([{"out": {"logratio": 1}, "label": True}], ["--bins", "0"], "--n-bins/--bins: n_bins must be a positive integer"),
+    ([{"out": {"logratio": 1}, "label": True}], ["--seed", "-1"], "--seed: seed must be a whole number >= 0"),
+    ([{"out": {"logratio": 1}, "label": True}], ["--tol", "0"], "--tol: tol must be a positive number"),
 ])
 def test_cli_bad_input_exits_2_with_a_message(tmp_path, capsys, rows, extra, message):
     import re

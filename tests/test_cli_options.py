@@ -29,9 +29,9 @@ ZERO_MEANS_SOMETHING = {
     "--fail-above": "fail on any share above 0",
     "--label-weight": "teacher only",
     "--lora-dropout": "no dropout",
-    "--server-clients": "0 skips the server load",
-    "--grpo-steps": "0 skips the GRPO steps",
-    "--groups": "0 skips group judging",
+    "--weight-decay": "no weight decay",
+    "--warmup-ratio": "no warm-up",
+    "--worker-niceness": "Ray's workers at the default nice value (bench pool)",
     # serve / pool
     "--max-wait-ms": "no waiting for other requests to batch with",
     "--graceful-timeout": "stop without waiting",

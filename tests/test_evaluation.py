@@ -436,3 +436,20 @@ def test_pearson_of_a_constant_series_is_undefined_even_when_its_float_std_is_no
     assert pearson([0.1] * 3, [1, 2, 3]) is None and pearson([1, 2, 3], [0.1] * 3) is None and pearson([1], [2]) is None
     x, y = np.array([0.2, 1.5, 0.7, 3.1]), np.array([1.0, 2.0, 0.5, 4.0])
     assert pearson(x, y) == pytest.approx(stats.pearsonr(x, y)[0])
+
+
+def test_the_scoring_loop_prints_the_tools_progress_line_per_chunk(tiny_judge, capsys):
+    """One loop scores for eval, calibrate, tune's teacher and the probe: chunks of ``chunk_size`` items, the
+    progress line (one per tenth of the work off a terminal, never the last twice) moving per chunk."""
+    from pluie_reward.tools.evaluation.scoring import score_in_chunks
+
+    sources = ["The cat sleeps.", "Prices rose.", "It rained."]
+    hypotheses = ["A cat is asleep.", "Prices fell.", "Rain fell."]
+    scores = score_in_chunks(tiny_judge, "para-fs", {"source": sources, "hypothesis": hypotheses}, 3, chunk_size=2,
+                             desc="teacher", units="pairs")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("teacher")]
+    assert lines == ["teacher: 2/3 pairs (66%)", "teacher: 3/3 pairs (100%)"]
+    want = [tiny_judge.score("para-fs", source=[s], hypothesis=[h], use_cache=False)[0] for s, h in zip(sources, hypotheses)]
+    assert scores == pytest.approx(want, abs=1e-4)
+    score_in_chunks(tiny_judge, "para-fs", {"source": sources, "hypothesis": hypotheses}, 3, progress=False)
+    assert capsys.readouterr().err == ""

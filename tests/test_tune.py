@@ -507,6 +507,32 @@ def test_cli_distills_a_better_template_of_the_same_model(tuned, tmp_path, capsy
     assert card["supervision"].startswith("teacher log-ratios") and card["data"] == {"train": 9, "heldout": 3, "eval": {"extra": 6}}
 
 
+def test_tune_options_are_the_config_fields(capsys):
+    """tune's training options are TuneConfig's fields (one each, their names, the old aliases kept): given
+    values reach the config, absent ones keep TuneConfig's defaults."""
+    from dataclasses import fields
+
+    from pluie_reward.tools.cli.common import config_from_args
+    from pluie_reward.tools.cli.main import build_parser
+
+    parser = build_parser()
+    base = ["tune", "--input", "x.jsonl", "--output", "out"]
+    args = parser.parse_args(base + ["--lr", "1e-3", "--heldout", "0.1", "--no-progress", "--target-modules", "q_proj, v_proj",
+                                     "--weight-decay", "0.01", "--no-share-prefix", "--bf16", "--max-steps", "-1",
+                                     "--gradient-checkpointing", "--loss", "mse", "--lora-r", "4", "--seed", "3"])
+    assert config_from_args(TuneConfig, args) == TuneConfig(
+        learning_rate=1e-3, heldout_fraction=0.1, progress=False, target_modules=["q_proj", "v_proj"], weight_decay=0.01,
+        share_prefix=False, bf16=True, max_steps=-1, gradient_checkpointing=True, loss="mse", lora_r=4, seed=3)
+    assert config_from_args(TuneConfig, parser.parse_args(base)) == TuneConfig()
+    commands = next(a for a in parser._actions if isinstance(a.choices, dict))  # argparse lists no sub-commands publicly
+    options = {o for a in commands.choices["tune"]._actions for o in a.option_strings}
+    for f in fields(TuneConfig):
+        flag = "--" + f.name.replace("_", "-")
+        assert (flag in options) == (f.name not in ("contrast_weight", "contrast_margin")), flag
+    assert main(base + ["--label-column", "y", "--seed", "-1"]) == 2
+    assert "--seed: seed must be a whole number >= 0" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("extra, rows, message", [
     ([], None, "nothing to learn from"),
     (["--label-column", "nope"], None, "label column 'nope' is missing"),

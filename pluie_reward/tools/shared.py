@@ -1,7 +1,8 @@
 """What the tools' library code shares with the command line, below it: :class:`UsageError`, the
 default chunk size of a scoring loop and its progress line (:class:`Progress`), the re-location of a ``Judge.score`` error to its input row,
 and the ``type=`` checks of numeric command-line options (:func:`finite_float`, :func:`positive_float`,
-:func:`nonneg_float`, :func:`positive_int`, :func:`nonneg_int`, :func:`port`), which refuse ``nan``, ``inf`` and
+:func:`nonneg_float`, :func:`positive_int`, :func:`nonneg_int`, :func:`whole_int`, :func:`port`; comma lists:
+:func:`comma_list`), which refuse ``nan``, ``inf`` and
 out-of-range numbers while the command line is parsed, so before anything loads or binds (exit
 code 2, the message names the option).
 
@@ -255,8 +256,49 @@ def _number_type(kind: type, ok: Callable[[Any], bool], what: str) -> Callable[[
 
 
 finite_float = _number_type(float, lambda v: True, "")  # a threshold, a log-ratio
+whole_int = _number_type(int, lambda v: True, "")  # a whole number its config checks (-1 may mean "unset")
 positive_float = _number_type(float, lambda v: v > 0, "a finite number > 0")  # a rate, a size, a duration
 nonneg_float = _number_type(float, lambda v: v >= 0, "a finite number >= 0")  # a margin, a penalty, a share
 positive_int = _number_type(int, lambda v: v >= 1, "a whole number >= 1")  # items, steps, tokens
 nonneg_int = _number_type(int, lambda v: v >= 0, "a whole number >= 0")  # a seed; a count where 0 means "skip"
 port = _number_type(int, lambda v: 1 <= v <= 65535, "a port between 1 and 65535")  # a TCP port to listen on
+
+
+def comma_list(choices: Sequence[Any] | None = None, kind: Callable[[str], Any] = str,
+               unique: bool = False, empty: bool = False) -> Callable[[str], list[Any]]:
+    """The ``type=`` of a comma-separated option: its non-empty items, each read by ``kind``, at least one
+    (none only when ``empty``), each among ``choices`` when given, without repeats when ``unique``.
+
+    Args:
+        choices: the allowed items (after ``kind``), or None for any.
+        kind: reads one item (``str``, ``int``, ...); a ``ValueError`` is a refusal.
+        unique: refuse an item given twice.
+        empty: accept a list with no item (``--methods ""``: none).
+
+    Returns:
+        The ``type=`` function: text -> list (argparse applies it to a text default too).
+
+    Example:
+        >>> comma_list()("mrpc, grpo,")
+        ['mrpc', 'grpo']
+        >>> comma_list(kind=int)("1,2")
+        [1, 2]
+        >>> comma_list(choices=["mrpc", "grpo"])("mrpc,stsb")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: choose a comma-separated list from mrpc, grpo; got 'mrpc,stsb'.
+    """
+    def check(text: str) -> list[Any]:
+        try:
+            items = [kind(t.strip()) for t in text.split(",") if t.strip()]
+        except (TypeError, ValueError):
+            what = {int: "whole numbers", float: "numbers"}.get(kind, "values")
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}.") from None
+        allowed = f" from {', '.join(map(str, choices))}" if choices is not None else ""
+        unknown = choices is not None and not set(items) <= set(choices)
+        if (not items and not empty) or unknown or (unique and len(set(items)) != len(items)):
+            repeats = " without repeats" if unique else ""
+            raise argparse.ArgumentTypeError(f"choose a comma-separated list{allowed}{repeats}; got {text!r}.")
+        return items
+
+    return check

@@ -1,27 +1,48 @@
-"""``pluie-reward bench`` / ``python -m pluie_reward.tools.bench``: the benchmark's command line."""
+"""``pluie-reward bench <section>``: one sub-command per benchmark, each thin glue over the module that owns it.
+
+Sections (each prints Markdown tables on stdout, its progress on stderr, and with ``--json FILE`` its numbers):
+
+* ``methods``: :meth:`Judge.score` beside the seeds' two-pass method and an LLM-Yes/No generate judge
+  (:mod:`~pluie_reward.tools.bench.run`);
+* ``engines``: ``Judge.score`` on several engines side by side (:mod:`~pluie_reward.tools.bench.engines`);
+* ``server``: the judge server under concurrent clients (:mod:`~pluie_reward.tools.bench.server_load`);
+* ``grpo``: the reward's share of GRPO steps per judge placement (:mod:`~pluie_reward.tools.bench.grpo_share`);
+* ``groups``: group-relative judging beside pointwise PLUIE (:mod:`~pluie_reward.tools.bench.group`);
+* ``placement``: peak memory of the judge placements, in fresh processes;
+* ``pool``: the judge pool with 1 and 2 replicas beside ``serve`` (:mod:`~pluie_reward.tools.pool.bench`);
+* ``gpu``: the CUDA path against its goals (:mod:`~pluie_reward.tools.bench.gpu`; also
+  ``python -m pluie_reward.tools.bench.gpu``).
+
+Example (shell):
+    pluie-reward bench methods --workloads mrpc --methods reference,score --rounds 2
+    pluie-reward bench engines --engines transformers,vllm --json engines.json
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable
 
 from ..cli.common import add_judge_arguments, judge_from_args
-from ..cli.main import main as cli_main
 from ..cli.output import check_output_file, write_text_file
 from ..cli.registry import command
-from ..shared import UsageError, nonneg_int, positive_int
-from .engines import compare_engines, comparison_json, format_engine_table, load_vllm_judge, parse_engines
+from ..pool import bench as pool_bench
+from ..shared import UsageError, comma_list, positive_int
+from . import gpu
+from .engines import ENGINES, compare_engines, comparison_json, format_engine_table, load_vllm_judge
 from .group import compare_group_judging, format_group_table
 from .grpo_share import PLACEMENTS as GRPO_PLACEMENTS, format_grpo_table, grpo_share
 from .run import (
     DEFAULT_METHODS,
     METHODS,
     _DATA_NAME,
+    agreement_lines,
     default_data_path,
     format_placements,
     format_table,
@@ -31,120 +52,106 @@ from .run import (
     placement_memory,
     read_pairs,
     run_workload,
-    agreement_lines,
 )
 from .server_load import check_load, format_server_table, server_load
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``pluie-reward bench``."""
-    add_judge_arguments(parser)
-    parser.add_argument("--data", type=Path, default=None, help=f"PARAPHRASUS {_DATA_NAME} (default: ../shared/data/paraphrasus/)")
-    parser.add_argument("--template", default="para-fs", help="two-field paraphrase template (default para-fs)")
-    parser.add_argument("--pairs", type=positive_int, default=64, help="pairs of the mrpc workload (default 64)")
-    parser.add_argument("--sources", type=positive_int, default=8, help="sources of the grpo workload (default 8)")
-    parser.add_argument("--per-source", type=positive_int, default=8, help="hypotheses per source in the grpo workload (default 8)")
-    parser.add_argument("--workloads", default="mrpc,grpo", help="comma-separated: mrpc, grpo (default both)")
-    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
-                        help=f"comma-separated subset of {','.join(METHODS)} (default: all but indirect)")
-    parser.add_argument("--indirect-template", default="para-indirect", help="the INDIRECT method's template (default para-indirect)")
-    parser.add_argument("--indirect-max-new-tokens", type=positive_int, default=None,
-                        help="length limit of the INDIRECT judge's own answer (default: the template's)")
-    parser.add_argument("--rounds", type=positive_int, default=3, help="interleaved rounds; (3) runs once per round (default 3)")
-    parser.add_argument("--sample-every", type=positive_int, default=2, help="(1) and (2) run on every k-th pair (default 2)")
-    parser.add_argument("--generate-batch-size", type=positive_int, default=8, help="batch size of the LLM-Yes/No generate (default 8)")
-    parser.add_argument("--placement", action="store_true", help="also measure judge placement memory in fresh processes")
-    parser.add_argument("--json", type=Path, default=None, help="write all numbers to this JSON file")
-    parser.add_argument("--threads", type=positive_int, default=None,
-                        help="torch threads of this process (default: torch's; 1 is steadier on a loaded machine)")
-    group = parser.add_argument_group("engines, server and training (off by default)")
-    group.add_argument("--engines", default=None, metavar="LIST",
-                       help="compare Judge.score on these engines side by side, e.g. transformers,vllm (pairs/s, ratio, max |diff|)")
-    group.add_argument("--vllm-max-model-len", type=positive_int, default=4096,
-                       help="context length of the benchmark's vLLM judges (default 4096)")
-    group.add_argument("--server-clients", type=nonneg_int, default=0, metavar="N",
-                       help="also load a judge server (pluie-reward serve, started here on 127.0.0.1) with N concurrent clients, "
-                            "for each engine of --engines (default: transformers)")
-    group.add_argument("--server-requests", type=positive_int, default=4, help="requests per client (default 4)")
-    group.add_argument("--server-items", type=positive_int, default=8, help="distinct pairs per request (default 8)")
-    group.add_argument("--grpo-steps", type=nonneg_int, default=0, metavar="N",
-                       help="also time N steps of a small GRPOTrainer per judge placement (shared, separate, and vllm when "
-                            "--engines has it), in fresh processes: the reward's share of the step")
-    group.add_argument("--groups", type=nonneg_int, default=0, metavar="N",
-                       help="also compare group-relative judging (para-group) with pointwise PLUIE on N GRPO-shaped groups")
-    group.add_argument("--group-size", type=positive_int, default=4, help="candidates per group of --groups (2 to 16, default 4)")
-    group.add_argument("--group-orders", default="1,2,4", help="numbers of cyclic orders to compare (default 1,2,4)")
+# what the sections share ---------------------------------------------------------------------------
+def say(text: str) -> None:
+    """One progress line on stderr (stdout holds the report)."""
+    print(text, file=sys.stderr, flush=True)
 
 
-def check_args(args: argparse.Namespace, pairs_available: int | None = None) -> tuple[list[str], list[str], list[str]]:
-    """Workloads, methods and engines of the command line, checked before any model loads.
-
-    Example:
-        >>> import argparse
-        >>> parser = argparse.ArgumentParser(); configure(parser)
-        >>> check_args(parser.parse_args(["--engines", "transformers,vllm", "--methods", "score"]))
-        (['mrpc', 'grpo'], ['score'], ['transformers', 'vllm'])
-    """
-    names = [w.strip() for w in args.workloads.split(",") if w.strip()]
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    if not names or set(names) - {"mrpc", "grpo"}:
-        raise UsageError(f"--workloads: choose from ['mrpc', 'grpo'], got {args.workloads!r}.")
-    if set(methods) - set(METHODS):
-        raise UsageError(f"--methods: choose from {list(METHODS)}, got {args.methods!r}.")
-    engines = parse_engines(args.engines)
-    if not methods and not engines and not args.server_clients and not args.grpo_steps and not args.placement and not args.groups:
-        raise UsageError("nothing to run: give --methods, --engines, --server-clients, --grpo-steps, --groups or --placement.")
-    if not 2 <= args.group_size <= 16:
-        raise UsageError(f"--group-size must be from 2 to 16, got {args.group_size}.")
-    try:
-        orders = [int(k) for k in args.group_orders.split(",") if k.strip()]
-    except ValueError:
-        raise UsageError(f"--group-orders: comma-separated whole numbers, got {args.group_orders!r}.") from None
-    if not orders or not all(1 <= k <= args.group_size for k in orders):
-        raise UsageError(f"--group-orders: each from 1 to --group-size ({args.group_size}), got {args.group_orders!r}.")
-    if args.engine != "transformers":
-        raise UsageError(f"--engine {args.engine}: the benchmark's methods read the transformers model; "
-                         "compare engines with --engines transformers,vllm instead.")
-    if engines and engines[0] != "transformers":
-        raise UsageError("--engines: list transformers first (the other engines' scores are compared with it).")
-    if args.server_clients:
-        check_load(args.server_clients, args.server_requests, args.server_items,
-                   pairs_available if pairs_available is not None else 10**9)
-    if args.grpo_steps and (args.model is not None or args.adapter is not None):
-        raise UsageError("--grpo-steps trains the embedded demo model with its own judges; drop --model/--adapter.")
-    return names, methods, engines
+def _output(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", type=Path, default=None, help="also write the numbers to this JSON file")
 
 
-@command("bench", configure)
-def bench_command(args: argparse.Namespace) -> int:
-    """Benchmark Judge.score against the seeds' two-pass method and an LLM-Yes/No generate judge,
-    engines side by side, the judge server under load and the reward's share of GRPO steps."""
-    check_args(args)
+def _data(p: argparse.ArgumentParser, judge: bool = True) -> None:
+    if judge:
+        add_judge_arguments(p)
+    p.add_argument("--data", type=Path, default=None, help=f"PARAPHRASUS {_DATA_NAME} (default: ../shared/data/paraphrasus/)")
+    p.add_argument("--template", default="para-fs", help="two-field paraphrase template (default para-fs)")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="torch threads of this process (default: torch's; 1 is steadier on a loaded machine)")
+    _output(p)
+
+
+def _workloads(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workloads", type=comma_list(["mrpc", "grpo"], unique=True), default="mrpc,grpo",
+                   help="comma-separated: mrpc, grpo (default both)")
+    p.add_argument("--pairs", type=positive_int, default=64, help="pairs of the mrpc workload (default 64)")
+    p.add_argument("--sources", type=positive_int, default=8, help="sources of the grpo workload (default 8)")
+    p.add_argument("--per-source", type=positive_int, default=8, help="hypotheses per source in the grpo workload (default 8)")
+    p.add_argument("--rounds", type=positive_int, default=3, help="interleaved rounds (default 3)")
+
+
+def _pairs(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The benchmark's pairs, after the options' checks and before anything loads."""
     check_output_file(args.json, "--json", inputs=[args.data])
     data = args.data or default_data_path()
     if data is None:
         raise UsageError(f"no {_DATA_NAME} found beside the checkout; pass --data PATH.")
-    pairs = read_pairs(data)
-    names, methods, engines = check_args(args, len(pairs))
-    workloads = [mrpc_workload(pairs, args.pairs) if n == "mrpc" else grpo_workload(pairs, args.sources, args.per_source)
-                 for n in names]
+    return read_pairs(data)
+
+
+def _transformers_only(args: argparse.Namespace, why: str) -> None:
+    if args.engine != "transformers":
+        raise UsageError(f"--engine {args.engine}: {why}; compare engines with `pluie-reward bench engines` instead.")
+
+
+def _threads(args: argparse.Namespace) -> None:
     if args.threads is not None:
-        import torch
+        import torch  # lazy: CLI start-up
 
         torch.set_num_threads(args.threads)
-    judge = judge_from_args(args)
-    say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
-    say(f"pluie-reward bench: {machine_line(judge)}")
+
+
+def _report(args: argparse.Namespace, section: str, machine: str, body: Callable[[dict], None]) -> int:
+    """Print the report's header, let ``body`` print its tables and fill the payload, write ``--json``."""
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    print(f"# pluie-reward bench, {started}\n\n{machine_line(judge)}\n")
-    payload: dict = {"started": started, "machine": machine_line(judge)}
-    results = []
-    if methods:
-        results = [
-            run_workload(judge, w, args.template, methods, args.rounds, args.sample_every, args.generate_batch_size, log=say,
-                         indirect_template=args.indirect_template, indirect_max_new_tokens=args.indirect_max_new_tokens)
-            for w in workloads
-        ]
+    say(f"pluie-reward bench {section}: {machine}")
+    print(f"# pluie-reward bench {section}, {started}\n\n{machine}\n")
+    payload: dict[str, Any] = {"section": section, "started": started, "machine": machine}
+    body(payload)
+    if args.json:
+        write_text_file(args.json, json.dumps(payload, indent=1, default=str), "--json")
+    return 0
+
+
+def _machine() -> str:
+    """The machine line of the sections that load no judge here."""
+    load = "/".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+    return f"{os.cpu_count()} CPUs; load average {load}"
+
+
+def _workload_list(args: argparse.Namespace, pairs: list[tuple[str, str]]) -> list[Any]:
+    return [mrpc_workload(pairs, args.pairs) if n == "mrpc" else grpo_workload(pairs, args.sources, args.per_source)
+            for n in args.workloads]
+
+
+# methods --------------------------------------------------------------------------------------------
+def _methods_args(p: argparse.ArgumentParser) -> None:
+    _data(p)
+    _workloads(p)
+    p.add_argument("--methods", type=comma_list(METHODS, unique=True), default=",".join(DEFAULT_METHODS),
+                   help=f"comma-separated subset of {','.join(METHODS)} (default: all but indirect)")
+    p.add_argument("--indirect-template", default="para-indirect", help="the INDIRECT method's template (default para-indirect)")
+    p.add_argument("--indirect-max-new-tokens", type=positive_int, default=None,
+                   help="length limit of the INDIRECT judge's own answer (default: the template's)")
+    p.add_argument("--sample-every", type=positive_int, default=2, help="(1) and (2) run on every k-th pair (default 2)")
+    p.add_argument("--generate-batch-size", type=positive_int, default=8, help="batch size of the LLM-Yes/No generate (default 8)")
+
+
+def _methods(args: argparse.Namespace) -> int:
+    _transformers_only(args, "the methods read the transformers model")
+    workloads = _workload_list(args, _pairs(args))
+    _threads(args)
+    judge = judge_from_args(args)
+
+    def body(payload: dict) -> None:
+        results = [run_workload(judge, w, args.template, args.methods, args.rounds, args.sample_every, args.generate_batch_size,
+                                log=say, indirect_template=args.indirect_template,
+                                indirect_max_new_tokens=args.indirect_max_new_tokens) for w in workloads]
         for r in results:
             print(format_table(r) + "\n")
         lines = agreement_lines(results)
@@ -156,10 +163,32 @@ def bench_command(args: argparse.Namespace) -> int:
              "max_diff": r.max_diff(), "agreement": r.agreement()}
             for r in results
         ]
-    if engines:
+
+    return _report(args, "methods", machine_line(judge), body)
+
+
+# engines --------------------------------------------------------------------------------------------
+def _engines_args(p: argparse.ArgumentParser) -> None:
+    _data(p)
+    _workloads(p)
+    p.add_argument("--engines", type=comma_list(ENGINES, unique=True), default="transformers,vllm", metavar="LIST",
+                   help="engines compared, transformers first (default transformers,vllm): pairs/s, ratio, max |diff|")
+    p.add_argument("--vllm-max-model-len", type=positive_int, default=4096,
+                   help="context length of the benchmark's vLLM judges (default 4096)")
+
+
+def _engines(args: argparse.Namespace) -> int:
+    _transformers_only(args, "the other engines' scores are compared with the transformers judge's")
+    if args.engines[0] != "transformers":
+        raise UsageError("--engines: list transformers first (the other engines' scores are compared with it).")
+    workloads = _workload_list(args, _pairs(args))
+    _threads(args)
+    judge = judge_from_args(args)
+
+    def body(payload: dict) -> None:
         judges = {"transformers": judge}
         try:
-            if "vllm" in engines:
+            if "vllm" in args.engines:
                 say("loading the vLLM judge (about a minute on a CPU) ...")
                 dtype = str(judge.model.dtype).replace("torch.", "")  # the same weights dtype on both engines
                 judges["vllm"] = load_vllm_judge(args.model, dtype, max_model_len=args.vllm_max_model_len)
@@ -170,43 +199,123 @@ def bench_command(args: argparse.Namespace) -> int:
                     other.close()
         print(format_engine_table(comparisons) + "\n")
         payload["engines"] = [comparison_json(c) for c in comparisons]
-    if args.server_clients:
+
+    return _report(args, "engines", machine_line(judge), body)
+
+
+# server ---------------------------------------------------------------------------------------------
+def _server_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="the served judge (default: the embedded default judge)")
+    _data(p, judge=False)
+    p.add_argument("--engines", type=comma_list(ENGINES, unique=True), default="transformers", metavar="LIST",
+                   help="one server per engine, in turn (default transformers)")
+    p.add_argument("--clients", type=positive_int, default=4, help="concurrent clients (1 to 64, default 4)")
+    p.add_argument("--requests", type=positive_int, default=4, help="requests per client (default 4)")
+    p.add_argument("--items", type=positive_int, default=8, help="distinct pairs per request (default 8)")
+
+
+def _server(args: argparse.Namespace) -> int:
+    check_load(args.clients, args.requests, args.items, 10**9)
+    pairs = _pairs(args)
+    check_load(args.clients, args.requests, args.items, len(pairs))
+
+    def body(payload: dict) -> None:
         loads = []
-        for engine in engines or ["transformers"]:
-            say(f"judge server on {engine}: starting it, then {args.server_clients} clients ...")
-            loads.append(server_load(engine, pairs, args.server_clients, args.server_requests, args.server_items,
-                                     template=args.template, model=args.model))
+        for engine in args.engines:
+            say(f"judge server on {engine}: starting it, then {args.clients} clients ...")
+            loads.append(server_load(engine, pairs, args.clients, args.requests, args.items, template=args.template,
+                                     model=args.model))
         print(format_server_table(loads) + "\n")
         payload["server"] = [{**asdict(x), "items_per_second": x.items_per_second, "p50": x.p50, "p99": x.p99} for x in loads]
-    if args.grpo_steps:
-        placements = [p for p in GRPO_PLACEMENTS if p != "vllm" or "vllm" in engines]
-        say(f"GRPO steps: {', '.join(placements)}, each in a fresh process ...")
-        rows = grpo_share(placements, args.grpo_steps, args.threads)
+
+    return _report(args, "server", _machine(), body)
+
+
+# grpo -----------------------------------------------------------------------------------------------
+def _grpo_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--steps", type=positive_int, default=2, help="GRPO steps per placement (default 2)")
+    p.add_argument("--placements", type=comma_list(GRPO_PLACEMENTS, unique=True), default="shared,separate", metavar="LIST",
+                   help=f"judge placements, each in a fresh process: {','.join(GRPO_PLACEMENTS)} (default shared,separate)")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch threads of each training process")
+    _output(p)
+
+
+def _grpo(args: argparse.Namespace) -> int:
+    check_output_file(args.json, "--json")
+
+    def body(payload: dict) -> None:
+        say(f"GRPO steps: {', '.join(args.placements)}, each in a fresh process ...")
+        rows = grpo_share(args.placements, args.steps, args.threads)
         print(format_grpo_table(rows) + "\n")
         payload["grpo"] = rows
-    if args.groups:
+
+    return _report(args, "grpo", _machine(), body)
+
+
+# groups ---------------------------------------------------------------------------------------------
+def _groups_args(p: argparse.ArgumentParser) -> None:
+    _data(p)
+    p.add_argument("--groups", type=positive_int, default=12, help="GRPO-shaped groups (default 12)")
+    p.add_argument("--group-size", type=positive_int, default=4, help="candidates per group (2 to 16, default 4)")
+    p.add_argument("--group-orders", type=comma_list(kind=int), default="1,2,4", help="numbers of cyclic orders to compare (default 1,2,4)")
+
+
+def _groups(args: argparse.Namespace) -> int:
+    if not 2 <= args.group_size <= 16:
+        raise UsageError(f"--group-size must be from 2 to 16, got {args.group_size}.")
+    if not all(1 <= k <= args.group_size for k in args.group_orders):
+        raise UsageError(f"--group-orders: each from 1 to --group-size ({args.group_size}), got {args.group_orders}.")
+    pairs = _pairs(args)
+    _threads(args)
+    judge = judge_from_args(args)
+
+    def body(payload: dict) -> None:
         say(f"group-relative judging: {args.groups} groups of {args.group_size} ...")
-        orders = [int(k) for k in args.group_orders.split(",") if k.strip()]
-        compared = compare_group_judging(judge, pairs, groups=args.groups, size=args.group_size, orders=orders,
+        compared = compare_group_judging(judge, pairs, groups=args.groups, size=args.group_size, orders=args.group_orders,
                                          pointwise_template=args.template)
         print(format_group_table(compared) + "\n")
         payload["groups"] = compared
-    memory = None
-    if args.placement:
+
+    return _report(args, "groups", machine_line(judge), body)
+
+
+# placement ------------------------------------------------------------------------------------------
+def _placement(args: argparse.Namespace) -> int:
+    check_output_file(args.json, "--json")
+
+    def body(payload: dict) -> None:
         say("placement memory: three fresh processes ...")
         memory = placement_memory()
         print("Judge placement, peak memory of a fresh process (one LoRA policy step, then 16 pairs scored):\n")
         print(format_placements(memory) + "\n")
-    payload["placement"] = memory
-    if args.json:
-        write_text_file(args.json, json.dumps(payload, indent=1, default=str), "--json")
-    return 0
+        payload["placement"] = memory
+
+    return _report(args, "placement", _machine(), body)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m pluie_reward.tools.bench [options]`` (same as ``pluie-reward bench``)."""
-    return cli_main(["bench", *(sys.argv[1:] if argv is None else argv)])
+# the command ----------------------------------------------------------------------------------------
+SECTIONS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
+    "methods": ("Judge.score beside the seeds' two-pass method and an LLM-Yes/No generate judge", _methods_args, _methods),
+    "engines": ("Judge.score on several engines side by side", _engines_args, _engines),
+    "server": ("the judge server (pluie-reward serve, started here) under concurrent clients", _server_args, _server),
+    "grpo": ("the reward's share of GRPO steps per judge placement, in fresh processes", _grpo_args, _grpo),
+    "groups": ("group-relative judging (para-group) beside pointwise PLUIE", _groups_args, _groups),
+    "placement": ("peak memory of the judge placements, in fresh processes", _output, _placement),
+    "pool": ("the judge pool with 1 and 2 replicas beside serve (needs the pool extra)", pool_bench.add_cli_args, pool_bench.run_args),
+    "gpu": ("the CUDA path against its goals (one prepared run on a lent GPU)", gpu.add_cli_args, gpu.run_args),
+}
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The sections of ``pluie-reward bench``, one sub-command each."""
+    sections = parser.add_subparsers(dest="section", required=True, metavar="{" + ",".join(SECTIONS) + "}")
+    for name, (summary, arguments, run) in SECTIONS.items():
+        section = sections.add_parser(name, help=summary, description=summary)
+        arguments(section)
+        section.set_defaults(bench_run=run)
+
+
+@command("bench", configure)
+def bench_command(args: argparse.Namespace) -> int:
+    """Benchmarks, one section each: methods, engines, server, grpo, groups, placement, pool, gpu."""
+    return args.bench_run(args)

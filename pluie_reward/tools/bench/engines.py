@@ -6,7 +6,7 @@ template's static prefix cached, then the timed call); who goes first rotates be
 pairs/s is the median over rounds. The scores of every engine are compared with the first one's.
 
 Example:
-    $ pluie-reward bench --engines transformers,vllm --workloads mrpc,grpo
+    $ pluie-reward bench engines --engines transformers,vllm --workloads mrpc,grpo
 """
 
 from __future__ import annotations
@@ -23,23 +23,6 @@ from ..shared import UsageError
 
 ENGINES = ("transformers", "vllm")
 MAX_DIFF = 1e-3
-
-
-def parse_engines(text: str | None) -> list[str]:
-    """``--engines`` as a list: known names, no repeats; empty when the option is not given.
-
-    Example:
-        >>> parse_engines("transformers, vllm")
-        ['transformers', 'vllm']
-        >>> parse_engines(None)
-        []
-    """
-    if text is None:
-        return []
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names or set(names) - set(ENGINES) or len(set(names)) != len(names):
-        raise UsageError(f"--engines: a comma-separated subset of {','.join(ENGINES)} without repeats, got {text!r}.")
-    return names
 
 
 def quiet_vllm_logs(environ: Any = None) -> Any:

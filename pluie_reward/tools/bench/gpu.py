@@ -17,7 +17,8 @@ published one; two random draws, one call of each plain forward) on the CPU, in 
 does), so the command cannot rot between the days a GPU is lent.
 
 Example:
-    $ python -m pluie_reward.tools.bench.gpu --out gpu-run --tokenizers ../shared/tokenizers
+    $ pluie-reward bench gpu --out gpu-run --tokenizers ../shared/tokenizers
+    $ python -m pluie_reward.tools.bench.gpu --out gpu-run --tokenizers ../shared/tokenizers   # the same
     >>> trie_tokens([[1, 2, 3], [1, 2, 4], [5]])  # distinct prefixes: 1, 12, 123, 124, 5
     5
 """
@@ -38,11 +39,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ...core.judge import Judge
-from ...engines.transformers.attention import fused_attention
 from ...integrations.rewards import PluieReward
-from ...testing import make_tiny_causal_lm, make_tiny_tokenizer
 from ..evaluation.report import markdown_table
-from ..shared import UsageError, positive_float
+from ..shared import UsageError, comma_list, positive_float
 from .grpo_share import TimedReward
 from .run import default_data_path, generate_answers, read_pairs, reference_scores
 
@@ -130,6 +129,8 @@ def bf16_peak_flops(device: Any, tiny: bool) -> float:
 def load_tokenizer(folder: Path | None, name: str) -> Any:
     """A real tokenizer from ``folder/name``, else the package's tiny chat tokenizer (noted by the caller)."""
     from transformers import AutoTokenizer
+
+    from ...testing import make_tiny_tokenizer  # lazy: CLI start-up (torch)
 
     if folder is not None and (folder / name).is_dir():
         tok = AutoTokenizer.from_pretrained(str(folder / name))
@@ -281,6 +282,8 @@ def exactness(folder: Path | None, pairs: Sequence[tuple[str, str]], device: Any
     """
     import torch
 
+    from ...testing import make_tiny_causal_lm, make_tiny_tokenizer  # lazy: CLI start-up (torch)
+
     names = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder is not None and folder.is_dir() else []
     rows = []
     sources, hypotheses = [s for s, _ in pairs], [h for _, h in pairs]
@@ -343,6 +346,8 @@ def throughput(shape: str, folder: Path | None, pairs: Sequence[tuple[str, str]]
         seconds, scores, mem = timed(device, lambda: judge.score(TEMPLATE, source=src, hypothesis=hyp, use_cache=False))
         path = scoring_path(judge.engine, before)
         wide_seconds, _, _ = timed(device, lambda: wide.score(TEMPLATE, source=src, hypothesis=hyp, use_cache=False))
+        from ...engines.transformers.attention import fused_attention  # lazy: CLI start-up (torch)
+
         with fused_attention(False):  # the float32 scores the fused kernels replaced: before and after in one run
             f32_seconds, f32_scores, _ = timed(device, lambda: judge.score(TEMPLATE, source=src, hypothesis=hyp, use_cache=False))
         row = {"model": shape, "workload": name, "n": len(src), "prompt_tokens": tokens, "pluie_pairs_s": len(src) / seconds,
@@ -728,48 +733,56 @@ def run(out: Path, device: str, tiny: bool, tokenizers: Path | None, data: Path 
     return result
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m pluie_reward.tools.bench.gpu``; exit 2 with a message on bad options."""
-    parser = argparse.ArgumentParser(prog="python -m pluie_reward.tools.bench.gpu", description=__doc__.split("\n\n")[0])
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    """Options of ``pluie-reward bench gpu`` (and ``python -m pluie_reward.tools.bench.gpu``)."""
     parser.add_argument("--out", type=Path, required=True, help="folder for gpu.json and gpu.md")
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (with --tiny)")
     parser.add_argument("--tiny", action="store_true", help="tiny shapes: every section in under a minute on a CPU")
     parser.add_argument("--tokenizers", type=Path, default=None, help="../shared/tokenizers (default: that folder if it exists)")
     parser.add_argument("--data", type=Path, default=None,
                         help="PARAPHRASUS ms-mrpc.json (default: found as the bench finds it, else built-in pairs)")
-    parser.add_argument("--models", default="qwen2.5-7b,llama-3-8b", help="judge shapes for b, in order (default qwen2.5-7b,llama-3-8b)")
+    parser.add_argument("--models", type=comma_list(list(SHAPES), unique=True), default="qwen2.5-7b,llama-3-8b",
+                        help="judge shapes for b, in order (default qwen2.5-7b,llama-3-8b)")
     parser.add_argument("--budget", type=positive_float, default=420.0,
                         help="seconds; a later judge shape is skipped past half of it (default 420)")
+
+
+def run_args(args: argparse.Namespace) -> int:
+    """Check the options (a :class:`UsageError` before anything runs), run every section, print gpu.md;
+    exit code 1 when a section failed."""
+    import torch  # lazy: CLI start-up
+
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device here; use --tiny --device cpu to check the command on a CPU.")
+    if args.device == "cpu" and not args.tiny:
+        raise UsageError("--device cpu needs --tiny (7B shapes on a CPU would take hours).")
+    tokenizers = args.tokenizers
+    if tokenizers is None and Path("../shared/tokenizers").is_dir():
+        tokenizers = Path("../shared/tokenizers")
+    if tokenizers is not None and not tokenizers.is_dir():
+        raise UsageError(f"--tokenizers {tokenizers}: no such folder.")
+    data = args.data
+    if data is None:
+        data = default_data_path()
+        data = data if data is not None and data.is_file() else None
+    text = markdown(run(args.out, args.device, args.tiny, tokenizers, data, args.models, args.budget))
+    print(text)
+    return 1 if "failed: " in text else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m pluie_reward.tools.bench.gpu`` (the same as ``pluie-reward bench gpu``); exit 2 with a message on bad options."""
+    parser = argparse.ArgumentParser(prog="python -m pluie_reward.tools.bench.gpu", description=__doc__.split("\n\n")[0])
+    add_cli_args(parser)
     try:
         args = parser.parse_args(argv)
     except SystemExit as done:  # --help, or an option argparse refused (its message printed)
         return done.code if isinstance(done.code, int) else 2
     try:
-        import torch
-
-        models = [m.strip() for m in args.models.split(",") if m.strip()]
-        if not models or set(models) - set(SHAPES):
-            raise UsageError(f"--models: a comma-separated subset of {', '.join(SHAPES)}, got {args.models!r}.")
-        if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
-            raise UsageError("--device cuda: no CUDA device here; use --tiny --device cpu to check the command on a CPU.")
-        if args.device == "cpu" and not args.tiny:
-            raise UsageError("--device cpu needs --tiny (7B shapes on a CPU would take hours).")
-        tokenizers = args.tokenizers
-        if tokenizers is None and Path("../shared/tokenizers").is_dir():
-            tokenizers = Path("../shared/tokenizers")
-        if tokenizers is not None and not tokenizers.is_dir():
-            raise UsageError(f"--tokenizers {tokenizers}: no such folder.")
-        data = args.data
-        if data is None:
-            data = default_data_path()
-            data = data if data is not None and data.is_file() else None
-        result = run(args.out, args.device, args.tiny, tokenizers, data, models, args.budget)
+        return run_args(args)
     except UsageError as err:
         print(f"python -m pluie_reward.tools.bench.gpu: {err}", file=sys.stderr)
         return 2
-    text = markdown(result)
-    print(text)
-    return 1 if "failed: " in text else 0
 
 
 if __name__ == "__main__":

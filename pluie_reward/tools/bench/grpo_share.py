@@ -11,7 +11,7 @@ off; ``separate`` -- ``Judge.load()``, a second copy; ``vllm`` -- ``Judge.load(e
 judge on vLLM in the trainer's process (its engine start is not in the timed steps).
 
 Example:
-    $ pluie-reward bench --grpo-steps 4 --engines transformers,vllm
+    $ pluie-reward bench grpo --steps 4 --placements shared,separate,vllm
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``pluie-reward bench``: pairs/s and memory of :meth:`Judge.score` beside two baselines, in one run.
+"""``pluie-reward bench methods``: pairs/s and memory of :meth:`Judge.score` beside two baselines, in one run.
 
 Methods, on the same judge model, items and machine:
 
@@ -21,13 +21,12 @@ run on every ``--sample-every``-th pair; their per-pair time is what is compared
 interleaved in rounds so machine load hits them alike; pairs/s is the median over rounds.
 
 Example:
-    $ python -m pluie_reward.tools.bench                      # embedded SmolLM2-135M, float32, a few minutes
-    $ pluie-reward bench --model Qwen/Qwen2.5-0.5B-Instruct --device cuda --json bench.json
+    $ pluie-reward bench methods                              # embedded SmolLM2-135M, float32, a few minutes
+    $ pluie-reward bench methods --model Qwen/Qwen2.5-0.5B-Instruct --device cuda --json bench.json
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform

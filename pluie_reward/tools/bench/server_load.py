@@ -9,7 +9,7 @@ go through the package's HTTP client (:mod:`pluie_reward.common.http`) with no r
 counts as an error instead of hiding in a latency.
 
 Example:
-    $ pluie-reward bench --server-clients 4 --engines transformers,vllm
+    $ pluie-reward bench server --clients 4 --engines transformers,vllm
 """
 
 from __future__ import annotations
@@ -42,18 +42,18 @@ def check_load(clients: int, requests: int, items: int, pairs_available: int) ->
         >>> check_load(0, 4, 8, 5000)
         Traceback (most recent call last):
         ...
-        pluie_reward.tools.shared.UsageError: --server-clients must be between 1 and 64, got 0.
+        pluie_reward.tools.shared.UsageError: --clients must be between 1 and 64, got 0.
     """
     if not 1 <= clients <= MAX_CLIENTS:
-        raise UsageError(f"--server-clients must be between 1 and {MAX_CLIENTS}, got {clients}.")
+        raise UsageError(f"--clients must be between 1 and {MAX_CLIENTS}, got {clients}.")
     if requests < 1 or items < 1:
-        raise UsageError("--server-requests and --server-items must be at least 1.")
+        raise UsageError("--requests and --items must be at least 1.")
     if clients * requests > MAX_REQUESTS:
-        raise UsageError(f"--server-clients x --server-requests = {clients * requests} requests; keep it <= {MAX_REQUESTS}.")
+        raise UsageError(f"--clients x --requests = {clients * requests} requests; keep it <= {MAX_REQUESTS}.")
     needed = (clients * requests + 1) * items
     if needed > pairs_available:
         raise UsageError(f"the load needs {needed} distinct pairs and the data file has {pairs_available}; "
-                         "lower --server-clients, --server-requests or --server-items.")
+                         "lower --clients, --requests or --items.")
 
 
 def free_port() -> int:
@@ -230,7 +230,7 @@ def server_load(
     try:
         import httpx  # noqa: F401  (the HTTP client's one requirement)
     except ModuleNotFoundError:
-        raise UsageError("--server-clients needs httpx: pip install 'pluie-reward[serve]'") from None
+        raise UsageError("pluie-reward bench server needs httpx: pip install 'pluie-reward[serve]'") from None
     check_load(clients, requests, items, len(pairs))
     batches = request_batches(pairs, clients, requests, items)
     port = free_port()

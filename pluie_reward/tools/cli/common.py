@@ -1,10 +1,11 @@
 """What the ``pluie-reward`` sub-commands share: the judge options and the judge they make, the chat template
-options, reading input files and their columns. Sub-commands live in their own modules and register with
-:func:`~pluie_reward.tools.cli.registry.command`."""
+options, reading input files and their columns, the options a config dataclass declares. Sub-commands live in
+their own modules and register with :func:`~pluie_reward.tools.cli.registry.command`."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -14,7 +15,7 @@ from ...core.judge import Judge
 from ...core.prompt import chat_clock
 from ...core.template import check_chat_template_kwargs
 from ...engines.remote import RemoteEngineError
-from ..shared import UsageError, positive_float, positive_int
+from ..shared import UsageError, finite_float, positive_float, positive_int, whole_int
 from .records import parse_columns, read_table
 
 
@@ -202,3 +203,70 @@ def field_columns(args: argparse.Namespace, fields: Sequence[str], optional: Seq
     """Field -> input column, from repeated ``--column FIELD=COLUMN`` (default: same name; ``FIELD=`` leaves
     an optional field out)."""
     return parse_columns(args.column, [f for f in fields if f not in optional], optional)
+
+
+def add_config_arguments(group: Any, config_cls: type, exclude: Sequence[str] = ()) -> None:
+    """One option per field of a config dataclass, declared once in the field (as TRL's parser reads them).
+
+    The option is ``--field-name`` (plus the field's ``metadata["aliases"]``), its help the field's
+    ``metadata["help"]`` and default, its ``type=`` ``metadata["type"]`` or one read off the annotation
+    (``int``: a whole number, ``float``: a finite number; ``bool``: ``--x/--no-x``), its ``choices``
+    ``metadata["choices"]``. The dataclass's ``__post_init__`` checks the values:
+    :func:`config_from_args` turns its refusal into a :class:`UsageError` naming the option.
+
+    Args:
+        group: an ``argparse`` parser or argument group.
+        config_cls: the dataclass (every field has a default).
+        exclude: fields that get no option.
+
+    Example:
+        >>> from dataclasses import dataclass, field
+        >>> @dataclass
+        ... class Config:
+        ...     epochs: float = field(default=2.0, metadata={"help": "passes", "aliases": ["-e"]})
+        ...     shuffle: bool = field(default=True, metadata={"help": "shuffle the pairs"})
+        ...     bf16: "bool | None" = field(default=None, metadata={"help": "bfloat16 (None: when supported)"})
+        >>> parser = argparse.ArgumentParser()
+        >>> add_config_arguments(parser, Config)
+        >>> config_from_args(Config, parser.parse_args(["-e", "3", "--no-shuffle", "--bf16"]))
+        Config(epochs=3.0, shuffle=False, bf16=True)
+        >>> config_from_args(Config, parser.parse_args([]))
+        Config(epochs=2.0, shuffle=True, bf16=None)
+    """
+    defaults = config_cls()
+    for f in dataclasses.fields(config_cls):
+        if f.name in exclude or not f.init:
+            continue
+        meta = f.metadata
+        kwargs: dict[str, Any] = {"dest": f.name, "default": getattr(defaults, f.name),
+                                  "help": meta.get("help", "").replace("%", "%%") + " (default %(default)s)"}
+        annotation = (f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))).strip("'\"")
+        if annotation.split(" | ")[0] == "bool":
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            kwargs["type"] = meta.get("type") or {"int": whole_int, "float": finite_float}.get(annotation, str)
+            if "choices" in meta:
+                kwargs["choices"] = meta["choices"]
+        group.add_argument(f"--{f.name.replace('_', '-')}", *meta.get("aliases", ()), **kwargs)
+
+
+def config_from_args(config_cls: type, args: argparse.Namespace) -> Any:
+    """The config dataclass of the options :func:`add_config_arguments` made; a refused value is a
+    :class:`UsageError` naming its option (the dataclass's message starts with the field's name).
+
+    Args:
+        config_cls: the dataclass.
+        args: the parsed command line.
+
+    Returns:
+        ``config_cls`` built from the options present in ``args`` (the others keep their defaults).
+    """
+    given = {f.name: f for f in dataclasses.fields(config_cls) if hasattr(args, f.name)}
+    try:
+        return config_cls(**{name: getattr(args, name) for name in given})
+    except ValueError as err:
+        name = str(err).split(" ", 1)[0]
+        if name not in given:
+            raise UsageError(str(err)) from None
+        flags = "/".join([f"--{name.replace('_', '-')}", *given[name].metadata.get("aliases", ())])
+        raise UsageError(f"{flags}: {err}") from None

@@ -34,7 +34,7 @@ EXAMPLES = {
     "calibrate": "pluie-reward calibrate --input labelled.jsonl --label-column label --output calibration.json",
     "serve": "pluie-reward serve --template para-fs --port 8000",
     "pool": "pluie-reward pool --replicas 2 --port 8000",
-    "bench": "pluie-reward bench --pairs 32",
+    "bench": "pluie-reward bench methods --pairs 32",
     "probe": "pluie-reward probe --input sources.jsonl --json probe.json",
     "plot-run": "pluie-reward plot-run out/grpo -o curves.png",
     "tune": "pluie-reward tune --input labelled.jsonl --label-column label --output out/judge-adapter",

@@ -21,15 +21,16 @@ from typing import Any
 
 from ...core.calibration import FILE_NAME
 from ...core.template import load_template
-from ..cli.common import add_judge_arguments, judge_from_args
+from ..cli.common import add_config_arguments, add_judge_arguments, config_from_args, judge_from_args
 from ..cli.output import OutputFile, check_output_file
 from ..cli.records import read_table
 from ..cli.registry import command
-from ..shared import UsageError, nonneg_float, nonneg_int, positive_int
+from ..shared import UsageError, positive_int
 from .calibration import CalibrationConfig, fit_calibration, heldout_split, p_yes
 from .cli import INPUT_HELP, _convert, _load_generic
 from .metrics import binary_label
 from .report import markdown_table
+from .scoring import score_in_chunks
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -46,12 +47,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
                       help="read template FIELD from COLUMN when scoring here (default: the column named like the field)")
     data.add_argument("--judge-name", default=None,
                       help="with --score-column: the judge the scores came from, recorded in the file")
-    fit = p.add_argument_group("fit (see CalibrationConfig)")
-    fit.add_argument("--heldout", type=nonneg_float, default=0.3,
-                     help="share of the items kept out of the fit for the report (default 0.3)")
-    fit.add_argument("--seed", type=nonneg_int, default=0, help="seed of the held-out split (default 0)")
-    fit.add_argument("--bins", type=positive_int, default=10, help="equal-width bins of the expected calibration error (default 10)")
-    fit.add_argument("--l2", type=nonneg_float, default=1e-4, help="ridge penalty on a and b (default 1e-4; 0: plain maximum likelihood)")
+    add_config_arguments(p.add_argument_group("fit (CalibrationConfig)"), CalibrationConfig)
     out = p.add_argument_group("output")
     out.add_argument("--output", "-o", type=Path, required=True,
                      help="calibration file to write, or a folder (e.g. an adapter folder) to write calibration.json into")
@@ -81,10 +77,7 @@ def _float(value: Any) -> float:
 @command("calibrate", _configure)
 def calibrate_command(args: argparse.Namespace) -> int:
     """Fit p = sigmoid(a * PLUIE + b) on labelled items (held-out before/after report) and write calibration.json."""
-    try:
-        config = CalibrationConfig(heldout_fraction=args.heldout, seed=args.seed, n_bins=args.bins, l2=args.l2)
-    except ValueError as err:
-        raise UsageError(f"{err} (options --heldout, --seed, --bins, --l2)") from None
+    config = config_from_args(CalibrationConfig, args)
     target = _target(args.output)
     check_output_file(target, "--output", inputs=[args.input], overwrite=args.overwrite)
     template = load_template(args.template)
@@ -102,7 +95,6 @@ def calibrate_command(args: argparse.Namespace) -> int:
     else:
         if args.judge_name:
             raise UsageError("--judge-name records where --score-column's scores came from; here the judge is --model.")
-        from .scoring import score_in_chunks  # lazy: CLI start-up
 
         _, records, values, _, _ = _load_generic(args, {"labels": args.label_column})
         labels = _convert(records, args.label_column, binary_label, "binary label")

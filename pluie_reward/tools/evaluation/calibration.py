@@ -210,9 +210,10 @@ class CalibrationConfig:
 
     heldout_fraction: float = field(default=0.3, metadata={
         "help": "share of the labelled items kept out of the fit; the before/after metrics are computed on them "
-                "(0: no held-out part, the metrics are then in-sample)"})
+                "(0: no held-out part, the metrics are then in-sample)", "aliases": ["--heldout"]})
     seed: int = field(default=0, metadata={"help": "seed of the held-out split (numpy default_rng permutation)"})
-    n_bins: int = field(default=DEFAULT_BINS, metadata={"help": "equal-width bins of the expected calibration error"})
+    n_bins: int = field(default=DEFAULT_BINS, metadata={"help": "equal-width bins of the expected calibration error",
+                                                        "aliases": ["--bins"]})
     l2: float = field(default=1e-4, metadata={
         "help": "ridge penalty 0.5 * l2 * (a^2 + b^2) added to the mean log loss; keeps the fit finite when the "
                 "scores separate the labels perfectly (0: plain maximum likelihood)"})
@@ -223,14 +224,14 @@ class CalibrationConfig:
         f = self.heldout_fraction
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or not 0 <= f < 1:
             raise ValueError(f"heldout_fraction must be a number with 0 <= x < 1, got {f!r}.")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
-            raise ValueError(f"seed must be an integer, got {self.seed!r}.")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise ValueError(f"seed must be a whole number >= 0, got {self.seed!r}.")
         _check_bins(self.n_bins)
         if isinstance(self.l2, bool) or not isinstance(self.l2, (int, float)) or not math.isfinite(self.l2) or self.l2 < 0:
             raise ValueError(f"l2 must be a finite number >= 0, got {self.l2!r}.")
         if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, int) or self.max_iter < 1:
             raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}.")
-        if not (isinstance(self.tol, (int, float)) and self.tol > 0):
+        if isinstance(self.tol, bool) or not isinstance(self.tol, (int, float)) or not math.isfinite(self.tol) or self.tol <= 0:
             raise ValueError(f"tol must be a positive number, got {self.tol!r}.")
 
 

@@ -27,11 +27,12 @@ from ..cli.common import add_judge_arguments, field_columns, judge_from_args
 from ..cli.output import check_output_dir
 from ..cli.records import check_texts, read_table, text_problem
 from ..cli.registry import command
-from ..shared import UsageError, finite_float, nonneg_float, nonneg_int, positive_int
+from ..shared import UsageError, comma_list, finite_float, nonneg_float, nonneg_int, positive_int
 from .baselines import missing_baselines, parse_baselines
 from .metrics import binary_label, preference_label
 from .presets import FRENCH_PAIRS, PRESETS, paper_table
 from .report import write_outputs
+from .scoring import JUDGE_ROW, Condition, reference_field
 from .store import StoreMismatch
 
 CHOICE_ROW = "LLM-choice"  # the result row of a choice template in eval preference (the seeds' name for it)
@@ -121,7 +122,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
                         "(default: $PARAPHRASUS_DIR or ../shared/data/paraphrasus)")
     b.add_argument("--limit", type=positive_int, default=None, help="random subset of at most N pairs per dataset (full run: ~21k pairs)")
     b.add_argument("--seed", type=nonneg_int, default=0, help="seed of the --limit subset (default 0)")
-    b.add_argument("--datasets", default=None, help="comma-separated subset of MRPC,STS-H,SNLI,ANLI,STS,SICK,TRUE,SIMP "
+    b.add_argument("--datasets", type=comma_list(), default=None, help="comma-separated subset of MRPC,STS-H,SNLI,ANLI,STS,SICK,TRUE,SIMP "
                    "and PAWSX,XNLI (default: those whose files are in the folder)")
     b.add_argument("--threshold", type=finite_float, default=0.0, help="paraphrase when logratio > threshold (default 0)")
     b.add_argument("--peers", default="all", choices=["all", "llama3", "paper", "none"],
@@ -233,7 +234,6 @@ def _load_generic(args: argparse.Namespace, extra: dict[str, str], skip: tuple[s
 
 # file tasks -----------------------------------------------------------------------------------
 def _classification(args: argparse.Namespace) -> int:
-    from .scoring import JUDGE_ROW, Condition, reference_field  # lazy: CLI start-up
     from .tasks import run_classification  # lazy: CLI start-up
 
     if load_template(args.template).kind == "choice":
@@ -256,7 +256,6 @@ def _classification(args: argparse.Namespace) -> int:
 
 
 def _preference(args: argparse.Namespace) -> int:
-    from .scoring import JUDGE_ROW, Condition, reference_field  # lazy: CLI start-up
     from .tasks import run_preference  # lazy: CLI start-up
 
     names = _baselines(args.baselines)
@@ -333,7 +332,6 @@ def _french_pairs(records: Any, roles: dict[str, str]) -> tuple[dict[str, list[s
 
 
 def _run_preset(args: argparse.Namespace) -> int:
-    from .scoring import Condition  # lazy: CLI start-up
     from .tables import PAPER_BASELINES  # lazy: CLI start-up
     from .tasks import run_classification, run_preference  # lazy: CLI start-up
 
@@ -400,11 +398,10 @@ def _paraphrasus(args: argparse.Namespace) -> int:
     from .tables import task_markdown  # lazy: CLI start-up
 
     load_template(args.template)
-    datasets = [d.strip() for d in args.datasets.split(",")] if args.datasets else None
     folder = find_data_dir(args.data_dir)
     judge = judge_from_args(args)
     results = _score_safely(lambda: run_paraphrasus(
-        judge, folder, template=args.template, threshold=args.threshold, datasets=datasets, limit=args.limit,
+        judge, folder, template=args.template, threshold=args.threshold, datasets=args.datasets, limit=args.limit,
         seed=args.seed, chunk_size=args.chunk_size, peers=args.peers, progress=not args.no_progress,
         keep_pairs=True, output_dir=args.output_dir, overwrite=args.overwrite,
     ), args.output_dir)

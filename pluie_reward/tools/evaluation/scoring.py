@@ -1,6 +1,7 @@
 """Scoring :class:`Condition` s on items: the loop every evaluation runs (the tasks of :mod:`.tasks`,
-PARAPHRASUS in :mod:`.paraphrasus`, ``pluie-reward calibrate``), in chunks of about one forward
-batch, with a progress bar, resuming from a :class:`~.store.ScoreStore` when given one.
+PARAPHRASUS in :mod:`.paraphrasus`, ``pluie-reward calibrate``, the tuner's teacher targets and the probe), in
+chunks of about one forward batch, with the tools' progress line, resuming from a :class:`~.store.ScoreStore`
+when given one.
 
 Example:
     >>> S, H = ["The cat sleeps.", "Prices rose."], ["A cat is asleep.", "Prices fell."]
@@ -12,12 +13,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from ...core.template import load_template
 from ...integrations.outputs import SECOND_CANDIDATE
-from ..shared import auto_chunk_size, relocate
+from ..shared import Progress, auto_chunk_size, relocate
 from .baselines import levenshtein_similarity
 from .store import ScoreStore
 
@@ -111,10 +113,11 @@ def _chunk_size(judge: Any, chunk_size: int | None, prompts_per_item: int = 1) -
 
 def score_in_chunks(
     judge: Any, template: Any, fields: Mapping[str, Any], n: int, *, chunk_size: int | None = None,
-    desc: str = "scoring", progress: bool = True,
+    desc: str = "scoring", progress: bool = True, units: str = "items", bar: Progress | None = None,
 ) -> list[float]:
-    """``judge.score`` over ``n`` items in chunks (default: about one forward batch), with a tqdm
-    progress bar; list fields are sliced, string fields broadcast.
+    """``judge.score`` over ``n`` items in chunks (default: about one forward batch), with a progress
+    line (:class:`~pluie_reward.tools.shared.Progress`, or ``bar`` when the caller's line counts more work);
+    list fields are sliced, string fields broadcast.
 
     Example:
         >>> S, H = ["The cat sleeps.", "Prices rose."], ["A cat is asleep.", "Prices fell."]
@@ -123,7 +126,7 @@ def score_in_chunks(
     """
     condition = Condition(JUDGE_ROW, template, fields)
     lines = score_items(judge, [condition], [{"i": i, "h": ""} for i in range(n)], chunk_size=chunk_size,
-                        progress=progress, desc=desc)
+                        progress=progress, desc=desc, units=units, bar=bar)
     return [line["scores"][JUDGE_ROW] for line in lines]
 
 
@@ -219,16 +222,18 @@ def score_items(
     chunk_size: int | None = None,
     progress: bool = True,
     desc: str = "scoring",
+    units: str = "items",
+    bar: Progress | None = None,
 ) -> list[dict[str, Any]]:
     """Score every condition (and baseline) on every item; returns one line per item,
     ``{**items[i], "scores": {name: score or [score_A, score_B]}}``.
 
     ``items[i]`` holds at least ``"i"`` and ``"h"`` (the item's input fingerprint); items the store
     already holds are not scored again; new lines are saved after every chunk. ``extras`` compute
-    further per-item values kept beside the scores (e.g. the edit distance for the plots).
+    further per-item values kept beside the scores (e.g. the edit distance for the plots). The
+    progress line (``desc``, ``units``; off without ``progress``) moves per chunk; ``bar``: the
+    caller's line instead, left open.
     """
-    from tqdm.auto import tqdm
-
     baselines, extras = baselines or {}, extras or {}
     rows = [item.get("row", f"item {item['i'] + 1}") for item in items]
     lines: dict[int, dict[str, Any]] = {}
@@ -246,7 +251,8 @@ def score_items(
     if todo and hasattr(judge, "bind"):
         for condition in conditions:  # a template this judge cannot answer fails now, not after a first chunk
             judge.bind(condition.template)
-    with tqdm(total=len(items), initial=len(items) - len(todo), desc=desc, unit="item", disable=not progress) as bar:
+    line = Progress(len(items), desc, units=units, initial=len(items) - len(todo), enabled=progress) if bar is None else bar
+    with line if bar is None else contextlib.nullcontext(line):
         for start in range(0, len(todo), size):
             index = todo[start : start + size]
             scored = {c.name: _score_condition(judge, c, index, pairs, rows) for c in conditions}
@@ -257,5 +263,5 @@ def score_items(
             if store is not None:
                 store.add(new)
             lines.update(zip(index, new))
-            bar.update(len(index))
+            line.update(len(index))
     return [lines[k] for k in range(len(items))]

@@ -1,7 +1,7 @@
 """Throughput of the judge pool with 1 and 2 replicas, beside ``pluie-reward serve``, in one run.
 
 On one local Ray cluster, each configuration serves the same judge (default ``Judge.load()``) under
-the load of ``pluie-reward bench --server-clients`` (:mod:`pluie_reward.tools.bench.server_load`),
+the load of ``pluie-reward bench server`` (:mod:`pluie_reward.tools.bench.server_load`),
 starting fresh each time; the configurations run ``rounds`` times in turn, so that a change in the
 machine's load shows between rounds rather than between configurations.
 
@@ -10,13 +10,14 @@ The configurations on a machine of C CPUs: ``serve`` (one process, torch's defau
 the same CPUs: two replicas run two batches at once, each on half the threads.
 
 Example:
-    $ python -m pluie_reward.tools.pool.bench --clients 8 --requests 3 --items 8 --rounds 2
+    $ pluie-reward bench pool --clients 8 --requests 3 --items 8 --rounds 2
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import time
@@ -28,7 +29,7 @@ from typing import Any, Sequence
 from ...core.judge import Judge
 from ..bench.run import default_data_path, read_pairs
 from ..bench.server_load import ServerLoad, check_load, format_server_table, free_port, load_url, request_batches, server_load
-from ..shared import UsageError
+from ..shared import UsageError, nonneg_int, positive_int
 from .deployment import PoolOptions, deploy, shutdown, start_ray
 
 
@@ -76,47 +77,39 @@ def run(clients: int, requests: int, items: int, rounds: int, pairs: Sequence[tu
     return results
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pluie_reward.tools.pool.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--requests", type=int, default=3, help="requests per client")
-    parser.add_argument("--items", type=int, default=8, help="distinct pairs per request")
-    parser.add_argument("--rounds", type=int, default=2)
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    """Options of ``pluie-reward bench pool``."""
+    parser.add_argument("--clients", type=positive_int, default=8, help="concurrent clients (1 to 64, default 8)")
+    parser.add_argument("--requests", type=positive_int, default=3, help="requests per client (default 3)")
+    parser.add_argument("--items", type=positive_int, default=8, help="distinct pairs per request (default 8)")
+    parser.add_argument("--rounds", type=positive_int, default=2, help="rounds of every configuration in turn (default 2)")
     parser.add_argument("--model", default=None, help="default: the embedded default judge")
-    parser.add_argument("--template", default="para-fs")
+    parser.add_argument("--template", default="para-fs", help="default para-fs")
     parser.add_argument("--no-serve", action="store_true", help="skip the pluie-reward serve reference")
     parser.add_argument("--data", type=Path, default=None, help="PARAPHRASUS' ms-mrpc.json (default: ../shared)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
-    parser.add_argument("--worker-niceness", type=int, default=0,
+    parser.add_argument("--worker-niceness", type=nonneg_int, default=0,
                         help="nice value of Ray's workers, the replicas included (start_ray's default, 0; Ray's own is 15, "
                              "which on a shared machine gives the pool less CPU than `serve` at 0)")
-    args = parser.parse_args(argv)
-    try:
-        data = args.data or default_data_path()
-        if data is None:
-            raise UsageError("no ms-mrpc.json beside the checkout; pass --data PATH.")
-        if args.rounds < 1:
-            raise UsageError("--rounds must be >= 1.")
-        pairs = read_pairs(data)
-        load = "/".join(f"{x:.1f}" for x in os.getloadavg())
-        started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        results = run(args.clients, args.requests, args.items, args.rounds, pairs, template=args.template, model=args.model,
-                      with_serve=not args.no_serve, worker_niceness=args.worker_niceness,
-                      log=lambda text: print(text, file=sys.stderr, flush=True))
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+
+
+def run_args(args: argparse.Namespace) -> int:
+    """``pluie-reward bench pool``: every configuration (:func:`run`), its table on stdout, ``--json``."""
+    check_load(args.clients, args.requests, args.items, 10**9)
+    data = args.data or default_data_path()
+    if data is None:
+        raise UsageError("no ms-mrpc.json beside the checkout; pass --data PATH.")
+    pairs = read_pairs(data)
+    load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    results = run(args.clients, args.requests, args.items, args.rounds, pairs, template=args.template, model=args.model,
+                  with_serve=not args.no_serve, worker_niceness=args.worker_niceness,
+                  log=lambda text: print(text, file=sys.stderr, flush=True))
     after = "/".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"# judge pool, {started}: {os.cpu_count()} CPUs, load average {load} before, {after} after; "
           f"Ray workers at nice {args.worker_niceness}\n")
     print(format_server_table(results).replace("engine", "configuration", 1))
     if args.json is not None:
-        import json
-
         args.json.write_text(json.dumps([{**asdict(r), "items_per_second": r.items_per_second, "p50": r.p50, "p99": r.p99}
                                          for r in results], indent=1))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,7 +19,7 @@ from ...core.template import load_template
 from ..cli.common import add_judge_arguments, field_columns, judge_from_args, read_records
 from ..cli.output import check_output_file, write_text_file
 from ..cli.registry import command
-from ..shared import UsageError, nonneg_float, positive_int
+from ..shared import UsageError, comma_list, nonneg_float, positive_int
 from .families import family_specs
 from .report import markdown_report, plot_probe
 from .run import failing_families, probe_items, summarize
@@ -36,7 +36,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--honest-column", default=None,
                    help="column of the honest answers (default: 'honest', else 'hypothesis' if the file has one)")
     p.add_argument("--limit", type=positive_int, default=None, help="probe the first N sources only")
-    p.add_argument("--families", default=None, help="comma-separated families to run (default all; see --list)")
+    p.add_argument("--families", type=comma_list(), default=None, help="comma-separated families to run (default all; see --list)")
     p.add_argument("--list", action="store_true", help="list the families with their kind and description, and exit")
     p.add_argument("--escape-delimiters", action="store_true",
                    help="escape the template's quote delimiters inside every field before scoring (the opt-in hardening)")
@@ -45,16 +45,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", type=Path, default=None, help="write a PNG figure of the rows (needs matplotlib)")
     p.add_argument("--fail-above", type=nonneg_float, default=None, metavar="X",
                    help="exit with code 1 when a gated family's above_threshold or above_honest share exceeds X (in [0, 1])")
-    p.add_argument("--fail-on", default=None, metavar="FAMILIES",
+    p.add_argument("--fail-on", type=comma_list(), default=None, metavar="FAMILIES",
                    help="comma-separated families gated by --fail-above (default: every attack family; copies are not gated)")
     add_judge_arguments(p)
-
-
-def _split(text: str | None) -> list[str] | None:
-    if text is None:
-        return None
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    return names or None
 
 
 def _read_sources(args: argparse.Namespace, template: Any) -> tuple[list[dict[str, Any]] | None, list[Any] | None]:
@@ -90,7 +83,7 @@ def probe_command(args: argparse.Namespace) -> int:
     for option, path in (("--json", args.json), ("--items", args.items), ("--plot", args.plot)):
         check_output_file(path, option, inputs=[args.input])  # before the judge loads
     template = load_template(args.template)
-    families, gated = _split(args.families), _split(args.fail_on)
+    families, gated = args.families, args.fail_on
     names = [s["name"] for s in family_specs()]
     for option, chosen in (("--families", families), ("--fail-on", gated)):
         unknown = sorted(set(chosen or []) - set(names))

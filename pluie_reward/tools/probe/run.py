@@ -18,7 +18,8 @@ from ...core.calibration import sigmoid
 from ...core.template import load_template
 from ...integrations.guards import CompletionGuard, escape_table
 from ...integrations.novelty import novelty_score, task_of
-from ..shared import Progress, auto_chunk_size
+from ..evaluation.scoring import score_in_chunks
+from ..shared import Progress
 from .families import (
     ProbeContext,
     SourceItem,
@@ -164,11 +165,7 @@ def _score_source(
     if table is not None:
         fields = {k: v.translate(table) if isinstance(v, str) else v for k, v in fields.items()}
         texts = [t.translate(table) for t in texts]
-    size = auto_chunk_size(judge)
-    scores: list[float] = []
-    for start in range(0, len(texts), size):
-        scores += judge.score(template, hypothesis=texts[start : start + size], **fields)
-        bar.update(len(texts[start : start + size]))
+    scores = score_in_chunks(judge, template, {**fields, "hypothesis": texts}, len(texts), bar=bar)
     honest_score = next((s for (f, _), s in zip(hypotheses, scores) if f == "honest"), None)
     task = task_of(template)
 

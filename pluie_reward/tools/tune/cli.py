@@ -16,21 +16,11 @@ from typing import Any, Sequence
 
 from ...core.judge import Judge
 from ...core.template import load_template
-from ..cli.common import add_judge_arguments, field_columns, judge_from_args, read_records
+from ..cli.common import add_config_arguments, add_judge_arguments, config_from_args, field_columns, judge_from_args, read_records
 from ..cli.registry import command
-from ..shared import UsageError, nonneg_float, nonneg_int, positive_float, positive_int
+from ..shared import UsageError, positive_int
 from .config import TuneConfig
 from .data import PairData
-
-
-def max_steps(text: str) -> int:
-    """``type=`` of ``--max-steps``: a whole number >= 1, or -1 (the epochs decide).
-
-    Example:
-        >>> max_steps("-1"), max_steps("20")
-        (-1, 20)
-    """
-    return -1 if text.strip() == "-1" else positive_int(text)
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -51,32 +41,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
     io.add_argument("--limit", type=positive_int, default=None, metavar="N", help="use only the first N training pairs")
     io.add_argument("--output", "-o", type=Path, required=True, help="adapter folder to write (must be new or empty)")
     io.add_argument("--overwrite", action="store_true", help="write into a non-empty --output folder")
-    train = p.add_argument_group("training (see TuneConfig)")
-    defaults = TuneConfig()
-    train.add_argument("--epochs", type=positive_float, default=defaults.epochs,
-                       help=f"passes over the pairs (default {defaults.epochs:g})")
-    train.add_argument("--max-steps", type=max_steps, default=defaults.max_steps, help="stop after N updates (-1: epochs decide)")
-    train.add_argument("--learning-rate", "--lr", type=positive_float, default=defaults.learning_rate,
-                       help=f"default {defaults.learning_rate:g}")
-    train.add_argument("--batch-size", type=positive_int, default=defaults.batch_size,
-                       help=f"pairs per step (default {defaults.batch_size})")
-    train.add_argument("--gradient-accumulation-steps", type=positive_int, default=defaults.gradient_accumulation_steps)
-    train.add_argument("--loss", choices=("auto", "bce", "mse"), default="auto",
-                       help="bce: sigmoid cross-entropy vs labels / teacher p_yes; mse: on teacher log-ratios")
-    train.add_argument("--temperature", type=positive_float, default=defaults.temperature, help="teacher temperature of the bce loss")
-    train.add_argument("--label-weight", type=nonneg_float, default=defaults.label_weight,
-                       help="label share of the loss with labels and a teacher")
-    train.add_argument("--heldout", type=nonneg_float, default=defaults.heldout_fraction, help="held-out share of the pairs (default 0.2)")
-    train.add_argument("--lora-r", type=positive_int, default=defaults.lora_r)
-    train.add_argument("--lora-alpha", type=positive_float, default=defaults.lora_alpha)
-    train.add_argument("--lora-dropout", type=nonneg_float, default=defaults.lora_dropout)
-    train.add_argument("--target-modules", default="all-linear", help="'all-linear' or comma-separated module names (q_proj,v_proj)")
-    train.add_argument("--adapter-name", default=defaults.adapter_name, help="the adapter's name when loaded (default judge)")
-    train.add_argument("--seed", type=nonneg_int, default=defaults.seed)
-    train.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
-                       help="bfloat16 mixed precision (GPU only; default: on if supported)")
-    train.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations (less memory)")
-    train.add_argument("--no-progress", action="store_true", help="no progress bars")
+    # one option per TuneConfig field (the contrast terms need tune(contrast=...), which the command does not take)
+    add_config_arguments(p.add_argument_group("training (TuneConfig)"), TuneConfig, exclude=("contrast_weight", "contrast_margin"))
     add_judge_arguments(p, adapter=False, base_model=True)  # --model: the student's base (default: embedded-base, as tune(None))
 
 
@@ -129,6 +95,7 @@ def _pairs(path: Path, records: Sequence[dict], mapping: dict[str, str], templat
 @command("tune", _configure)
 def tune_command(args: argparse.Namespace) -> int:
     """Tune a judge adapter (LoRA) from labelled pairs or a teacher judge's log-ratios."""
+    config = config_from_args(TuneConfig, args)  # the options' values checked before anything heavy loads
     from .report import metrics_table  # lazy: CLI start-up (it imports the evaluation plots)
     from .run import check_output_dir, tune  # lazy: CLI start-up (torch, transformers)
 
@@ -140,18 +107,7 @@ def tune_command(args: argparse.Namespace) -> int:
     if not (args.label_column or args.target_column or args.teacher or args.teacher_template):
         raise UsageError("nothing to learn from: give --label-column C, --target-column C or a teacher "
                          "(--teacher MODEL and/or --teacher-template T).")
-    target_modules: Any = args.target_modules
-    if target_modules != "all-linear":
-        target_modules = [m.strip() for m in target_modules.split(",") if m.strip()]
     try:
-        config = TuneConfig(
-            loss=args.loss, temperature=args.temperature, label_weight=args.label_weight, epochs=args.epochs,
-            learning_rate=args.learning_rate, batch_size=args.batch_size,
-            gradient_accumulation_steps=args.gradient_accumulation_steps, max_steps=args.max_steps,
-            lora_r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout, target_modules=target_modules,
-            adapter_name=args.adapter_name, heldout_fraction=args.heldout, seed=args.seed, bf16=args.bf16,
-            gradient_checkpointing=args.gradient_checkpointing, progress=not args.no_progress,
-        )
         check_output_dir(args.output, args.overwrite)
     except ValueError as err:
         raise UsageError(str(err)) from None

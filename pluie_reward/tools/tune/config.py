@@ -15,7 +15,19 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..shared import comma_list
+
 LOSSES = ("auto", "bce", "mse")
+
+
+def modules_option(text: str) -> "str | list[str]":
+    """``--target-modules``: ``all-linear``, or comma-separated module names.
+
+    Example:
+        >>> modules_option("all-linear"), modules_option("q_proj, v_proj")
+        ('all-linear', ['q_proj', 'v_proj'])
+    """
+    return text.strip() if text.strip() == "all-linear" else comma_list()(text)
 
 
 def _positive(name: str, value: Any, integer: bool = False) -> None:
@@ -54,7 +66,8 @@ class TuneConfig:
         3
     """
 
-    loss: str = field(default="auto", metadata={"help": "auto (= bce), bce (sigmoid cross-entropy) or mse (on teacher log-ratios)"})
+    loss: str = field(default="auto", metadata={
+        "help": "auto (= bce), bce (sigmoid cross-entropy) or mse (on teacher log-ratios)", "choices": LOSSES})
     temperature: float = field(default=1.0, metadata={"help": "teacher temperature T of the bce loss on teacher p_yes"})
     label_weight: float = field(
         default=0.5, metadata={"help": "weight of the label loss when both labels and teacher targets are given (0..1)"}
@@ -66,7 +79,7 @@ class TuneConfig:
         default=2.0, metadata={"help": "gap in nats the contrast item should outscore its item by"}
     )
     epochs: float = field(default=2.0, metadata={"help": "passes over the training pairs"})
-    learning_rate: float = field(default=2e-4, metadata={"help": "AdamW learning rate of the LoRA weights"})
+    learning_rate: float = field(default=2e-4, metadata={"help": "AdamW learning rate of the LoRA weights", "aliases": ["--lr"]})
     batch_size: int = field(default=8, metadata={"help": "pairs per device and step"})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "steps accumulated before an update"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
@@ -76,10 +89,12 @@ class TuneConfig:
     lora_alpha: float = field(default=16.0, metadata={"help": "LoRA scaling numerator (scale = alpha / r)"})
     lora_dropout: float = field(default=0.05, metadata={"help": "dropout on the LoRA input (training only)"})
     target_modules: "str | list[str]" = field(
-        default="all-linear", metadata={"help": "modules that get LoRA weights: 'all-linear' or a list of names"}
+        default="all-linear", metadata={"help": "modules that get LoRA weights: 'all-linear' or a list of names "
+                                        "(command line: comma-separated, q_proj,v_proj)", "type": modules_option}
     )
     adapter_name: str = field(default="judge", metadata={"help": "the adapter's name on the model (and in placement)"})
-    heldout_fraction: float = field(default=0.2, metadata={"help": "share of the pairs kept out of training for the report"})
+    heldout_fraction: float = field(default=0.2, metadata={"help": "share of the pairs kept out of training for the report",
+                                                           "aliases": ["--heldout"]})
     seed: int = field(default=0, metadata={"help": "seed of the split, the LoRA init and the data order"})
     bf16: "bool | None" = field(
         default=None, metadata={"help": "bfloat16 mixed precision (GPU only; None: on when the GPU supports it)"}
@@ -118,8 +133,8 @@ class TuneConfig:
             raise ValueError(f"weight_decay must be a number >= 0, got {self.weight_decay!r}.")
         if not isinstance(self.max_steps, int) or isinstance(self.max_steps, bool) or (self.max_steps < 1 and self.max_steps != -1):
             raise ValueError(f"max_steps must be a positive integer or -1, got {self.max_steps!r}.")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise ValueError(f"seed must be an integer, got {self.seed!r}.")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise ValueError(f"seed must be a whole number >= 0, got {self.seed!r}.")
         if not isinstance(self.adapter_name, str) or not self.adapter_name.isidentifier():
             raise ValueError(f"adapter_name must be a Python identifier such as 'judge', got {self.adapter_name!r}.")
         if isinstance(self.target_modules, str):

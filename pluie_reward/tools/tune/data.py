@@ -14,7 +14,6 @@ Example:
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
@@ -23,6 +22,7 @@ import numpy as np
 from ...core.prompt import BoundTemplate
 from ...core.template import Template, load_template, normalize_fields
 from ..evaluation.metrics import as_labels, as_scores
+from ..evaluation.scoring import score_in_chunks
 
 LABEL, TARGET, CONTRAST = "pluie_label", "pluie_target", "pluie_contrast_ids"
 
@@ -180,8 +180,6 @@ def teacher_targets(
         >>> teacher_targets(judge, "para-fs", data, progress=False)  # e.g. a big judge
         array([..., ...])
     """
-    from tqdm.auto import tqdm
-
     t = load_template(template)
     if t.kind == "scale":
         raise ValueError(f"teacher template {t.name!r} is a rating scale (its score is an expected grade, not a log-ratio).")
@@ -189,13 +187,8 @@ def teacher_targets(
     if missing:
         raise ValueError(f"teacher template {t.name!r} needs the field(s) {missing}; the data has {sorted(data.columns)}.")
     columns = {f: v for f, v in data.columns.items() if f in t.all_fields}
-    out: list[float] = []
-    with tqdm(total=len(data), desc=desc, unit="pair", disable=not progress, file=sys.stderr) as bar:
-        for start in range(0, len(data), chunk_size):
-            chunk = {f: v[start : start + chunk_size] for f, v in columns.items()}
-            out.extend(float(s) for s in teacher.score(t, **chunk))
-            bar.update(len(next(iter(chunk.values()))))
-    return as_scores(out, "teacher scores")
+    out = score_in_chunks(teacher, t, columns, len(data), chunk_size=chunk_size, desc=desc, progress=progress, units="pairs")
+    return as_scores([float(x) for x in out], "teacher scores")
 
 
 def encode(bound: BoundTemplate, data: PairData, truncate: bool = True) -> Any:
