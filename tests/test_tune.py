@@ -510,7 +510,7 @@ def test_cli_distills_a_better_template_of_the_same_model(tuned, tmp_path, capsy
 def test_tune_options_are_the_config_fields(capsys):
     """tune's training options are TuneConfig's fields (one each, their names, the old aliases kept): given
     values reach the config, absent ones keep TuneConfig's defaults."""
-    from dataclasses import fields
+    import dataclasses
 
     from pluie_reward.tools.cli.common import config_from_args
     from pluie_reward.tools.cli.main import build_parser
@@ -526,7 +526,7 @@ def test_tune_options_are_the_config_fields(capsys):
     assert config_from_args(TuneConfig, parser.parse_args(base)) == TuneConfig()
     commands = next(a for a in parser._actions if isinstance(a.choices, dict))  # argparse lists no sub-commands publicly
     options = {o for a in commands.choices["tune"]._actions for o in a.option_strings}
-    for f in fields(TuneConfig):
+    for f in dataclasses.fields(TuneConfig):
         flag = "--" + f.name.replace("_", "-")
         assert (flag in options) == (f.name not in ("contrast_weight", "contrast_margin")), flag
     assert main(base + ["--label-column", "y", "--seed", "-1"]) == 2

@@ -67,12 +67,13 @@ def _output(p: argparse.ArgumentParser) -> None:
 
 
 def _data(p: argparse.ArgumentParser, judge: bool = True) -> None:
+    """The data options, and with ``judge`` the judge this process loads and its threads."""
     if judge:
         add_judge_arguments(p)
+        p.add_argument("--threads", type=positive_int, default=None,
+                       help="torch threads of this process (default: torch's; 1 is steadier on a loaded machine)")
     p.add_argument("--data", type=Path, default=None, help=f"PARAPHRASUS {_DATA_NAME} (default: ../shared/data/paraphrasus/)")
     p.add_argument("--template", default="para-fs", help="two-field paraphrase template (default para-fs)")
-    p.add_argument("--threads", type=positive_int, default=None,
-                   help="torch threads of this process (default: torch's; 1 is steadier on a loaded machine)")
     _output(p)
 
 
