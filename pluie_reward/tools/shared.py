@@ -219,6 +219,29 @@ def complete_json_lines(data: bytes) -> tuple[list[Any], int]:
     return lines, good
 
 
+def log_ratio(value: Any) -> float:
+    """A PLUIE log-ratio read from a data file's cell: a finite number (not a boolean), else a ``ValueError``
+    that names the value.
+
+    Example:
+        >>> log_ratio("1.5"), log_ratio(-2)
+        (1.5, -2.0)
+        >>> log_ratio("high")
+        Traceback (most recent call last):
+        ...
+        ValueError: 'high' is not a number (a PLUIE log-ratio)
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a number (a PLUIE log-ratio)")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{value!r} is not a number (a PLUIE log-ratio)") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not finite")
+    return number
+
+
 # numeric command-line options --------------------------------------------------------------------
 def _number_type(kind: type, ok: Callable[[Any], bool], what: str) -> Callable[[str], Any]:
     """The ``type=`` of a numeric option: the text read as ``kind`` (float or int), finite, and ``ok``

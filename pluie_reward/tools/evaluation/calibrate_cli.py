@@ -15,7 +15,6 @@ Example (shell)::
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from ..cli.common import add_config_arguments, add_judge_arguments, config_from_
 from ..cli.output import OutputFile, check_output_file
 from ..cli.records import read_table
 from ..cli.registry import command
-from ..shared import UsageError, positive_int
+from ..shared import UsageError, log_ratio, positive_int
 from .calibration import CalibrationConfig, fit_calibration, heldout_split, p_yes
 from .cli import INPUT_HELP, _convert, _load_generic
 from .metrics import binary_label
@@ -62,18 +61,6 @@ def _target(output: Path) -> Path:
     return output / FILE_NAME if output.is_dir() or (not output.suffix and not output.exists()) else output
 
 
-def _float(value: Any) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a number (a PLUIE log-ratio)")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{value!r} is not a number (a PLUIE log-ratio)") from None
-    if not math.isfinite(number):
-        raise ValueError(f"{value!r} is not finite")
-    return number
-
-
 @command("calibrate", _configure)
 def calibrate_command(args: argparse.Namespace) -> int:
     """Fit p = sigmoid(a * PLUIE + b) on labelled items (held-out before/after report) and write calibration.json."""
@@ -90,7 +77,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
         records = read_table(args.input, args.split).limit(args.limit)
         records.require({"labels": args.label_column, "scores": args.score_column}, "Use --label-column / --score-column.")
         labels = _convert(records, args.label_column, binary_label, "binary label")
-        scores = _convert(records, args.score_column, _float, "PLUIE score")
+        scores = _convert(records, args.score_column, log_ratio, "PLUIE score")
         judge_name = args.judge_name
     else:
         if args.judge_name:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -18,7 +17,7 @@ from ...core.judge import Judge
 from ...core.template import load_template
 from ..cli.common import add_config_arguments, add_judge_arguments, config_from_args, field_columns, judge_from_args, read_records
 from ..cli.registry import command
-from ..shared import UsageError, positive_int
+from ..shared import UsageError, log_ratio, positive_int
 from .config import TuneConfig
 from .data import PairData
 
@@ -46,14 +45,11 @@ def _configure(p: argparse.ArgumentParser) -> None:
     add_judge_arguments(p, adapter=False, base_model=True)  # --model: the student's base (default: embedded-base, as tune(None))
 
 
-def _float(value: Any, where: str) -> float:
+def _target(value: Any, where: str) -> float:
     try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"{where}: {value!r} is not a number (teacher log-ratio).") from None
-    if not math.isfinite(number):
-        raise UsageError(f"{where}: {value!r} is not finite.")
-    return number
+        return log_ratio(value)
+    except ValueError as err:
+        raise UsageError(f"{where}: {err}.") from None
 
 
 def _pairs(path: Path, records: Sequence[dict], mapping: dict[str, str], template: Any,
@@ -85,7 +81,7 @@ def _pairs(path: Path, records: Sequence[dict], mapping: dict[str, str], templat
 
     labels = read(label_column, "label")
     raw_targets = read(target_column, "target")
-    targets = None if raw_targets is None else [_float(v, f"{path}, row {i}") for i, v in enumerate(raw_targets, 1)]
+    targets = None if raw_targets is None else [_target(v, f"{path}, row {i}") for i, v in enumerate(raw_targets, 1)]
     try:
         return PairData.build(template, columns, labels, targets)
     except ValueError as err:
