@@ -159,7 +159,8 @@ def test_an_output_folder_that_cannot_be_created_is_refused_before_loading(nothi
     data = tmp_path / "in.jsonl"
     data.write_text('{"source": "a", "hypothesis": "b", "label": 1}\n')
     for argv in (["score", "-i", str(data), "-o", "/proc/missing/dir/x.jsonl"],
-                 ["eval", "classification", "-i", str(data), "-o", "/proc/missing/dir"]):
+                 ["eval", "classification", "-i", str(data), "-o", "/proc/missing/dir"],
+                 ["tune", "-i", str(data), "--label-column", "label", "-o", "/proc/missing/dir"]):
         assert cli.main(argv) == 2, argv
         err = capsys.readouterr().err
         assert "/proc" in err and "Traceback" not in err, err

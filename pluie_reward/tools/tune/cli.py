@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from ...core.judge import Judge
 from ...core.template import load_template
 from ..cli.common import add_config_arguments, add_judge_arguments, config_from_args, field_columns, judge_from_args, read_records
+from ..cli.output import check_output_dir as writable_dir
 from ..cli.registry import command
 from ..shared import UsageError, log_ratio, positive_int
 from .config import TuneConfig
@@ -104,9 +105,10 @@ def tune_command(args: argparse.Namespace) -> int:
         raise UsageError("nothing to learn from: give --label-column C, --target-column C or a teacher "
                          "(--teacher MODEL and/or --teacher-template T).")
     try:
-        check_output_dir(args.output, args.overwrite)
+        check_output_dir(args.output, args.overwrite)  # a non-empty folder: refused unless --overwrite
     except ValueError as err:
         raise UsageError(str(err)) from None
+    writable_dir(args.output, "--output")  # and one that cannot be written is refused before training, not after
     if args.teacher_template:
         load_template(args.teacher_template)  # fail now on an unknown template, before loading models
     mapping = field_columns(args, list(template.all_fields))
