@@ -23,7 +23,7 @@ try:  # POSIX
     import fcntl
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
-from typing import Any, AnyStr, Callable, Iterator, Sequence, TextIO
+from typing import IO, Any, AnyStr, Callable, Iterator, Sequence, TextIO
 
 from ..common.errors import PluieError
 
@@ -217,6 +217,35 @@ def complete_json_lines(data: bytes) -> tuple[list[Any], int]:
                 raise ValueError(f"line {len(lines) + 1} is not valid JSON") from None
         good = end
     return lines, good
+
+
+def resume_json_lines(handle: IO[bytes]) -> list[Any]:
+    r"""Make a JSON Lines file an interrupted writer left ready to append to: its complete records are read
+    and returned (:func:`complete_json_lines`), a last line cut short is cut off the file (to be written again),
+    a last complete record without its newline gets one; the handle is left at the end.
+
+    Args:
+        handle: the file open in binary mode for reading and writing (``"r+b"``, or a text handle's ``.buffer``).
+
+    Raises:
+        ValueError: a bad line before the last (an edited or damaged file), as :func:`complete_json_lines`.
+
+    Example:
+        >>> import io
+        >>> torn, unended = io.BytesIO(b'{"a": 1}\n{"b"'), io.BytesIO(b'{"a": 1}\n{"b": 2}')
+        >>> resume_json_lines(torn), torn.getvalue()
+        ([{'a': 1}], b'{"a": 1}\n')
+        >>> resume_json_lines(unended), unended.getvalue()
+        ([{'a': 1}, {'b': 2}], b'{"a": 1}\n{"b": 2}\n')
+    """
+    handle.seek(0)
+    data = handle.read()
+    lines, good = complete_json_lines(data)
+    handle.truncate(good)
+    handle.seek(good)
+    if good and data[good - 1 : good] != b"\n":  # interrupted between a record and its newline
+        handle.write(b"\n")
+    return lines
 
 
 def log_ratio(value: Any) -> float:

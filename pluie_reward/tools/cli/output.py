@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterable
 
-from ..shared import UsageError, complete_json_lines, lock_file
+from ..shared import UsageError, lock_file, resume_json_lines
 
 PARTIAL = ".partial"
 
@@ -304,16 +304,14 @@ class OutputFile:
         assert self.handle is not None
         if self.stream:
             return []
-        self.handle.seek(0)
-        data = self.handle.buffer.read()
+        self.handle.seek(0)  # the text layer holds nothing: the file is read and mended below it
         try:
-            lines, good = complete_json_lines(data)
+            lines = resume_json_lines(self.handle.buffer)
+            self.handle.seek(0, os.SEEK_END)
         except ValueError as error:
             raise UsageError(f"{self.partial} {error}; the file was edited or damaged: pass --overwrite to start again.") from None
-        self.handle.truncate(good)
-        self.handle.seek(good)
-        if good and data[good - 1:good] != b"\n":  # interrupted between a record and its newline
-            self.write("\n")
+        except OSError as err:
+            raise self._failed(err) from None
         return lines
 
     def write(self, text: str) -> int:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ...common.errors import PluieError
-from ..shared import complete_json_lines, lock_file
+from ..shared import complete_json_lines, lock_file, resume_json_lines
 
 RUN_FILE = "run.json"
 SCORES_FILE = "scores.jsonl"
@@ -149,11 +149,11 @@ class ScoreStore:
                     f"{self.folder} holds the scores of another run (different {', '.join(changed) or 'configuration'}); "
                     "give another --output-dir, or pass --overwrite to discard them."
                 )
-            lines, good = read_lines(scores_path)
             with scores_path.open("r+b") as handle:
-                handle.truncate(good)  # drop a half-written last line
-                if good and handle.seek(good - 1) >= 0 and handle.read(1) != b"\n":  # a complete last line
-                    handle.write(b"\n")  # without its newline gets one
+                try:
+                    lines = resume_json_lines(handle)  # a half-written last line dropped, a complete one ended
+                except ValueError as error:
+                    raise StoreMismatch(f"{scores_path}: {error}; the file was edited or corrupted.") from None
             self.lines = {int(line["i"]): line for line in lines}
         run_path.write_text(json.dumps({"format": FORMAT, "config": config, "meta": dict(meta)}, indent=1,
                                        ensure_ascii=False, default=repr) + "\n", encoding="utf-8")
