@@ -230,8 +230,9 @@ def check_output_file(path: Path | None, option: str = "--output", *, inputs: It
         raise UsageError(f"{option} {path} exists; pass --overwrite to replace it{how}, or choose another output file.")
 
 
-def check_output_dir(path: Path | None, option: str = "--output-dir") -> None:
-    """Fail early (before the model loads) if ``path`` cannot be used as an output folder.
+def check_output_dir(path: Path | None, option: str = "--output-dir", *, empty: bool = False) -> None:
+    """Fail early (before the model loads) if ``path`` cannot be used as an output folder; with ``empty``,
+    if it already holds files (a command without ``--overwrite`` that fills a new folder).
 
     Example:
         >>> check_output_dir(None)
@@ -240,6 +241,8 @@ def check_output_dir(path: Path | None, option: str = "--output-dir") -> None:
         return
     if path.exists() and not path.is_dir():
         raise UsageError(f"{option} {path} is a file; give a folder (it is created if needed).")
+    if empty and path.is_dir() and any(path.iterdir()):
+        raise UsageError(f"{option} {path} is not empty; choose a new folder or pass --overwrite.")
     _writable_folder(path, option)
 
 

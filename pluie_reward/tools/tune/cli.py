@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from ...core.judge import Judge
 from ...core.template import load_template
 from ..cli.common import add_config_arguments, add_judge_arguments, config_from_args, field_columns, judge_from_args, read_records
-from ..cli.output import check_output_dir as writable_dir
+from ..cli.output import check_output_dir
 from ..cli.registry import command
 from ..shared import UsageError, log_ratio, positive_int
 from .config import TuneConfig
@@ -94,7 +94,7 @@ def tune_command(args: argparse.Namespace) -> int:
     """Tune a judge adapter (LoRA) from labelled pairs or a teacher judge's log-ratios."""
     config = config_from_args(TuneConfig, args)  # the options' values checked before anything heavy loads
     from .report import metrics_table  # lazy: CLI start-up (it imports the evaluation plots)
-    from .run import check_output_dir, tune  # lazy: CLI start-up (torch, transformers)
+    from .run import tune  # lazy: CLI start-up (torch, transformers)
 
     template = load_template(args.template)
     if args.target_column and args.teacher:
@@ -104,11 +104,7 @@ def tune_command(args: argparse.Namespace) -> int:
     if not (args.label_column or args.target_column or args.teacher or args.teacher_template):
         raise UsageError("nothing to learn from: give --label-column C, --target-column C or a teacher "
                          "(--teacher MODEL and/or --teacher-template T).")
-    try:
-        check_output_dir(args.output, args.overwrite)  # a non-empty folder: refused unless --overwrite
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    writable_dir(args.output, "--output")  # and one that cannot be written is refused before training, not after
+    check_output_dir(args.output, "--output", empty=not args.overwrite)  # before training, not after it
     if args.teacher_template:
         load_template(args.teacher_template)  # fail now on an unknown template, before loading models
     mapping = field_columns(args, list(template.all_fields))
