@@ -47,6 +47,7 @@ from .run import (
     format_placements,
     format_table,
     grpo_workload,
+    load_average,
     machine_line,
     mrpc_workload,
     placement_memory,
@@ -121,8 +122,7 @@ def _report(args: argparse.Namespace, section: str, machine: str, body: Callable
 
 def _machine() -> str:
     """The machine line of the sections that load no judge here."""
-    load = "/".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
-    return f"{os.cpu_count()} CPUs; load average {load}"
+    return f"{os.cpu_count()} CPUs; load average {load_average()}"
 
 
 def _workload_list(args: argparse.Namespace, pairs: list[tuple[str, str]]) -> list[Any]:

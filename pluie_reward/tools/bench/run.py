@@ -565,11 +565,16 @@ def _attention(judge: Any) -> str:
     return "shared-prefix" if judge.engine.fast else judge.model.config._attn_implementation
 
 
+def load_average() -> str:
+    """The machine's 1, 5 and 15-minute load averages (``"?"`` where the system has none), for the reports."""
+    return "/".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+
+
 def machine_line(judge: Any) -> str:
     """Model, dtype, device, threads and load average: the context timings need."""
     import torch
 
-    load = "/".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+    load = load_average()
     return (
         f"judge {judge.name} ({judge.model.dtype}, {judge.engine.device}, batch_tokens={judge.engine.batch_tokens}, "
         f"attention {_attention(judge)}); "

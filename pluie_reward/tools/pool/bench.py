@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ...core.judge import Judge
-from ..bench.run import default_data_path, read_pairs
+from ..bench.run import default_data_path, load_average, read_pairs
 from ..bench.server_load import ServerLoad, check_load, format_server_table, free_port, load_url, request_batches, server_load
 from ..shared import UsageError, nonneg_int, positive_int
 from .deployment import PoolOptions, deploy, shutdown, start_ray
@@ -100,12 +100,12 @@ def run_args(args: argparse.Namespace) -> int:
     if data is None:
         raise UsageError("no ms-mrpc.json beside the checkout; pass --data PATH.")
     pairs = read_pairs(data)
-    load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+    load = load_average()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     results = run(args.clients, args.requests, args.items, args.rounds, pairs, template=args.template, model=args.model,
                   with_serve=not args.no_serve, worker_niceness=args.worker_niceness,
                   log=lambda text: print(text, file=sys.stderr, flush=True))
-    after = "/".join(f"{x:.1f}" for x in os.getloadavg())
+    after = load_average()
     print(f"# judge pool, {started}: {os.cpu_count()} CPUs, load average {load} before, {after} after; "
           f"Ray workers at nice {args.worker_niceness}\n")
     print(format_server_table(results).replace("engine", "configuration", 1))
