@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ...core.judge import Judge
-from ..evaluation.report import markdown_table
+from ..report import markdown_table
 from ..shared import UsageError
 
 ENGINES = ("transformers", "vllm")

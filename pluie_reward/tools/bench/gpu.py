@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 
 from ...core.judge import Judge
 from ...integrations.rewards import PluieReward
-from ..evaluation.report import markdown_table
+from ..report import markdown_table
 from ..shared import UsageError, comma_list, positive_float
 from .grpo_share import TimedReward
 from .run import default_data_path, generate_answers, read_pairs, reference_scores

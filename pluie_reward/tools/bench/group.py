@@ -18,7 +18,7 @@ import time
 from typing import Any, Sequence
 
 from ...integrations.group import judge_groups
-from ..evaluation.report import markdown_table
+from ..report import markdown_table
 from .run import edit_variants
 
 

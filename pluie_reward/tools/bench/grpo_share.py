@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from ...core.judge import Judge
 from ...integrations.rewards import PluieReward
-from ..evaluation.report import markdown_table
+from ..report import markdown_table
 from .engines import quiet_vllm_logs
 
 PLACEMENTS = ("shared", "separate", "vllm")

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ...core.judge import Judge
-from ..evaluation.report import markdown_table
+from ..report import markdown_table
 from ..shared import UsageError
 
 

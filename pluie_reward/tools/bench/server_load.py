@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..evaluation.report import markdown_table
+from ..report import markdown_table
 from ..shared import UsageError
 from .engines import quiet_vllm_logs
 

@@ -28,7 +28,7 @@ from ..shared import UsageError, log_ratio, positive_int
 from .calibration import CalibrationConfig, fit_calibration, heldout_split, p_yes
 from .cli import INPUT_HELP, _convert, _load_generic
 from .metrics import binary_label
-from .report import markdown_table
+from ..report import markdown_table
 from .scoring import score_in_chunks
 
 

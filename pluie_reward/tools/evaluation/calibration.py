@@ -22,7 +22,7 @@ import numpy as np
 
 from ...core.calibration import Calibration
 from .metrics import as_labels, as_scores, _same_length
-from .report import markdown_table
+from ..report import markdown_table
 
 __all__ = ["CalibrationConfig", "brier_score", "calibration_markdown", "calibration_metrics", "calibration_report",
            "expected_calibration_error", "fit_calibration", "fit_platt", "heldout_split", "log_loss", "p_yes", "probabilities",

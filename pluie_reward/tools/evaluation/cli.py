@@ -31,7 +31,7 @@ from ..shared import UsageError, comma_list, finite_float, nonneg_float, nonneg_
 from .baselines import missing_baselines, parse_baselines
 from .metrics import binary_label, preference_label
 from .presets import FRENCH_PAIRS, PRESETS, paper_table
-from .report import write_outputs
+from ..report import write_outputs
 from .scoring import JUDGE_ROW, Condition, reference_field
 from .store import StoreMismatch
 

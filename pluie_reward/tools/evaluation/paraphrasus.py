@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ...core.template import load_template
 from .plots import PLUIE_AXIS, plot_edit_distance, plot_error_rates, plot_score_histograms, plot_sts_bins, plot_threshold_curves
-from .report import markdown_table, percent, write_outputs
+from ..report import markdown_table, percent, write_outputs
 from .scoring import JUDGE_ROW, Condition, edit_distances, score_items
 from .store import ScoreStore, chat_settings, fingerprint
 

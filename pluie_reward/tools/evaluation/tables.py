@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from .calibration import calibration_markdown
 from .paraphrasus import markdown_report
-from .report import markdown_table, number
+from ..report import markdown_table, number
 from .scoring import JUDGE_ROW
 PAPER_BASELINES = {"levenshtein": "Levenshtein", "bleu": "BLEU"}  # our baseline -> the paper's row name
 

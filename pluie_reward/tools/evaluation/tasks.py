@@ -36,7 +36,7 @@ from .calibration import EVAL_HELDOUT, EVAL_SEED, calibration_report, heldout_ca
 from .metrics import as_labels, as_preferences, choice_metrics, classification_report, preference_metrics
 from .paraphrasus import paraphrasus_plots, paraphrasus_results
 from .plots import PLUIE_AXIS, pearson, plot_edit_distance, plot_reliability, plot_score_histograms, plot_threshold_curves
-from .report import write_outputs
+from ..report import write_outputs
 from .scoring import (
     JUDGE_ROW,
     Condition,

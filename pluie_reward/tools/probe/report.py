@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..evaluation.report import markdown_table, number, percent
+from ..report import markdown_table, number, percent
 
 HEADERS = ("family", "kind", "n", "mean", "max", "> threshold", "> honest", "novelty", "guarded")
 COPY_PROOF_HEADERS = ("copy-proof", "copy-proof ≥ honest")

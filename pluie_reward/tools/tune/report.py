@@ -21,7 +21,7 @@ import numpy as np
 
 from ..evaluation.metrics import as_scores, classification_report
 from ..evaluation.plots import pearson, plot_threshold_curves
-from ..evaluation.report import markdown_table, number, percent
+from ..report import markdown_table, number, percent
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:

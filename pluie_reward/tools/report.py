@@ -1,4 +1,4 @@
-"""Small formatting helpers for result tables (Markdown) and JSON files.
+"""The results layer of the tools: Markdown tables, number cells, and the JSON + Markdown pair a run writes.
 
 Example:
     >>> print(markdown_table(["a", "b"], [["1", "2"]]))
