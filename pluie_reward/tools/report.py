@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
@@ -67,11 +67,35 @@ def percent(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f}%"
 
 
-def write_outputs(directory: str | Path, results: dict[str, Any], markdown: str) -> tuple[Path, Path]:
-    """Write ``results.json`` and ``results.md`` into ``directory`` (created if needed)."""
+def write_outputs(directory: str | Path, results: Any, markdown: str | None = None, *,
+                  names: tuple[str, str] = ("results.json", "results.md"), indent: int = 2,
+                  default: Callable[[Any], Any] | None = None) -> tuple[Path, Path | None]:
+    """Write a run's results: the JSON file and, when ``markdown`` is given, the Markdown file beside it.
+
+    Args:
+        directory: the run folder (created if needed).
+        results: what the JSON file holds (JSON-serialisable, or through ``default``).
+        markdown: the report's text (a final newline is added when missing); ``None`` writes no Markdown.
+        names: the two files' names inside ``directory``.
+        indent: the JSON indentation.
+        default: ``json.dumps``'s ``default`` for values JSON cannot hold (numpy numbers...).
+
+    Returns:
+        The two paths written (the second ``None`` without ``markdown``).
+
+    Example:
+        >>> import tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> json_path, md_path = write_outputs(folder, {"auc": 0.75}, "| auc |")
+        >>> json.loads(json_path.read_text()), md_path.read_text()
+        ({'auc': 0.75}, '| auc |\\n')
+    """
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = folder / "results.json", folder / "results.md"
-    json_path.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    md_path.write_text(markdown + "\n", encoding="utf-8")
+    json_path = folder / names[0]
+    json_path.write_text(json.dumps(results, indent=indent, ensure_ascii=False, default=default) + "\n", encoding="utf-8")
+    if markdown is None:
+        return json_path, None
+    md_path = folder / names[1]
+    md_path.write_text(markdown if markdown.endswith("\n") else markdown + "\n", encoding="utf-8")
     return json_path, md_path
