@@ -47,13 +47,13 @@ from .run import (
     format_placements,
     format_table,
     grpo_workload,
-    load_average,
     machine_line,
     mrpc_workload,
     placement_memory,
     read_pairs,
     run_workload,
 )
+from .measure import load_average
 from .server_load import check_load, format_server_table, server_load
 
 
@@ -115,6 +115,11 @@ def _report(args: argparse.Namespace, section: str, machine: str, body: Callable
     print(f"# pluie-reward bench {section}, {started}\n\n{machine}\n")
     payload: dict[str, Any] = {"section": section, "started": started, "machine": machine}
     body(payload)
+    return _write_json(args, payload)
+
+
+def _write_json(args: argparse.Namespace, payload: Any) -> int:
+    """``--json``: the section's numbers, written whole (the one writer of the sections' JSON)."""
     if args.json:
         write_text_file(args.json, json.dumps(payload, indent=1, default=str), "--json")
     return 0
@@ -227,7 +232,7 @@ def _server(args: argparse.Namespace) -> int:
             loads.append(server_load(engine, pairs, args.clients, args.requests, args.items, template=args.template,
                                      model=args.model))
         print(format_server_table(loads) + "\n")
-        payload["server"] = [{**asdict(x), "items_per_second": x.items_per_second, "p50": x.p50, "p99": x.p99} for x in loads]
+        payload["server"] = [x.as_json() for x in loads]
 
     return _report(args, "server", _machine(), body)
 
@@ -287,11 +292,16 @@ def _placement(args: argparse.Namespace) -> int:
     def body(payload: dict) -> None:
         say("placement memory: three fresh processes ...")
         memory = placement_memory()
-        print("Judge placement, peak memory of a fresh process (one LoRA policy step, then 16 pairs scored):\n")
         print(format_placements(memory) + "\n")
         payload["placement"] = memory
 
     return _report(args, "placement", _machine(), body)
+
+
+# pool -----------------------------------------------------------------------------------------------
+def _pool(args: argparse.Namespace) -> int:
+    check_load(args.clients, args.requests, args.items, 10**9)
+    return _write_json(args, [x.as_json() for x in pool_bench.run_args(args, _pairs(args))])
 
 
 # the command ----------------------------------------------------------------------------------------
@@ -302,7 +312,7 @@ SECTIONS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "grpo": ("the reward's share of GRPO steps per judge placement, in fresh processes", _grpo_args, _grpo),
     "groups": ("group-relative judging (para-group) beside pointwise PLUIE", _groups_args, _groups),
     "placement": ("peak memory of the judge placements, in fresh processes", _output, _placement),
-    "pool": ("the judge pool with 1 and 2 replicas beside serve (needs the pool extra)", pool_bench.add_cli_args, pool_bench.run_args),
+    "pool": ("the judge pool with 1 and 2 replicas beside serve (needs the pool extra)", pool_bench.add_cli_args, _pool),
     "gpu": ("the CUDA path against its goals (one prepared run on a lent GPU)", gpu.add_cli_args, gpu.run_args),
 }
 

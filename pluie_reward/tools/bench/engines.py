@@ -11,31 +11,16 @@ Example:
 
 from __future__ import annotations
 
-import os
 import statistics
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ...core.judge import Judge
-from ..report import markdown_table
 from ..shared import UsageError
+from .measure import quiet_vllm_logs, timed, titled_table
 
 ENGINES = ("transformers", "vllm")
 MAX_DIFF = 1e-3
-
-
-def quiet_vllm_logs(environ: Any = None) -> Any:
-    """vLLM's logs to stderr, warnings and up only, unless the user set them (the report is stdout).
-
-    Example:
-        >>> quiet_vllm_logs({})
-        {'VLLM_LOGGING_LEVEL': 'WARNING', 'VLLM_LOGGING_STREAM': 'ext://sys.stderr'}
-    """
-    environ = os.environ if environ is None else environ
-    environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    return environ
 
 
 def load_vllm_judge(model: str | None, dtype: str, **options: Any) -> Any:
@@ -112,14 +97,13 @@ def compare_engines(
     if len(fields) != 2:
         raise UsageError(f"the benchmark needs a two-field (source, hypothesis) template; {template!r} has {fields}.")
     out = EngineComparison(workload.name, workload.description, len(workload))
+    items = dict(zip(fields, (workload.sources, workload.hypotheses)))
     for r in range(rounds):
         for name in names[r % len(names):] + names[: r % len(names)]:
             judge = judges[name]
             judge.clear_cache()
             judge.score(template, **dict(zip(fields, (workload.sources[:1], ["-"]))))  # the static prefix, as a run leaves it
-            start = time.perf_counter()
-            scores = judge.score(template, **dict(zip(fields, (workload.sources, workload.hypotheses))))
-            seconds = time.perf_counter() - start
+            seconds, scores, _ = timed(None, lambda: judge.score(template, **items))
             out.rates.setdefault(name, []).append(len(workload) / seconds)
             out.scores[name] = list(scores)
             log(f"  {workload.name} round {r + 1}/{rounds} engine {name}: {seconds:.1f} s")
@@ -132,17 +116,12 @@ def format_engine_table(comparisons: Sequence[EngineComparison]) -> str:
         return ""
     names = list(comparisons[0].rates)
     base = names[0]
-    lines = [
+    lines = [titled_table(
         f"Engines side by side (Judge.score, steady state, median of rounds; ratio and max |diff| against {base}):",
-        "",
-        markdown_table(
-            ["workload", "engine", "pairs/s", "per round", "ratio", "max abs diff"],
-            [[c.workload, name, f"{c.pairs_per_second(name):.2f}", " ".join(f"{x:.2f}" for x in c.rates[name]),
-              f"{c.ratio(name, base):.2f}", "-" if name == base else f"{c.max_diff(name):.1e}"]
-             for c in comparisons for name in names],
-            align="llrlrr",
-        ),
-    ]
+        ["workload", "engine", "pairs/s", "per round", "ratio", "max abs diff"],
+        [[c.workload, name, f"{c.pairs_per_second(name):.2f}", " ".join(f"{x:.2f}" for x in c.rates[name]),
+          f"{c.ratio(name, base):.2f}", "-" if name == base else f"{c.max_diff(name):.1e}"]
+         for c in comparisons for name in names], "llrlrr")]
     worst = max((c.max_diff(n) for c in comparisons for n in names[1:]), default=None)
     if worst is not None:
         verdict = "within" if worst <= MAX_DIFF else "OUTSIDE"

@@ -28,21 +28,21 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
-import json
 import math
-import statistics
 import sys
 import tempfile
-import time
 import traceback
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ...core.judge import Judge
 from ...integrations.rewards import PluieReward
-from ..report import markdown_table
+from ..report import markdown_table, write_outputs
 from ..shared import UsageError, comma_list, positive_float
+from . import measure
 from .grpo_share import TimedReward
+from .measure import Clock, mib, synchronize
 from .run import default_data_path, generate_answers, read_pairs, reference_scores
 
 TEMPLATE = "para-fs"
@@ -75,6 +75,9 @@ BUILTIN_PAIRS = [
 
 
 # helpers ---------------------------------------------------------------------------------------
+timed = partial(measure.timed, rounds=2, warmup=True)  # median of 2 calls after an untimed one, unless told otherwise
+_f = partial(measure.cell, none="not run")  # a gpu.md cell: "not run" where a section measured nothing
+OUTPUTS = ("gpu.json", "gpu.md")
 def trie_tokens(sequences: Sequence[Sequence[int]]) -> int:
     """Distinct prefixes over ``sequences``: the tokens a forward must compute at least when shared
     prefixes are computed once (the scoring's useful work)."""
@@ -83,36 +86,6 @@ def trie_tokens(sequences: Sequence[Sequence[int]]) -> int:
         for end in range(1, len(seq) + 1):
             seen.add(tuple(seq[:end]))
     return len(seen)
-
-
-def synchronize(device: Any) -> None:
-    """Wait for the device's queued work (a no-op off CUDA)."""
-    import torch
-
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def timed(device: Any, run: Callable[[], Any], rounds: int = 2, warmup: bool = True) -> tuple[float, Any, float | None]:
-    """Median seconds of ``rounds`` timed calls after one untimed call (none without ``warmup``), the last
-    value, and the peak CUDA memory (MiB) of the timed calls (None off CUDA)."""
-    import torch
-
-    if warmup:
-        run()
-    cuda = torch.device(device).type == "cuda"
-    if cuda:
-        synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-    times, value = [], None
-    for _ in range(rounds):
-        synchronize(device)
-        start = time.perf_counter()
-        value = run()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    peak = torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None
-    return statistics.median(times), value, peak
 
 
 def bf16_peak_flops(device: Any, tiny: bool) -> float:
@@ -351,7 +324,7 @@ def throughput(shape: str, folder: Path | None, pairs: Sequence[tuple[str, str]]
         with fused_attention(False):  # the float32 scores the fused kernels replaced: before and after in one run
             f32_seconds, f32_scores, _ = timed(device, lambda: judge.score(TEMPLATE, source=src, hypothesis=hyp, use_cache=False))
         row = {"model": shape, "workload": name, "n": len(src), "prompt_tokens": tokens, "pluie_pairs_s": len(src) / seconds,
-               "pluie_tokens_s": tokens / seconds, "pluie_peak_share": flops / seconds / peak, "pluie_peak_mib": mem,
+               "pluie_tokens_s": tokens / seconds, "pluie_peak_share": flops / seconds / peak, "pluie_peak_mib": mem.cuda_mb,
                "wide_batch_tokens": WIDE_BATCH_TOKENS[tiny], "wide_pairs_s": len(src) / wide_seconds,
                "wide_peak_share": flops / wide_seconds / peak, "distinct_tokens": distinct, "bound": tokens / distinct, **path,
                "f32_pairs_s": len(src) / f32_seconds, "f32_peak_share": flops / f32_seconds / peak, "fused_vs_f32": f32_seconds / seconds,
@@ -363,7 +336,7 @@ def throughput(shape: str, folder: Path | None, pairs: Sequence[tuple[str, str]]
                 measured[rows_now] = timed(device, lambda r=rows_now: plain_scores(model, ids, answer_ids, pad, r),
                                            rounds=1 if tiny else 2, warmup=not tiny)
             plain_s, plain, plain_mem = measured[rows_now]
-            row.update({f"plain{size}_pairs_s": len(src) / plain_s, f"plain{size}_peak_mib": plain_mem,
+            row.update({f"plain{size}_pairs_s": len(src) / plain_s, f"plain{size}_peak_mib": plain_mem.cuda_mb,
                         f"plain{size}_max_abs_diff": max(abs(a - b) for a, b in zip(scores, plain))})
         best = max(row[f"plain{size}_pairs_s"] for size in PLAIN_ROWS)
         row.update({"plain_peak_share": 2 * params * tokens * best / len(src) / peak, "vs_plain": row["pluie_pairs_s"] / best,
@@ -372,7 +345,7 @@ def throughput(shape: str, folder: Path | None, pairs: Sequence[tuple[str, str]]
         two, _, mem2 = timed(device, lambda: reference_scores(judge, TEMPLATE, src[:k], hyp[:k]), rounds=1)
         gen, (answers, _), mem3 = timed(device, lambda: generate_answers(judge, src[:k], hyp[:k], batch_size=k, max_new_tokens=8), rounds=1)
         row.update({"subset": k, "two_pass_pairs_s": k / two, "generate_pairs_s": k / gen,
-                    "two_pass_peak_mib": mem2, "generate_peak_mib": mem3, "generate_unparsed": sum(a is None for a in answers)})
+                    "two_pass_peak_mib": mem2.cuda_mb, "generate_peak_mib": mem3.cuda_mb, "generate_unparsed": sum(a is None for a in answers)})
         row["speedup_vs_two_pass"] = row["pluie_pairs_s"] / row["two_pass_pairs_s"]
         row["speedup_vs_generate"] = row["pluie_pairs_s"] / row["generate_pairs_s"]
         rows.append(row)
@@ -466,7 +439,7 @@ def sharing(policy: Any, tok: Any, pairs: Sequence[tuple[str, str]], device: Any
     offloaded.close()
     free(offloaded, base)
     return {"policy_bytes": before, "judge_kept_bytes": kept, "judge_kept_share": kept / before if cuda else None,
-            "judge_bytes_after_clear_cache": cleared, "n": len(src), "shared_seconds": seconds, "shared_peak_mib": peak,
+            "judge_bytes_after_clear_cache": cleared, "n": len(src), "shared_seconds": seconds, "shared_peak_mib": peak.cuda_mb,
             "offloaded_seconds": off_seconds, "offload_cost": off_seconds / seconds}
 
 
@@ -487,15 +460,14 @@ def grpo_step(policy: Any, tok: Any, pairs: Sequence[tuple[str, str]], device: A
     judge = Judge.from_peft(policy, tok)
     reward = TimedReward(PluieReward(judge, template=TEMPLATE, fields={"source": "source"}))
     marks: list[tuple[float, float]] = []
+    clock = Clock()
 
     class Steps(TrainerCallback):
         def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             synchronize(device)
-            marks.append((time.perf_counter(), reward.seconds))
+            marks.append((clock.seconds, reward.seconds))
 
-        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            synchronize(device)
-            marks.append((time.perf_counter(), reward.seconds))
+        on_step_end = on_step_begin
 
     with tempfile.TemporaryDirectory(prefix="pluie-gpu-grpo-") as out:
         args = GRPOConfig(output_dir=out, num_generations=group, per_device_train_batch_size=prompts * group,
@@ -559,15 +531,6 @@ def goal_values(result: dict[str, Any]) -> dict[str, Any]:
             "random_draws": len(draws) if ran else None}
 
 
-def mib(n: int | None) -> float | None:
-    """Bytes as MiB (None stays None)."""
-    return None if n is None else n / 2**20
-
-
-def _f(x: Any, spec: str = ".3g", none: str = "not run") -> str:
-    return none if x is None else (f"{x:{spec}}" if isinstance(x, (int, float)) else str(x))
-
-
 def markdown(result: dict[str, Any]) -> str:
     """``gpu.md``: the machine, then one table per section and the goals."""
     lines = [f"# GPU check: {result['device_name']}", "",
@@ -588,7 +551,7 @@ def markdown(result: dict[str, Any]) -> str:
                              "pairs/s, larger batches", "share of peak, larger batches",
                              "two-pass pairs/s", "generating pairs/s", "x two-pass", "x generating", "subset"],
                             [[r["model"], r["workload"], str(r["n"]), _f(r["pluie_pairs_s"], ".1f"), _f(r["pluie_tokens_s"], ".0f"),
-                              _f(r["pluie_peak_share"], ".1%"), _f(r["pluie_peak_mib"], ".0f", "n/a on CPU"),
+                              _f(r["pluie_peak_share"], ".1%"), _f(r["pluie_peak_mib"], ".0f", none="n/a on CPU"),
                               _f(r["wide_pairs_s"], ".1f"), _f(r["wide_peak_share"], ".1%"), _f(r["two_pass_pairs_s"], ".1f"),
                               _f(r["generate_pairs_s"], ".1f"), _f(r["speedup_vs_two_pass"], ".1f"), _f(r["speedup_vs_generate"], ".1f"),
                               str(r["subset"])] for r in result["throughput"]], align="llrrrrrrrrrrrr")]
@@ -622,9 +585,9 @@ def markdown(result: dict[str, Any]) -> str:
               f"failed: {failed(s)}" if failed(s) else markdown_table(
                              ["policy MiB", "judge keeps MiB (caches)", "share of policy", "after clear_cache MiB",
                               "shared s/call", "offloaded s/call", "offload cost"],
-                             [[_f(mib(s["policy_bytes"]), ".0f", cpu), _f(mib(s["judge_kept_bytes"]), ".1f", cpu),
-                               _f(s["judge_kept_share"], ".2%", cpu),
-                               _f(mib(s["judge_bytes_after_clear_cache"]), ".1f", cpu), _f(s["shared_seconds"], ".3f"),
+                             [[_f(mib(s["policy_bytes"]), ".0f", none=cpu), _f(mib(s["judge_kept_bytes"]), ".1f", none=cpu),
+                               _f(s["judge_kept_share"], ".2%", none=cpu),
+                               _f(mib(s["judge_bytes_after_clear_cache"]), ".1f", none=cpu), _f(s["shared_seconds"], ".3f"),
                                _f(s["offloaded_seconds"], ".3f"), _f(s["offload_cost"], ".1f") + "x"]], align="rrrrrrr")]
     g = result["grpo"]
     lines += ["", "## d. Reward share of a GRPO step (trl.GRPOTrainer, second step)", ""]
@@ -644,7 +607,7 @@ def markdown(result: dict[str, Any]) -> str:
                   f">= {w['vs_plain_goal']:.2f} ({GOALS['vs_bound']:g} x bound, at least {GOALS['vs_plain']:g})",
                   goal(w["vs_plain"], w["vs_plain_goal"], True)]]
     draws_where = f"{draws[0]['model']}, seeds {draws[0]['seed']}-{draws[-1]['seed']}" if isinstance(draws, list) and draws else "-"
-    rows += [["shared judge: memory kept / the policy's", "qwen2.5-1.5b policy", _f(g["shared_memory"], ".2%", "n/a on CPU"),
+    rows += [["shared judge: memory kept / the policy's", "qwen2.5-1.5b policy", _f(g["shared_memory"], ".2%", none="n/a on CPU"),
               f"<= {GOALS['shared_memory']:.0%}", goal(g["shared_memory"], GOALS["shared_memory"], False)],
              ["reward's share of a GRPO step", "-" if failed(grpo) else "{prompts} x G={group}, {completion_tokens} tokens".format(**grpo),
               _f(g["reward_share"], ".1%"),
@@ -678,8 +641,7 @@ def section(result: dict[str, Any], key: str, work: Callable[[], Any], out: Path
     except Exception as err:  # noqa: BLE001 - reported in the table, and the command exits 1
         log(traceback.format_exc())
         result[key] = {"error": f"{type(err).__name__}: {err}"}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    write_outputs(out, result, names=OUTPUTS, indent=1)
     return result[key]
 
 
@@ -694,8 +656,8 @@ def run(out: Path, device: str, tiny: bool, tokenizers: Path | None, data: Path 
     import torch
     import transformers
 
-    start = time.perf_counter()
-    clock = lambda: f"({time.perf_counter() - start:.0f} s)"  # noqa: E731
+    clock = Clock()
+    done = lambda what: log(f"[gpu] {what} done ({clock.seconds:.0f} s)")  # noqa: E731
     pairs = read_pairs(data) if data is not None else BUILTIN_PAIRS * 8
     name = torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
     result: dict[str, Any] = {"device_name": name, "tiny": tiny, "torch": torch.__version__, "transformers": transformers.__version__,
@@ -704,11 +666,11 @@ def run(out: Path, device: str, tiny: bool, tokenizers: Path | None, data: Path 
     result["peak_tflops"] = result["peak_flops"] / 1e12
     log(f"[gpu] {name}: bf16 peak {result['peak_tflops']:.3g} TFLOP/s")
     section(result, "exactness", lambda: exactness(tokenizers, pairs[: 4 if tiny else 8], device), out, log)
-    log(f"[gpu] a. exactness done {clock()}")
+    done("a. exactness")
     result["throughput"] = []
     for shape in models:
-        if result["throughput"] and time.perf_counter() - start > budget_s / 2:
-            log(f"[gpu] b. {shape} skipped: {time.perf_counter() - start:.0f} s spent of the {budget_s:.0f} s budget")
+        if result["throughput"] and clock.seconds > budget_s / 2:
+            log(f"[gpu] b. {shape} skipped: {clock.seconds:.0f} s spent of the {budget_s:.0f} s budget")
             continue
         got = section(result, f"throughput {shape}", lambda: throughput(shape, tokenizers, pairs, device, tiny, result["peak_flops"],
                                                                          subset=4 if tiny else 16), out, log)
@@ -717,19 +679,18 @@ def run(out: Path, device: str, tiny: bool, tokenizers: Path | None, data: Path 
             if isinstance(result["exactness"], list):
                 result["exactness"].append(got[1])
             del result[f"throughput {shape}"]
-        log(f"[gpu] b. {shape} done {clock()}")
+        done(f"b. {shape}")
     draws = range(2 if tiny else 8)  # seeds
     section(result, "random_draws", lambda: random_draws(models[0], tokenizers, pairs, device, tiny, draws), out, log)
-    log(f"[gpu] b3. random draws done {clock()}")
+    done("b3. random draws")
     policy, tok = policy_with_lora(tokenizers, device, tiny)
     section(result, "sharing", lambda: sharing(policy, tok, pairs, device, tiny), out, log)
-    log(f"[gpu] c. sharing done {clock()}")
+    done("c. sharing")
     section(result, "grpo", lambda: grpo_step(policy, tok, pairs, device, tiny), out, log)
-    log(f"[gpu] d. grpo done {clock()}")
+    done("d. grpo")
     result["goals"] = goal_values(result)
-    result["seconds"] = time.perf_counter() - start
-    (out / "gpu.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
-    (out / "gpu.md").write_text(markdown(result), encoding="utf-8")
+    result["seconds"] = clock.seconds
+    write_outputs(out, result, markdown(result), names=OUTPUTS, indent=1)
     return result
 
 

@@ -14,11 +14,11 @@ Example:
 from __future__ import annotations
 
 import statistics
-import time
 from typing import Any, Sequence
 
 from ...integrations.group import judge_groups
 from ..report import markdown_table
+from .measure import timed
 from .run import edit_variants
 
 
@@ -54,20 +54,17 @@ def compare_group_judging(judge: Any, pairs: Sequence[tuple[str, str]], *, group
         log p(best) over groups of ``size`` identical candidates, 0 with no position bias), and the setup.
     """
     data = make_groups(pairs, groups, size)
-    rows = []
-    start = time.perf_counter()
-    pointwise = [judge.score(pointwise_template, source=s, hypothesis=c, use_cache=False) for s, c in data]
-    seconds = (time.perf_counter() - start) / len(data)
-    rows.append(_row(f"pointwise {pointwise_template}", seconds, pointwise, pointwise, data))
+    sources, candidates = [s for s, _ in data], [c for _, c in data]
+    seconds, pointwise, _ = timed(None, lambda: [judge.score(pointwise_template, source=s, hypothesis=c, use_cache=False) for s, c in data])
+    rows = [_row(f"pointwise {pointwise_template}", seconds / len(data), pointwise, pointwise, data)]
     for k in orders:
-        start = time.perf_counter()
-        out = judge_groups(judge, group_template, [c for _, c in data], orders=k, source=[s for s, _ in data])
-        seconds = (time.perf_counter() - start) / len(data)
-        rows.append(_row(f"{group_template}, {k} order{'s' if k > 1 else ''}", seconds, [r["logp_best"] for r in out], pointwise, data))
+        seconds, out, _ = timed(None, lambda: judge_groups(judge, group_template, candidates, orders=k, source=sources))
+        rows.append(_row(f"{group_template}, {k} order{'s' if k > 1 else ''}", seconds / len(data), [r["logp_best"] for r in out],
+                         pointwise, data))
     same = [[c[0]] * size for _, c in data]
     bias = {}
     for k in orders:
-        out = judge_groups(judge, group_template, same, orders=k, source=[s for s, _ in data])
+        out = judge_groups(judge, group_template, same, orders=k, source=sources)
         bias[k] = statistics.fmean(max(r["logp_best"]) - min(r["logp_best"]) for r in out)
     return {"rows": rows, "bias": bias, "groups": len(data), "size": size}
 

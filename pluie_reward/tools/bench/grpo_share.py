@@ -16,18 +16,11 @@ Example:
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import time
-from pathlib import Path
 from typing import Any, Sequence
 
 from ...core.judge import Judge
 from ...integrations.rewards import PluieReward
-from ..report import markdown_table
-from .engines import quiet_vllm_logs
+from .measure import Clock, in_fresh_process, timed, titled_table
 
 PLACEMENTS = ("shared", "separate", "vllm")
 SOURCES = [
@@ -54,11 +47,11 @@ class TimedReward:
         self.calls = 0
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
+        clock = Clock()
         try:
             return self.reward(*args, **kwargs)
         finally:
-            self.seconds += time.perf_counter() - start
+            self.seconds += clock.seconds
             self.calls += 1
 
 
@@ -76,16 +69,10 @@ def grpo_child(placement: str, steps: int, output_dir: str, threads: int | None 
 
     policy, tokenizer = load_trainable_embedded()
     policy = get_peft_model(policy, LoraConfig(target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
-    load_start = time.perf_counter()
-    if placement == "shared":
-        judge = Judge.from_peft(policy, tokenizer)
-    elif placement == "separate":
-        judge = Judge.load()
-    elif placement == "vllm":
-        judge = Judge.load(engine="vllm")
-    else:
+    if placement not in PLACEMENTS:
         raise ValueError(f"unknown placement {placement!r}; choose from {PLACEMENTS}.")
-    load_seconds = time.perf_counter() - load_start
+    load_seconds, judge, _ = timed(None, {"shared": lambda: Judge.from_peft(policy, tokenizer), "separate": Judge.load,
+                                          "vllm": lambda: Judge.load(engine="vllm")}[placement])
     ds = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Paraphrase: {s}"}] for s in SOURCES], "source": SOURCES})
     reward = TimedReward(PluieReward(judge, template="para-fs", fields={"source": "source"}))
     args = GRPOConfig(
@@ -93,9 +80,7 @@ def grpo_child(placement: str, steps: int, output_dir: str, threads: int | None 
         max_steps=steps, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True, bf16=False, seed=0,
     )
     trainer = GRPOTrainer(model=policy, processing_class=tokenizer, train_dataset=ds, args=args, reward_funcs=[reward])
-    start = time.perf_counter()
-    trainer.train()
-    train_seconds = time.perf_counter() - start
+    train_seconds, _, _ = timed(None, trainer.train)
     judge.close()
     return {"placement": placement, "steps": steps, "train_seconds": train_seconds, "reward_seconds": reward.seconds,
             "reward_calls": reward.calls, "judge_load_seconds": load_seconds, "share": reward.seconds / train_seconds}
@@ -110,19 +95,10 @@ def grpo_share(placements: Sequence[str], steps: int, threads: int | None = None
     """
     import tempfile
 
-    root = str(Path(__file__).resolve().parents[3])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    quiet_vllm_logs(env)
     out = []
     for placement in placements:
         with tempfile.TemporaryDirectory(prefix="pluie-bench-grpo-") as folder:
-            code = ("import json; from pluie_reward.tools.bench.grpo_share import grpo_child; "
-                    f"print('PLUIE-GRPO ' + json.dumps(grpo_child({placement!r}, {steps}, {folder!r}, {threads!r})))")
-            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-        lines = [line for line in done.stdout.splitlines() if line.startswith("PLUIE-GRPO ")]
-        if done.returncode != 0 or not lines:
-            raise RuntimeError(f"GRPO placement {placement!r} failed:\n{done.stderr[-3000:]}")
-        out.append(json.loads(lines[-1][len("PLUIE-GRPO "):]))
+            out.append(in_fresh_process(grpo_child, placement, steps, folder, threads))
     return out
 
 
@@ -130,16 +106,9 @@ def format_grpo_table(rows: Sequence[dict[str, Any]]) -> str:
     """GRPO timings as a Markdown table."""
     if not rows:
         return ""
-    steps = rows[0]["steps"]
-    lines = [
-        f"Reward share of GRPO steps (trl.GRPOTrainer, LoRA policy = embedded model, {steps} steps of 2 prompts x 4 "
+    return titled_table(
+        f"Reward share of GRPO steps (trl.GRPOTrainer, LoRA policy = embedded model, {rows[0]['steps']} steps of 2 prompts x 4 "
         "completions <= 24 tokens, CPU; reward = PluieReward para-fs, timed inside the reward callable):",
-        "",
-        markdown_table(
-            ["judge placement", "judge load s", "train s", "s per step", "reward s", "reward share of the step"],
-            [[r["placement"], f"{r['judge_load_seconds']:.1f}", f"{r['train_seconds']:.1f}",
-              f"{r['train_seconds'] / r['steps']:.1f}", f"{r['reward_seconds']:.2f}", f"{r['share']:.1%}"] for r in rows],
-            align="lrrrrr",
-        ),
-    ]
-    return "\n".join(lines)
+        ["judge placement", "judge load s", "train s", "s per step", "reward s", "reward share of the step"],
+        [[r["placement"], f"{r['judge_load_seconds']:.1f}", f"{r['train_seconds']:.1f}",
+          f"{r['train_seconds'] / r['steps']:.1f}", f"{r['reward_seconds']:.2f}", f"{r['share']:.1%}"] for r in rows], "lrrrrr")

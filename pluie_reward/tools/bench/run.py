@@ -33,17 +33,13 @@ import platform
 import random
 import re
 import statistics
-import subprocess
-import sys
-import threading
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ...core.judge import Judge
-from ..report import markdown_table
 from ..shared import UsageError
+from .measure import PeakMemory, cell, in_fresh_process, load_average, mib, peak_rss_mb, timed, titled_table
 
 
 METHODS = ("reference", "generate", "score", "score-cold", "indirect")
@@ -298,51 +294,6 @@ def generate_answers(
     return [parse_answer(t) for t in outputs], outputs
 
 
-# measuring -------------------------------------------------------------------------------------
-class PeakMemory:
-    """Peak resident memory (RSS, sampled every few ms) and CUDA max allocated during a block.
-
-    Example:
-        >>> with PeakMemory() as peak:
-        ...     _ = [0] * 10**6
-        >>> peak.rss_mb > 0
-        True
-    """
-
-    def __init__(self, device: Any = None, interval: float = 0.003) -> None:
-        self.device, self.interval = device, interval
-        self.rss_mb = self.start_rss_mb = 0.0
-        self.cuda_mb: float | None = None
-        self._stop = threading.Event()
-
-    def _sample(self, process: Any) -> None:
-        while not self._stop.wait(self.interval):
-            self.rss_mb = max(self.rss_mb, process.memory_info().rss / 2**20)
-
-    def __enter__(self) -> "PeakMemory":
-        import psutil
-        import torch
-
-        process = psutil.Process()
-        self.rss_mb = self.start_rss_mb = process.memory_info().rss / 2**20
-        self._cuda = self.device is not None and torch.device(self.device).type == "cuda"
-        if self._cuda:
-            torch.cuda.synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-        self._thread = threading.Thread(target=self._sample, args=(process,), daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        import torch
-
-        if self._cuda:
-            torch.cuda.synchronize(self.device)
-            self.cuda_mb = torch.cuda.max_memory_allocated(self.device) / 2**20
-        self._stop.set()
-        self._thread.join()
-
-
 @dataclass
 class MethodResult:
     """Totals of one method on one workload."""
@@ -413,18 +364,6 @@ class WorkloadResult:
         return sum(v is None for v in gen.verdicts.values()) if gen else 0
 
 
-def _timed(device: Any, run: Callable[[], Any]) -> tuple[float, Any, PeakMemory]:
-    import torch
-
-    with PeakMemory(device) as peak:
-        start = time.perf_counter()
-        value = run()
-        if peak._cuda:
-            torch.cuda.synchronize(device)
-        seconds = time.perf_counter() - start
-    return seconds, value, peak
-
-
 def _chunks(indices: list[int], parts: int) -> list[list[int]]:
     size = -(-len(indices) // parts) if indices else 0
     return [indices[i * size : (i + 1) * size] for i in range(parts)]
@@ -477,53 +416,40 @@ def run_workload(
                 judge.clear_cache()  # no result or source prefix survives from an earlier round
                 if method == "score":  # the template's static prefix, as any earlier call leaves it
                     judge.score(template, **dict(zip(names, (src[:1], ["-"]))))
-                seconds, scores, peak = _timed(device, lambda: judge.score(template, **fields))
-                result.scores = dict(enumerate(scores))
-                result.record(seconds, len(workload), peak)
+                chunk, work = range(len(workload)), lambda: judge.score(template, **fields)
             else:
                 chunk = plan[method][r]
                 if not chunk:
                     continue
                 s, h = [src[i] for i in chunk], [hyp[i] for i in chunk]
-                if method == "reference":
-                    seconds, scores, peak = _timed(device, lambda: reference_scores(judge, template, s, h))
-                    result.scores.update(zip(chunk, scores))
-                elif method == "indirect":
-                    seconds, scores, peak = _timed(device, lambda: judge.score(
-                        indirect_template, **dict(zip(indirect_names, (s, h))), use_cache=False, max_new_tokens=indirect_max_new_tokens))
-                    result.scores.update(zip(chunk, scores))
-                else:
-                    seconds, (verdicts, texts), peak = _timed(
-                        device, lambda: generate_answers(judge, s, h, batch_size=generate_batch_size)
-                    )
-                    result.verdicts.update(zip(chunk, verdicts))
-                    result.texts.update(zip(chunk, texts))
-                result.record(seconds, len(chunk), peak)
+                work = {"reference": lambda: reference_scores(judge, template, s, h),
+                        "indirect": lambda: judge.score(indirect_template, **dict(zip(indirect_names, (s, h))), use_cache=False,
+                                                        max_new_tokens=indirect_max_new_tokens),
+                        "generate": lambda: generate_answers(judge, s, h, batch_size=generate_batch_size)}[method]
+            seconds, value, peak = timed(device, work, rss=True)
+            if method == "generate":
+                result.verdicts.update(zip(chunk, value[0]))
+                result.texts.update(zip(chunk, value[1]))
+            else:
+                result.scores.update(zip(chunk, value))
+            result.record(seconds, len(chunk), peak)
             log(f"  {workload.name} round {r + 1}/{rounds} {method}: {seconds:.1f} s")
     return WorkloadResult(workload.name, workload.description, len(workload), results)
 
 
 # reporting -------------------------------------------------------------------------------------
-def _fmt(x: float | None, spec: str = ".2f", none: str = "-") -> str:
-    return none if x is None else format(x, spec)
-
-
 def format_table(result: WorkloadResult) -> str:
     """One workload's results as a Markdown table."""
-    lines = [
+    table = titled_table(
         f"workload {result.workload} ({result.description}; methods (1), (2), (4) on a sample, (3) on all {result.n})",
-        "",
-        markdown_table(
-            ["method", "pairs timed", "seconds", "pairs/s (median of rounds)", "x vs (1)", "x vs (2)",
-             "max abs diff vs (1)", "peak RSS MB (+during)", "CUDA max MB"],
-            [[LABELS[method], m.pairs, f"{m.seconds:.1f}", f"{m.pairs_per_second:.2f}",
-              _fmt(result.speedup(method, "reference"), ".1f"), _fmt(result.speedup(method, "generate"), ".1f"),
-              _fmt(result.max_diff() if method == result.score_key() else None, ".1e"),
-              f"{m.peak_rss_mb:.0f} (+{m.rss_increase_mb:.0f})", _fmt(m.peak_cuda_mb, ".0f")]
-             for method, m in ((k, result.results[k]) for k in METHODS if k in result.results)],
-            align="lrrrrrrrr",
-        ),
-    ]
+        ["method", "pairs timed", "seconds", "pairs/s (median of rounds)", "x vs (1)", "x vs (2)",
+         "max abs diff vs (1)", "peak RSS MB (+during)", "CUDA max MB"],
+        [[LABELS[method], m.pairs, f"{m.seconds:.1f}", f"{m.pairs_per_second:.2f}",
+          cell(result.speedup(method, "reference"), ".1f"), cell(result.speedup(method, "generate"), ".1f"),
+          cell(result.max_diff() if method == result.score_key() else None, ".1e"),
+          f"{m.peak_rss_mb:.0f} (+{m.rss_increase_mb:.0f})", cell(m.peak_cuda_mb, ".0f")]
+         for method, m in ((k, result.results[k]) for k in METHODS if k in result.results)],
+        "lrrrrrrrr")
     notes = []
     if "generate" in result.results:
         notes.append(f"LLM-Yes/No: {result.unparsed()} of {len(result.results['generate'].verdicts)} answers unparseable")
@@ -540,9 +466,7 @@ def format_table(result: WorkloadResult) -> str:
             got = result.results[key].scores
             same = [(v > 0) == (got[i] > 0) for i, v in indirect.scores.items()]
             notes.append(f"INDIRECT verdicts equal to (3)'s on {sum(same) / len(same):.0%}")
-    if notes:
-        lines += ["", "; ".join(notes) + "."]
-    return "\n".join(lines)
+    return table + (f"\n\n{'; '.join(notes)}." if notes else "")
 
 
 def agreement_lines(results: Sequence[WorkloadResult]) -> list[str]:
@@ -563,11 +487,6 @@ def agreement_lines(results: Sequence[WorkloadResult]) -> list[str]:
 
 def _attention(judge: Any) -> str:
     return "shared-prefix" if judge.engine.fast else judge.model.config._attn_implementation
-
-
-def load_average() -> str:
-    """The machine's 1, 5 and 15-minute load averages (``"?"`` where the system has none), for the reports."""
-    return "/".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
 
 
 def machine_line(judge: Any) -> str:
@@ -614,26 +533,8 @@ def placement_child(kind: str, pairs: int = 16) -> dict[str, float]:
         judge.score("para-fs", source=[text] * pairs, hypothesis=[f"{text} ({i})" for i in range(pairs)])
     out = {"peak_rss_mb": peak_rss_mb()}
     if torch.cuda.is_available():
-        out["cuda_max_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        out["cuda_max_mb"] = mib(torch.cuda.max_memory_allocated())
     return out
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory in MB: Linux ``VmHWM`` (``ru_maxrss`` keeps the parent's across fork+exec).
-
-    Example:
-        >>> peak_rss_mb() > 0
-        True
-    """
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def placement_memory(kinds: Sequence[str] = PLACEMENTS) -> dict[str, dict[str, float]]:
@@ -643,24 +544,14 @@ def placement_memory(kinds: Sequence[str] = PLACEMENTS) -> dict[str, dict[str, f
         >>> placement_memory()["policy+shared"]["peak_rss_mb"]  # trains the 135M model in 3 subprocesses  # doctest: +SKIP
         1210.5
     """
-    out = {}
-    for kind in kinds:
-        code = f"import json; from pluie_reward.tools.bench.run import placement_child; print(json.dumps(placement_child({kind!r})))"
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"placement {kind!r} failed:\n{done.stderr[-2000:]}")
-        out[kind] = json.loads(done.stdout.strip().splitlines()[-1])
-    return out
+    return {kind: in_fresh_process(placement_child, kind) for kind in kinds}
 
 
 def format_placements(memory: dict[str, dict[str, float]]) -> str:
+    """The placements' peak memory as a titled Markdown table."""
     base = memory.get("policy", {}).get("peak_rss_mb")
-    return markdown_table(
+    return titled_table(
+        "Judge placement, peak memory of a fresh process (one LoRA policy step, then 16 pairs scored):",
         ["placement", "peak RSS MB", "over policy alone", "CUDA max MB"],
         [[kind, f"{m['peak_rss_mb']:.0f}", f"+{m['peak_rss_mb'] - base:.0f}" if base is not None else "-",
-          _fmt(m.get("cuda_max_mb"), ".0f")] for kind, m in memory.items()],
-        align="lrrr",
-    )
-
-
-# command line ----------------------------------------------------------------------------------
+          cell(m.get("cuda_max_mb"), ".0f")] for kind, m in memory.items()], "lrrr")

@@ -22,13 +22,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..report import markdown_table
+from ..report import number
 from ..shared import UsageError
-from .engines import quiet_vllm_logs
+from .measure import Clock, child_env, titled_table
 
 MAX_CLIENTS = 64
 MAX_REQUESTS = 1000  # clients x requests per client
@@ -108,6 +108,10 @@ class ServerLoad:
     def p99(self) -> float:
         return percentile(self.latencies, 0.99) if self.latencies else float("nan")
 
+    def as_json(self) -> dict[str, Any]:
+        """The fields with items/s, p50 and p99: what ``--json`` holds per load."""
+        return {**asdict(self), "items_per_second": self.items_per_second, "p50": self.p50, "p99": self.p99}
+
 
 def start_server(engine: str, port: int, template: str, model: str | None, log_path: Path) -> subprocess.Popen:
     """``python -m pluie_reward serve`` in a new session, this checkout's package first on the path."""
@@ -115,8 +119,7 @@ def start_server(engine: str, port: int, template: str, model: str | None, log_p
                "--host", "127.0.0.1", "--template", template, "--log-level", "warning"]
     if model is not None:
         command += ["--model", model]
-    root = str(Path(__file__).resolve().parents[3])
-    env = quiet_vllm_logs({**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))})
+    env = child_env()
     env.pop("PLUIE_REWARD_TOKEN", None)  # 127.0.0.1 only; the load sends no token
     log = open(log_path, "w")
     try:
@@ -182,19 +185,19 @@ async def load_url(url: str, batches: list[dict[str, list[str]]], clients: int, 
 
         async def one_client(k: int) -> None:
             for body in work[k::clients]:
-                start = time.perf_counter()
+                clock = Clock()
                 try:
                     answer = await client.request("POST", "/score", json=body)
                 except RemoteError:
                     answer = None
                 if isinstance(answer, dict) and len(answer.get("logratio") or []) == len(body["hypothesis"]):
-                    result.latencies.append(time.perf_counter() - start)
+                    result.latencies.append(clock.seconds)
                 else:
                     result.errors += 1
 
-        start = time.perf_counter()
+        clock = Clock()
         await asyncio.gather(*(one_client(k) for k in range(clients)))
-        result.wall_seconds = time.perf_counter() - start
+        result.wall_seconds = clock.seconds
 
 
 def server_load(
@@ -236,12 +239,12 @@ def server_load(
     port = free_port()
     log_path = Path(tempfile.gettempdir()) / f"pluie-bench-server-{engine}-{port}.log"
     result = ServerLoad(engine, clients, requests, items)
-    started = time.perf_counter()
+    started = Clock()
     server = start_server(engine, port, template, model, log_path)
     try:
         url = f"http://127.0.0.1:{port}"
         asyncio.run(_wait_ready(url, server, log_path, start_timeout))
-        result.start_seconds = time.perf_counter() - started
+        result.start_seconds = started.seconds
         asyncio.run(load_url(url, batches, clients, result))
     finally:
         stop_server(server)
@@ -253,15 +256,9 @@ def format_server_table(loads: Sequence[ServerLoad]) -> str:
     if not loads:
         return ""
     first = loads[0]
-    lines = [
+    return titled_table(
         f"Judge server under load ({first.clients} concurrent clients x {first.requests} requests x {first.items} distinct pairs, "
         "POST /score on 127.0.0.1; latency per request):",
-        "",
-        markdown_table(
-            ["engine", "server start s", "items/s", "p50 latency s", "p99 latency s", "requests ok", "errors"],
-            [[x.engine, f"{x.start_seconds:.0f}", f"{x.items_per_second:.2f}", f"{x.p50:.2f}", f"{x.p99:.2f}",
-              len(x.latencies), x.errors] for x in loads],
-            align="lrrrrrr",
-        ),
-    ]
-    return "\n".join(lines)
+        ["engine", "server start s", "items/s", "p50 latency s", "p99 latency s", "requests ok", "errors"],
+        [[x.engine, f"{x.start_seconds:.0f}", number(x.items_per_second), number(x.p50), number(x.p99), len(x.latencies), x.errors]
+         for x in loads], "lrrrrrr")

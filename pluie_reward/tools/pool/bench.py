@@ -17,19 +17,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import time
-from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
 from ...core.judge import Judge
-from ..bench.run import default_data_path, load_average, read_pairs
+from ..bench.measure import Clock, load_average
 from ..bench.server_load import ServerLoad, check_load, format_server_table, free_port, load_url, request_batches, server_load
-from ..shared import UsageError, nonneg_int, positive_int
+from ..shared import nonneg_int, positive_int
 from .deployment import PoolOptions, deploy, shutdown, start_ray
 
 
@@ -42,11 +40,11 @@ def pool_load(
 
     label = f"pool {replicas} x {cpus_per_replica:g} CPU"
     result = ServerLoad(label, clients, requests, items)
-    started = time.perf_counter()
+    started = Clock()
     options = PoolOptions(replicas=replicas, num_cpus=cpus_per_replica, max_ongoing_requests=64)
     url = deploy(partial(Judge.load, model), template, options, port=free_port(), log_level="warning",
                  app_name="pluie-bench")
-    result.start_seconds = time.perf_counter() - started
+    result.start_seconds = started.seconds
     try:
         asyncio.run(load_url(url, batches, clients, result))
     finally:
@@ -93,23 +91,18 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
                              "which on a shared machine gives the pool less CPU than `serve` at 0)")
 
 
-def run_args(args: argparse.Namespace) -> int:
-    """``pluie-reward bench pool``: every configuration (:func:`run`), its table on stdout, ``--json``."""
-    check_load(args.clients, args.requests, args.items, 10**9)
-    data = args.data or default_data_path()
-    if data is None:
-        raise UsageError("no ms-mrpc.json beside the checkout; pass --data PATH.")
-    pairs = read_pairs(data)
+def run_args(args: argparse.Namespace, pairs: Sequence[tuple[str, str]]) -> list[ServerLoad]:
+    """``pluie-reward bench pool``: every configuration (:func:`run`) on ``pairs``, its table on stdout.
+
+    Returns:
+        The loads measured, in order (``pluie-reward bench`` writes them with ``--json``).
+    """
     load = load_average()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     results = run(args.clients, args.requests, args.items, args.rounds, pairs, template=args.template, model=args.model,
                   with_serve=not args.no_serve, worker_niceness=args.worker_niceness,
                   log=lambda text: print(text, file=sys.stderr, flush=True))
-    after = load_average()
-    print(f"# judge pool, {started}: {os.cpu_count()} CPUs, load average {load} before, {after} after; "
+    print(f"# judge pool, {started}: {os.cpu_count()} CPUs, load average {load} before, {load_average()} after; "
           f"Ray workers at nice {args.worker_niceness}\n")
     print(format_server_table(results).replace("engine", "configuration", 1))
-    if args.json is not None:
-        args.json.write_text(json.dumps([{**asdict(r), "items_per_second": r.items_per_second, "p50": r.p50, "p99": r.p99}
-                                         for r in results], indent=1))
-    return 0
+    return results
