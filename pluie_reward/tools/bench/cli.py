@@ -108,14 +108,18 @@ def _threads(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
 
 
-def _report(args: argparse.Namespace, section: str, machine: str, body: Callable[[dict], None]) -> int:
-    """Print the report's header, let ``body`` print its tables and fill the payload, write ``--json``."""
+def _header(section: str, machine: str) -> dict[str, Any]:
+    """Print the report's header (and its machine line on stderr); the ``--json`` payload so far."""
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     say(f"pluie-reward bench {section}: {machine}")
     print(f"# pluie-reward bench {section}, {started}\n\n{machine}\n")
-    payload: dict[str, Any] = {"section": section, "started": started, "machine": machine}
-    body(payload)
-    return _write_json(args, payload)
+    return {"section": section, "started": started, "machine": machine}
+
+
+def _report(args: argparse.Namespace, payload: dict[str, Any], key: str, value: Any, tables: str) -> int:
+    """Print the section's tables, then write ``payload`` with ``value`` under ``key`` to ``--json``."""
+    print(tables + "\n")
+    return _write_json(args, {**payload, key: value})
 
 
 def _write_json(args: argparse.Namespace, payload: Any) -> int:
@@ -153,24 +157,18 @@ def _methods(args: argparse.Namespace) -> int:
     workloads = _workload_list(args, _pairs(args))
     _threads(args)
     judge = judge_from_args(args)
-
-    def body(payload: dict) -> None:
-        results = [run_workload(judge, w, args.template, args.methods, args.rounds, args.sample_every, args.generate_batch_size,
-                                log=say, indirect_template=args.indirect_template,
-                                indirect_max_new_tokens=args.indirect_max_new_tokens) for w in workloads]
-        for r in results:
-            print(format_table(r) + "\n")
-        lines = agreement_lines(results)
-        if lines:
-            print("Agreement of (3) with the seeds' method (1):\n" + "\n".join(lines) + "\n")
-        payload["workloads"] = [
-            {**{k: v for k, v in asdict(r).items() if k != "results"},
-             "methods": {m: {**asdict(x), "pairs_per_second": x.pairs_per_second} for m, x in r.results.items()},
-             "max_diff": r.max_diff(), "agreement": r.agreement()}
-            for r in results
-        ]
-
-    return _report(args, "methods", machine_line(judge), body)
+    payload = _header("methods", machine_line(judge))
+    results = [run_workload(judge, w, args.template, args.methods, args.rounds, args.sample_every, args.generate_batch_size,
+                            log=say, indirect_template=args.indirect_template,
+                            indirect_max_new_tokens=args.indirect_max_new_tokens) for w in workloads]
+    lines = agreement_lines(results)
+    tables = "\n\n".join(format_table(r) for r in results)
+    if lines:
+        tables += "\n\nAgreement of (3) with the seeds' method (1):\n" + "\n".join(lines)
+    return _report(args, payload, "workloads", [
+        {**{k: v for k, v in asdict(r).items() if k != "results"},
+         "methods": {m: {**asdict(x), "pairs_per_second": x.pairs_per_second} for m, x in r.results.items()},
+         "max_diff": r.max_diff(), "agreement": r.agreement()} for r in results], tables)
 
 
 # engines --------------------------------------------------------------------------------------------
@@ -190,23 +188,19 @@ def _engines(args: argparse.Namespace) -> int:
     workloads = _workload_list(args, _pairs(args))
     _threads(args)
     judge = judge_from_args(args)
-
-    def body(payload: dict) -> None:
-        judges = {"transformers": judge}
-        try:
-            if "vllm" in args.engines:
-                say("loading the vLLM judge (about a minute on a CPU) ...")
-                dtype = str(judge.model.dtype).replace("torch.", "")  # the same weights dtype on both engines
-                judges["vllm"] = load_vllm_judge(args.model, dtype, max_model_len=args.vllm_max_model_len)
-            comparisons = [compare_engines(judges, w, args.template, args.rounds, log=say) for w in workloads]
-        finally:
-            for name, other in judges.items():
-                if name != "transformers":
-                    other.close()
-        print(format_engine_table(comparisons) + "\n")
-        payload["engines"] = [comparison_json(c) for c in comparisons]
-
-    return _report(args, "engines", machine_line(judge), body)
+    payload = _header("engines", machine_line(judge))
+    judges = {"transformers": judge}
+    try:
+        if "vllm" in args.engines:
+            say("loading the vLLM judge (about a minute on a CPU) ...")
+            dtype = str(judge.model.dtype).replace("torch.", "")  # the same weights dtype on both engines
+            judges["vllm"] = load_vllm_judge(args.model, dtype, max_model_len=args.vllm_max_model_len)
+        comparisons = [compare_engines(judges, w, args.template, args.rounds, log=say) for w in workloads]
+    finally:
+        for name, other in judges.items():
+            if name != "transformers":
+                other.close()
+    return _report(args, payload, "engines", [comparison_json(c) for c in comparisons], format_engine_table(comparisons))
 
 
 # server ---------------------------------------------------------------------------------------------
@@ -224,17 +218,12 @@ def _server(args: argparse.Namespace) -> int:
     check_load(args.clients, args.requests, args.items, 10**9)
     pairs = _pairs(args)
     check_load(args.clients, args.requests, args.items, len(pairs))
-
-    def body(payload: dict) -> None:
-        loads = []
-        for engine in args.engines:
-            say(f"judge server on {engine}: starting it, then {args.clients} clients ...")
-            loads.append(server_load(engine, pairs, args.clients, args.requests, args.items, template=args.template,
-                                     model=args.model))
-        print(format_server_table(loads) + "\n")
-        payload["server"] = [x.as_json() for x in loads]
-
-    return _report(args, "server", _machine(), body)
+    payload = _header("server", _machine())
+    loads = []
+    for engine in args.engines:
+        say(f"judge server on {engine}: starting it, then {args.clients} clients ...")
+        loads.append(server_load(engine, pairs, args.clients, args.requests, args.items, template=args.template, model=args.model))
+    return _report(args, payload, "server", [x.as_json() for x in loads], format_server_table(loads))
 
 
 # grpo -----------------------------------------------------------------------------------------------
@@ -248,14 +237,10 @@ def _grpo_args(p: argparse.ArgumentParser) -> None:
 
 def _grpo(args: argparse.Namespace) -> int:
     check_output_file(args.json, "--json")
-
-    def body(payload: dict) -> None:
-        say(f"GRPO steps: {', '.join(args.placements)}, each in a fresh process ...")
-        rows = grpo_share(args.placements, args.steps, args.threads)
-        print(format_grpo_table(rows) + "\n")
-        payload["grpo"] = rows
-
-    return _report(args, "grpo", _machine(), body)
+    payload = _header("grpo", _machine())
+    say(f"GRPO steps: {', '.join(args.placements)}, each in a fresh process ...")
+    rows = grpo_share(args.placements, args.steps, args.threads)
+    return _report(args, payload, "grpo", rows, format_grpo_table(rows))
 
 
 # groups ---------------------------------------------------------------------------------------------
@@ -274,28 +259,20 @@ def _groups(args: argparse.Namespace) -> int:
     pairs = _pairs(args)
     _threads(args)
     judge = judge_from_args(args)
-
-    def body(payload: dict) -> None:
-        say(f"group-relative judging: {args.groups} groups of {args.group_size} ...")
-        compared = compare_group_judging(judge, pairs, groups=args.groups, size=args.group_size, orders=args.group_orders,
-                                         pointwise_template=args.template)
-        print(format_group_table(compared) + "\n")
-        payload["groups"] = compared
-
-    return _report(args, "groups", machine_line(judge), body)
+    payload = _header("groups", machine_line(judge))
+    say(f"group-relative judging: {args.groups} groups of {args.group_size} ...")
+    compared = compare_group_judging(judge, pairs, groups=args.groups, size=args.group_size, orders=args.group_orders,
+                                     pointwise_template=args.template)
+    return _report(args, payload, "groups", compared, format_group_table(compared))
 
 
 # placement ------------------------------------------------------------------------------------------
 def _placement(args: argparse.Namespace) -> int:
     check_output_file(args.json, "--json")
-
-    def body(payload: dict) -> None:
-        say("placement memory: three fresh processes ...")
-        memory = placement_memory()
-        print(format_placements(memory) + "\n")
-        payload["placement"] = memory
-
-    return _report(args, "placement", _machine(), body)
+    payload = _header("placement", _machine())
+    say("placement memory: three fresh processes ...")
+    memory = placement_memory()
+    return _report(args, payload, "placement", memory, format_placements(memory))
 
 
 # pool -----------------------------------------------------------------------------------------------

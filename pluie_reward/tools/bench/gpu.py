@@ -42,7 +42,7 @@ from ..report import markdown_table, write_outputs
 from ..shared import UsageError, comma_list, positive_float
 from . import measure
 from .grpo_share import TimedReward
-from .measure import Clock, mib, synchronize
+from .measure import Clock, column_table, mib, synchronize
 from .run import default_data_path, generate_answers, read_pairs, reference_scores
 
 TEMPLATE = "para-fs"
@@ -344,10 +344,9 @@ def throughput(shape: str, folder: Path | None, pairs: Sequence[tuple[str, str]]
         k = min(subset, len(src))
         two, _, mem2 = timed(device, lambda: reference_scores(judge, TEMPLATE, src[:k], hyp[:k]), rounds=1)
         gen, (answers, _), mem3 = timed(device, lambda: generate_answers(judge, src[:k], hyp[:k], batch_size=k, max_new_tokens=8), rounds=1)
-        row.update({"subset": k, "two_pass_pairs_s": k / two, "generate_pairs_s": k / gen,
-                    "two_pass_peak_mib": mem2.cuda_mb, "generate_peak_mib": mem3.cuda_mb, "generate_unparsed": sum(a is None for a in answers)})
-        row["speedup_vs_two_pass"] = row["pluie_pairs_s"] / row["two_pass_pairs_s"]
-        row["speedup_vs_generate"] = row["pluie_pairs_s"] / row["generate_pairs_s"]
+        row.update({"subset": k, "two_pass_pairs_s": k / two, "generate_pairs_s": k / gen, "two_pass_peak_mib": mem2.cuda_mb,
+                    "generate_peak_mib": mem3.cuda_mb, "generate_unparsed": sum(a is None for a in answers),
+                    "speedup_vs_two_pass": row["pluie_pairs_s"] / (k / two), "speedup_vs_generate": row["pluie_pairs_s"] / (k / gen)})
         rows.append(row)
     src, hyp = [s for s, _ in pairs[:8]], [h for _, h in pairs[:8]]
     batched = judge.score(TEMPLATE, source=src, hypothesis=hyp, use_cache=False)
@@ -533,70 +532,60 @@ def goal_values(result: dict[str, Any]) -> dict[str, Any]:
 
 def markdown(result: dict[str, Any]) -> str:
     """``gpu.md``: the machine, then one table per section and the goals."""
-    lines = [f"# GPU check: {result['device_name']}", "",
-             f"torch {result['torch']}, transformers {result['transformers']}, shapes: {'tiny' if result['tiny'] else 'published'}; "
-             f"bf16 matmul peak measured: {result['peak_tflops']:.3g} TFLOP/s; {result['seconds']:.0f} s in all.", "",
-             "## a. Exactness (max |PLUIE - reference|; reference: seed eq. 3 two-pass on float64 copies of the same weights)", "",
-             f"failed: {failed(result['exactness'])}" if failed(result["exactness"]) else markdown_table(
-                            ["check", "dtype", "n", "score range", "max abs diff", "seeds' two-pass, same dtype", "tolerance", "ok"],
-                            [[r["check"], r["dtype"], str(r["n"]), f"{r['score_range'][0]:.2f} .. {r['score_range'][1]:.2f}",
-                              f"{r['max_abs_diff']:.1e}",
-                              "-" if r.get("two_pass_same_dtype_diff") is None else f"{r['two_pass_same_dtype_diff']:.1e}",
-                              "informative" if r["tolerance"] is None else f"{r['tolerance']:.1e}",
-                              "-" if r["ok"] is None else ("yes" if r["ok"] else "NO")]
-                             for r in result["exactness"]], align="llrrrrrl"), "",
-             "## b. Throughput (random bf16 weights; two-pass and generating judge on the first `subset` items; "
-             f"larger batches: batch_tokens={WIDE_BATCH_TOKENS[result['tiny']]})", "",
-             markdown_table(["model", "workload", "n", "PLUIE pairs/s", "PLUIE tokens/s", "share of bf16 peak", "peak MiB",
-                             "pairs/s, larger batches", "share of peak, larger batches",
-                             "two-pass pairs/s", "generating pairs/s", "x two-pass", "x generating", "subset"],
-                            [[r["model"], r["workload"], str(r["n"]), _f(r["pluie_pairs_s"], ".1f"), _f(r["pluie_tokens_s"], ".0f"),
-                              _f(r["pluie_peak_share"], ".1%"), _f(r["pluie_peak_mib"], ".0f", none="n/a on CPU"),
-                              _f(r["wide_pairs_s"], ".1f"), _f(r["wide_peak_share"], ".1%"), _f(r["two_pass_pairs_s"], ".1f"),
-                              _f(r["generate_pairs_s"], ".1f"), _f(r["speedup_vs_two_pass"], ".1f"), _f(r["speedup_vs_generate"], ".1f"),
-                              str(r["subset"])] for r in result["throughput"]], align="llrrrrrrrrrrrr")]
-    lines += [f"failed: {key[len('throughput '):]}: {value['error']}" for key, value in result.items() if key.startswith("throughput ")]
-    lines += ["", "## b1. Fused attention kernels against the float32 scores they replaced (the same judge, "
-              "`fused_attention(False)`; max abs diff: between the two paths' scores)", "",
-              markdown_table(["model", "workload", "n", "PLUIE pairs/s", "share of bf16 peak", "float32 attention pairs/s",
-                              "its share of peak", "fused / float32", "max abs diff"],
-                             [[r["model"], r["workload"], str(r["n"]), _f(r["pluie_pairs_s"], ".1f"), _f(r["pluie_peak_share"], ".1%"),
-                               _f(r["f32_pairs_s"], ".1f"), _f(r["f32_peak_share"], ".1%"), _f(r["fused_vs_f32"], ".2f"),
-                               f"{r['f32_max_abs_diff']:.1e}"] for r in result["throughput"]], align="llrrrrrrr")]
-    rows = " and ".join(map(str, PLAIN_ROWS))
-    lines += ["", f"## b2. Against the plain forward (prompts sorted by length, left-padded batches of {rows}, "
-              "the model's own attention, logits_to_keep=1; bound: prompt tokens / distinct tokens)", "",
-              markdown_table(["model", "workload", "n", "prompt tokens", "distinct tokens", "bound", "plain pairs/s, 16 rows",
-                              "plain pairs/s, 64 rows", "plain share of peak (all tokens)", "PLUIE pairs/s", "PLUIE / best plain",
-                              "judge's path", "max abs diff from plain"],
-                             [[r["model"], r["workload"], str(r["n"]), str(r["prompt_tokens"]), str(r["distinct_tokens"]),
-                               _f(r["bound"], ".2f"),
-                               _f(r["plain16_pairs_s"], ".1f"), _f(r["plain64_pairs_s"], ".1f"), _f(r["plain_peak_share"], ".1%"),
-                               _f(r["pluie_pairs_s"], ".1f"), _f(r["vs_plain"], ".2f"), path_cell(r), f"{r['plain_max_abs_diff']:.1e}"]
-                              for r in result["throughput"]], align="llrrrrrrrrrlr")]
-    draws = result.get("random_draws")
-    lines += ["", "## b3. Random draws (bf16, a fresh judge per seed, 2 x G=8 items; max abs diff: from the plain forward)", ""]
-    lines.append(f"failed: {failed(draws)}" if failed(draws) else markdown_table(
-        ["model", "seed", "n", "judge's path", "engine.fast", "max abs diff from plain"],
-        [[d["model"], str(d["seed"]), str(d["n"]), path_cell(d), str(d["fast"]), f"{d['max_abs_diff']:.1e}"] for d in draws or []],
-        align="lrrllr"))
-    s, cpu = result["sharing"], "n/a on CPU"
-    lines += ["", "## c. A judge sharing the policy (1.5B-shaped, LoRA r=16)", "",
-              f"failed: {failed(s)}" if failed(s) else markdown_table(
-                             ["policy MiB", "judge keeps MiB (caches)", "share of policy", "after clear_cache MiB",
-                              "shared s/call", "offloaded s/call", "offload cost"],
-                             [[_f(mib(s["policy_bytes"]), ".0f", none=cpu), _f(mib(s["judge_kept_bytes"]), ".1f", none=cpu),
-                               _f(s["judge_kept_share"], ".2%", none=cpu),
-                               _f(mib(s["judge_bytes_after_clear_cache"]), ".1f", none=cpu), _f(s["shared_seconds"], ".3f"),
-                               _f(s["offloaded_seconds"], ".3f"), _f(s["offload_cost"], ".1f") + "x"]], align="rrrrrrr")]
-    g = result["grpo"]
-    lines += ["", "## d. Reward share of a GRPO step (trl.GRPOTrainer, second step)", ""]
-    if failed(g):
-        lines.append(f"failed: {failed(g)}")
-    else:
-        lines.append(markdown_table(["prompts x G", "completion tokens", "step s", "reward s", "reward share"],
-                                    [[f"{g['prompts']} x {g['group']}", str(g["completion_tokens"]), _f(g["step_seconds"], ".2f"),
-                                      _f(g["reward_seconds"], ".3f"), _f(g["reward_share"], ".1%")]], align="rrrrr"))
+    def table(value: Any, rows: Any, columns: list[tuple[str, Any, str | None]]) -> str:  # a section's table, or its error
+        return f"failed: {failed(value)}" if failed(value) else column_table(rows, columns, none="not run")
+
+    cpu, draws, s, g = "n/a on CPU", result.get("random_draws"), result["sharing"], result["grpo"]
+    model, n = [("model", "model", None), ("workload", "workload", None), ("n", "n", "d")], ("n", "n", "d")
+    out = [f"# GPU check: {result['device_name']}",
+           f"torch {result['torch']}, transformers {result['transformers']}, shapes: {'tiny' if result['tiny'] else 'published'}; "
+           f"bf16 matmul peak measured: {result['peak_tflops']:.3g} TFLOP/s; {result['seconds']:.0f} s in all.",
+           "## a. Exactness (max |PLUIE - reference|; reference: seed eq. 3 two-pass on float64 copies of the same weights)",
+           table(result["exactness"], result["exactness"], [
+               ("check", "check", None), ("dtype", "dtype", None), n,
+               ("score range", lambda r: f"{r['score_range'][0]:.2f} .. {r['score_range'][1]:.2f}", "s"),
+               ("max abs diff", "max_abs_diff", ".1e"), ("seeds' two-pass, same dtype",
+                                                          lambda r: _f(r.get("two_pass_same_dtype_diff"), ".1e", none="-"), "s"),
+               ("tolerance", lambda r: "informative" if r["tolerance"] is None else r["tolerance"], ".1e"),
+               ("ok", lambda r: "-" if r["ok"] is None else ("yes" if r["ok"] else "NO"), None)]),
+           "## b. Throughput (random bf16 weights; two-pass and generating judge on the first `subset` items; "
+           f"larger batches: batch_tokens={WIDE_BATCH_TOKENS[result['tiny']]})",
+           "\n".join([column_table(result["throughput"], model + [
+               ("PLUIE pairs/s", "pluie_pairs_s", ".1f"), ("PLUIE tokens/s", "pluie_tokens_s", ".0f"),
+               ("share of bf16 peak", "pluie_peak_share", ".1%"), ("peak MiB", lambda r: _f(r["pluie_peak_mib"], ".0f", none=cpu), "s"),
+               ("pairs/s, larger batches", "wide_pairs_s", ".1f"), ("share of peak, larger batches", "wide_peak_share", ".1%"),
+               ("two-pass pairs/s", "two_pass_pairs_s", ".1f"), ("generating pairs/s", "generate_pairs_s", ".1f"),
+               ("x two-pass", "speedup_vs_two_pass", ".1f"), ("x generating", "speedup_vs_generate", ".1f"), ("subset", "subset", "d")],
+               none="not run")] + [f"failed: {key[len('throughput '):]}: {value['error']}"
+                                   for key, value in result.items() if key.startswith("throughput ")]),
+           "## b1. Fused attention kernels against the float32 scores they replaced (the same judge, "
+           "`fused_attention(False)`; max abs diff: between the two paths' scores)",
+           column_table(result["throughput"], model + [
+               ("PLUIE pairs/s", "pluie_pairs_s", ".1f"), ("share of bf16 peak", "pluie_peak_share", ".1%"),
+               ("float32 attention pairs/s", "f32_pairs_s", ".1f"), ("its share of peak", "f32_peak_share", ".1%"),
+               ("fused / float32", "fused_vs_f32", ".2f"), ("max abs diff", "f32_max_abs_diff", ".1e")], none="not run"),
+           f"## b2. Against the plain forward (prompts sorted by length, left-padded batches of {' and '.join(map(str, PLAIN_ROWS))}, "
+           "the model's own attention, logits_to_keep=1; bound: prompt tokens / distinct tokens)",
+           column_table(result["throughput"], model + [
+               ("prompt tokens", "prompt_tokens", "d"), ("distinct tokens", "distinct_tokens", "d"), ("bound", "bound", ".2f"),
+               ("plain pairs/s, 16 rows", "plain16_pairs_s", ".1f"), ("plain pairs/s, 64 rows", "plain64_pairs_s", ".1f"),
+               ("plain share of peak (all tokens)", "plain_peak_share", ".1%"), ("PLUIE pairs/s", "pluie_pairs_s", ".1f"),
+               ("PLUIE / best plain", "vs_plain", ".2f"), ("judge's path", path_cell, None),
+               ("max abs diff from plain", "plain_max_abs_diff", ".1e")], none="not run"),
+           "## b3. Random draws (bf16, a fresh judge per seed, 2 x G=8 items; max abs diff: from the plain forward)",
+           table(draws, draws or [], [("model", "model", None), ("seed", "seed", "d"), n, ("judge's path", path_cell, None),
+                                      ("engine.fast", lambda d: str(d["fast"]), None), ("max abs diff from plain", "max_abs_diff", ".1e")]),
+           "## c. A judge sharing the policy (1.5B-shaped, LoRA r=16)",
+           table(s, [s], [("policy MiB", lambda r: _f(mib(r["policy_bytes"]), ".0f", none=cpu), "s"),
+                          ("judge keeps MiB (caches)", lambda r: _f(mib(r["judge_kept_bytes"]), ".1f", none=cpu), "s"),
+                          ("share of policy", lambda r: _f(r["judge_kept_share"], ".2%", none=cpu), "s"),
+                          ("after clear_cache MiB", lambda r: _f(mib(r["judge_bytes_after_clear_cache"]), ".1f", none=cpu), "s"),
+                          ("shared s/call", "shared_seconds", ".3f"), ("offloaded s/call", "offloaded_seconds", ".3f"),
+                          ("offload cost", lambda r: _f(r["offload_cost"], ".1f") + "x", "s")]),
+           "## d. Reward share of a GRPO step (trl.GRPOTrainer, second step)",
+           table(g, [g], [("prompts x G", lambda r: f"{r['prompts']} x {r['group']}", "s"),
+                          ("completion tokens", "completion_tokens", "d"), ("step s", "step_seconds", ".2f"),
+                          ("reward s", "reward_seconds", ".3f"), ("reward share", "reward_share", ".1%")])]
     g, grpo = result["goals"], result["grpo"]
     rows = []
     for w in g["workloads"]:
@@ -607,15 +596,15 @@ def markdown(result: dict[str, Any]) -> str:
                   f">= {w['vs_plain_goal']:.2f} ({GOALS['vs_bound']:g} x bound, at least {GOALS['vs_plain']:g})",
                   goal(w["vs_plain"], w["vs_plain_goal"], True)]]
     draws_where = f"{draws[0]['model']}, seeds {draws[0]['seed']}-{draws[-1]['seed']}" if isinstance(draws, list) and draws else "-"
-    rows += [["shared judge: memory kept / the policy's", "qwen2.5-1.5b policy", _f(g["shared_memory"], ".2%", none="n/a on CPU"),
+    rows += [["shared judge: memory kept / the policy's", "qwen2.5-1.5b policy", _f(g["shared_memory"], ".2%", none=cpu),
               f"<= {GOALS['shared_memory']:.0%}", goal(g["shared_memory"], GOALS["shared_memory"], False)],
              ["reward's share of a GRPO step", "-" if failed(grpo) else "{prompts} x G={group}, {completion_tokens} tokens".format(**grpo),
               _f(g["reward_share"], ".1%"),
               f"<= {GOALS['reward_share']:.0%}", goal(g["reward_share"], GOALS["reward_share"], False)],
              ["random draws on the shared-prefix path", draws_where, f"{_f(g['random_draws_shared'])} of {_f(g['random_draws'])}",
               f"all {_f(g['random_draws'])}", goal(g["random_draws_shared"], g["random_draws"] or 1, True)]]
-    lines += ["", "## Goals", "", markdown_table(["goal", "where", "measured", "target", "verdict"], rows, align="llrll")]
-    return "\n".join(lines) + "\n"
+    out += ["## Goals", markdown_table(["goal", "where", "measured", "target", "verdict"], rows, align="llrll")]
+    return "\n\n".join(out) + "\n"
 
 
 def path_cell(row: dict[str, Any]) -> str:

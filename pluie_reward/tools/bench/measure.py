@@ -184,6 +184,20 @@ def titled_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any
     return f"{title}\n\n{markdown_table(headers, rows, align)}"
 
 
+def column_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, Any, str | None]], none: str = "-") -> str:
+    """A Markdown table of dict rows, one ``(header, key or function of the row, format spec)`` per column:
+    a column with a spec is right-aligned (numbers; ``"s"`` for text that reads as one), one without is text.
+
+    Example:
+        >>> print(column_table([{"m": "a", "x": 0.5}], [("model", "m", None), ("share", "x", ".0%"), ("n", lambda r: 3, "d")]))
+        | model | share | n |
+        |---|---:|---:|
+        | a | 50% | 3 |
+    """
+    cells = [[cell(get(row) if callable(get) else row[get], spec or "", none) for _, get, spec in columns] for row in rows]
+    return markdown_table([header for header, _, _ in columns], cells, "".join("r" if spec else "l" for _, _, spec in columns))
+
+
 def load_average() -> str:
     """The machine's 1, 5 and 15-minute load averages (``"?"`` where the system has none), for the reports."""
     return "/".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
