@@ -173,6 +173,9 @@ def test_bench_sections_parse_with_their_defaults():
     assert (args.placements, args.steps) == (["shared", "separate"], 2)
     args = parser.parse_args(["groups"])
     assert (args.groups, args.group_size, args.group_orders) == (12, 4, [1, 2, 4])
+    args = parser.parse_args(["pool", "--data", "m.json", "--json", "p.json"])
+    assert (args.clients, args.requests, args.items, args.rounds, args.no_serve, args.worker_niceness) == (8, 3, 8, 2, False, 0)
+    assert (args.model, args.template, str(args.data), str(args.json)) == (None, "para-fs", "m.json", "p.json")
     args = parser.parse_args(["gpu", "--out", "x"])
     assert (args.models, args.device, args.budget) == (["qwen2.5-7b", "llama-3-8b"], "cuda", 420.0)
     with pytest.raises(SystemExit):
@@ -270,3 +273,56 @@ def test_default_data_path_finds_the_data_as_the_evaluation_does(tmp_path, monke
     assert default_data_path() is None
     monkeypatch.setenv("PARAPHRASUS_DIR", str(folder))
     assert default_data_path() == folder / "ms-mrpc.json"
+
+
+def test_pool_section_writes_its_loads_through_the_bench_json_writer(tmp_path, monkeypatch):
+    """`bench pool --json`: the loads as a list (fields, items/s, p50, p99), written by the sections' one writer."""
+    import json
+
+    from pluie_reward.tools.pool import bench as pool_bench
+
+    data = tmp_path / "pairs.json"
+    data.write_text(json.dumps({str(i): {"sentence1": f"s{i}", "sentence2": f"h{i}"} for i in range(30)}))
+    seen = {}
+
+    def fake_run(args, pairs):  # no Ray: one load with known numbers
+        seen.update(pairs=pairs, clients=args.clients)
+        return [server_load.ServerLoad("pool 1 x 2 CPU", 2, 1, 8, start_seconds=3.0, wall_seconds=2.0, latencies=[1.0, 3.0])]
+
+    monkeypatch.setattr(pool_bench, "run_args", fake_run)
+    out = tmp_path / "pool.json"
+    assert main(["bench", "pool", "--clients", "2", "--requests", "1", "--data", str(data), "--json", str(out)]) == 0
+    # by hand: 2 answered requests x 8 items in 2 s; p50 and p99 of [1, 3] by linear interpolation
+    assert json.loads(out.read_text()) == [{"engine": "pool 1 x 2 CPU", "clients": 2, "requests": 1, "items": 8, "start_seconds": 3.0,
+                                            "wall_seconds": 2.0, "latencies": [1.0, 3.0], "errors": 0, "items_per_second": 8.0,
+                                            "p50": 2.0, "p99": 2.98}]
+    assert seen["clients"] == 2 and seen["pairs"][:2] == [("s0", "h0"), ("s1", "h1")] and len(seen["pairs"]) == 30
+    assert main(["bench", "pool", "--clients", "4", "--data", str(data)]) == 2  # (4 x 3 + 1) x 8 = 104 pairs > 30
+
+
+def test_timed_is_the_median_of_the_timed_calls_after_the_warmup():
+    import time
+
+    from pluie_reward.tools.bench.measure import timed
+
+    sleeps, calls = [0.0, 0.6, 0.05, 0.1], []
+
+    def run():
+        time.sleep(sleeps[len(calls)])
+        calls.append(len(calls))
+        return len(calls)
+
+    seconds, value, peak = timed(None, run, rounds=3, warmup=True)
+    assert calls == [0, 1, 2, 3] and value == 4 and peak.cuda_mb is None  # one untimed call, then three timed
+    assert 0.1 <= seconds < 0.2  # the median of 0.6, 0.05 and 0.1 s (their mean would be 0.25)
+
+
+def test_in_fresh_process_returns_the_childs_json_and_reports_its_failure():
+    import os
+
+    from pluie_reward.tools.bench.measure import in_fresh_process
+
+    assert in_fresh_process(os.getpid) != os.getpid()  # another process
+    assert in_fresh_process(os.path.join, "a", "b") == "a/b"  # arguments through repr, the result through JSON
+    with pytest.raises(RuntimeError, match=r"(?s)join\('a', 1\) failed:.*TypeError"):
+        in_fresh_process(os.path.join, "a", 1)

@@ -33,7 +33,7 @@ from ..cli.common import add_judge_arguments, judge_from_args
 from ..cli.output import check_output_file, write_text_file
 from ..cli.registry import command
 from ..pool import bench as pool_bench
-from ..shared import UsageError, comma_list, positive_int
+from ..shared import UsageError, comma_list, nonneg_int, positive_int
 from . import gpu
 from .engines import ENGINES, compare_engines, comparison_json, format_engine_table, load_vllm_judge
 from .group import compare_group_judging, format_group_table
@@ -54,7 +54,7 @@ from .run import (
     run_workload,
 )
 from .measure import load_average
-from .server_load import check_load, format_server_table, server_load
+from .server_load import add_load_arguments, check_load, format_server_table, server_load
 
 
 # what the sections share ---------------------------------------------------------------------------
@@ -205,19 +205,22 @@ def _engines(args: argparse.Namespace) -> int:
 
 # server ---------------------------------------------------------------------------------------------
 def _server_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="the served judge (default: the embedded default judge)")
+    add_load_arguments(p, clients=4, requests=4)
     _data(p, judge=False)
     p.add_argument("--engines", type=comma_list(ENGINES, unique=True), default="transformers", metavar="LIST",
                    help="one server per engine, in turn (default transformers)")
-    p.add_argument("--clients", type=positive_int, default=4, help="concurrent clients (1 to 64, default 4)")
-    p.add_argument("--requests", type=positive_int, default=4, help="requests per client (default 4)")
-    p.add_argument("--items", type=positive_int, default=8, help="distinct pairs per request (default 8)")
 
 
-def _server(args: argparse.Namespace) -> int:
+def _load_pairs(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The pairs of a load, the load checked before and after the data is read."""
     check_load(args.clients, args.requests, args.items, 10**9)
     pairs = _pairs(args)
     check_load(args.clients, args.requests, args.items, len(pairs))
+    return pairs
+
+
+def _server(args: argparse.Namespace) -> int:
+    pairs = _load_pairs(args)
     payload = _header("server", _machine())
     loads = []
     for engine in args.engines:
@@ -276,9 +279,18 @@ def _placement(args: argparse.Namespace) -> int:
 
 
 # pool -----------------------------------------------------------------------------------------------
+def _pool_args(p: argparse.ArgumentParser) -> None:
+    add_load_arguments(p, clients=8, requests=3)
+    _data(p, judge=False)
+    p.add_argument("--rounds", type=positive_int, default=2, help="rounds of every configuration in turn (default 2)")
+    p.add_argument("--no-serve", action="store_true", help="skip the pluie-reward serve reference")
+    p.add_argument("--worker-niceness", type=nonneg_int, default=0,
+                   help="nice value of Ray's workers, the replicas included (start_ray's default, 0; Ray's own is 15, "
+                        "which on a shared machine gives the pool less CPU than `serve` at 0)")
+
+
 def _pool(args: argparse.Namespace) -> int:
-    check_load(args.clients, args.requests, args.items, 10**9)
-    return _write_json(args, [x.as_json() for x in pool_bench.run_args(args, _pairs(args))])
+    return _write_json(args, [x.as_json() for x in pool_bench.run_args(args, _load_pairs(args))])
 
 
 # the command ----------------------------------------------------------------------------------------
@@ -289,7 +301,7 @@ SECTIONS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "grpo": ("the reward's share of GRPO steps per judge placement, in fresh processes", _grpo_args, _grpo),
     "groups": ("group-relative judging (para-group) beside pointwise PLUIE", _groups_args, _groups),
     "placement": ("peak memory of the judge placements, in fresh processes", _output, _placement),
-    "pool": ("the judge pool with 1 and 2 replicas beside serve (needs the pool extra)", pool_bench.add_cli_args, _pool),
+    "pool": ("the judge pool with 1 and 2 replicas beside serve (needs the pool extra)", _pool_args, _pool),
     "gpu": ("the CUDA path against its goals (one prepared run on a lent GPU)", gpu.add_cli_args, gpu.run_args),
 }
 

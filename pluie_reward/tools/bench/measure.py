@@ -26,29 +26,20 @@ from ..report import markdown_table
 ROOT = str(Path(__file__).resolve().parents[3])  # the checkout (or site-packages) holding this package
 
 
-def _cuda(device: Any) -> bool:
+def synchronize(device: Any) -> bool:
+    """Wait for the device's queued work; whether it is a CUDA device (``None`` and CPUs: nothing to wait for)."""
     if device is None:
         return False
     import torch
 
-    return torch.device(device).type == "cuda"
-
-
-def synchronize(device: Any) -> None:
-    """Wait for the device's queued work (a no-op off CUDA and for ``None``)."""
-    if _cuda(device):
-        import torch
-
-        torch.cuda.synchronize(device)
+    if torch.device(device).type != "cuda":
+        return False
+    torch.cuda.synchronize(device)
+    return True
 
 
 def mib(n: float | None) -> float | None:
-    """Bytes as MiB (None stays None).
-
-    Example:
-        >>> mib(3 * 2**20), mib(None)
-        (3.0, None)
-    """
+    """Bytes as MiB (None stays None)."""
     return None if n is None else n / 2**20
 
 
@@ -79,10 +70,9 @@ class PeakMemory:
             self.rss_mb = max(self.rss_mb, mib(process.memory_info().rss))
 
     def __enter__(self) -> "PeakMemory":
-        if _cuda(self.device):
+        if synchronize(self.device):
             import torch
 
-            torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         if self.rss:
             import psutil
@@ -94,10 +84,9 @@ class PeakMemory:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if _cuda(self.device):
+        if synchronize(self.device):
             import torch
 
-            torch.cuda.synchronize(self.device)
             self.cuda_mb = mib(torch.cuda.max_memory_allocated(self.device))
         self._stop.set()
         if self._thread is not None:
@@ -132,12 +121,7 @@ def timed(device: Any, run: Callable[[], Any], rounds: int = 1, warmup: bool = F
 
 
 class Clock:
-    """Seconds since it was made, for spans that are not one call (a server's start, a whole run).
-
-    Example:
-        >>> Clock().seconds >= 0
-        True
-    """
+    """Seconds since it was made (``.seconds``), for spans that are not one call: a server's start, a whole run."""
 
     def __init__(self) -> None:
         self.start = time.perf_counter()

@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import signal
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..report import number
-from ..shared import UsageError
+from ..shared import UsageError, positive_int
 from .measure import Clock, child_env, titled_table
 
 MAX_CLIENTS = 64
@@ -54,6 +55,14 @@ def check_load(clients: int, requests: int, items: int, pairs_available: int) ->
     if needed > pairs_available:
         raise UsageError(f"the load needs {needed} distinct pairs and the data file has {pairs_available}; "
                          "lower --clients, --requests or --items.")
+
+
+def add_load_arguments(parser: argparse.ArgumentParser, clients: int, requests: int) -> None:
+    """The options of a load (``bench server``, ``bench pool``): the served judge, clients, requests, items per request."""
+    parser.add_argument("--model", default=None, help="the served judge (default: the embedded default judge)")
+    parser.add_argument("--clients", type=positive_int, default=clients, help=f"concurrent clients (1 to {MAX_CLIENTS}, default {clients})")
+    parser.add_argument("--requests", type=positive_int, default=requests, help=f"requests per client (default {requests})")
+    parser.add_argument("--items", type=positive_int, default=8, help="distinct pairs per request (default 8)")
 
 
 def free_port() -> int:

@@ -21,13 +21,11 @@ import os
 import sys
 import time
 from functools import partial
-from pathlib import Path
 from typing import Any, Sequence
 
 from ...core.judge import Judge
 from ..bench.measure import Clock, load_average
 from ..bench.server_load import ServerLoad, check_load, format_server_table, free_port, load_url, request_batches, server_load
-from ..shared import nonneg_int, positive_int
 from .deployment import PoolOptions, deploy, shutdown, start_ray
 
 
@@ -73,22 +71,6 @@ def run(clients: int, requests: int, items: int, rounds: int, pairs: Sequence[tu
     finally:
         shutdown(None)
     return results
-
-
-def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    """Options of ``pluie-reward bench pool``."""
-    parser.add_argument("--clients", type=positive_int, default=8, help="concurrent clients (1 to 64, default 8)")
-    parser.add_argument("--requests", type=positive_int, default=3, help="requests per client (default 3)")
-    parser.add_argument("--items", type=positive_int, default=8, help="distinct pairs per request (default 8)")
-    parser.add_argument("--rounds", type=positive_int, default=2, help="rounds of every configuration in turn (default 2)")
-    parser.add_argument("--model", default=None, help="default: the embedded default judge")
-    parser.add_argument("--template", default="para-fs", help="default para-fs")
-    parser.add_argument("--no-serve", action="store_true", help="skip the pluie-reward serve reference")
-    parser.add_argument("--data", type=Path, default=None, help="PARAPHRASUS' ms-mrpc.json (default: ../shared)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
-    parser.add_argument("--worker-niceness", type=nonneg_int, default=0,
-                        help="nice value of Ray's workers, the replicas included (start_ray's default, 0; Ray's own is 15, "
-                             "which on a shared machine gives the pool less CPU than `serve` at 0)")
 
 
 def run_args(args: argparse.Namespace, pairs: Sequence[tuple[str, str]]) -> list[ServerLoad]:
