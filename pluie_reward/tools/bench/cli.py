@@ -101,11 +101,14 @@ def _transformers_only(args: argparse.Namespace, why: str) -> None:
         raise UsageError(f"--engine {args.engine}: {why}; compare engines with `pluie-reward bench engines` instead.")
 
 
-def _threads(args: argparse.Namespace) -> None:
+def _judge(args: argparse.Namespace, section: str) -> tuple[Any, dict[str, Any]]:
+    """This process's judge (on ``--threads`` torch threads), and the report's header with its machine line."""
     if args.threads is not None:
         import torch  # lazy: CLI start-up
 
         torch.set_num_threads(args.threads)
+    judge = judge_from_args(args)
+    return judge, _header(section, machine_line(judge))
 
 
 def _header(section: str, machine: str) -> dict[str, Any]:
@@ -134,7 +137,8 @@ def _machine() -> str:
     return f"{os.cpu_count()} CPUs; load average {load_average()}"
 
 
-def _workload_list(args: argparse.Namespace, pairs: list[tuple[str, str]]) -> list[Any]:
+def _workload_list(args: argparse.Namespace) -> list[Any]:
+    pairs = _pairs(args)
     return [mrpc_workload(pairs, args.pairs) if n == "mrpc" else grpo_workload(pairs, args.sources, args.per_source)
             for n in args.workloads]
 
@@ -154,10 +158,8 @@ def _methods_args(p: argparse.ArgumentParser) -> None:
 
 def _methods(args: argparse.Namespace) -> int:
     _transformers_only(args, "the methods read the transformers model")
-    workloads = _workload_list(args, _pairs(args))
-    _threads(args)
-    judge = judge_from_args(args)
-    payload = _header("methods", machine_line(judge))
+    workloads = _workload_list(args)
+    judge, payload = _judge(args, "methods")
     results = [run_workload(judge, w, args.template, args.methods, args.rounds, args.sample_every, args.generate_batch_size,
                             log=say, indirect_template=args.indirect_template,
                             indirect_max_new_tokens=args.indirect_max_new_tokens) for w in workloads]
@@ -185,10 +187,8 @@ def _engines(args: argparse.Namespace) -> int:
     _transformers_only(args, "the other engines' scores are compared with the transformers judge's")
     if args.engines[0] != "transformers":
         raise UsageError("--engines: list transformers first (the other engines' scores are compared with it).")
-    workloads = _workload_list(args, _pairs(args))
-    _threads(args)
-    judge = judge_from_args(args)
-    payload = _header("engines", machine_line(judge))
+    workloads = _workload_list(args)
+    judge, payload = _judge(args, "engines")
     judges = {"transformers": judge}
     try:
         if "vllm" in args.engines:
@@ -260,9 +260,7 @@ def _groups(args: argparse.Namespace) -> int:
     if not all(1 <= k <= args.group_size for k in args.group_orders):
         raise UsageError(f"--group-orders: each from 1 to --group-size ({args.group_size}), got {args.group_orders}.")
     pairs = _pairs(args)
-    _threads(args)
-    judge = judge_from_args(args)
-    payload = _header("groups", machine_line(judge))
+    judge, payload = _judge(args, "groups")
     say(f"group-relative judging: {args.groups} groups of {args.group_size} ...")
     compared = compare_group_judging(judge, pairs, groups=args.groups, size=args.group_size, orders=args.group_orders,
                                      pointwise_template=args.template)
