@@ -78,6 +78,8 @@ BUILTIN_PAIRS = [
 timed = partial(measure.timed, rounds=2, warmup=True)  # median of 2 calls after an untimed one, unless told otherwise
 _f = partial(measure.cell, none="not run")  # a gpu.md cell: "not run" where a section measured nothing
 OUTPUTS = ("gpu.json", "gpu.md")
+
+
 def trie_tokens(sequences: Sequence[Sequence[int]]) -> int:
     """Distinct prefixes over ``sequences``: the tokens a forward must compute at least when shared
     prefixes are computed once (the scoring's useful work)."""
@@ -329,7 +331,7 @@ def throughput(shape: str, folder: Path | None, pairs: Sequence[tuple[str, str]]
                "wide_peak_share": flops / wide_seconds / peak, "distinct_tokens": distinct, "bound": tokens / distinct, **path,
                "f32_pairs_s": len(src) / f32_seconds, "f32_peak_share": flops / f32_seconds / peak, "fused_vs_f32": f32_seconds / seconds,
                "f32_max_abs_diff": max(abs(a - b) for a, b in zip(scores, f32_scores))}
-        measured: dict[int, tuple[float, Any, float | None]] = {}
+        measured: dict[int, tuple[float, Any, Any]] = {}
         for size in PLAIN_ROWS:  # the plain padded forward, on the same items
             rows_now = min(size, len(src))  # a size past n makes the batches of the size before: measured once
             if rows_now not in measured:  # tiny: one call (the tiny tokenizer's prompts are long)
