@@ -1,17 +1,9 @@
-"""``pluie-reward bench <section>``: one sub-command per benchmark, each thin glue over the module that owns it.
-
-Sections (each prints Markdown tables on stdout, its progress on stderr, and with ``--json FILE`` its numbers):
-
-* ``methods``: :meth:`Judge.score` beside the seeds' two-pass method and an LLM-Yes/No generate judge
-  (:mod:`~pluie_reward.tools.bench.run`);
-* ``engines``: ``Judge.score`` on several engines side by side (:mod:`~pluie_reward.tools.bench.engines`);
-* ``server``: the judge server under concurrent clients (:mod:`~pluie_reward.tools.bench.server_load`);
-* ``grpo``: the reward's share of GRPO steps per judge placement (:mod:`~pluie_reward.tools.bench.grpo_share`);
-* ``groups``: group-relative judging beside pointwise PLUIE (:mod:`~pluie_reward.tools.bench.group`);
-* ``placement``: peak memory of the judge placements, in fresh processes;
-* ``pool``: the judge pool with 1 and 2 replicas beside ``serve`` (:mod:`~pluie_reward.tools.pool.bench`);
-* ``gpu``: the CUDA path against its goals (:mod:`~pluie_reward.tools.bench.gpu`; also
-  ``python -m pluie_reward.tools.bench.gpu``).
+"""``pluie-reward bench <section>``: one sub-command per benchmark (:data:`SECTIONS`), each thin glue over the module
+that owns it (``methods`` and ``placement``: :mod:`~pluie_reward.tools.bench.run`; ``engines``, ``server``
+(:mod:`~pluie_reward.tools.bench.server_load`), ``grpo`` (:mod:`~pluie_reward.tools.bench.grpo_share`), ``groups``,
+``pool`` (:mod:`~pluie_reward.tools.pool.bench`) and ``gpu``, also ``python -m pluie_reward.tools.bench.gpu``) and over
+:mod:`~pluie_reward.tools.bench.measure`. Each prints Markdown tables on stdout, its progress on stderr, and with
+``--json FILE`` its numbers.
 
 Example (shell):
     pluie-reward bench methods --workloads mrpc --methods reference,score --rounds 2
