@@ -71,6 +71,29 @@ def test_pool_without_ray_says_what_to_install(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ModuleNotFoundError
     assert cli.main(["pool"]) == 2
     assert "the pool needs ray: pip install 'pluie-reward[pool]'" in capsys.readouterr().err
+    assert cli.main(["pool", "--address", "auto", "--stop"]) == 2
+    assert "the pool needs ray: pip install 'pluie-reward[pool]'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [[], ["--address", "head:6379", "--stop"]])
+def test_a_cluster_that_cannot_be_reached_exits_1_with_why(args, monkeypatch, capsys):
+    """Serving or stopping: Ray's error, its last line, and the token hint when a cause in its chain names
+    Ray's token authentication."""
+    pytest.importorskip("ray.serve")
+    from pluie_reward.tools.pool import cli as pool_cli
+
+    def refuse(address, num_cpus=None):
+        try:
+            raise RuntimeError("AuthenticationError: no token")
+        except RuntimeError as cause:
+            raise ConnectionError("Traceback...\nfailed to connect") from cause
+
+    monkeypatch.setattr(pool_cli, "start_ray", refuse)
+    assert cli.main(["pool", *args]) == 1
+    err = capsys.readouterr().err
+    where = "join the Ray cluster at head:6379" if args else "start a local Ray cluster"
+    assert f"pluie-reward pool: error: could not {where}: failed to connect. The cluster uses Ray's token" in err
+    assert "Traceback" not in err
 
 
 def test_a_replica_is_warm_on_its_template_when_its_constructor_returns():

@@ -127,8 +127,17 @@ def check_pool_args(args: argparse.Namespace) -> PoolOptions:
     return options
 
 
-def _connect(args: argparse.Namespace) -> bool:
-    """Start the local Ray cluster, or join ``--address``; a :class:`PoolStartError` saying why not."""
+def _connect(args: argparse.Namespace, serving: bool = False) -> bool | None:
+    """Start the local Ray cluster, or join ``--address`` (``serving``: the judge server's app must import
+    too); None after printing why not. Ray, Serve or FastAPI missing: a :class:`UsageError`."""
+    try:
+        import ray  # noqa: F401
+        from ray import serve  # noqa: F401
+
+        if serving:
+            from ...serving import app  # noqa: F401  # optional: fastapi
+    except ModuleNotFoundError as err:
+        raise UsageError(f"the pool needs {err.name}: pip install 'pluie-reward[pool]'") from None
     try:
         return start_ray(args.address, num_cpus=args.num_cpus)
     except (ConnectionError, RuntimeError) as err:
@@ -141,21 +150,17 @@ def _connect(args: argparse.Namespace) -> bool:
         if any("AuthToken" in text or "AuthenticationError" in text for text in chain):
             hint = (" The cluster uses Ray's token authentication: run with RAY_AUTH_MODE=token and the cluster's token "
                     "where Ray looks for it (RAY_AUTH_TOKEN, or ~/.ray/auth_token).")
-        raise PoolStartError(f"could not {where}: {str(err).strip().splitlines()[-1]}.{hint}") from None
+        print(f"pluie-reward pool: error: could not {where}: {str(err).strip().splitlines()[-1]}.{hint}", file=sys.stderr)
+        return None
 
 
 def _stop(args: argparse.Namespace) -> int:
     """``--stop``: delete the application ``--name`` from the cluster at ``--address``."""
-    try:
-        import ray
-        from ray import serve
-    except ModuleNotFoundError as err:
-        raise UsageError(f"the pool needs {err.name}: pip install 'pluie-reward[pool]'") from None
-    try:
-        _connect(args)
-    except PoolStartError as err:
-        print(f"pluie-reward pool: error: {err}", file=sys.stderr)
+    if _connect(args) is None:
         return 1
+    import ray
+    from ray import serve
+
     try:
         if args.name not in serve.status().applications:
             raise UsageError(f"no Serve application {args.name!r} in the cluster at {args.address} "
@@ -190,18 +195,9 @@ def pool_command(args: argparse.Namespace) -> int:
     if args.stop:
         return _stop(args)
     app_options = server_options(args, "pool")
-    try:
-        import ray  # noqa: F401
-        from ray import serve  # noqa: F401
-
-        from ...serving import app  # noqa: F401  # optional: fastapi
-    except ModuleNotFoundError as err:
-        raise UsageError(f"the pool needs {err.name}: pip install 'pluie-reward[pool]'") from None
     judge_options = {name: getattr(args, name, None) for name in JUDGE_OPTIONS}
-    try:
-        started = _connect(args)
-    except PoolStartError as err:
-        print(f"pluie-reward pool: error: {err}", file=sys.stderr)
+    started = _connect(args, serving=True)
+    if started is None:
         return 1
     try:
         url = deploy(partial(load_judge, judge_options), args.template, options, host=args.host, port=args.port,
