@@ -1,13 +1,5 @@
-"""Run the probe: score every family's hypotheses next to the honest answers, through ``Judge.score``.
-
-Example:
-    >>> from pluie_reward.tools.probe import markdown_report
-    >>> rows = run_probe(judge, "para-fs", limit=2)  # e.g. judge = Judge.load()
-    >>> print(markdown_report(rows))
-    | family | kind | n | mean | max | > threshold | > honest | novelty | guarded | copy-proof | copy-proof ≥ honest | Δ score | ...
-    |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
-    | honest | reference | 2 | ...
-"""
+"""Run the probe: score every family's hypotheses next to the honest answers, through ``Judge.score``
+(the example of :mod:`pluie_reward.tools.probe` runs it and prints the report)."""
 
 from __future__ import annotations
 
