@@ -67,6 +67,19 @@ def test_bad_pool_options_exit_2_with_a_message(args, message, capsys):
     assert "pluie-reward pool: error: " in err and message in err and "Traceback" not in err  # argparse's usage may come first
 
 
+def test_every_pool_flag_reaches_its_pool_option():
+    from pluie_reward.tools.cli.main import build_parser
+    from pluie_reward.tools.pool.cli import pool_options
+    from pluie_reward.tools.pool.deployment import PoolOptions
+
+    args = build_parser().parse_args(["pool", "--max-replicas", "6", "--min-replicas", "2", "--target-ongoing-requests", "8",
+                                      "--max-ongoing-requests", "32", "--upscale-delay", "3", "--downscale-delay", "40",
+                                      "--replica-cpus", "2", "--replica-gpus", "0.5", "--graceful-timeout", "7"])
+    assert pool_options(args) == PoolOptions(replicas=1, min_replicas=2, max_replicas=6, target_ongoing_requests=8.0,
+                                             max_ongoing_requests=32, upscale_delay_s=3.0, downscale_delay_s=40.0,
+                                             num_cpus=2.0, num_gpus=0.5, graceful_shutdown_timeout_s=7.0)
+
+
 def test_pool_without_ray_says_what_to_install(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ModuleNotFoundError
     assert cli.main(["pool"]) == 2

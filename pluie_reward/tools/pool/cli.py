@@ -59,7 +59,7 @@ def load_judge(options: dict[str, Any]) -> Any:
     return judge_from_args(argparse.Namespace(**options))
 
 
-# PoolOptions' fields as the command line spells them (its messages name the fields)
+# PoolOptions' fields as the command line spells them (the options' values; its messages name the fields)
 FLAGS = {"replicas": "--replicas", "min_replicas": "--min-replicas", "max_replicas": "--max-replicas",
          "target_ongoing_requests": "--target-ongoing-requests", "max_ongoing_requests": "--max-ongoing-requests",
          "num_cpus": "--replica-cpus", "num_gpus": "--replica-gpus", "graceful_shutdown_timeout_s": "--graceful-timeout",
@@ -81,12 +81,7 @@ def pool_options(args: argparse.Namespace) -> PoolOptions:
         pluie_reward.tools.shared.UsageError: --replicas must be at least 1, got 0.
     """
     try:
-        return PoolOptions(
-            replicas=args.replicas, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
-            target_ongoing_requests=args.target_ongoing_requests, max_ongoing_requests=args.max_ongoing_requests,
-            upscale_delay_s=args.upscale_delay, downscale_delay_s=args.downscale_delay,
-            num_cpus=args.replica_cpus, num_gpus=args.replica_gpus, graceful_shutdown_timeout_s=args.graceful_timeout,
-        )
+        return PoolOptions(**{name: getattr(args, flag[2:].replace("-", "_")) for name, flag in FLAGS.items()})
     except ValueError as err:
         message = re.sub(r"\b(" + "|".join(FLAGS) + r")\b", lambda m: FLAGS[m.group(1)], str(err))
         raise UsageError(message) from None
