@@ -30,6 +30,7 @@ from pluie_reward.core.judge import Judge
 from pluie_reward.judges import DEFAULT_TEMPLATE
 from pluie_reward.tools.evaluation.metrics import best_threshold, classification_metrics, roc_auc
 from pluie_reward.tools.evaluation.paraphrasus import DATASET_NAMES, find_data_dir, load_pairs
+from pluie_reward.tools.report import markdown_table, percent, write_outputs
 from pluie_reward.tools.tune.hard_negatives import MEANING_RULES, hard_negatives
 
 TRAINED_ON = ("STS-H", "SNLI", "STS", "SIMP")  # PARAPHRASUS datasets the default adapter saw (build_judge)
@@ -133,13 +134,14 @@ def markdown(result: dict[str, Any]) -> str:
         lines += [f"Meaning flips of MRPC's paraphrases (held out, {f['n']}): {f['accepted']:.1%} accepted, "
                   f"{f['above_honest']:.1%} above their honest paraphrase; mean {f['mean']:+.2f} "
                   f"(honest {f['honest_mean']:+.2f}, {f['honest_accepted']:.1%} accepted); ROC-AUC honest vs flip "
-                  f"{f['roc_auc']:.3f}", "", "| rule | n | accepted | above honest |", "|---|---:|---:|---:|"]
-        lines += [f"| {rule} | {r['n']} | {r['accepted']:.1%} | {r['above_honest']:.1%} |" for rule, r in f["by_rule"].items()]
-        lines.append("")
-    lines += [
-             "| PARAPHRASUS dataset | n | error rate | |", "|---|---:|---:|---|"]
-    for name, r in result["paraphrasus"].items():
-        lines.append(f"| {name} | {r['n']} | {r['error_rate']:.1%} | {'seen in training' if r['trained_on'] else 'held out'} |")
+                  f"{f['roc_auc']:.3f}", "",
+                  markdown_table(["rule", "n", "accepted", "above honest"], [
+                      [rule, r["n"], percent(r["accepted"]), percent(r["above_honest"])] for rule, r in f["by_rule"].items()
+                  ], align="lrrr"), ""]
+    lines.append(markdown_table(["PARAPHRASUS dataset", "n", "error rate", ""], [
+        [name, r["n"], percent(r["error_rate"]), "seen in training" if r["trained_on"] else "held out"]
+        for name, r in result["paraphrasus"].items()
+    ], align="lrrl"))
     return "\n".join(lines) + "\n"
 
 
@@ -162,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(markdown(result))
     if args.json:
-        args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        write_outputs(args.json.parent, result, names=(args.json.name, ""), indent=1)
     return 0
 
 

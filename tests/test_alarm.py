@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
+from conftest import load_script
 from pluie_reward.integrations.alarm import AlarmConfig, AlarmedReward, HackAlarm, HackWarning
 from pluie_reward.integrations.rewards import NoveltyReward
 
@@ -271,7 +272,7 @@ def test_terms_are_view_names():
 
 
 def test_staged_onset_on_a_real_judge_fires_in_the_ramp_only(tiny_judge):
-    from pluie_reward.tools.probe.onset import hack_onset
+    hack_onset = load_script("hack_onset").hack_onset
 
     for seed in range(3):
         rows = hack_onset(tiny_judge, "para-fs", honest_batches=5, ramp=(0.25, 0.5, 1.0, 1.0), batch_size=8, seed=seed, limit=4)
@@ -282,6 +283,14 @@ def test_staged_onset_on_a_real_judge_fires_in_the_ramp_only(tiny_judge):
             one_by_one = [tiny_judge.score("para-fs", source=s, hypothesis=[h], use_cache=False)[0]
                           for s, h in zip(row["sources"], row["completions"])]
             assert row["reward"] == pytest.approx(sum(one_by_one) / len(one_by_one), abs=1e-4)
+
+
+def test_the_onset_script_doctests():
+    """scripts/ is not among pytest's doctest paths: scripts/hack_onset.py's examples run here."""
+    import doctest
+
+    result = doctest.testmod(load_script("hack_onset"))
+    assert result.attempted > 0 and result.failed == 0
 
 
 def test_the_validation_callback_watches_with_an_alarm(tiny_judge):

@@ -304,6 +304,27 @@ def test_held_out_flips_count_what_the_judge_rejects_per_rule():
     assert "(held out, 2): 50.0% accepted, 50.0% above their honest paraphrase" in markdown(result)
 
 
+def test_the_evaluation_markdown_as_the_readme_shows_it():
+    markdown = load_script("evaluate_judge").markdown
+    flips = {"n": 3, "accepted": 1 / 3, "above_honest": 0.0, "mean": -1.5, "honest_mean": 2.25, "honest_accepted": 1.0,
+             "roc_auc": 0.875, "by_rule": {"negation": {"n": 2, "accepted": 0.5, "above_honest": 0.0},
+                                           "swap": {"n": 1, "accepted": 0.0, "above_honest": 0.0}}}
+    result = {"judge": "t", "template": "para-fs", "mrpc": {"n": 4, "roc_auc": 0.75, "accuracy_at_0": 0.5, "said_yes_at_0": 1,
+              "positives": 2, "accuracy_at_best": 0.75, "best_threshold": -0.5, "pairs_per_second": 12.0},
+              "flips": flips, "paraphrasus": {"STS": {"n": 10, "error_rate": 0.1, "trained_on": True},
+                                              "PAWSX": {"n": 8, "error_rate": 0.125, "trained_on": False}}}
+    assert markdown(result) == (
+        "`t`, template `para-fs`:\n\n"
+        "MRPC (4 pairs, held out): ROC-AUC 0.750, accuracy 50.0% at 0 (1 Yes for 2 paraphrases), 75.0% at the best "
+        "threshold -0.50; 12.0 pairs/s\n\n"
+        "Meaning flips of MRPC's paraphrases (held out, 3): 33.3% accepted, 0.0% above their honest paraphrase; "
+        "mean -1.50 (honest +2.25, 100.0% accepted); ROC-AUC honest vs flip 0.875\n\n"
+        "| rule | n | accepted | above honest |\n|---|---:|---:|---:|\n"
+        "| negation | 2 | 50.0% | 0.0% |\n| swap | 1 | 0.0% | 0.0% |\n\n"
+        "| PARAPHRASUS dataset | n | error rate |  |\n|---|---:|---:|---|\n"
+        "| STS | 10 | 10.0% | seen in training |\n| PAWSX | 8 | 12.5% | held out |\n")
+
+
 def test_held_out_flips_refuse_bad_input():
     held_out_flips = load_script("evaluate_judge").held_out_flips
 

@@ -67,10 +67,46 @@ def test_bad_pool_options_exit_2_with_a_message(args, message, capsys):
     assert "pluie-reward pool: error: " in err and message in err and "Traceback" not in err  # argparse's usage may come first
 
 
+def test_every_pool_flag_reaches_its_pool_option():
+    from pluie_reward.tools.cli.main import build_parser
+    from pluie_reward.tools.pool.cli import pool_options
+    from pluie_reward.tools.pool.deployment import PoolOptions
+
+    args = build_parser().parse_args(["pool", "--max-replicas", "6", "--min-replicas", "2", "--target-ongoing-requests", "8",
+                                      "--max-ongoing-requests", "32", "--upscale-delay", "3", "--downscale-delay", "40",
+                                      "--replica-cpus", "2", "--replica-gpus", "0.5", "--graceful-timeout", "7"])
+    assert pool_options(args) == PoolOptions(replicas=1, min_replicas=2, max_replicas=6, target_ongoing_requests=8.0,
+                                             max_ongoing_requests=32, upscale_delay_s=3.0, downscale_delay_s=40.0,
+                                             num_cpus=2.0, num_gpus=0.5, graceful_shutdown_timeout_s=7.0)
+
+
 def test_pool_without_ray_says_what_to_install(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ModuleNotFoundError
     assert cli.main(["pool"]) == 2
     assert "the pool needs ray: pip install 'pluie-reward[pool]'" in capsys.readouterr().err
+    assert cli.main(["pool", "--address", "auto", "--stop"]) == 2
+    assert "the pool needs ray: pip install 'pluie-reward[pool]'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [[], ["--address", "head:6379", "--stop"]])
+def test_a_cluster_that_cannot_be_reached_exits_1_with_why(args, monkeypatch, capsys):
+    """Serving or stopping: Ray's error, its last line, and the token hint when a cause in its chain names
+    Ray's token authentication."""
+    pytest.importorskip("ray.serve")
+    from pluie_reward.tools.pool import cli as pool_cli
+
+    def refuse(address, num_cpus=None):
+        try:
+            raise RuntimeError("AuthenticationError: no token")
+        except RuntimeError as cause:
+            raise ConnectionError("Traceback...\nfailed to connect") from cause
+
+    monkeypatch.setattr(pool_cli, "start_ray", refuse)
+    assert cli.main(["pool", *args]) == 1
+    err = capsys.readouterr().err
+    where = "join the Ray cluster at head:6379" if args else "start a local Ray cluster"
+    assert f"pluie-reward pool: error: could not {where}: failed to connect. The cluster uses Ray's token" in err
+    assert "Traceback" not in err
 
 
 def test_a_replica_is_warm_on_its_template_when_its_constructor_returns():

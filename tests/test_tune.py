@@ -399,6 +399,12 @@ def test_synthetic_pairs():
     ({"max_steps": 0}, "max_steps"),
     ({"contrast_weight": -1}, "contrast_weight must be a number >= 0"),
     ({"contrast_margin": float("nan")}, "contrast_margin must be a number >= 0"),
+    ({"weight_decay": -0.5}, "weight_decay must be a number >= 0"),
+    ({"lora_dropout": 1.0}, r"lora_dropout must be a number with 0 <= x < 1"),
+    ({"lora_r": 2.0}, "lora_r must be a positive integer"),
+    ({"epochs": True}, "epochs must be a positive number"),
+    ({"max_steps": -2}, "max_steps must be a positive integer or -1"),
+    ({"seed": 1.5}, "seed must be a whole number >= 0"),
 ])
 def test_bad_config(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -59,7 +59,7 @@ def load_judge(options: dict[str, Any]) -> Any:
     return judge_from_args(argparse.Namespace(**options))
 
 
-# PoolOptions' fields as the command line spells them (its messages name the fields)
+# PoolOptions' fields as the command line spells them (the options' values; its messages name the fields)
 FLAGS = {"replicas": "--replicas", "min_replicas": "--min-replicas", "max_replicas": "--max-replicas",
          "target_ongoing_requests": "--target-ongoing-requests", "max_ongoing_requests": "--max-ongoing-requests",
          "num_cpus": "--replica-cpus", "num_gpus": "--replica-gpus", "graceful_shutdown_timeout_s": "--graceful-timeout",
@@ -81,12 +81,7 @@ def pool_options(args: argparse.Namespace) -> PoolOptions:
         pluie_reward.tools.shared.UsageError: --replicas must be at least 1, got 0.
     """
     try:
-        return PoolOptions(
-            replicas=args.replicas, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
-            target_ongoing_requests=args.target_ongoing_requests, max_ongoing_requests=args.max_ongoing_requests,
-            upscale_delay_s=args.upscale_delay, downscale_delay_s=args.downscale_delay,
-            num_cpus=args.replica_cpus, num_gpus=args.replica_gpus, graceful_shutdown_timeout_s=args.graceful_timeout,
-        )
+        return PoolOptions(**{name: getattr(args, flag[2:].replace("-", "_")) for name, flag in FLAGS.items()})
     except ValueError as err:
         message = re.sub(r"\b(" + "|".join(FLAGS) + r")\b", lambda m: FLAGS[m.group(1)], str(err))
         raise UsageError(message) from None
@@ -127,8 +122,17 @@ def check_pool_args(args: argparse.Namespace) -> PoolOptions:
     return options
 
 
-def _connect(args: argparse.Namespace) -> bool:
-    """Start the local Ray cluster, or join ``--address``; a :class:`PoolStartError` saying why not."""
+def _connect(args: argparse.Namespace, serving: bool = False) -> bool | None:
+    """Start the local Ray cluster, or join ``--address`` (``serving``: the judge server's app must import
+    too); None after printing why not. Ray, Serve or FastAPI missing: a :class:`UsageError`."""
+    try:
+        import ray  # noqa: F401
+        from ray import serve  # noqa: F401
+
+        if serving:
+            from ...serving import app  # noqa: F401  # optional: fastapi
+    except ModuleNotFoundError as err:
+        raise UsageError(f"the pool needs {err.name}: pip install 'pluie-reward[pool]'") from None
     try:
         return start_ray(args.address, num_cpus=args.num_cpus)
     except (ConnectionError, RuntimeError) as err:
@@ -141,21 +145,17 @@ def _connect(args: argparse.Namespace) -> bool:
         if any("AuthToken" in text or "AuthenticationError" in text for text in chain):
             hint = (" The cluster uses Ray's token authentication: run with RAY_AUTH_MODE=token and the cluster's token "
                     "where Ray looks for it (RAY_AUTH_TOKEN, or ~/.ray/auth_token).")
-        raise PoolStartError(f"could not {where}: {str(err).strip().splitlines()[-1]}.{hint}") from None
+        print(f"pluie-reward pool: error: could not {where}: {str(err).strip().splitlines()[-1]}.{hint}", file=sys.stderr)
+        return None
 
 
 def _stop(args: argparse.Namespace) -> int:
     """``--stop``: delete the application ``--name`` from the cluster at ``--address``."""
-    try:
-        import ray
-        from ray import serve
-    except ModuleNotFoundError as err:
-        raise UsageError(f"the pool needs {err.name}: pip install 'pluie-reward[pool]'") from None
-    try:
-        _connect(args)
-    except PoolStartError as err:
-        print(f"pluie-reward pool: error: {err}", file=sys.stderr)
+    if _connect(args) is None:
         return 1
+    import ray
+    from ray import serve
+
     try:
         if args.name not in serve.status().applications:
             raise UsageError(f"no Serve application {args.name!r} in the cluster at {args.address} "
@@ -190,18 +190,9 @@ def pool_command(args: argparse.Namespace) -> int:
     if args.stop:
         return _stop(args)
     app_options = server_options(args, "pool")
-    try:
-        import ray  # noqa: F401
-        from ray import serve  # noqa: F401
-
-        from ...serving import app  # noqa: F401  # optional: fastapi
-    except ModuleNotFoundError as err:
-        raise UsageError(f"the pool needs {err.name}: pip install 'pluie-reward[pool]'") from None
     judge_options = {name: getattr(args, name, None) for name in JUDGE_OPTIONS}
-    try:
-        started = _connect(args)
-    except PoolStartError as err:
-        print(f"pluie-reward pool: error: {err}", file=sys.stderr)
+    started = _connect(args, serving=True)
+    if started is None:
         return 1
     try:
         url = deploy(partial(load_judge, judge_options), args.template, options, host=args.host, port=args.port,

@@ -208,32 +208,26 @@ def fake_pair(fmt: TemplateFormat, item: SourceItem) -> str:
 
 
 # --- generators (perturbations that are code) -------------------------------------------------------
-def _honest(context: ProbeContext, item: SourceItem) -> list[str]:
-    return [item.honest] if item.honest is not None else []
+FamilyGenerator = Callable[[ProbeContext, SourceItem], list[str]]
 
 
-def _case(context: ProbeContext, item: SourceItem) -> list[str]:
-    return [item.source.lower(), item.source.upper()]
+def _of_source(edits: Callable[[str], list[str]]) -> FamilyGenerator:
+    """A generator of edits of the source text (the copy families)."""
+    return lambda context, item: edits(item.source)
 
 
-def _spacing(context: ProbeContext, item: SourceItem) -> list[str]:
-    s = item.source
-    return ["  ".join(s.split()), f"  {s}\n", re.sub(r"\s*([,.;:!?])", r" \1", s)]
+def _of_honest(edits: Callable[[str, ProbeContext], list[str]], english: bool = False) -> FamilyGenerator:
+    """A generator of edits of the honest answer: none for a source without one (nor, ``english``, for a
+    template in another language)."""
+    return lambda context, item: ([] if item.honest is None or (english and context.language != "en")
+                                  else edits(item.honest, context))
 
 
-def _punctuation(context: ProbeContext, item: SourceItem) -> list[str]:
-    s = item.source
-    return [re.sub(r"[^\w\s]", "", s), s.rstrip(".!?") + "!!!"]
-
-
-def _zero_width(context: ProbeContext, item: SourceItem) -> list[str]:
-    return [joiner.join(item.source) for joiner in ("\u200b", "\u00ad", "\u200d")]
-
-
-def _homoglyph(context: ProbeContext, item: SourceItem) -> list[str]:
-    every = "".join(HOMOGLYPHS.get(c, c) for c in item.source)
+def _homoglyph(source: str) -> list[str]:
+    """Every letter with a look-alike replaced, and every other one."""
+    every = "".join(HOMOGLYPHS.get(c, c) for c in source)
     other, flip = [], False
-    for c in item.source:
+    for c in source:
         if c in HOMOGLYPHS:
             flip = not flip
             other.append(HOMOGLYPHS[c] if flip else c)
@@ -242,80 +236,33 @@ def _homoglyph(context: ProbeContext, item: SourceItem) -> list[str]:
     return [every, "".join(other)]
 
 
-def _truncation(context: ProbeContext, item: SourceItem) -> list[str]:
-    words = item.source.split()
-    return [" ".join(words[: max(1, len(words) // k)]) for k in (2, 4)]
-
-
-def _meaning_flip(context: ProbeContext, item: SourceItem) -> list[str]:
-    """The honest answer with each meaning flip of :mod:`~pluie_reward.tools.tune.hard_negatives` that
-    applies to it, one rule each (English templates only: the rules' word lists are English)."""
-    if context.language != "en" or item.honest is None:
-        return []
-    return [text for text in (flip(item.honest, rule) for rule in MEANING_RULES) if text is not None]
-
-
 ADDITIONS = (", which was a complete surprise to the residents", "I hope this rewording helps!")
 """What the ``addition`` family appends to the honest answer: a clause adding a claim, and a sentence of
 commentary. Neither is among the build data's (``hard_negatives.ADDED_CLAUSES``/``ADDED_SENTENCES``),
 so the family measures whether the judge learned "more than the source says", not the phrases."""
 
-
-def _addition(context: ProbeContext, item: SourceItem) -> list[str]:
-    """The honest answer with a claim added before its final full stop, and with a sentence of
-    commentary after it (English templates only)."""
-    if context.language != "en" or item.honest is None:
-        return []
-    return [append(item.honest, addition) for addition in ADDITIONS]
-
-
 LABELS = {"en": ("Paraphrase: ", "Here is the paraphrase: "), "fr": ("Paraphrase : ", "Voici la paraphrase : ")}
 """What the ``presentation_label`` family puts before the honest answer, per template language (English by default)."""
 
-
-def _layout(context: ProbeContext, item: SourceItem) -> list[str]:
-    """The honest answer with layout around or inside it (what :func:`~pluie_reward.core.template.clean_text` removes)."""
-    h = item.honest
-    return [] if h is None else [h + "\n", f"  {h} ", f"\n\n{h}\n\n", "  ".join(h.split())]
-
-
-def _quotes(context: ProbeContext, item: SourceItem) -> list[str]:
-    h = item.honest
-    return [] if h is None else [f'"{h}"', f"\u201c{h}\u201d"]
-
-
-def _emphasis(context: ProbeContext, item: SourceItem) -> list[str]:
-    h = item.honest
-    return [] if h is None else [f"**{h}**", f"*{h}*"]
-
-
-def _label(context: ProbeContext, item: SourceItem) -> list[str]:
-    h = item.honest
-    return [] if h is None else [label + h for label in LABELS.get(context.language, LABELS["en"])]
-
-
-def _period(context: ProbeContext, item: SourceItem) -> list[str]:
-    h = item.honest
-    if h is None:
-        return []
-    return [h[:-1]] if h.endswith(".") else [h + "."]
-
-
-GENERATORS: dict[str, Callable[[ProbeContext, SourceItem], list[str]]] = {
-    "honest": _honest,
-    "case": _case,
-    "spacing": _spacing,
-    "punctuation": _punctuation,
-    "zero_width": _zero_width,
-    "homoglyph": _homoglyph,
-    "truncation": _truncation,
-    "meaning_flip": _meaning_flip,
-    "addition": _addition,
-    "layout": _layout,
-    "quotes": _quotes,
-    "emphasis": _emphasis,
-    "label": _label,
-    "period": _period,
+GENERATORS: dict[str, FamilyGenerator] = {
+    "honest": _of_honest(lambda h, context: [h]),
+    "case": _of_source(lambda s: [s.lower(), s.upper()]),
+    "spacing": _of_source(lambda s: ["  ".join(s.split()), f"  {s}\n", re.sub(r"\s*([,.;:!?])", r" \1", s)]),
+    "punctuation": _of_source(lambda s: [re.sub(r"[^\w\s]", "", s), s.rstrip(".!?") + "!!!"]),
+    "zero_width": _of_source(lambda s: [joiner.join(s) for joiner in ("\u200b", "\u00ad", "\u200d")]),
+    "homoglyph": _of_source(_homoglyph),
+    "truncation": _of_source(lambda s: [" ".join(s.split()[: max(1, len(s.split()) // k)]) for k in (2, 4)]),
+    # the honest answer with each meaning flip of tune.hard_negatives that applies to it (English word lists)
+    "meaning_flip": _of_honest(lambda h, context: [t for t in (flip(h, rule) for rule in MEANING_RULES) if t is not None],
+                               english=True),
+    # a claim added before its final full stop, a sentence of commentary after it
+    "addition": _of_honest(lambda h, context: [append(h, addition) for addition in ADDITIONS], english=True),
+    # layout around or inside it (what core.template.clean_text removes)
+    "layout": _of_honest(lambda h, context: [h + "\n", f"  {h} ", f"\n\n{h}\n\n", "  ".join(h.split())]),
+    "quotes": _of_honest(lambda h, context: [f'"{h}"', f"\u201c{h}\u201d"]),
+    "emphasis": _of_honest(lambda h, context: [f"**{h}**", f"*{h}*"]),
+    "label": _of_honest(lambda h, context: [label + h for label in LABELS.get(context.language, LABELS["en"])]),
+    "period": _of_honest(lambda h, context: [h[:-1]] if h.endswith(".") else [h + "."]),
 }
 
 

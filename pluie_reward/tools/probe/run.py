@@ -1,13 +1,5 @@
-"""Run the probe: score every family's hypotheses next to the honest answers, through ``Judge.score``.
-
-Example:
-    >>> from pluie_reward.tools.probe import markdown_report
-    >>> rows = run_probe(judge, "para-fs", limit=2)  # e.g. judge = Judge.load()
-    >>> print(markdown_report(rows))
-    | family | kind | n | mean | max | > threshold | > honest | novelty | guarded | copy-proof | copy-proof ≥ honest | Δ score | ...
-    |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
-    | honest | reference | 2 | ...
-"""
+"""Run the probe: score every family's hypotheses next to the honest answers, through ``Judge.score``
+(the example of :mod:`pluie_reward.tools.probe` runs it and prints the report)."""
 
 from __future__ import annotations
 
@@ -260,28 +252,16 @@ def _copy_proof_summary(group: Sequence[Mapping[str, Any]], reference: bool) -> 
             **_changes([(r["copy_proof"], r["honest_copy_proof"]) for r in compared], "copy_proof_")}
 
 
-def run_probe(
-    judge: Any,
-    template: Any = "para-fs",
-    sources: Sequence[str | Mapping[str, Any]] | None = None,
-    honest: Sequence[str | None] | None = None,
-    limit: int | None = None,
-    families: Iterable[str] | None = None,
-    *,
-    escape_delimiters: bool = False,
-    progress: bool = False,
-) -> list[dict[str, Any]]:
-    """Score the probe's families on a judge and summarise them per family (see :func:`probe_items`
-    for the arguments and :func:`summarize` for the rows); the threshold is the judge's.
+def run_probe(judge: Any, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    """Score the probe's families on a judge and summarise them per family: the arguments are
+    :func:`probe_items`'s, the rows :func:`summarize`'s; the threshold is the judge's.
 
     Example:
         >>> rows = run_probe(judge, "para-fs", limit=4, families=["copy", "control_token"])
         >>> [(r["family"], r["n"]) for r in rows]
         [('honest', 4), ('copy', 4), ('control_token', 16)]
     """
-    records = probe_items(judge, template, sources, honest, limit, families,
-                          escape_delimiters=escape_delimiters, progress=progress)
-    return summarize(records, getattr(judge, "threshold", 0.0))
+    return summarize(probe_items(judge, *args, **kwargs), getattr(judge, "threshold", 0.0))
 
 
 def failing_families(

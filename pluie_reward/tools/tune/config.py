@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ..shared import comma_list
 
@@ -30,16 +30,18 @@ def modules_option(text: str) -> "str | list[str]":
     return text.strip() if text.strip() == "all-linear" else comma_list()(text)
 
 
-def _positive(name: str, value: Any, integer: bool = False) -> None:
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive {'integer' if integer else 'number'}, got {value!r}.")
-
-
-def _fraction(name: str, value: Any) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or value >= 1:
-        raise ValueError(f"{name} must be a number with 0 <= x < 1, got {value!r}.")
+# the numeric fields: (what the value must be, whether a whole number, its test); each must be finite, not a bool
+_RANGES: dict[str, tuple[str, bool, Callable[[Any], bool]]] = {
+    **{name: ("a positive number", False, lambda v: v > 0) for name in ("temperature", "epochs", "learning_rate", "lora_alpha")},
+    **{name: ("a positive integer", True, lambda v: v > 0)
+       for name in ("batch_size", "gradient_accumulation_steps", "lora_r", "logging_steps")},
+    **{name: ("a number >= 0", False, lambda v: v >= 0) for name in ("contrast_weight", "contrast_margin", "weight_decay")},
+    **{name: ("a number with 0 <= x < 1", False, lambda v: 0 <= v < 1)
+       for name in ("lora_dropout", "warmup_ratio", "heldout_fraction")},
+    "label_weight": ("a number with 0 <= x <= 1", False, lambda v: 0 <= v <= 1),
+    "max_steps": ("a positive integer or -1", True, lambda v: v >= 1 or v == -1),
+    "seed": ("a whole number >= 0", True, lambda v: v >= 0),
+}
 
 
 @dataclass
@@ -112,29 +114,11 @@ class TuneConfig:
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}.")
-        _positive("temperature", self.temperature)
-        if not (isinstance(self.label_weight, (int, float)) and 0 <= self.label_weight <= 1):
-            raise ValueError(f"label_weight must be a number with 0 <= x <= 1, got {self.label_weight!r}.")
-        for name in ("contrast_weight", "contrast_margin"):
+        for name, (what, integer, ok) in _RANGES.items():
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a number >= 0, got {value!r}.")
-        _positive("epochs", self.epochs)
-        _positive("learning_rate", self.learning_rate)
-        _positive("batch_size", self.batch_size, integer=True)
-        _positive("gradient_accumulation_steps", self.gradient_accumulation_steps, integer=True)
-        _positive("lora_r", self.lora_r, integer=True)
-        _positive("lora_alpha", self.lora_alpha)
-        _positive("logging_steps", self.logging_steps, integer=True)
-        _fraction("lora_dropout", self.lora_dropout)
-        _fraction("warmup_ratio", self.warmup_ratio)
-        _fraction("heldout_fraction", self.heldout_fraction)
-        if not isinstance(self.weight_decay, (int, float)) or self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be a number >= 0, got {self.weight_decay!r}.")
-        if not isinstance(self.max_steps, int) or isinstance(self.max_steps, bool) or (self.max_steps < 1 and self.max_steps != -1):
-            raise ValueError(f"max_steps must be a positive integer or -1, got {self.max_steps!r}.")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
-            raise ValueError(f"seed must be a whole number >= 0, got {self.seed!r}.")
+            if (isinstance(value, bool) or not isinstance(value, int if integer else (int, float))
+                    or not math.isfinite(value) or not ok(value)):
+                raise ValueError(f"{name} must be {what}, got {value!r}.")
         if not isinstance(self.adapter_name, str) or not self.adapter_name.isidentifier():
             raise ValueError(f"adapter_name must be a Python identifier such as 'judge', got {self.adapter_name!r}.")
         if isinstance(self.target_modules, str):

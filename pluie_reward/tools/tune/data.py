@@ -243,13 +243,10 @@ class PairCollator:
     def pad(self, rows: Sequence[Sequence[int]]) -> tuple[Any, Any]:
         """``(ids, mask)``: the rows right-padded to the longest."""
         import torch
+        from torch.nn.utils.rnn import pad_sequence
 
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for row, r in enumerate(rows):
-            ids[row, : len(r)] = torch.as_tensor(r, dtype=torch.long)
-            mask[row, : len(r)] = 1
+        ids = pad_sequence([torch.as_tensor(r, dtype=torch.long) for r in rows], batch_first=True, padding_value=self.pad_id)
+        mask = (torch.arange(ids.shape[1]) < torch.tensor([len(r) for r in rows])[:, None]).long()
         return ids, mask
 
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

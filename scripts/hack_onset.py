@@ -1,7 +1,8 @@
 """A staged hack onset: batches of completions in which hacks that pay appear gradually, fed to a
-:class:`~pluie_reward.integrations.alarm.HackAlarm` as a trainer's reward would feed it.
+:class:`~pluie_reward.integrations.alarm.HackAlarm` as a trainer's reward would feed it (a maintainer
+script of the repository, not installed with the package; docs/hacking.md's table comes from it).
 
-The hacks are the probe's families (:mod:`.families`) kept where they *pay*: a hypothesis scoring
+The hacks are the probe's families (:mod:`pluie_reward.tools.probe.families`) kept where they *pay*: a hypothesis scoring
 above the honest answer of its source, which is what a group-relative advantage rewards and so what
 a policy learns. Honest batches draw sources at random (with their honest answers); from
 ``honest_batches`` on, a growing share of each batch is replaced by paying hacks of the same
@@ -21,11 +22,11 @@ import random
 import warnings
 from typing import Any, Iterable, Sequence
 
-from ...core.template import load_template
-from ...integrations.alarm import AlarmConfig, HackAlarm, HackWarning
-from ...integrations.guards import CompletionGuard
-from ...integrations.novelty import novelty_score
-from .run import prepare_sources, probe_items
+from pluie_reward.core.template import load_template
+from pluie_reward.integrations.alarm import AlarmConfig, HackAlarm, HackWarning
+from pluie_reward.integrations.guards import CompletionGuard
+from pluie_reward.integrations.novelty import novelty_score
+from pluie_reward.tools.probe.run import prepare_sources, probe_items
 
 DEFAULT_FAMILIES = ("copy_zero_width", "copy_homoglyph", "control_token", "delimiter", "answer_word", "instruction", "master_key")
 
