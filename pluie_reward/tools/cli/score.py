@@ -223,6 +223,7 @@ class _Run:
                                                truncate=not self.args.no_truncate, **part)
                 except (TypeError, ValueError) as err:
                     raise UsageError(relocate(str(err), [self.records.where(i) for i in chunk])) from None
+                rows = []
                 for i, result in zip(chunk, results):
                     row = self.records.rows[i]
                     if i < len(done):
@@ -234,8 +235,8 @@ class _Run:
                         continue
                     if set(result) & set(row):  # _check_columns prevents it; never replace an input column
                         raise UsageError(f"{self.records.where(i)}: column(s) {sorted(set(result) & set(row))} would be replaced.")
-                    out.write(json.dumps({**row, **result}, ensure_ascii=False) + "\n")
-                out.flush()
+                    rows.append({**row, **result})
+                out.add(rows)
                 new = max(0, chunk.stop - max(chunk.start, self.written))
                 self.written += new
                 bar.update(new)
