@@ -352,6 +352,42 @@ def test_score_resumes_a_file_written_before_the_one_writer_byte_for_byte(tmp_pa
     assert clean.read_bytes() == SCORED_AFTER.encode()
 
 
+def test_a_resumed_run_counts_only_new_rows_on_its_progress_line(tmp_path, monkeypatch, capsys):
+    """20 of 100 rows saved, chunks of 8: rows 16-19 are scored again (the chunk 16-23), but the line starts at 20 and
+    prints a line per tenth of the work newly reached: not 24 (still the second tenth), then 32, 40, 56...."""
+    monkeypatch.setattr(score_cli, "judge_from_args", lambda args: LengthJudge())
+    data = _jsonl(tmp_path / "in.jsonl", _rows(100))
+    clean, out = tmp_path / "clean.jsonl", tmp_path / "out.jsonl"
+    assert cli.main(["score", "-i", str(data), "-o", str(clean), "--chunk-size", "8", "--no-progress"]) == 0
+    partial_path(out).write_text("".join(clean.read_text().splitlines(keepends=True)[:20]))
+    capsys.readouterr()
+    assert cli.main(["score", "-i", str(data), "-o", str(out), "--chunk-size", "8", "--resume"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("scoring:")]
+    assert lines == [f"scoring: {n}/100 items ({n}%)" for n in (32, 40, 56, 64, 72, 80, 96, 100)]
+    assert out.read_text() == clean.read_text()
+
+
+class TooLongJudge(LengthJudge):
+    """Refuses a hypothesis longer than 20 characters, as a judge refuses a prompt over its context (item k of its call)."""
+
+    def score(self, template, hypothesis=(), **fields):
+        for k, h in enumerate(hypothesis):
+            if len(h) > 20:
+                raise ValueError(f"item {k}: the prompt is too long")
+        return super().score(template, hypothesis=hypothesis, **fields)
+
+
+def test_a_judge_error_names_the_input_row_and_keeps_the_chunks_before(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(score_cli, "judge_from_args", lambda args: TooLongJudge())
+    rows = [{"source": "a", "hypothesis": "short"} for _ in range(6)]
+    rows[4]["hypothesis"] = "x" * 21
+    data, out = _jsonl(tmp_path / "in.jsonl", rows), tmp_path / "out.jsonl"
+    err = _refused(["score", "-i", str(data), "-o", str(out), "--chunk-size", "3", "--no-progress"], capsys)
+    assert err.splitlines()[-1] == (f"pluie-reward score: error: in.jsonl line 5: the prompt is too long (3 of 6 item(s), in "
+                                    f"input order, are kept in {partial_path(out)} ({out} is untouched); fix it, then run "
+                                    "the same command with --resume to score the rest).")
+
+
 def test_the_evaluation_store_resumes_a_folder_written_before_the_one_writer(tmp_path):
     # run.json and scores.jsonl as an evaluation wrote them; its last record lacks its newline (an interruption)
     (tmp_path / "run.json").write_text('{\n "format": 1,\n "config": {\n  "task": "t"\n },\n "meta": {}\n}\n')
