@@ -162,20 +162,6 @@ def _where(condition: Condition) -> str:
     return f"{condition.name}: " if condition.name else ""
 
 
-def _choice_condition(judge: Any, condition: Condition, template: Any, index: list[int],
-                      pairs: tuple[Sequence[str], Sequence[str]], rows: Sequence[str]) -> list[dict[str, Any]]:
-    """One ``Judge.score`` call for the items ``index`` of a choice condition: A and B of an item in
-    one prompt; per item the answers' log-probabilities and the predicted A/B/tie (the most likely answer)."""
-    values = {name: v if v is None or isinstance(v, str) else [v[i] for i in index] for name, v in condition.fields.items()}
-    values["hypothesis"] = [pairs[0][i] for i in index]
-    values[SECOND_CANDIDATE] = [pairs[1][i] for i in index]
-    try:
-        records = judge.score(condition.template, details=True, **values)
-    except (TypeError, ValueError) as err:
-        raise type(err)(_where(condition) + relocate(str(err), [rows[i] for i in index])) from None
-    return [{"logprobs": r["logprobs"], "choice": choice_preference(template.labels, r["choice"])} for r in records]
-
-
 def check_choice_condition(condition: Condition, pairs: bool) -> None:
     """A choice template fits a preference task whose candidates fill its two slots, and nothing else."""
     template = load_template(condition.template)
@@ -196,26 +182,25 @@ def check_choice_condition(condition: Condition, pairs: bool) -> None:
 def _score_condition(judge: Any, condition: Condition, index: list[int], pairs: tuple[Sequence[str], Sequence[str]] | None,
                      rows: Sequence[str]) -> list[Any]:
     """One ``Judge.score`` call for the items ``index``; with ``pairs`` the call holds A and B of each
-    item next to each other (A0 B0 A1 B1 ...), so their shared prefix is computed once."""
+    item next to each other (A0 B0 A1 B1 ...), so their shared prefix is computed once, or, for a choice
+    template, A and B of an item in one prompt: per item the answers' log-probabilities and the predicted
+    A/B/tie (the most likely answer)."""
     template = load_template(condition.template)
-    if template.kind == "choice" and pairs is not None:
-        return _choice_condition(judge, condition, template, index, pairs, rows)
-    copies = 1 if pairs is None else 2
-    values = {}
-    for name, v in condition.fields.items():
-        if v is None or isinstance(v, str):
-            values[name] = v
-        else:
-            values[name] = [v[i] for i in index for _ in range(copies)]
-    if pairs is not None:
+    choice = template.kind == "choice" and pairs is not None
+    copies = 2 if pairs is not None and not choice else 1
+    values = {name: v if v is None or isinstance(v, str) else [v[i] for i in index for _ in range(copies)]
+              for name, v in condition.fields.items()}
+    if choice:
+        values["hypothesis"], values[SECOND_CANDIDATE] = [pairs[0][i] for i in index], [pairs[1][i] for i in index]
+    elif pairs is not None:
         values["hypothesis"] = [c for i in index for c in (pairs[0][i], pairs[1][i])]
     try:
-        scores = judge.score(condition.template, **condition.options, **values)
+        scores = judge.score(condition.template, **{**condition.options, **({"details": True} if choice else {})}, **values)
     except (TypeError, ValueError) as err:
         raise type(err)(_where(condition) + relocate(str(err), [rows[i] for i in index], copies)) from None
-    if pairs is None:
-        return list(scores)
-    return [[a, b] for a, b in zip(scores[0::2], scores[1::2])]
+    if choice:
+        return [{"logprobs": r["logprobs"], "choice": choice_preference(template.labels, r["choice"])} for r in scores]
+    return list(scores) if pairs is None else [[a, b] for a, b in zip(scores[0::2], scores[1::2])]
 
 
 def score_items(
