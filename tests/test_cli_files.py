@@ -313,6 +313,103 @@ def test_the_evaluation_store_reads_back_what_it_saved(tmp_path):
     assert [line["row"] for line in lines] == ODD and good == (tmp_path / "scores.jsonl").stat().st_size
 
 
+class LengthJudge:
+    """A judge whose scores a reader can compute: logratio = len(hypothesis) - len(source)."""
+
+    name, engine = "length", None
+
+    def score(self, template, details=True, threshold=0.0, truncate=True, source=(), hypothesis=()):
+        out = []
+        for s, h in zip(source, hypothesis):
+            logratio = float(len(h) - len(s))
+            out.append({"logratio": logratio, "p_yes": 0.5, "verdict": logratio > threshold, "p_calibrated": None})
+        return out
+
+
+# what score --output wrote before the writers were one (literally: the input row, then the judge's record, as
+# json.dumps(..., ensure_ascii=False) writes them), cut inside its third line by an interruption
+SCORED_BEFORE = ('{"id": 0, "source": "Le chat dort.", "hypothesis": "Un chat dort ☕", "logratio": 1.0, "p_yes": 0.5, '
+                 '"verdict": true, "p_calibrated": null}\n'
+                 '{"id": 1, "source": "Prices rose.", "hypothesis": "Up.", "logratio": -9.0, "p_yes": 0.5, '
+                 '"verdict": false, "p_calibrated": null}\n'
+                 '{"id": 2, "source": "Ab')
+SCORED_AFTER = (SCORED_BEFORE.rsplit("\n", 1)[0] + "\n"
+                '{"id": 2, "source": "Ab", "hypothesis": "Abc\u2028d", "logratio": 3.0, "p_yes": 0.5, "verdict": true, '
+                '"p_calibrated": null}\n')
+
+
+def test_score_resumes_a_file_written_before_the_one_writer_byte_for_byte(tmp_path, monkeypatch):
+    monkeypatch.setattr(score_cli, "judge_from_args", lambda args: LengthJudge())
+    data = _jsonl(tmp_path / "in.jsonl", [{"id": 0, "source": "Le chat dort.", "hypothesis": "Un chat dort ☕"},
+                                          {"id": 1, "source": "Prices rose.", "hypothesis": "Up."},
+                                          {"id": 2, "source": "Ab", "hypothesis": "Abc\u2028d"}])
+    out = tmp_path / "out.jsonl"
+    partial_path(out).write_bytes(SCORED_BEFORE.encode())
+    assert cli.main(["score", "-i", str(data), "-o", str(out), "--chunk-size", "2", "--resume"]) == 0
+    assert out.read_bytes() == SCORED_AFTER.encode() and not partial_path(out).exists()
+    clean = tmp_path / "clean.jsonl"  # and a clean run writes the same bytes
+    assert cli.main(["score", "-i", str(data), "-o", str(clean), "--chunk-size", "2"]) == 0
+    assert clean.read_bytes() == SCORED_AFTER.encode()
+
+
+def test_a_resumed_run_counts_only_new_rows_on_its_progress_line(tmp_path, monkeypatch, capsys):
+    """20 of 100 rows saved, chunks of 8: rows 16-19 are scored again (the chunk 16-23), but the line starts at 20 and
+    prints a line per tenth of the work newly reached: not 24 (still the second tenth), then 32, 40, 56...."""
+    monkeypatch.setattr(score_cli, "judge_from_args", lambda args: LengthJudge())
+    data = _jsonl(tmp_path / "in.jsonl", _rows(100))
+    clean, out = tmp_path / "clean.jsonl", tmp_path / "out.jsonl"
+    assert cli.main(["score", "-i", str(data), "-o", str(clean), "--chunk-size", "8", "--no-progress"]) == 0
+    partial_path(out).write_text("".join(clean.read_text().splitlines(keepends=True)[:20]))
+    capsys.readouterr()
+    assert cli.main(["score", "-i", str(data), "-o", str(out), "--chunk-size", "8", "--resume"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("scoring:")]
+    assert lines == [f"scoring: {n}/100 items ({n}%)" for n in (32, 40, 56, 64, 72, 80, 96, 100)]
+    assert out.read_text() == clean.read_text()
+
+
+class TooLongJudge(LengthJudge):
+    """Refuses a hypothesis longer than 20 characters, as a judge refuses a prompt over its context (item k of its call)."""
+
+    def score(self, template, hypothesis=(), **fields):
+        for k, h in enumerate(hypothesis):
+            if len(h) > 20:
+                raise ValueError(f"item {k}: the prompt is too long")
+        return super().score(template, hypothesis=hypothesis, **fields)
+
+
+def test_a_judge_error_names_the_input_row_and_keeps_the_chunks_before(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(score_cli, "judge_from_args", lambda args: TooLongJudge())
+    rows = [{"source": "a", "hypothesis": "short"} for _ in range(6)]
+    rows[4]["hypothesis"] = "x" * 21
+    data, out = _jsonl(tmp_path / "in.jsonl", rows), tmp_path / "out.jsonl"
+    err = _refused(["score", "-i", str(data), "-o", str(out), "--chunk-size", "3", "--no-progress"], capsys)
+    assert err.splitlines()[-1] == (f"pluie-reward score: error: in.jsonl line 5: the prompt is too long (3 of 6 item(s), in "
+                                    f"input order, are kept in {partial_path(out)} ({out} is untouched); fix it, then run "
+                                    "the same command with --resume to score the rest).")
+
+
+def test_the_evaluation_store_resumes_a_folder_written_before_the_one_writer(tmp_path):
+    # run.json and scores.jsonl as an evaluation wrote them; its last record lacks its newline (an interruption)
+    (tmp_path / "run.json").write_text('{\n "format": 1,\n "config": {\n  "task": "t"\n },\n "meta": {}\n}\n')
+    (tmp_path / "scores.jsonl").write_bytes('{"i": 0, "h": "a", "row": "é", "scores": {"PLUIE": 1.5}}\n'
+                                            '{"i": 1, "h": "b", "scores": {"PLUIE": [-0.25, 2.0]}}'.encode())
+    with ScoreStore(tmp_path, {"task": "t"}, {}) as store:
+        assert store.done(0, "a") == {"i": 0, "h": "a", "row": "é", "scores": {"PLUIE": 1.5}}
+        assert store.done(1, "b")["scores"] == {"PLUIE": [-0.25, 2.0]} and store.done(2, "c") is None
+        store.add([{"i": 2, "h": "c", "scores": {"PLUIE": 0.5}}])
+    assert (tmp_path / "scores.jsonl").read_bytes() == ('{"i": 0, "h": "a", "row": "é", "scores": {"PLUIE": 1.5}}\n'
+                                                       '{"i": 1, "h": "b", "scores": {"PLUIE": [-0.25, 2.0]}}\n'
+                                                       '{"i": 2, "h": "c", "scores": {"PLUIE": 0.5}}\n').encode()
+    (tmp_path / "scores.jsonl").write_bytes(b'{"i": 0, "h": "a", "scores": {}}\n{"i": 1, "h"')  # torn last line
+    with ScoreStore(tmp_path, {"task": "t"}, {}) as store:
+        assert sorted(store.lines) == [0]
+        store.add([{"i": 1, "h": "b", "scores": {}}])
+    assert (tmp_path / "scores.jsonl").read_bytes() == b'{"i": 0, "h": "a", "scores": {}}\n{"i": 1, "h": "b", "scores": {}}\n'
+    with ScoreStore(tmp_path, {"task": "t"}, {}, overwrite=True) as store:
+        assert store.lines == {}
+    assert (tmp_path / "scores.jsonl").read_bytes() == b""
+
+
 def test_run_tables_read_back_what_was_written(tmp_path):
     from pluie_reward.tools.runs import read_run
 

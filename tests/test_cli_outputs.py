@@ -187,6 +187,29 @@ def test_a_write_cut_by_the_file_size_limit_is_a_message_and_resume_completes_it
     assert [r["id"] for r in lines] == ids and [r["logratio"] for r in lines] == pytest.approx(scores, abs=1e-5)
 
 
+def test_what_a_command_left_buffered_is_flushed_by_main_and_a_full_output_is_a_message(tmp_path, monkeypatch, capsys):
+    """A command's printed lines still buffered when it returns are flushed by main: a full device there is exit 2
+    and one line (the null device then takes what is left)."""
+    import io
+
+    sink = os.open(tmp_path / "sink", os.O_WRONLY | os.O_CREAT)
+
+    class FullAtFlush(io.StringIO):
+        def flush(self):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def fileno(self):
+            return sink
+
+    rows = [{"s": x, "label": int(x > 0)} for x in (-3, -2, -1, -0.5, 0.2, 0.5, 1, 2, 3, -0.1, 0.3, 1.5)]
+    data = _jsonl(tmp_path / "scores.jsonl", rows)
+    monkeypatch.setattr(sys, "stdout", FullAtFlush())
+    code = cli.main(["calibrate", "-i", str(data), "--score-column", "s", "-o", str(tmp_path / "cal.json")])
+    os.close(sink)
+    assert code == 2 and capsys.readouterr().err.splitlines()[-1] == \
+        "pluie-reward calibrate: error: cannot write standard output (No space left on device)"
+
+
 def test_a_full_standard_output_is_a_message_not_a_traceback():
     """``pluie-reward score a b > /dev/full``: exit 2 with one line, nothing printed again at exit."""
     if not os.path.exists("/dev/full"):

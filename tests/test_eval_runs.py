@@ -219,7 +219,7 @@ def test_a_damaged_line_in_the_saved_scores_is_refused_and_kept(tiny_judge, use_
     capsys.readouterr()
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
-    assert "scores.jsonl: line 3 is not valid JSON; the file was edited or corrupted." in err and "Traceback" not in err
+    assert "scores.jsonl: line 3 is not valid JSON; the file was edited or damaged: pass --overwrite" in err and "Traceback" not in err
     assert scores.read_text() == damaged
 
 

@@ -402,6 +402,29 @@ def test_serve_cli_rejects_bad_options_before_loading_a_model(capsys, tmp_path):
     assert "must be one of" in capsys.readouterr().err
     assert main(["serve", "--token-file", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "blank").write_text(" \n")
+    assert main(["serve", "--token-file", str(tmp_path / "blank")]) == 2
+    assert "is empty" in capsys.readouterr().err
+
+
+def test_serve_options_reach_create_app_under_its_keyword_names(tmp_path):
+    import argparse
+
+    from pluie_reward.tools.server import cli as serve_cli
+
+    parser = argparse.ArgumentParser()
+    serve_cli._configure(parser)
+    (tmp_path / "token").write_text("secret\n")
+    args = parser.parse_args(["--max-items-per-request", "7", "--max-batch-items", "3", "--max-batch-tokens", "99",
+                              "--max-wait-ms", "2.5", "--threshold", "-1", "--max-item-chars", "50", "--body-timeout", "9",
+                              "--max-body-mb", "2", "--no-truncate", "--graceful-timeout", "4", "--token-file",
+                              str(tmp_path / "token")])
+    options = serve_cli.server_options(args)
+    assert {k: v for k, v in options.items() if k != "mapping"} == {
+        "token": "secret", "max_body_bytes": 2 * 1024 * 1024, "max_items_per_request": 7, "max_batch_items": 3,
+        "max_batch_tokens": 99, "max_wait_ms": 2.5, "threshold": -1.0, "truncate": False, "max_item_chars": 50,
+        "body_timeout": 9.0, "shutdown_timeout": 4.0}
+    assert serve_cli.server_options(parser.parse_args([]))["shutdown_timeout"] == serve_cli.SHUTDOWN_S
 
 
 def test_template_without_default_mapping_serves_score_only(pairs):

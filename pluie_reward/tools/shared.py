@@ -1,10 +1,11 @@
 """What the tools' library code shares with the command line, below it: :class:`UsageError`, the
-default chunk size of a scoring loop and its progress line (:class:`Progress`), the re-location of a ``Judge.score`` error to its input row,
-and the ``type=`` checks of numeric command-line options (:func:`finite_float`, :func:`positive_float`,
-:func:`nonneg_float`, :func:`positive_int`, :func:`nonneg_int`, :func:`whole_int`, :func:`port`; comma lists:
-:func:`comma_list`), which refuse ``nan``, ``inf`` and
-out-of-range numbers while the command line is parsed, so before anything loads or binds (exit
-code 2, the message names the option).
+default chunk size of a scoring loop and its progress line (:class:`Progress`), the re-location of a
+``Judge.score`` error to its input row, the one resumable JSON Lines writer (:class:`OutputFile`, with
+:func:`resume_json_lines` for a file an interrupted writer left), and the ``type=`` checks of numeric
+command-line options (:func:`finite_float`, :func:`positive_float`, :func:`nonneg_float`,
+:func:`positive_int`, :func:`nonneg_int`, :func:`whole_int`, :func:`port`; comma lists: :func:`comma_list`),
+which refuse ``nan``, ``inf`` and out-of-range numbers while the command line is parsed, so before anything
+loads or binds (exit code 2, the message names the option).
 
 The commands and a tool's library code (evaluation tasks, benchmarks) import them from here; library
 code never imports the command-line package.
@@ -13,17 +14,22 @@ code never imports the command-line package.
 from __future__ import annotations
 
 import argparse
+import errno
+import hashlib
 import json
 import math
+import os
 import re
+import stat
 import sys
 import time
+from pathlib import Path
 
 try:  # POSIX
     import fcntl
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
-from typing import IO, Any, AnyStr, Callable, Iterator, Sequence, TextIO
+from typing import IO, Any, AnyStr, Callable, Iterable, Iterator, Sequence, TextIO
 
 from ..common.errors import PluieError
 
@@ -246,6 +252,276 @@ def resume_json_lines(handle: IO[bytes]) -> list[Any]:
     if good and data[good - 1 : good] != b"\n":  # interrupted between a record and its newline
         handle.write(b"\n")
     return lines
+
+
+# the resumable output file ------------------------------------------------------------------------
+PARTIAL = ".partial"
+
+
+class OutputError(UsageError):
+    """An output that could not be written (disk full, a closed or full standard output...)."""
+
+    def __init__(self, message: str, stdout: bool = False) -> None:
+        super().__init__(message)
+        self.stdout = stdout  # standard output failed: nothing more may be flushed to it at exit
+
+
+def _name_max(folder: Path) -> int:
+    """The longest file name (bytes) the file system of ``folder`` (or of its nearest existing parent) allows."""
+    for parent in [folder, *folder.parents]:
+        if parent.is_dir():
+            try:
+                return int(os.pathconf(parent, "PC_NAME_MAX"))
+            except (OSError, ValueError):
+                break
+    return 255
+
+
+def partial_path(path: Path) -> Path:
+    """Where ``path`` is written until the run succeeds: ``path`` + ``.partial``, in the same folder;
+    when that name would be longer than the file system allows, the start of the name, a hash of the
+    whole name and ``.partial`` (the same for every run writing ``path``, so ``--resume`` finds it).
+
+    Example:
+        >>> partial_path(Path("out/scored.jsonl"))
+        PosixPath('out/scored.jsonl.partial')
+        >>> long = partial_path(Path("x" * 255))
+        >>> len(long.name), long.name[:3], long.name[-8:]
+        (255, 'xxx', '.partial')
+    """
+    name = path.name + PARTIAL
+    limit = _name_max(path.parent)
+    if len(os.fsencode(name)) <= limit:
+        return path.with_name(name)
+    tail = f"~{hashlib.sha256(os.fsencode(path.name)).hexdigest()[:16]}{PARTIAL}"
+    head = os.fsencode(path.name)[: max(0, limit - len(tail))].decode("utf-8", errors="ignore")
+    return path.with_name(head + tail)
+
+
+def _through_process(path: Path) -> bool:
+    """Whether resolving the link ``path`` passes through ``/proc`` (``/dev/stdout``, ``/dev/fd/N``): a file
+    some process holds open, which another file renamed over its name would not replace."""
+    seen = 0
+    current = Path(os.path.abspath(path))
+    while current.is_symlink() and seen < 40:
+        if str(current).startswith("/proc/"):
+            return True
+        current = Path(os.path.abspath(current.parent / os.readlink(current)))
+        seen += 1
+    return str(current).startswith("/proc/")
+
+
+def resolve_output(path: Path, option: str = "--output") -> tuple[Path, bool]:
+    """Where an output named ``path`` is written, and whether as a stream.
+
+    Returns:
+        ``(path, False)`` for a new or regular file; ``(target, False)`` for a symbolic link to a file (written
+        through: ``target`` is replaced, the link kept); ``(path, True)`` for a FIFO or a character device
+        (written in place, as a stream).
+
+    Raises:
+        UsageError: a symbolic link loop, a block device or socket, a link to a file a process holds open,
+            a name longer than the file system allows.
+
+    Example:
+        >>> resolve_output(Path("/dev/null"))
+        (PosixPath('/dev/null'), True)
+        >>> resolve_output(Path("out/scored.jsonl"))
+        (PosixPath('out/scored.jsonl'), False)
+    """
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise UsageError(f"{option} {path} is a symbolic link loop (it leads back to itself); "
+                             "fix or remove the link, or choose another output file.") from None
+        if err.errno == errno.ENAMETOOLONG:
+            raise UsageError(f"{option} {path}: the name is longer than the file system allows "
+                             f"({_name_max(path.parent)} bytes); choose a shorter name.") from None
+        mode = None  # missing (a new file, or a link to one), or a path the folder checks refuse
+    if mode is not None and (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+        return path, True
+    if mode is not None and (stat.S_ISBLK(mode) or stat.S_ISSOCK(mode)):
+        kind = "a block device" if stat.S_ISBLK(mode) else "a socket"
+        raise UsageError(f"{option} {path} is {kind}, not a file; choose an output file.")
+    if path.is_symlink():
+        if _through_process(path):
+            raise UsageError(f"{option} {path} leads to a file a process holds open ({os.path.realpath(path)}), "
+                             f"which would not be replaced in place; to write standard output, leave out {option}; "
+                             "else name the file itself.")
+        return Path(os.path.realpath(path)), False
+    if len(os.fsencode(path.name)) > _name_max(path.parent):
+        raise UsageError(f"{option} {path}: the name is longer than the file system allows "
+                         f"({_name_max(path.parent)} bytes); choose a shorter name.")
+    return path, False
+
+
+def _busy(path: Path, option: str) -> UsageError:
+    return UsageError(f"{option} {path}: another command is writing it now (it holds the lock on {partial_path(path)}); "
+                      "wait for it to finish, or choose another output file.")
+
+
+def _is_open_file(path: Path, fd: int) -> bool:
+    try:
+        here, opened = os.stat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (opened.st_dev, opened.st_ino)
+
+
+class OutputFile:
+    r"""The one resumable JSON Lines writer of the tools (``score --output``, an evaluation's ``scores.jsonl``,
+    every whole file a command writes): never lost, never written by two commands at once.
+
+    The file is written as ``path.partial`` in the same folder (created if needed), renamed to ``path`` by
+    :meth:`commit`, so an interrupted or failed run leaves an existing ``path`` as it was and the rows written
+    so far in ``path.partial`` (``--resume`` continues it). With ``in_place``, ``path`` itself is appended to
+    (every flushed line is in it at once; an evaluation's score file). While it writes it holds a lock
+    (:func:`lock_file`) on the file: a second writer is refused instead of interleaving lines with the first.
+    A name too long for ``.partial`` gets a shorter partial name (:func:`partial_path`). A symbolic link is
+    written through (the file it points to is replaced, the link kept); a FIFO or a character device
+    (``/dev/null``, a terminal) is written as a stream, never renamed over, without partial file, lock or
+    resume (:func:`resolve_output`). A write, flush or rename that fails (disk full...) is an
+    :class:`OutputError` that names the file.
+
+    Args:
+        path: the output file.
+        option: the option that named it, for the messages.
+        resume: keep what the file holds (``path.partial``, or, without one, ``path``) and append to it (read
+            it with :meth:`done_lines`); otherwise start empty.
+        in_place: write ``path`` itself, appending; :meth:`commit` only makes it reach the disk.
+
+    Leaving the ``with`` block without :meth:`commit` keeps ``path.partial`` (if anything was written)
+    and leaves ``path`` untouched.
+
+    Example:
+        >>> import tempfile
+        >>> target = Path(tempfile.mkdtemp()) / "out" / "scored.jsonl"
+        >>> with OutputFile(target) as out:
+        ...     out.add([{"a": 1}, {"b": "é"}])
+        ...     out.commit()
+        >>> target.read_text(encoding="utf-8"), partial_path(target).exists()
+        ('{"a": 1}\n{"b": "é"}\n', False)
+        >>> _ = target.write_bytes(b'{"a": 1}\n{"b": "')  # what an interrupted writer left
+        >>> with OutputFile(target, resume=True, in_place=True) as out:
+        ...     out.done_lines()
+        ...     out.add([{"b": 2}])
+        [{'a': 1}]
+        >>> target.read_text()
+        '{"a": 1}\n{"b": 2}\n'
+    """
+
+    def __init__(self, path: Path, option: str = "--output", *, resume: bool = False, in_place: bool = False) -> None:
+        self.path, self.stream = resolve_output(Path(path), option)
+        self.option, self.resume, self.in_place = option, resume, in_place
+        self.partial = self.path if in_place else partial_path(self.path)
+        self.handle: IO[str] | None = None
+        self.committed = False
+
+    def _failed(self, err: OSError) -> OutputError:
+        where = self.path if self.stream else self.partial
+        hint = {errno.ENOSPC: "; free some space, or choose a folder on another disk",
+                errno.EDQUOT: "; free some of your quota, or choose a folder on another disk",
+                errno.EFBIG: "; the file system or a limit does not allow a file this large"}.get(err.errno or 0, "")
+        return OutputError(f"cannot write {where} ({err.strerror or err}){hint}")
+
+    def __enter__(self) -> "OutputFile":
+        if self.stream:
+            if self.resume:
+                raise UsageError(f"{self.option} {self.path} is a FIFO or a device: there is no file to continue; drop --resume.")
+            try:  # never created, truncated or renamed over; a FIFO waits here for its reader
+                self.handle = os.fdopen(os.open(self.path, os.O_WRONLY), "w", encoding="utf-8", newline="")
+            except OSError as err:
+                raise self._failed(err) from None
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if self.resume and not self.partial.exists() and self.path.is_file():
+                self.partial.write_bytes(self.path.read_bytes())  # complete the old output in a copy
+        except OSError as err:
+            self.partial.unlink(missing_ok=True)
+            raise self._failed(err) from None
+        fd = os.open(self.partial, os.O_RDWR | os.O_CREAT, 0o666)
+        if not lock_file(fd) or not _is_open_file(self.partial, fd):  # renamed by a writer that just finished
+            os.close(fd)
+            raise _busy(self.path, self.option)
+        if not self.resume:
+            os.ftruncate(fd, 0)
+        self.handle = os.fdopen(fd, "r+", encoding="utf-8", newline="")
+        self.handle.seek(0, os.SEEK_END)
+        return self
+
+    def done_lines(self) -> list[dict[str, Any]]:
+        """The complete JSON lines already in the file (resuming); a last line cut short by an
+        interruption is dropped from the file, to be written again, and a last complete record that
+        lacks its newline gets it (the next record starts a line of its own)."""
+        assert self.handle is not None
+        if self.stream:
+            return []
+        self.handle.seek(0)  # the text layer holds nothing: the file is read and mended below it
+        try:
+            lines = resume_json_lines(self.handle.buffer)
+            self.handle.seek(0, os.SEEK_END)
+        except ValueError as error:
+            raise UsageError(f"{self.partial}: {error}; the file was edited or damaged: pass --overwrite to start again.") from None
+        except OSError as err:
+            raise self._failed(err) from None
+        return lines
+
+    def write(self, text: str) -> int:
+        assert self.handle is not None
+        try:
+            return self.handle.write(text)
+        except OSError as err:
+            raise self._failed(err) from None
+
+    def add(self, records: Iterable[Any]) -> None:
+        """Write ``records`` as JSON lines (UTF-8 kept as is) and make them reach the disk (:meth:`flush`)."""
+        self.write("".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records))
+        self.flush()
+
+    def flush(self) -> None:
+        """Make what was written reach the disk (a stream: its reader)."""
+        assert self.handle is not None
+        try:
+            self.handle.flush()
+            if not self.stream:
+                os.fsync(self.handle.fileno())
+        except OSError as err:
+            raise self._failed(err) from None
+
+    def commit(self) -> None:
+        """Rename the complete file into place (still holding the lock); a stream or a file written in place is flushed."""
+        self.flush()
+        if not self.stream and not self.in_place:
+            try:
+                os.replace(self.partial, self.path)
+            except OSError as err:
+                raise OutputError(f"cannot rename {self.partial} to {self.path} ({err.strerror or err}); "
+                                  f"the complete output is in {self.partial}.") from None
+        self.committed = True
+
+    def written(self) -> bool:
+        """Whether the partial file holds anything (what a failed write left included)."""
+        if self.handle is None or self.stream:
+            return False
+        try:
+            self.handle.flush()
+        except OSError:  # disk full: what reached the file is kept, the rest is written again by --resume
+            pass
+        return os.fstat(self.handle.fileno()).st_size > 0
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.handle is None:
+            return
+        if not self.committed and not self.stream and not self.in_place and not self.written():
+            self.partial.unlink(missing_ok=True)  # nothing to keep
+        try:
+            self.handle.close()
+        except OSError:  # the failed write was reported; its buffer cannot be written either
+            pass
+        self.handle = None
 
 
 def log_ratio(value: Any) -> float:

@@ -9,7 +9,7 @@ import sys
 from typing import Any, Sequence
 
 from ..shared import UsageError
-from .output import OutputError
+from .output import StandardOutput
 from .registry import COMMANDS
 
 
@@ -112,12 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return done.code if isinstance(done.code, int) else 2
     try:
         code = args.run(args)
-        try:
-            sys.stdout.flush()  # what is still buffered: a full or closed standard output fails here, not at exit
-        except BrokenPipeError:
-            raise
-        except OSError as err:
-            raise OutputError(f"cannot write standard output ({err.strerror or err}).", stdout=True) from None
+        StandardOutput(sys.stdout).flush()  # what is still buffered: a full or closed standard output fails here, not at exit
         return code
     except BrokenPipeError:  # e.g. piped into `head`: stop quietly, with the status of a Unix tool SIGPIPE stopped
         _drop_stdout()

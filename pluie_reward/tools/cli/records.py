@@ -35,7 +35,6 @@ JSON_SUFFIXES = {".jsonl", ".ndjson", ".json"}
 TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t"}
 FORMATS = (".jsonl/.json (one JSON object per line, a JSON array of objects or an object of objects), .csv, .tsv, "
            ".parquet, .arrow, or a datasets folder (save_to_disk)")
-_MISSING = object()
 
 
 def get_path(row: Mapping[str, Any], column: str) -> Any:
@@ -127,12 +126,8 @@ class Records:
         return out
 
     def limit(self, n: int | None) -> "Records":
-        """The first ``n`` rows (all when ``n`` is None)."""
-        if n is None:
-            return self
-        if n < 1:
-            raise UsageError(f"--limit must be >= 1, got {n}.")
-        return Records(self.path, self.rows[:n], self.locations[:n])
+        """The first ``n`` rows (all when ``n`` is None; ``--limit`` is checked to be >= 1 when parsed)."""
+        return self if n is None else Records(self.path, self.rows[:n], self.locations[:n])
 
 
 def text_problem(value: Any) -> str | None:
@@ -399,13 +394,14 @@ def _read_tsv(path: Path) -> Records:
 
 
 @contextmanager
-def _quiet_datasets() -> Iterator[None]:
+def _quiet_datasets() -> Iterator[Any]:
+    """The ``datasets`` module, its progress bars off while it reads."""
     import datasets
 
     was = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()
     try:
-        yield
+        yield datasets
     finally:
         if was:
             datasets.enable_progress_bars()
@@ -453,11 +449,9 @@ def _parquet_rows(path: Path) -> int | None:
 
 
 def _read_arrow(path: Path) -> Records:
-    import datasets
-
     if path.suffix.lower() == ".parquet" and _parquet_rows(path) == 0:  # datasets fails on it ("BatchSize must be > 0")
         return Records(path, [], [])
-    with _quiet_datasets():
+    with _quiet_datasets() as datasets:
         try:
             if path.suffix.lower() == ".parquet":
                 dataset = datasets.Dataset.from_parquet(str(path), keep_in_memory=True)
@@ -469,9 +463,7 @@ def _read_arrow(path: Path) -> Records:
 
 
 def _read_dataset(path: Path, split: str | None) -> Records:
-    import datasets
-
-    with _quiet_datasets():
+    with _quiet_datasets() as datasets:
         try:
             dataset = datasets.load_from_disk(str(path))
         except FileNotFoundError:

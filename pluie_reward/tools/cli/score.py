@@ -6,12 +6,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from ...core.prompt import AnswerTokenError, BoundTemplate
 from ...core.template import Template, builtin_template_names, load_template
 from ...judges import default_adapter_dir
-from ..shared import Progress, UsageError, auto_chunk_size, finite_float, positive_int, relocate
+from ..evaluation.scoring import Condition, score_items
+from ..shared import Progress, UsageError, auto_chunk_size, finite_float, positive_int
 from .common import (
     add_chat_template_kwargs_argument,
     add_judge_arguments,
@@ -47,11 +48,6 @@ def _configure_score(p: argparse.ArgumentParser) -> None:
                    help="items per Judge.score call, written out after each (default: one forward batch, 8 on CPU)")
     p.add_argument("--no-progress", action="store_true", help="print no progress line on stderr (with --input it moves per chunk)")
     add_judge_arguments(p)
-
-
-def _chunks(n: int, size: int, start: int = 0) -> Iterator[range]:
-    for first in range(start, n, size):
-        yield range(first, min(first + size, n))
 
 
 def output_fields(template: Template) -> tuple[str, ...]:
@@ -202,43 +198,57 @@ class _Run:
         self.written = 0
         self.started = False  # the output is checked and being written
         self.target: OutputFile | None = None  # the --output file (None: standard output)
+        self.saved: list[dict[str, Any]] = []  # the rows an interrupted run wrote (--resume)
+        self.first = 0  # the first row to score: the start of the chunk holding the last saved row
+        self.out: Any = None  # where the rows go (write's ``out``)
+        self.bar = Progress(0, "scoring", enabled=False)  # its progress line
 
     def write(self, out: Any, done: Sequence[dict[str, Any]] = ()) -> None:
-        """Score and write every row after ``done`` (rows an interrupted run wrote); the chunk holding
-        the last of them is scored again, as in a clean run, and must give the saved results."""
+        """Score and write every row after ``done`` (rows an interrupted run wrote) with the tools' one scoring
+        loop (:func:`~pluie_reward.tools.evaluation.scoring.score_items`, this run as its store); the chunk
+        holding the last of them is scored again, as in a clean run, and must give the saved results."""
         if done:
             try:
                 _check_done(list(done), self.records, self._partial())
             except UsageError as err:
                 raise _Refused(str(err)) from None
-        self.written = len(done)
-        self.started = True
-        first = (len(done) - 1) // self.size * self.size if done else 0
-        with Progress(len(self.records), "scoring", initial=self.written,
-                      enabled=self.args.input is not None and not self.args.no_progress) as bar:
-            for chunk in _chunks(len(self.records), self.size, first):
-                part = {f: v[chunk.start : chunk.stop] for f, v in self.values.items()}
-                try:
-                    results = self.judge.score(self.template, details=True, threshold=self.args.threshold,
-                                               truncate=not self.args.no_truncate, **part)
-                except (TypeError, ValueError) as err:
-                    raise UsageError(relocate(str(err), [self.records.where(i) for i in chunk])) from None
-                for i, result in zip(chunk, results):
-                    row = self.records.rows[i]
-                    if i < len(done):
-                        if not _close({k: done[i].get(k) for k in result}, result):
-                            raise _Refused(
-                                f"{self._partial()} line {i + 1} was scored with other settings (judge, "
-                                f"template, threshold...): it holds {({k: done[i].get(k) for k in result})}, this run gives "
-                                f"{result}. Resume with the same options, or pass --overwrite to start again.")
-                        continue
-                    if set(result) & set(row):  # _check_columns prevents it; never replace an input column
-                        raise UsageError(f"{self.records.where(i)}: column(s) {sorted(set(result) & set(row))} would be replaced.")
-                    out.write(json.dumps({**row, **result}, ensure_ascii=False) + "\n")
-                out.flush()
-                new = max(0, chunk.stop - max(chunk.start, self.written))
-                self.written += new
-                bar.update(new)
+        self.out, self.saved, self.written, self.started = out, list(done), len(done), True
+        self.first = (len(done) - 1) // self.size * self.size if done else 0  # chunks fall where a clean run's did
+        options = {"details": True, "threshold": self.args.threshold, "truncate": not self.args.no_truncate}
+        condition = Condition("", self.template, self.values, options=options)  # nameless: errors name the row only
+        items = [{"i": i, "h": "", "row": self.records.where(i)} for i in range(len(self.records))]
+        self.bar = Progress(len(self.records), "scoring", initial=self.written,
+                            enabled=self.args.input is not None and not self.args.no_progress)
+        with self.bar:
+            try:
+                score_items(self.judge, [condition], items, store=self, chunk_size=self.size, progress=False)
+            except (TypeError, ValueError) as err:
+                raise UsageError(str(err)) from None
+
+    def done(self, index: int, item_hash: str = "") -> dict[str, Any] | None:
+        """A row before the chunk to score again counts as scored (for :func:`score_items`)."""
+        return self.saved[index] if index < self.first else None
+
+    def add(self, lines: Sequence[dict[str, Any]]) -> None:
+        """Write one scored chunk (for :func:`score_items`): rows saved before are checked against it, the others
+        written after their input row, and flushed; the progress line counts the new rows."""
+        rows = []
+        for line in lines:
+            i, result = line["i"], line["scores"][""]
+            row = self.records.rows[i]
+            if i < len(self.saved):
+                if not _close({k: self.saved[i].get(k) for k in result}, result):
+                    raise _Refused(
+                        f"{self._partial()} line {i + 1} was scored with other settings (judge, "
+                        f"template, threshold...): it holds {({k: self.saved[i].get(k) for k in result})}, this run gives "
+                        f"{result}. Resume with the same options, or pass --overwrite to start again.")
+                continue
+            if set(result) & set(row):  # _check_columns prevents it; never replace an input column
+                raise UsageError(f"{self.records.where(i)}: column(s) {sorted(set(result) & set(row))} would be replaced.")
+            rows.append({**row, **result})
+        self.out.add(rows)
+        self.written += len(rows)
+        self.bar.update(len(rows))
 
     def _partial(self) -> Path:
         assert self.target is not None

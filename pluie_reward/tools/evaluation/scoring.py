@@ -1,7 +1,7 @@
-"""Scoring :class:`Condition` s on items: the loop every evaluation runs (the tasks of :mod:`.tasks`,
-PARAPHRASUS in :mod:`.paraphrasus`, ``pluie-reward calibrate``, the tuner's teacher targets and the probe), in
-chunks of about one forward batch, with the tools' progress line, resuming from a :class:`~.store.ScoreStore`
-when given one.
+"""Scoring :class:`Condition` s on items: the tools' one scoring loop (the tasks of :mod:`.tasks`, PARAPHRASUS in
+:mod:`.paraphrasus`, ``pluie-reward calibrate``, the tuner's teacher targets, the probe and ``pluie-reward score``),
+in chunks of about one forward batch, with the tools' progress line, resuming from a store (a
+:class:`~.store.ScoreStore`, or ``score``'s output file) when given one.
 
 Example:
     >>> S, H = ["The cat sleeps.", "Prices rose."], ["A cat is asleep.", "Prices fell."]
@@ -37,6 +37,8 @@ class Condition:
             every field but the hypothesis (the candidates A and B are the hypothesis).
         columns: template field -> where its values come from (shown in the report).
         row, variant: the paper's row ("Rev-PLUIE") and column group ("" or "w.g.").
+        options: further keywords of ``Judge.score`` (``pluie-reward score``: ``details``, ``threshold``,
+            ``truncate``; a score is then the item's record).
 
     Example:
         >>> Condition("Para-PLUIE", "para-fs", {"source": ["The cat sleeps."]}).row
@@ -49,6 +51,7 @@ class Condition:
     columns: Mapping[str, str] = field(default_factory=dict)
     row: str = ""
     variant: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.row:
@@ -154,18 +157,9 @@ def choice_preference(labels: Sequence[str], label: str) -> str:
     return "A" if k == 0 else "B" if k == 1 else "tie"
 
 
-def _choice_condition(judge: Any, condition: Condition, template: Any, index: list[int],
-                      pairs: tuple[Sequence[str], Sequence[str]], rows: Sequence[str]) -> list[dict[str, Any]]:
-    """One ``Judge.score`` call for the items ``index`` of a choice condition: A and B of an item in
-    one prompt; per item the answers' log-probabilities and the predicted A/B/tie (the most likely answer)."""
-    values = {name: v if v is None or isinstance(v, str) else [v[i] for i in index] for name, v in condition.fields.items()}
-    values["hypothesis"] = [pairs[0][i] for i in index]
-    values[SECOND_CANDIDATE] = [pairs[1][i] for i in index]
-    try:
-        records = judge.score(condition.template, details=True, **values)
-    except (TypeError, ValueError) as err:
-        raise type(err)(f"{condition.name}: {relocate(str(err), [rows[i] for i in index])}") from None
-    return [{"logprobs": r["logprobs"], "choice": choice_preference(template.labels, r["choice"])} for r in records]
+def _where(condition: Condition) -> str:
+    """The start of a scoring error's message: the condition's name (none for a nameless one)."""
+    return f"{condition.name}: " if condition.name else ""
 
 
 def check_choice_condition(condition: Condition, pairs: bool) -> None:
@@ -188,26 +182,25 @@ def check_choice_condition(condition: Condition, pairs: bool) -> None:
 def _score_condition(judge: Any, condition: Condition, index: list[int], pairs: tuple[Sequence[str], Sequence[str]] | None,
                      rows: Sequence[str]) -> list[Any]:
     """One ``Judge.score`` call for the items ``index``; with ``pairs`` the call holds A and B of each
-    item next to each other (A0 B0 A1 B1 ...), so their shared prefix is computed once."""
+    item next to each other (A0 B0 A1 B1 ...), so their shared prefix is computed once, or, for a choice
+    template, A and B of an item in one prompt: per item the answers' log-probabilities and the predicted
+    A/B/tie (the most likely answer)."""
     template = load_template(condition.template)
-    if template.kind == "choice" and pairs is not None:
-        return _choice_condition(judge, condition, template, index, pairs, rows)
-    copies = 1 if pairs is None else 2
-    values = {}
-    for name, v in condition.fields.items():
-        if v is None or isinstance(v, str):
-            values[name] = v
-        else:
-            values[name] = [v[i] for i in index for _ in range(copies)]
-    if pairs is not None:
+    choice = template.kind == "choice" and pairs is not None
+    copies = 2 if pairs is not None and not choice else 1
+    values = {name: v if v is None or isinstance(v, str) else [v[i] for i in index for _ in range(copies)]
+              for name, v in condition.fields.items()}
+    if choice:
+        values["hypothesis"], values[SECOND_CANDIDATE] = [pairs[0][i] for i in index], [pairs[1][i] for i in index]
+    elif pairs is not None:
         values["hypothesis"] = [c for i in index for c in (pairs[0][i], pairs[1][i])]
     try:
-        scores = judge.score(condition.template, **values)
+        scores = judge.score(condition.template, **{**condition.options, **({"details": True} if choice else {})}, **values)
     except (TypeError, ValueError) as err:
-        raise type(err)(f"{condition.name}: {relocate(str(err), [rows[i] for i in index], copies)}") from None
-    if pairs is None:
-        return list(scores)
-    return [[a, b] for a, b in zip(scores[0::2], scores[1::2])]
+        raise type(err)(_where(condition) + relocate(str(err), [rows[i] for i in index], copies)) from None
+    if choice:
+        return [{"logprobs": r["logprobs"], "choice": choice_preference(template.labels, r["choice"])} for r in scores]
+    return list(scores) if pairs is None else [[a, b] for a, b in zip(scores[0::2], scores[1::2])]
 
 
 def score_items(
@@ -228,8 +221,9 @@ def score_items(
     """Score every condition (and baseline) on every item; returns one line per item,
     ``{**items[i], "scores": {name: score or [score_A, score_B]}}``.
 
-    ``items[i]`` holds at least ``"i"`` and ``"h"`` (the item's input fingerprint); items the store
-    already holds are not scored again; new lines are saved after every chunk. ``extras`` compute
+    ``items[i]`` holds at least ``"i"`` and ``"h"`` (the item's input fingerprint) and may name its input
+    ``"row"`` (for errors); items the store already holds (``store.done(i, h)``) are not scored again; new
+    lines are saved after every chunk (``store.add(lines)``). ``extras`` compute
     further per-item values kept beside the scores (e.g. the edit distance for the plots). The
     progress line (``desc``, ``units``; off without ``progress``) moves per chunk; ``bar``: the
     caller's line instead, left open.

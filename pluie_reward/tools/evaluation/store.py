@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ...common.errors import PluieError
-from ..shared import complete_json_lines, lock_file, resume_json_lines
+from ..shared import OutputFile, UsageError, complete_json_lines, lock_file
 
 RUN_FILE = "run.json"
 SCORES_FILE = "scores.jsonl"
@@ -107,7 +107,8 @@ def load_run(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 
 class ScoreStore:
-    """Append-only score file of one run in ``folder`` (or an in-memory no-op when ``folder`` is None).
+    """Append-only score file of one run in ``folder`` (or an in-memory no-op when ``folder`` is None),
+    written by the tools' one JSON Lines writer (:class:`~pluie_reward.tools.shared.OutputFile`, in place).
 
     ``config`` identifies what is scored (task, judge, templates, baselines): a folder holding
     another configuration is refused (:class:`StoreMismatch`) unless ``overwrite``, and so is a
@@ -118,7 +119,7 @@ class ScoreStore:
     def __init__(self, folder: str | Path | None, config: Mapping[str, Any], meta: Mapping[str, Any], *, overwrite: bool = False) -> None:
         self.folder = Path(folder) if folder is not None else None
         self.lines: dict[int, dict[str, Any]] = {}
-        self._handle = None
+        self._file: OutputFile | None = None
         self._lock: int | None = None
         if self.folder is None:
             return
@@ -130,6 +131,9 @@ class ScoreStore:
                                 "or give another --output-dir.")
         try:
             self._open(config, meta, overwrite)
+        except UsageError as err:  # the score file is damaged, a device...
+            self.close()
+            raise StoreMismatch(str(err)) from None
         except BaseException:
             self.close()
             raise
@@ -139,9 +143,7 @@ class ScoreStore:
         assert self.folder is not None
         run_path, scores_path = self.folder / RUN_FILE, self.folder / SCORES_FILE
         config = json.loads(json.dumps(config, default=repr))
-        if overwrite:
-            scores_path.unlink(missing_ok=True)
-        elif scores_path.is_file() and scores_path.stat().st_size:
+        if not overwrite and scores_path.is_file() and scores_path.stat().st_size:
             old = json.loads(run_path.read_text(encoding="utf-8")).get("config") if run_path.is_file() else None
             if old != config:
                 changed = sorted(k for k in set(old or {}) | set(config) if (old or {}).get(k) != config.get(k))
@@ -149,15 +151,10 @@ class ScoreStore:
                     f"{self.folder} holds the scores of another run (different {', '.join(changed) or 'configuration'}); "
                     "give another --output-dir, or pass --overwrite to discard them."
                 )
-            with scores_path.open("r+b") as handle:
-                try:
-                    lines = resume_json_lines(handle)  # a half-written last line dropped, a complete one ended
-                except ValueError as error:
-                    raise StoreMismatch(f"{scores_path}: {error}; the file was edited or corrupted.") from None
-            self.lines = {int(line["i"]): line for line in lines}
+        self._file = OutputFile(scores_path, "--output-dir", resume=not overwrite, in_place=True).__enter__()
+        self.lines = {int(line["i"]): line for line in self._file.done_lines()}  # a torn last line dropped
         run_path.write_text(json.dumps({"format": FORMAT, "config": config, "meta": dict(meta)}, indent=1,
                                        ensure_ascii=False, default=repr) + "\n", encoding="utf-8")
-        self._handle = scores_path.open("a", encoding="utf-8")
 
     def done(self, index: int, item_hash: str) -> dict[str, Any] | None:
         """The saved line of item ``index``, or ``None``; a line saved for a different item (the input
@@ -172,19 +169,16 @@ class ScoreStore:
 
     def add(self, lines: Iterable[dict[str, Any]]) -> None:
         """Append lines and make sure they reach the disk."""
-        for line in lines:
-            self.lines[int(line["i"])] = line
-            if self._handle is not None:
-                self._handle.write(json.dumps(line, ensure_ascii=False) + "\n")
-        if self._handle is not None:
-            self._handle.flush()
-            os.fsync(self._handle.fileno())
+        lines = list(lines)
+        self.lines.update((int(line["i"]), line) for line in lines)
+        if self._file is not None:
+            self._file.add(lines)
 
     def close(self) -> None:
         """Close the score file and release the folder."""
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+        if self._file is not None:
+            self._file.__exit__(None, None, None)
+            self._file = None
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None

@@ -1,21 +1,10 @@
 """Reading a training run back: the reward curves of ``trainer_state.json`` and the PLUIE tables
-``pluie/step-*.jsonl`` that :class:`~pluie_reward.PluieCallback` writes, as one figure.
+``pluie/step-*.jsonl`` that :class:`~pluie_reward.PluieCallback` writes, as one figure
+(:func:`read_run`, :func:`plot_run`; ``pluie-reward plot-run DIR``).
 
 A run directory is a Trainer ``output_dir``: ``trainer_state.json`` at its top (``trainer.save_state()``,
 written at the end of ``train()`` when checkpoints are saved) or in its latest ``checkpoint-*``
 folder; the callback's tables in ``pluie/``.
-
-Example:
-    >>> import json
-    >>> run_dir = Path("runs/grpo_paraphrase")  # what a GRPO run with a PluieCallback leaves, written by hand here
-    >>> (run_dir / "pluie").mkdir(parents=True)
-    >>> log = [{"step": s, "reward": 0.3 * s, "rewards/pluie/mean": 0.3 * s, "loss": 1.0 / s} for s in range(1, 9)]
-    >>> _ = (run_dir / "trainer_state.json").write_text(json.dumps({"log_history": log}))
-    >>> _ = (run_dir / "pluie" / "step-000000.jsonl").write_text(json.dumps({"score": -1.2, "verdict": False}) + "\\n")
-    >>> run = read_run("runs/grpo_paraphrase")
-    >>> steps, values = run.series("rewards/pluie/mean")
-    >>> plot_run(run, "runs/grpo_paraphrase/curves.png")
-    PosixPath('runs/grpo_paraphrase/curves.png')
 """
 
 from __future__ import annotations
@@ -32,6 +21,11 @@ from ..shared import json_lines
 
 _REWARD = re.compile(r"^rewards/(.+)/mean$")
 _TABLE = re.compile(r"^step-(\d+)\.jsonl$")
+
+
+def _columns(points: list[tuple[int, float]]) -> tuple[list[int], list[float]]:
+    """``(steps, values)`` of ``(step, value)`` points."""
+    return [p[0] for p in points], [p[1] for p in points]
 
 
 @dataclass
@@ -57,13 +51,9 @@ class RunLog:
             >>> RunLog(Path("."), [{"step": 1, "reward": 0.5}, {"step": 2, "loss": 1.0}, {"step": 2, "reward": 0.7}]).series("reward")
             ([1, 2], [0.5, 0.7])
         """
-        points = [
-            (int(entry.get("step", 0)), float(entry[key]))
-            for entry in self.history
-            if isinstance(entry.get(key), (int, float)) and math.isfinite(float(entry[key]))
-        ]
-        points.sort(key=lambda p: p[0])
-        return [p[0] for p in points], [p[1] for p in points]
+        return _columns(sorted(((int(entry.get("step", 0)), float(entry[key])) for entry in self.history
+                                if isinstance(entry.get(key), (int, float)) and math.isfinite(float(entry[key]))),
+                               key=lambda p: p[0]))
 
     def table_means(self) -> tuple[list[int], list[float]]:
         """Steps and mean ``score`` of the ``pluie/`` tables (e.g. an evaluation made before
@@ -73,12 +63,9 @@ class RunLog:
             >>> RunLog(Path("."), tables={0: [{"score": -1.0}, {"score": 0.0}], 2: [{"score": 1.0}]}).table_means()
             ([0, 2], [-0.5, 1.0])
         """
-        points = []
-        for step, rows in sorted(self.tables.items()):
-            scores = [float(r["score"]) for r in rows if isinstance(r.get("score"), (int, float))]
-            if scores:
-                points.append((step, sum(scores) / len(scores)))
-        return [p[0] for p in points], [p[1] for p in points]
+        means = {step: [float(r["score"]) for r in rows if isinstance(r.get("score"), (int, float))]
+                 for step, rows in sorted(self.tables.items())}
+        return _columns([(step, sum(scores) / len(scores)) for step, scores in means.items() if scores])
 
     def keys(self) -> list[str]:
         """Every numeric key logged at least once, in first-seen order."""

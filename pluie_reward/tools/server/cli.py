@@ -66,14 +66,12 @@ def _configure(p: argparse.ArgumentParser) -> None:
 
 
 def _token(args: argparse.Namespace) -> str | None:
-    if args.token_file is not None:
-        if not args.token_file.is_file():
-            raise UsageError(f"--token-file {str(args.token_file)!r} does not exist.")
-        token = args.token_file.read_text(encoding="utf-8").strip()
-        if not token:
-            raise UsageError(f"--token-file {str(args.token_file)!r} is empty.")
-        return token
-    return os.environ.get(TOKEN_ENV) or None
+    if args.token_file is None:
+        return os.environ.get(TOKEN_ENV) or None
+    token = args.token_file.read_text(encoding="utf-8").strip() if args.token_file.is_file() else None
+    if not token:
+        raise UsageError(f"--token-file {str(args.token_file)!r} {'is empty' if token == '' else 'does not exist'}.")
+    return token
 
 
 def _is_loopback(host: str) -> bool:
@@ -151,20 +149,11 @@ def server_options(args: argparse.Namespace, command: str = "serve") -> dict:
             f"port can use the judge. Set ${TOKEN_ENV} or --token-file.",
             file=sys.stderr,
         )
-    return {
-        "mapping": mapping,
-        "token": token,
-        "max_body_bytes": max_body_bytes,
-        "max_items_per_request": args.max_items_per_request,
-        "max_batch_items": args.max_batch_items,
-        "max_batch_tokens": args.max_batch_tokens,
-        "max_wait_ms": args.max_wait_ms,
-        "threshold": args.threshold,
-        "truncate": not args.no_truncate,
-        "max_item_chars": args.max_item_chars,
-        "body_timeout": args.body_timeout,
-        "shutdown_timeout": SHUTDOWN_S if args.graceful_timeout is None else args.graceful_timeout,
-    }
+    same = ("max_items_per_request", "max_batch_items", "max_batch_tokens", "max_wait_ms", "threshold", "max_item_chars",
+            "body_timeout")  # options named as create_app's keywords
+    return {"mapping": mapping, "token": token, "max_body_bytes": max_body_bytes, "truncate": not args.no_truncate,
+            "shutdown_timeout": SHUTDOWN_S if args.graceful_timeout is None else args.graceful_timeout,
+            **{name: getattr(args, name) for name in same}}
 
 
 @command("serve", _configure)
