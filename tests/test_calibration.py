@@ -82,6 +82,28 @@ def test_brier_and_log_loss_by_hand():
     assert logit_log_loss(z, y) == pytest.approx(log_loss(sig(z), y))
 
 
+def test_log_loss_clips_at_eps_by_hand():
+    # p = 0 for a positive is clipped to eps = 1e-15: -log(1e-15) = 34.538776...; p = 1 for a negative to the float
+    # 1 - 1e-15, whose distance to 1 is 9.992e-16 after rounding: -log(1 - (1 - 1e-15)) = 34.539576...
+    assert log_loss([0.0], [True]) == pytest.approx(-math.log(1e-15), abs=1e-9)
+    assert log_loss([1.0, 0.0], [False, True]) == pytest.approx((-math.log(1 - (1 - 1e-15)) - math.log(1e-15)) / 2, abs=1e-9)
+    assert log_loss([1.0], [False], eps=1e-3) == pytest.approx(-math.log(1e-3), abs=1e-12)
+    # one label only (no negatives): the loss is still defined, -log 0.8
+    assert log_loss([0.8, 0.8], [True, True]) == pytest.approx(-math.log(0.8), abs=1e-12)
+    assert brier_score([0.8, 0.6], [False, False]) == pytest.approx((0.64 + 0.36) / 2, abs=1e-12)
+
+
+@pytest.mark.parametrize("call", [lambda: brier_score([0.5], [True]), lambda: log_loss([0.5], [True])])
+def test_brier_and_log_loss_without_the_eval_extra_say_what_to_install(monkeypatch, call):
+    import sys
+
+    for name in [m for m in sys.modules if m == "sklearn" or m.startswith("sklearn.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    with pytest.raises(ModuleNotFoundError, match=r'needs sklearn, which is not installed: pip install "pluie-reward\[eval\]"'):
+        call()
+
+
 def test_bad_inputs_say_what_is_wrong():
     with pytest.raises(ValueError, match=r"\[0, 1\].*sigmoid"):
         expected_calibration_error([0.2, 1.5], [True, False])

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ...common.errors import missing_extra
 from ...core.calibration import Calibration
 from .metrics import as_labels, as_scores, _same_length
 from ..report import markdown_table
@@ -117,27 +118,36 @@ def expected_calibration_error(probs: Iterable[float], labels: Iterable[Any], n_
 
 
 def brier_score(probs: Iterable[float], labels: Iterable[Any]) -> float:
-    """Brier score: the mean of ``(p - y)^2`` (0 is perfect; always answering 0.5 scores 0.25).
+    """Brier score: the mean of ``(p - y)^2`` (0 is perfect; always answering 0.5 scores 0.25), scikit-learn's
+    ``brier_score_loss``.
 
     Example:
-        >>> brier_score([1.0, 0.5, 0.2], [True, True, False])
-        0.09666666666666668
+        >>> round(brier_score([1.0, 0.5, 0.2], [True, True, False]), 6)   # (0 + 0.25 + 0.04) / 3
+        0.096667
     """
     p, y = _inputs(probs, labels)
-    return float(np.mean((p - y.astype(float)) ** 2))
+    return float(_sklearn_metric("brier_score_loss", "brier_score")(y, p, pos_label=True))
 
 
 def log_loss(probs: Iterable[float], labels: Iterable[Any], eps: float = EPS) -> float:
     """Mean negative log-likelihood (natural log) of the labels: ``-mean(y log p + (1 - y) log(1 - p))``,
-    with ``p`` clipped to ``[eps, 1 - eps]`` (always answering 0.5 scores ``log 2``).
+    with ``p`` clipped to ``[eps, 1 - eps]`` (always answering 0.5 scores ``log 2``), scikit-learn's ``log_loss``.
 
     Example:
         >>> round(log_loss([0.5, 0.8], [True, False]), 6)   # (log 2 + log 5) / 2
         1.151293
     """
     p, y = _inputs(probs, labels)
-    p = np.clip(p, eps, 1.0 - eps)
-    return float(-np.mean(np.where(y, np.log(p), np.log1p(-p))))
+    return float(_sklearn_metric("log_loss", "log_loss")(y, np.clip(p, eps, 1.0 - eps), labels=[False, True]))
+
+
+def _sklearn_metric(name: str, what: str) -> Any:
+    """``sklearn.metrics.<name>``, or the error naming the ``eval`` extra when scikit-learn is missing."""
+    try:
+        from sklearn import metrics
+    except ModuleNotFoundError as err:
+        raise missing_extra(err, what) from None
+    return getattr(metrics, name)
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:

@@ -11,7 +11,6 @@ the smallest, and :func:`preference_metrics` reports the range of V and κ over 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -332,39 +331,40 @@ def confusion_table(x: Sequence[str], y: Sequence[str]) -> tuple[list[str], list
 
 def cramers_v(x: Sequence[Any], y: Sequence[Any]) -> float | None:
     """Cramér's V = sqrt(chi² / (n (min(r, c) - 1))) over the observed categories (no bias
-    correction); ``None`` (N/A) when one labeling has a single category.
+    correction): scipy's ``association(method="cramer")``; ``None`` (N/A) when one labeling has a single category.
 
     Example:
         >>> cramers_v(["A", "B", "A", "B"], ["A", "B", "A", "B"])
         1.0
     """
     _, _, table = confusion_table(list(x), list(y))
-    r, c = table.shape
-    if min(r, c) < 2:
+    if min(table.shape) < 2:
         return None
-    n = table.sum()
-    expected = table.sum(axis=1, keepdims=True) * table.sum(axis=0, keepdims=True) / n
-    chi2 = float(((table - expected) ** 2 / expected).sum())
-    return math.sqrt(chi2 / (n * (min(r, c) - 1)))
+    try:
+        from scipy.stats.contingency import association
+    except ModuleNotFoundError as err:
+        raise missing_extra(err, "cramers_v") from None
+    return float(association(table.astype(int), method="cramer"))
 
 
 def cohens_kappa(x: Sequence[Any], y: Sequence[Any]) -> float | None:
-    """Cohen's κ = (p_o - p_e) / (1 - p_e); ``None`` (N/A) when p_e = 1 (both raters constant and equal).
+    """Cohen's κ = (p_o - p_e) / (1 - p_e): scikit-learn's ``cohen_kappa_score``; ``None`` (N/A) when
+    p_e = 1 (both raters constant and equal).
 
     Example:
         >>> cohens_kappa(["A", "B", "A", "B"], ["A", "B", "B", "B"])
         0.5
     """
     _same_length(x=x, y=y)
-    n = len(x)
-    if n == 0:
+    if len(x) == 0:
         raise ValueError("cohens_kappa needs at least one item.")
-    p_o = sum(u == v for u, v in zip(x, y)) / n
-    cx, cy = Counter(x), Counter(y)
-    p_e = sum(cx[k] * cy[k] for k in cx) / (n * n)
-    if p_e >= 1.0:
+    if len(set(x) | set(y)) == 1:
         return None
-    return (p_o - p_e) / (1.0 - p_e)
+    try:
+        from sklearn.metrics import cohen_kappa_score
+    except ModuleNotFoundError as err:
+        raise missing_extra(err, "cohens_kappa") from None
+    return float(cohen_kappa_score(list(x), list(y)))
 
 
 def preference_metrics(
