@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -228,7 +229,8 @@ class CalibrationConfig:
         "help": "ridge penalty 0.5 * l2 * (a^2 + b^2) added to the mean log loss; keeps the fit finite when the "
                 "scores separate the labels perfectly (0: plain maximum likelihood)"})
     max_iter: int = field(default=100, metadata={"help": "Newton iterations at most"})
-    tol: float = field(default=1e-10, metadata={"help": "stop when the Newton step's squared norm falls below this"})
+    tol: float = field(default=1e-10, metadata={"help": "stop when the gradient and the Newton decrement fall below this "
+                                                        "(scikit-learn's newton-cholesky solver)"})
 
     def __post_init__(self) -> None:
         f = self.heldout_fraction
@@ -263,14 +265,15 @@ def heldout_split(n: int, fraction: float, seed: int = 0) -> tuple[np.ndarray, n
 
 def fit_platt(scores: Iterable[float], labels: Iterable[Any], l2: float = 1e-4, max_iter: int = 100,
               tol: float = 1e-10) -> tuple[float, float]:
-    """``(a, b)`` minimising ``mean log loss of sigmoid(a * s + b) + 0.5 * l2 * (a^2 + b^2)``: Newton's
-    method on the two parameters with a backtracking line search (the objective is convex).
+    """``(a, b)`` minimising ``mean log loss of sigmoid(a * s + b) + 0.5 * l2 * (a^2 + b^2)``: scikit-learn's
+    ``LogisticRegression`` (Newton's method, ``solver="newton-cholesky"``) on the columns ``[s, 1]`` without its own
+    intercept, so that the bias is penalised as the slope is, with ``C = 1 / (n * l2)``.
 
     Args:
         scores: PLUIE log-ratios (any real scores).
         labels: binary labels; both values must occur.
         l2: ridge penalty (0: maximum likelihood, infinite when the scores separate the labels).
-        max_iter, tol: stopping rule (step's squared norm below ``tol``).
+        max_iter, tol: Newton iterations at most, and the stopping tolerance (on the gradient and the Newton decrement).
 
     Returns:
         The slope ``a`` and bias ``b``.
@@ -285,34 +288,16 @@ def fit_platt(scores: Iterable[float], labels: Iterable[Any], l2: float = 1e-4, 
     if y.all() or not y.any():
         raise ValueError(f"the calibration fit needs both positive and negative labels; all {s.size} are "
                          f"{'positive' if y.all() else 'negative'}.")
-    t = y.astype(float)
-    n = float(s.size)
-    X = np.stack([s, np.ones_like(s)], axis=1)
-
-    def objective(w: np.ndarray) -> float:
-        z = X @ w
-        return float(np.mean(_softplus(np.where(y, -z, z))) + 0.5 * l2 * (w @ w))
-
-    w = np.array([1.0, 0.0])  # start at the raw p_yes
-    value = objective(w)
-    for _ in range(max_iter):
-        p = _sigmoid(X @ w)
-        grad = X.T @ (p - t) / n + l2 * w
-        hess = (X * (p * (1 - p))[:, None]).T @ X / n + l2 * np.eye(2)
-        try:
-            step = np.linalg.solve(hess + 1e-12 * np.eye(2), grad)
-        except np.linalg.LinAlgError:
-            step = grad
-        size = 1.0
-        while True:
-            candidate = w - size * step
-            new = objective(candidate)
-            if new <= value + 1e-4 * size * float(grad @ -step) or size < 1e-10:
-                break
-            size *= 0.5
-        w, value = candidate, new
-        if float(step @ step) * size * size < tol:
-            break
+    try:
+        from sklearn.exceptions import ConvergenceWarning
+        from sklearn.linear_model import LogisticRegression
+    except ModuleNotFoundError as err:
+        raise missing_extra(err, "the calibration fit (fit_platt)") from None
+    model = LogisticRegression(C=np.inf if l2 == 0 else 1.0 / (s.size * l2), fit_intercept=False, solver="newton-cholesky",
+                               max_iter=max_iter, tol=tol)
+    with warnings.catch_warnings():  # max_iter reached: the last iterate is returned, as before (no warning)
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        w = model.fit(np.stack([s, np.ones_like(s)], axis=1), y).coef_[0]
     if not np.all(np.isfinite(w)):
         raise FloatingPointError(f"the calibration fit diverged (a, b = {w.tolist()}); raise l2.")
     return float(w[0]), float(w[1])
