@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ...common.errors import missing_extra
 from .calibration import expected_calibration_error
 from .metrics import as_labels, as_scores, best_threshold, candidate_thresholds, metrics_at
 
@@ -33,18 +34,11 @@ def _figure(width: float = 6.4, height: float = 4.0, columns: int = 1) -> tuple[
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-    except ImportError as err:  # pragma: no cover
-        raise ModuleNotFoundError("plots need matplotlib: pip install 'pluie-reward[eval]'.") from err
+    except ModuleNotFoundError as err:
+        raise missing_extra(err, "the plots") from None
     figure = Figure(figsize=(width, height), dpi=100)
     FigureCanvasAgg(figure)
     return figure, figure.add_subplot(1, 1, 1) if columns == 1 else figure.subplots(1, columns, sharey=True)
-
-
-def _title(ax: Any, text: str, width: int = 72) -> None:
-    """A title wrapped over lines so that judge and template names are never cut off."""
-    import textwrap
-
-    ax.set_title("\n".join(textwrap.wrap(text, width)), fontsize=9)
 
 
 def x_range(scores: np.ndarray, natural_threshold: float | None = None, pad: float = 0.03) -> tuple[float, float]:
@@ -98,9 +92,8 @@ def plot_threshold_curves(
     if natural_threshold is not None:
         ax.axvline(natural_threshold, color="grey", linestyle="--", linewidth=1, label=f"threshold {natural_threshold:g}")
     ax.set(xlim=(lo, hi), ylim=(-0.02, 1.02), xlabel=xlabel, ylabel="metric value")
-    _title(ax, title or "classification metrics against the threshold")
-    ax.legend(loc="best", fontsize=8)
-    return _save(figure, path, {"best_f1_threshold": best["threshold"], "best_f1": best["f1"], "xlim": [lo, hi]})
+    return _save(figure, path, {"best_f1_threshold": best["threshold"], "best_f1": best["f1"], "xlim": [lo, hi]},
+                 ax=ax, title=title or "classification metrics against the threshold")
 
 
 def histogram_edges(scores: np.ndarray, max_bins: int = 30, min_bins: int = 5) -> np.ndarray:
@@ -166,9 +159,8 @@ def plot_score_histograms(
                        label=f"correct side: {label_names[int(expected)]} ({wrong}/{s.size} wrong)")
     ax.set(xlim=(lo, hi), xlabel=xlabel, ylabel="items")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    _title(ax, title or "score distribution per label")
-    ax.legend(loc="best", fontsize=8, title="expected label", title_fontsize=8)
-    return _save(figure, path, {"bins": len(edges) - 1, "yticks": [float(t) for t in ax.get_yticks()]})
+    return _save(figure, path, {"bins": len(edges) - 1, "yticks": [float(t) for t in ax.get_yticks()]},
+                 ax=ax, title=title or "score distribution per label", legend={"title": "expected label"})
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
@@ -220,9 +212,8 @@ def plot_edit_distance(
     if natural_threshold is not None:
         ax.axhline(natural_threshold, color="tab:red", linewidth=1, label=f"threshold {natural_threshold:g}")
     ax.set(xlabel="normalised edit distance (character Levenshtein / longer length)", ylabel=ylabel)
-    _title(ax, title or "score against edit distance")
-    ax.legend(loc="best", fontsize=8, title="expected label (Pearson r with distance)", title_fontsize=8)
-    return _save(figure, path)
+    return _save(figure, path, ax=ax, title=title or "score against edit distance",
+                 legend={"title": "expected label (Pearson r with distance)"})
 
 
 def plot_reliability(
@@ -284,9 +275,7 @@ def plot_reliability(
     ax.patch.set_visible(False)
     ax.set(xlim=(0, 1), ylim=(-0.02, 1.02), xlabel=f"mean predicted probability of the positive label ({n_bins} equal-width bins)",
            ylabel="share of positive labels")
-    _title(ax, title or "reliability diagram")
-    ax.legend(loc="upper left", fontsize=8)
-    return _save(figure, path, facts)
+    return _save(figure, path, facts, ax=ax, title=title or "reliability diagram", legend={"loc": "upper left"})
 
 
 STS_BINS = ((0, 1), (1, 2), (2, 3), (3, 4), (4, 5.0001))
@@ -338,9 +327,8 @@ def plot_sts_bins(
                         ha="center", va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
     ax.set_xticks(x, [f"{b}" for b, _, _ in judged])
     ax.set(xlabel="STS score bin (0 = unrelated, 5 = equivalent); – = no pair in the bin", ylabel="% of the bin's pairs", ylim=(0, 118))
-    _title(ax, title or "share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1)")
-    ax.legend(loc="upper left", fontsize=8)
-    return _save(figure, path)
+    return _save(figure, path, ax=ax, title=title or "share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1)",
+                 legend={"loc": "upper left"})
 
 
 def plot_error_rates(
@@ -379,10 +367,9 @@ def plot_error_rates(
     ax.set_yticks(y, rows)
     ax.invert_yaxis()
     ax.set(xlim=(0, 105), xlabel="error rate (%), lower is better")
-    _title(ax, title or "error rates beside the published peers")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title="bars: this judge; markers: peers",
-              title_fontsize=7)
-    return _save(figure, path, {"rows": rows, "systems": systems})
+    return _save(figure, path, {"rows": rows, "systems": systems}, ax=ax, title=title or "error rates beside the published peers",
+                 legend={"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "fontsize": 7, "title_fontsize": 7,
+                         "title": "bars: this judge; markers: peers"})
 
 
 def plot_facts(path: str | Path) -> dict[str, Any]:
@@ -401,9 +388,16 @@ def plot_facts(path: str | Path) -> dict[str, Any]:
         return json.loads(image.text.get("Description", "{}"))
 
 
-def _save(figure: Any, path: str | Path, facts: Mapping[str, Any] | None = None) -> Path:
+def _save(figure: Any, path: str | Path, facts: Mapping[str, Any] | None = None, *, ax: Any = None, title: str = "",
+          legend: Mapping[str, Any] | None = None) -> Path:
+    """Title ``ax`` (wrapped over lines, so that judge and template names are never cut off) and draw its legend
+    (``legend``: options over ``loc="best"``, font sizes 8), then write the PNG with ``facts`` in its "Description" text."""
     import json
+    import textwrap
 
+    if ax is not None:
+        ax.set_title("\n".join(textwrap.wrap(title, 72)), fontsize=9)
+        ax.legend(**{"loc": "best", "fontsize": 8, "title_fontsize": 8, **(legend or {})})
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
