@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -48,10 +48,16 @@ def probabilities(values: Iterable[float], name: str = "probabilities") -> np.nd
     return p
 
 
+def _check(name: str, value: Any, ok: Callable[[Any], bool], what: str, whole: bool = False) -> Any:
+    """``value`` when it is a finite number (``whole``: an integer) and ``ok``; else a ValueError saying what it must be."""
+    kinds = (int, np.integer) if whole else (int, float, np.integer, np.floating)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or not ok(value):
+        raise ValueError(f"{name} must be {what}, got {value!r}.")
+    return value
+
+
 def _check_bins(n_bins: int) -> int:
-    if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
-        raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}.")
-    return int(n_bins)
+    return int(_check("n_bins", n_bins, lambda k: k >= 1, "a positive integer", whole=True))
 
 
 def _inputs(probs: Iterable[float], labels: Iterable[Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -233,18 +239,12 @@ class CalibrationConfig:
                                                         "(scikit-learn's newton-cholesky solver)"})
 
     def __post_init__(self) -> None:
-        f = self.heldout_fraction
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or not 0 <= f < 1:
-            raise ValueError(f"heldout_fraction must be a number with 0 <= x < 1, got {f!r}.")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-            raise ValueError(f"seed must be a whole number >= 0, got {self.seed!r}.")
+        _check("heldout_fraction", self.heldout_fraction, lambda f: 0 <= f < 1, "a number with 0 <= x < 1")
+        _check("seed", self.seed, lambda s: s >= 0, "a whole number >= 0", whole=True)
         _check_bins(self.n_bins)
-        if isinstance(self.l2, bool) or not isinstance(self.l2, (int, float)) or not math.isfinite(self.l2) or self.l2 < 0:
-            raise ValueError(f"l2 must be a finite number >= 0, got {self.l2!r}.")
-        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, int) or self.max_iter < 1:
-            raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}.")
-        if isinstance(self.tol, bool) or not isinstance(self.tol, (int, float)) or not math.isfinite(self.tol) or self.tol <= 0:
-            raise ValueError(f"tol must be a positive number, got {self.tol!r}.")
+        _check("l2", self.l2, lambda v: v >= 0, "a finite number >= 0")
+        _check("max_iter", self.max_iter, lambda v: v >= 1, "a positive integer", whole=True)
+        _check("tol", self.tol, lambda v: v > 0, "a positive number")
 
 
 def heldout_split(n: int, fraction: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
