@@ -173,11 +173,13 @@ def classification_metrics(scores: Iterable[float], labels: Iterable[Any], thres
         >>> classification_metrics([-2, 1, 3], [False, False, True])["precision"]
         0.5
     """
-    m = metrics_at(scores, labels, [threshold])
-    out: dict[str, float] = {"threshold": float(threshold)}
-    out.update({k: float(m[k][0]) for k in METRICS})
-    out.update({k: int(m[k][0]) for k in ("tp", "fp", "tn", "fn")})
-    return out
+    return _row(metrics_at(scores, labels, [threshold]), 0)
+
+
+def _row(m: Mapping[str, np.ndarray], i: int) -> dict[str, Any]:
+    """Column ``i`` of :func:`metrics_at`: its threshold, the four metrics, the confusion counts."""
+    return {"threshold": float(m["threshold"][i]), **{k: float(m[k][i]) for k in METRICS},
+            **{k: int(m[k][i]) for k in ("tp", "fp", "tn", "fn")}}
 
 
 def roc_auc(scores: Iterable[float], labels: Iterable[Any]) -> float:
@@ -236,11 +238,7 @@ def best_threshold(scores: Iterable[float], labels: Iterable[Any], by: str = "f1
         raise ValueError(f"by must be one of {METRICS}, got {by!r}.")
     s = as_scores(scores)
     m = metrics_at(s, labels, candidate_thresholds(s))
-    i = int(np.argmax(m[by]))  # first maximum = lowest threshold
-    out = {"threshold": float(m["threshold"][i])}
-    out.update({k: float(m[k][i]) for k in METRICS})
-    out.update({k: int(m[k][i]) for k in ("tp", "fp", "tn", "fn")})
-    return out
+    return _row(m, int(np.argmax(m[by])))  # first maximum = lowest threshold
 
 
 def classification_report(
@@ -296,20 +294,23 @@ def tie_calibrated_accuracy(
         >>> tie_calibrated_accuracy([3, 1, 2], [1, 2, 2.1], ["A", "B", "tie"])
         (1.0, 0.1...)
     """
+    candidates, correct, n = _tie_margins(scores_a, scores_b, human)
+    i = int(np.argmax(correct))
+    return float(correct[i] / n), float(candidates[i])
+
+
+def _tie_margins(scores_a: Iterable[float], scores_b: Iterable[float], human: Iterable[Any]) -> tuple[np.ndarray, np.ndarray, int]:
+    """The tie margins {0} ∪ {|a - b|} (sorted), how many human choices each one matches, and the number of items."""
     a, b = as_scores(scores_a, "scores_a"), as_scores(scores_b, "scores_b")
-    h = as_preferences(human, "human")
+    h = np.asarray(as_preferences(human, "human"))
     _same_length(scores_a=a, scores_b=b, human=h)
     d = a - b
-    absd = np.abs(d)
-    candidates = np.unique(np.concatenate([[0.0], absd]))
-    h_arr = np.asarray(h)
+    candidates = np.unique(np.concatenate([[0.0], np.abs(d)]))
     # a human A/B is matched when the sign agrees and |d| > eps; a human tie when |d| <= eps
-    right_sign = ((h_arr == "A") & (d > 0)) | ((h_arr == "B") & (d < 0))
-    decided = np.sort(absd[right_sign])
-    ties = np.sort(absd[h_arr == "tie"])
+    decided = np.sort(np.abs(d)[((h == "A") & (d > 0)) | ((h == "B") & (d < 0))])
+    ties = np.sort(np.abs(d)[h == "tie"])
     correct = (decided.size - np.searchsorted(decided, candidates, side="right")) + np.searchsorted(ties, candidates, side="right")
-    i = int(np.argmax(correct))
-    return float(correct[i] / d.size), float(candidates[i])
+    return candidates, correct, d.size
 
 
 def confusion_table(x: Sequence[str], y: Sequence[str]) -> tuple[list[str], list[str], np.ndarray]:
@@ -388,21 +389,18 @@ def preference_metrics(
         _, eps = tie_calibrated_accuracy(a, b, h)
     else:
         eps = float(epsilon)
-    predicted = preference_predictions(a, b, eps)
-    accuracy = sum(p == q for p, q in zip(predicted, h)) / len(h)
-    out = {
-        "n": len(h),
-        "pairwise_accuracy": accuracy,
-        "epsilon": eps,
-        "tie_calibrated": epsilon is None,
-        "cramers_v": cramers_v(h, predicted),
-        "cohens_kappa": cohens_kappa(h, predicted),
-        "human_counts": {k: h.count(k) for k in PREFERENCES},
-        "predicted_counts": {k: predicted.count(k) for k in PREFERENCES},
-    }
+    out = _agreement(preference_predictions(a, b, eps), h, epsilon=eps, tie_calibrated=epsilon is None)
     if epsilon is None:
-        out.update(_equally_good(a, b, h, accuracy))
+        out.update(_equally_good(a, b, h))
     return out
+
+
+def _agreement(predicted: list[str], human: list[str], **settings: Any) -> dict[str, Any]:
+    """The Table 2 row of predicted A/B/tie choices against the human ones (``settings``: how they were read)."""
+    return {"n": len(human), "pairwise_accuracy": sum(x == y for x, y in zip(predicted, human)) / len(human), **settings,
+            "cramers_v": cramers_v(human, predicted), "cohens_kappa": cohens_kappa(human, predicted),
+            "human_counts": {k: human.count(k) for k in PREFERENCES},
+            "predicted_counts": {k: predicted.count(k) for k in PREFERENCES}}
 
 
 def choice_metrics(predicted: Iterable[Any], human: Iterable[Any]) -> dict[str, Any]:
@@ -421,17 +419,7 @@ def choice_metrics(predicted: Iterable[Any], human: Iterable[Any]) -> dict[str, 
     _same_length(predicted=p, human=h)
     if not h:
         raise ValueError("choice_metrics needs at least one instance.")
-    return {
-        "n": len(h),
-        "pairwise_accuracy": sum(x == y for x, y in zip(p, h)) / len(h),
-        "epsilon": None,
-        "tie_calibrated": False,
-        "read": "argmax",
-        "cramers_v": cramers_v(h, p),
-        "cohens_kappa": cohens_kappa(h, p),
-        "human_counts": {k: h.count(k) for k in PREFERENCES},
-        "predicted_counts": {k: p.count(k) for k in PREFERENCES},
-    }
+    return _agreement(p, h, epsilon=None, tie_calibrated=False, read="argmax")
 
 
 def equally_good_epsilons(scores_a: Iterable[float], scores_b: Iterable[float], human: Iterable[Any]) -> list[float]:
@@ -442,16 +430,11 @@ def equally_good_epsilons(scores_a: Iterable[float], scores_b: Iterable[float], 
         >>> equally_good_epsilons([3, 1, 2, 0, 5], [1, 2, 2, 0.5, 4.8], ["A", "B", "tie", "tie", "A"])
         [0.0, 0.5]
     """
-    a, b = as_scores(scores_a, "scores_a"), as_scores(scores_b, "scores_b")
-    h = np.asarray(as_preferences(human, "human"))
-    d = a - b
-    candidates = np.unique(np.concatenate([[0.0], np.abs(d)]))
-    predicted = np.where(np.abs(d)[None, :] <= candidates[:, None], "tie", np.where(d > 0, "A", "B")[None, :])
-    correct = (predicted == h[None, :]).sum(axis=1)
+    candidates, correct, _ = _tie_margins(scores_a, scores_b, human)
     return [float(e) for e in candidates[correct == correct.max()]]
 
 
-def _equally_good(a: np.ndarray, b: np.ndarray, h: list[str], accuracy: float) -> dict[str, Any]:
+def _equally_good(a: np.ndarray, b: np.ndarray, h: list[str]) -> dict[str, Any]:
     """V and κ over every ε as good as the chosen one: the choice among them moves both."""
     epsilons = equally_good_epsilons(a, b, h)
     vs = [cramers_v(h, preference_predictions(a, b, e)) for e in epsilons]
