@@ -167,13 +167,8 @@ def write_card(directory: Path, card: Mapping[str, Any]) -> tuple[Path, Path]:
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating,)):
-        return float(value)
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return str(value)
+    """numpy numbers and arrays as Python ones, anything else JSON cannot hold as its text."""
+    return value.tolist() if isinstance(value, (np.integer, np.floating, np.ndarray)) else str(value)
 
 
 def write_plots(directory: Path, name: str, before: Sequence[float], after: Sequence[float], labels: Any, what: str) -> list[str]:
