@@ -24,7 +24,7 @@ import numpy as np
 from ...common.errors import missing_extra
 from ...core.calibration import Calibration
 from .metrics import as_labels, as_scores, _same_length
-from ..report import markdown_table
+from ..report import markdown_table, number
 
 __all__ = ["CalibrationConfig", "brier_score", "calibration_markdown", "calibration_metrics", "calibration_report",
            "expected_calibration_error", "fit_calibration", "fit_platt", "heldout_split", "log_loss", "p_yes", "probabilities",
@@ -398,7 +398,7 @@ EVAL_SEED = 0
 
 
 def _arrow(before: float, after: float, digits: int = 3) -> str:
-    return f"{before:.{digits}f} → {after:.{digits}f}"
+    return f"{number(before, digits)} → {number(after, digits)}"
 
 
 def calibration_markdown(calibration: Mapping[str, Mapping[str, Any]], bins: bool = True) -> str:
@@ -416,13 +416,13 @@ def calibration_markdown(calibration: Mapping[str, Mapping[str, Any]], bins: boo
     rows, notes, tables = [], [], []
     for name, r in calibration.items():
         fit = r.get("fit")
-        cells = [name, r["n"], f"{r['ece']:.3f}", f"{r['brier']:.3f}", f"{r['log_loss']:.3f}"]
+        cells = [name, r["n"], *(number(r[k], 3) for k in ("ece", "brier", "log_loss"))]
         held = (fit or {}).get("metrics", {}).get("heldout")
         if fit is None:
             cells += ["–"] * 6
             notes.append(f"- {name}: no Platt fit: {r.get('fit_error', 'not possible')}")
         else:
-            cells += [f"{fit['a']:.3f}", f"{fit['b']:.3f}"]
+            cells += [number(fit["a"], 3), number(fit["b"], 3)]
             if held:
                 cells += [fit["n_heldout"]] + [_arrow(held["before"][k], held["after"][k]) for k in ("ece", "brier", "log_loss")]
             else:
@@ -434,7 +434,7 @@ def calibration_markdown(calibration: Mapping[str, Mapping[str, Any]], bins: boo
                 ["bin", "items", "mean p_yes", "share positive", "gap"],
                 [[f"{b['lo']:.1f}–{b['hi']:.1f}", b["count"],
                   *(("–",) * 3 if not b["count"] else
-                    (f"{b['mean_probability']:.3f}", f"{b['positive_rate']:.3f}", f"{b['gap']:+.3f}"))] for b in r["bins"]],
+                    (number(b["mean_probability"], 3), number(b["positive_rate"], 3), f"{b['gap']:+.3f}"))] for b in r["bins"]],
                 align="lrrrr"))
     fit = next((r["fit"] for r in calibration.values() if r.get("fit")), None)
     how = (f"Platt fit p = sigmoid(a · score + b) on {fit['n_fit']} items (minimal log loss; random split, seed {fit['seed']}), before → "
