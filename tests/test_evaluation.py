@@ -219,6 +219,30 @@ def test_kappa_and_v_without_the_eval_extra_say_what_to_install(monkeypatch, mis
         call()
 
 
+def test_eval_and_calibrate_without_the_eval_extra_stop_before_scoring(monkeypatch, tmp_path, capsys):
+    """Without scikit-learn the metrics cannot be computed: the commands say which extra to install, exit 2, and
+    load no judge (nothing is scored in vain)."""
+    import sys
+
+    import pluie_reward.tools.evaluation.cli as ecli
+
+    def no_judge(args):
+        raise AssertionError("the judge was loaded")
+
+    monkeypatch.setattr(ecli, "judge_from_args", no_judge)
+    for name in [m for m in sys.modules if m == "sklearn" or m.startswith("sklearn.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(json.dumps({"source": "a", "hypothesis": "b", "label": True, "out": {"logratio": 1.0}}) + "\n")
+    assert main(["eval", "classification", "-i", str(data), "--baselines", "none", "--no-progress"]) == 2
+    assert main(["calibrate", "-i", str(data), "--score-column", "out.logratio", "-o", str(tmp_path / "c.json")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    want = 'this command needs sklearn, which is not installed: pip install "pluie-reward[eval]"'
+    assert err == [f"pluie-reward eval: error: {want}", f"pluie-reward calibrate: error: {want}"], err
+    assert not (tmp_path / "c.json").exists()
+
+
 def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="NaN/infinite"):
         as_scores([1.0, float("nan")])

@@ -27,7 +27,7 @@ from ..cli.registry import command
 from ..shared import UsageError, log_ratio, positive_int
 from .calibration import CalibrationConfig, fit_calibration, heldout_split, p_yes
 from .cli import INPUT_HELP, _convert, _load_generic
-from .metrics import binary_label
+from .metrics import binary_label, require_metric_libraries
 from ..report import markdown_table, number
 from .scoring import score_in_chunks
 
@@ -64,6 +64,7 @@ def _target(output: Path) -> Path:
 @command("calibrate", _configure)
 def calibrate_command(args: argparse.Namespace) -> int:
     """Fit p = sigmoid(a * PLUIE + b) on labelled items (held-out before/after report) and write calibration.json."""
+    require_metric_libraries()
     config = config_from_args(CalibrationConfig, args)
     target = _target(args.output)
     check_output_file(target, "--output", inputs=[args.input], overwrite=args.overwrite)

@@ -29,7 +29,7 @@ from ..cli.records import check_texts, read_table, text_problem
 from ..cli.registry import command
 from ..shared import UsageError, comma_list, finite_float, nonneg_float, nonneg_int, positive_int
 from .baselines import missing_baselines, parse_baselines
-from .metrics import binary_label, preference_label
+from .metrics import binary_label, preference_label, require_metric_libraries
 from .presets import FRENCH_PAIRS, PRESETS, paper_table
 from ..report import write_outputs
 from .scoring import JUDGE_ROW, Condition, reference_field
@@ -143,6 +143,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
 @command("eval", _configure)
 def eval_command(args: argparse.Namespace) -> int:
     """Evaluate a judge: classification, preference, the paper's presets, PARAPHRASUS, or report a saved run."""
+    require_metric_libraries()
     if args.eval_task != "report":
         check_output_dir(args.output_dir)
         if getattr(args, "plots", False) and args.output_dir is None:

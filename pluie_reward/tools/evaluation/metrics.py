@@ -215,6 +215,20 @@ def roc_auc(scores: Iterable[float], labels: Iterable[Any]) -> float:
     return float(roc_auc_score(y, s))
 
 
+def require_metric_libraries(what: str = "this command") -> None:
+    """Raise the missing-extra error now when scikit-learn or scipy (the ``eval`` extra: roc_auc, Cohen's κ,
+    Cramér's V, the calibration metrics and fit) is missing: a command checks before it scores, not after.
+
+    Example:
+        >>> require_metric_libraries()  # both installed here: nothing happens
+    """
+    try:
+        import sklearn.metrics  # noqa: F401
+        import scipy.stats.contingency  # noqa: F401
+    except ModuleNotFoundError as err:
+        raise missing_extra(err, what) from None
+
+
 def candidate_thresholds(scores: Iterable[float]) -> np.ndarray:
     """Every distinct decision: ``min - 1`` (all positive), the midpoints between consecutive distinct
     scores, and ``max + 1`` (all negative).
