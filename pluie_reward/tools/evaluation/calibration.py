@@ -23,7 +23,7 @@ import numpy as np
 
 from ...common.errors import missing_extra
 from ...core.calibration import Calibration
-from .metrics import as_labels, as_scores, _same_length
+from .metrics import as_labels, as_scored, as_scores, _same_length
 from ..report import markdown_table, number
 
 __all__ = ["CalibrationConfig", "brier_score", "calibration_markdown", "calibration_metrics", "calibration_report",
@@ -168,8 +168,7 @@ def logit_log_loss(logits: Iterable[float], labels: Iterable[Any]) -> float:
         >>> round(logit_log_loss([0.0, 50.0], [True, False]), 6)   # (log 2 + 50) / 2, where log_loss would clip
         25.346574
     """
-    z, y = as_scores(logits, "logits"), as_labels(labels)
-    _same_length(logits=z, labels=y)
+    z, y = as_scored(logits, labels, "logits")
     return float(np.mean(_softplus(np.where(y, -z, z))))
 
 
@@ -283,8 +282,7 @@ def fit_platt(scores: Iterable[float], labels: Iterable[Any], l2: float = 1e-4, 
         >>> round(b, 6), round(a + b, 6)   # logit(1/4) = -log 3 at s = 0, logit(3/4) = log 3 at s = 1
         (-1.098612, 1.098612)
     """
-    s, y = as_scores(scores), as_labels(labels)
-    _same_length(scores=s, labels=y)
+    s, y = as_scored(scores, labels)
     if y.all() or not y.any():
         raise ValueError(f"the calibration fit needs both positive and negative labels; all {s.size} are "
                          f"{'positive' if y.all() else 'negative'}.")
@@ -335,8 +333,7 @@ def fit_calibration(
         (7, 3, True)
     """
     config = config or CalibrationConfig(heldout_fraction=heldout_fraction, seed=seed)
-    s, y = as_scores(scores), as_labels(labels)
-    _same_length(scores=s, labels=y)
+    s, y = as_scored(scores, labels)
     fit, held = heldout_split(s.size, config.heldout_fraction, config.seed)
     try:
         a, b = fit_platt(s[fit], y[fit], config.l2, config.max_iter, config.tol)
@@ -367,8 +364,7 @@ def calibration_report(scores: Sequence[float], labels: Sequence[Any], *, n_bins
         >>> r["n"], round(r["brier"], 4), r["fit"]["n_fit"]
         (4, 0.0403, 4)
     """
-    s, y = as_scores(scores), as_labels(labels)
-    _same_length(scores=s, labels=y)
+    s, y = as_scored(scores, labels)
     out: dict[str, Any] = calibration_metrics(_sigmoid(s), y, n_bins, logits=s)
     try:
         c = fit_calibration(s, y, config=CalibrationConfig(heldout_fraction=heldout_fraction, seed=seed, n_bins=n_bins))
@@ -457,6 +453,6 @@ def heldout_calibrated(scores: Sequence[float], labels: Sequence[Any], fit: Mapp
         >>> len(heldout_calibrated([-2.0, 1.0, 3.0, -1.0, 0.5, -0.2], [0, 1, 1, 0, 0, 1], fit)[0])
         3
     """
-    s, y = as_scores(scores), as_labels(labels)
+    s, y = as_scored(scores, labels)
     _, held = heldout_split(s.size, fit["heldout_fraction"], fit["seed"])
     return [float(v) for v in _sigmoid(fit["a"] * s[held] + fit["b"])], [bool(v) for v in y[held]]

@@ -126,6 +126,18 @@ def as_preferences(choices: Iterable[Any], name: str = "preferences", synonyms: 
     return _each(choices, lambda value: preference_label(value, synonyms), name)
 
 
+def as_scored(scores: Iterable[float], labels: Iterable[Any], name: str = "scores") -> tuple[np.ndarray, np.ndarray]:
+    """Scores and binary labels as arrays of one length (:func:`as_scores`, :func:`as_labels`).
+
+    Example:
+        >>> [a.tolist() for a in as_scored([0.5, -1], ["yes", "no"])]
+        [[0.5, -1.0], [True, False]]
+    """
+    s, y = as_scores(scores, name), as_labels(labels)
+    _same_length(**{name: s, "labels": y})
+    return s, y
+
+
 def _same_length(**arrays: Any) -> int:
     lengths = {k: len(v) for k, v in arrays.items()}
     if len(set(lengths.values())) != 1:
@@ -142,8 +154,7 @@ def metrics_at(scores: Iterable[float], labels: Iterable[Any], thresholds: Itera
         >>> metrics_at([-1.0, 2.0], [False, True], [0.0])["accuracy"].tolist()
         [1.0]
     """
-    s, y = as_scores(scores), as_labels(labels)
-    _same_length(scores=s, labels=y)
+    s, y = as_scored(scores, labels)
     t = np.atleast_1d(np.asarray(list(thresholds), dtype=float))
     n, positives = s.size, int(y.sum())
     # items with score <= t are predicted negative
@@ -203,9 +214,7 @@ def roc_auc(scores: Iterable[float], labels: Iterable[Any]) -> float:
         >>> roc_auc([1.0, 1.0], [True, False])
         0.5
     """
-    s = as_scores(scores)
-    y = as_labels(labels)
-    _same_length(scores=s, labels=y)
+    s, y = as_scored(scores, labels)
     if y.all() or not y.any():
         raise ValueError("ROC-AUC needs both positive and negative labels.")
     try:
@@ -270,8 +279,7 @@ def classification_report(
         >>> r["natural"]["accuracy"], r["best_f1"]["threshold"]
         (0.6666666666666666, 1.25)
     """
-    s, y = as_scores(scores), as_labels(labels)
-    _same_length(scores=s, labels=y)
+    s, y = as_scored(scores, labels)
     report: dict[str, Any] = {"n": int(s.size), "positives": int(y.sum())}
     if natural_threshold is not None:
         report["natural"] = classification_metrics(s, y, natural_threshold)

@@ -20,7 +20,7 @@ import numpy as np
 
 from ...common.errors import missing_extra
 from .calibration import expected_calibration_error
-from .metrics import as_labels, as_scores, best_threshold, candidate_thresholds, metrics_at
+from .metrics import as_scored, as_scores, best_threshold, candidate_thresholds, metrics_at
 
 # the seeds' colours: blue accuracy, orange recall, red precision, green F1
 CURVES = (("accuracy", "tab:blue"), ("recall", "tab:orange"), ("precision", "tab:red"), ("f1", "tab:green"))
@@ -74,7 +74,7 @@ def plot_threshold_curves(
         >>> plot_threshold_curves(scores, labels, "out/mrpc_curves.png", title="MRPC")
         PosixPath('out/mrpc_curves.png')
     """
-    s, y = as_scores(scores), as_labels(labels)
+    s, y = as_scored(scores, labels)
     lo, hi = x_range(s, natural_threshold)
     inside = [t for t in candidate_thresholds(s) if lo <= t <= hi]
     grid = np.unique(np.concatenate([inside, s, np.linspace(lo, hi, points)]))  # constant on [s_k, s_k+1): exact steps
@@ -132,9 +132,7 @@ def plot_score_histograms(
     """
     from matplotlib.ticker import MaxNLocator
 
-    s, y = as_scores(scores), as_labels(labels)
-    if len(s) != len(y):
-        raise ValueError(f"scores and labels differ in length ({len(s)} vs {len(y)}).")
+    s, y = as_scored(scores, labels)
     edges = histogram_edges(s, max_bins=bins)
     figure, ax = _figure()
     present = [v for v in (False, True) if (y == v).any()]
@@ -197,7 +195,7 @@ def plot_edit_distance(
         >>> plot_edit_distance(scores, labels, distances, "out/PLUIE_edit_distance.png")
         PosixPath('out/PLUIE_edit_distance.png')
     """
-    s, y = as_scores(scores), as_labels(labels)
+    s, y = as_scored(scores, labels)
     d = as_scores(distances, "distances")
     figure, ax = _figure()
     for value in (True, False):
