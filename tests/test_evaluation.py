@@ -381,6 +381,14 @@ def test_summary_hand_computed():
     assert s["overall"] == pytest.approx(1.375 / 3)
 
 
+def test_partial_run_note():
+    from pluie_reward.tools.evaluation.paraphrasus import partial_note
+
+    assert partial_note({"n": 2, "planned": 6}, "pairs") == " PARTIAL RUN: 2 of 6 pairs scored so far."
+    assert partial_note({"n": 2, "planned": 6}) == " PARTIAL RUN: 2 of 6 items scored so far."
+    assert partial_note({"n": 6, "planned": 6}) == "" and partial_note({"n": 6}) == ""  # runs saved before "planned"
+
+
 def test_peer_figures_are_read_as_fractions():
     paraphrasus = shared_path("data/paraphrasus")
     peers = peer_results(paraphrasus, "llama3")

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .calibration import calibration_markdown
-from .paraphrasus import markdown_report
+from .paraphrasus import markdown_report, partial_note
 from ..report import markdown_table, number
 from .scoring import JUDGE_ROW
 PAPER_BASELINES = {"levenshtein": "Levenshtein", "bleu": "BLEU"}  # our baseline -> the paper's row name
@@ -54,7 +54,7 @@ def classification_markdown(results: Mapping[str, Any]) -> str:
                  for row in (paper or {}).get("rows", [])]
     rows = _side_by_side(ours, published)
     head = (f"{results['n']} pairs, {results['positives']} positive; judge {results['judge']}, "
-            f"template {results['template']}.{_partial_note(results)}")
+            f"template {results['template']}.{partial_note(results)}")
     parts = [head, _fields_note(results),
              markdown_table(["metric", "judge", "threshold choice", "Thr.", "Acc.", "Rec.", "Prec.", "F1"], rows)]
     if results.get("calibration"):
@@ -144,7 +144,7 @@ def preference_markdown(results: Mapping[str, Any]) -> str:
                        "/".join(str(m["predicted_counts"][k]) for k in ("A", "B", "tie"))])
     counts = next(iter(metrics.values()))["human_counts"]
     head = (f"{results['n']} instances (human: {counts['A']} A, {counts['B']} B, {counts['tie']} ties); "
-            f"judge {results['judge']}, template {results['template']}.{_partial_note(results)}")
+            f"judge {results['judge']}, template {results['template']}.{partial_note(results)}")
     parts = [head, _fields_note(results), markdown_table(headers, rows),
              "Tie margin ε (tie calibration picks the smallest of the equally good ones; V and κ move with the choice):",
              markdown_table(["metric", "ε", "equally good ε (count, range)", "V over them", "κ over them", "predicted A/B/tie"], detail)]
@@ -168,11 +168,6 @@ def _side_by_side(ours: Mapping[str, list[list[str]]], published: list[list[str]
     for metric, cells in ours.items():
         rows += cells + [p for p in published if p[0] == metric]
     return rows + [p for p in published if p[0] not in ours]
-
-
-def _partial_note(results: Mapping[str, Any]) -> str:
-    planned = results.get("planned", results["n"])
-    return "" if planned == results["n"] else f" PARTIAL RUN: {results['n']} of {planned} items scored so far."
 
 
 def _fields_note(results: Mapping[str, Any]) -> str:
