@@ -21,9 +21,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ...common.errors import missing_extra
 from ...core.calibration import Calibration
-from .metrics import as_labels, as_scored, as_scores, _same_length
+from .metrics import as_labels, as_scored, as_scores, library, _same_length
 from ..report import markdown_table, number
 
 __all__ = ["CalibrationConfig", "brier_score", "calibration_markdown", "calibration_metrics", "calibration_report",
@@ -133,7 +132,7 @@ def brier_score(probs: Iterable[float], labels: Iterable[Any]) -> float:
         0.096667
     """
     p, y = _inputs(probs, labels)
-    return float(_sklearn_metric("brier_score_loss", "brier_score")(y, p, pos_label=True))
+    return float(library("sklearn.metrics", "brier_score").brier_score_loss(y, p, pos_label=True))
 
 
 def log_loss(probs: Iterable[float], labels: Iterable[Any], eps: float = EPS) -> float:
@@ -145,16 +144,7 @@ def log_loss(probs: Iterable[float], labels: Iterable[Any], eps: float = EPS) ->
         1.151293
     """
     p, y = _inputs(probs, labels)
-    return float(_sklearn_metric("log_loss", "log_loss")(y, np.clip(p, eps, 1.0 - eps), labels=[False, True]))
-
-
-def _sklearn_metric(name: str, what: str) -> Any:
-    """``sklearn.metrics.<name>``, or the error naming the ``eval`` extra when scikit-learn is missing."""
-    try:
-        from sklearn import metrics
-    except ModuleNotFoundError as err:
-        raise missing_extra(err, what) from None
-    return getattr(metrics, name)
+    return float(library("sklearn.metrics", "log_loss").log_loss(y, np.clip(p, eps, 1.0 - eps), labels=[False, True]))
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:
@@ -286,15 +276,11 @@ def fit_platt(scores: Iterable[float], labels: Iterable[Any], l2: float = 1e-4, 
     if y.all() or not y.any():
         raise ValueError(f"the calibration fit needs both positive and negative labels; all {s.size} are "
                          f"{'positive' if y.all() else 'negative'}.")
-    try:
-        from sklearn.exceptions import ConvergenceWarning
-        from sklearn.linear_model import LogisticRegression
-    except ModuleNotFoundError as err:
-        raise missing_extra(err, "the calibration fit (fit_platt)") from None
-    model = LogisticRegression(C=np.inf if l2 == 0 else 1.0 / (s.size * l2), fit_intercept=False, solver="newton-cholesky",
-                               max_iter=max_iter, tol=tol)
+    what = "the calibration fit (fit_platt)"
+    model = library("sklearn.linear_model", what).LogisticRegression(
+        C=np.inf if l2 == 0 else 1.0 / (s.size * l2), fit_intercept=False, solver="newton-cholesky", max_iter=max_iter, tol=tol)
     with warnings.catch_warnings():  # max_iter reached: the last iterate is returned, as before (no warning)
-        warnings.simplefilter("ignore", ConvergenceWarning)
+        warnings.simplefilter("ignore", library("sklearn.exceptions", what).ConvergenceWarning)
         w = model.fit(np.stack([s, np.ones_like(s)], axis=1), y).coef_[0]
     if not np.all(np.isfinite(w)):
         raise FloatingPointError(f"the calibration fit diverged (a, b = {w.tolist()}); raise l2.")

@@ -10,6 +10,7 @@ the smallest, and :func:`preference_metrics` reports the range of V and κ over 
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -217,25 +218,26 @@ def roc_auc(scores: Iterable[float], labels: Iterable[Any]) -> float:
     s, y = as_scored(scores, labels)
     if y.all() or not y.any():
         raise ValueError("ROC-AUC needs both positive and negative labels.")
+    return float(library("sklearn.metrics", "roc_auc").roc_auc_score(y, s))
+
+
+def library(module: str, what: str) -> Any:
+    """The module (e.g. ``"sklearn.metrics"``) of an optional library, or the error naming the extra that installs it.
+
+    Example:
+        >>> library("sklearn.metrics", "roc_auc").__name__
+        'sklearn.metrics'
+    """
     try:
-        from sklearn.metrics import roc_auc_score
+        return importlib.import_module(module)
     except ModuleNotFoundError as err:
-        raise missing_extra(err, "roc_auc") from None
-    return float(roc_auc_score(y, s))
+        raise missing_extra(err, what) from None
 
 
 def require_metric_libraries(what: str = "this command") -> None:
     """Raise the missing-extra error now when scikit-learn or scipy (the ``eval`` extra: roc_auc, Cohen's κ,
-    Cramér's V, the calibration metrics and fit) is missing: a command checks before it scores, not after.
-
-    Example:
-        >>> require_metric_libraries()  # both installed here: nothing happens
-    """
-    try:
-        import sklearn.metrics  # noqa: F401
-        import scipy.stats.contingency  # noqa: F401
-    except ModuleNotFoundError as err:
-        raise missing_extra(err, what) from None
+    Cramér's V, the calibration metrics and fit) is missing: a command checks before it scores, not after."""
+    library("sklearn.metrics", what), library("scipy.stats.contingency", what)
 
 
 def candidate_thresholds(scores: Iterable[float]) -> np.ndarray:
@@ -363,11 +365,7 @@ def cramers_v(x: Sequence[Any], y: Sequence[Any]) -> float | None:
     _, _, table = confusion_table(list(x), list(y))
     if min(table.shape) < 2:
         return None
-    try:
-        from scipy.stats.contingency import association
-    except ModuleNotFoundError as err:
-        raise missing_extra(err, "cramers_v") from None
-    return float(association(table.astype(int), method="cramer"))
+    return float(library("scipy.stats.contingency", "cramers_v").association(table.astype(int), method="cramer"))
 
 
 def cohens_kappa(x: Sequence[Any], y: Sequence[Any]) -> float | None:
@@ -383,11 +381,7 @@ def cohens_kappa(x: Sequence[Any], y: Sequence[Any]) -> float | None:
         raise ValueError("cohens_kappa needs at least one item.")
     if len(set(x) | set(y)) == 1:
         return None
-    try:
-        from sklearn.metrics import cohen_kappa_score
-    except ModuleNotFoundError as err:
-        raise missing_extra(err, "cohens_kappa") from None
-    return float(cohen_kappa_score(list(x), list(y)))
+    return float(library("sklearn.metrics", "cohens_kappa").cohen_kappa_score(list(x), list(y)))
 
 
 def preference_metrics(
