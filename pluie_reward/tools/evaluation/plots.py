@@ -18,9 +18,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ...common.errors import missing_extra
 from .calibration import expected_calibration_error
-from .metrics import as_scored, as_scores, best_threshold, candidate_thresholds, metrics_at
+from .metrics import as_scored, as_scores, best_threshold, candidate_thresholds, library, metrics_at
 
 # the seeds' colours: blue accuracy, orange recall, red precision, green F1
 CURVES = (("accuracy", "tab:blue"), ("recall", "tab:orange"), ("precision", "tab:red"), ("f1", "tab:green"))
@@ -31,13 +30,8 @@ PLUIE_AXIS = "PLUIE score: log p(Yes) − log p(No)"
 
 def _figure(width: float = 6.4, height: float = 4.0, columns: int = 1) -> tuple[Any, Any]:
     """A figure on matplotlib's Agg canvas and its axes (``columns`` > 1: that many, sharing y)."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ModuleNotFoundError as err:
-        raise missing_extra(err, "the plots") from None
-    figure = Figure(figsize=(width, height), dpi=100)
-    FigureCanvasAgg(figure)
+    figure = library("matplotlib.figure", "the plots").Figure(figsize=(width, height), dpi=100)
+    library("matplotlib.backends.backend_agg", "the plots").FigureCanvasAgg(figure)
     return figure, figure.add_subplot(1, 1, 1) if columns == 1 else figure.subplots(1, columns, sharey=True)
 
 
