@@ -82,6 +82,29 @@ def test_brier_and_log_loss_by_hand():
     assert logit_log_loss(z, y) == pytest.approx(log_loss(sig(z), y))
 
 
+def test_log_loss_clips_at_eps_by_hand():
+    # p = 0 for a positive is clipped to eps = 1e-15: -log(1e-15) = 34.538776...; p = 1 for a negative to the float
+    # 1 - 1e-15, whose distance to 1 is 9.992e-16 after rounding: -log(1 - (1 - 1e-15)) = 34.539576...
+    assert log_loss([0.0], [True]) == pytest.approx(-math.log(1e-15), abs=1e-9)
+    assert log_loss([1.0, 0.0], [False, True]) == pytest.approx((-math.log(1 - (1 - 1e-15)) - math.log(1e-15)) / 2, abs=1e-9)
+    assert log_loss([1.0], [False], eps=1e-3) == pytest.approx(-math.log(1e-3), abs=1e-12)
+    # one label only (no negatives): the loss is still defined, -log 0.8
+    assert log_loss([0.8, 0.8], [True, True]) == pytest.approx(-math.log(0.8), abs=1e-12)
+    assert brier_score([0.8, 0.6], [False, False]) == pytest.approx((0.64 + 0.36) / 2, abs=1e-12)
+
+
+@pytest.mark.parametrize("call", [lambda: brier_score([0.5], [True]), lambda: log_loss([0.5], [True]),
+                                  lambda: fit_platt([0.0, 1.0], [False, True])])
+def test_brier_log_loss_and_fit_without_the_eval_extra_say_what_to_install(monkeypatch, call):
+    import sys
+
+    for name in [m for m in sys.modules if m == "sklearn" or m.startswith("sklearn.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    with pytest.raises(ModuleNotFoundError, match=r'needs sklearn, which is not installed: pip install "pluie-reward\[eval\]"'):
+        call()
+
+
 def test_bad_inputs_say_what_is_wrong():
     with pytest.raises(ValueError, match=r"\[0, 1\].*sigmoid"):
         expected_calibration_error([0.2, 1.5], [True, False])
@@ -169,6 +192,19 @@ def test_fit_lowers_the_log_loss_it_minimises():
     for da, db in ((0.01, 0), (-0.01, 0), (0, 0.01), (0, -0.01)):
         assert logit_log_loss((a + da) * s + (b + db), y) > best
     assert best < logit_log_loss(s, y)
+
+
+@pytest.mark.parametrize("l2", [1e-4, 0.05, 1.0])
+def test_fit_penalises_slope_and_bias_as_documented(l2):
+    """At the minimum of mean log loss + 0.5 * l2 * (a^2 + b^2) the gradient is zero:
+    mean((p - y) s) + l2 a = 0 and mean(p - y) + l2 b = 0 (the bias penalised as the slope is)."""
+    rng = np.random.default_rng(4)
+    s = rng.normal(0.5, 2.0, size=200)
+    y = rng.uniform(size=s.size) < sig(0.6 * s - 0.7)
+    a, b = fit_platt(s, y, l2=l2)
+    p = sig(a * s + b)
+    assert np.mean((p - y) * s) + l2 * a == pytest.approx(0.0, abs=1e-8)
+    assert np.mean(p - y) + l2 * b == pytest.approx(0.0, abs=1e-8)
 
 
 def test_separable_scores_stay_finite_with_the_default_ridge():

@@ -338,3 +338,72 @@ def test_stored_paper_rows_match_the_seed():
                 assert [values[0], wg["pairwise_accuracy"], values[1], wg["cramers_v"], values[2], wg["cohens_kappa"]] == seed[3:], name
             else:
                 assert values == seed[3:], name
+
+
+def test_presets_load_from_data_with_every_name_field_and_value():
+    """The presets read from data/presets.json are the ones the code wrote out before they became data."""
+    from pluie_reward.tools.evaluation.presets import PRESETS, Preset, PresetCondition, mushra_label
+
+    want = {
+        "parareval": Preset(
+            name="parareval",
+            task="preference",
+            description="ParaReval (Jourdan et al., 2025): which of two revisions of a scientific paragraph the annotator "
+                        "prefers; the *-PLUIE paper's Table 2, scientific text revision",
+            roles={"original": "original_paragraph", "instruction": "instruction", "gold": "reference_paragraph",
+                   "a": "model_A_paragraph", "b": "model_B_paragraph", "human": "eval_annotation.preference"},
+            role_help={"original": "the paragraph before revision", "instruction": "the revision instruction",
+                       "gold": "the authors' own revision (Rev-PLUIE w.g. and the baselines' reference)",
+                       "a": "revision A", "b": "revision B", "human": "the preferred revision: A, B, Both or None (ties)"},
+            conditions=(
+                PresetCondition("Rev-PLUIE", "rev", {"original": "original", "instruction": "instruction"}),
+                PresetCondition("Rev-PLUIE w.g.", "rev", {"original": "original", "instruction": "instruction", "gold": "gold"},
+                                row="Rev-PLUIE", variant="w.g."),
+                PresetCondition("Para-PLUIE", "para-fs", {"source": "original"}),
+            ),
+            reference_role="gold",
+            paper_table="table2/parareval",
+            paper_metrics=("Rev-PLUIE", "Para-PLUIE"),
+        ),
+        "net": Preset(
+            name="net",
+            task="classification",
+            description="NEAT (Munson et al., 2025): is an English translation of a Nile network intent acceptable "
+                        "(MUSHRA Good/Excellent)? The *-PLUIE paper's Table 1, Nile translation",
+            roles={"nile": "nile", "translation": "llama", "rating": "llama_mushra"},
+            role_help={"nile": "the Nile intent (sentence A)", "translation": "its English translation (sentence B)",
+                       "rating": "the human MUSHRA rating of the translation (Bad..Excellent or 0-100)"},
+            conditions=(
+                PresetCondition("Net-PLUIE", "net", {"source": "nile", "hypothesis": "translation"}),
+                PresetCondition("Para-PLUIE", "para-fs", {"source": "nile", "hypothesis": "translation"}),
+            ),
+            reference_role="nile",
+            paper_table="table1/net",
+            paper_metrics=("Net-PLUIE", "Para-PLUIE"),
+            label=mushra_label,
+            label_rule="MUSHRA rating Good/Excellent (>= 60) is positive",
+        ),
+        "fr-paraphrase": Preset(
+            name="fr-paraphrase",
+            task="classification",
+            description="French paronym/synonym substitutions (Tytgat et al., 2024) as the *-PLUIE paper's 6 pairs per "
+                        "sentence (appendix B); Table 1, paraphrase classification",
+            roles={"original": "original", "paronym": "paronym", "synonym": "synonym", "synonym_of_paronym": "synonym_of_paronym"},
+            role_help={"original": "the sentence s", "paronym": "P(s): its central word replaced by a paronym",
+                       "synonym": "S(s): replaced by a synonym", "synonym_of_paronym": "S(P(s)): a synonym of the paronym"},
+            conditions=(
+                PresetCondition("Fr-PLUIE", "para-fs-fr", {"source": "sentence1", "hypothesis": "sentence2"}),
+                PresetCondition("Para-PLUIE", "para-fs", {"source": "sentence1", "hypothesis": "sentence2"}),
+            ),
+            reference_role="sentence1",
+            paper_table="table1/fr-paraphrase",
+            paper_metrics=("Fr-PLUIE", "Para-PLUIE"),
+            label_rule="(s, S(s)) and (P(s), S(P(s))) are paraphrases; (s, P(s)), (s, S(P(s))), (P(s), S(s)) and "
+                       "(S(s), S(P(s))) are not",
+        ),
+    }
+    assert list(PRESETS) == list(want)
+    for name, preset in want.items():
+        assert PRESETS[name] == preset, name
+        assert all(isinstance(c, PresetCondition) for c in PRESETS[name].conditions)
+        assert isinstance(PRESETS[name].conditions, tuple) and isinstance(PRESETS[name].paper_metrics, tuple)

@@ -181,6 +181,68 @@ def test_undefined_association_is_none_not_nan():
     assert cramers_v(["A", "B", "A"], ["B", "A", "B"]) == pytest.approx(1.0)
 
 
+def test_kappa_and_v_of_a_2x2_table_by_hand():
+    """cohens_kappa (scikit-learn) and cramers_v (scipy) on a 2x2 table written out.
+
+    x: A A A B B B B B B B,  y: A A B A B B B B B B  ->  table (rows x, columns y) [[2, 1], [1, 6]], n 10
+    kappa: p_o = 8/10, p_e = (3*3 + 7*7)/100 = 0.58 -> (0.8 - 0.58) / 0.42 = 0.523809...
+    V: expected [[0.9, 2.1], [2.1, 4.9]]; chi2 = 1.21/0.9 + 1.21/2.1 + 1.21/2.1 + 1.21/4.9 = 2.744...
+       V = sqrt(chi2 / 10) = 0.523809... (for a 2x2 table, V = |phi| = |ad - bc| / sqrt(row and column sums) = 11/21)
+    """
+    x = ["A"] * 3 + ["B"] * 7
+    y = ["A", "A", "B", "A"] + ["B"] * 6
+    assert cohens_kappa(x, y) == pytest.approx(0.22 / 0.42, abs=1e-12)
+    chi2 = 1.21 / 0.9 + 2 * 1.21 / 2.1 + 1.21 / 4.9
+    assert cramers_v(x, y) == pytest.approx((chi2 / 10) ** 0.5, abs=1e-12) == pytest.approx(11 / 21, abs=1e-12)
+    # kappa against chance only: y flips x on every item -> p_o = 0, p_e = (3*7 + 7*3)/100 = 0.42 -> -0.42/0.58
+    flipped = ["B" if v == "A" else "A" for v in x]
+    assert cohens_kappa(x, flipped) == pytest.approx(-0.42 / 0.58, abs=1e-12)
+    # a 2x3 table: rows A: [1, 1, 0], B: [0, 0, 2] -> chi2 = 4 (expected 0.5 0.5 1 | 0.5 0.5 1), V = sqrt(4 / 4) = 1
+    assert cramers_v(["A", "A", "B", "B"], ["A", "tie", "B", "B"]) == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(ValueError, match="at least one item"):
+        cohens_kappa([], [])
+    with pytest.raises(ValueError, match="same length"):
+        cramers_v(["A"], ["A", "B"])
+
+
+@pytest.mark.parametrize("missing, call, what", [
+    ("sklearn", lambda: cohens_kappa(["A", "B"], ["A", "A"]), "cohens_kappa"),
+    ("scipy", lambda: cramers_v(["A", "B"], ["A", "B"]), "cramers_v"),
+])
+def test_kappa_and_v_without_the_eval_extra_say_what_to_install(monkeypatch, missing, call, what):
+    import sys
+
+    for name in [m for m in sys.modules if m == missing or m.startswith(missing + ".")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, missing, None)
+    with pytest.raises(ModuleNotFoundError, match=f"{what} needs {missing}, which is not installed: pip install"):
+        call()
+
+
+def test_eval_and_calibrate_without_the_eval_extra_stop_before_scoring(monkeypatch, tmp_path, capsys):
+    """Without scikit-learn the metrics cannot be computed: the commands say which extra to install, exit 2, and
+    load no judge (nothing is scored in vain)."""
+    import sys
+
+    import pluie_reward.tools.evaluation.cli as ecli
+
+    def no_judge(args):
+        raise AssertionError("the judge was loaded")
+
+    monkeypatch.setattr(ecli, "judge_from_args", no_judge)
+    for name in [m for m in sys.modules if m == "sklearn" or m.startswith("sklearn.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(json.dumps({"source": "a", "hypothesis": "b", "label": True, "out": {"logratio": 1.0}}) + "\n")
+    assert main(["eval", "classification", "-i", str(data), "--baselines", "none", "--no-progress"]) == 2
+    assert main(["calibrate", "-i", str(data), "--score-column", "out.logratio", "-o", str(tmp_path / "c.json")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    want = 'this command needs sklearn, which is not installed: pip install "pluie-reward[eval]"'
+    assert err == [f"pluie-reward eval: error: {want}", f"pluie-reward calibrate: error: {want}"], err
+    assert not (tmp_path / "c.json").exists()
+
+
 def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="NaN/infinite"):
         as_scores([1.0, float("nan")])
@@ -317,6 +379,14 @@ def test_summary_hand_computed():
     s = summarise({"MRPC": (1, 4), "STS-H": (1, 2), "SNLI": (0, 5), "TRUE": (2, 2)})
     assert s["challenges"] == {"Classify!": 0.375, "Minimize!": 0.0, "Maximize!": 1.0}
     assert s["overall"] == pytest.approx(1.375 / 3)
+
+
+def test_partial_run_note():
+    from pluie_reward.tools.evaluation.paraphrasus import partial_note
+
+    assert partial_note({"n": 2, "planned": 6}, "pairs") == " PARTIAL RUN: 2 of 6 pairs scored so far."
+    assert partial_note({"n": 2, "planned": 6}) == " PARTIAL RUN: 2 of 6 items scored so far."
+    assert partial_note({"n": 6, "planned": 6}) == "" and partial_note({"n": 6}) == ""  # runs saved before "planned"
 
 
 def test_peer_figures_are_read_as_fractions():

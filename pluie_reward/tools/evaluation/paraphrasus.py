@@ -243,10 +243,11 @@ def _percent(value: Any) -> float:
     return float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
 
 
-def _challenge_means(rates: Mapping[str, float]) -> dict[str, float]:
-    """The mean error rate of each challenge over its datasets present in ``rates``."""
+def _challenge_means(rates: Mapping[str, float]) -> tuple[dict[str, float], float | None]:
+    """The mean error rate of each challenge over its datasets present in ``rates``, and the mean of those means."""
     members = {c: [rates[d.name] for d in DATASETS if d.challenge == c and d.name in rates] for c in CHALLENGES}
-    return {c: sum(m) / len(m) for c, m in members.items() if m}
+    means = {c: sum(m) / len(m) for c, m in members.items() if m}
+    return means, sum(means.values()) / len(means) if means else None
 
 
 def summarise(errors: dict[str, tuple[int, int]]) -> dict[str, Any]:
@@ -263,8 +264,7 @@ def summarise(errors: dict[str, tuple[int, int]]) -> dict[str, Any]:
         if total < 1:
             raise ValueError(f"dataset {name} has no pairs; cannot compute its error rate.")
         rates[name] = wrong / total
-    challenges = _challenge_means(rates)
-    overall = sum(challenges.values()) / len(challenges) if challenges else None
+    challenges, overall = _challenge_means(rates)
     return {"error_rates": rates, "challenges": challenges, "overall": overall}
 
 
@@ -453,13 +453,15 @@ def _peer_summary(figures: dict[str, Any], present: Iterable[str]) -> dict[str, 
     """A peer's per-dataset rates, its challenge means over the datasets of this run, and its published averages."""
     present = list(present)
     rates = {d: figures[d] for d in present if d in figures}
-    challenges = _challenge_means(rates)
-    return {
-        "error_rates": rates,
-        "challenges_same_datasets": challenges,
-        "overall_same_datasets": sum(challenges.values()) / len(challenges) if challenges else None,
-        "published_averages": figures.get("averages", {}),
-    }
+    challenges, overall = _challenge_means(rates)
+    return {"error_rates": rates, "challenges_same_datasets": challenges, "overall_same_datasets": overall,
+            "published_averages": figures.get("averages", {})}
+
+
+def partial_note(results: Mapping[str, Any], unit: str = "items") -> str:
+    """" PARTIAL RUN: ..." when fewer items were scored than planned (an interrupted run), else ""."""
+    planned = results.get("planned", results["n"])
+    return "" if planned == results["n"] else f" PARTIAL RUN: {results['n']} of {planned} {unit} scored so far."
 
 
 def markdown_report(results: dict[str, Any]) -> str:
@@ -487,13 +489,11 @@ def markdown_report(results: dict[str, Any]) -> str:
     rows.append(["**overall**", "mean of challenge means", "", f"**{percent(results['overall'])}**",
                  *[percent(results["peers"][p]["overall_same_datasets"]) for p in peers]])
     limit = results.get("limit_per_dataset")
-    planned = results.get("planned", results.get("n"))
-    partial = "" if planned == results.get("n") else f" PARTIAL RUN: {results['n']} of {planned} pairs scored so far."
     note = (
         f"Error rates (lower is better), threshold {results['threshold']:g}"
         + (f", a random subset of at most {limit} pairs per dataset (seed {results['seed']})" if limit else ", all pairs")
         + ". Peer columns: published figures; their means are recomputed over the same datasets"
         + (f" ({', '.join(results['not_included'])} {'is' if len(results['not_included']) == 1 else 'are'} not in the data "
-           "folder)" if results.get("not_included") else "") + f".{partial}"
+           "folder)" if results.get("not_included") else "") + f".{partial_note(results, 'pairs')}"
     )
     return markdown_table(headers, rows) + "\n\n" + note

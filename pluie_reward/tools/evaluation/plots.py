@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .calibration import expected_calibration_error
-from .metrics import as_labels, as_scores, best_threshold, candidate_thresholds, metrics_at
+from .metrics import as_scored, as_scores, best_threshold, candidate_thresholds, library, metrics_at
 
 # the seeds' colours: blue accuracy, orange recall, red precision, green F1
 CURVES = (("accuracy", "tab:blue"), ("recall", "tab:orange"), ("precision", "tab:red"), ("f1", "tab:green"))
@@ -30,21 +30,9 @@ PLUIE_AXIS = "PLUIE score: log p(Yes) − log p(No)"
 
 def _figure(width: float = 6.4, height: float = 4.0, columns: int = 1) -> tuple[Any, Any]:
     """A figure on matplotlib's Agg canvas and its axes (``columns`` > 1: that many, sharing y)."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as err:  # pragma: no cover
-        raise ModuleNotFoundError("plots need matplotlib: pip install 'pluie-reward[eval]'.") from err
-    figure = Figure(figsize=(width, height), dpi=100)
-    FigureCanvasAgg(figure)
+    figure = library("matplotlib.figure", "the plots").Figure(figsize=(width, height), dpi=100)
+    library("matplotlib.backends.backend_agg", "the plots").FigureCanvasAgg(figure)
     return figure, figure.add_subplot(1, 1, 1) if columns == 1 else figure.subplots(1, columns, sharey=True)
-
-
-def _title(ax: Any, text: str, width: int = 72) -> None:
-    """A title wrapped over lines so that judge and template names are never cut off."""
-    import textwrap
-
-    ax.set_title("\n".join(textwrap.wrap(text, width)), fontsize=9)
 
 
 def x_range(scores: np.ndarray, natural_threshold: float | None = None, pad: float = 0.03) -> tuple[float, float]:
@@ -80,7 +68,7 @@ def plot_threshold_curves(
         >>> plot_threshold_curves(scores, labels, "out/mrpc_curves.png", title="MRPC")
         PosixPath('out/mrpc_curves.png')
     """
-    s, y = as_scores(scores), as_labels(labels)
+    s, y = as_scored(scores, labels)
     lo, hi = x_range(s, natural_threshold)
     inside = [t for t in candidate_thresholds(s) if lo <= t <= hi]
     grid = np.unique(np.concatenate([inside, s, np.linspace(lo, hi, points)]))  # constant on [s_k, s_k+1): exact steps
@@ -98,9 +86,8 @@ def plot_threshold_curves(
     if natural_threshold is not None:
         ax.axvline(natural_threshold, color="grey", linestyle="--", linewidth=1, label=f"threshold {natural_threshold:g}")
     ax.set(xlim=(lo, hi), ylim=(-0.02, 1.02), xlabel=xlabel, ylabel="metric value")
-    _title(ax, title or "classification metrics against the threshold")
-    ax.legend(loc="best", fontsize=8)
-    return _save(figure, path, {"best_f1_threshold": best["threshold"], "best_f1": best["f1"], "xlim": [lo, hi]})
+    return _save(figure, path, {"best_f1_threshold": best["threshold"], "best_f1": best["f1"], "xlim": [lo, hi]},
+                 ax=ax, title=title or "classification metrics against the threshold")
 
 
 def histogram_edges(scores: np.ndarray, max_bins: int = 30, min_bins: int = 5) -> np.ndarray:
@@ -139,9 +126,7 @@ def plot_score_histograms(
     """
     from matplotlib.ticker import MaxNLocator
 
-    s, y = as_scores(scores), as_labels(labels)
-    if len(s) != len(y):
-        raise ValueError(f"scores and labels differ in length ({len(s)} vs {len(y)}).")
+    s, y = as_scored(scores, labels)
     edges = histogram_edges(s, max_bins=bins)
     figure, ax = _figure()
     present = [v for v in (False, True) if (y == v).any()]
@@ -166,9 +151,8 @@ def plot_score_histograms(
                        label=f"correct side: {label_names[int(expected)]} ({wrong}/{s.size} wrong)")
     ax.set(xlim=(lo, hi), xlabel=xlabel, ylabel="items")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    _title(ax, title or "score distribution per label")
-    ax.legend(loc="best", fontsize=8, title="expected label", title_fontsize=8)
-    return _save(figure, path, {"bins": len(edges) - 1, "yticks": [float(t) for t in ax.get_yticks()]})
+    return _save(figure, path, {"bins": len(edges) - 1, "yticks": [float(t) for t in ax.get_yticks()]},
+                 ax=ax, title=title or "score distribution per label", legend={"title": "expected label"})
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
@@ -205,7 +189,7 @@ def plot_edit_distance(
         >>> plot_edit_distance(scores, labels, distances, "out/PLUIE_edit_distance.png")
         PosixPath('out/PLUIE_edit_distance.png')
     """
-    s, y = as_scores(scores), as_labels(labels)
+    s, y = as_scored(scores, labels)
     d = as_scores(distances, "distances")
     figure, ax = _figure()
     for value in (True, False):
@@ -220,9 +204,8 @@ def plot_edit_distance(
     if natural_threshold is not None:
         ax.axhline(natural_threshold, color="tab:red", linewidth=1, label=f"threshold {natural_threshold:g}")
     ax.set(xlabel="normalised edit distance (character Levenshtein / longer length)", ylabel=ylabel)
-    _title(ax, title or "score against edit distance")
-    ax.legend(loc="best", fontsize=8, title="expected label (Pearson r with distance)", title_fontsize=8)
-    return _save(figure, path)
+    return _save(figure, path, ax=ax, title=title or "score against edit distance",
+                 legend={"title": "expected label (Pearson r with distance)"})
 
 
 def plot_reliability(
@@ -284,9 +267,7 @@ def plot_reliability(
     ax.patch.set_visible(False)
     ax.set(xlim=(0, 1), ylim=(-0.02, 1.02), xlabel=f"mean predicted probability of the positive label ({n_bins} equal-width bins)",
            ylabel="share of positive labels")
-    _title(ax, title or "reliability diagram")
-    ax.legend(loc="upper left", fontsize=8)
-    return _save(figure, path, facts)
+    return _save(figure, path, facts, ax=ax, title=title or "reliability diagram", legend={"loc": "upper left"})
 
 
 STS_BINS = ((0, 1), (1, 2), (2, 3), (3, 4), (4, 5.0001))
@@ -338,9 +319,8 @@ def plot_sts_bins(
                         ha="center", va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
     ax.set_xticks(x, [f"{b}" for b, _, _ in judged])
     ax.set(xlabel="STS score bin (0 = unrelated, 5 = equivalent); – = no pair in the bin", ylabel="% of the bin's pairs", ylim=(0, 118))
-    _title(ax, title or "share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1)")
-    ax.legend(loc="upper left", fontsize=8)
-    return _save(figure, path)
+    return _save(figure, path, ax=ax, title=title or "share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1)",
+                 legend={"loc": "upper left"})
 
 
 def plot_error_rates(
@@ -379,10 +359,9 @@ def plot_error_rates(
     ax.set_yticks(y, rows)
     ax.invert_yaxis()
     ax.set(xlim=(0, 105), xlabel="error rate (%), lower is better")
-    _title(ax, title or "error rates beside the published peers")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title="bars: this judge; markers: peers",
-              title_fontsize=7)
-    return _save(figure, path, {"rows": rows, "systems": systems})
+    return _save(figure, path, {"rows": rows, "systems": systems}, ax=ax, title=title or "error rates beside the published peers",
+                 legend={"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "fontsize": 7, "title_fontsize": 7,
+                         "title": "bars: this judge; markers: peers"})
 
 
 def plot_facts(path: str | Path) -> dict[str, Any]:
@@ -401,9 +380,16 @@ def plot_facts(path: str | Path) -> dict[str, Any]:
         return json.loads(image.text.get("Description", "{}"))
 
 
-def _save(figure: Any, path: str | Path, facts: Mapping[str, Any] | None = None) -> Path:
+def _save(figure: Any, path: str | Path, facts: Mapping[str, Any] | None = None, *, ax: Any = None, title: str = "",
+          legend: Mapping[str, Any] | None = None) -> Path:
+    """Title ``ax`` (wrapped over lines, so that judge and template names are never cut off) and draw its legend
+    (``legend``: options over ``loc="best"``, font sizes 8), then write the PNG with ``facts`` in its "Description" text."""
     import json
+    import textwrap
 
+    if ax is not None:
+        ax.set_title("\n".join(textwrap.wrap(title, 72)), fontsize=9)
+        ax.legend(**{"loc": "best", "fontsize": 8, "title_fontsize": 8, **(legend or {})})
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()

@@ -1,6 +1,7 @@
 """The *-PLUIE paper's evaluations as one-command presets: which columns of the published data
 files feed which template fields, how their labels read, and the paper's own rows to print beside
-yours (stored in ``data/star_pluie_2026.json``, transcribed from the paper's Tables 1 and 2).
+yours (stored in ``data/star_pluie_2026.json``, transcribed from the paper's Tables 1 and 2). The presets
+themselves are data too: ``data/presets.json``, read by :func:`load_presets`.
 
 - ``parareval``: ParaReval (Jourdan et al., 2025), human A/B preferences between two revisions of a
   scientific paragraph; Table 2 (text revision): Rev-PLUIE without and with the gold revision
@@ -25,6 +26,7 @@ from importlib import resources
 from typing import Any, Callable, Mapping
 
 PAPER_FILE = "star_pluie_2026.json"
+PRESETS_FILE = "presets.json"  # the presets as data: roles, conditions, the paper rows they match
 PAPER_JUDGES = ("Phi-4 14B", "Llama 3 70B")
 # MUSHRA's scale: Bad 0-20, Poor 20-40, Fair 40-60, Good 60-80, Excellent 80-100
 MUSHRA_WORDS = {"excellent": True, "good": True, "fair": False, "poor": False, "bad": False}
@@ -81,64 +83,38 @@ def mushra_label(value: Any) -> bool:
     return float(value) >= MUSHRA_CUTOFF
 
 
-PRESETS: dict[str, Preset] = {
-    "parareval": Preset(
-        name="parareval",
-        task="preference",
-        description="ParaReval (Jourdan et al., 2025): which of two revisions of a scientific paragraph the annotator "
-                    "prefers; the *-PLUIE paper's Table 2, scientific text revision",
-        roles={"original": "original_paragraph", "instruction": "instruction", "gold": "reference_paragraph",
-               "a": "model_A_paragraph", "b": "model_B_paragraph", "human": "eval_annotation.preference"},
-        role_help={"original": "the paragraph before revision", "instruction": "the revision instruction",
-                   "gold": "the authors' own revision (Rev-PLUIE w.g. and the baselines' reference)",
-                   "a": "revision A", "b": "revision B", "human": "the preferred revision: A, B, Both or None (ties)"},
-        conditions=(
-            PresetCondition("Rev-PLUIE", "rev", {"original": "original", "instruction": "instruction"}),
-            PresetCondition("Rev-PLUIE w.g.", "rev", {"original": "original", "instruction": "instruction", "gold": "gold"},
-                            row="Rev-PLUIE", variant="w.g."),
-            PresetCondition("Para-PLUIE", "para-fs", {"source": "original"}),
-        ),
-        reference_role="gold",
-        paper_table="table2/parareval",
-        paper_metrics=("Rev-PLUIE", "Para-PLUIE"),
-    ),
-    "net": Preset(
-        name="net",
-        task="classification",
-        description="NEAT (Munson et al., 2025): is an English translation of a Nile network intent acceptable "
-                    "(MUSHRA Good/Excellent)? The *-PLUIE paper's Table 1, Nile translation",
-        roles={"nile": "nile", "translation": "llama", "rating": "llama_mushra"},
-        role_help={"nile": "the Nile intent (sentence A)", "translation": "its English translation (sentence B)",
-                   "rating": "the human MUSHRA rating of the translation (Bad..Excellent or 0-100)"},
-        conditions=(
-            PresetCondition("Net-PLUIE", "net", {"source": "nile", "hypothesis": "translation"}),
-            PresetCondition("Para-PLUIE", "para-fs", {"source": "nile", "hypothesis": "translation"}),
-        ),
-        reference_role="nile",
-        paper_table="table1/net",
-        paper_metrics=("Net-PLUIE", "Para-PLUIE"),
-        label=mushra_label,
-        label_rule="MUSHRA rating Good/Excellent (>= 60) is positive",
-    ),
-    "fr-paraphrase": Preset(
-        name="fr-paraphrase",
-        task="classification",
-        description="French paronym/synonym substitutions (Tytgat et al., 2024) as the *-PLUIE paper's 6 pairs per "
-                    "sentence (appendix B); Table 1, paraphrase classification",
-        roles={"original": "original", "paronym": "paronym", "synonym": "synonym", "synonym_of_paronym": "synonym_of_paronym"},
-        role_help={"original": "the sentence s", "paronym": "P(s): its central word replaced by a paronym",
-                   "synonym": "S(s): replaced by a synonym", "synonym_of_paronym": "S(P(s)): a synonym of the paronym"},
-        conditions=(
-            PresetCondition("Fr-PLUIE", "para-fs-fr", {"source": "sentence1", "hypothesis": "sentence2"}),
-            PresetCondition("Para-PLUIE", "para-fs", {"source": "sentence1", "hypothesis": "sentence2"}),
-        ),
-        reference_role="sentence1",
-        paper_table="table1/fr-paraphrase",
-        paper_metrics=("Fr-PLUIE", "Para-PLUIE"),
-        label_rule="(s, S(s)) and (P(s), S(P(s))) are paraphrases; (s, P(s)), (s, S(P(s))), (P(s), S(s)) and "
-                   "(S(s), S(P(s))) are not",
-    ),
-}
+def _data(file: str) -> Any:
+    """One JSON file of the package's ``evaluation/data`` folder."""
+    return json.loads((resources.files("pluie_reward.tools.evaluation") / "data" / file).read_text(encoding="utf-8"))
+
+
+def load_presets(file: str = PRESETS_FILE) -> dict[str, Preset]:
+    """The presets of ``data/<file>``: one object per preset name, with its fields (``conditions`` as
+    :class:`PresetCondition` fields; ``label`` names a rule of :data:`LABEL_RULES`).
+
+    Args:
+        file: the JSON file's name in ``evaluation/data``.
+
+    Returns:
+        The presets by name, in the file's order.
+
+    Example:
+        >>> load_presets()["net"].label is mushra_label
+        True
+    """
+    presets = {}
+    for name, spec in _data(file).items():
+        spec = dict(spec, conditions=tuple(PresetCondition(**c) for c in spec["conditions"]),
+                    paper_metrics=tuple(spec["paper_metrics"]))
+        if "label" in spec:
+            spec["label"] = LABEL_RULES[spec["label"]]
+        presets[name] = Preset(name=name, **spec)
+    return presets
+
+
+LABEL_RULES: dict[str, Callable[[Any], bool]] = {"mushra": mushra_label}
+"""The label rules a preset's ``"label"`` may name (raw label -> bool)."""
+PRESETS: dict[str, Preset] = load_presets()
 
 # The 6 pairs of appendix B: (sentence 1 role, sentence 2 role, paraphrase?). The seed's text lists
 # all six as "paraphrase" (a transcription slip): a paronym changes the meaning, so only the two
@@ -162,7 +138,7 @@ def paper_table(key: str, metrics: tuple[str, ...] | None = None, baselines: tup
         >>> [(r["judge"], r["pairwise_accuracy"], r["with_gold"]["pairwise_accuracy"]) for r in rows]
         [('Phi-4 14B', 0.61, 0.61), ('Llama 3 70B', 0.61, 0.62)]
     """
-    data = json.loads((resources.files("pluie_reward.tools.evaluation") / "data" / PAPER_FILE).read_text(encoding="utf-8"))
+    data = _data(PAPER_FILE)
     table = data["tables"][key]
     rows = [r for r in table["rows"]
             if metrics is None or (r["metric"] in metrics and r["judge"] in PAPER_JUDGES) or r["metric"] in baselines]

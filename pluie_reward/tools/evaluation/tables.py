@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .calibration import calibration_markdown
-from .paraphrasus import markdown_report
+from .paraphrasus import markdown_report, partial_note
 from ..report import markdown_table, number
 from .scoring import JUDGE_ROW
 PAPER_BASELINES = {"levenshtein": "Levenshtein", "bleu": "BLEU"}  # our baseline -> the paper's row name
@@ -41,7 +41,7 @@ def classification_markdown(results: Mapping[str, Any]) -> str:
     judged = {c["name"] for c in results.get("conditions", [{"name": JUDGE_ROW}])}
     paper = results.get("paper")
     for name, report in results["metrics"].items():
-        who = f"{results['judge']} (this run)" if name in judged else "(this run)"
+        who = _who(results, name in judged)
         shown = PAPER_BASELINES.get(name, name) if paper else name
         for key, label in (("natural", "natural threshold"), ("best_f1", "best F1 (a posteriori)"),
                            ("best_accuracy", "best accuracy (a posteriori)")):
@@ -49,12 +49,12 @@ def classification_markdown(results: Mapping[str, Any]) -> str:
                 m = report[key]
                 ours.setdefault(shown, []).append([shown, who, label, number(m["threshold"]), number(m["accuracy"]),
                                                    number(m["recall"]), number(m["precision"]), number(m["f1"])])
-    published = [[row["metric"], f"{row['judge'] or ''} (paper)".strip(), "as published", number(row["threshold"]),
+    published = [[row["metric"], _who(row, True, "paper"), "as published", number(row["threshold"]),
                   number(row["accuracy"]), number(row["recall"]), number(row["precision"]), number(row["f1"])]
                  for row in (paper or {}).get("rows", [])]
     rows = _side_by_side(ours, published)
     head = (f"{results['n']} pairs, {results['positives']} positive; judge {results['judge']}, "
-            f"template {results['template']}.{_partial_note(results)}")
+            f"template {results['template']}.{partial_note(results)}")
     parts = [head, _fields_note(results),
              markdown_table(["metric", "judge", "threshold choice", "Thr.", "Acc.", "Rec.", "Prec.", "F1"], rows)]
     if results.get("calibration"):
@@ -63,6 +63,11 @@ def classification_markdown(results: Mapping[str, Any]) -> str:
         parts.append(f"Paper rows: {paper['caption']}, {paper['reference']}; they were computed on the full data set "
                      "with the judges named, this run on your file with yours.")
     return "\n\n".join(p for p in parts if p)
+
+
+def _who(row: Mapping[str, Any], judged: bool, source: str = "this run") -> str:
+    """The judge column: "<judge> (this run)" / "<judge> (paper)", or the source alone for a baseline."""
+    return f"{row['judge'] or ''} ({source})".strip() if judged else f"({source})"
 
 
 def _range(values: Any) -> str:
@@ -103,7 +108,7 @@ def preference_markdown(results: Mapping[str, Any]) -> str:
         table_rows: dict[str, dict[str, Any]] = {}
         for name, m in metrics.items():
             c = judged.get(name, {"row": PAPER_BASELINES.get(name, name), "variant": ""})
-            entry = table_rows.setdefault(c["row"], {"who": f"{results['judge']} (this run)" if name in judged else "(this run)"})
+            entry = table_rows.setdefault(c["row"], {"who": _who(results, name in judged)})
             entry[c.get("variant") or ""] = m
         ours = {}
         for row, entry in table_rows.items():
@@ -114,16 +119,16 @@ def preference_markdown(results: Mapping[str, Any]) -> str:
         published = []
         for paper_row in (results.get("paper") or {}).get("rows", []):
             wg = paper_row.get("with_gold") or {}
-            cells = [paper_row["metric"], f"{paper_row['judge'] or ''} (paper)".strip()]
+            cells = [paper_row["metric"], _who(paper_row, True, "paper")]
             for key in keys:
                 cells += [number(paper_row.get(key)), number(wg.get(key)) if wg else ""]
             published.append(cells)
         rows = _side_by_side(ours, published)
         headers = ["metric", "judge", "Pair acc.", "Pair acc. w.g.", "V", "V w.g.", "κ", "κ w.g."]
     else:
-        ours = {name: [[name, f"{results['judge']} (this run)" if name in judged else "(this run)", *[number(m[k]) for k in keys]]]
+        ours = {name: [[name, _who(results, name in judged), *[number(m[k]) for k in keys]]]
                 for name, m in metrics.items()}
-        published = [[r["metric"], f"{r['judge'] or ''} (paper)".strip(), *[number(r.get(k)) for k in keys]]
+        published = [[r["metric"], _who(r, True, "paper"), *[number(r.get(k)) for k in keys]]
                      for r in (results.get("paper") or {}).get("rows", [])]
         rows = _side_by_side(ours, published)
         headers = ["metric", "judge", "Pair acc.", "V", "κ"]
@@ -139,7 +144,7 @@ def preference_markdown(results: Mapping[str, Any]) -> str:
                        "/".join(str(m["predicted_counts"][k]) for k in ("A", "B", "tie"))])
     counts = next(iter(metrics.values()))["human_counts"]
     head = (f"{results['n']} instances (human: {counts['A']} A, {counts['B']} B, {counts['tie']} ties); "
-            f"judge {results['judge']}, template {results['template']}.{_partial_note(results)}")
+            f"judge {results['judge']}, template {results['template']}.{partial_note(results)}")
     parts = [head, _fields_note(results), markdown_table(headers, rows),
              "Tie margin ε (tie calibration picks the smallest of the equally good ones; V and κ move with the choice):",
              markdown_table(["metric", "ε", "equally good ε (count, range)", "V over them", "κ over them", "predicted A/B/tie"], detail)]
@@ -163,11 +168,6 @@ def _side_by_side(ours: Mapping[str, list[list[str]]], published: list[list[str]
     for metric, cells in ours.items():
         rows += cells + [p for p in published if p[0] == metric]
     return rows + [p for p in published if p[0] not in ours]
-
-
-def _partial_note(results: Mapping[str, Any]) -> str:
-    planned = results.get("planned", results["n"])
-    return "" if planned == results["n"] else f" PARTIAL RUN: {results['n']} of {planned} items scored so far."
 
 
 def _fields_note(results: Mapping[str, Any]) -> str:

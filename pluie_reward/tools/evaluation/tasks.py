@@ -210,23 +210,13 @@ def classification_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str,
         >>> classification_results(run["meta"], lines)["metrics"]["PLUIE"]["best_f1"] == r["metrics"]["PLUIE"]["best_f1"]
         True
     """
-    if not lines:
-        raise ValueError("no scored items yet.")
     labels = [line["label"] for line in lines]
     judged = [c["name"] for c in meta["conditions"]]
-    names = [*judged, *meta.get("baselines", [])]
-    scores = {name: [line["scores"][name] for line in lines] for name in names}
+    scores = {name: [line["scores"][name] for line in lines] for name in [*judged, *meta.get("baselines", [])]}
     threshold = meta.get("threshold", 0.0)
-    results = {
-        **{k: v for k, v in meta.items() if k not in ("n",)},
-        "n": len(lines),
-        "planned": meta.get("n", len(lines)),
-        "positives": int(sum(labels)),
-        "metrics": {name: classification_report(s, labels, natural_threshold=threshold if name in judged else None)
-                    for name, s in scores.items()},
-        "scores": scores,
-        "labels": labels,
-    }
+    metrics = {name: classification_report(s, labels, natural_threshold=threshold if name in judged else None)
+               for name, s in scores.items()}
+    results = _results(meta, lines, positives=int(sum(labels)), metrics=metrics, scores=scores, labels=labels)
     calibration = {name: calibration_report(scores[name], labels, heldout_fraction=EVAL_HELDOUT, seed=EVAL_SEED)
                    for name in _yes_no_conditions(meta)}
     if calibration:
@@ -391,8 +381,6 @@ def preference_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any
         >>> preference_results(run["meta"], lines)["metrics"]["PLUIE"]["pairwise_accuracy"] == r["metrics"]["PLUIE"]["pairwise_accuracy"]
         True
     """
-    if not lines:
-        raise ValueError("no scored items yet.")
     human = [line["human"] for line in lines]
     labels = {c["name"]: c["labels"] for c in meta["conditions"] if c.get("labels")}
     names = [*(c["name"] for c in meta["conditions"]), *meta.get("baselines", [])]
@@ -412,13 +400,7 @@ def preference_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any
         b = [line["scores"][name][1] for line in lines]
         metrics[name] = preference_metrics(a, b, human, epsilon=meta.get("epsilon"))
         scores[name] = {"A": a, "B": b}
-    return {
-        **{k: v for k, v in meta.items() if k not in ("n",)},
-        "n": len(lines),
-        "planned": meta.get("n", len(lines)),
-        "metrics": metrics,
-        "scores": scores,
-    }
+    return _results(meta, lines, metrics=metrics, scores=scores)
 
 
 def logratio_row(name: str) -> str:
@@ -432,6 +414,13 @@ def logratio_row(name: str) -> str:
 
 
 # common -----------------------------------------------------------------------------------------
+def _results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any]], **fields: Any) -> dict[str, Any]:
+    """A run's results: its meta, the items scored (``n``) and planned, then ``fields``."""
+    if not lines:
+        raise ValueError("no scored items yet.")
+    return {**{k: v for k, v in meta.items() if k != "n"}, "n": len(lines), "planned": meta.get("n", len(lines)), **fields}
+
+
 def _finish_run(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any]], output_dir: str | Path | None,
                 plots: bool) -> dict[str, Any]:
     results = (classification_results if meta["task"] == "classification" else preference_results)(meta, lines)

@@ -13,7 +13,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -21,17 +20,15 @@ import numpy as np
 
 from ..evaluation.metrics import as_scores, classification_report
 from ..evaluation.plots import pearson, plot_threshold_curves
-from ..report import markdown_table, number, percent
+from ..report import markdown_table, number, percent, write_outputs
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks (1-based) with ties given their average rank."""
-    order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(len(x), dtype=float)
-    ranks[order] = np.arange(1, len(x) + 1)
-    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
-    sums = np.bincount(inverse, weights=ranks)
-    return sums[inverse] / counts[inverse]
+    """Ranks (1-based) with ties given their average rank: pandas' ``rank`` (pandas comes with datasets,
+    a dependency, so tune's Spearman needs no extra)."""
+    import pandas as pd
+
+    return pd.Series(x).rank(method="average").to_numpy(dtype=float)
 
 
 def agreement(student: Iterable[float], teacher: Iterable[float], threshold: float = 0.0) -> dict[str, Any]:
@@ -164,20 +161,14 @@ def card_markdown(card: Mapping[str, Any]) -> str:
 
 def write_card(directory: Path, card: Mapping[str, Any]) -> tuple[Path, Path]:
     """Write ``pluie_tune.json`` and ``README.md`` into the adapter folder."""
-    json_path, md_path = directory / "pluie_tune.json", directory / "README.md"
-    json_path.write_text(json.dumps(card, indent=2, ensure_ascii=False, default=_jsonable) + "\n", encoding="utf-8")
-    md_path.write_text(card_markdown(card), encoding="utf-8")
+    json_path, md_path = write_outputs(directory, card, card_markdown(card), names=("pluie_tune.json", "README.md"),
+                                       default=_jsonable)
     return json_path, md_path
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating,)):
-        return float(value)
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return str(value)
+    """numpy numbers and arrays as Python ones, anything else JSON cannot hold as its text."""
+    return value.tolist() if isinstance(value, (np.integer, np.floating, np.ndarray)) else str(value)
 
 
 def write_plots(directory: Path, name: str, before: Sequence[float], after: Sequence[float], labels: Any, what: str) -> list[str]:
