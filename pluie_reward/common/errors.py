@@ -58,7 +58,8 @@ class ModelNotFoundError(PluieError, FileNotFoundError):
 
 
 EXTRAS = {"httpx": "serve", "fastapi": "serve", "starlette": "serve", "uvicorn": "serve", "ray": "pool",
-          "matplotlib": "eval", "sacrebleu": "eval", "sklearn": "eval", "vllm": "vllm"}
+          "matplotlib": "eval", "sacrebleu": "eval", "sklearn": "eval", "scipy": "eval",
+          "rapidfuzz": "eval", "vllm": "vllm"}
 """The extra of ``pyproject.toml`` that installs each optional dependency (the rest are dependencies of the package)."""
 
 
