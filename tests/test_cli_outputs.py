@@ -219,3 +219,14 @@ def test_a_full_standard_output_is_a_message_not_a_traceback():
     assert done.returncode == 2, done.stderr
     assert "cannot write standard output (No space left on device)" in done.stderr
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+
+
+def test_a_print_to_a_full_standard_output_is_a_message_not_a_traceback():
+    """``pluie-reward templates > /dev/full``: the listing outgrows the buffer, so a ``print`` inside the command fails
+    (not the flush after it): exit 2 with the same one line."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as full:
+        done = _run(["templates"], stdout=full, stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == "pluie-reward templates: error: cannot write standard output (No space left on device)\n", done.stderr

@@ -110,9 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as done:  # --help (0) or an option argparse refused (2, its message already printed)
         return done.code if isinstance(done.code, int) else 2
+    stdout, sys.stdout = sys.stdout, StandardOutput(sys.stdout)  # a print to a full device is an OutputError too
     try:
         code = args.run(args)
-        StandardOutput(sys.stdout).flush()  # what is still buffered: a full or closed standard output fails here, not at exit
+        sys.stdout.flush()  # what is still buffered: a full or closed standard output fails here, not at exit
         return code
     except BrokenPipeError:  # e.g. piped into `head`: stop quietly, with the status of a Unix tool SIGPIPE stopped
         _drop_stdout()
@@ -125,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _drop_stdout()
         print(f"pluie-reward {args.command}: error: {err}", file=sys.stderr)
         return 2
+    finally:
+        sys.stdout = stdout
 
 
 def _drop_stdout() -> None:

@@ -138,6 +138,9 @@ class StandardOutput:
     def flush(self) -> None:
         self._call(self.stream.flush)
 
+    def __getattr__(self, name: str) -> Any:  # the stream's other attributes (fileno, isatty, encoding...)
+        return getattr(self.stream, name)
+
     add = OutputFile.add  # records as JSON lines, as into a file
 
 
