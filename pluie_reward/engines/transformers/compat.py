@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, Mapping
 
 _NEW, _OLD = "activation_checkpointing", "gradient_checkpointing"
 
@@ -28,6 +28,17 @@ _NEW, _OLD = "activation_checkpointing", "gradient_checkpointing"
 def _base(model: Any) -> Any:
     """The transformers model under a PEFT wrapper (the model itself otherwise)."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def forward_parameters(model: Any) -> Mapping[str, inspect.Parameter]:
+    """The parameters of the transformers model's ``forward`` under its PEFT and (Distributed)DataParallel wrappers.
+
+    Example:
+        >>> from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
+        >>> "input_ids" in forward_parameters(make_tiny_causal_lm(make_tiny_tokenizer()))
+        True
+    """
+    return inspect.signature(type(_base(getattr(model, "module", model))).forward).parameters
 
 
 def checkpointing_on(model: Any) -> bool:
@@ -102,9 +113,7 @@ def cache_argument(model: Any) -> str:
         >>> cache_argument(make_tiny_causal_lm(make_tiny_tokenizer())) in ("cache", "past_key_values")
         True
     """
-    base = _base(model)
-    parameters = inspect.signature(type(base).forward).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
+    return "cache" if "cache" in forward_parameters(model) else "past_key_values"
 
 
 def output_cache(output: Any) -> Any:

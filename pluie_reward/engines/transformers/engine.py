@@ -35,6 +35,7 @@ from ...common.weights import weights_digest
 from ..base import Engine, Request
 from ..registry import LoadedEngine
 from .attention import KV, PREFIX, AttentionUnsupported, SharedPrefix, WindowExceeded, register, selected
+from .compat import forward_parameters
 from .config import TransformersEngineConfig
 from .loading import EMBEDDED_BASE, display_name, is_embedded, load_adapter, load_model_and_tokenizer, resolve_device
 from .model_state import scoring_state, this_thread_only
@@ -147,8 +148,7 @@ def fast_path_refusal(model: Any, implementation: str | None, registered: bool) 
     if not registered:
         return f"its attention implementation is {implementation!r}"
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    parameters = inspect.signature(type(base).forward).parameters.values()
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in forward_parameters(base).values()):
         return f"{type(base).__name__}.forward does not pass keyword arguments to its attention"
     if any(isinstance(getattr(m, "sinks", None), torch.Tensor) for m in base.modules()):
         return "its attention adds sinks to the softmax (as gpt-oss does), which the shared-prefix attention does not"
@@ -303,8 +303,7 @@ class TransformersEngine(Engine):
         return getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", None)
 
     def _takes_logits_to_keep(self) -> bool:
-        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
-        return "logits_to_keep" in inspect.signature(type(base).forward).parameters
+        return "logits_to_keep" in forward_parameters(self.model)
 
     @property
     def name(self) -> str:
