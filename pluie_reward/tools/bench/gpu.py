@@ -386,10 +386,11 @@ def sharing(policy: Any, tok: Any, pairs: Sequence[tuple[str, str]], device: Any
     judge.clear_cache()
     free()
     cleared = allocated() - before if cuda else None
-    base = copy.deepcopy(policy.get_base_model()).to("cpu") if not cuda else None
     if cuda:  # a separate copy of the base weights, made on the device and parked on the CPU
         base = random_model("qwen2.5-1.5b", tok, device, next(policy.parameters()).dtype, tiny).to("cpu")
         free()
+    else:
+        base = copy.deepcopy(policy.get_base_model()).to("cpu")
     offloaded = Judge.from_model(base, tok, offload_device="cpu", device=device)
     off_seconds, _, _ = timed(device, lambda: offloaded.score(TEMPLATE, source=src, hypothesis=hyp, use_cache=False))
     offloaded.close()

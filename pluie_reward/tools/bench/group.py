@@ -15,26 +15,17 @@ from typing import Any, Sequence
 from ...integrations.group import judge_groups
 from ..report import markdown_table
 from .measure import timed
-from .run import edit_variants
+from .run import variant_groups
 
 
 def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Kendall's tau-a between two score lists (None when no pair is ordered in both)."""
-    concordant = discordant = 0
-    for i in range(len(x)):
-        for j in range(i + 1, len(x)):
-            s = (x[i] - x[j]) * (y[i] - y[j])
-            concordant += s > 0
-            discordant += s < 0
-    total = len(x) * (len(x) - 1) / 2
-    return None if not total else (concordant - discordant) / total
+    """Kendall's tau-a between two score lists (None for fewer than two items)."""
+    import numpy as np  # lazy: CLI start-up
 
-
-def make_groups(pairs: Sequence[tuple[str, str]], groups: int, size: int) -> list[tuple[str, list[str]]]:
-    """``groups`` (source, candidates) of ``size`` candidates; candidate 0 is the human paraphrase."""
-    others = [h for _, h in pairs[: groups + 16]]
-    return [(source, edit_variants(source, partner, [o for o in others if o != partner], size, seed=i))
-            for i, (source, partner) in enumerate(pairs[:groups])]
+    if len(x) < 2:
+        return None
+    signs = np.sign(np.subtract.outer(x, x)) * np.sign(np.subtract.outer(y, y))  # each pair twice
+    return float(signs.sum() / (len(x) * (len(x) - 1)))
 
 
 def compare_group_judging(judge: Any, pairs: Sequence[tuple[str, str]], *, groups: int = 16, size: int = 4,
@@ -47,7 +38,7 @@ def compare_group_judging(judge: Any, pairs: Sequence[tuple[str, str]], *, group
         Kendall tau with pointwise PLUIE, top-1 agreement with it), ``bias`` (per K: mean spread of
         log p(best) over groups of ``size`` identical candidates, 0 with no position bias), and the setup.
     """
-    data = make_groups(pairs, groups, size)
+    data = variant_groups(pairs, groups, size, spare=16)  # candidate 0: the human paraphrase
     sources, candidates = [s for s, _ in data], [c for _, c in data]
     seconds, pointwise, _ = timed(None, lambda: [judge.score(pointwise_template, source=s, hypothesis=c, use_cache=False) for s, c in data])
     rows = [_row(f"pointwise {pointwise_template}", seconds / len(data), pointwise, pointwise, data)]

@@ -165,8 +165,8 @@ def titled_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any
 
 
 def column_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, Any, str | None]], none: str = "-") -> str:
-    """A Markdown table of dict rows, one ``(header, key or function of the row, format spec)`` per column:
-    a column with a spec is right-aligned (numbers; ``"s"`` for text that reads as one), one without is text.
+    """A Markdown table of dict rows, one ``(header, key or function of the row, format spec)`` per column (with a
+    spec: right-aligned; ``"s"`` for text that reads as a number).
 
     Example:
         >>> print(column_table([{"m": "a", "x": 0.5}], [("model", "m", None), ("share", "x", ".0%"), ("n", lambda r: 3, "d")]))
@@ -202,14 +202,8 @@ def child_env() -> dict[str, str]:
 
 
 def in_fresh_process(function: Callable[..., Any], *args: Any) -> Any:
-    """``function(*args)`` in a fresh Python process (memory and threads do not leak between runs).
-
-    Args:
-        function: a module-level function of this package returning JSON-ready values.
-        args: its arguments (their ``repr`` is Python).
-
-    Returns:
-        What the function returned, through JSON.
+    """``function(*args)`` in a fresh Python process (memory and threads do not leak between runs): what it returned,
+    through JSON. ``function`` is a module-level function of this package; the ``repr`` of ``args`` is Python.
 
     Raises:
         RuntimeError: the process failed (the end of its stderr in the message).

@@ -133,17 +133,21 @@ def edit_variants(source: str, partner: str, others: Sequence[str], k: int, seed
     return out[:k]
 
 
+def variant_groups(pairs: Sequence[tuple[str, str]], groups: int, size: int, spare: int = 8) -> list[tuple[str, list[str]]]:
+    """``groups`` (source, its ``size`` :func:`edit_variants`, the partner first), words and sentences drawn from
+    the partners of the first ``groups + spare`` pairs."""
+    others = [h for _, h in pairs[: groups + spare]]
+    return [(source, edit_variants(source, partner, [o for o in others if o != partner], size, seed=i))
+            for i, (source, partner) in enumerate(pairs[:groups])]
+
+
 def grpo_workload(pairs: Sequence[tuple[str, str]], sources: int = 8, per_source: int = 8) -> Workload:
     """GRPO-shaped items: ``sources`` sources x ``per_source`` hypotheses each (workload (b))."""
     if len(pairs) < sources + 1:
         raise UsageError(f"the data file has {len(pairs)} pairs; the grpo workload needs {sources + 1}.")
-    src, hyp = [], []
-    others = [h for _, h in pairs[: sources + 8]]
-    for i, (source, partner) in enumerate(pairs[:sources]):
-        variants = edit_variants(source, partner, [o for o in others if o != partner], per_source, seed=i)
-        src += [source] * per_source
-        hyp += variants
-    return Workload("grpo", src, hyp, f"{sources} sources x {per_source} hypotheses")
+    data = variant_groups(pairs, sources, per_source)
+    return Workload("grpo", [s for s, c in data for _ in c], [h for _, c in data for h in c],
+                    f"{sources} sources x {per_source} hypotheses")
 
 
 # method (1): the seeds' two-pass reference -----------------------------------------------------
