@@ -30,7 +30,7 @@ from ...integrations.rewards import PluieReward
 from ..report import markdown_table, write_outputs
 from ..shared import UsageError, comma_list, positive_float
 from . import measure
-from .grpo_share import TimedReward
+from .grpo_share import BUILTIN_PAIRS, TimedReward
 from .measure import Clock, column_table, mib, synchronize
 from .run import default_data_path, generate_answers, read_pairs, reference_scores
 
@@ -51,16 +51,6 @@ SHAPES: dict[str, dict[str, Any]] = {
                          rms_norm_eps=1e-6, tie_word_embeddings=True, tokenizer="qwen25-7b-instruct"),
 }
 TINY_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
-BUILTIN_PAIRS = [
-    ("The company said its third-quarter profit rose on strong demand.", "Strong demand lifted the firm's profit in the third quarter."),
-    ("The cat sleeps on the mat near the window.", "A cat is asleep on the mat by the window."),
-    ("Officials expect the new bridge to open next spring.", "The new bridge should open next spring, officials say."),
-    ("She sold her old car to a neighbour last week.", "Last week she sold her old car to a neighbour."),
-    ("The museum will stay closed until Monday.", "The museum will remain open until Monday."),
-    ("Heavy rain delayed the match by two hours.", "The match started two hours late because of heavy rain."),
-    ("The minister resigned after the report was published.", "After the report came out, the minister stepped down."),
-    ("Shares fell 3 percent in early trading.", "Shares rose 3 percent in early trading."),
-]
 
 
 # helpers ---------------------------------------------------------------------------------------

@@ -18,12 +18,18 @@ from ...integrations.rewards import PluieReward
 from .measure import Clock, in_fresh_process, timed, titled_table
 
 PLACEMENTS = ("shared", "separate", "vllm")
-SOURCES = [
-    "The company said its third-quarter profit rose on strong demand.",
-    "The cat sleeps on the mat near the window.",
-    "Officials expect the new bridge to open next spring.",
-    "She sold her old car to a neighbour last week.",
+# the GPU check's pairs without --data; the GRPO placements' prompts are their first four sources
+BUILTIN_PAIRS = [
+    ("The company said its third-quarter profit rose on strong demand.", "Strong demand lifted the firm's profit in the third quarter."),
+    ("The cat sleeps on the mat near the window.", "A cat is asleep on the mat by the window."),
+    ("Officials expect the new bridge to open next spring.", "The new bridge should open next spring, officials say."),
+    ("She sold her old car to a neighbour last week.", "Last week she sold her old car to a neighbour."),
+    ("The museum will stay closed until Monday.", "The museum will remain open until Monday."),
+    ("Heavy rain delayed the match by two hours.", "The match started two hours late because of heavy rain."),
+    ("The minister resigned after the report was published.", "After the report came out, the minister stepped down."),
+    ("Shares fell 3 percent in early trading.", "Shares rose 3 percent in early trading."),
 ]
+SOURCES = [s for s, _ in BUILTIN_PAIRS[:4]]
 
 
 class TimedReward:
