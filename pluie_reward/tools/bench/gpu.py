@@ -1,9 +1,11 @@
-"""GPU evidence in one command, written to ``DIR/gpu.json`` and ``DIR/gpu.md`` (docs/benchmark.md, "GPU check").
+"""GPU evidence in one command: exactness on CUDA, throughput of a 7B-shaped judge beside the plain
+padded forward, the seeds' two-pass method and a generating judge, the memory of a judge sharing a PEFT
+policy, and the reward's share of a GRPO step. Writes ``DIR/gpu.json`` and the Markdown table ``DIR/gpu.md``.
 
-Sections: a. :func:`exactness`; b. :func:`throughput` (b1: fused attention off, b2: :func:`plain_scores`),
-b3. :func:`random_draws`; c. :func:`sharing`; d. :func:`grpo_step`. The models are random weights of published
-shapes (nothing is downloaded) with the real tokenizers of ``--tokenizers``. ``--tiny --device cpu`` runs every
-section at tiny shapes on the CPU in seconds (the test suite does), so the command cannot rot.
+Sections (docs/benchmark.md, "GPU check"): a. :func:`exactness`; b. :func:`throughput` (b1: fused attention off,
+b2: :func:`plain_scores`), b3. :func:`random_draws`; c. :func:`sharing`; d. :func:`grpo_step`. The models are random
+weights of published shapes (nothing is downloaded) with the real tokenizers of ``--tokenizers``. ``--tiny --device
+cpu`` runs every section at tiny shapes on the CPU in seconds (the test suite does), so the command cannot rot.
 
 Example:
     $ pluie-reward bench gpu --out gpu-run --tokenizers ../shared/tokenizers
