@@ -50,6 +50,15 @@ def test_grpo_workload_has_distinct_hypotheses_per_source():
         assert len(set(block)) == 8 and block[0] == hypotheses[k] and block[1] == sources[k]
 
 
+def test_method_table_counts_unparseable_answers_and_agreement():
+    """The notes under a workload's table: unparseable LLM-Yes/No answers, and the parsed ones' agreement with
+    Judge.score's verdicts (hand-counted: answers True, None, False against scores 0.4, -1, 2)."""
+    results = {"score": bench.MethodResult("score", scores={0: 0.4, 1: -1.0, 2: 2.0}, rates=[3.0]),
+               "generate": bench.MethodResult("generate", verdicts={0: True, 1: None, 2: False}, rates=[1.0])}
+    table = bench.format_table(bench.WorkloadResult("mrpc", "3 pairs", 3, results))
+    assert table.endswith("\n\nLLM-Yes/No: 1 of 3 answers unparseable; agreement of parsed answers with Judge.score verdicts 50%.")
+
+
 def test_partial_attention_kernels_match_a_float64_softmax():
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 8)

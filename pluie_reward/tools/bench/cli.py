@@ -1,9 +1,6 @@
 """``pluie-reward bench <section>``: one sub-command per benchmark (:data:`SECTIONS`), each thin glue over the module
-that owns it (``methods`` and ``placement``: :mod:`~pluie_reward.tools.bench.run`; ``engines``, ``server``
-(:mod:`~pluie_reward.tools.bench.server_load`), ``grpo`` (:mod:`~pluie_reward.tools.bench.grpo_share`), ``groups``,
-``pool`` (:mod:`~pluie_reward.tools.pool.bench`) and ``gpu``, also ``python -m pluie_reward.tools.bench.gpu``) and over
-:mod:`~pluie_reward.tools.bench.measure`. Each prints Markdown tables on stdout, its progress on stderr, and with
-``--json FILE`` its numbers.
+that owns it and :mod:`~pluie_reward.tools.bench.measure`. Each prints Markdown tables on stdout, its progress on
+stderr, and with ``--json FILE`` its numbers.
 
 Example (shell):
     pluie-reward bench methods --workloads mrpc --methods reference,score --rounds 2
@@ -30,21 +27,8 @@ from . import gpu
 from .engines import ENGINES, compare_engines, comparison_json, format_engine_table, load_vllm_judge
 from .group import compare_group_judging, format_group_table
 from .grpo_share import PLACEMENTS as GRPO_PLACEMENTS, format_grpo_table, grpo_share
-from .run import (
-    DEFAULT_METHODS,
-    METHODS,
-    _DATA_NAME,
-    agreement_lines,
-    default_data_path,
-    format_placements,
-    format_table,
-    grpo_workload,
-    machine_line,
-    mrpc_workload,
-    placement_memory,
-    read_pairs,
-    run_workload,
-)
+from .run import (DEFAULT_METHODS, METHODS, _DATA_NAME, agreement_lines, default_data_path, format_placements, format_table,
+                  grpo_workload, machine_line, mrpc_workload, placement_memory, read_pairs, run_workload)
 from .measure import load_average
 from .server_load import add_load_arguments, check_load, format_server_table, server_load
 

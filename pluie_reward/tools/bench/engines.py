@@ -1,9 +1,6 @@
-"""Engines side by side: the same :meth:`Judge.score` calls on the transformers engine and on vLLM.
-
-Each round, every engine scores the whole workload in the steady state of a training loop (all
-caches cleared -- vLLM's prefix cache included --, then an untimed one-item call that leaves the
-template's static prefix cached, then the timed call); who goes first rotates between rounds and
-pairs/s is the median over rounds. The scores of every engine are compared with the first one's.
+"""Engines side by side: the same :meth:`Judge.score` calls on the transformers engine and on vLLM, each in the
+steady state of a training loop (caches cleared, vLLM's too, then an untimed one-item call leaves the static
+prefix), in rounds whose first engine rotates; pairs/s is the median over rounds, scores compared with the first's.
 
 Example:
     $ pluie-reward bench engines --engines transformers,vllm --workloads mrpc,grpo
@@ -62,24 +59,11 @@ class EngineComparison:
         return max(abs(a - b) for a, b in zip(self.scores[engine], first, strict=True))
 
 
-def compare_engines(
-    judges: dict[str, Any],
-    workload: Any,
-    template: str = "para-fs",
-    rounds: int = 3,
-    log: Callable[[str], None] = lambda _: None,
-) -> EngineComparison:
-    """Time ``Judge.score`` of every judge on ``workload``, interleaved in ``rounds``.
-
-    Args:
-        judges: engine name -> judge (the first is the reference of the score differences).
-        workload: a :class:`~pluie_reward.tools.bench.run.Workload`.
-        template: a two-field template.
-        rounds: interleaved rounds (who goes first rotates).
-        log: progress lines.
-
-    Returns:
-        The per-round rates and the last round's scores of each engine.
+def compare_engines(judges: dict[str, Any], workload: Any, template: str = "para-fs", rounds: int = 3,
+                    log: Callable[[str], None] = lambda _: None) -> EngineComparison:
+    """Time ``Judge.score`` of every judge (engine name -> judge, the first the reference of the score differences)
+    on a :class:`~pluie_reward.tools.bench.run.Workload`, interleaved in ``rounds``; the per-round rates and the
+    last round's scores.
 
     Example:
         >>> from pluie_reward.tools.bench.run import Workload
@@ -132,10 +116,7 @@ def format_engine_table(comparisons: Sequence[EngineComparison]) -> str:
 def comparison_json(c: EngineComparison) -> dict[str, Any]:
     """One comparison as JSON-ready numbers."""
     names = list(c.rates)
-    return {
-        "workload": c.workload,
-        "description": c.description,
-        "n": c.n,
-        "engines": {n: {"pairs_per_second": c.pairs_per_second(n), "rates": c.rates[n], "ratio": c.ratio(n, names[0])} for n in names},
-        "max_diff": {n: c.max_diff(n) for n in names[1:]},
-    }
+    return {"workload": c.workload, "description": c.description, "n": c.n,
+            "engines": {n: {"pairs_per_second": c.pairs_per_second(n), "rates": c.rates[n], "ratio": c.ratio(n, names[0])}
+                        for n in names},
+            "max_diff": {n: c.max_diff(n) for n in names[1:]}}

@@ -2,19 +2,10 @@
 padded forward, the seeds' two-pass method and a generating judge, the memory of a judge sharing a PEFT
 policy, and the reward's share of a GRPO step. Writes ``DIR/gpu.json`` and the Markdown table ``DIR/gpu.md``.
 
-Nothing is downloaded: the models are random weights made on the device from published shapes
-(Qwen2.5-7B-Instruct, Llama-3-8B-Instruct, Qwen2.5-1.5B), paired with the real tokenizers of
-``../shared/tokenizers`` (``--tokenizers``); throughput and memory do not depend on the weights' values.
-Sections (each a function below): a. :func:`exactness` against the seeds' two-pass PLUIE on float64
-copies; b. :func:`throughput` beside the two-pass method, a generating judge, (b1) the same judge with the
-fused attention kernels off (:func:`~pluie_reward.engines.transformers.attention.fused_attention`: the float32
-path they replaced) and (b2) the plain padded forward (:func:`plain_scores`), and (b3) :func:`random_draws`;
-c. :func:`sharing`, a judge on a LoRA policy's base; d. :func:`grpo_step`, the reward's share of a
-``trl.GRPOTrainer`` step.
-
-``--tiny --device cpu`` runs every section at tiny shapes (the vocabulary too: the tokenizer's, not the
-published one; two random draws, one call of each plain forward) on the CPU, in seconds (the test suite
-does), so the command cannot rot between the days a GPU is lent.
+Sections (docs/benchmark.md, "GPU check"): a. :func:`exactness`; b. :func:`throughput` (b1: fused attention off,
+b2: :func:`plain_scores`), b3. :func:`random_draws`; c. :func:`sharing`; d. :func:`grpo_step`. The models are random
+weights of published shapes (nothing is downloaded) with the real tokenizers of ``--tokenizers``. ``--tiny --device
+cpu`` runs every section at tiny shapes on the CPU in seconds (the test suite does), so the command cannot rot.
 
 Example:
     $ pluie-reward bench gpu --out gpu-run --tokenizers ../shared/tokenizers
@@ -41,7 +32,7 @@ from ...integrations.rewards import PluieReward
 from ..report import markdown_table, write_outputs
 from ..shared import UsageError, comma_list, positive_float
 from . import measure
-from .grpo_share import TimedReward
+from .grpo_share import BUILTIN_PAIRS, TimedReward
 from .measure import Clock, column_table, mib, synchronize
 from .run import default_data_path, generate_answers, read_pairs, reference_scores
 
@@ -62,16 +53,6 @@ SHAPES: dict[str, dict[str, Any]] = {
                          rms_norm_eps=1e-6, tie_word_embeddings=True, tokenizer="qwen25-7b-instruct"),
 }
 TINY_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
-BUILTIN_PAIRS = [
-    ("The company said its third-quarter profit rose on strong demand.", "Strong demand lifted the firm's profit in the third quarter."),
-    ("The cat sleeps on the mat near the window.", "A cat is asleep on the mat by the window."),
-    ("Officials expect the new bridge to open next spring.", "The new bridge should open next spring, officials say."),
-    ("She sold her old car to a neighbour last week.", "Last week she sold her old car to a neighbour."),
-    ("The museum will stay closed until Monday.", "The museum will remain open until Monday."),
-    ("Heavy rain delayed the match by two hours.", "The match started two hours late because of heavy rain."),
-    ("The minister resigned after the report was published.", "After the report came out, the minister stepped down."),
-    ("Shares fell 3 percent in early trading.", "Shares rose 3 percent in early trading."),
-]
 
 
 # helpers ---------------------------------------------------------------------------------------
@@ -81,13 +62,8 @@ OUTPUTS = ("gpu.json", "gpu.md")
 
 
 def trie_tokens(sequences: Sequence[Sequence[int]]) -> int:
-    """Distinct prefixes over ``sequences``: the tokens a forward must compute at least when shared
-    prefixes are computed once (the scoring's useful work)."""
-    seen: set[tuple[int, ...]] = set()
-    for seq in sequences:
-        for end in range(1, len(seq) + 1):
-            seen.add(tuple(seq[:end]))
-    return len(seen)
+    """Distinct prefixes over ``sequences``: the tokens computed when shared prefixes are computed once."""
+    return len({tuple(seq[:end]) for seq in sequences for end in range(1, len(seq) + 1)})
 
 
 def bf16_peak_flops(device: Any, tiny: bool) -> float:
@@ -116,16 +92,14 @@ def load_tokenizer(folder: Path | None, name: str) -> Any:
 
 
 def random_model(shape: str, tokenizer: Any, device: Any, dtype: Any, tiny: bool, seed: int = 0) -> Any:
-    """A causal LM of a published ``shape`` with random weights (drawn after ``torch.manual_seed(seed)``)
-    made on ``device``, its vocabulary at least the tokenizer's (with ``tiny``: tiny dimensions, and the
-    tokenizer's vocabulary plus 128 rows)."""
+    """A causal LM of a published ``shape``, random weights (``torch.manual_seed(seed)``) made on ``device``;
+    its vocabulary at least the tokenizer's (``tiny``: tiny dimensions, the tokenizer's vocabulary + 128 rows)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     spec = {k: v for k, v in SHAPES[shape].items() if k != "tokenizer"}
     if tiny:
         spec.update(TINY_SHAPE)
-    # tiny: the tokenizer's vocabulary and 128 unused rows (as published models pad theirs), not 152k random rows
     spec["vocab_size"] = len(tokenizer) + 128 if tiny else max(spec["vocab_size"], len(tokenizer))
     config = AutoConfig.for_model(spec.pop("model_type"), **spec, max_position_embeddings=4096,
                                   pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
@@ -148,17 +122,8 @@ def completions(tokenizer: Any, text: str, count: int, length: int) -> list[str]
 
 
 def judge_ids(judge: Any, sources: Sequence[str], hypotheses: Sequence[str]) -> list[list[int]]:
-    """The prompt ids ``Judge.score`` reads, one list per item (its bound template's own encoding of the
-    rendered prompts): what the plain forward reads and the distinct tokens are counted on.
-
-    Args:
-        judge: the judge.
-        sources: the source of each item.
-        hypotheses: the hypothesis of each item.
-
-    Returns:
-        The ids, the answer position last.
-    """
+    """The prompt ids ``Judge.score`` reads, one list per item, the answer position last (what the plain
+    forward reads and the distinct tokens are counted on)."""
     plan = judge.plan(TEMPLATE, source=list(sources), hypothesis=list(hypotheses))
     return [list(item.ids) for item in plan.bound.encode_items(plan.columns, plan.n)]
 
@@ -211,16 +176,8 @@ def plain_scores(model: Any, ids: Sequence[Sequence[int]], answers: Sequence[Seq
 
 
 def scoring_path(engine: Any, before: dict[str, int]) -> dict[str, Any]:
-    """How the judge's engine scored since ``before`` (a copy of its ``stats``): on the shared-prefix
-    path, or on whole prompts (its fallback) for some rows, and why.
-
-    Args:
-        engine: the judge's engine (``judge.engine``).
-        before: ``dict(engine.stats)`` taken before the scoring calls.
-
-    Returns:
-        ``path`` ("shared prefix" or "whole prompts"), ``rows`` and ``plain_rows`` (rows scored, and
-        of them on whole prompts), ``fast`` (the engine's flag) and ``plain_reason``.
+    """How ``engine`` scored since ``before`` (``dict(engine.stats)`` taken earlier): ``path`` ("shared prefix",
+    or "whole prompts": its fallback), ``rows`` and ``plain_rows`` (of them on whole prompts), ``fast``, ``plain_reason``.
 
     Example:
         >>> class Engine:
@@ -251,9 +208,8 @@ def free(*objects: Any) -> None:
 def exactness(folder: Path | None, pairs: Sequence[tuple[str, str]], device: Any) -> list[dict[str, Any]]:
     """Judge.score vs the float64 two-pass reference, per real tokenizer and dtype.
 
-    A row passes when ``Judge.score`` is within :data:`TOLERANCE` of float64, or no further from it than
-    twice the seeds' own two-pass method run in the same dtype on the same weights: the method adds no
-    error beyond the dtype's rounding (bf16's 8-bit mantissa is never within 1e-3).
+    A row passes within :data:`TOLERANCE` of float64, or no further from it than twice the seeds' method in
+    the same dtype (bf16 is never within 1e-3).
     """
     import torch
 
@@ -306,12 +262,14 @@ def throughput(shape: str, folder: Path | None, pairs: Sequence[tuple[str, str]]
     of ``shape``, and the batched-vs-one-at-a-time exactness row."""
     import torch
 
+    from ...engines.transformers.attention import fused_attention  # lazy: CLI start-up (torch)
+
     tok = load_tokenizer(folder, SHAPES[shape]["tokenizer"])
     model = random_model(shape, tok, device, torch.bfloat16, tiny)
     judge = Judge.from_model(model, tok, name=f"random {shape}")
     params = body_parameters(model)
     wide = Judge.from_model(model, tok, batch_tokens=WIDE_BATCH_TOKENS[tiny])  # the same weights, larger forward batches
-    answer_ids, pad = judge.bind(TEMPLATE).answer_ids, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    answer_ids = judge.bind(TEMPLATE).answer_ids
     rows = []
     for name, src, hyp in workloads(judge, pairs, tiny):
         ids = judge_ids(judge, src, hyp)  # the prompts Judge.score reads: counted, and read by the plain forward
@@ -321,8 +279,6 @@ def throughput(shape: str, folder: Path | None, pairs: Sequence[tuple[str, str]]
         seconds, scores, mem = timed(device, lambda: judge.score(TEMPLATE, source=src, hypothesis=hyp, use_cache=False))
         path = scoring_path(judge.engine, before)
         wide_seconds, _, _ = timed(device, lambda: wide.score(TEMPLATE, source=src, hypothesis=hyp, use_cache=False))
-        from ...engines.transformers.attention import fused_attention  # lazy: CLI start-up (torch)
-
         with fused_attention(False):  # the float32 scores the fused kernels replaced: before and after in one run
             f32_seconds, f32_scores, _ = timed(device, lambda: judge.score(TEMPLATE, source=src, hypothesis=hyp, use_cache=False))
         row = {"model": shape, "workload": name, "n": len(src), "prompt_tokens": tokens, "pluie_pairs_s": len(src) / seconds,
@@ -335,7 +291,7 @@ def throughput(shape: str, folder: Path | None, pairs: Sequence[tuple[str, str]]
         for size in PLAIN_ROWS:  # the plain padded forward, on the same items
             rows_now = min(size, len(src))  # a size past n makes the batches of the size before: measured once
             if rows_now not in measured:  # tiny: one call (the tiny tokenizer's prompts are long)
-                measured[rows_now] = timed(device, lambda r=rows_now: plain_scores(model, ids, answer_ids, pad, r),
+                measured[rows_now] = timed(device, lambda r=rows_now: plain_scores(model, ids, answer_ids, tok.pad_token_id, r),
                                            rounds=1 if tiny else 2, warmup=not tiny)
             plain_s, plain, plain_mem = measured[rows_now]
             row.update({f"plain{size}_pairs_s": len(src) / plain_s, f"plain{size}_peak_mib": plain_mem.cuda_mb,
@@ -364,25 +320,16 @@ def throughput(shape: str, folder: Path | None, pairs: Sequence[tuple[str, str]]
 
 def random_draws(shape: str, folder: Path | None, pairs: Sequence[tuple[str, str]], device: Any, tiny: bool,
                  seeds: Sequence[int] = range(8)) -> list[dict[str, Any]]:
-    """Per seed, a fresh random bf16 judge of ``shape`` (weights drawn after ``torch.manual_seed(seed)``)
-    scores two GRPO groups (2 x G=8, the second workload's first 16 items): the path its engine took and
-    the largest difference of its scores from :func:`plain_scores` on the same weights.
-
-    Args:
-        shape: a key of :data:`SHAPES`.
-        folder: the real tokenizers' folder (else the tiny tokenizer).
-        pairs: (source, hypothesis) pairs the workloads are made from.
-        device: where the models are made and run.
-        tiny: tiny dimensions.
-        seeds: the draws.
+    """Per seed, a fresh random bf16 judge of ``shape`` (a key of :data:`SHAPES`) scores two GRPO groups
+    (2 x G=8, the second workload's first 16 items).
 
     Returns:
-        One row per seed: ``seed``, ``n``, ``max_abs_diff`` and :func:`scoring_path`'s keys.
+        One row per seed: ``seed``, ``n``, ``max_abs_diff`` from :func:`plain_scores` on the same weights and
+        :func:`scoring_path`'s keys.
     """
     import torch
 
     tok = load_tokenizer(folder, SHAPES[shape]["tokenizer"])
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     rows, items = [], None
     for seed in seeds:
         model = random_model(shape, tok, device, torch.bfloat16, tiny, seed=seed)
@@ -392,7 +339,7 @@ def random_draws(shape: str, folder: Path | None, pairs: Sequence[tuple[str, str
         before = dict(judge.engine.stats)
         scores = judge.score(TEMPLATE, source=src, hypothesis=hyp, use_cache=False)
         row = {"model": shape, "seed": seed, "n": len(src), **scoring_path(judge.engine, before)}
-        plain = plain_scores(model, judge_ids(judge, src, hyp), judge.bind(TEMPLATE).answer_ids, pad, PLAIN_ROWS[0])
+        plain = plain_scores(model, judge_ids(judge, src, hyp), judge.bind(TEMPLATE).answer_ids, tok.pad_token_id, PLAIN_ROWS[0])
         row["max_abs_diff"] = max(abs(a - b) for a, b in zip(scores, plain))
         rows.append(row)
         judge.close()
@@ -431,10 +378,11 @@ def sharing(policy: Any, tok: Any, pairs: Sequence[tuple[str, str]], device: Any
     judge.clear_cache()
     free()
     cleared = allocated() - before if cuda else None
-    base = copy.deepcopy(policy.get_base_model()).to("cpu") if not cuda else None
     if cuda:  # a separate copy of the base weights, made on the device and parked on the CPU
         base = random_model("qwen2.5-1.5b", tok, device, next(policy.parameters()).dtype, tiny).to("cpu")
         free()
+    else:
+        base = copy.deepcopy(policy.get_base_model()).to("cpu")
     offloaded = Judge.from_model(base, tok, offload_device="cpu", device=device)
     off_seconds, _, _ = timed(device, lambda: offloaded.score(TEMPLATE, source=src, hypothesis=hyp, use_cache=False))
     offloaded.close()
@@ -452,7 +400,6 @@ def grpo_step(policy: Any, tok: Any, pairs: Sequence[tuple[str, str]], device: A
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
-
 
     cuda = torch.device(device).type == "cuda"
     prompts, group, length = (2, 4, 16) if tiny else (8, 8, 256)
@@ -503,17 +450,11 @@ def goal(value: float | None, target: float, higher: bool) -> str:
 
 
 def goal_values(result: dict[str, Any]) -> dict[str, Any]:
-    """The goals' measured values and targets: per throughput row, ``Judge.score``'s share of the bf16 peak
-    on distinct tokens and its speed over the best plain forward (target: :data:`GOALS`' ``vs_bound`` x the
-    bound, at least ``vs_plain``); the shared judge's memory, the reward's share of a GRPO step, and how
-    many random draws took the shared-prefix path.
-
-    Args:
-        result: what ``gpu.json`` holds, its sections run.
+    """The goals' measured values and targets (:data:`GOALS`) from ``result`` (``gpu.json``, its sections run).
 
     Returns:
-        ``workloads`` (one dict per throughput row), ``shared_memory``, ``reward_share``,
-        ``random_draws_shared`` and ``random_draws`` (None where a section failed).
+        ``workloads`` (per throughput row: peak share, speed over the best plain forward, their goals),
+        ``shared_memory``, ``reward_share``, ``random_draws_shared`` and ``random_draws`` (None where a section failed).
 
     Example:
         >>> row = {"model": "m", "workload": "MRPC, 16 pairs", "pluie_peak_share": 0.2, "vs_plain": 1.5, "bound": 1.25}
@@ -624,9 +565,8 @@ def path_cell(row: dict[str, Any]) -> str:
 
 # the command -----------------------------------------------------------------------------------
 def section(result: dict[str, Any], key: str, work: Callable[[], Any], out: Path, log: Callable[[str], None]) -> Any:
-    """``result[key] = work()``, or ``{"error": ...}`` with the traceback logged when it fails, so that
-    one broken section (a missing package on the lent machine) does not cost the others; the partial
-    ``gpu.json`` is written after each section."""
+    """``result[key] = work()``, or ``{"error": ...}`` (traceback logged) so a broken section costs no other;
+    the partial ``gpu.json`` is written after each section."""
     try:
         result[key] = work()
     except Exception as err:  # noqa: BLE001 - reported in the table, and the command exits 1
@@ -700,8 +640,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 
 def run_args(args: argparse.Namespace) -> int:
-    """Check the options (a :class:`UsageError` before anything runs), run every section, print gpu.md;
-    exit code 1 when a section failed."""
+    """Check the options (:class:`UsageError`), run every section, print gpu.md; 1 when a section failed."""
     import torch  # lazy: CLI start-up
 
     if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():

@@ -1,10 +1,6 @@
-"""Group-relative judging next to pointwise PLUIE on the same GRPO-shaped groups: rank agreement,
-which candidate each picks, cost per group, and the position bias left by K orders.
-
-Groups come from MRPC pairs as the grpo workload builds them (:func:`.run.edit_variants`): the
-partner sentence (a human paraphrase), the source itself (a copy), edits of the source and another
-pair's sentence. Pointwise PLUIE scores the G candidates one by one (one ``Judge.score`` call per
-group); the group judge reads all G at once, in K cyclic orders (:func:`~pluie_reward.integrations.group.judge_groups`).
+"""Group-relative judging next to pointwise PLUIE on the same GRPO-shaped groups (:func:`.run.edit_variants`: a
+human paraphrase, a copy, edits): rank agreement, which candidate each picks, cost per group, the position bias
+left by K cyclic orders (:func:`~pluie_reward.integrations.group.judge_groups` reads all G candidates at once).
 
 Example:
     >>> kendall_tau([1, 2, 3], [10, 20, 30]), kendall_tau([1, 2, 3], [3, 2, 1])
@@ -19,28 +15,17 @@ from typing import Any, Sequence
 from ...integrations.group import judge_groups
 from ..report import markdown_table
 from .measure import timed
-from .run import edit_variants
+from .run import variant_groups
 
 
 def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Kendall's tau-a between two score lists (None when no pair is ordered in both)."""
-    concordant = discordant = 0
-    for i in range(len(x)):
-        for j in range(i + 1, len(x)):
-            s = (x[i] - x[j]) * (y[i] - y[j])
-            concordant += s > 0
-            discordant += s < 0
-    total = len(x) * (len(x) - 1) / 2
-    return None if not total else (concordant - discordant) / total
+    """Kendall's tau-a between two score lists (None for fewer than two items)."""
+    import numpy as np  # lazy: CLI start-up
 
-
-def make_groups(pairs: Sequence[tuple[str, str]], groups: int, size: int) -> list[tuple[str, list[str]]]:
-    """``groups`` (source, candidates) of ``size`` candidates; candidate 0 is the human paraphrase."""
-    others = [h for _, h in pairs[: groups + 16]]
-    return [
-        (source, edit_variants(source, partner, [o for o in others if o != partner], size, seed=i))
-        for i, (source, partner) in enumerate(pairs[:groups])
-    ]
+    if len(x) < 2:
+        return None
+    signs = np.sign(np.subtract.outer(x, x)) * np.sign(np.subtract.outer(y, y))  # each pair twice
+    return float(signs.sum() / (len(x) * (len(x) - 1)))
 
 
 def compare_group_judging(judge: Any, pairs: Sequence[tuple[str, str]], *, groups: int = 16, size: int = 4,
@@ -53,7 +38,7 @@ def compare_group_judging(judge: Any, pairs: Sequence[tuple[str, str]], *, group
         Kendall tau with pointwise PLUIE, top-1 agreement with it), ``bias`` (per K: mean spread of
         log p(best) over groups of ``size`` identical candidates, 0 with no position bias), and the setup.
     """
-    data = make_groups(pairs, groups, size)
+    data = variant_groups(pairs, groups, size, spare=16)  # candidate 0: the human paraphrase
     sources, candidates = [s for s, _ in data], [c for _, c in data]
     seconds, pointwise, _ = timed(None, lambda: [judge.score(pointwise_template, source=s, hypothesis=c, use_cache=False) for s, c in data])
     rows = [_row(f"pointwise {pointwise_template}", seconds / len(data), pointwise, pointwise, data)]
@@ -75,14 +60,10 @@ def _row(method: str, seconds: float, scores: list[list[float]], pointwise: list
     ref = [max(range(len(s)), key=s.__getitem__) for s in pointwise]
     copies = [c.index(s) if s in c else -1 for s, c in data]
     taus = [t for t in (kendall_tau(a, b) for a, b in zip(scores, pointwise)) if t is not None]
-    return {
-        "method": method,
-        "seconds_per_group": seconds,
-        "top1_paraphrase": sum(t == 0 for t in top) / len(top),
-        "top1_copy": sum(t == c for t, c in zip(top, copies)) / len(top),
-        "kendall_vs_pointwise": statistics.fmean(taus) if taus else None,
-        "top1_agreement": sum(a == b for a, b in zip(top, ref)) / len(top),
-    }
+    return {"method": method, "seconds_per_group": seconds, "top1_paraphrase": sum(t == 0 for t in top) / len(top),
+            "top1_copy": sum(t == c for t, c in zip(top, copies)) / len(top),
+            "kendall_vs_pointwise": statistics.fmean(taus) if taus else None,
+            "top1_agreement": sum(a == b for a, b in zip(top, ref)) / len(top)}
 
 
 def format_group_table(result: dict[str, Any]) -> str:

@@ -1,14 +1,9 @@
-"""The reward's share of a GRPO step's wall time, for each judge placement, in fresh processes.
+"""The reward's share of a GRPO step's wall time, per judge placement, each in a fresh process: a small real
+``trl.GRPOTrainer`` (the embedded model as a LoRA policy, 2 prompts x 4 completions of up to 24 tokens, CPU) with
+:class:`~pluie_reward.PluieReward` on ``para-fs`` in a timer, over the wall time of ``trainer.train()``.
 
-Each placement runs a small real ``trl.GRPOTrainer`` (the embedded model from
-:func:`~pluie_reward.load_trainable_embedded` as a LoRA policy, 2 prompts x 4 completions of up to
-24 tokens per step, on the CPU) for a few steps with :class:`~pluie_reward.PluieReward` on
-``para-fs``. The reward callable is wrapped in a timer, so the share is the time spent inside the
-reward over the wall time of ``trainer.train()`` (generation, reward, loss, backward, optimizer).
-
-Placements: ``shared`` -- ``Judge.from_peft(policy)``, the policy's base weights with the adapter
-off; ``separate`` -- ``Judge.load()``, a second copy; ``vllm`` -- ``Judge.load(engine="vllm")``, the
-judge on vLLM in the trainer's process (its engine start is not in the timed steps).
+Placements: ``shared`` (``Judge.from_peft(policy)``), ``separate`` (``Judge.load()``, a second copy) and ``vllm``
+(``Judge.load(engine="vllm")`` in the trainer's process, its start not timed).
 
 Example:
     $ pluie-reward bench grpo --steps 4 --placements shared,separate,vllm
@@ -23,12 +18,18 @@ from ...integrations.rewards import PluieReward
 from .measure import Clock, in_fresh_process, timed, titled_table
 
 PLACEMENTS = ("shared", "separate", "vllm")
-SOURCES = [
-    "The company said its third-quarter profit rose on strong demand.",
-    "The cat sleeps on the mat near the window.",
-    "Officials expect the new bridge to open next spring.",
-    "She sold her old car to a neighbour last week.",
+# the GPU check's pairs without --data; the GRPO placements' prompts are their first four sources
+BUILTIN_PAIRS = [
+    ("The company said its third-quarter profit rose on strong demand.", "Strong demand lifted the firm's profit in the third quarter."),
+    ("The cat sleeps on the mat near the window.", "A cat is asleep on the mat by the window."),
+    ("Officials expect the new bridge to open next spring.", "The new bridge should open next spring, officials say."),
+    ("She sold her old car to a neighbour last week.", "Last week she sold her old car to a neighbour."),
+    ("The museum will stay closed until Monday.", "The museum will remain open until Monday."),
+    ("Heavy rain delayed the match by two hours.", "The match started two hours late because of heavy rain."),
+    ("The minister resigned after the report was published.", "After the report came out, the minister stepped down."),
+    ("Shares fell 3 percent in early trading.", "Shares rose 3 percent in early trading."),
 ]
+SOURCES = [s for s, _ in BUILTIN_PAIRS[:4]]
 
 
 class TimedReward:
@@ -75,10 +76,8 @@ def grpo_child(placement: str, steps: int, output_dir: str, threads: int | None 
                                           "vllm": lambda: Judge.load(engine="vllm")}[placement])
     ds = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Paraphrase: {s}"}] for s in SOURCES], "source": SOURCES})
     reward = TimedReward(PluieReward(judge, template="para-fs", fields={"source": "source"}))
-    args = GRPOConfig(
-        output_dir=output_dir, num_generations=4, per_device_train_batch_size=8, max_completion_length=24,
-        max_steps=steps, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True, bf16=False, seed=0,
-    )
+    args = GRPOConfig(output_dir=output_dir, num_generations=4, per_device_train_batch_size=8, max_completion_length=24,
+                      max_steps=steps, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True, bf16=False, seed=0)
     trainer = GRPOTrainer(model=policy, processing_class=tokenizer, train_dataset=ds, args=args, reward_funcs=[reward])
     train_seconds, _, _ = timed(None, trainer.train)
     judge.close()

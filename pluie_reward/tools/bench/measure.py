@@ -1,5 +1,4 @@
-"""What the bench sections share: timing, peak memory, number cells, titled tables, the machine's load and
-fresh processes. Every section times, measures and formats through these, so their numbers read alike.
+"""What the bench sections share, so their numbers read alike: timing, peak memory, cells, tables, load, fresh processes.
 
 Example:
     >>> seconds, value, peak = timed(None, lambda: sum(range(1000)), rounds=3)
@@ -95,13 +94,10 @@ class PeakMemory:
 
 def timed(device: Any, run: Callable[[], Any], rounds: int = 1, warmup: bool = False,
           rss: bool = False) -> tuple[float, Any, PeakMemory]:
-    """Time ``run`` on ``device`` (its queued work waited for on both sides of each call).
+    """Time ``run`` on ``device`` (``None``: nothing to wait for; else its queued work waited for around each call).
 
     Args:
-        device: the torch device the work runs on (``None``: nothing to wait for).
-        run: the work.
-        rounds: timed calls.
-        warmup: one untimed call first.
+        rounds, warmup: timed calls, and one untimed call first.
         rss: sample the resident memory too (:class:`PeakMemory`).
 
     Returns:
@@ -169,8 +165,8 @@ def titled_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any
 
 
 def column_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, Any, str | None]], none: str = "-") -> str:
-    """A Markdown table of dict rows, one ``(header, key or function of the row, format spec)`` per column:
-    a column with a spec is right-aligned (numbers; ``"s"`` for text that reads as one), one without is text.
+    """A Markdown table of dict rows, one ``(header, key or function of the row, format spec)`` per column (with a
+    spec: right-aligned; ``"s"`` for text that reads as a number).
 
     Example:
         >>> print(column_table([{"m": "a", "x": 0.5}], [("model", "m", None), ("share", "x", ".0%"), ("n", lambda r: 3, "d")]))
@@ -206,14 +202,8 @@ def child_env() -> dict[str, str]:
 
 
 def in_fresh_process(function: Callable[..., Any], *args: Any) -> Any:
-    """``function(*args)`` in a fresh Python process (memory and threads do not leak between runs); its JSON result.
-
-    Args:
-        function: a module-level function of this package returning JSON-ready values.
-        args: its arguments (their ``repr`` is Python).
-
-    Returns:
-        What the function returned, through JSON.
+    """``function(*args)`` in a fresh Python process (memory and threads do not leak between runs): what it returned,
+    through JSON. ``function`` is a module-level function of this package; the ``repr`` of ``args`` is Python.
 
     Raises:
         RuntimeError: the process failed (the end of its stderr in the message).

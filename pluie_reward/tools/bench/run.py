@@ -1,24 +1,11 @@
 """``pluie-reward bench methods``: pairs/s and memory of :meth:`Judge.score` beside two baselines, in one run.
 
-Methods, on the same judge model, items and machine:
-
-1. ``reference``: the seeds' method -- per pair, two forward passes over prompt+Yes and prompt+No
-   (chat-rendered with the answer as the assistant turn, end-of-turn cut off), the model's own
-   mean loss over the sequence, score = n_predicted * (loss_no - loss_yes); one pair at a time.
-2. ``generate``: an output-based LLM-Yes/No judge -- the star-pluie appendix D prompt (segment 1,
-   ``benchdata/llm-yes-no-para.yaml``), batched greedy ``generate``, the answer parsed from text.
-3. ``score``: :meth:`Judge.score` with its defaults, in the steady state of a training loop: all
-   caches are cleared, then an untimed one-item call computes the template's static prefix (as the
-   first call of a run does), then the timed call; ``score-cold`` times the call right after
-   clearing (its static prefix pass included).
-4. ``indirect`` (only when asked for): :meth:`Judge.score` on an INDIRECT template (default
-   ``para-indirect``): the judge first generates its own answer, then is asked for one word; its
-   cost beside FS-DIRECT (3) and the output-based judge (2) on the same pairs.
-
-Workloads: ``mrpc`` -- the first N MRPC pairs; ``grpo`` -- GRPO-shaped, S sources x K hypotheses
-(the source's MRPC partner, the source itself and simple edits). The slow methods (1) and (2)
-run on every ``--sample-every``-th pair; their per-pair time is what is compared. Methods run
-interleaved in rounds so machine load hits them alike; pairs/s is the median over rounds.
+Methods (docs/benchmark.md): 1. ``reference``, the seeds' two passes per pair (:func:`reference_scores`);
+2. ``generate``, an output-based LLM-Yes/No judge (:func:`generate_answers`); 3. ``score``, :meth:`Judge.score`
+in a training loop's steady state (caches cleared, then an untimed one-item call leaves the template's static
+prefix), ``score-cold`` right after clearing; 4. ``indirect`` (when asked for), :meth:`Judge.score` on an INDIRECT
+template. Workloads: ``mrpc`` (the first N MRPC pairs) and ``grpo`` (S sources x K hypotheses,
+:func:`grpo_workload`). Methods run interleaved in rounds; pairs/s is the median over rounds.
 
 Example:
     $ pluie-reward bench methods                              # embedded SmolLM2-135M, float32, a few minutes
@@ -106,10 +93,8 @@ def mrpc_workload(pairs: Sequence[tuple[str, str]], n: int = 64) -> Workload:
 
 
 def edit_variants(source: str, partner: str, others: Sequence[str], k: int, seed: int = 0) -> list[str]:
-    """``k`` distinct hypotheses for one source, as a paraphrase policy might sample them.
-
-    The partner sentence, the source itself, then edits: a word dropped, two neighbours swapped,
-    the ending cut, a word swapped in from another sentence, another pair's sentence.
+    """``k`` distinct hypotheses for one source: the partner sentence, the source itself, then edits (a word
+    dropped, two neighbours swapped, the ending cut, a word from another sentence, another pair's sentence).
 
     Example:
         >>> len(set(edit_variants("the cat sat on the mat", "a cat sat on a mat", ["dogs bark"], 6)))
@@ -148,25 +133,27 @@ def edit_variants(source: str, partner: str, others: Sequence[str], k: int, seed
     return out[:k]
 
 
+def variant_groups(pairs: Sequence[tuple[str, str]], groups: int, size: int, spare: int = 8) -> list[tuple[str, list[str]]]:
+    """``groups`` (source, its ``size`` :func:`edit_variants`, the partner first), words and sentences drawn from
+    the partners of the first ``groups + spare`` pairs."""
+    others = [h for _, h in pairs[: groups + spare]]
+    return [(source, edit_variants(source, partner, [o for o in others if o != partner], size, seed=i))
+            for i, (source, partner) in enumerate(pairs[:groups])]
+
+
 def grpo_workload(pairs: Sequence[tuple[str, str]], sources: int = 8, per_source: int = 8) -> Workload:
     """GRPO-shaped items: ``sources`` sources x ``per_source`` hypotheses each (workload (b))."""
     if len(pairs) < sources + 1:
         raise UsageError(f"the data file has {len(pairs)} pairs; the grpo workload needs {sources + 1}.")
-    src, hyp = [], []
-    others = [h for _, h in pairs[: sources + 8]]
-    for i, (source, partner) in enumerate(pairs[:sources]):
-        variants = edit_variants(source, partner, [o for o in others if o != partner], per_source, seed=i)
-        src += [source] * per_source
-        hyp += variants
-    return Workload("grpo", src, hyp, f"{sources} sources x {per_source} hypotheses")
+    data = variant_groups(pairs, sources, per_source)
+    return Workload("grpo", [s for s, c in data for _ in c], [h for _, c in data for h in c],
+                    f"{sources} sources x {per_source} hypotheses")
 
 
 # method (1): the seeds' two-pass reference -----------------------------------------------------
 def reference_scores(judge: Any, template: Any, sources: Sequence[str], hypotheses: Sequence[str]) -> list[float]:
-    """The seeds' PLUIE, one pair at a time: n_no * loss(prompt+No) - n_yes * loss(prompt+Yes).
-
-    Each loss is the model's own mean cross-entropy over the whole sequence (``labels=input_ids``);
-    the dialogue has the answer as the assistant turn with the end-of-turn marker cut off.
+    """The seeds' PLUIE, one pair at a time: n_no * loss(prompt+No) - n_yes * loss(prompt+Yes), each loss the
+    model's mean cross-entropy over the sequence, the answer the assistant turn without its end-of-turn marker.
 
     Example:
         >>> reference = reference_scores(judge, "para-fs", ["The cat sleeps."], ["A cat is asleep."])
@@ -252,13 +239,8 @@ def parse_answer(text: str) -> bool | None:
     return None if word is None else word.group(1).lower() == "yes"
 
 
-def generate_answers(
-    judge: Any,
-    sources: Sequence[str],
-    hypotheses: Sequence[str],
-    batch_size: int = 8,
-    max_new_tokens: int | None = None,
-) -> tuple[list[bool | None], list[str]]:
+def generate_answers(judge: Any, sources: Sequence[str], hypotheses: Sequence[str], batch_size: int = 8,
+                     max_new_tokens: int | None = None) -> tuple[list[bool | None], list[str]]:
     """LLM-Yes/No verdicts by batched greedy generation (left padding), and the raw texts.
 
     Example:
@@ -271,10 +253,8 @@ def generate_answers(
     tokenizer, model = judge.tokenizer, judge.model
     if getattr(tokenizer, "chat_template", None) is None:
         raise UsageError("the LLM-Yes/No baseline needs a chat model (its tokenizer has no chat template).")
-    texts = [
-        tokenizer.apply_chat_template(yes_no_messages(prompt, s, h), tokenize=False, add_generation_prompt=True)
-        for s, h in zip(sources, hypotheses)
-    ]
+    texts = [tokenizer.apply_chat_template(yes_no_messages(prompt, s, h), tokenize=False, add_generation_prompt=True)
+             for s, h in zip(sources, hypotheses)]
     config = copy.deepcopy(model.generation_config)
     config.do_sample, config.temperature, config.top_p, config.top_k = False, None, None, None
     config.max_new_tokens = max_new_tokens or int(prompt.get("max_new_tokens", 10))
@@ -359,28 +339,16 @@ class WorkloadResult:
         pairs = [(v, got[i] > 0) for i, v in self.results["generate"].verdicts.items() if v is not None]
         return sum(a == b for a, b in pairs) / len(pairs) if pairs else None
 
-    def unparsed(self) -> int:
-        gen = self.results.get("generate")
-        return sum(v is None for v in gen.verdicts.values()) if gen else 0
-
 
 def _chunks(indices: list[int], parts: int) -> list[list[int]]:
     size = -(-len(indices) // parts) if indices else 0
     return [indices[i * size : (i + 1) * size] for i in range(parts)]
 
 
-def run_workload(
-    judge: Any,
-    workload: Workload,
-    template: str = "para-fs",
-    methods: Sequence[str] = DEFAULT_METHODS,
-    rounds: int = 3,
-    sample_every: int = 2,
-    generate_batch_size: int = 8,
-    log: Callable[[str], None] = lambda _: None,
-    indirect_template: str = "para-indirect",
-    indirect_max_new_tokens: int | None = None,
-) -> WorkloadResult:
+def run_workload(judge: Any, workload: Workload, template: str = "para-fs", methods: Sequence[str] = DEFAULT_METHODS,
+                 rounds: int = 3, sample_every: int = 2, generate_batch_size: int = 8,
+                 log: Callable[[str], None] = lambda _: None, indirect_template: str = "para-indirect",
+                 indirect_max_new_tokens: int | None = None) -> WorkloadResult:
     """Time the methods on one workload, interleaved in ``rounds`` (see the module docstring).
 
     Example:
@@ -452,7 +420,8 @@ def format_table(result: WorkloadResult) -> str:
         "lrrrrrrrr")
     notes = []
     if "generate" in result.results:
-        notes.append(f"LLM-Yes/No: {result.unparsed()} of {len(result.results['generate'].verdicts)} answers unparseable")
+        verdicts = result.results["generate"].verdicts.values()
+        notes.append(f"LLM-Yes/No: {sum(v is None for v in verdicts)} of {len(verdicts)} answers unparseable")
         agree = result.agreement()
         if agree is not None:
             notes.append(f"agreement of parsed answers with Judge.score verdicts {agree:.0%}")
@@ -485,21 +454,14 @@ def agreement_lines(results: Sequence[WorkloadResult]) -> list[str]:
     return lines
 
 
-def _attention(judge: Any) -> str:
-    return "shared-prefix" if judge.engine.fast else judge.model.config._attn_implementation
-
-
 def machine_line(judge: Any) -> str:
     """Model, dtype, device, threads and load average: the context timings need."""
     import torch
 
-    load = load_average()
-    return (
-        f"judge {judge.name} ({judge.model.dtype}, {judge.engine.device}, batch_tokens={judge.engine.batch_tokens}, "
-        f"attention {_attention(judge)}); "
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
-        f"{platform.processor() or platform.machine()}; load average {load}"
-    )
+    attention = "shared-prefix" if judge.engine.fast else judge.model.config._attn_implementation
+    return (f"judge {judge.name} ({judge.model.dtype}, {judge.engine.device}, batch_tokens={judge.engine.batch_tokens}, "
+            f"attention {attention}); torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
+            f"{platform.processor() or platform.machine()}; load average {load_average()}")
 
 
 # judge placement memory (fresh processes) -------------------------------------------------------
@@ -507,13 +469,9 @@ PLACEMENTS = ("policy", "policy+separate", "policy+shared")
 
 
 def placement_child(kind: str, pairs: int = 16) -> dict[str, float]:
-    """Run one placement in this (fresh) process and return its peak RSS (and CUDA max allocated).
-
-    ``policy``: the embedded model as a LoRA policy, one training step (forward, backward,
-    optimizer). ``policy+separate``: the same plus a second copy of the model loaded as judge that
-    scores ``pairs`` MRPC-like pairs. ``policy+shared``: the same, the judge being
-    ``Judge.from_peft(policy)`` (adapters disabled, no second copy).
-    """
+    """One placement in this (fresh) process; its peak RSS (and CUDA max allocated). ``policy``: the embedded
+    model as a LoRA policy, one training step; ``policy+separate``: and a second copy as judge scoring ``pairs``
+    pairs; ``policy+shared``: the judge is ``Judge.from_peft(policy)`` (no second copy)."""
     import torch
     from peft import LoraConfig, get_peft_model
 

@@ -1,12 +1,9 @@
 """The judge server under N concurrent clients: throughput and p50/p99 latency, per engine.
 
-The benchmark starts ``pluie-reward serve --engine ENGINE`` as a subprocess on 127.0.0.1 (a free
-port), waits for ``/health``, sends one untimed warm-up request, then runs ``clients`` concurrent
-clients, each posting ``requests`` requests of ``items`` distinct MRPC pairs to ``/score`` one after
-the other (no item is sent twice, so the server's result cache never answers). Latency is per
-request, from send to answer; throughput is items over the wall time of the whole load. Requests
-go through the package's HTTP client (:mod:`pluie_reward.common.http`) with no retry: a failed request
-counts as an error instead of hiding in a latency.
+``pluie-reward serve --engine ENGINE`` runs as a subprocess on a free port of 127.0.0.1; after ``/health`` and
+one untimed request, ``clients`` concurrent clients each post ``requests`` requests of ``items`` distinct MRPC
+pairs to ``/score`` (no item twice: the result cache never answers). Latency is per request; throughput is items
+over the load's wall time. No retry (:mod:`pluie_reward.common.http`): a failed request counts as an error.
 
 Example:
     $ pluie-reward bench server --clients 4 --engines transformers,vllm
@@ -73,14 +70,7 @@ def free_port() -> int:
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile of ``values``: ``numpy.quantile`` (linear interpolation), rounded to 10 decimals.
-
-    Args:
-        values: the latencies (or any numbers), at least one.
-        q: the quantile, in [0, 1].
-
-    Returns:
-        The quantile as a float.
+    """The ``q`` quantile (in [0, 1]) of ``values`` (at least one): ``numpy.quantile``, rounded to 10 decimals.
 
     Example:
         >>> percentile([1.0, 2.0, 3.0, 4.0], 0.5), percentile([1.0, 2.0, 3.0, 4.0], 0.99)
@@ -130,11 +120,8 @@ def start_server(engine: str, port: int, template: str, model: str | None, log_p
         command += ["--model", model]
     env = child_env()
     env.pop("PLUIE_REWARD_TOKEN", None)  # 127.0.0.1 only; the load sends no token
-    log = open(log_path, "w")
-    try:
+    with open(log_path, "w") as log:  # the child keeps its own copy of the file descriptor
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    finally:
-        log.close()
 
 
 def stop_server(server: subprocess.Popen) -> None:
@@ -176,11 +163,8 @@ def request_batches(pairs: Sequence[tuple[str, str]], clients: int, requests: in
         >>> request_batches([("a", "b"), ("c", "d"), ("e", "f")], clients=1, requests=1, items=1)
         [{'source': ['a'], 'hypothesis': ['b']}, {'source': ['c'], 'hypothesis': ['d']}]
     """
-    batches = []
-    for j in range(clients * requests + 1):
-        chunk = pairs[j * items : (j + 1) * items]
-        batches.append({"source": [s for s, _ in chunk], "hypothesis": [h for _, h in chunk]})
-    return batches
+    chunks = [pairs[j * items : (j + 1) * items] for j in range(clients * requests + 1)]
+    return [{"source": [s for s, _ in chunk], "hypothesis": [h for _, h in chunk]} for chunk in chunks]
 
 
 async def load_url(url: str, batches: list[dict[str, list[str]]], clients: int, result: ServerLoad) -> None:
@@ -209,25 +193,13 @@ async def load_url(url: str, batches: list[dict[str, list[str]]], clients: int, 
         result.wall_seconds = clock.seconds
 
 
-def server_load(
-    engine: str,
-    pairs: Sequence[tuple[str, str]],
-    clients: int,
-    requests: int = 4,
-    items: int = 8,
-    template: str = "para-fs",
-    model: str | None = None,
-    start_timeout: float = 900.0,
-) -> ServerLoad:
-    """Start a server on ``engine``, put it under load, stop it.
+def server_load(engine: str, pairs: Sequence[tuple[str, str]], clients: int, requests: int = 4, items: int = 8,
+                template: str = "para-fs", model: str | None = None, start_timeout: float = 900.0) -> ServerLoad:
+    """Start a server on ``engine`` (``pluie-reward serve --engine``), put it under load, stop it.
 
     Args:
-        engine: ``transformers`` or ``vllm`` (``pluie-reward serve --engine``).
-        pairs: (source, hypothesis) pairs; request ``j`` takes pairs ``j*items .. (j+1)*items - 1``.
-        clients: concurrent clients (1..64).
-        requests: requests per client.
-        items: items per request.
-        template: the server's two-field template.
+        pairs: (source, hypothesis) pairs, ``items`` per request (:func:`request_batches`).
+        clients, requests: concurrent clients (1..64), requests per client.
         model: ``--model`` of the server (default: the embedded judge).
         start_timeout: seconds to wait for the server's ``/health``.
 

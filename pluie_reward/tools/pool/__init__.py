@@ -1,8 +1,5 @@
-"""A pool of judges on Ray Serve: the judge server's API (``/score``, ``/get_reward``, ``/health``,
-``/metrics``) served by N replicas behind Ray's proxy, with autoscaling on queue length and
-fractional GPUs per replica (``pluie-reward pool``; ``pip install 'pluie-reward[pool]'``).
-
-Ray is imported only inside the functions, so the command line works without Ray.
+"""A pool of judges on Ray Serve: the judge server's API served by N replicas behind Ray's proxy, autoscaled on queue
+length, fractional GPUs per replica (``pluie-reward pool``; ``pip install 'pluie-reward[pool]'``; Ray imported lazily).
 
 Example:
     >>> from pluie_reward.serving.client import RemotePluieReward

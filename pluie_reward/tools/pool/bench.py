@@ -1,13 +1,9 @@
 """Throughput of the judge pool with 1 and 2 replicas, beside ``pluie-reward serve``, in one run.
 
-On one local Ray cluster, each configuration serves the same judge (default ``Judge.load()``) under
-the load of ``pluie-reward bench server`` (:mod:`pluie_reward.tools.bench.server_load`),
-starting fresh each time; the configurations run ``rounds`` times in turn, so that a change in the
-machine's load shows between rounds rather than between configurations.
-
-The configurations on a machine of C CPUs: ``serve`` (one process, torch's default threads), ``1 x C``
-(one replica, C CPUs: C torch threads) and ``2 x C/2`` (two replicas, C/2 each). The replicas split
-the same CPUs: two replicas run two batches at once, each on half the threads.
+On one local Ray cluster, each configuration serves the same judge (default ``Judge.load()``), fresh each time,
+under the load of :mod:`pluie_reward.tools.bench.server_load`; the configurations run ``rounds`` times in turn (a
+change in the machine's load shows between rounds, not configurations). On C CPUs: ``serve`` (one process),
+``1 x C`` (one replica, C torch threads) and ``2 x C/2`` (two replicas splitting the same CPUs).
 
 Example:
     $ pluie-reward bench pool --clients 8 --requests 3 --items 8 --rounds 2
@@ -29,10 +25,8 @@ from ..bench.server_load import ServerLoad, check_load, format_server_table, fre
 from .deployment import PoolOptions, deploy, shutdown, start_ray
 
 
-def pool_load(
-    replicas: int, cpus_per_replica: float, batches: list[dict[str, list[str]]], clients: int, requests: int, items: int,
-    template: str = "para-fs", model: str | None = None,
-) -> ServerLoad:
+def pool_load(replicas: int, cpus_per_replica: float, batches: list[dict[str, list[str]]], clients: int, requests: int,
+              items: int, template: str = "para-fs", model: str | None = None) -> ServerLoad:
     """Deploy a pool of ``replicas`` on the connected Ray cluster, load it, delete it."""
     from ray import serve
 

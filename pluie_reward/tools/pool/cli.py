@@ -1,9 +1,5 @@
-"""``pluie-reward pool``: a pool of judge servers on Ray Serve (Ray is imported only when it runs).
-
-Takes every option of ``pluie-reward serve`` (template, judge, batching, token, limits, OpenRLHF
-mapping) plus the pool's: replicas or autoscaling bounds, CPUs and GPU fraction per replica, the
-Ray cluster to join.
-"""
+"""``pluie-reward pool``: a pool of judge servers on Ray Serve (Ray is imported only when it runs); every option of
+``pluie-reward serve`` plus the pool's (replicas or autoscaling bounds, CPUs and GPUs per replica, the cluster)."""
 
 from __future__ import annotations
 
@@ -123,8 +119,8 @@ def check_pool_args(args: argparse.Namespace) -> PoolOptions:
 
 
 def _connect(args: argparse.Namespace, serving: bool = False) -> bool | None:
-    """Start the local Ray cluster, or join ``--address`` (``serving``: the judge server's app must import
-    too); None after printing why not. Ray, Serve or FastAPI missing: a :class:`UsageError`."""
+    """Start the local Ray cluster, or join ``--address`` (``serving``: the server's app must import too); None after
+    printing why not; a :class:`UsageError` when Ray, Serve or FastAPI is missing."""
     try:
         import ray  # noqa: F401
         from ray import serve  # noqa: F401

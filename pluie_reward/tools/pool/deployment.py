@@ -1,19 +1,7 @@
-"""The judge pool: the judge server's app as a Ray Serve deployment, N replicas behind Ray's proxy.
-
-Each replica loads its own judge and runs the judge server's FastAPI app
-(:func:`~pluie_reward.serving.app.create_app`, through ``serve.ingress``) with its batcher, so
-the pool speaks the server's HTTP API unchanged (``POST /score``, ``POST /get_reward``,
-``GET /health``, ``GET /metrics``, the token, the limits): :class:`~pluie_reward.serving.client.RemotePluieReward`,
-verl's ``compute_score`` and OpenRLHF's remote reward URL point at the pool's URL as at
-``pluie-reward serve``.
-
-Ray Serve routes (at most ``max_ongoing_requests`` per replica), retries a request no replica has
-accepted yet, replaces dead replicas, autoscales on queue length and places replicas (``num_cpus``,
-fractional ``num_gpus``). A request a replica had accepted when it died gets ``500``; every request the
-package sends is idempotent and its HTTP client (:mod:`pluie_reward.common.http`) retries 500 and
-502/503/504, so the clients lose nothing (``tests/test_pool.py`` kills a replica under load).
-
-Ray is imported inside the functions (``pip install 'pluie-reward[pool]'``).
+"""The judge pool: the judge server's app (:func:`~pluie_reward.serving.app.create_app`, its HTTP API unchanged) as
+a Ray Serve deployment, N replicas each with its own judge behind Ray's proxy. Ray Serve routes, retries, replaces
+dead replicas, autoscales and places them; who retries what: docs/pool.md. Ray is imported inside the functions
+(``pip install 'pluie-reward[pool]'``).
 
 Example:
     >>> from functools import partial
@@ -40,8 +28,8 @@ DEPLOYMENT = "PluieJudge"
 
 
 class PoolStartError(PluieError, RuntimeError):
-    """The pool did not start: a replica failed to load its judge or build its app (the message
-    ends with the replica's exception), or Ray could not place the replicas."""
+    """The pool did not start: a replica failed to load its judge or build its app (the message ends with the
+    replica's exception), or Ray could not place the replicas."""
 
 
 @dataclass(frozen=True)
@@ -50,29 +38,21 @@ class PoolOptions:
 
     Args:
         replicas: a fixed number of replicas (ignored when ``max_replicas`` is set).
-        min_replicas, max_replicas: autoscale between these (``max_replicas`` set: Ray Serve's
-            queue-length autoscaling; ``min_replicas`` 0 scales to zero, and the first request
-            then waits for a replica to load its judge).
-        target_ongoing_requests: with autoscaling, the requests in flight or queued per replica
-            Ray Serve aims at (above: it adds replicas; below: it removes them).
-        upscale_delay_s, downscale_delay_s: with autoscaling, how long the load must stay above
-            (below) the target before Ray Serve adds (removes) a replica (None: Ray's, 30 s and 600 s).
-        look_back_period_s: with autoscaling, the window over which Ray Serve averages the load it
-            compares with the target (None: Ray's, 30 s); shorter follows bursts sooner. Ray wants it
-            above its metrics interval (10 s).
-        max_ongoing_requests: requests a replica holds at once. Its batcher coalesces them into
-            ``Judge.score`` calls, so this is high compared with Ray's default (5): one request per
-            sample (OpenRLHF) needs many at once to fill a batch.
-        num_cpus: CPUs per replica (Ray reserves them and sets ``OMP_NUM_THREADS``, so torch uses as
-            many threads).
-        num_gpus: GPUs per replica: a fraction (0.25: four replicas, or a replica beside other work,
-            on one GPU; Ray only counts, it does not cap memory) or a whole number.
-        health_check_period_s: seconds between Ray's health checks of a replica (a call to the
-            replica's actor: a replica whose process died or hangs is replaced).
-        graceful_shutdown_timeout_s: seconds a replica being removed (scaled down, pool deleted)
-            waits for its requests before it is killed (None: Ray's default, 20).
-        max_constructor_retry_count: attempts Ray makes at starting a replica whose judge fails to
-            load before the deployment fails (Ray's default, 20, hides a wrong model name for minutes).
+        min_replicas, max_replicas: ``max_replicas`` set: Ray Serve autoscales on queue length between the two
+            (``min_replicas`` 0 scales to zero: the first request then waits for a replica to load).
+        target_ongoing_requests: with autoscaling, the requests in flight or queued per replica aimed at.
+        upscale_delay_s, downscale_delay_s: with autoscaling, how long the load stays above (below) the target
+            before a replica is added (removed) (None: Ray's, 30 s and 600 s).
+        look_back_period_s: with autoscaling, the window the load is averaged over (None: Ray's, 30 s; Ray
+            wants it above its 10 s metrics interval).
+        max_ongoing_requests: requests a replica holds at once, batched together (Ray's default, 5, cannot fill
+            a batch when each request is one sample, as OpenRLHF sends).
+        num_cpus: CPUs per replica (Ray sets ``OMP_NUM_THREADS`` to it: torch's threads).
+        num_gpus: GPUs per replica: a fraction (0.25: four replicas on one GPU; Ray only counts) or a whole number.
+        health_check_period_s: seconds between Ray's health checks of a replica (a dead or hung one is replaced).
+        graceful_shutdown_timeout_s: seconds a replica being removed waits for its requests (None: Ray's, 20).
+        max_constructor_retry_count: attempts at starting a replica whose judge fails to load (Ray's default,
+            20, hides a wrong model name for minutes).
 
     Example:
         >>> PoolOptions(replicas=2, num_cpus=1).deployment_options()["num_replicas"]
@@ -176,18 +156,13 @@ class PoolOptions:
 
 
 class JudgeReplica:
-    """One replica of the pool: loads a judge and warms it up on its template (:meth:`Judge.warm_up
-    <pluie_reward.core.judge.Judge.warm_up>`, as ``pluie-reward serve`` does: Ray sends requests to a replica once
-    its constructor returns, and none of them should pay the template binding and prefix), then serves the judge
-    server's app for it.
-
-    Ray Serve wraps it with ``serve.ingress()`` (:func:`judge_deployment`); the wrapper calls
-    :meth:`__serve_build_asgi_app__` after the constructor and runs the app's lifespan (the
-    batcher's start and drain).
+    """One replica of the pool: loads a judge, warms it up on its template (:meth:`Judge.warm_up
+    <pluie_reward.core.judge.Judge.warm_up>`: Ray sends requests once the constructor returns), then serves the
+    judge server's app for it (``serve.ingress()`` calls :meth:`__serve_build_asgi_app__` and runs its lifespan).
 
     Args:
-        load_judge: called once in the replica's process to make its judge (picklable: a
-            module-level function or a ``functools.partial`` of one, e.g. ``partial(Judge.load, "...")``).
+        load_judge: called once in the replica's process to make its judge (picklable: a module-level function
+            or a ``functools.partial`` of one, e.g. ``partial(Judge.load, "...")``).
         template: the template the replica serves.
         server_options: :func:`~pluie_reward.serving.app.create_app`'s keyword arguments.
     """
@@ -222,14 +197,8 @@ def check_server_options(server_options: dict[str, Any]) -> None:
         raise TypeError(f"unknown judge server option(s) {unknown}; create_app takes {known}.")
 
 
-def judge_deployment(
-    load_judge: Callable[[], Any],
-    template: Any = "para-fs",
-    options: PoolOptions | None = None,
-    *,
-    name: str = DEPLOYMENT,
-    **server_options: Any,
-) -> Any:
+def judge_deployment(load_judge: Callable[[], Any], template: Any = "para-fs", options: PoolOptions | None = None, *,
+                     name: str = DEPLOYMENT, **server_options: Any) -> Any:
     """The pool as a Ray Serve application (``Deployment.bind(...)``), ready for ``serve.run``.
 
     Args:
@@ -257,21 +226,15 @@ def start_ray(
     address: str | None = None, *, num_cpus: float | None = None, num_gpus: float | None = None, log_to_driver: bool = True,
     worker_niceness: int | None = 0,
 ) -> bool:
-    """Connect to a Ray cluster: join ``address`` (``"auto"``, ``"head-host:6379"``, ``"ray://head:10001"``)
-    or start a local one on this machine (no dashboard). Nothing happens when Ray is already
-    initialised in this process.
+    """Join the Ray cluster at ``address`` (``"auto"``, ``"head-host:6379"``, ``"ray://head:10001"``) or start a
+    local one (no dashboard); nothing when Ray is already initialised in this process.
 
     Args:
-        address: the cluster to join (None: start a local one).
         num_cpus, num_gpus: the local cluster's resources (default: what Ray detects).
         log_to_driver: print the replicas' logs here.
-        worker_niceness: the nice value of the local cluster's workers, the replicas included
-            (Ray's own default is 15: beside any busy process at the default priority, such as a
-            trainer or another job on a shared machine, the replicas and Serve's proxy get the CPU
-            last, and the proxy can miss its 5 s start-up check, which fails ``serve.start``).
-            Default 0, the priority of the process calling; None keeps Ray's. An environment
-            variable ``RAY_worker_niceness`` wins. A joined cluster keeps its own (its ``ray start``
-            decides).
+        worker_niceness: the nice value of the local cluster's workers, the replicas included (default 0; None
+            keeps Ray's 15, at which Serve's proxy can miss its start-up check on a busy machine: docs/pool.md).
+            ``RAY_worker_niceness`` in the environment wins; a joined cluster keeps its own.
 
     Returns:
         True when this call started or joined Ray (so :func:`shutdown` should disconnect it).
@@ -298,9 +261,7 @@ def start_ray(
 
 
 def pool_url(host: str = "127.0.0.1", port: int = 8000, route_prefix: str = "/") -> str:
-    """The URL clients use for a pool whose Serve proxy listens on ``host:port``.
-
-    ``0.0.0.0`` (all interfaces) is shown as ``127.0.0.1``, which works from this machine.
+    """The URL clients use for a pool whose Serve proxy listens on ``host:port`` (``0.0.0.0`` shown as ``127.0.0.1``).
 
     Example:
         >>> pool_url("0.0.0.0", 8000), pool_url("127.0.0.1", 8001, "/judge")
@@ -311,38 +272,25 @@ def pool_url(host: str = "127.0.0.1", port: int = 8000, route_prefix: str = "/")
     return f"http://{shown}:{port}{route_prefix.rstrip('/')}"
 
 
-def deploy(
-    load_judge: Callable[[], Any],
-    template: Any = "para-fs",
-    options: PoolOptions | None = None,
-    *,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    app_name: str = DEFAULT_APP,
-    route_prefix: str = "/",
-    log_level: str | None = None,
-    **server_options: Any,
-) -> str:
-    """Deploy the pool on the Ray cluster this process is connected to and wait until every
-    replica has loaded its judge.
+def deploy(load_judge: Callable[[], Any], template: Any = "para-fs", options: PoolOptions | None = None, *,
+           host: str = "127.0.0.1", port: int = 8000, app_name: str = DEFAULT_APP, route_prefix: str = "/",
+           log_level: str | None = None, **server_options: Any) -> str:
+    """Deploy the pool on the connected Ray cluster; wait until every replica has loaded its judge.
 
-    Starts Ray Serve's HTTP proxy on ``host:port`` when Serve is not running yet (one proxy per
-    node; where it already runs, its own host and port stay, and the URL returned says so).
-    Deploying again under the same ``app_name`` updates the pool in place (Ray replaces the replicas).
+    Starts Serve's HTTP proxy on ``host:port`` unless Serve runs already (then its host and port stay, and the URL
+    says so). Deploying again under the same ``app_name`` replaces the replicas in place.
 
     Args:
         load_judge, template, options, server_options: see :func:`judge_deployment`.
         host, port: where Serve's proxy listens (default 127.0.0.1: this machine only).
         app_name, route_prefix: the application's name and URL prefix in Serve.
-        log_level: the replicas' log level (Ray Serve's ``logging_config``; default Ray's, INFO,
-            which logs every request).
+        log_level: the replicas' log level (default Ray's, INFO, which logs every request).
 
     Returns:
         The pool's base URL (``http://127.0.0.1:8000``): ``POST <url>/score``.
 
     Raises:
-        PoolStartError: the deployment failed; the message ends with the replica's exception
-            (e.g. the judge did not load).
+        PoolStartError: the deployment failed; the message ends with the replica's exception.
     """
     from ray import serve
 
@@ -370,8 +318,7 @@ def _failure(app_name: str) -> str:
 
 
 def _serving_address(host: str, port: int) -> tuple[str, int]:
-    """Host and port of the running Serve proxy (they differ from the ones asked for when Serve was
-    already running on the cluster); the ones asked for when Ray does not say."""
+    """Host and port of the running Serve proxy (Serve may have run already); the ones asked for when Ray does not say."""
     try:
         from ray.serve.context import _get_global_client
 
@@ -382,9 +329,8 @@ def _serving_address(host: str, port: int) -> tuple[str, int]:
 
 
 def shutdown(app_name: str | None = DEFAULT_APP, *, stop_ray: bool = True) -> None:
-    """Delete the pool (its replicas finish their requests first), or all of Serve when
-    ``app_name`` is None; then disconnect from Ray (``stop_ray``), which stops a local cluster
-    started by :func:`start_ray`."""
+    """Delete the pool (its replicas finish their requests first), or all of Serve when ``app_name`` is None; then
+    disconnect from Ray (``stop_ray``: a local cluster started by :func:`start_ray` stops)."""
     import ray
     from ray import serve
 
