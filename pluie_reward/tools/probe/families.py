@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import re
 import warnings
 from dataclasses import dataclass
@@ -226,14 +227,8 @@ def _of_honest(edits: Callable[[str, ProbeContext], list[str]], english: bool = 
 def _homoglyph(source: str) -> list[str]:
     """Every letter with a look-alike replaced, and every other one."""
     every = "".join(HOMOGLYPHS.get(c, c) for c in source)
-    other, flip = [], False
-    for c in source:
-        if c in HOMOGLYPHS:
-            flip = not flip
-            other.append(HOMOGLYPHS[c] if flip else c)
-        else:
-            other.append(c)
-    return [every, "".join(other)]
+    seen = itertools.accumulate(c in HOMOGLYPHS for c in source)  # look-alike letters so far, this one included
+    return [every, "".join(HOMOGLYPHS[c] if c in HOMOGLYPHS and n % 2 else c for c, n in zip(source, seen))]
 
 
 ADDITIONS = (", which was a complete surprise to the residents", "I hope this rewording helps!")
