@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
+
 from ...common.errors import missing_extra
 from ..shared import json_lines
 
@@ -69,12 +71,8 @@ class RunLog:
 
     def keys(self) -> list[str]:
         """Every numeric key logged at least once, in first-seen order."""
-        seen: dict[str, None] = {}
-        for entry in self.history:
-            for key, value in entry.items():
-                if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                    seen.setdefault(key, None)
-        return list(seen)
+        return list(dict.fromkeys(key for entry in self.history for key, value in entry.items()
+                                  if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)))
 
     def reward_names(self) -> list[str]:
         """Names of the reward functions TRL logged (``rewards/<name>/mean``)."""
@@ -131,13 +129,10 @@ def rolling_mean(values: Sequence[float], window: int) -> list[float]:
         >>> rolling_mean([1.0, 2.0, 3.0, 4.0], 2)
         [1.0, 1.5, 2.5, 3.5]
     """
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
+    sums = np.cumsum(np.r_[0.0, np.asarray(values, dtype=float)])
+    end = np.arange(1, len(values) + 1)
+    start = np.maximum(end - window, 0)
+    return ((sums[end] - sums[start]) / (end - start)).tolist()
 
 
 def summary(run: RunLog) -> list[str]:
