@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ...common.errors import missing_extra
+from ..evaluation.metrics import library
 from ..shared import json_lines
 
 _REWARD = re.compile(r"^rewards/(.+)/mean$")
@@ -187,11 +187,7 @@ def plot_run(run: RunLog | str | Path, output: str | Path | None = None, *, titl
         >>> plot_run("runs/grpo_paraphrase")
         PosixPath('runs/grpo_paraphrase/run_curves.png')
     """
-    try:
-        import matplotlib
-    except ModuleNotFoundError as err:
-        raise missing_extra(err, "plot_run") from None
-    matplotlib.use("Agg")
+    library("matplotlib", "plot_run").use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 

@@ -91,17 +91,14 @@ def template_to_dict(template: Template) -> dict[str, Any]:
         "plain": {"user": template.plain_user, "assistant": template.plain_assistant, "separator": template.plain_separator},
         "generation": {"max_new_tokens": template.max_new_tokens},
     }
-    if template.optional_fields:
-        data["optional_fields"] = {f: template.field_help.get(f, "") for f in template.optional_fields}
-    if template.answer_labels:
-        data["labels"] = list(template.answer_labels)
-    if template.values:
-        data["values"] = list(template.values)
-    if template.system is not None:
-        data["system"] = template.system
-    if template.chat_template_kwargs:
-        data["chat_template_kwargs"] = dict(template.chat_template_kwargs)
-    return data
+    optional = {
+        "optional_fields": {f: template.field_help.get(f, "") for f in template.optional_fields},
+        "labels": list(template.answer_labels),
+        "values": list(template.values),
+        "system": template.system,
+        "chat_template_kwargs": dict(template.chat_template_kwargs),
+    }
+    return {**data, **{k: v for k, v in optional.items() if v not in (None, [], {})}}  # the keys set only
 
 
 def _is_peft(model: Any) -> bool:
