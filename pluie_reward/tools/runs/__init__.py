@@ -1,10 +1,7 @@
-"""Reading a training run back: the reward curves of ``trainer_state.json`` and the PLUIE tables
-``pluie/step-*.jsonl`` that :class:`~pluie_reward.PluieCallback` writes, as one figure
-(:func:`read_run`, :func:`plot_run`; ``pluie-reward plot-run DIR``).
+"""Reading a training run back as one figure (:func:`read_run`, :func:`plot_run`; ``pluie-reward plot-run DIR``).
 
-A run directory is a Trainer ``output_dir``: ``trainer_state.json`` at its top (``trainer.save_state()``,
-written at the end of ``train()`` when checkpoints are saved) or in its latest ``checkpoint-*``
-folder; the callback's tables in ``pluie/``.
+A run directory is a Trainer ``output_dir``: ``trainer_state.json`` at its top (``trainer.save_state()``) or in its
+latest ``checkpoint-*`` folder, and the tables ``pluie/step-*.jsonl`` that :class:`~pluie_reward.PluieCallback` writes.
 """
 
 from __future__ import annotations

@@ -23,9 +23,8 @@ SHUTDOWN_S = 30.0  # default drain bound at SIGTERM (--graceful-timeout)
 BODY_TIMEOUT_S = 60.0  # default bound on a body's upload (--body-timeout)
 MAX_BODY_MB = 1024 * 1024  # 1 TiB: a larger --max-body-mb is a typo (the server holds a body in memory)
 MAX_ITEM_CHARS = 16384
-"""``--max-item-chars``'s default: characters in one item's fields (about 3-4k tokens of English). An item is one forward
-pass that holds the judge for every client: on the embedded judge and one CPU thread, an item cut to its 8192-token
-context took 85-100 s, one of 16384 characters (3721 tokens) 24 s."""
+"""``--max-item-chars``'s default (about 3-4k tokens of English): one item is one forward pass that holds the judge for
+every client (embedded judge, one CPU thread: 24 s for 16384 characters, 85-100 s for its whole 8192-token context)."""
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
