@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
-
 from ..evaluation.metrics import library
 from ..shared import json_lines
 
@@ -126,10 +124,13 @@ def rolling_mean(values: Sequence[float], window: int) -> list[float]:
         >>> rolling_mean([1.0, 2.0, 3.0, 4.0], 2)
         [1.0, 1.5, 2.5, 3.5]
     """
-    sums = np.cumsum(np.r_[0.0, np.asarray(values, dtype=float)])
-    end = np.arange(1, len(values) + 1)
-    start = np.maximum(end - window, 0)
-    return ((sums[end] - sums[start]) / (end - start)).tolist()
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
 
 
 def summary(run: RunLog) -> list[str]:
