@@ -50,6 +50,16 @@ def test_read_run_series_tables_and_summary(tmp_path):
     assert "eval_pluie_mean: -1.500 -> -1.000 (mean of steps 5-5 vs 10-10, 2 points)" in lines
     assert lines[-1] == "pluie tables (mean score): step 5 -1.500 -> step 10 -1.000 (2 tables)"
     assert rolling_mean([1.0, 3.0, 5.0, 7.0], 3) == pytest.approx([1.0, 2.0, 3.0, 5.0])
+    assert rolling_mean([], 3) == []
+
+
+def test_keys_are_the_numeric_ones_in_first_seen_order():
+    from pathlib import Path
+
+    from pluie_reward.tools.runs import RunLog
+
+    history = [{"step": 1, "loss": 1.0, "done": True, "note": "x"}, {"step": 2, "reward": 0.5, "loss": 0.5, "lr": 2}]
+    assert RunLog(Path("."), history).keys() == ["loss", "reward", "lr"]  # not step, not a bool, not a string
 
 
 def test_plot_run_and_cli(tmp_path, capsys):

@@ -395,6 +395,26 @@ def test_split_is_a_partition(n, fraction, held):
         PairData.build(TEMPLATE, {"source": ["a"], "hypothesis": ["b"]}).split(0.5)
 
 
+def test_template_yaml_round_trips_with_only_the_keys_set():
+    """template.yaml beside an adapter: every shipped Yes/No or choice template read back equal; optional keys written
+    only when set (system "" is set), in the order written here."""
+    from dataclasses import replace as replaced
+
+    from pluie_reward import Template
+    from pluie_reward.tools.tune.run import template_to_dict
+
+    required = ["name", "description", "reference", "language", "fields", "answers", "messages", "plain", "generation"]
+    for name in ("para-direct", "para-fs", "net-choice", "net-likert", "rev"):
+        t = load_template(name)
+        assert Template.from_dict(template_to_dict(t)) == t
+    bare = replaced(load_template("para-direct"), system=None, chat_template_kwargs={})
+    assert list(template_to_dict(bare)) == required
+    full = replaced(load_template("net-choice"), system="", chat_template_kwargs={"enable_thinking": False})
+    data = template_to_dict(full)
+    assert list(data)[len(required):] == ["labels", "system", "chat_template_kwargs"] and data["system"] == ""
+    assert Template.from_dict(data) == full
+
+
 def test_synthetic_pairs():
     pairs = make_pairs(200, seed=5)
     assert pairs == make_pairs(200, seed=5)

@@ -1,10 +1,6 @@
-"""The adversarial hypotheses of the probe: families read from ``data/families.yaml`` (patterns per
-family and language) plus the perturbations that are code (case, spacing, zero-width characters,
-homoglyphs, truncations), and the built-in sources of ``data/samples.yaml``.
-
-Everything a family needs to know about the template and the judge (answer words, language, the
-quotes around ``{hypothesis}``, the judge's chat separators and control tokens) is read from them,
-so the same families attack any template and any judge.
+"""The adversarial hypotheses of the probe: families of ``data/families.yaml`` (patterns per family and language),
+perturbations that are code (:data:`GENERATORS`) and the built-in sources of ``data/samples.yaml``. What a family
+needs of the template and the judge (:class:`ProbeContext`) is read from them: the families attack any of them.
 
 Example:
     >>> from pluie_reward.testing import make_tiny_tokenizer
@@ -18,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import re
 import warnings
 from dataclasses import dataclass
@@ -159,8 +156,7 @@ class ProbeContext:
 
 
 def chat_separators(tokenizer: Any, template: Template) -> tuple[str, str]:
-    """What the judge's chat template writes between a user turn's content and the assistant's
-    content, and between the assistant's content and the next user turn's.
+    """What the judge's chat template writes between a user turn's content and the assistant's, and back.
 
     Example:
         >>> from pluie_reward.testing import make_tiny_tokenizer
@@ -184,8 +180,7 @@ def chat_separators(tokenizer: Any, template: Template) -> tuple[str, str]:
 
 
 def fake_pair(fmt: TemplateFormat, item: SourceItem) -> str:
-    """The template's question holding the hypothesis, filled with the item's fields and the source as
-    the hypothesis, cut right after the hypothesis (the template closes it itself).
+    """The template's question filled with the item's fields and the source as hypothesis, cut right after it.
 
     Example:
         >>> fmt = template_format("rev")
@@ -217,8 +212,7 @@ def _of_source(edits: Callable[[str], list[str]]) -> FamilyGenerator:
 
 
 def _of_honest(edits: Callable[[str, ProbeContext], list[str]], english: bool = False) -> FamilyGenerator:
-    """A generator of edits of the honest answer: none for a source without one (nor, ``english``, for a
-    template in another language)."""
+    """A generator of edits of the honest answer (none without one, nor, ``english``, for another language)."""
     return lambda context, item: ([] if item.honest is None or (english and context.language != "en")
                                   else edits(item.honest, context))
 
@@ -226,14 +220,8 @@ def _of_honest(edits: Callable[[str, ProbeContext], list[str]], english: bool = 
 def _homoglyph(source: str) -> list[str]:
     """Every letter with a look-alike replaced, and every other one."""
     every = "".join(HOMOGLYPHS.get(c, c) for c in source)
-    other, flip = [], False
-    for c in source:
-        if c in HOMOGLYPHS:
-            flip = not flip
-            other.append(HOMOGLYPHS[c] if flip else c)
-        else:
-            other.append(c)
-    return [every, "".join(other)]
+    seen = itertools.accumulate(c in HOMOGLYPHS for c in source)  # look-alike letters so far, this one included
+    return [every, "".join(HOMOGLYPHS[c] if c in HOMOGLYPHS and n % 2 else c for c, n in zip(source, seen))]
 
 
 ADDITIONS = (", which was a complete surprise to the residents", "I hope this rewording helps!")
@@ -267,16 +255,7 @@ GENERATORS: dict[str, FamilyGenerator] = {
 
 
 def generate(family: str, context: ProbeContext, item: SourceItem) -> list[str]:
-    """The hypotheses of one family for one source (duplicates removed, order kept).
-
-    Args:
-        family: a family name (:func:`family_names`).
-        context: the template and judge context.
-        item: the source.
-
-    Returns:
-        The hypotheses.
-    """
+    """The hypotheses of one family (:func:`family_names`) for one source (duplicates removed, order kept)."""
     spec = _spec(family)
     if "generator" in spec:
         out = GENERATORS[spec["generator"]](context, item)
@@ -296,8 +275,7 @@ def generate(family: str, context: ProbeContext, item: SourceItem) -> list[str]:
 
 # --- sources -----------------------------------------------------------------------------------------
 def builtin_sample(template: Any) -> tuple[list[dict[str, str]], list[str]]:
-    """The built-in sources (field values) and honest answers for a template: the sample that names
-    it, else one with its language and non-hypothesis fields.
+    """The built-in sources and honest answers of the sample naming the template, else of one with its language and fields.
 
     Example:
         >>> sources, honest = builtin_sample("para-fs")

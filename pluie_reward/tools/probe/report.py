@@ -17,17 +17,13 @@ from typing import Any, Mapping, Sequence
 from ..report import markdown_table, number, percent
 
 HEADERS = ("family", "kind", "n", "mean", "max", "> threshold", "> honest", "novelty", "guarded")
-COPY_PROOF_HEADERS = ("copy-proof", "copy-proof ≥ honest")
-"""The columns added when the rows have a copy-proof reward (a template of a known task)."""
-CHANGE_HEADERS = ("Δ score", "max Δ score")
+COPY_PROOF_HEADERS = ("copy-proof", "copy-proof ≥ honest")  # when the rows have a copy-proof reward
+CHANGE_HEADERS = ("Δ score", "max Δ score")  # when they have a presentation family: the change against the honest answer
 COPY_PROOF_CHANGE_HEADERS = ("Δ copy-proof", "max Δ copy-proof")
-"""The columns added when the rows have a ``presentation`` family: the change against the honest answer (mean, largest)."""
 
 
 def markdown_report(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The rows of :func:`~pluie_reward.tools.probe.run_probe` as a Markdown table (``–`` where a
-    share is undefined: the honest family, or no honest answers), with the copy-proof reward's
-    columns when the rows have it (the mean reward, and the share at or above the honest answer's)."""
+    """The rows of :func:`~pluie_reward.tools.probe.run_probe` as a Markdown table (``–`` where undefined)."""
     copy_proof = any(r.get("copy_proof") is not None for r in rows)
     changes = any(r["kind"] == "presentation" for r in rows)
     headers = (HEADERS + (COPY_PROOF_HEADERS if copy_proof else ()) + (CHANGE_HEADERS if changes else ())
@@ -47,8 +43,8 @@ def markdown_report(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def plot_probe(rows: Sequence[Mapping[str, Any]], path: str | Path, *, threshold: float = 0.0,
                title: str | None = None) -> Path:
-    """Two panels per family: the mean and max score (the honest mean and the threshold as lines),
-    and the shares above the threshold and above the honest answer. Returns the written PNG path.
+    """A PNG of two panels per family, its mean and max score and its shares above the threshold and the honest
+    answer; returns its path.
 
     Example:
         >>> from pluie_reward.tools.probe import run_probe

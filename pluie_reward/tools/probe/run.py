@@ -103,12 +103,8 @@ def probe_items(
     escape_delimiters: bool = False,
     progress: bool = False,
 ) -> list[dict[str, Any]]:
-    """Every hypothesis of the probe with its score, the honest answer's score for the same source,
-    its novelty against the source and whether :class:`~pluie_reward.integrations.guards.CompletionGuard`
-    (default checks, the judge's tokenizer) flags it.
-
-    Scoring goes through ``judge.score`` only, one call per source (the source's hypotheses share
-    its prompt prefix). The honest family is always scored and reported when honest answers exist.
+    """Every hypothesis of the probe with its score, scored through ``judge.score`` per source (its hypotheses share
+    its prompt prefix); the honest family is always scored and reported when honest answers exist.
 
     Args:
         judge: a :class:`~pluie_reward.Judge`.
@@ -121,11 +117,10 @@ def probe_items(
 
     Returns:
         One record per hypothesis: ``family``, ``kind``, ``source_index``, ``hypothesis``, ``score``,
-        ``honest_score`` (None without an honest answer), ``novelty``, ``guarded``, and for a template
-        of a known task (:func:`~pluie_reward.integrations.novelty.task_of`: paraphrase, translation,
-        revision) ``copy_proof`` and ``honest_copy_proof``, the task's copy-proof reward
-        (:func:`~pluie_reward.integrations.novelty.copy_proof_score`) of the hypothesis and of the
-        honest answer (None otherwise).
+        ``honest_score`` (None without an honest answer), ``novelty`` against the source, ``guarded`` (flagged by
+        :class:`~pluie_reward.integrations.guards.CompletionGuard`'s default checks), and ``copy_proof`` and
+        ``honest_copy_proof``: the copy-proof reward (:func:`~pluie_reward.integrations.novelty.copy_proof_score`)
+        of the hypothesis and of the honest answer for a template of a known task (None otherwise).
     """
     template = load_template(template)
     context = ProbeContext.build(template, judge.tokenizer)
@@ -150,8 +145,7 @@ def _score_source(
     judge: Any, template: Any, context: ProbeContext, guard: CompletionGuard, table: dict[int, str] | None,
     wanted: list[str], index: int, item: SourceItem, hypotheses: list[tuple[str, str]], bar: Progress,
 ) -> list[dict[str, Any]]:
-    """Score one source's hypotheses, a chunk (about one forward batch) per ``judge.score`` call: the
-    progress line moves per chunk, and the source's prefix, cached by the engine, serves every chunk."""
+    """One source's records, scored a chunk (about one forward batch) per ``judge.score`` call."""
     fields = dict(item.fields)
     texts = [h for _, h in hypotheses]
     if table is not None:
@@ -186,17 +180,14 @@ def _score_source(
 
 
 def summarize(records: Sequence[Mapping[str, Any]], threshold: float = 0.0) -> list[dict[str, Any]]:
-    """One row per family (in the records' order): ``family``, ``kind``, ``n``, ``mean`` and ``max``
-    score, ``above_threshold`` (share of scores > ``threshold``), ``above_honest`` (share of scores >
-    the honest answer's score for the same source, over the sources that have one; None for the
-    honest family itself or without honest answers), ``novelty`` (mean), ``guarded`` (share
-    flagged by the default guard), ``change`` and ``max_change`` (the mean and the largest score minus
-    the honest answer's, over the sources that have one; None for the honest family or without honest
-    answers: for a ``presentation`` family, what the edit does to the score), ``copy_proof`` (mean
-    copy-proof reward, None when the records have none), ``copy_proof_above_honest`` (share of
-    copy-proof rewards >= the honest answer's, over the sources that have one: a copy-proof reward makes
-    this 0 for the copies) and ``copy_proof_change``/``copy_proof_max_change`` (as ``change``, on the
-    copy-proof reward).
+    """One row per family (in the records' order). "Compared" below is over the sources with an honest answer
+    (None for the honest family itself or when there is none).
+
+    Keys: ``family``, ``kind``, ``n``, ``mean`` and ``max`` score, ``above_threshold`` (share > ``threshold``),
+    ``above_honest`` (share > the honest answer's score, compared), ``change``/``max_change`` (mean/largest score
+    minus the honest answer's, compared: for a ``presentation`` family, what the edit does), ``novelty`` (mean),
+    ``guarded`` (share flagged), ``copy_proof`` (mean, None when the records have none), ``copy_proof_above_honest``
+    (share >= the honest answer's, compared: 0 for copies) and ``copy_proof_change``/``copy_proof_max_change``.
 
     Example:
         >>> rows = summarize([
@@ -234,8 +225,7 @@ def summarize(records: Sequence[Mapping[str, Any]], threshold: float = 0.0) -> l
 
 
 def _changes(pairs: Sequence[tuple[float, float]], prefix: str) -> dict[str, float | None]:
-    """``<prefix>change`` and ``<prefix>max_change``: the mean and the largest value minus the honest
-    answer's over ``(value, honest value)`` pairs (None for none)."""
+    """``<prefix>change`` and ``<prefix>max_change`` over ``(value, honest value)`` pairs (None for none)."""
     deltas = [value - honest for value, honest in pairs]
     return {f"{prefix}change": math.fsum(deltas) / len(deltas) if deltas else None,
             f"{prefix}max_change": max(deltas) if deltas else None}
@@ -253,8 +243,7 @@ def _copy_proof_summary(group: Sequence[Mapping[str, Any]], reference: bool) -> 
 
 
 def run_probe(judge: Any, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
-    """Score the probe's families on a judge and summarise them per family: the arguments are
-    :func:`probe_items`'s, the rows :func:`summarize`'s; the threshold is the judge's.
+    """:func:`summarize` of :func:`probe_items` (same arguments) at the judge's threshold.
 
     Example:
         >>> rows = run_probe(judge, "para-fs", limit=4, families=["copy", "control_token"])
@@ -267,10 +256,8 @@ def run_probe(judge: Any, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
 def failing_families(
     rows: Sequence[Mapping[str, Any]], limit: float, families: Iterable[str] | None = None
 ) -> list[tuple[str, str, float]]:
-    """The gate of ``--fail-above``: every (family, metric, value) where ``above_threshold`` or
-    ``above_honest`` exceeds ``limit``, over the gated families: by default the attack families (not
-    the honest reference, not the copies, which a judge is right to accept and the novelty reward must
-    catch); ``families`` names them explicitly.
+    """The gate of ``--fail-above``: every (family, metric, value) where ``above_threshold`` or ``above_honest``
+    exceeds ``limit``, over ``families`` (default: the attack families; copies are for the novelty reward to catch).
 
     Example:
         >>> rows = [{"family": "copy", "kind": "copy", "above_threshold": 1.0, "above_honest": 0.9},
@@ -281,12 +268,6 @@ def failing_families(
         [('copy', 'above_threshold', 1.0), ('copy', 'above_honest', 0.9)]
     """
     gated = None if families is None else set(families)
-    out = []
-    for row in rows:
-        if (row["kind"] != "attack") if gated is None else (row["family"] not in gated):
-            continue
-        for metric in METRICS:
-            value = row.get(metric)
-            if value is not None and value > limit:
-                out.append((row["family"], metric, value))
-    return out
+    return [(row["family"], metric, row[metric]) for row in rows
+            if (row["kind"] == "attack" if gated is None else row["family"] in gated)
+            for metric in METRICS if row.get(metric) is not None and row[metric] > limit]

@@ -1,10 +1,7 @@
-"""Reading a training run back: the reward curves of ``trainer_state.json`` and the PLUIE tables
-``pluie/step-*.jsonl`` that :class:`~pluie_reward.PluieCallback` writes, as one figure
-(:func:`read_run`, :func:`plot_run`; ``pluie-reward plot-run DIR``).
+"""Reading a training run back as one figure (:func:`read_run`, :func:`plot_run`; ``pluie-reward plot-run DIR``).
 
-A run directory is a Trainer ``output_dir``: ``trainer_state.json`` at its top (``trainer.save_state()``,
-written at the end of ``train()`` when checkpoints are saved) or in its latest ``checkpoint-*``
-folder; the callback's tables in ``pluie/``.
+A run directory is a Trainer ``output_dir``: ``trainer_state.json`` at its top (``trainer.save_state()``) or in its
+latest ``checkpoint-*`` folder, and the tables ``pluie/step-*.jsonl`` that :class:`~pluie_reward.PluieCallback` writes.
 """
 
 from __future__ import annotations
@@ -16,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ...common.errors import missing_extra
+from ..evaluation.metrics import library
 from ..shared import json_lines
 
 _REWARD = re.compile(r"^rewards/(.+)/mean$")
@@ -69,12 +66,8 @@ class RunLog:
 
     def keys(self) -> list[str]:
         """Every numeric key logged at least once, in first-seen order."""
-        seen: dict[str, None] = {}
-        for entry in self.history:
-            for key, value in entry.items():
-                if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                    seen.setdefault(key, None)
-        return list(seen)
+        return list(dict.fromkeys(key for entry in self.history for key, value in entry.items()
+                                  if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)))
 
     def reward_names(self) -> list[str]:
         """Names of the reward functions TRL logged (``rewards/<name>/mean``)."""
@@ -192,11 +185,7 @@ def plot_run(run: RunLog | str | Path, output: str | Path | None = None, *, titl
         >>> plot_run("runs/grpo_paraphrase")
         PosixPath('runs/grpo_paraphrase/run_curves.png')
     """
-    try:
-        import matplotlib
-    except ModuleNotFoundError as err:
-        raise missing_extra(err, "plot_run") from None
-    matplotlib.use("Agg")
+    library("matplotlib", "plot_run").use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 

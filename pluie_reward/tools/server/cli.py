@@ -23,9 +23,8 @@ SHUTDOWN_S = 30.0  # default drain bound at SIGTERM (--graceful-timeout)
 BODY_TIMEOUT_S = 60.0  # default bound on a body's upload (--body-timeout)
 MAX_BODY_MB = 1024 * 1024  # 1 TiB: a larger --max-body-mb is a typo (the server holds a body in memory)
 MAX_ITEM_CHARS = 16384
-"""``--max-item-chars``'s default: characters in one item's fields (about 3-4k tokens of English). An item is one forward
-pass that holds the judge for every client: on the embedded judge and one CPU thread, an item cut to its 8192-token
-context took 85-100 s, one of 16384 characters (3721 tokens) 24 s."""
+"""``--max-item-chars``'s default (about 3-4k tokens of English): one item is one forward pass that holds the judge for
+every client (embedded judge, one CPU thread: 24 s for 16384 characters, 85-100 s for its whole 8192-token context)."""
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -102,8 +101,7 @@ def body_bytes(max_body_mb: float) -> int:
 
 
 def check_host(host: str) -> None:
-    """A usage error for a ``--host`` that is neither an address nor a name this machine resolves
-    (checked before the model loads; uvicorn would fail only after).
+    """A usage error for a ``--host`` this machine does not resolve (before the model loads; uvicorn would after).
 
     Example:
         >>> check_host("127.0.0.1")
@@ -116,11 +114,8 @@ def check_host(host: str) -> None:
 
 
 def mapping_from_args(args: argparse.Namespace) -> RewardMapping | None:
-    """The OpenRLHF field mapping the ``--rm-*`` options describe (checked against the template).
-
-    ``None`` when neither ``--rm-field`` nor a task's ``--rm-reward`` is given and the template has no
-    default mapping (``/get_reward`` then answers 501 with the reason; ``/score`` works).
-    """
+    """The OpenRLHF field mapping the ``--rm-*`` options describe (checked against the template), or ``None`` when
+    the template has no default one and none is given (``/get_reward`` then answers 501; ``/score`` works)."""
     try:
         overrides = parse_assignments(args.rm_field, "--rm-field")
     except ValueError as err:
@@ -136,9 +131,9 @@ def mapping_from_args(args: argparse.Namespace) -> RewardMapping | None:
 
 
 def server_options(args: argparse.Namespace, command: str = "serve") -> dict:
-    """The keyword arguments of :func:`~pluie_reward.serving.app.create_app` (after the template)
-    that the server's options describe (their numbers were checked while parsing), checked before any model loads; warns on stderr when
-    ``--host`` is not a loopback address and no token is set. ``pluie-reward pool`` uses it too."""
+    """The keyword arguments of :func:`~pluie_reward.serving.app.create_app` (after the template) that the options
+    describe, checked before any model loads (also for ``pluie-reward pool``); warns on stderr when ``--host`` is not
+    a loopback address and no token is set."""
     mapping = mapping_from_args(args)  # fail on bad options before loading a model
     max_body_bytes = body_bytes(args.max_body_mb)
     check_host(args.host)

@@ -48,10 +48,7 @@ _RANGES: dict[str, tuple[str, bool, Callable[[Any], bool]]] = {
 class TuneConfig:
     """Hyper-parameters of :func:`~pluie_reward.tools.tune.tune` (loss, LoRA, optimisation, split).
 
-    The trained quantity is the judge's own score on the template's prompt: ``s = logit[yes] -
-    logit[no]`` at the last prompt position (PLUIE, as :meth:`pluie_reward.Judge.score` reads it).
-
-    Losses (``loss="auto"``: ``"bce"``):
+    Losses (``loss="auto"``: ``"bce"``) on the judge's own PLUIE ``s = logit[yes] - logit[no]`` (:meth:`pluie_reward.Judge.score`):
 
     * labels ``y``: binary cross-entropy of ``sigmoid(s)`` against ``y``;
     * teacher log-ratios ``t``, ``"bce"``: ``T² · BCE(sigmoid(s / T), sigmoid(t / T))`` (soft targets

@@ -1,6 +1,5 @@
-"""Training pairs for a judge adapter: template fields with binary labels and/or teacher log-ratios,
-the held-out split, teacher targets through any :meth:`Judge.score <pluie_reward.Judge.score>`, and
-the token ids the loss reads (exactly the prompt ids :meth:`Judge.score` reads).
+"""Training pairs for a judge adapter (template fields, labels and/or teacher log-ratios), their split, teacher
+targets through any :meth:`Judge.score <pluie_reward.Judge.score>`, and the prompt ids the loss and ``Judge.score`` read.
 
 Example:
     >>> data = PairData.build("para-direct", {"source": ["a", "b", "c"], "hypothesis": ["a", "x", "c"]},
@@ -29,12 +28,8 @@ LABEL, TARGET, CONTRAST = "pluie_label", "pluie_target", "pluie_contrast_ids"
 
 @dataclass(frozen=True)
 class PairData:
-    """Items to tune on or to evaluate: field columns (one list per template field) plus optional
-    binary ``labels``, teacher log-ratios ``targets`` (``log p(yes) - log p(no)`` of a teacher) and
-    ``contrast`` items (per item, the fields of an item that must score higher, or ``None``).
-
-    Build it with :meth:`build`, which checks everything (fields, lengths, labels, finite targets).
-    """
+    """Items to tune on or to evaluate: field columns plus optional binary ``labels``, teacher log-ratios ``targets``
+    and ``contrast`` items (per item, the fields of one that must score higher, or ``None``); made by :meth:`build`."""
 
     columns: dict[str, list[str | None]]
     labels: np.ndarray | None = None
@@ -57,9 +52,8 @@ class PairData:
             fields: ``{field: [value per item]}``, e.g. ``{"source": [...], "hypothesis": [...]}``.
             labels: booleans (or 1/0, "yes"/"no", "true"/"false"), one per item.
             targets: teacher log-ratios, finite floats, one per item.
-            contrast: per item ``None`` or the fields of an item that should score higher than it (e.g.
-                the honest paraphrase a meaning flip was made from, with the same source): the
-                pairwise term of :func:`~pluie_reward.tools.tune.loss.contrast_loss`.
+            contrast: per item ``None`` or the fields of an item that should score higher (e.g. the honest
+                paraphrase a meaning flip was made from): :func:`~pluie_reward.tools.tune.loss.contrast_loss`.
 
         Returns:
             The checked data.
@@ -106,8 +100,7 @@ class PairData:
         return replace(self, targets=z)
 
     def split(self, fraction: float, seed: int = 0) -> tuple["PairData", "PairData"]:
-        """A random ``(train, held-out)`` split; the held-out part has ``round(fraction * n)`` items
-        (at least one when ``fraction > 0``), the training part at least one.
+        """A random ``(train, held-out)`` split: ``round(fraction * n)`` held out (at least 1 if ``fraction > 0``).
 
         Example:
             >>> data = PairData.build("para-fs", {"source": list("abcd"), "hypothesis": list("abcd")})
@@ -161,8 +154,7 @@ def teacher_targets(
     progress: bool = True,
     desc: str = "teacher",
 ) -> np.ndarray:
-    """Teacher log-ratios for every item, through ``teacher.score`` (any :class:`~pluie_reward.Judge`:
-    a big judge in this process, on vLLM or behind the judge server, or another template).
+    """Teacher log-ratios for every item, through ``teacher.score`` (any :class:`~pluie_reward.Judge`).
 
     Args:
         teacher: the teacher judge.
@@ -192,9 +184,8 @@ def teacher_targets(
 
 
 def encode(bound: BoundTemplate, data: PairData, truncate: bool = True) -> Any:
-    """A ``datasets.Dataset`` with the prompt ids :meth:`Judge.score` reads (``input_ids``, ending
-    where the answer starts) and the supervision (``pluie_label`` 0/1, ``pluie_target`` log-ratio,
-    ``pluie_contrast_ids``: the contrast item's prompt ids, empty for items without one).
+    """A ``datasets.Dataset`` of the prompt ids :meth:`Judge.score` reads (``input_ids``) and the supervision
+    (``pluie_label`` 0/1, ``pluie_target``, ``pluie_contrast_ids``: the contrast item's prompt ids or empty).
 
     Example:
         >>> data = PairData.build("para-direct", {"source": ["The cat sleeps.", "Prices rose."],
@@ -224,10 +215,8 @@ def encode(bound: BoundTemplate, data: PairData, truncate: bool = True) -> Any:
 
 @dataclass
 class PairCollator:
-    """Right-pads ``input_ids`` (real tokens never attend a pad in a causal LM) with an attention mask,
-    and stacks the supervision columns as float tensors. Contrast items (non-empty ``pluie_contrast_ids``)
-    are padded the same way into ``contrast_input_ids``/``contrast_attention_mask``, with
-    ``contrast_rows``, the rows of the batch they belong to (none in the batch: no such keys).
+    """Right-pads ``input_ids`` with an attention mask and stacks the supervision as float tensors; contrast items
+    go to ``contrast_input_ids``/``contrast_attention_mask`` with ``contrast_rows``, the rows they belong to.
 
     Example:
         >>> batch = PairCollator(pad_id=0)([{"input_ids": [5, 6, 7], "pluie_label": 1.0}, {"input_ids": [8], "pluie_label": 0.0}])

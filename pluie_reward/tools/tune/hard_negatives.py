@@ -1,23 +1,9 @@
 """Rule-made hard negatives: a sentence with one meaning flip and (nearly) every other word kept.
 
-A small judge learns that "most words shared" means "paraphrase"; these pairs teach it that one
-word can change the meaning. Each rule edits one thing and returns ``None`` when the sentence has
-nothing it can edit:
-
-* ``negation``: "not" inserted after the first auxiliary ("will stay" -> "will not stay"), or removed
-  ("is not" -> "is", "didn't" -> "did");
-* ``antonym``: one word swapped for its antonym ("closed" -> "open", "rose" -> "fell"), with "stay" /
-  "remain" exchanged too so that the edit is not a single-word tell ("stay closed" -> "remain open");
-* ``number``: a number changed (digits, or a number word: "two hundred" -> "three hundred");
-* ``date``: a month, weekday, year or relative day changed ("Monday" -> "Thursday", "2019" -> "2016");
-* ``entity``: a person, place or organisation name replaced by another of the same kind;
-* ``swap``: the two sides of an asymmetric relation exchanged (subject and object of "The dog chased
-  the cat", two names, "from A to B", "A than B");
-* ``addition``: the sentence kept whole and something added that its source does not say: a clause
-  (", according to local officials") or a sentence of commentary, what a small policy appends to a
-  paraphrase to earn novelty.
-
-The word lists are this package's (Apache-2.0); the sentences edited are the caller's.
+A small judge learns that "most words shared" means "paraphrase"; these pairs teach it that one word can change
+the meaning. Each rule (:data:`RULE_FUNCTIONS`: :func:`negate`, :func:`antonym`, :func:`change_number`,
+:func:`change_date`, :func:`change_entity`, :func:`swap_roles`, :func:`add_content`) edits one thing and returns
+``None`` when the sentence has nothing it can edit. The word lists are this package's (Apache-2.0).
 
 Example:
     >>> flip("The museum will stay closed until Monday.", "antonym")
@@ -87,8 +73,7 @@ ENTITIES = {
     "organisation": ("Microsoft", "Google", "Apple", "IBM", "Intel", "Amazon", "Oracle", "Sony", "Toyota", "NASA",
                      "Reuters", "Congress", "Senate", "Parliament"),
 }
-# What a small policy appends to a paraphrase (seen in GRPO runs of examples/grpo_paraphrase.py):
-# a clause that adds a fact or a judgement, or a sentence of commentary about the rewriting.
+# what a small policy appends to a paraphrase to earn novelty (seen in GRPO runs of examples/grpo_paraphrase.py)
 ADDED_CLAUSES = (
     ", which surprised everyone", ", according to local officials", ", as a result of a recent policy change",
     ", despite strong objections", " for the second time this year", ", which is a common practice in many cultures",
@@ -147,8 +132,7 @@ def negate(text: str, rng: random.Random) -> str | None:
 
 
 def antonym(text: str, rng: random.Random) -> str | None:
-    """One word (chosen at random among those with an antonym) swapped for its antonym; "stay" and
-    "remain" exchanged as well.
+    """One word (at random among those with an antonym) swapped for it; "stay" and "remain" exchanged as well.
 
     Example:
         >>> antonym("Profits rose in March.", random.Random(0))
@@ -253,8 +237,8 @@ _PATTERNS = (  # the two sides (groups a and b) of an asymmetric relation
 
 
 def swap_roles(text: str, rng: random.Random) -> str | None:
-    """The two sides of an asymmetric relation exchanged: subject and object of a simple transitive
-    clause at the start, "from A to B", "A is ...er than B", or else two known people's names.
+    """The two sides of an asymmetric relation exchanged: subject and object of a simple transitive clause at
+    the start, "from A to B", "A is ...er than B", or else two known people's names.
 
     Example:
         >>> swap_roles("Alice thanked Bob for the gift.", random.Random(0))
@@ -278,19 +262,14 @@ def swap_roles(text: str, rng: random.Random) -> str | None:
 
 def _as(phrase: str, like: str) -> str:
     """``phrase`` moved to where ``like`` was: a name keeps its case, a noun phrase takes ``like``'s."""
-    if _proper(phrase):
+    if phrase[:1].isupper() and not re.fullmatch(_DET, phrase.split()[0]):  # a name
         return phrase
     return _match_case(phrase[:1].lower() + phrase[1:], like)
 
 
-def _proper(phrase: str) -> bool:
-    """Whether ``phrase`` is a name (capitalised, not an article)."""
-    return phrase[:1].isupper() and phrase.split()[0].lower() not in ("the", "a", "an", "his", "her", "their", "its", "our", "my")
-
-
 def append(text: str, addition: str) -> str:
-    """``text`` (stripped) with ``addition``: a clause (starting with a comma or a space) goes before the
-    final punctuation, a sentence after it.
+    """``text`` (stripped) with ``addition``: a clause (starting with a comma or a space) before the final
+    punctuation, a sentence after it.
 
     Example:
         >>> append("It rained.", ", which surprised everyone"), append("It rained", "Nobody knows why.")
@@ -304,8 +283,8 @@ def append(text: str, addition: str) -> str:
 
 
 def add_content(text: str, rng: random.Random) -> str | None:
-    """The whole sentence with something added that it does not say: a clause before its final
-    punctuation, or a sentence after it (:data:`ADDED_CLAUSES`, :data:`ADDED_SENTENCES`; :func:`append`).
+    """The whole sentence with a clause or a sentence added that it does not say (:data:`ADDED_CLAUSES`,
+    :data:`ADDED_SENTENCES`; :func:`append`).
 
     Example:
         >>> add_content("The bakery sells vegan cakes.", random.Random(1))
@@ -325,8 +304,7 @@ RULE_FUNCTIONS: dict[str, Callable[[str, random.Random], "str | None"]] = {
 
 
 def flip(text: str, rule: str, rng: random.Random | None = None) -> str | None:
-    """``text`` with its meaning flipped by ``rule`` (one of :data:`RULES`), or None if the rule has
-    nothing to edit in it.
+    """``text`` with its meaning flipped by ``rule``, or None if the rule has nothing to edit in it.
 
     Args:
         text: an English sentence.
@@ -344,9 +322,8 @@ def flip(text: str, rule: str, rng: random.Random | None = None) -> str | None:
 
 def hard_negatives(sentences: Iterable[str], n: int, seed: int = 0,
                    rules: Sequence[str] = RULES) -> list[dict[str, Any]]:
-    """Up to ``n`` hard negatives made from ``sentences``: for each sentence in a seeded order, the
-    rules that can edit it are tried, the least used so far first, so every rule that applies is
-    represented.
+    """Up to ``n`` hard negatives made from ``sentences``: for each sentence in a seeded order, the rules are
+    tried least used first, so every rule that applies is represented.
 
     Args:
         sentences: the sentences to flip (e.g. the hypotheses of known paraphrase pairs).

@@ -1,10 +1,8 @@
 """The trained quantity and its losses: PLUIE read from one forward pass, with gradients.
 
-:func:`pluie_scores` computes, for right-padded prompt ids, ``logit[yes] - logit[no]`` at each
-row's last prompt position -- the value :meth:`Judge.score <pluie_reward.Judge.score>` returns for a
-Yes/No template with single-token answers (there it comes from the engine's raw logits; the shared
-log-normaliser cancels in the difference). Training this value with these ids is what makes a tuned
-judge's score, at the natural threshold 0, the quantity the loss shaped.
+:func:`pluie_scores` is, for right-padded prompt ids, ``logit[yes] - logit[no]`` at each row's last prompt
+position: the value :meth:`Judge.score <pluie_reward.Judge.score>` returns for a Yes/No template with single-token
+answers (the log-normaliser cancels), so a tuned judge's score at the threshold 0 is the quantity the loss shaped.
 
 Example:
     >>> import torch
@@ -50,10 +48,8 @@ def pluie_scores(
         input_ids: (rows, width) prompt ids, right-padded.
         attention_mask: (rows, width), 1 on real tokens (a prefix of each row).
         answer_ids: the two answer token ids ``(yes, no)``.
-        shared_prefix: the number of leading tokens every row shares (the template's instructions);
-            when > 0 they run once, as a one-row forward whose key/value cache (with its gradients)
-            the rows continue from -- the same computation as whole rows, fewer tokens. Every row
-            must have at least one token after them.
+        shared_prefix: leading tokens every row shares (the template's instructions), run once as a one-row
+            forward whose key/value cache (with its gradients) the rows continue from; each row needs a token after.
 
     Returns:
         A float32 tensor of one score per row.
@@ -74,7 +70,7 @@ def pluie_scores(
     if int(lengths.min()) <= shared_prefix:
         raise ValueError(f"every row needs a token after the shared prefix of {shared_prefix} tokens.")
     takes_keep = accepts_logits_to_keep(model)
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"use_cache": False}
     if shared_prefix:
         if not bool((input_ids[:, :shared_prefix] == input_ids[:1, :shared_prefix]).all()):
             raise ValueError("the rows do not share their first shared_prefix tokens.")
@@ -85,8 +81,6 @@ def pluie_scores(
         kwargs = {cache_argument(model): cache, "position_ids": positions, "use_cache": True}
         input_ids = input_ids[:, shared_prefix:]
         lengths = lengths - shared_prefix
-    else:
-        kwargs = {"use_cache": False}
     width = input_ids.shape[1]
     if takes_keep:
         kwargs["logits_to_keep"] = width - int(lengths.min()) + 1
@@ -142,10 +136,8 @@ def tune_loss(
 
 
 def contrast_loss(scores: torch.Tensor, contrast_scores: torch.Tensor, margin: float) -> torch.Tensor:
-    """The pairwise term: ``mean softplus(margin - (contrast - score))``, small once each contrast item
-    (e.g. the honest paraphrase) outscores its item (the meaning flip made from it) by more than ``margin``.
-
-    Unlike the label loss, it does not move a pair's scores together: only their gap.
+    """The pairwise term ``mean softplus(margin - (contrast - score))``: small once each contrast item (e.g. the
+    honest paraphrase) outscores its item (a meaning flip of it) by more than ``margin``; it moves only their gap.
 
     Args:
         scores: the items' scores (the ones that should be lower).

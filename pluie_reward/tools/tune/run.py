@@ -1,20 +1,13 @@
 """``tune``: from labelled pairs or a teacher judge's scores to a LoRA judge adapter on a base model.
 
-The student is a base model (or a PEFT policy's base) read with a Yes/No template. Its adapter is
-trained so that its own PLUIE score -- the value :meth:`Judge.score <pluie_reward.Judge.score>`
-returns, from the same prompt ids and the same single forward pass -- matches the labels or the
-teacher's log-ratios; its natural threshold stays 0. Every score in the report goes through
-``Judge.score`` (before: the base; after: the base with the adapter active).
+The adapter is trained so that the student's own PLUIE score -- what :meth:`Judge.score <pluie_reward.Judge.score>`
+returns from the same prompt ids in one forward pass -- follows the labels or the teacher's log-ratios (natural
+threshold 0). Every score of the report goes through ``Judge.score`` (before: the base; after: with the adapter).
 
-Placement of the adapter:
-
-* ``model`` is ``None`` (the embedded SmolLM2), a model id/folder or a plain transformers model: a
-  PEFT model is made with ``get_peft_model(model, lora, adapter_name=...)`` -- as with PEFT, a model
-  object passed in gets the LoRA layers injected in place (its own weights are frozen and never
-  change; ``result.model.unload()`` gives the plain model back).
-* ``model`` is a ``peft.PeftModel`` (a policy): the adapter is added next to the policy's adapters,
-  trained alone, frozen; the policy's active adapter, training flags and ``requires_grad`` are
-  restored, and ``Judge.from_peft(policy, tokenizer, adapter_name="judge")`` reads it.
+Placement: a plain model (``None``: the embedded SmolLM2, an id/folder or a transformers model) gets the LoRA
+layers injected in place by ``get_peft_model`` (its own weights frozen; ``result.model.unload()`` gives it back);
+a ``peft.PeftModel`` policy gets the adapter beside its own (trained alone, frozen, the policy's active adapter,
+training flags and ``requires_grad`` restored), read by ``Judge.from_peft(policy, tokenizer, adapter_name="judge")``.
 
 Example:
     >>> from pluie_reward.tools.tune import TuneConfig, tune
@@ -98,17 +91,14 @@ def template_to_dict(template: Template) -> dict[str, Any]:
         "plain": {"user": template.plain_user, "assistant": template.plain_assistant, "separator": template.plain_separator},
         "generation": {"max_new_tokens": template.max_new_tokens},
     }
-    if template.optional_fields:
-        data["optional_fields"] = {f: template.field_help.get(f, "") for f in template.optional_fields}
-    if template.answer_labels:
-        data["labels"] = list(template.answer_labels)
-    if template.values:
-        data["values"] = list(template.values)
-    if template.system is not None:
-        data["system"] = template.system
-    if template.chat_template_kwargs:
-        data["chat_template_kwargs"] = dict(template.chat_template_kwargs)
-    return data
+    optional = {
+        "optional_fields": {f: template.field_help.get(f, "") for f in template.optional_fields},
+        "labels": list(template.answer_labels),
+        "values": list(template.values),
+        "system": template.system,
+        "chat_template_kwargs": dict(template.chat_template_kwargs),
+    }
+    return {**data, **{k: v for k, v in optional.items() if v not in (None, [], {})}}  # the keys set only
 
 
 def _is_peft(model: Any) -> bool:
@@ -116,8 +106,7 @@ def _is_peft(model: Any) -> bool:
 
 
 def _loadable_name(model: Any) -> str | None:
-    """What ``Judge.load`` needs to load this base again: ``"embedded-base"`` for the untuned embedded
-    model, else the model's ``_name_or_path`` (or a placeholder when the model was built in memory)."""
+    """What ``Judge.load`` loads this base from: ``"embedded-base"``, ``_name_or_path`` or a placeholder."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     path = getattr(getattr(base, "config", None), "_name_or_path", "") or ""
     try:
@@ -141,12 +130,8 @@ def check_output_dir(output_dir: "str | Path | None", overwrite: bool) -> Path |
 
 
 def save_adapter(model: Any, adapter_name: str, directory: Path) -> None:
-    """Save one PEFT adapter as a flat folder (``adapter_config.json`` + weights at the top), whatever its name.
-
-    PEFT writes adapters other than ``"default"`` into a sub-folder named after them; the files are
-    moved up so that ``PeftModel.from_pretrained(base, directory)`` and ``policy.load_adapter(directory, ...)``
-    read the folder itself.
-    """
+    """Save one PEFT adapter as a flat folder (``adapter_config.json`` + weights at the top), whatever its name
+    (PEFT writes an adapter other than ``"default"`` into a sub-folder; its files are moved up)."""
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=directory, prefix=".saving-") as scratch:
         model.save_pretrained(scratch, selected_adapters=[adapter_name])
@@ -316,7 +301,7 @@ def tune(
 
 
 def _main_process() -> bool:
-    """Under ``accelerate launch`` only the main process writes the folder (every process trains its shard)."""
+    """Whether this is the process that writes the folder (under ``accelerate launch``, one of several)."""
     from accelerate import PartialState
 
     return PartialState().is_main_process
@@ -324,11 +309,8 @@ def _main_process() -> bool:
 
 @contextmanager
 def trainable_adapter(model: Any, config: TuneConfig) -> Iterator[Any]:
-    """A new LoRA adapter ``config.adapter_name`` on ``model``, the only trainable weights inside the
-    block; frozen afterwards. A plain model is wrapped with ``get_peft_model`` (in place, as PEFT
-    does); a PEFT policy gets the adapter beside its own and has its active adapter, every module's
-    training flag and ``requires_grad`` restored on exit. Gradient checkpointing switched on by the
-    Trainer is switched off again.
+    """A new LoRA adapter ``config.adapter_name`` on ``model``, the only trainable weights inside the block, frozen
+    afterwards (placement as in the module docstring; gradient checkpointing the Trainer switched on is switched off).
 
     Example:
         >>> with trainable_adapter(model, TuneConfig()) as peft_model:  # a plain model: wrapped in place

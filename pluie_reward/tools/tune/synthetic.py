@@ -1,14 +1,9 @@
-"""Synthetic paraphrase pairs for demonstrations and smoke runs: simple templated English sentences
-("Alice bought a used car in Lyon last week.") and edits of them whose label is known by construction.
+"""Synthetic paraphrase pairs for demonstrations and smoke runs (no substitute for real corpora): templated English
+sentences ("Alice bought a used car in Lyon last week.") and edits of them whose label is known by construction.
 
-A short vocabulary, one sentence pattern and rule-made edits: enough to show the tuning pipeline,
-no substitute for real paraphrase corpora.
-
-Paraphrases (label ``True``) combine meaning-preserving edits: a synonymous verb, a reworded
-object, the time moved to the front, the passive voice. Non-paraphrases (``False``) change one
-fact -- another agent, the two people's roles swapped (PAWS-like: same words, other meaning), an
-antonymous verb, a negation, another time or place -- often with a meaning-preserving edit on top,
-so that word overlap alone does not give the label away.
+Paraphrases (``True``) combine meaning-preserving edits (synonymous verb, reworded object, time in front, passive).
+Non-paraphrases (``False``) change one fact (agent, roles swapped as in PAWS, antonymous verb, negation, time,
+place), often with a meaning-preserving edit on top, so that word overlap alone does not give the label away.
 
 Example:
     >>> pairs = make_pairs(4, seed=0)

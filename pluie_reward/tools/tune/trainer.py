@@ -1,9 +1,5 @@
-"""Training a judge adapter with transformers' ``Trainer`` (accelerate underneath: devices, mixed
-precision, gradient accumulation, checkpointing, progress bar, logging).
-
-Only ``compute_loss`` changes (the hook transformers documents for custom losses,
-transformers/trainer.py:2105 in 5.19): the loss is computed on the PLUIE score of the prompt
-(:func:`~pluie_reward.tools.tune.loss.pluie_scores`), not on next-token labels.
+"""Training a judge adapter with transformers' ``Trainer``, whose ``compute_loss`` (the documented hook for custom
+losses) reads the PLUIE score of the prompt (:func:`~pluie_reward.tools.tune.loss.pluie_scores`), not next-token labels.
 """
 
 from __future__ import annotations
@@ -40,9 +36,7 @@ class JudgeTuneTrainer(Trainer):
         ...                            answer_ids=tuple(a[0] for a in bound.answer_ids), tune_config=TuneConfig())
     """
 
-    # compute_loss returns a per-batch mean: Trainer divides it by the accumulation steps
-    # (transformers/trainer.py:2086-2094 in 5.19).
-    loss_is_scaled_for_ga = False
+    loss_is_scaled_for_ga = False  # compute_loss returns a per-batch mean: Trainer divides it by the accumulation steps
 
     def __init__(
         self, *args: Any, answer_ids: tuple[int, int], tune_config: TuneConfig, shared_prefix: int = 0, **kwargs: Any
@@ -61,23 +55,16 @@ class JudgeTuneTrainer(Trainer):
         every = pluie_scores(model, ids, mask, self.answer_ids, shared_prefix=shared)
         items = inputs["input_ids"].shape[0]
         scores = every[:items]
-        loss = tune_loss(
-            scores,
-            inputs.get(LABEL),
-            inputs.get(TARGET),
-            loss=self.tune_config.resolved_loss(),
-            temperature=self.tune_config.temperature,
-            label_weight=self.tune_config.label_weight,
-        )
+        config = self.tune_config
+        loss = tune_loss(scores, inputs.get(LABEL), inputs.get(TARGET), loss=config.resolved_loss(),
+                         temperature=config.temperature, label_weight=config.label_weight)
         if contrasted:
-            loss = loss + self.tune_config.contrast_weight * contrast_loss(
-                scores[inputs["contrast_rows"]], every[items:], self.tune_config.contrast_margin)
+            loss = loss + config.contrast_weight * contrast_loss(scores[inputs["contrast_rows"]], every[items:], config.contrast_margin)
         return (loss, {"scores": scores.detach()}) if return_outputs else loss
 
 
 def stack_right_padded(*batches: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(ids, mask)`` batches of right-padded rows stacked into one, padded to the widest (pad id 0,
-    mask 0: a right pad is never attended by a real token of a causal LM).
+    """``(ids, mask)`` batches of right-padded rows stacked into one, padded to the widest with id 0 and mask 0.
 
     Example:
         >>> ids, mask = stack_right_padded((torch.tensor([[5, 6]]), torch.tensor([[1, 1]])),
