@@ -17,25 +17,12 @@ Example:
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from ...engines.transformers.compat import cache_argument, output_cache
-
-
-def accepts_logits_to_keep(model: Any) -> bool:
-    """Whether the (base) model's forward takes ``logits_to_keep`` (then the LM head runs on a few positions).
-
-    Example:
-        >>> accepts_logits_to_keep(torch.nn.Linear(1, 1))
-        False
-    """
-    base = getattr(model, "module", model)  # DistributedDataParallel / DataParallel wrappers
-    base = base.get_base_model() if hasattr(base, "get_base_model") else base
-    return "logits_to_keep" in inspect.signature(type(base).forward).parameters
+from ...engines.transformers.compat import cache_argument, forward_parameters, output_cache
 
 
 def pluie_scores(
@@ -69,7 +56,7 @@ def pluie_scores(
     rows = input_ids.shape[0]
     if int(lengths.min()) <= shared_prefix:
         raise ValueError(f"every row needs a token after the shared prefix of {shared_prefix} tokens.")
-    takes_keep = accepts_logits_to_keep(model)
+    takes_keep = "logits_to_keep" in forward_parameters(model)  # the LM head on a few positions
     kwargs: dict[str, Any] = {"use_cache": False}
     if shared_prefix:
         if not bool((input_ids[:, :shared_prefix] == input_ids[:1, :shared_prefix]).all()):
