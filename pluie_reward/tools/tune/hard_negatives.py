@@ -3,7 +3,7 @@
 A small judge learns that "most words shared" means "paraphrase"; these pairs teach it that one word can change
 the meaning. Each rule (:data:`RULE_FUNCTIONS`: :func:`negate`, :func:`antonym`, :func:`change_number`,
 :func:`change_date`, :func:`change_entity`, :func:`swap_roles`, :func:`add_content`) edits one thing and returns
-``None`` when the sentence has nothing it can edit. The word lists are this package's (Apache-2.0).
+``None`` when the sentence has nothing it can edit. The word lists are this package's (Apache-2.0), in ``hard_negatives.json`` beside it.
 
 Example:
     >>> flip("The museum will stay closed until Monday.", "antonym")
@@ -18,8 +18,10 @@ Example:
 
 from __future__ import annotations
 
+import json
 import random
 import re
+from importlib import resources
 from typing import Any, Callable, Iterable, Sequence
 
 MEANING_RULES = ("negation", "antonym", "number", "date", "entity", "swap")
@@ -27,65 +29,24 @@ MEANING_RULES = ("negation", "antonym", "number", "date", "entity", "swap")
 RULES = MEANING_RULES + ("addition",)
 """Every rule: the meaning flips and ``addition`` (the sentence and more)."""
 
-AUXILIARIES = ("is", "are", "was", "were", "will", "would", "can", "could", "should", "must", "may", "might",
-               "has", "have", "had", "does", "do", "did")
-_CONTRACTED = {"isn't": "is", "aren't": "are", "wasn't": "was", "weren't": "were", "won't": "will",
-               "wouldn't": "would", "can't": "can", "cannot": "can", "couldn't": "could", "shouldn't": "should",
-               "mustn't": "must", "hasn't": "has", "haven't": "have", "hadn't": "had", "doesn't": "does",
-               "don't": "do", "didn't": "did"}
-# (word, antonym): both directions are used
-ANTONYMS = (
-    ("open", "closed"), ("opened", "closed"), ("opens", "closes"), ("rise", "fall"), ("rose", "fell"),
-    ("rises", "falls"), ("risen", "fallen"), ("increase", "decrease"), ("increased", "decreased"),
-    ("increases", "decreases"), ("more", "fewer"), ("most", "fewest"), ("higher", "lower"), ("high", "low"),
-    ("large", "small"), ("big", "small"), ("larger", "smaller"), ("win", "lose"), ("won", "lost"), ("wins", "loses"),
-    ("accept", "reject"), ("accepted", "rejected"), ("early", "late"), ("earlier", "later"), ("before", "after"),
-    ("first", "last"), ("buy", "sell"), ("bought", "sold"), ("good", "bad"), ("better", "worse"),
-    ("strong", "weak"), ("cheap", "expensive"), ("hot", "cold"), ("young", "old"), ("started", "stopped"),
-    ("always", "never"), ("support", "oppose"), ("supported", "opposed"), ("agree", "disagree"),
-    ("agreed", "refused"), ("allowed", "banned"), ("approved", "rejected"), ("success", "failure"),
-    ("full", "empty"), ("safe", "dangerous"), ("easy", "difficult"), ("true", "false"), ("alive", "dead"),
-    ("arrived", "left"), ("found", "lost"), ("gained", "lost"), ("inside", "outside"),
-    ("north", "south"), ("northern", "southern"), ("east", "west"), ("eastern", "western"), ("men", "women"),
-    ("man", "woman"), ("boy", "girl"), ("boys", "girls"), ("day", "night"), ("happy", "sad"), ("love", "hate"),
-    ("loves", "hates"), ("rich", "poor"), ("long", "short"), ("fast", "slow"), ("quickly", "slowly"),
-    ("light", "dark"), ("wet", "dry"), ("raised", "lowered"), ("profit", "loss"), ("profits", "losses"),
-    ("majority", "minority"), ("reduced", "increased"), ("hire", "fire"), ("hired", "fired"),
-)
+_WORDS = json.loads((resources.files("pluie_reward.tools.tune") / "hard_negatives.json").read_text(encoding="utf-8"))
+AUXILIARIES: tuple[str, ...] = tuple(_WORDS["auxiliaries"])
+_CONTRACTED: dict[str, str] = _WORDS["contracted"]
+ANTONYMS: tuple[tuple[str, str], ...] = tuple(map(tuple, _WORDS["antonyms"]))
+"""(word, antonym) pairs, both directions used; the first pair listed wins ("closed" -> "open", not "opened")."""
 _ANTONYM: dict[str, str] = {}
-for _a, _b in ANTONYMS:  # the first pair listed wins ("closed" -> "open", not "opened")
+for _a, _b in ANTONYMS:
     _ANTONYM.setdefault(_a, _b)
     _ANTONYM.setdefault(_b, _a)
-_STAY = {"stay": "remain", "remain": "stay", "stays": "remains", "remains": "stays", "stayed": "remained",
-         "remained": "stayed"}
-NUMBER_WORDS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-                "twenty", "thirty", "forty", "fifty", "hundred", "thousand", "million", "billion")
-MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-          "November", "December")
-WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
-RELATIVE_DAYS = {"yesterday": "tomorrow", "tomorrow": "yesterday", "today": "tomorrow", "tonight": "last night"}
-ENTITIES = {
-    "person": ("Alice", "Bob", "Carla", "David", "Emma", "Farid", "Grace", "Hugo", "Ines", "Jonas", "Kenji", "Lena",
-               "Maria", "John", "Peter", "Sarah", "Smith", "Johnson", "Brown", "Obama", "Bush", "Clinton"),
-    "place": ("London", "Paris", "Berlin", "Lyon", "Boston", "Chicago", "Tokyo", "Sydney", "Madrid", "Rome",
-              "Iraq", "Iran", "China", "India", "France", "Germany", "Japan", "Canada", "Mexico", "Brazil",
-              "Russia", "Spain", "Italy", "Texas", "California", "Florida", "Europe", "Africa", "Asia"),
-    "organisation": ("Microsoft", "Google", "Apple", "IBM", "Intel", "Amazon", "Oracle", "Sony", "Toyota", "NASA",
-                     "Reuters", "Congress", "Senate", "Parliament"),
-}
-# what a small policy appends to a paraphrase to earn novelty (seen in GRPO runs of examples/grpo_paraphrase.py)
-ADDED_CLAUSES = (
-    ", which surprised everyone", ", according to local officials", ", as a result of a recent policy change",
-    ", despite strong objections", " for the second time this year", ", which is a common practice in many cultures",
-    ", but only for a short time", " after a long public debate", ", which was a change of plans",
-    ", although nobody expected it", " to save money", ", which is a metaphor for sudden change",
-)
-ADDED_SENTENCES = (
-    "It was the first time in ten years.", "Nobody knows why.", "The original sentence was reworded to make it clearer.",
-    "The revised sentence keeps the original meaning.", "I hope this helps!", "Officials have not commented yet.",
-    "Note: the meaning of the sentence is unchanged.", "This was reported in the local press.",
-    "Many people were unhappy about it.", "Here is the rewritten sentence.",
-)
+_STAY: dict[str, str] = _WORDS["stay"]
+NUMBER_WORDS: tuple[str, ...] = tuple(_WORDS["number_words"])
+MONTHS: tuple[str, ...] = tuple(_WORDS["months"])
+WEEKDAYS: tuple[str, ...] = tuple(_WORDS["weekdays"])
+RELATIVE_DAYS: dict[str, str] = _WORDS["relative_days"]
+ENTITIES: dict[str, tuple[str, ...]] = {kind: tuple(names) for kind, names in _WORDS["entities"].items()}
+ADDED_CLAUSES: tuple[str, ...] = tuple(_WORDS["added_clauses"])
+"""What a small policy appends to a paraphrase to earn novelty (seen in GRPO runs of examples/grpo_paraphrase.py)."""
+ADDED_SENTENCES: tuple[str, ...] = tuple(_WORDS["added_sentences"])
 _KIND = {name: kind for kind, names in ENTITIES.items() for name in names}
 _TOKEN = re.compile(r"[A-Za-z]+(?:'[a-z]+)?|\d[\d,]*(?:\.\d+)?")
 _SENTENCE_START = re.compile(r"(^|[.!?]\s+)$")
