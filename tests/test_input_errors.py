@@ -17,7 +17,7 @@ from pluie_reward.tools import cli
 from pluie_reward.tools.cli import score as score_cli
 from pluie_reward.tools.cli.records import read_table
 from pluie_reward.tools.evaluation import cli as eval_cli
-from pluie_reward.tools.shared import UsageError
+from pluie_reward.tools.shared import UsageError, log_ratio
 
 
 class NoJudge:
@@ -415,3 +415,12 @@ def test_a_field_declared_twice_is_refused(tmp_path, no_judge, capsys):
     with pytest.raises(ValueError, match=r"the key 'source' appears twice at line 5"):
         load_template(path)
     _fails(["score", "-t", str(path), "a", "b"], capsys, str(path), "appears twice")
+
+
+def test_a_log_ratio_cell_is_a_finite_number_and_not_a_boolean():
+    for cell in (True, False, "high", None):
+        with pytest.raises(ValueError, match=r"is not a number \(a PLUIE log-ratio\)"):
+            log_ratio(cell)
+    with pytest.raises(ValueError, match="is not finite"):
+        log_ratio("inf")
+    assert (log_ratio("1.5"), log_ratio(-2)) == (1.5, -2.0)
