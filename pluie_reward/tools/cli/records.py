@@ -110,12 +110,10 @@ class Records:
             try:
                 out.append(get_path(row, column))
             except KeyError:
-                if optional:
-                    out.append(None)
-                    continue
-                raise UsageError(
-                    f"{self.where(i)}: no column {column!r} (the first row has it); add it to that row or remove the row."
-                ) from None
+                if not optional:
+                    raise UsageError(f"{self.where(i)}: no column {column!r} (the first row has it); add it to that row "
+                                     "or remove the row.") from None
+                out.append(None)
         return out
 
     def limit(self, n: int | None) -> "Records":

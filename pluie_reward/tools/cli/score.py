@@ -75,15 +75,7 @@ def _check_columns(records: Records, template: Template) -> None:
 
 
 def _check_json(records: Records) -> None:
-    """Refuse, before the model loads, an input value JSON cannot hold (bytes, a duration...), naming its row and column.
-
-    Example:
-        >>> _check_json(Records(Path("in.parquet"), [{"source": "a", "blob": b"x"}], ["row 1"]))  # doctest: +NORMALIZE_WHITESPACE
-        Traceback (most recent call last):
-        ...
-        pluie_reward.tools.shared.UsageError: in.parquet row 1: column 'blob' holds bytes, which the JSON output (every input column is
-        kept) cannot hold; drop that column from the input or convert it to text.
-    """
+    """Refuse, before the model loads, an input value JSON cannot hold (bytes...), naming its row and column."""
     for i, row in enumerate(records.rows):
         for column, value in row.items():
             try:
