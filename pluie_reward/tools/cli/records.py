@@ -245,9 +245,8 @@ def _no_constant(name: str) -> None:
 
 def _read_json(path: Path) -> Records:
     text = path.read_text(encoding="utf-8-sig")
-    if path.suffix.lower() not in JSON_SUFFIXES:
-        if not text.lstrip().startswith(("{", "[")):
-            raise UsageError(f"{path}: unknown input format {path.suffix!r}; use {FORMATS}.")
+    if path.suffix.lower() not in JSON_SUFFIXES and not text.lstrip().startswith(("{", "[")):
+        raise UsageError(f"{path}: unknown input format {path.suffix!r}; use {FORMATS}.")
     if path.suffix.lower() == ".json":
         try:
             data = json.loads(text, parse_constant=_no_constant)
