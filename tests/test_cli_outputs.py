@@ -6,6 +6,7 @@ output, a link loop: exit 2 with a message (and ``--resume`` completes the run),
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import stat
@@ -18,6 +19,7 @@ import pytest
 from pluie_reward.tools import cli
 from pluie_reward.tools.cli import score as score_cli
 from pluie_reward.tools.cli.output import partial_path
+from pluie_reward.tools.shared import Progress
 
 from test_cli_files import StopAfter, _jsonl, _refused, _rows
 
@@ -219,3 +221,15 @@ def test_a_full_standard_output_is_a_message_not_a_traceback():
     assert done.returncode == 2, done.stderr
     assert "cannot write standard output (No space left on device)" in done.stderr
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+
+
+def test_the_progress_line_is_redrawn_on_a_terminal_and_ended_once_when_the_block_ends():
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Terminal()
+    with Progress(2, "scoring", stream=out) as bar:
+        bar.update(1)
+        bar.update(1)
+    assert out.getvalue() == "\rscoring: 0/2 items (0%)\rscoring: 1/2 items (50%)\rscoring: 2/2 items (100%)\n"

@@ -46,7 +46,7 @@ def auto_chunk_size(judge: Any, prompts_per_item: int = 1) -> int:
     return max(1, prompts // max(1, prompts_per_item))
 
 
-class Progress:
+class Progress(contextlib.AbstractContextManager):
     """A progress line on stderr: redrawn in place on a terminal, elsewhere (a log) one line per tenth of the
     work, the final state printed once (tqdm's update and close print it twice).
 
@@ -113,9 +113,6 @@ class Progress:
             self.stream.write("\n")
             self.stream.flush()
             self.open = False
-
-    def __enter__(self) -> "Progress":
-        return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
@@ -384,29 +381,33 @@ class OutputFile:
         self.handle: IO[str] | None = None
         self.committed = False
 
-    def _failed(self, err: OSError) -> OutputError:
-        where = self.path if self.stream else self.partial
-        hint = {errno.ENOSPC: "; free some space, or choose a folder on another disk",
-                errno.EDQUOT: "; free some of your quota, or choose a folder on another disk",
-                errno.EFBIG: "; the file system or a limit does not allow a file this large"}.get(err.errno or 0, "")
-        return OutputError(f"cannot write {where} ({err.strerror or err}){hint}")
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """An ``OSError`` inside (disk full...) is an :class:`OutputError` that names the file."""
+        try:
+            yield
+        except OSError as err:
+            where = self.path if self.stream else self.partial
+            hint = {errno.ENOSPC: "; free some space, or choose a folder on another disk",
+                    errno.EDQUOT: "; free some of your quota, or choose a folder on another disk",
+                    errno.EFBIG: "; the file system or a limit does not allow a file this large"}.get(err.errno or 0, "")
+            raise OutputError(f"cannot write {where} ({err.strerror or err}){hint}") from None
 
     def __enter__(self) -> "OutputFile":
         if self.stream:
             if self.resume:
                 raise UsageError(f"{self.option} {self.path} is a FIFO or a device: there is no file to continue; drop --resume.")
-            try:  # never created, truncated or renamed over; a FIFO waits here for its reader
+            with self._writing():  # never created, truncated or renamed over; a FIFO waits here for its reader
                 self.handle = os.fdopen(os.open(self.path, os.O_WRONLY), "w", encoding="utf-8", newline="")
-            except OSError as err:
-                raise self._failed(err) from None
             return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            if self.resume and not self.partial.exists() and self.path.is_file():
-                self.partial.write_bytes(self.path.read_bytes())  # complete the old output in a copy
-        except OSError as err:
-            self.partial.unlink(missing_ok=True)
-            raise self._failed(err) from None
+        with self._writing():
+            try:
+                if self.resume and not self.partial.exists() and self.path.is_file():
+                    self.partial.write_bytes(self.path.read_bytes())  # complete the old output in a copy
+            except OSError:
+                self.partial.unlink(missing_ok=True)
+                raise
         fd = os.open(self.partial, os.O_RDWR | os.O_CREAT, 0o666)
         if not lock_file(fd) or not same_file(self.partial, fd):  # renamed by a writer that just finished
             os.close(fd)
@@ -424,20 +425,18 @@ class OutputFile:
             return []
         self.handle.seek(0)  # the text layer holds nothing: the file is read and mended below it
         try:
-            lines = resume_json_lines(self.handle.buffer)
-            self.handle.seek(0, os.SEEK_END)
+            with self._writing():
+                lines = resume_json_lines(self.handle.buffer)
+                self.handle.seek(0, os.SEEK_END)
         except ValueError as error:
             raise UsageError(f"{self.partial}: {error}; the file was edited or damaged: pass --overwrite to start again.") from None
-        except OSError as err:
-            raise self._failed(err) from None
         return lines
 
     def write(self, text: str) -> int:
         assert self.handle is not None
-        try:
-            return self.handle.write(text)
-        except OSError as err:
-            raise self._failed(err) from None
+        with self._writing():
+            count = self.handle.write(text)
+        return count
 
     def add(self, records: Iterable[Any]) -> None:
         """Write ``records`` as JSON lines (UTF-8 kept as is) and make them reach the disk (:meth:`flush`)."""
@@ -447,12 +446,10 @@ class OutputFile:
     def flush(self) -> None:
         """Make what was written reach the disk (a stream: its reader)."""
         assert self.handle is not None
-        try:
+        with self._writing():
             self.handle.flush()
             if not self.stream:
                 os.fsync(self.handle.fileno())
-        except OSError as err:
-            raise self._failed(err) from None
 
     def commit(self) -> None:
         """Rename the complete file into place (still holding the lock); a stream or a file written in place is flushed."""
