@@ -157,9 +157,7 @@ def check_texts(records: Records, columns: Mapping[str, str], optional: Iterable
     for name, column in columns.items():
         values = records.values(column, optional=name in optional)
         for i, value in enumerate(values):
-            if value is None and name in optional:
-                continue
-            problem = text_problem(value)
+            problem = None if value is None and name in optional else text_problem(value)
             if problem:
                 raise UsageError(
                     f"{records.where(i)}: column {column!r} (template field {name!r}) is {problem}; "
