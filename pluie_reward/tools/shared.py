@@ -211,9 +211,6 @@ def resume_json_lines(handle: IO[bytes]) -> list[Any]:
     Args:
         handle: the file open in binary mode for reading and writing (``"r+b"``, or a text handle's ``.buffer``).
 
-    Raises:
-        ValueError: a bad line before the last (an edited or damaged file), as :func:`complete_json_lines`.
-
     Example:
         >>> import io
         >>> torn, unended = io.BytesIO(b'{"a": 1}\n{"b"'), io.BytesIO(b'{"a": 1}\n{"b": 2}')

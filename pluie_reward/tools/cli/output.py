@@ -43,8 +43,7 @@ def check_output_file(path: Path | None, option: str = "--output", *, inputs: It
             command cannot resume, its messages do not offer ``--resume``).
 
     Raises:
-        UsageError: a folder, an unwritable place, an input, an existing file or the file of a run
-            still writing, a stream (FIFO, device) with ``resume`` (says what to do; see :func:`resolve_output`).
+        UsageError: a folder, an unwritable place, an input, an existing or locked file, a stream with ``resume``.
 
     Example:
         >>> check_output_file(None)

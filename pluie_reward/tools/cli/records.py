@@ -1,13 +1,5 @@
 """Reading the commands' input files (see ``FORMATS``), every problem a :class:`UsageError` that names the
-file, the row and what to do. Columns may be nested: ``meta.human`` reads ``row["meta"]["human"]``.
-
-Example:
-    >>> import json, tempfile, pathlib
-    >>> path = pathlib.Path(tempfile.mkdtemp()) / "prefs.jsonl"
-    >>> _ = path.write_text(json.dumps({"a": "x", "meta": {"human": "B"}}) + "\\n")
-    >>> records = read_table(path)
-    >>> records.values("meta.human"), records.where(0)
-    (['B'], 'prefs.jsonl line 1')
+file, the row and what to do. Columns may be nested: ``meta.human`` reads ``row["meta"]["human"]`` (:func:`get_path`).
 """
 
 from __future__ import annotations
