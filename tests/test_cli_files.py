@@ -10,11 +10,12 @@ import os
 
 import pytest
 
-from pluie_reward.tools import cli
+from pluie_reward.tools import cli, shared
 from pluie_reward.tools.cli import score as score_cli
 from pluie_reward.tools.cli.output import OutputFile, partial_path
 from pluie_reward.tools.cli.records import read_table
 from pluie_reward.tools.evaluation.store import ScoreStore, read_lines
+from pluie_reward.tools.shared import UsageError
 
 
 class NoJudge:
@@ -63,6 +64,24 @@ def test_output_equal_to_the_input_is_refused_also_through_links(no_judge, tmp_p
     assert data.read_bytes() == before
 
 
+def test_an_output_whose_partial_file_is_the_input_is_refused(no_judge, tmp_path, capsys):
+    out = tmp_path / "out.jsonl"
+    data = _jsonl(tmp_path / "out.jsonl.partial", _rows(2))  # named like the output's partial file
+    for extra in ([], ["--resume"]):
+        _refused(["score", "-i", str(data), "-o", str(out), *extra], capsys, "would destroy the input")
+    assert data.read_text(encoding="utf-8").count("\n") == 2 and not out.exists()
+
+
+def test_a_writer_leaves_a_partial_file_only_when_it_wrote_something(tmp_path):
+    out = tmp_path / "out.jsonl"
+    with OutputFile(out):
+        pass
+    assert not partial_path(out).exists() and not out.exists()
+    with OutputFile(out) as writer:  # left without commit: the rows are kept for --resume
+        writer.add([{"id": 0}])
+    assert partial_path(out).read_text() == '{"id": 0}\n' and not out.exists()
+
+
 def test_existing_output_needs_overwrite(tiny_cli, tmp_path, capsys):
     data = _jsonl(tmp_path / "in.jsonl", _rows(2))
     out = tmp_path / "out.jsonl"
@@ -101,6 +120,17 @@ def test_the_lock_is_checked_again_when_the_file_is_opened(tiny_cli, tmp_path, m
     holder["other"].__exit__(None, None, None)
 
 
+def test_a_partial_file_renamed_into_place_while_it_was_opened_is_refused(tmp_path, monkeypatch):
+    out = tmp_path / "out.jsonl"
+
+    def finished_first(fd):  # the other writer commits between this one's open and its lock
+        os.replace(partial_path(out), out)
+        return True
+
+    monkeypatch.setattr(shared, "lock_file", finished_first)
+    with pytest.raises(UsageError, match="another command is writing it now"):
+        OutputFile(out).__enter__()
+    assert out.exists() and not partial_path(out).exists()
 def test_input_columns_named_like_outputs_are_refused(no_judge, tmp_path, capsys):
     for column in ("verdict", "p_yes", "logratio", "p_calibrated"):
         rows = _rows(2)

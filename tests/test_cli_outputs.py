@@ -6,6 +6,7 @@ output, a link loop: exit 2 with a message (and ``--resume`` completes the run),
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import stat
@@ -18,6 +19,7 @@ import pytest
 from pluie_reward.tools import cli
 from pluie_reward.tools.cli import score as score_cli
 from pluie_reward.tools.cli.output import partial_path
+from pluie_reward.tools.shared import Progress
 
 from test_cli_files import StopAfter, _jsonl, _refused, _rows
 
@@ -230,3 +232,15 @@ def test_a_print_to_a_full_standard_output_is_a_message_not_a_traceback():
         done = _run(["templates"], stdout=full, stderr=subprocess.PIPE, text=True)
     assert done.returncode == 2, done.stderr
     assert done.stderr == "pluie-reward templates: error: cannot write standard output (No space left on device)\n", done.stderr
+
+
+def test_the_progress_line_is_redrawn_on_a_terminal_and_ended_once_when_the_block_ends():
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Terminal()
+    with Progress(2, "scoring", stream=out) as bar:
+        bar.update(1)
+        bar.update(1)
+    assert out.getvalue() == "\rscoring: 0/2 items (0%)\rscoring: 1/2 items (50%)\rscoring: 2/2 items (100%)\n"

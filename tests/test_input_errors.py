@@ -15,9 +15,9 @@ from pluie_reward.core.template import RESERVED_FIELDS
 from pluie_reward.testing import make_tiny_judge
 from pluie_reward.tools import cli
 from pluie_reward.tools.cli import score as score_cli
-from pluie_reward.tools.cli.records import read_table
+from pluie_reward.tools.cli.records import check_texts, read_table
 from pluie_reward.tools.evaluation import cli as eval_cli
-from pluie_reward.tools.shared import UsageError
+from pluie_reward.tools.shared import UsageError, log_ratio
 
 
 class NoJudge:
@@ -415,3 +415,22 @@ def test_a_field_declared_twice_is_refused(tmp_path, no_judge, capsys):
     with pytest.raises(ValueError, match=r"the key 'source' appears twice at line 5"):
         load_template(path)
     _fails(["score", "-t", str(path), "a", "b"], capsys, str(path), "appears twice")
+
+
+def test_a_log_ratio_cell_is_a_finite_number_and_not_a_boolean():
+    for cell in (True, False, "high", None):
+        with pytest.raises(ValueError, match=r"is not a number \(a PLUIE log-ratio\)"):
+            log_ratio(cell)
+    with pytest.raises(ValueError, match="is not finite"):
+        log_ratio("inf")
+    assert (log_ratio("1.5"), log_ratio(-2)) == (1.5, -2.0)
+
+
+def test_an_optional_field_may_be_missing_or_null_and_a_required_one_may_not(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"source": "a", "gold": "g"}\n{"source": "b", "gold": null}\n{"source": "c"}\n')
+    records = read_table(path)
+    both = check_texts(records, {"source": "source", "gold": "gold"}, optional=["gold"])
+    assert both == {"source": ["a", "b", "c"], "gold": ["g", None, None]}
+    with pytest.raises(UsageError, match=r"rows.jsonl line 2: column 'gold' \(template field 'gold'\) is None, not a string"):
+        check_texts(records.limit(2), {"gold": "gold"})

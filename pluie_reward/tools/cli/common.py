@@ -1,11 +1,11 @@
-"""What the ``pluie-reward`` sub-commands share: the judge options and the judge they make, the chat template
-options, reading input files and their columns, the options a config dataclass declares. Sub-commands live in
-their own modules and register with :func:`~pluie_reward.tools.cli.registry.command`."""
+"""What the ``pluie-reward`` sub-commands share: the judge options and the judge they make, input columns, the
+options a config dataclass declares."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,8 +20,7 @@ from .records import parse_columns, read_table
 
 
 def add_judge_arguments(parser: argparse.ArgumentParser, adapter: bool = True, base_model: bool = False) -> None:
-    """The options every judge-using command shares (``adapter``: also ``--adapter DIR``; ``base_model``:
-    ``--model`` names a base to tune, by default the untuned embedded model)."""
+    """The judge options (``adapter``: also ``--adapter DIR``; ``base_model``: ``--model`` is a base to tune)."""
     if base_model:
         parser.add_argument("--model", default="embedded-base", help="the base model the adapter is tuned on: HF id, local "
                             "folder or .gguf file (default: embedded-base, the untuned embedded SmolLM2-135M-Instruct, "
@@ -62,8 +61,6 @@ def chat_template_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         >>> chat_template_kwargs(argparse.Namespace(chat_template_kwargs='{"enable_thinking": false}'))
         {'enable_thinking': False}
     """
-    import json
-
     text = getattr(args, "chat_template_kwargs", None)
     if text is None:
         return {}
@@ -132,8 +129,7 @@ def check_engine_options(args: argparse.Namespace) -> None:
 
 
 def judge_from_args(args: argparse.Namespace) -> Any:
-    """Load the judge the shared options describe; a device this torch cannot use or a model that
-    cannot be found (e.g. a Hub id while offline) is a :class:`UsageError` saying what to do."""
+    """Load the judge the options describe; an unusable device or a model not found is a :class:`UsageError`."""
     engine = getattr(args, "engine", "transformers")
     check_engine_options(args)
     keywords = chat_template_kwargs(args)
@@ -200,19 +196,14 @@ def read_records(path: Path, split: str | None = None) -> list[dict[str, Any]]:
 
 
 def field_columns(args: argparse.Namespace, fields: Sequence[str], optional: Sequence[str] = ()) -> dict[str, str | None]:
-    """Field -> input column, from repeated ``--column FIELD=COLUMN`` (default: same name; ``FIELD=`` leaves
-    an optional field out)."""
+    """Field -> input column from the ``--column`` options (:func:`~pluie_reward.tools.cli.records.parse_columns`)."""
     return parse_columns(args.column, [f for f in fields if f not in optional], optional)
 
 
 def add_config_arguments(group: Any, config_cls: type, exclude: Sequence[str] = ()) -> None:
-    """One option per field of a config dataclass, declared once in the field (as TRL's parser reads them).
-
-    The option is ``--field-name`` (plus the field's ``metadata["aliases"]``), its help the field's
-    ``metadata["help"]`` and default, its ``type=`` ``metadata["type"]`` or one read off the annotation
-    (``int``: a whole number, ``float``: a finite number; ``bool``: ``--x/--no-x``), its ``choices``
-    ``metadata["choices"]``. The dataclass's ``__post_init__`` checks the values:
-    :func:`config_from_args` turns its refusal into a :class:`UsageError` naming the option.
+    """One option per field of a config dataclass (as TRL's parser does): ``--field-name`` and
+    ``metadata["aliases"]``, help from ``metadata["help"]``, ``type=`` from ``metadata["type"]`` or the annotation
+    (``bool``: ``--x/--no-x``), ``choices`` from ``metadata["choices"]``.
 
     Args:
         group: an ``argparse`` parser or argument group.
@@ -251,16 +242,9 @@ def add_config_arguments(group: Any, config_cls: type, exclude: Sequence[str] = 
 
 
 def config_from_args(config_cls: type, args: argparse.Namespace) -> Any:
-    """The config dataclass of the options :func:`add_config_arguments` made; a refused value is a
-    :class:`UsageError` naming its option (the dataclass's message starts with the field's name).
-
-    Args:
-        config_cls: the dataclass.
-        args: the parsed command line.
-
-    Returns:
-        ``config_cls`` built from the options present in ``args`` (the others keep their defaults).
-    """
+    """``config_cls`` built from the options :func:`add_config_arguments` made (the others keep their defaults); a
+    value its ``__post_init__`` refuses (the message starts with the field's name) is a :class:`UsageError` naming
+    the option."""
     given = {f.name: f for f in dataclasses.fields(config_cls) if hasattr(args, f.name)}
     try:
         return config_cls(**{name: getattr(args, name) for name in given})

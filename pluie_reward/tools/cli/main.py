@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib
 import os
 import sys
 from typing import Any, Sequence
@@ -41,17 +42,9 @@ EXAMPLES = {
 }
 
 
-def _load_commands() -> None:
-    import importlib
-
-    for module in COMMAND_MODULES:
-        importlib.import_module(module)
-
-
 class CommandParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose commands refuse an option they do not know themselves, with their own usage and
-    the closest option they have (argparse leaves it to the top-level parser, whose usage names no option of the
-    command). Sub-commands' parsers are of this class too (``add_subparsers`` makes them of the parent's class).
+    """An ``ArgumentParser`` whose commands refuse an unknown option themselves, with their own usage and the closest
+    option they have (argparse leaves it to the top-level parser); sub-commands' parsers are of this class too.
 
     Example:
         >>> import contextlib, io
@@ -85,7 +78,8 @@ class CommandParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``pluie-reward`` parser with every registered sub-command (each with ``run`` as default)."""
-    _load_commands()
+    for module in COMMAND_MODULES:
+        importlib.import_module(module)
     parser = CommandParser(prog="pluie-reward", description="PLUIE: an LLM judge read from its Yes/No logits.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (configure, run) in COMMANDS.items():
@@ -131,10 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _drop_stdout() -> None:
-    """Point standard output at the null device: what is still buffered for a reader that left, or a
-    full device, is dropped at exit instead of failing again there."""
-    import os
-
+    """Point standard output at the null device: what is still buffered is dropped at exit instead of failing again."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 

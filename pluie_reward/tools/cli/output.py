@@ -1,9 +1,5 @@
-"""The checks of a command's output files and folders, made before anything loads, and standard output
-for records; the files themselves are written by :class:`~pluie_reward.tools.shared.OutputFile` (beside
-their target as ``FILE.partial``, locked, renamed into place on success; FIFOs and character devices
-written as streams; symbolic links written through), re-exported here with :class:`OutputError`,
-:func:`partial_path` and :func:`resolve_output`.
-"""
+"""The checks of a command's output files and folders, made before anything loads, and standard output for
+records; the files are written by :class:`~pluie_reward.tools.shared.OutputFile`, re-exported here."""
 
 from __future__ import annotations
 
@@ -12,17 +8,10 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterable
 
-from ..shared import OutputError, OutputFile, UsageError, _busy, lock_file, partial_path, resolve_output
+from ..shared import OutputError, OutputFile, UsageError, _busy, lock_file, partial_path, resolve_output, same_file
 
 __all__ = ["OutputError", "OutputFile", "StandardOutput", "check_output_dir", "check_output_file", "partial_path",
            "resolve_output", "write_text_file"]
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
 
 
 def _writable_folder(folder: Path, option: str) -> None:
@@ -54,8 +43,7 @@ def check_output_file(path: Path | None, option: str = "--output", *, inputs: It
             command cannot resume, its messages do not offer ``--resume``).
 
     Raises:
-        UsageError: a folder, an unwritable place, an input, an existing file or the file of a run
-            still writing, a stream (FIFO, device) with ``resume`` (says what to do; see :func:`resolve_output`).
+        UsageError: a folder, an unwritable place, an input, an existing or locked file, a stream with ``resume``.
 
     Example:
         >>> check_output_file(None)
@@ -65,7 +53,7 @@ def check_output_file(path: Path | None, option: str = "--output", *, inputs: It
     if os.path.isdir(path):
         raise UsageError(f"{option} {path} is a folder; give a file name, e.g. {path / 'scored.jsonl'}.")
     for source in inputs:
-        if source is not None and (_same_file(path, source) or _same_file(partial_path(path), source)):
+        if source is not None and any(same_file(p, source) for p in (path, partial_path(path))):
             raise UsageError(f"{option} {path} is the input {source}: writing it would destroy the input; "
                              "choose another output file.")
     path, stream = resolve_output(path, option)
@@ -95,8 +83,7 @@ def check_output_file(path: Path | None, option: str = "--output", *, inputs: It
 
 
 def check_output_dir(path: Path | None, option: str = "--output-dir", *, empty: bool = False) -> None:
-    """Fail early (before the model loads) if ``path`` cannot be used as an output folder; with ``empty``,
-    if it already holds files (a command without ``--overwrite`` that fills a new folder).
+    """Fail early if ``path`` cannot be used as an output folder (``empty``: or already holds files).
 
     Example:
         >>> check_output_dir(None)
@@ -145,8 +132,7 @@ class StandardOutput:
 
 
 def write_text_file(path: Path, text: str, option: str = "--output") -> Path:
-    """Write a whole text file through :class:`OutputFile`: renamed into place complete, never half
-    written, and refused while another command writes it.
+    """Write a whole text file through :class:`OutputFile` (renamed into place complete, locked while written).
 
     Example:
         >>> import tempfile

@@ -1,17 +1,5 @@
-"""Reading input files for the ``score`` and ``eval`` commands: JSON lines, JSON arrays, CSV/TSV,
-Parquet, Arrow and Hugging Face ``datasets`` folders (``save_to_disk``), with every problem reported
-as a :class:`UsageError` that names the file, the row and what to do.
-
-Columns may be nested: ``eval_annotation.preference`` reads ``row["eval_annotation"]["preference"]``
-(a key that itself contains a dot wins over the nested reading).
-
-Example:
-    >>> import json, tempfile, pathlib
-    >>> path = pathlib.Path(tempfile.mkdtemp()) / "prefs.jsonl"
-    >>> _ = path.write_text(json.dumps({"a": "x", "meta": {"human": "B"}}) + "\\n")
-    >>> records = read_table(path)
-    >>> records.values("meta.human"), records.where(0)
-    (['B'], 'prefs.jsonl line 1')
+"""Reading the commands' input files (see ``FORMATS``), every problem a :class:`UsageError` that names the
+file, the row and what to do. Columns may be nested: ``meta.human`` reads ``row["meta"]["human"]`` (:func:`get_path`).
 """
 
 from __future__ import annotations
@@ -32,7 +20,6 @@ from ...integrations.fields import map_fields, parse_assignments
 from ..shared import UsageError, json_lines
 
 JSON_SUFFIXES = {".jsonl", ".ndjson", ".json"}
-TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t"}
 FORMATS = (".jsonl/.json (one JSON object per line, a JSON array of objects or an object of objects), .csv, .tsv, "
            ".parquet, .arrow, or a datasets folder (save_to_disk)")
 
@@ -92,10 +79,8 @@ class Records:
 
     def has(self, column: str) -> bool:
         """Whether the first row has ``column``."""
-        if not self.rows:
-            return False
         try:
-            get_path(self.rows[0], column)
+            get_path(self.rows[0] if self.rows else {}, column)
         except KeyError:
             return False
         return True
@@ -117,12 +102,10 @@ class Records:
             try:
                 out.append(get_path(row, column))
             except KeyError:
-                if optional:
-                    out.append(None)
-                    continue
-                raise UsageError(
-                    f"{self.where(i)}: no column {column!r} (the first row has it); add it to that row or remove the row."
-                ) from None
+                if not optional:
+                    raise UsageError(f"{self.where(i)}: no column {column!r} (the first row has it); add it to that row "
+                                     "or remove the row.") from None
+                out.append(None)
         return out
 
     def limit(self, n: int | None) -> "Records":
@@ -147,9 +130,8 @@ def text_problem(value: Any) -> str | None:
 
 
 def check_texts(records: Records, columns: Mapping[str, str], optional: Iterable[str] = ()) -> dict[str, list[Any]]:
-    """The values of each field's column (``{field: column}``), every one checked to be text: a
-    missing value, a number or a lone surrogate is an error naming the row, column and field.
-    Fields in ``optional`` may be missing or ``None`` (the template leaves their turn out).
+    """The values of each field's column (``{field: column}``), each checked by :func:`text_problem` (an error
+    names the row, column and field); fields in ``optional`` may be missing or ``None``.
 
     Example:
         >>> _ = Path("pairs.jsonl").write_text('{"src": "The cat sleeps."}\\n{"src": "Prices rose."}\\n')
@@ -167,9 +149,7 @@ def check_texts(records: Records, columns: Mapping[str, str], optional: Iterable
     for name, column in columns.items():
         values = records.values(column, optional=name in optional)
         for i, value in enumerate(values):
-            if value is None and name in optional:
-                continue
-            problem = text_problem(value)
+            problem = None if value is None and name in optional else text_problem(value)
             if problem:
                 raise UsageError(
                     f"{records.where(i)}: column {column!r} (template field {name!r}) is {problem}; "
@@ -190,17 +170,9 @@ def read_table(path: str | Path, split: str | None = None) -> Records:
     """
     path = Path(path)
     _check_exists(path)
+    reader = {".csv": _read_csv, ".tsv": _read_tsv, ".parquet": _read_arrow, ".arrow": _read_arrow}.get(path.suffix.lower())
     try:
-        if path.is_dir():
-            records = _read_dataset(path, split)
-        elif path.suffix.lower() == ".tsv":
-            records = _read_tsv(path)
-        elif path.suffix.lower() in TABLE_SUFFIXES:
-            records = _read_csv(path, TABLE_SUFFIXES[path.suffix.lower()])
-        elif path.suffix.lower() in (".parquet", ".arrow"):
-            records = _read_arrow(path)
-        else:
-            records = _read_json(path)
+        records = _read_dataset(path, split) if path.is_dir() else (reader or _read_json)(path)
     except csv.Error as err:
         raise UsageError(f"{path}: cannot read it as {path.suffix[1:]} ({err}).") from None
     except UnicodeDecodeError as err:
@@ -213,14 +185,7 @@ def read_table(path: str | Path, split: str | None = None) -> Records:
 
 
 def _check_exists(path: Path) -> None:
-    """Refuse an input that cannot be opened: missing, a link to nothing, a link loop.
-
-    Example:
-        >>> _check_exists(Path("missing.jsonl"))
-        Traceback (most recent call last):
-        ...
-        pluie_reward.tools.shared.UsageError: input 'missing.jsonl' does not exist.
-    """
+    """Refuse an input that cannot be opened: missing, a link to nothing, a link loop (tests/test_input_errors.py)."""
     try:
         os.stat(path)
     except OSError as err:
@@ -241,21 +206,7 @@ COMPRESSED = ((b"\x1f\x8b", "gzip", "gzip -dc", ".gz"), (b"BZh", "bzip2", "bzip2
 
 
 def _not_text(path: Path, err: UnicodeDecodeError) -> str:
-    """What to do with an input that is not UTF-8: decompress it (a compressed file), or convert it to UTF-8; the
-    command given writes a new file beside the input, of the same format.
-
-    Example:
-        >>> import gzip
-        >>> _ = Path("old.csv").write_bytes("source,hypothesis\\nÉté,x\\n".encode("latin1"))
-        >>> _ = Path("pairs.jsonl.gz").write_bytes(gzip.compress(b'{"source": "a", "hypothesis": "b"}\\n'))
-        >>> for name in ("old.csv", "pairs.jsonl.gz"):
-        ...     try:
-        ...         read_table(name)
-        ...     except UsageError as err:
-        ...         print(err)
-        old.csv: not UTF-8 text (byte 18: invalid continuation byte); convert it first, e.g. iconv -f latin1 -t utf-8 old.csv > old.utf8.csv
-        pairs.jsonl.gz is gzip-compressed; decompress it first, e.g. gzip -dc pairs.jsonl.gz > pairs.jsonl
-    """
+    """What to do with an input that is not UTF-8: decompress it, or convert it (tests/test_input_errors.py)."""
     try:
         with path.open("rb") as handle:
             start = handle.read(8)
@@ -279,16 +230,13 @@ def _object(value: Any, path: Path, where: str) -> dict[str, Any]:
 
 
 def _no_constant(name: str) -> None:
-    """What Python's JSON reader (not strict JSON) takes for ``NaN`` and ``Infinity``: None, JSON's null,
-    so that the output, which keeps every input column, stays strict JSON (:func:`as_json_value`)."""
-    return None
+    """``NaN`` and ``Infinity`` (not strict JSON) read as None, so that the output stays strict JSON."""
 
 
 def _read_json(path: Path) -> Records:
     text = path.read_text(encoding="utf-8-sig")
-    if path.suffix.lower() not in JSON_SUFFIXES:
-        if not text.lstrip().startswith(("{", "[")):
-            raise UsageError(f"{path}: unknown input format {path.suffix!r}; use {FORMATS}.")
+    if path.suffix.lower() not in JSON_SUFFIXES and not text.lstrip().startswith(("{", "[")):
+        raise UsageError(f"{path}: unknown input format {path.suffix!r}; use {FORMATS}.")
     if path.suffix.lower() == ".json":
         try:
             data = json.loads(text, parse_constant=_no_constant)
@@ -335,8 +283,7 @@ def _check_header(path: Path, header: Sequence[str]) -> None:
 
 @contextmanager
 def _long_cells() -> Iterator[None]:
-    """Let the csv module read cells of any length (its default stops at 131,072 characters; JSONL has
-    no such limit, and a long text is truncated by the judge with a warning), then restore its limit."""
+    """Let the csv module read cells of any length (its default stops at 131,072 characters), then restore its limit."""
     limit = csv.field_size_limit(2**31 - 1)
     try:
         yield
@@ -344,11 +291,11 @@ def _long_cells() -> Iterator[None]:
         csv.field_size_limit(limit)
 
 
-def _read_csv(path: Path, delimiter: str) -> Records:
+def _read_csv(path: Path) -> Records:
     rows, locations = [], []
     # -sig: a UTF-8 BOM is not part of the first column
     with path.open(newline="", encoding="utf-8-sig") as handle, _long_cells():
-        reader = csv.DictReader(handle, delimiter=delimiter)
+        reader = csv.DictReader(handle)
         if not reader.fieldnames:
             return Records(path, [], [])
         _check_header(path, reader.fieldnames)
@@ -356,7 +303,7 @@ def _read_csv(path: Path, delimiter: str) -> Records:
             where = f"line {reader.line_num}"
             if None in row:
                 raise UsageError(f"{path} {where}: {len(reader.fieldnames) + len(row[None])} fields but the header has "
-                                 f"{len(reader.fieldnames)}; quote values that contain {delimiter!r}.")
+                                 f"{len(reader.fieldnames)}; quote values that contain ','.")
             if any(v is None for v in row.values()):
                 short = [k for k, v in row.items() if v is None]
                 raise UsageError(f"{path} {where}: no value for {short} (fewer fields than the header).")
@@ -366,8 +313,7 @@ def _read_csv(path: Path, delimiter: str) -> Records:
 
 
 def _read_tsv(path: Path) -> Records:
-    """Tab-separated text, without quoting (as MRPC's and PAWS's files are written): a quote is a
-    character of its cell, every line one row, every row as many cells as the header.
+    """Tab-separated text without quoting (as MRPC's and PAWS's files): a quote is a character of its cell.
 
     Example:
         >>> _ = Path("pairs.tsv").write_text('source\\thypothesis\\n"The cat," he said.\\tA cat.\\n')
@@ -408,10 +354,8 @@ def _quiet_datasets() -> Iterator[Any]:
 
 
 def as_json_value(value: Any) -> Any:
-    """``value`` with the dates, times and decimals that Parquet and Arrow columns hold (inside lists
-    and objects too) written as text JSON can hold: ISO 8601 dates and times, a decimal's digits; a
-    float that is not a number or infinite (a missing value in Parquet and pandas) as None (JSON's
-    null; strict JSON has no NaN). Other values are returned as they are.
+    """``value`` (nested too) with Parquet's and Arrow's dates, times and decimals as text (ISO 8601, the digits)
+    and a NaN or infinite float (a missing value) as None, JSON's null.
 
     Example:
         >>> import datetime, decimal
@@ -481,9 +425,8 @@ def _read_dataset(path: Path, split: str | None) -> Records:
 
 
 def parse_columns(specs: Sequence[str], fields: Sequence[str], optional: Sequence[str] = ()) -> dict[str, str | None]:
-    """Field -> input column from repeated ``FIELD=COLUMN`` (default: the column named like the field);
-    ``FIELD=`` (empty) leaves an optional field out. A command-line wrapper around
-    :func:`pluie_reward.integrations.fields.map_fields`, the mapping every integration uses.
+    """Field -> input column from repeated ``FIELD=COLUMN`` (default: the field's name; ``FIELD=`` leaves an optional
+    field out), through :func:`pluie_reward.integrations.fields.map_fields`.
 
     Example:
         >>> parse_columns(["source=s1", "gold="], ["source", "hypothesis"], ["gold"])

@@ -51,8 +51,7 @@ def _configure_score(p: argparse.ArgumentParser) -> None:
 
 
 def output_fields(template: Template) -> tuple[str, ...]:
-    """The keys ``score`` adds to each input row for ``template`` (``Judge.score(details=True)``'s
-    records, ``p_calibrated`` and ``generated`` included): input columns may not have these names.
+    """The keys ``score`` adds to each input row for ``template`` (``Judge.score(details=True)``'s records).
 
     Example:
         >>> output_fields(load_template("para-fs"))
@@ -76,28 +75,15 @@ def _check_columns(records: Records, template: Template) -> None:
 
 
 def _check_json(records: Records) -> None:
-    """Every input column is written to the output as JSON: refuse a value JSON cannot hold (bytes, a
-    duration...), naming its row and column, before the model loads.
-
-    Example:
-        >>> _check_json(Records(Path("in.parquet"), [{"source": "a", "blob": b"x"}], ["row 1"]))  # doctest: +NORMALIZE_WHITESPACE
-        Traceback (most recent call last):
-        ...
-        pluie_reward.tools.shared.UsageError: in.parquet row 1: column 'blob' holds bytes, which the JSON output (every input column is
-        kept) cannot hold; drop that column from the input or convert it to text.
-    """
+    """Refuse, before the model loads, an input value JSON cannot hold (bytes...), naming its row and column."""
     for i, row in enumerate(records.rows):
-        try:
-            json.dumps(row, ensure_ascii=False)
-        except (TypeError, ValueError):
-            for column, value in row.items():
-                try:
-                    json.dumps(value, ensure_ascii=False)
-                except (TypeError, ValueError):
-                    raise UsageError(f"{records.where(i)}: column {column!r} holds {type(value).__name__}, which the JSON "
-                                     "output (every input column is kept) cannot hold; drop that column from the input or "
-                                     "convert it to text.") from None
-            raise
+        for column, value in row.items():
+            try:
+                json.dumps(value, ensure_ascii=False)
+            except (TypeError, ValueError):
+                raise UsageError(f"{records.where(i)}: column {column!r} holds {type(value).__name__}, which the JSON "
+                                 "output (every input column is kept) cannot hold; drop that column from the input or "
+                                 "convert it to text.") from None
 
 
 def _close(saved: Any, new: Any) -> bool:
@@ -204,9 +190,8 @@ class _Run:
         self.bar = Progress(0, "scoring", enabled=False)  # its progress line
 
     def write(self, out: Any, done: Sequence[dict[str, Any]] = ()) -> None:
-        """Score and write every row after ``done`` (rows an interrupted run wrote) with the tools' one scoring
-        loop (:func:`~pluie_reward.tools.evaluation.scoring.score_items`, this run as its store); the chunk
-        holding the last of them is scored again, as in a clean run, and must give the saved results."""
+        """Score and write every row after ``done`` (rows an interrupted run wrote) with :func:`score_items`, this
+        run as its store; the chunk holding the last of them is scored again and must give the saved results."""
         if done:
             try:
                 _check_done(list(done), self.records, self._partial())
@@ -230,8 +215,7 @@ class _Run:
         return self.saved[index] if index < self.first else None
 
     def add(self, lines: Sequence[dict[str, Any]]) -> None:
-        """Write one scored chunk (for :func:`score_items`): rows saved before are checked against it, the others
-        written after their input row, and flushed; the progress line counts the new rows."""
+        """Write one scored chunk (for :func:`score_items`), checking the rows saved before against it."""
         rows = []
         for line in lines:
             i, result = line["i"], line["scores"][""]
@@ -243,9 +227,7 @@ class _Run:
                         f"template, threshold...): it holds {({k: self.saved[i].get(k) for k in result})}, this run gives "
                         f"{result}. Resume with the same options, or pass --overwrite to start again.")
                 continue
-            if set(result) & set(row):  # _check_columns prevents it; never replace an input column
-                raise UsageError(f"{self.records.where(i)}: column(s) {sorted(set(result) & set(row))} would be replaced.")
-            rows.append({**row, **result})
+            rows.append({**row, **result})  # _check_columns: no input column has an output field's name
         self.out.add(rows)
         self.written += len(rows)
         self.bar.update(len(rows))
