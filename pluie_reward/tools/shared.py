@@ -17,6 +17,7 @@ import os
 import re
 import stat
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -133,6 +134,52 @@ def relocate(message: str, rows: Sequence[str], per_item: int = 1) -> str:
         return rows[k] if k < len(rows) else match.group(0)
 
     return _ITEM.sub(swap, message)
+
+
+def writable_folder(folder: Path, option: str, error: type[Exception] = UsageError) -> None:
+    """Raise ``error`` naming ``option`` when nothing can be written in ``folder`` or in its nearest existing parent."""
+    for parent in [folder, *folder.parents]:
+        if parent.exists():
+            if not parent.is_dir():
+                raise error(f"{option}: {parent} is a file, so nothing can be written under it; choose another path.")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise error(f"{option}: {parent} is not writable; choose another path.")
+            try:  # what access() cannot tell (root on /proc, a read-only mount...): make and remove a folder there
+                os.rmdir(tempfile.mkdtemp(prefix=".pluie-check-", dir=parent))
+            except OSError as err:
+                raise error(f"{option}: nothing can be written in {parent} ({err.strerror}); choose another path.") from None
+            return
+
+
+def check_output_dir(path: str | Path | None, option: str = "--output-dir", *, empty: bool = False,
+                     overwrite: str = "--overwrite", error: type[Exception] = UsageError) -> Path | None:
+    """Fail early (before a model loads) when ``path`` cannot be an output folder.
+
+    Args:
+        path: the folder (created later if needed); ``None``: nothing to check.
+        option: its name in the messages (``"--output"``, or ``"output_dir"`` for a library call).
+        empty: refuse a folder that already holds files.
+        overwrite: what allows that, as the message says it (``"--overwrite"``, ``"overwrite=True"``).
+        error: the exception raised (the library raises ``ValueError``).
+
+    Returns:
+        ``path`` as a ``Path`` (``None`` for ``None``).
+
+    Example:
+        >>> check_output_dir(None)
+        >>> check_output_dir(Path(__file__), "output_dir", error=ValueError)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: output_dir .../shared.py is a file; give a folder (it is created if needed).
+    """
+    if path is None:
+        return None
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise error(f"{option} {path} is a file; give a folder (it is created if needed).")
+    if empty and path.is_dir() and any(path.iterdir()):
+        raise error(f"{option} {path} is not empty; choose a new folder or pass {overwrite}.")
+    writable_folder(path, option, error)
+    return path
 
 
 def lock_file(fd: int) -> bool:

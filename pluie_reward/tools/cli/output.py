@@ -8,25 +8,11 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterable
 
-from ..shared import OutputError, OutputFile, UsageError, _busy, lock_file, partial_path, resolve_output, same_file
+from ..shared import (OutputError, OutputFile, UsageError, _busy, check_output_dir, lock_file, partial_path, resolve_output,
+                      same_file, writable_folder)
 
 __all__ = ["OutputError", "OutputFile", "StandardOutput", "check_output_dir", "check_output_file", "partial_path",
            "resolve_output", "write_text_file"]
-
-
-def _writable_folder(folder: Path, option: str) -> None:
-    for parent in [folder, *folder.parents]:
-        if parent.exists():
-            if not parent.is_dir():
-                raise UsageError(f"{option}: {parent} is a file, so nothing can be written under it; choose another path.")
-            if not os.access(parent, os.W_OK | os.X_OK):
-                raise UsageError(f"{option}: {parent} is not writable; choose another path.")
-            try:  # what access() cannot tell (root on /proc, a read-only mount...): make and remove a folder there
-                os.rmdir(tempfile.mkdtemp(prefix=".pluie-check-", dir=parent))
-            except OSError as err:
-                raise UsageError(f"{option}: nothing can be written in {parent} ({err.strerror}); "
-                                 "choose another path.") from None
-            return
 
 
 def check_output_file(path: Path | None, option: str = "--output", *, inputs: Iterable[Path | None] = (),
@@ -64,7 +50,7 @@ def check_output_file(path: Path | None, option: str = "--output", *, inputs: It
         if not os.access(path, os.W_OK):
             raise UsageError(f"{option} {path} is not writable; choose another output.")
         return
-    _writable_folder(path.parent, option)
+    writable_folder(path.parent, option)
     partial = partial_path(path)
     if partial.is_file():
         fd = os.open(partial, os.O_RDONLY)
@@ -80,21 +66,6 @@ def check_output_file(path: Path | None, option: str = "--output", *, inputs: It
     if overwrite is False and not resume and path.exists():
         how = " (or --resume to complete it)" if resume is not None else ""
         raise UsageError(f"{option} {path} exists; pass --overwrite to replace it{how}, or choose another output file.")
-
-
-def check_output_dir(path: Path | None, option: str = "--output-dir", *, empty: bool = False) -> None:
-    """Fail early if ``path`` cannot be used as an output folder (``empty``: or already holds files).
-
-    Example:
-        >>> check_output_dir(None)
-    """
-    if path is None:
-        return
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"{option} {path} is a file; give a folder (it is created if needed).")
-    if empty and path.is_dir() and any(path.iterdir()):
-        raise UsageError(f"{option} {path} is not empty; choose a new folder or pass --overwrite.")
-    _writable_folder(path, option)
 
 
 class StandardOutput:

@@ -40,6 +40,7 @@ from ...engines.transformers.compat import checkpointing_on, disable_checkpointi
 from ...engines.transformers.loading import EMBEDDED_BASE, display_name, embedded_model_dir, load_model_and_tokenizer
 from ...engines.transformers.placement import belongs_to_adapter
 from ...judges import default_adapter_dir
+from ..shared import check_output_dir
 from .config import TuneConfig
 from .data import PairData, check_student_template, encode, teacher_targets
 from .loss import tune_loss
@@ -115,18 +116,6 @@ def _loadable_name(model: Any) -> str | None:
     except (ModuleNotFoundError, FileNotFoundError, OSError):
         pass
     return path or f"<your {type(base).__name__}>"
-
-
-def check_output_dir(output_dir: "str | Path | None", overwrite: bool) -> Path | None:
-    """The output folder, refused when it already holds files (unless ``overwrite``)."""
-    if output_dir is None:
-        return None
-    path = Path(output_dir)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"output {str(path)!r} exists and is not a folder.")
-    if path.is_dir() and any(path.iterdir()) and not overwrite:
-        raise ValueError(f"output folder {str(path)!r} is not empty; choose a new folder or pass overwrite=True (--overwrite).")
-    return path
 
 
 def save_adapter(model: Any, adapter_name: str, directory: Path) -> None:
@@ -214,7 +203,7 @@ def tune(
     if not isinstance(config, TuneConfig):
         raise TypeError(f"config must be a TuneConfig, not {type(config).__name__}.")
     t = load_template(template)
-    out = check_output_dir(output_dir, overwrite)
+    out = check_output_dir(output_dir, "output_dir", empty=not overwrite, overwrite="overwrite=True", error=ValueError)
     if teacher is not None and targets is not None:
         raise ValueError("give teacher targets either as `targets` or through a `teacher`, not both.")
     if labels is None and targets is None and teacher is None:
