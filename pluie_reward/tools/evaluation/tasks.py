@@ -1,27 +1,17 @@
 """Judge evaluations on your own data, with baselines side by side: classification of labelled
 pairs (the seeds' Tables 1/3) and alignment with human pairwise preferences (the seeds' Table 2).
 
-A run scores one or more :class:`Condition` (a template and the fields it reads: ``Rev-PLUIE``,
-``Rev-PLUIE w.g.``, ``Para-PLUIE``...) on every item. The two candidates of a preference item are
-scored in the same ``Judge.score`` call, next to each other, so the prefix they share (template,
-original, instruction, gold) is computed once. A choice template (``rev-choice``, ``net-choice``)
-reads both candidates in one prompt instead: A in its ``hypothesis`` slot, B in ``alternative``;
-its most likely answer is the predicted preference (first answer -> A, second -> B, others -> tie).
-With an output folder, scores are saved after every call (:mod:`.store`): an interrupted run resumes,
-and :func:`report_folder` recomputes the tables without the judge.
+A run scores one or more :class:`Condition` (a template and the fields it reads) on every item. The two
+candidates of a preference item are scored in one ``Judge.score`` call, so their shared prefix is computed
+once; a choice template (``rev-choice``, ``net-choice``) reads A (``hypothesis``) and B (``alternative``) in
+one prompt, its most likely answer being the prediction. With an output folder, scores are saved after every
+call (:mod:`.store`): an interrupted run resumes, and :func:`report_folder` recomputes the tables without the judge.
 
 Example:
-    >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early.", "The shop is closed."]
-    >>> H = ["A cat is asleep.", "Prices fell in May.", "He went home early.", "The store is open."]
-    >>> labels = [True, False, True, False]  # paraphrase or not
-    >>> r = evaluate_classification(judge, {"source": S, "hypothesis": H}, labels, progress=False)
-    >>> from pluie_reward.tools.evaluation.tables import classification_markdown
-    >>> print(classification_markdown(r))
-    4 pairs, 2 positive; judge tiny-random, template para-fs.
-    ...
-    | metric | judge | threshold choice | Thr. | Acc. | Rec. | Prec. | F1 |
-    |---|---|---|---|---|---|---|---|
-    | PLUIE | tiny-random (this run) | natural threshold | 0.00 | ...
+    >>> r = evaluate_classification(judge, {"source": ["The cat sleeps.", "Prices rose."],
+    ...                                     "hypothesis": ["A cat is asleep.", "Prices fell."]}, [True, False], progress=False)
+    >>> r["n"], r["positives"]
+    (2, 1)
 """
 
 from __future__ import annotations
@@ -48,14 +38,13 @@ from .scoring import (
     score_items,
 )
 from .store import ScoreStore, chat_settings, fingerprint, load_run
-from .tables import task_markdown
+from .tables import logratio_row, task_markdown
 
 __all__ = ["evaluate_classification", "evaluate_preference", "report_folder", "run_classification", "run_preference"]
 
 
 def _chat(judge: Any, conditions: Sequence[Condition]) -> dict[str, Any]:
-    """``{"chat_template_kwargs": {row: keywords}}`` when a row renders with chat-template keywords, else ``{}``
-    (so runs without any keep the settings they were saved with)."""
+    """``{"chat_template_kwargs": {row: keywords}}`` when a row renders with chat-template keywords, else ``{}``."""
     keywords = chat_settings(judge, {c.name: c.template for c in conditions})
     return {"chat_template_kwargs": keywords} if keywords else {}
 
@@ -101,18 +90,14 @@ def run_classification(
     progress: bool = True,
     meta: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Score ``conditions`` on labelled items and compute the Table 1 metrics of each condition
-    (natural threshold and a posteriori) and of each baseline (``baseline_texts`` = (references,
-    hypotheses) they compare; the normalised edit distance between them is kept for the plots).
+    """Score ``conditions`` on labelled items: the Table 1 metrics of each condition and of each baseline
+    (``baseline_texts`` = the (references, hypotheses) they compare, whose edit distance the plots use).
 
     Example:
-        >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early.", "The shop is closed."]
-        >>> H = ["A cat is asleep.", "Prices fell in May.", "He went home early.", "The store is open."]
-        >>> labels = [True, False, True, False]  # paraphrase or not
-        >>> r = run_classification(judge, [Condition("PLUIE", "para-fs", {"source": S, "hypothesis": H})], labels,
-        ...                        progress=False)
+        >>> fields = {"source": ["The cat sleeps.", "Prices rose."], "hypothesis": ["A cat is asleep.", "Prices fell."]}
+        >>> r = run_classification(judge, [Condition("PLUIE", "para-fs", fields)], [True, False], progress=False)
         >>> r["n"], r["positives"], sorted(r["metrics"]["PLUIE"])
-        (4, 2, ['best_accuracy', 'best_f1', 'n', 'natural', 'positives'])
+        (2, 1, ['best_accuracy', 'best_f1', 'n', 'natural', 'positives'])
     """
     for condition in conditions:
         check_choice_condition(condition, False)
@@ -153,15 +138,12 @@ def evaluate_classification(
     progress: bool = True,
     output_dir: str | Path | None = None,
 ) -> dict[str, Any]:
-    """PLUIE at ``threshold`` and at the a posteriori best-F1 / best-accuracy thresholds, and each
-    baseline at its a posteriori thresholds; optional PNG plots (``plots_dir``); scores saved in
-    ``output_dir`` as they come (resumable).
+    """PLUIE at ``threshold`` and at the a posteriori best-F1 / best-accuracy thresholds, each baseline at
+    its a posteriori ones; PNG plots in ``plots_dir``; scores saved in ``output_dir`` as they come (resumable).
 
     Example:
-        >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early.", "The shop is closed."]
-        >>> H = ["A cat is asleep.", "Prices fell in May.", "He went home early.", "The store is open."]
-        >>> labels = [True, False, True, False]  # paraphrase or not
-        >>> r = evaluate_classification(judge, {"source": S, "hypothesis": H}, labels, progress=False)
+        >>> fields = {"source": ["The cat sleeps.", "Prices rose."], "hypothesis": ["A cat is asleep.", "Prices fell."]}
+        >>> r = evaluate_classification(judge, fields, [True, False], progress=False)
         >>> sorted(r["metrics"])  # PLUIE and the baselines
         ['PLUIE', 'bleu', 'levenshtein']
         >>> r["metrics"]["PLUIE"]["natural"]  # at threshold 0
@@ -183,8 +165,8 @@ def evaluate_classification(
 
 
 def _yes_no_conditions(meta: Mapping[str, Any]) -> list[str]:
-    """The judged conditions whose score is PLUIE (a Yes/No template): their ``sigmoid(score)`` is
-    a probability to calibrate. Runs saved before conditions recorded their kind look the template up."""
+    """The judged conditions of a Yes/No template (``sigmoid(score)`` is a probability); a run without ``kind``
+    looks the template up."""
     names = []
     for c in meta["conditions"]:
         kind = c.get("kind")
@@ -202,10 +184,8 @@ def classification_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str,
     """Metrics of every condition and baseline from scored lines (no judge needed).
 
     Example:
-        >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early.", "The shop is closed."]
-        >>> H = ["A cat is asleep.", "Prices fell in May.", "He went home early.", "The store is open."]
-        >>> labels = [True, False, True, False]  # paraphrase or not
-        >>> r = evaluate_classification(judge, {"source": S, "hypothesis": H}, labels, progress=False, output_dir="out/parareval")
+        >>> fields = {"source": ["The cat sleeps.", "Prices rose."], "hypothesis": ["A cat is asleep.", "Prices fell."]}
+        >>> r = evaluate_classification(judge, fields, [True, False], progress=False, output_dir="out/parareval")
         >>> run, lines = load_run("out/parareval")  # later, without the judge
         >>> classification_results(run["meta"], lines)["metrics"]["PLUIE"]["best_f1"] == r["metrics"]["PLUIE"]["best_f1"]
         True
@@ -233,9 +213,8 @@ def classification_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str,
 
 
 def classification_plots(results: Mapping[str, Any], folder: str | Path) -> list[str]:
-    """Threshold curves, histograms and score-vs-edit-distance scatter for each row of ``results``,
-    and a reliability diagram of ``p_yes = sigmoid(score)`` for each judged Yes/No row (with the
-    Platt-calibrated probabilities of the held-out items beside it)."""
+    """Threshold curves, histograms and score against edit distance for each row of ``results``, and a
+    reliability diagram of ``p_yes`` (with the Platt-calibrated held-out items) for each judged Yes/No row."""
     folder = Path(folder)
     judged = {c["name"]: c for c in results["conditions"]}
     written = []
@@ -283,9 +262,8 @@ def run_preference(
     progress: bool = True,
     meta: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Score both candidates of every item under each condition (A and B of an item in one call),
-    then the Table 2 metrics against the human A/B/tie choices; baselines are the similarity of
-    each candidate to ``baseline_reference``.
+    """Score both candidates of every item under each condition (A and B in one call), then the Table 2 metrics
+    against the human A/B/tie choices; baselines: each candidate's similarity to ``baseline_reference``.
 
     Example:
         >>> O = ["Teh cat sleeps.", "Prices rose in may.", "he left early"]  # texts to revise
@@ -341,9 +319,8 @@ def evaluate_preference(
     progress: bool = True,
     output_dir: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Score both candidates of each instance (``fields`` holds the template's other fields, e.g.
-    ``source``), then pairwise accuracy with tie calibration, Cramér's V and Cohen's κ against the
-    human A/B/tie choices, for PLUIE and each baseline (similarity of the candidate to the reference).
+    """:func:`run_preference` of one template whose other fields (e.g. ``source``) are in ``fields``, with the
+    baselines comparing each candidate with the reference field.
 
     Example:
         >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early."]
@@ -403,16 +380,6 @@ def preference_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any
     return _results(meta, lines, metrics=metrics, scores=scores)
 
 
-def logratio_row(name: str) -> str:
-    """The result row of a choice condition read as the score log p(A) - log p(B) (tie-calibrated).
-
-    Example:
-        >>> logratio_row("LLM-choice")
-        'LLM-choice, log p(A) − log p(B)'
-    """
-    return f"{name}, log p(A) − log p(B)"
-
-
 # common -----------------------------------------------------------------------------------------
 def _results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any]], **fields: Any) -> dict[str, Any]:
     """A run's results: its meta, the items scored (``n``) and planned, then ``fields``."""
@@ -432,16 +399,14 @@ def _finish_run(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any]], out
 
 
 def report_folder(folder: str | Path, *, plots: bool = False) -> dict[str, Any]:
-    """Recompute an evaluation's results (and plots) from its output folder alone, without the
-    judge; works on an interrupted run too (the report says how many items it covers).
+    """Recompute an evaluation's results (and plots) from its output folder alone, without the judge;
+    an interrupted run too (the report says how many items it covers).
 
     Example:
-        >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early.", "The shop is closed."]
-        >>> H = ["A cat is asleep.", "Prices fell in May.", "He went home early.", "The store is open."]
-        >>> labels = [True, False, True, False]  # paraphrase or not
-        >>> _ = evaluate_classification(judge, {"source": S, "hypothesis": H}, labels, progress=False, output_dir="out/parareval")
+        >>> fields = {"source": ["The cat sleeps.", "Prices rose."], "hypothesis": ["A cat is asleep.", "Prices fell."]}
+        >>> _ = evaluate_classification(judge, fields, [True, False], progress=False, output_dir="out/parareval")
         >>> print(task_markdown(report_folder("out/parareval")))
-        4 pairs, 2 positive; judge tiny-random, template para-fs.
+        2 pairs, 1 positive; judge tiny-random, template para-fs.
         ...
     """
     run, lines = load_run(folder)
