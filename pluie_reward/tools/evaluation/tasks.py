@@ -49,28 +49,23 @@ def _chat(judge: Any, conditions: Sequence[Condition]) -> dict[str, Any]:
     return {"chat_template_kwargs": keywords} if keywords else {}
 
 
-def _config(task: str, judge: Any, conditions: Sequence[Condition], baselines: Sequence[str], **extra: Any) -> dict[str, Any]:
-    return {
-        "task": task,
-        "judge": getattr(judge, "name", str(judge)),
-        "conditions": [[c.name, c.template_name, fingerprint(repr(load_template(c.template)))] for c in conditions],
-        "baselines": list(baselines),
-        **_chat(judge, conditions),
-        **extra,
-    }
+def _score_run(task: str, judge: Any, conditions: Sequence[Condition], items: list[dict[str, Any]], names: Sequence[str],
+               meta: Mapping[str, Any], output_dir: str | Path | None, overwrite: bool, plots: bool, **score: Any) -> dict[str, Any]:
+    """Score ``items`` (:func:`score_items` with ``score``), saved under the run's config and meta, then the results."""
+    common = {"task": task, "judge": getattr(judge, "name", str(judge))}
+    chat = _chat(judge, conditions)
+    config = {**common, "conditions": [[c.name, c.template_name, fingerprint(repr(load_template(c.template)))] for c in conditions],
+              "baselines": list(names), **chat}
+    info = {**common, "template": ", ".join(dict.fromkeys(c.template_name for c in conditions)),
+            "conditions": [c.describe() for c in conditions], "baselines": list(names), "n": len(items), **chat, **meta}
+    with ScoreStore(output_dir, config, info, overwrite=overwrite) as store:
+        lines = score_items(judge, conditions, items, store=store if output_dir else None, **score)
+    return _finish_run(info, lines, output_dir, plots)
 
 
-def _meta(task: str, judge: Any, conditions: Sequence[Condition], names: Sequence[str], n: int, **extra: Any) -> dict[str, Any]:
-    return {
-        "task": task,
-        "judge": getattr(judge, "name", str(judge)),
-        "template": ", ".join(dict.fromkeys(c.template_name for c in conditions)),
-        "conditions": [c.describe() for c in conditions],
-        "baselines": list(names),
-        "n": n,
-        **_chat(judge, conditions),
-        **extra,
-    }
+def _inputs(conditions: Sequence[Condition], i: int) -> list[list[Any]]:
+    """What item ``i`` of each condition reads (for its fingerprint)."""
+    return [[c.value(f, i) for f in sorted(c.fields)] for c in conditions]
 
 
 # classification -------------------------------------------------------------------------------
@@ -106,22 +101,14 @@ def run_classification(
     names = parse_baselines(baselines) if baseline_texts is not None else []
     rows = list(rows) if rows is not None else [f"item {i + 1}" for i in range(n)]
     refs, hyps = baseline_texts if baseline_texts is not None else (None, None)
-    items = []
-    for i in range(n):
-        inputs = [[c.value(f, i) for f in sorted(c.fields)] for c in conditions]
-        item: dict[str, Any] = {"i": i, "row": rows[i], "label": bool(y[i])}
-        if refs is not None:
-            inputs.append([refs[i], hyps[i]])
-        item["h"] = fingerprint(item["label"], inputs)
-        items.append(item)
+    items = [{"i": i, "row": rows[i], "label": bool(y[i]),
+              "h": fingerprint(bool(y[i]), _inputs(conditions, i) + ([[refs[i], hyps[i]]] if refs is not None else []))}
+             for i in range(n)]
     functions = {name: (lambda index, name=name: score_baseline(name, [refs[i] for i in index], [hyps[i] for i in index]))
                  for name in names}
     extras = {} if refs is None else {"edit_distance": lambda index: edit_distances([refs[i] for i in index], [hyps[i] for i in index])}
-    info = _meta("classification", judge, conditions, names, n, threshold=threshold, **(meta or {}))
-    with ScoreStore(output_dir, _config("classification", judge, conditions, names), info, overwrite=overwrite) as store:
-        lines = score_items(judge, conditions, items, baselines=functions, extras=extras, store=store if output_dir else None,
-                            chunk_size=chunk_size, progress=progress)
-    return _finish_run(info, lines, output_dir, plots)
+    return _score_run("classification", judge, conditions, items, names, {"threshold": threshold, **(meta or {})}, output_dir,
+                      overwrite, plots, baselines=functions, extras=extras, chunk_size=chunk_size, progress=progress)
 
 
 def evaluate_classification(
@@ -282,11 +269,10 @@ def run_preference(
         raise ValueError(f"{len(candidates_a)} A candidates and {len(candidates_b)} B candidates for {n} human choices.")
     names = parse_baselines(baselines) if baseline_reference is not None else []
     rows = list(rows) if rows is not None else [f"item {i + 1}" for i in range(n)]
-    items = []
-    for i in range(n):
-        inputs = [[c.value(f, i) for f in sorted(c.fields)] for c in conditions]
-        inputs.append([candidates_a[i], candidates_b[i], baseline_reference[i] if baseline_reference is not None else None])
-        items.append({"i": i, "row": rows[i], "human": h[i], "h": fingerprint(h[i], inputs)})
+    reference = baseline_reference if baseline_reference is not None else [None] * n
+    items = [{"i": i, "row": rows[i], "human": h[i],
+              "h": fingerprint(h[i], _inputs(conditions, i) + [[candidates_a[i], candidates_b[i], reference[i]]])}
+             for i in range(n)]
 
     def baseline(name: str) -> Callable[[list[int]], list[Any]]:
         def run(index: list[int]) -> list[Any]:
@@ -296,12 +282,9 @@ def run_preference(
             return [[x, y] for x, y in zip(a, b)]
         return run
 
-    info = _meta("preference", judge, conditions, names, n, epsilon=epsilon, **(meta or {}))
-    with ScoreStore(output_dir, _config("preference", judge, conditions, names), info, overwrite=overwrite) as store:
-        lines = score_items(judge, conditions, items, pairs=(candidates_a, candidates_b),
-                            baselines={name: baseline(name) for name in names}, store=store if output_dir else None,
-                            chunk_size=chunk_size, progress=progress, desc="scoring A and B")
-    return _finish_run(info, lines, output_dir, False)
+    return _score_run("preference", judge, conditions, items, names, {"epsilon": epsilon, **(meta or {})}, output_dir, overwrite,
+                      False, pairs=(candidates_a, candidates_b), baselines={name: baseline(name) for name in names},
+                      chunk_size=chunk_size, progress=progress, desc="scoring A and B")
 
 
 def evaluate_preference(
