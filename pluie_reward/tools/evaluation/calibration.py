@@ -337,17 +337,6 @@ def calibration_report(scores: Sequence[float], labels: Sequence[Any], *, n_bins
     return out
 
 
-def calibrated(scores: Iterable[float], calibration: Calibration | Mapping[str, Any]) -> list[float]:
-    """``sigmoid(a * s + b)`` for every score.
-
-    Example:
-        >>> calibrated([0.0, 2.0], {"a": 0.5, "b": -1.0})
-        [0.2689414213699951, 0.5]
-    """
-    c = Calibration.resolve(calibration)
-    return [c(x) for x in as_scores(scores)]
-
-
 # in evaluation reports -----------------------------------------------------------------------------
 EVAL_HELDOUT = 0.3  # the held-out share and seed of the Platt fit in evaluation reports
 EVAL_SEED = 0

@@ -4,11 +4,6 @@ the data folder's README: error rate per dataset, mean per challenge, mean of th
 The data is not shipped: ``data_dir`` is the folder of the authors' JSON files (the release's
 ``datasets_no_results``, or the release). PAWS-X and XNLI are scored when their files are there; the means
 are over the datasets present, the peers' recomputed over the same ones (their published averages kept too).
-
-Example:
-    >>> results = run_paraphrasus(judge, limit=2)  # 2 pairs per dataset; data_dir: $PARAPHRASUS_DIR or ../shared/data/paraphrasus
-    >>> print(markdown_report(results))
-    | challenge | dataset | n | tiny-random (para-fs) | llama_3_8b_ins_q4_k_m | ...
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """PNG figures of the seeds on matplotlib's Agg canvas: metric curves against the threshold, score histograms
 and score against edit distance per label, share predicted paraphrase per STS bin, error rates beside the
 peers, reliability diagrams. Every figure uses the same label names (:data:`LABEL_NAMES`) and colours.
-
-Example:
-    >>> plot_threshold_curves([-2.0, 1.0, 3.0], [False, True, True], "curves.png")
-    PosixPath('curves.png')
 """
 
 from __future__ import annotations

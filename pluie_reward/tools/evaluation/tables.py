@@ -1,16 +1,6 @@
 """Markdown tables of evaluation results in the seeds' layouts: Table 1 (classification: threshold,
 accuracy, recall, precision, F1) and Table 2 (preference: pairwise accuracy, V, κ, with the "w.g."
-columns when a condition gives the gold revision), this run's rows next to the paper's.
-
-Example:
-    >>> from pluie_reward.tools.evaluation.tasks import evaluate_classification
-    >>> results = evaluate_classification(judge, {"source": ["The cat sleeps.", "Prices rose."],
-    ...                                            "hypothesis": ["A cat is asleep.", "Prices fell."]}, [True, False], progress=False)
-    >>> print(task_markdown(results))  # the layout of the task: Table 1 here
-    2 pairs, 1 positive; judge tiny-random, template para-fs.
-    ...
-    | metric | judge | threshold choice | Thr. | Acc. | Rec. | Prec. | F1 |
-    ...
+columns when a condition gives the gold revision), this run's rows next to the paper's (:func:`task_markdown` picks the task's layout).
 """
 
 from __future__ import annotations

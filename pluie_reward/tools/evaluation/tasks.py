@@ -6,12 +6,6 @@ candidates of a preference item are scored in one ``Judge.score`` call, so their
 once; a choice template (``rev-choice``, ``net-choice``) reads A (``hypothesis``) and B (``alternative``) in
 one prompt, its most likely answer being the prediction. With an output folder, scores are saved after every
 call (:mod:`.store`): an interrupted run resumes, and :func:`report_folder` recomputes the tables without the judge.
-
-Example:
-    >>> r = evaluate_classification(judge, {"source": ["The cat sleeps.", "Prices rose."],
-    ...                                     "hypothesis": ["A cat is asleep.", "Prices fell."]}, [True, False], progress=False)
-    >>> r["n"], r["positives"]
-    (2, 1)
 """
 
 from __future__ import annotations
@@ -253,12 +247,8 @@ def run_preference(
     against the human A/B/tie choices; baselines: each candidate's similarity to ``baseline_reference``.
 
     Example:
-        >>> O = ["Teh cat sleeps.", "Prices rose in may.", "he left early"]  # texts to revise
-        >>> I = ["Fix the typos."] * 3  # the instruction
-        >>> A = ["The cat sleeps.", "Prices rose in May.", "He left."]  # two candidate revisions
-        >>> B = ["The cats sleep.", "Prices rose in may.", "He left early."]
-        >>> human = ["A", "tie", "B"]
-        >>> r = run_preference(judge, [Condition("Rev-PLUIE", "rev", {"original": O, "instruction": I})], A, B, human,
+        >>> rev = Condition("Rev-PLUIE", "rev", {"original": ["Teh cat sleeps.", "he left early"], "instruction": ["Fix typos."] * 2})
+        >>> r = run_preference(judge, [rev], ["The cat sleeps.", "He left."], ["The cats sleep.", "He left early."], ["A", "B"],
         ...                    progress=False)
         >>> sorted(r["metrics"]["Rev-PLUIE"])[:4]
         ['cohens_kappa', 'cohens_kappa_range', 'cramers_v', 'cramers_v_range']
@@ -306,10 +296,9 @@ def evaluate_preference(
     baselines comparing each candidate with the reference field.
 
     Example:
-        >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early."]
-        >>> A = ["A cat is asleep.", "Prices fell.", "He left."]
-        >>> B = ["The cat sleeps.", "Prices went up in May.", "Nobody left."]
-        >>> r = evaluate_preference(judge, {"source": S}, A, B, ["A", "tie", "B"], progress=False)
+        >>> A, B = ["A cat is asleep.", "Prices fell.", "He left."], ["The cat sleeps.", "Prices went up.", "Nobody left."]
+        >>> r = evaluate_preference(judge, {"source": ["The cat sleeps.", "Prices rose.", "He left early."]}, A, B, ["A", "tie", "B"],
+        ...                         progress=False)
         >>> r["metrics"]["PLUIE"]["human_counts"], sorted(r["metrics"])
         ({'A': 1, 'B': 1, 'tie': 1}, ['PLUIE', 'bleu', 'levenshtein'])
     """
@@ -332,10 +321,8 @@ def preference_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any
     """Table 2 metrics of every condition and baseline from scored lines (no judge needed).
 
     Example:
-        >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early."]
-        >>> A = ["A cat is asleep.", "Prices fell.", "He left."]
-        >>> B = ["The cat sleeps.", "Prices went up in May.", "Nobody left."]
-        >>> r = run_preference(judge, [Condition("PLUIE", "para-fs", {"source": S})], A, B, ["A", "tie", "B"],
+        >>> r = run_preference(judge, [Condition("PLUIE", "para-fs", {"source": ["The cat sleeps.", "He left early."]})],
+        ...                    ["A cat is asleep.", "He left."], ["The cat sleeps.", "Nobody left."], ["A", "B"],
         ...                    progress=False, output_dir="out/pref")
         >>> run, lines = load_run("out/pref")  # later, without the judge
         >>> preference_results(run["meta"], lines)["metrics"]["PLUIE"]["pairwise_accuracy"] == r["metrics"]["PLUIE"]["pairwise_accuracy"]

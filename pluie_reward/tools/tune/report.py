@@ -1,11 +1,6 @@
 """The report of a tuning run: the student's agreement with the teacher and its classification of labelled
 pairs (:mod:`pluie_reward.tools.evaluation.metrics`), before and after tuning, on each evaluation set; the
 adapter's card (``pluie_tune.json`` and ``README.md``) and threshold-curve plots.
-
-Example:
-    >>> r = agreement([1.0, -2.0, 3.0], [0.5, -1.0, -0.2])
-    >>> r["verdict_agreement"], r["pearson"] is not None
-    (0.6666666666666666, True)
 """
 
 from __future__ import annotations
