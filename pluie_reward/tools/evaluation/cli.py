@@ -192,14 +192,18 @@ class Interrupted(Exception):
     """Ctrl-C during scoring: the scores so far are saved; exit code 130."""
 
 
-def _score_safely(run: Any, output_dir: Path | None) -> Any:
-    """Run a scoring function: a folder of another run is a usage error; an interruption or a crash
-    says what was kept and how to resume."""
+def _run(args: argparse.Namespace, run: Callable[..., Any], *positional: Any, **keywords: Any) -> Any:
+    """``run(judge, *positional, **keywords)`` with the judge and the run options (--output-dir, --overwrite,
+    --chunk-size, --no-progress) of ``args``: a folder of another run is a usage error; an interruption or a
+    crash says what was kept and how to resume."""
+    output_dir = args.output_dir
     kept = (f"the scores computed so far are saved in {output_dir / 'scores.jsonl'}: run the same command again "
             f"to resume, or 'pluie-reward eval report {output_dir}' for the tables so far") if output_dir else \
         "nothing was saved (no --output-dir)"
+    judge = judge_from_args(args)
     try:
-        return run()
+        return run(judge, *positional, output_dir=output_dir, overwrite=args.overwrite, chunk_size=args.chunk_size,
+                   progress=not args.no_progress, **keywords)
     except StoreMismatch as err:
         raise UsageError(str(err)) from None
     except KeyboardInterrupt:
@@ -212,14 +216,6 @@ def _score_safely(run: Any, output_dir: Path | None) -> Any:
     except Exception:
         print(f"pluie-reward eval: failed; {kept}.", file=sys.stderr)
         raise
-
-
-def _run(args: argparse.Namespace, run: Callable[..., Any], *positional: Any, **keywords: Any) -> Any:
-    """``run(judge, *positional, **keywords)`` with the judge and the run options (--output-dir, --overwrite,
-    --chunk-size, --no-progress) of ``args``, through :func:`_score_safely`."""
-    judge = judge_from_args(args)
-    return _score_safely(lambda: run(judge, *positional, output_dir=args.output_dir, overwrite=args.overwrite,
-                                     chunk_size=args.chunk_size, progress=not args.no_progress, **keywords), args.output_dir)
 
 
 def _load_generic(args: argparse.Namespace, extra: dict[str, str], skip: tuple[str, ...] = ()) -> tuple[Any, Any, dict, dict, list[str]]:

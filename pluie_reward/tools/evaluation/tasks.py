@@ -360,9 +360,15 @@ def _results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any]], **fiel
 
 def _finish_run(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any]], output_dir: str | Path | None,
                 plots: bool) -> dict[str, Any]:
-    results = (classification_results if meta["task"] == "classification" else preference_results)(meta, lines)
-    if plots and output_dir is not None and meta["task"] == "classification":
-        results["plots"] = classification_plots(results, Path(output_dir) / "plots")
+    """The results of a run's scored lines, with their plots (``plots``) and files in ``output_dir``."""
+    if meta.get("benchmark") == "PARAPHRASUS":
+        results, draw = paraphrasus_results(meta, lines), paraphrasus_plots
+    elif meta["task"] == "classification":
+        results, draw = classification_results(meta, lines), classification_plots
+    else:
+        results, draw = preference_results(meta, lines), None
+    if plots and output_dir is not None and draw is not None:
+        results["plots"] = draw(results, Path(output_dir) / "plots")
     if output_dir is not None:
         write_outputs(output_dir, results, task_markdown(results))
     return results
@@ -380,11 +386,4 @@ def report_folder(folder: str | Path, *, plots: bool = False) -> dict[str, Any]:
         ...
     """
     run, lines = load_run(folder)
-    meta = run["meta"]
-    if meta.get("benchmark") == "PARAPHRASUS":
-        results = paraphrasus_results(meta, lines)
-        if plots:
-            results["plots"] = paraphrasus_plots(results, Path(folder) / "plots")
-        write_outputs(folder, results, task_markdown(results))
-        return results
-    return _finish_run(meta, lines, folder, plots)
+    return _finish_run(run["meta"], lines, folder, plots)
