@@ -514,3 +514,11 @@ def test_threshold_on_the_raw_logratio_for_a_calibrated_verdict(judges):
     cut = judge_c.threshold(0.5)
     records = calibrated.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES, details=True, threshold=cut)
     assert [r["verdict"] for r in records] == [r["p_calibrated"] > 0.5 for r in records]
+
+
+def test_calibration_report_fit_is_the_calibration_record_without_its_format():
+    scores, labels = [-2.0, 1.0, 3.0, -1.0, 0.5, -0.2], [0, 1, 1, 0, 0, 1]
+    fit = calibration_report(scores, labels, heldout_fraction=0)["fit"]
+    c = fit_calibration(scores, labels, heldout_fraction=0)
+    assert "format" in c.to_dict() and "format" not in fit
+    assert set(fit) == set(c.to_dict()) - {"format"} and (fit["a"], fit["b"], fit["n_fit"]) == (c.a, c.b, 6)

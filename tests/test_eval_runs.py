@@ -407,3 +407,45 @@ def test_presets_load_from_data_with_every_name_field_and_value():
         assert PRESETS[name] == preset, name
         assert all(isinstance(c, PresetCondition) for c in PRESETS[name].conditions)
         assert isinstance(PRESETS[name].conditions, tuple) and isinstance(PRESETS[name].paper_metrics, tuple)
+
+
+def test_eval_and_report_say_what_they_wrote(tiny_judge, use_judge, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    use_judge(tiny_judge)
+    assert cli.main(["eval", "parareval", str(PARAREVAL), "--baselines", "none", "--no-progress", "-o", str(out)]) == 0
+    assert capsys.readouterr().out.endswith(f"\n\nwrote {out / 'results.json'} and results.md; scores in {out / 'scores.jsonl'}\n")
+    monkeypatch.setattr(eval_cli, "judge_from_args", lambda args: pytest.fail("report loaded a judge"))
+    assert cli.main(["eval", "report", str(out)]) == 0
+    assert capsys.readouterr().out.endswith(f"\n\nwrote {out / 'results.json'} and results.md\n")
+
+
+def test_saved_item_fingerprints_are_those_of_earlier_runs(tiny_judge, tmp_path):
+    """Resuming a folder written before needs the same ``h``: the label, then per condition its fields in
+    sorted order (hypothesis, source), then the (reference, hypothesis) the baselines compare."""
+    from pluie_reward.tools.evaluation.store import fingerprint
+    from pluie_reward.tools.evaluation.tasks import evaluate_classification
+
+    S, H, labels = ["The cat sleeps.", "Prices rose."], ["A cat is asleep.", "Prices fell."], [True, False]
+    evaluate_classification(tiny_judge, {"source": S, "hypothesis": H}, labels, baselines="none", progress=False,
+                            output_dir=tmp_path / "run")
+    saved = [json.loads(line)["h"] for line in (tmp_path / "run" / "scores.jsonl").read_text().splitlines()]
+    assert saved == [fingerprint(y, [[h, s], [s, h]]) for s, h, y in zip(S, H, labels)]
+
+
+def test_report_of_a_paraphrasus_run_draws_its_plots(tiny_judge, tmp_path):
+    from pluie_reward.tools.evaluation.paraphrasus import run_paraphrasus
+    from pluie_reward.tools.evaluation.tasks import report_folder
+
+    run_paraphrasus(tiny_judge, shared_path("data/paraphrasus"), datasets=["MRPC"], limit=4, progress=False,
+                    output_dir=tmp_path / "run")
+    results = report_folder(tmp_path / "run", plots=True)
+    names = sorted(Path(p).name for p in results["plots"])
+    assert names == ["MRPC_histogram.png", "MRPC_thresholds.png", "edit_distance.png", "error_rates.png"] or \
+        names == ["MRPC_histogram.png", "edit_distance.png", "error_rates.png"]  # one label only: no threshold curves
+    assert all(Path(p).is_file() for p in results["plots"])
+
+
+def test_mushra_label_refuses_booleans():
+    for bad in (True, False, None):
+        with pytest.raises(ValueError, match="is not a MUSHRA rating"):
+            mushra_label(bad)

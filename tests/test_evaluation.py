@@ -523,3 +523,62 @@ def test_the_scoring_loop_prints_the_tools_progress_line_per_chunk(tiny_judge, c
     assert scores == pytest.approx(want, abs=1e-4)
     score_in_chunks(tiny_judge, "para-fs", {"source": sources, "hypothesis": hypotheses}, 3, progress=False)
     assert capsys.readouterr().err == ""
+
+
+# shapes the round-2 rewrite must keep ---------------------------------------------------------
+def test_binary_label_reads_whole_floats_and_rejects_others():
+    from pluie_reward.tools.evaluation.metrics import binary_label
+
+    assert (binary_label(1.0), binary_label(0.0), binary_label(1), binary_label(False)) == (True, False, True, False)
+    for bad in (2, 0.5, -1.0):
+        with pytest.raises(ValueError, match="is not a binary label"):
+            binary_label(bad)
+
+
+def test_summarise_refuses_a_dataset_without_pairs():
+    with pytest.raises(ValueError, match="dataset SNLI has no pairs"):
+        summarise({"MRPC": (1, 2), "SNLI": (0, 0)})
+
+
+def _scored(dataset, score, expected, i):
+    return {"dataset": dataset, "file": f"{dataset}.json", "pair_id": str(i), "expected": expected, "scores": {"PLUIE": score}}
+
+
+def test_paraphrasus_report_rows_follow_the_benchmark_order():
+    from pluie_reward.tools.evaluation.paraphrasus import paraphrasus_results
+
+    # lines arrive in another order than the benchmark's (MRPC, STS-H; SNLI, ..., SICK)
+    lines = [_scored("SICK", 1.0, False, 0), _scored("STS-H", 1.0, True, 1), _scored("SNLI", -1.0, False, 2),
+             _scored("MRPC", -1.0, True, 3)]
+    results = paraphrasus_results({"judge": "j", "template": "t", "threshold": 0.0, "n": 4, "not_in_data_folder": []}, lines)
+    assert list(results["datasets"]) == ["MRPC", "STS-H", "SNLI", "SICK"]
+    rows = [line.split(" | ")[1] for line in markdown_report(results).splitlines() if line.startswith("| ")][1:]
+    assert rows == ["MRPC", "STS-H", "**mean**", "SNLI", "SICK", "**mean**", "mean of challenge means"]
+    # by hand: MRPC wrong (-1 <= 0, expected True), STS-H right; SNLI right, SICK wrong
+    assert results["challenges"] == {"Classify!": 0.5, "Minimize!": 0.5}
+
+
+def test_grouped_preference_table_puts_plain_and_gold_rows_in_their_columns():
+    from pluie_reward.tools.evaluation.tables import preference_markdown
+
+    plain = preference_metrics([1.0, -1.0], [0.0, 0.0], ["A", "A"])  # accuracy 1/2 by hand
+    gold = preference_metrics([1.0, 1.0], [0.0, 0.0], ["A", "A"])  # accuracy 1
+    results = {"n": 2, "judge": "j", "template": "rev", "metrics": {"Rev-PLUIE": plain, "Rev-PLUIE w.g.": gold},
+               "conditions": [{"name": "Rev-PLUIE", "template": "rev", "row": "Rev-PLUIE", "variant": ""},
+                              {"name": "Rev-PLUIE w.g.", "template": "rev", "row": "Rev-PLUIE", "variant": "w.g."}],
+               "paper": {"caption": "c", "reference": "r",
+                         "rows": [{"metric": "Rev-PLUIE", "judge": "P", "pairwise_accuracy": 0.61, "cramers_v": 0.2,
+                                   "cohens_kappa": 0.1, "with_gold": {"pairwise_accuracy": 0.62, "cramers_v": 0.3,
+                                                                      "cohens_kappa": 0.15}}]}}
+    text = preference_markdown(results)
+    assert "| metric | judge | Pair acc. | Pair acc. w.g. | V | V w.g. | κ | κ w.g. |" in text
+    assert "| Rev-PLUIE | j (this run) | 0.50 | 1.00 |" in text
+    assert "| Rev-PLUIE | P (paper) | 0.61 | 0.62 | 0.20 | 0.30 | 0.10 | 0.15 |" in text
+
+
+def test_baselines_all_leaves_out_those_not_installed(monkeypatch):
+    monkeypatch.setattr(bl, "missing_baselines", lambda: {"embedding": "pip install it"})
+    assert bl.parse_baselines("all") == ["levenshtein", "bleu"]
+    monkeypatch.setattr(bl, "missing_baselines", lambda: {"bleu": "x", "embedding": "y"})
+    assert bl.parse_baselines("all") == ["levenshtein"]
+    assert bl.parse_baselines("none") == bl.parse_baselines("") == bl.parse_baselines(None) == []

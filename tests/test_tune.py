@@ -622,3 +622,18 @@ def test_cli_tunes_the_untuned_embedded_base_by_default(tmp_path, capsys, embedd
     assert reloaded == pytest.approx(row["after"], abs=1e-4)
     merged = embedded_judge.score("para-direct", source=[row["source"]], hypothesis=[row["hypothesis"]])[0]  # Judge.load()
     assert abs(row["after"] - merged) > 1e-3
+
+
+def test_card_metrics_table_best_threshold_rows():
+    from pluie_reward.tools.tune.report import metrics_table
+
+    def ev(accuracy, f1, best_acc, best_f1):
+        return {"n": 4, "mean_score": 0.0, "labels": {
+            "natural": {"accuracy": accuracy, "f1": f1, "tp": 1, "fp": 1},
+            "best_accuracy": {"accuracy": best_acc[0], "threshold": best_acc[1], "f1": 0.0},
+            "best_f1": {"f1": best_f1[0], "threshold": best_f1[1], "accuracy": 0.0}}}
+
+    table = metrics_table({"s": {"before": ev(0.5, 0.4, (0.75, 1.0), (0.25, -2.0)), "after": ev(1.0, 1.0, (1.0, 0.5), (0.8, 0.25))}})
+    assert "| s (n=4) | best accuracy (threshold) | 75.0% (1.00) | 100.0% (0.50) |" in table
+    assert "| s (n=4) | best F1 (threshold) | 25.0% (-2.00) | 80.0% (0.25) |" in table
+    assert "| s (n=4) | positive verdicts at 0 | 50.0% | 50.0% |" in table

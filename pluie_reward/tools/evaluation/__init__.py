@@ -8,28 +8,9 @@ Example:
 """
 
 from .calibration import brier_score, expected_calibration_error, fit_calibration, log_loss
-from .metrics import (
-    best_threshold,
-    classification_metrics,
-    classification_report,
-    cohens_kappa,
-    cramers_v,
-    metrics_at,
-    preference_metrics,
-    tie_calibrated_accuracy,
-)
+from .metrics import (best_threshold, classification_metrics, classification_report, cohens_kappa, cramers_v, metrics_at,
+                      preference_metrics, tie_calibrated_accuracy)
 
-__all__ = [
-    "best_threshold",
-    "brier_score",
-    "classification_metrics",
-    "classification_report",
-    "cohens_kappa",
-    "cramers_v",
-    "expected_calibration_error",
-    "fit_calibration",
-    "log_loss",
-    "metrics_at",
-    "preference_metrics",
-    "tie_calibrated_accuracy",
-]
+__all__ = ["best_threshold", "brier_score", "classification_metrics", "classification_report", "cohens_kappa", "cramers_v",
+           "expected_calibration_error", "fit_calibration", "log_loss", "metrics_at", "preference_metrics",
+           "tie_calibrated_accuracy"]

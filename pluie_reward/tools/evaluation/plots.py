@@ -1,18 +1,13 @@
-"""PNG figures of the seeds: metric curves against the decision threshold (Figures 3-4 of the
-*-PLUIE and ParaPLUIE papers), score histograms per label, score against edit distance per label
-(ParaPLUIE Fig. 2), share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1), error rates
-beside the peer models, and reliability diagrams of the judge's probabilities. Uses matplotlib's Agg canvas (no display, no pyplot state).
-
-Every figure of one run uses the same label names (:data:`LABEL_NAMES`) and colours.
-
-Example:
-    >>> plot_threshold_curves([-2.0, 1.0, 3.0], [False, True, True], "curves.png")
-    PosixPath('curves.png')
+"""PNG figures of the seeds on matplotlib's Agg canvas: metric curves against the threshold, score histograms
+and score against edit distance per label, share predicted paraphrase per STS bin, error rates beside the
+peers, reliability diagrams. Every figure uses the same label names (:data:`LABEL_NAMES`) and colours.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import textwrap
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -59,9 +54,8 @@ def plot_threshold_curves(
     points: int = 400,
     xlabel: str = "decision threshold (positive when score > threshold)",
 ) -> Path:
-    """Accuracy, recall, precision and F1 of ``score > t`` against ``t`` over the range of the
-    scores; the best F1 is marked at the very threshold :func:`best_threshold` reports (the table's),
-    the natural threshold drawn as a dashed line. Returns the written PNG path.
+    """Accuracy, recall, precision and F1 of ``score > t`` against ``t``, the best F1 marked at the threshold
+    :func:`best_threshold` reports and the natural threshold dashed. Returns the written PNG path.
 
     Example:
         >>> scores, labels = [-2.1, -0.4, 0.3, 1.8, 2.5, 3.1], [False, False, True, False, True, True]
@@ -91,8 +85,7 @@ def plot_threshold_curves(
 
 
 def histogram_edges(scores: np.ndarray, max_bins: int = 30, min_bins: int = 5) -> np.ndarray:
-    """Bin edges: numpy's "auto" rule, kept between ``min_bins`` and ``max_bins`` bins so that small
-    samples get wide bars rather than slivers.
+    """Bin edges: numpy's "auto" rule, kept between ``min_bins`` and ``max_bins`` bins.
 
     Example:
         >>> len(histogram_edges(np.array([0.0, 1.0, 2.0]))) - 1
@@ -115,9 +108,8 @@ def plot_score_histograms(
     natural_threshold: float | None = 0.0,
     xlabel: str = "score",
 ) -> Path:
-    """Histograms of the scores of negative and positive items (integer counts), side by side per
-    bin. When every item has the same expected label (a PARAPHRASUS Minimize!/Maximize! set), the
-    side of the threshold that is correct is shaded and the error rate written. Returns the PNG path.
+    """Histograms of the scores of negative and positive items, side by side per bin; when every item has
+    the same expected label, the correct side of the threshold is shaded and the error rate written.
 
     Example:
         >>> scores, labels = [-2.1, -0.4, 0.3, 1.8, 2.5, 3.1], [False, False, True, False, True, True]
@@ -179,9 +171,8 @@ def plot_edit_distance(
     label_names: Sequence[str] = LABEL_NAMES,
     ylabel: str = "score",
 ) -> Path:
-    """Score against normalised edit distance, one marker per label (ParaPLUIE Fig. 2: blue circles
-    positive, orange squares negative), with Pearson's r inside each label in the legend. A metric
-    that is independent of lexical distance separates the labels vertically, not along x.
+    """Score against normalised edit distance, one marker per label (ParaPLUIE Fig. 2), with Pearson's r
+    inside each label in the legend.
 
     Example:
         >>> scores, labels = [-2.1, -0.4, 0.3, 1.8, 2.5, 3.1], [False, False, True, False, True, True]
@@ -219,16 +210,10 @@ def plot_reliability(
     name: str = "p_yes = sigmoid(PLUIE)",
     calibrated_name: str = "Platt-calibrated",
 ) -> Path:
-    """Reliability diagram: per equal-width probability bin, the share of positive labels against
-    the mean predicted probability (a calibrated judge lies on the diagonal), with each bin's item
-    count written by its point and drawn as bars on a second axis; ECE in the legend.
+    """Reliability diagram: per equal-width bin, the share of positive labels against the mean probability,
+    item counts by the points and as bars; ECE in the legend.
 
     Args:
-        probs: probability of the positive label per item (e.g. ``p_yes``).
-        labels: binary labels.
-        path: the PNG to write.
-        title: the figure's title (judge and template).
-        n_bins: equal-width bins (default 10; see :func:`.calibration.reliability_bins`).
         calibrated: ``(probabilities, labels)`` of a second series, e.g. Platt-calibrated ``p`` on a held-out split.
         name, calibrated_name: the two series' legend names.
 
@@ -295,8 +280,7 @@ def plot_sts_bins(
     human: tuple[Sequence[float], Sequence[bool]] | None = None,
     title: str | None = None,
 ) -> Path:
-    """PARAPHRASUS Fig. 1: the share of pairs predicted "paraphrase" per STS similarity bin (0 =
-    unrelated ... 5 = equivalent); ``human`` adds the share the STS-H annotators labelled paraphrase.
+    """PARAPHRASUS Fig. 1: the share predicted "paraphrase" per STS bin; ``human`` adds the STS-H annotators'.
 
     Example:
         >>> sts_scores = [0.5, 1.5, 2.5, 3.5, 4.5, 4.9]  # STS-benchmark similarity of each pair
@@ -329,8 +313,7 @@ def plot_error_rates(
     *,
     title: str | None = None,
 ) -> Path:
-    """Error rates (%) per row (datasets, challenge means, overall): the first system (this judge)
-    as bars, every other system (the published peers) as a marker on the same row. Lower is better.
+    """Error rates (%) per row: the first system (this judge) as bars, the others (peers) as markers.
 
     Example:
         >>> plot_error_rates({"judge": {"MRPC": 0.3}, "llama": {"MRPC": 0.24}}, "out/errors.png")
@@ -365,15 +348,13 @@ def plot_error_rates(
 
 
 def plot_facts(path: str | Path) -> dict[str, Any]:
-    """What a plot shows, as stored in its PNG "Description" text (e.g. the marked best threshold).
+    """What a plot shows, as stored in its PNG "Description" text.
 
     Example:
         >>> _ = plot_threshold_curves([-2.0, 1.0, 3.0], [False, True, True], "out/plots/PLUIE_thresholds.png")
         >>> plot_facts("out/plots/PLUIE_thresholds.png")["best_f1_threshold"]  # halfway between -2 and 1
         -0.5
     """
-    import json
-
     from PIL import Image
 
     with Image.open(path) as image:
@@ -382,11 +363,8 @@ def plot_facts(path: str | Path) -> dict[str, Any]:
 
 def _save(figure: Any, path: str | Path, facts: Mapping[str, Any] | None = None, *, ax: Any = None, title: str = "",
           legend: Mapping[str, Any] | None = None) -> Path:
-    """Title ``ax`` (wrapped over lines, so that judge and template names are never cut off) and draw its legend
-    (``legend``: options over ``loc="best"``, font sizes 8), then write the PNG with ``facts`` in its "Description" text."""
-    import json
-    import textwrap
-
+    """Title ``ax`` (wrapped), draw its legend (``legend`` over the defaults) and write the PNG with ``facts``
+    in its "Description" text."""
     if ax is not None:
         ax.set_title("\n".join(textwrap.wrap(title, 72)), fontsize=9)
         ax.legend(**{"loc": "best", "fontsize": 8, "title_fontsize": 8, **(legend or {})})

@@ -1,7 +1,6 @@
-"""The *-PLUIE paper's evaluations as one-command presets: which columns of the published data
-files feed which template fields, how their labels read, and the paper's own rows to print beside
-yours (stored in ``data/star_pluie_2026.json``, transcribed from the paper's Tables 1 and 2). The presets
-themselves are data too: ``data/presets.json``, read by :func:`load_presets`.
+"""The *-PLUIE paper's evaluations as one-command presets (``data/presets.json``): which columns of the published
+data feed which template fields, how labels read, and the paper's rows to print beside yours
+(``data/star_pluie_2026.json``, from the paper's Tables 1 and 2).
 
 - ``parareval``: ParaReval (Jourdan et al., 2025), human A/B preferences between two revisions of a
   scientific paragraph; Table 2 (text revision): Rev-PLUIE without and with the gold revision
@@ -68,8 +67,9 @@ def mushra_label(value: Any) -> bool:
         >>> mushra_label("Good"), mushra_label(59.5), mushra_label("80")
         (True, False, True)
     """
+    not_rating = ValueError(f"{value!r} is not a MUSHRA rating; use Bad/Poor/Fair/Good/Excellent or a score from 0 to 100")
     if isinstance(value, bool) or value is None:
-        raise ValueError(f"{value!r} is not a MUSHRA rating; use Bad/Poor/Fair/Good/Excellent or a score from 0 to 100")
+        raise not_rating
     if isinstance(value, str):
         key = value.strip().lower()
         if key in MUSHRA_WORDS:
@@ -77,7 +77,7 @@ def mushra_label(value: Any) -> bool:
         try:
             value = float(key)
         except ValueError:
-            raise ValueError(f"{value!r} is not a MUSHRA rating; use Bad/Poor/Fair/Good/Excellent or a score from 0 to 100") from None
+            raise not_rating from None
     if not 0 <= float(value) <= 100:
         raise ValueError(f"{value!r} is not a MUSHRA score (0 to 100)")
     return float(value) >= MUSHRA_CUTOFF
@@ -89,14 +89,8 @@ def _data(file: str) -> Any:
 
 
 def load_presets(file: str = PRESETS_FILE) -> dict[str, Preset]:
-    """The presets of ``data/<file>``: one object per preset name, with its fields (``conditions`` as
-    :class:`PresetCondition` fields; ``label`` names a rule of :data:`LABEL_RULES`).
-
-    Args:
-        file: the JSON file's name in ``evaluation/data``.
-
-    Returns:
-        The presets by name, in the file's order.
+    """The presets of ``data/<file>`` by name, in the file's order (``conditions`` as :class:`PresetCondition`
+    fields; ``label`` names a rule of :data:`LABEL_RULES`).
 
     Example:
         >>> load_presets()["net"].label is mushra_label

@@ -1,16 +1,6 @@
 """Markdown tables of evaluation results in the seeds' layouts: Table 1 (classification: threshold,
 accuracy, recall, precision, F1) and Table 2 (preference: pairwise accuracy, V, κ, with the "w.g."
-columns when a condition gives the gold revision), this run's rows next to the paper's.
-
-Example:
-    >>> from pluie_reward.tools.evaluation.tasks import evaluate_classification
-    >>> results = evaluate_classification(judge, {"source": ["The cat sleeps.", "Prices rose."],
-    ...                                            "hypothesis": ["A cat is asleep.", "Prices fell."]}, [True, False], progress=False)
-    >>> print(task_markdown(results))  # the layout of the task: Table 1 here
-    2 pairs, 1 positive; judge tiny-random, template para-fs.
-    ...
-    | metric | judge | threshold choice | Thr. | Acc. | Rec. | Prec. | F1 |
-    ...
+columns when a condition gives the gold revision), this run's rows next to the paper's (:func:`task_markdown` picks the task's layout).
 """
 
 from __future__ import annotations
@@ -21,7 +11,9 @@ from .calibration import calibration_markdown
 from .paraphrasus import markdown_report, partial_note
 from ..report import markdown_table, number
 from .scoring import JUDGE_ROW
+
 PAPER_BASELINES = {"levenshtein": "Levenshtein", "bleu": "BLEU"}  # our baseline -> the paper's row name
+TABLE1 = ("threshold", "accuracy", "recall", "precision", "f1")
 
 
 def classification_markdown(results: Mapping[str, Any]) -> str:
@@ -46,11 +38,8 @@ def classification_markdown(results: Mapping[str, Any]) -> str:
         for key, label in (("natural", "natural threshold"), ("best_f1", "best F1 (a posteriori)"),
                            ("best_accuracy", "best accuracy (a posteriori)")):
             if key in report:
-                m = report[key]
-                ours.setdefault(shown, []).append([shown, who, label, number(m["threshold"]), number(m["accuracy"]),
-                                                   number(m["recall"]), number(m["precision"]), number(m["f1"])])
-    published = [[row["metric"], _who(row, True, "paper"), "as published", number(row["threshold"]),
-                  number(row["accuracy"]), number(row["recall"]), number(row["precision"]), number(row["f1"])]
+                ours.setdefault(shown, []).append([shown, who, label, *(number(report[key][k]) for k in TABLE1)])
+    published = [[row["metric"], _who(row, True, "paper"), "as published", *(number(row[k]) for k in TABLE1)]
                  for row in (paper or {}).get("rows", [])]
     rows = _side_by_side(ours, published)
     head = (f"{results['n']} pairs, {results['positives']} positive; judge {results['judge']}, "
@@ -70,6 +59,16 @@ def _who(row: Mapping[str, Any], judged: bool, source: str = "this run") -> str:
     return f"{row['judge'] or ''} ({source})".strip() if judged else f"({source})"
 
 
+def logratio_row(name: str) -> str:
+    """The result row of a choice condition read as the score log p(A) - log p(B) (tie-calibrated).
+
+    Example:
+        >>> logratio_row("LLM-choice")
+        'LLM-choice, log p(A) − log p(B)'
+    """
+    return f"{name}, log p(A) − log p(B)"
+
+
 def _range(values: Any) -> str:
     if not values:
         return "N/A"
@@ -78,9 +77,8 @@ def _range(values: Any) -> str:
 
 
 def preference_markdown(results: Mapping[str, Any]) -> str:
-    """Table 2 layout: pairwise accuracy, V and κ per metric (with the paper's "w.g." columns when a
-    condition gives the gold revision, and the paper's rows), then the chosen tie margins ε and the
-    range of V and κ over the equally good ones.
+    """Table 2 layout: pairwise accuracy, V and κ per metric (with "w.g." columns when a condition gives the
+    gold revision, and the paper's rows), then the chosen tie margins ε and V and κ over the equally good ones.
 
     Example:
         >>> from pluie_reward.tools.evaluation.tasks import evaluate_preference
@@ -99,49 +97,35 @@ def preference_markdown(results: Mapping[str, Any]) -> str:
     judged = {c["name"]: c for c in conditions}
     choices = [c["name"] for c in conditions if c.get("labels")]
     for name in choices:  # the same calls read as log p(A) - log p(B): a row of its own
-        row = f"{name}, log p(A) − log p(B)"
-        judged[row] = {**judged[name], "name": row, "row": f"{judged[name].get('row', name)}, log p(A) − log p(B)"}
-    grouped = any(c.get("variant") for c in conditions)
+        judged[logratio_row(name)] = {**judged[name], "name": logratio_row(name), "row": logratio_row(judged[name].get("row", name))}
+    # the "w.g." columns when a condition gives the gold revision; rows then by the condition's table row
+    variants = ("", "w.g.") if any(c.get("variant") for c in conditions) else ("",)
     keys = ("pairwise_accuracy", "cramers_v", "cohens_kappa")
-    rows: list[list[str]] = []
-    if grouped:
-        table_rows: dict[str, dict[str, Any]] = {}
-        for name, m in metrics.items():
-            c = judged.get(name, {"row": PAPER_BASELINES.get(name, name), "variant": ""})
-            entry = table_rows.setdefault(c["row"], {"who": _who(results, name in judged)})
-            entry[c.get("variant") or ""] = m
-        ours = {}
-        for row, entry in table_rows.items():
-            cells = [row, entry["who"]]
-            for key in keys:
-                cells += [number(entry[""][key]) if "" in entry else "", number(entry["w.g."][key]) if "w.g." in entry else ""]
-            ours[row] = [cells]
-        published = []
-        for paper_row in (results.get("paper") or {}).get("rows", []):
-            wg = paper_row.get("with_gold") or {}
-            cells = [paper_row["metric"], _who(paper_row, True, "paper")]
-            for key in keys:
-                cells += [number(paper_row.get(key)), number(wg.get(key)) if wg else ""]
-            published.append(cells)
-        rows = _side_by_side(ours, published)
-        headers = ["metric", "judge", "Pair acc.", "Pair acc. w.g.", "V", "V w.g.", "κ", "κ w.g."]
-    else:
-        ours = {name: [[name, _who(results, name in judged), *[number(m[k]) for k in keys]]]
-                for name, m in metrics.items()}
-        published = [[r["metric"], _who(r, True, "paper"), *[number(r.get(k)) for k in keys]]
-                     for r in (results.get("paper") or {}).get("rows", [])]
-        rows = _side_by_side(ours, published)
-        headers = ["metric", "judge", "Pair acc.", "V", "κ"]
+    table_rows: dict[str, dict[str, Any]] = {}
+    for name, m in metrics.items():
+        c = judged.get(name, {"row": PAPER_BASELINES.get(name, name)}) if len(variants) > 1 else {"row": name}
+        entry = table_rows.setdefault(c["row"], {"who": _who(results, name in judged)})
+        entry[c.get("variant") or ""] = m
+    ours = {row: [[row, entry["who"], *(number(entry[v][k]) if v in entry else "" for k in keys for v in variants)]]
+            for row, entry in table_rows.items()}
+    published = []
+    for r in (results.get("paper") or {}).get("rows", []):
+        wg = r.get("with_gold") or {}
+        published.append([r["metric"], _who(r, True, "paper"),
+                          *(number(r.get(k)) if not v else number(wg.get(k)) if wg else "" for k in keys for v in variants)])
+    rows = _side_by_side(ours, published)
+    headers = ["metric", "judge", *(f"{h} {v}".strip() for h in ("Pair acc.", "V", "κ") for v in variants)]
     detail = []
     for name, m in metrics.items():
         ties = m.get("equally_good_epsilons")
+        predicted = "/".join(str(m["predicted_counts"][k]) for k in ("A", "B", "tie"))
         if m.get("read") == "argmax":
-            detail.append([name, "none: argmax", "–", "–", "–", "/".join(str(m["predicted_counts"][k]) for k in ("A", "B", "tie"))])
+            detail.append([name, "none: argmax", "–", "–", "–", predicted])
             continue
         detail.append([name, number(m["epsilon"], 3) + ("" if m.get("tie_calibrated") else " (fixed)"),
                        f"{ties['count']} ({number(ties['min'], 3)} … {number(ties['max'], 3)})" if ties else "–",
                        _range(m.get("cramers_v_range")) if ties else "–", _range(m.get("cohens_kappa_range")) if ties else "–",
-                       "/".join(str(m["predicted_counts"][k]) for k in ("A", "B", "tie"))])
+                       predicted])
     counts = next(iter(metrics.values()))["human_counts"]
     head = (f"{results['n']} instances (human: {counts['A']} A, {counts['B']} B, {counts['tie']} ties); "
             f"judge {results['judge']}, template {results['template']}.{partial_note(results)}")
@@ -172,18 +156,11 @@ def _side_by_side(ours: Mapping[str, list[list[str]]], published: list[list[str]
 
 def _fields_note(results: Mapping[str, Any]) -> str:
     """Which input column fed which template field, per condition."""
-    lines = []
-    if results.get("input"):
-        lines.append(f"Input: {results['input']}.")
-    for c in results.get("conditions", []):
-        if c.get("columns"):
-            used = ", ".join(f"{f} ← {col}" for f, col in c["columns"].items())
-            lines.append(f"- {c['name']}: template {c['template']}; {used}")
-    for key in ("labels_from", "human_from", "reference_from"):
-        if results.get(key):
-            lines.append(f"- {results[key]}")
-    for note in results.get("notes", []):
-        lines.append(f"- {note}")
+    lines = [f"Input: {results['input']}."] if results.get("input") else []
+    lines += [f"- {c['name']}: template {c['template']}; " + ", ".join(f"{f} ← {col}" for f, col in c["columns"].items())
+              for c in results.get("conditions", []) if c.get("columns")]
+    lines += [f"- {results[key]}" for key in ("labels_from", "human_from", "reference_from") if results.get(key)]
+    lines += [f"- {note}" for note in results.get("notes", [])]
     return "\n".join(lines)
 
 

@@ -1,27 +1,11 @@
 """Judge evaluations on your own data, with baselines side by side: classification of labelled
 pairs (the seeds' Tables 1/3) and alignment with human pairwise preferences (the seeds' Table 2).
 
-A run scores one or more :class:`Condition` (a template and the fields it reads: ``Rev-PLUIE``,
-``Rev-PLUIE w.g.``, ``Para-PLUIE``...) on every item. The two candidates of a preference item are
-scored in the same ``Judge.score`` call, next to each other, so the prefix they share (template,
-original, instruction, gold) is computed once. A choice template (``rev-choice``, ``net-choice``)
-reads both candidates in one prompt instead: A in its ``hypothesis`` slot, B in ``alternative``;
-its most likely answer is the predicted preference (first answer -> A, second -> B, others -> tie).
-With an output folder, scores are saved after every call (:mod:`.store`): an interrupted run resumes,
-and :func:`report_folder` recomputes the tables without the judge.
-
-Example:
-    >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early.", "The shop is closed."]
-    >>> H = ["A cat is asleep.", "Prices fell in May.", "He went home early.", "The store is open."]
-    >>> labels = [True, False, True, False]  # paraphrase or not
-    >>> r = evaluate_classification(judge, {"source": S, "hypothesis": H}, labels, progress=False)
-    >>> from pluie_reward.tools.evaluation.tables import classification_markdown
-    >>> print(classification_markdown(r))
-    4 pairs, 2 positive; judge tiny-random, template para-fs.
-    ...
-    | metric | judge | threshold choice | Thr. | Acc. | Rec. | Prec. | F1 |
-    |---|---|---|---|---|---|---|---|
-    | PLUIE | tiny-random (this run) | natural threshold | 0.00 | ...
+A run scores one or more :class:`Condition` (a template and the fields it reads) on every item. The two
+candidates of a preference item are scored in one ``Judge.score`` call, so their shared prefix is computed
+once; a choice template (``rev-choice``, ``net-choice``) reads A (``hypothesis``) and B (``alternative``) in
+one prompt, its most likely answer being the prediction. With an output folder, scores are saved after every
+call (:mod:`.store`): an interrupted run resumes, and :func:`report_folder` recomputes the tables without the judge.
 """
 
 from __future__ import annotations
@@ -48,40 +32,34 @@ from .scoring import (
     score_items,
 )
 from .store import ScoreStore, chat_settings, fingerprint, load_run
-from .tables import task_markdown
+from .tables import logratio_row, task_markdown
 
 __all__ = ["evaluate_classification", "evaluate_preference", "report_folder", "run_classification", "run_preference"]
 
 
 def _chat(judge: Any, conditions: Sequence[Condition]) -> dict[str, Any]:
-    """``{"chat_template_kwargs": {row: keywords}}`` when a row renders with chat-template keywords, else ``{}``
-    (so runs without any keep the settings they were saved with)."""
+    """``{"chat_template_kwargs": {row: keywords}}`` when a row renders with chat-template keywords, else ``{}``."""
     keywords = chat_settings(judge, {c.name: c.template for c in conditions})
     return {"chat_template_kwargs": keywords} if keywords else {}
 
 
-def _config(task: str, judge: Any, conditions: Sequence[Condition], baselines: Sequence[str], **extra: Any) -> dict[str, Any]:
-    return {
-        "task": task,
-        "judge": getattr(judge, "name", str(judge)),
-        "conditions": [[c.name, c.template_name, fingerprint(repr(load_template(c.template)))] for c in conditions],
-        "baselines": list(baselines),
-        **_chat(judge, conditions),
-        **extra,
-    }
+def _score_run(task: str, judge: Any, conditions: Sequence[Condition], items: list[dict[str, Any]], names: Sequence[str],
+               meta: Mapping[str, Any], output_dir: str | Path | None, overwrite: bool, plots: bool, **score: Any) -> dict[str, Any]:
+    """Score ``items`` (:func:`score_items` with ``score``), saved under the run's config and meta, then the results."""
+    common = {"task": task, "judge": getattr(judge, "name", str(judge))}
+    chat = _chat(judge, conditions)
+    config = {**common, "conditions": [[c.name, c.template_name, fingerprint(repr(load_template(c.template)))] for c in conditions],
+              "baselines": list(names), **chat}
+    info = {**common, "template": ", ".join(dict.fromkeys(c.template_name for c in conditions)),
+            "conditions": [c.describe() for c in conditions], "baselines": list(names), "n": len(items), **chat, **meta}
+    with ScoreStore(output_dir, config, info, overwrite=overwrite) as store:
+        lines = score_items(judge, conditions, items, store=store if output_dir else None, **score)
+    return _finish_run(info, lines, output_dir, plots)
 
 
-def _meta(task: str, judge: Any, conditions: Sequence[Condition], names: Sequence[str], n: int, **extra: Any) -> dict[str, Any]:
-    return {
-        "task": task,
-        "judge": getattr(judge, "name", str(judge)),
-        "template": ", ".join(dict.fromkeys(c.template_name for c in conditions)),
-        "conditions": [c.describe() for c in conditions],
-        "baselines": list(names),
-        "n": n,
-        **_chat(judge, conditions),
-        **extra,
-    }
+def _inputs(conditions: Sequence[Condition], i: int) -> list[list[Any]]:
+    """What item ``i`` of each condition reads (for its fingerprint)."""
+    return [[c.value(f, i) for f in sorted(c.fields)] for c in conditions]
 
 
 # classification -------------------------------------------------------------------------------
@@ -101,18 +79,14 @@ def run_classification(
     progress: bool = True,
     meta: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Score ``conditions`` on labelled items and compute the Table 1 metrics of each condition
-    (natural threshold and a posteriori) and of each baseline (``baseline_texts`` = (references,
-    hypotheses) they compare; the normalised edit distance between them is kept for the plots).
+    """Score ``conditions`` on labelled items: the Table 1 metrics of each condition and of each baseline
+    (``baseline_texts`` = the (references, hypotheses) they compare, whose edit distance the plots use).
 
     Example:
-        >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early.", "The shop is closed."]
-        >>> H = ["A cat is asleep.", "Prices fell in May.", "He went home early.", "The store is open."]
-        >>> labels = [True, False, True, False]  # paraphrase or not
-        >>> r = run_classification(judge, [Condition("PLUIE", "para-fs", {"source": S, "hypothesis": H})], labels,
-        ...                        progress=False)
+        >>> fields = {"source": ["The cat sleeps.", "Prices rose."], "hypothesis": ["A cat is asleep.", "Prices fell."]}
+        >>> r = run_classification(judge, [Condition("PLUIE", "para-fs", fields)], [True, False], progress=False)
         >>> r["n"], r["positives"], sorted(r["metrics"]["PLUIE"])
-        (4, 2, ['best_accuracy', 'best_f1', 'n', 'natural', 'positives'])
+        (2, 1, ['best_accuracy', 'best_f1', 'n', 'natural', 'positives'])
     """
     for condition in conditions:
         check_choice_condition(condition, False)
@@ -121,22 +95,14 @@ def run_classification(
     names = parse_baselines(baselines) if baseline_texts is not None else []
     rows = list(rows) if rows is not None else [f"item {i + 1}" for i in range(n)]
     refs, hyps = baseline_texts if baseline_texts is not None else (None, None)
-    items = []
-    for i in range(n):
-        inputs = [[c.value(f, i) for f in sorted(c.fields)] for c in conditions]
-        item: dict[str, Any] = {"i": i, "row": rows[i], "label": bool(y[i])}
-        if refs is not None:
-            inputs.append([refs[i], hyps[i]])
-        item["h"] = fingerprint(item["label"], inputs)
-        items.append(item)
+    items = [{"i": i, "row": rows[i], "label": bool(y[i]),
+              "h": fingerprint(bool(y[i]), _inputs(conditions, i) + ([[refs[i], hyps[i]]] if refs is not None else []))}
+             for i in range(n)]
     functions = {name: (lambda index, name=name: score_baseline(name, [refs[i] for i in index], [hyps[i] for i in index]))
                  for name in names}
     extras = {} if refs is None else {"edit_distance": lambda index: edit_distances([refs[i] for i in index], [hyps[i] for i in index])}
-    info = _meta("classification", judge, conditions, names, n, threshold=threshold, **(meta or {}))
-    with ScoreStore(output_dir, _config("classification", judge, conditions, names), info, overwrite=overwrite) as store:
-        lines = score_items(judge, conditions, items, baselines=functions, extras=extras, store=store if output_dir else None,
-                            chunk_size=chunk_size, progress=progress)
-    return _finish_run(info, lines, output_dir, plots)
+    return _score_run("classification", judge, conditions, items, names, {"threshold": threshold, **(meta or {})}, output_dir,
+                      overwrite, plots, baselines=functions, extras=extras, chunk_size=chunk_size, progress=progress)
 
 
 def evaluate_classification(
@@ -153,15 +119,12 @@ def evaluate_classification(
     progress: bool = True,
     output_dir: str | Path | None = None,
 ) -> dict[str, Any]:
-    """PLUIE at ``threshold`` and at the a posteriori best-F1 / best-accuracy thresholds, and each
-    baseline at its a posteriori thresholds; optional PNG plots (``plots_dir``); scores saved in
-    ``output_dir`` as they come (resumable).
+    """PLUIE at ``threshold`` and at the a posteriori best-F1 / best-accuracy thresholds, each baseline at
+    its a posteriori ones; PNG plots in ``plots_dir``; scores saved in ``output_dir`` as they come (resumable).
 
     Example:
-        >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early.", "The shop is closed."]
-        >>> H = ["A cat is asleep.", "Prices fell in May.", "He went home early.", "The store is open."]
-        >>> labels = [True, False, True, False]  # paraphrase or not
-        >>> r = evaluate_classification(judge, {"source": S, "hypothesis": H}, labels, progress=False)
+        >>> fields = {"source": ["The cat sleeps.", "Prices rose."], "hypothesis": ["A cat is asleep.", "Prices fell."]}
+        >>> r = evaluate_classification(judge, fields, [True, False], progress=False)
         >>> sorted(r["metrics"])  # PLUIE and the baselines
         ['PLUIE', 'bleu', 'levenshtein']
         >>> r["metrics"]["PLUIE"]["natural"]  # at threshold 0
@@ -183,8 +146,8 @@ def evaluate_classification(
 
 
 def _yes_no_conditions(meta: Mapping[str, Any]) -> list[str]:
-    """The judged conditions whose score is PLUIE (a Yes/No template): their ``sigmoid(score)`` is
-    a probability to calibrate. Runs saved before conditions recorded their kind look the template up."""
+    """The judged conditions of a Yes/No template (``sigmoid(score)`` is a probability); a run without ``kind``
+    looks the template up."""
     names = []
     for c in meta["conditions"]:
         kind = c.get("kind")
@@ -202,10 +165,8 @@ def classification_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str,
     """Metrics of every condition and baseline from scored lines (no judge needed).
 
     Example:
-        >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early.", "The shop is closed."]
-        >>> H = ["A cat is asleep.", "Prices fell in May.", "He went home early.", "The store is open."]
-        >>> labels = [True, False, True, False]  # paraphrase or not
-        >>> r = evaluate_classification(judge, {"source": S, "hypothesis": H}, labels, progress=False, output_dir="out/parareval")
+        >>> fields = {"source": ["The cat sleeps.", "Prices rose."], "hypothesis": ["A cat is asleep.", "Prices fell."]}
+        >>> r = evaluate_classification(judge, fields, [True, False], progress=False, output_dir="out/parareval")
         >>> run, lines = load_run("out/parareval")  # later, without the judge
         >>> classification_results(run["meta"], lines)["metrics"]["PLUIE"]["best_f1"] == r["metrics"]["PLUIE"]["best_f1"]
         True
@@ -233,9 +194,8 @@ def classification_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str,
 
 
 def classification_plots(results: Mapping[str, Any], folder: str | Path) -> list[str]:
-    """Threshold curves, histograms and score-vs-edit-distance scatter for each row of ``results``,
-    and a reliability diagram of ``p_yes = sigmoid(score)`` for each judged Yes/No row (with the
-    Platt-calibrated probabilities of the held-out items beside it)."""
+    """Threshold curves, histograms and score against edit distance for each row of ``results``, and a
+    reliability diagram of ``p_yes`` (with the Platt-calibrated held-out items) for each judged Yes/No row."""
     folder = Path(folder)
     judged = {c["name"]: c for c in results["conditions"]}
     written = []
@@ -283,17 +243,12 @@ def run_preference(
     progress: bool = True,
     meta: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Score both candidates of every item under each condition (A and B of an item in one call),
-    then the Table 2 metrics against the human A/B/tie choices; baselines are the similarity of
-    each candidate to ``baseline_reference``.
+    """Score both candidates of every item under each condition (A and B in one call), then the Table 2 metrics
+    against the human A/B/tie choices; baselines: each candidate's similarity to ``baseline_reference``.
 
     Example:
-        >>> O = ["Teh cat sleeps.", "Prices rose in may.", "he left early"]  # texts to revise
-        >>> I = ["Fix the typos."] * 3  # the instruction
-        >>> A = ["The cat sleeps.", "Prices rose in May.", "He left."]  # two candidate revisions
-        >>> B = ["The cats sleep.", "Prices rose in may.", "He left early."]
-        >>> human = ["A", "tie", "B"]
-        >>> r = run_preference(judge, [Condition("Rev-PLUIE", "rev", {"original": O, "instruction": I})], A, B, human,
+        >>> rev = Condition("Rev-PLUIE", "rev", {"original": ["Teh cat sleeps.", "he left early"], "instruction": ["Fix typos."] * 2})
+        >>> r = run_preference(judge, [rev], ["The cat sleeps.", "He left."], ["The cats sleep.", "He left early."], ["A", "B"],
         ...                    progress=False)
         >>> sorted(r["metrics"]["Rev-PLUIE"])[:4]
         ['cohens_kappa', 'cohens_kappa_range', 'cramers_v', 'cramers_v_range']
@@ -304,11 +259,10 @@ def run_preference(
         raise ValueError(f"{len(candidates_a)} A candidates and {len(candidates_b)} B candidates for {n} human choices.")
     names = parse_baselines(baselines) if baseline_reference is not None else []
     rows = list(rows) if rows is not None else [f"item {i + 1}" for i in range(n)]
-    items = []
-    for i in range(n):
-        inputs = [[c.value(f, i) for f in sorted(c.fields)] for c in conditions]
-        inputs.append([candidates_a[i], candidates_b[i], baseline_reference[i] if baseline_reference is not None else None])
-        items.append({"i": i, "row": rows[i], "human": h[i], "h": fingerprint(h[i], inputs)})
+    reference = baseline_reference if baseline_reference is not None else [None] * n
+    items = [{"i": i, "row": rows[i], "human": h[i],
+              "h": fingerprint(h[i], _inputs(conditions, i) + [[candidates_a[i], candidates_b[i], reference[i]]])}
+             for i in range(n)]
 
     def baseline(name: str) -> Callable[[list[int]], list[Any]]:
         def run(index: list[int]) -> list[Any]:
@@ -318,12 +272,9 @@ def run_preference(
             return [[x, y] for x, y in zip(a, b)]
         return run
 
-    info = _meta("preference", judge, conditions, names, n, epsilon=epsilon, **(meta or {}))
-    with ScoreStore(output_dir, _config("preference", judge, conditions, names), info, overwrite=overwrite) as store:
-        lines = score_items(judge, conditions, items, pairs=(candidates_a, candidates_b),
-                            baselines={name: baseline(name) for name in names}, store=store if output_dir else None,
-                            chunk_size=chunk_size, progress=progress, desc="scoring A and B")
-    return _finish_run(info, lines, output_dir, False)
+    return _score_run("preference", judge, conditions, items, names, {"epsilon": epsilon, **(meta or {})}, output_dir, overwrite,
+                      False, pairs=(candidates_a, candidates_b), baselines={name: baseline(name) for name in names},
+                      chunk_size=chunk_size, progress=progress, desc="scoring A and B")
 
 
 def evaluate_preference(
@@ -341,15 +292,13 @@ def evaluate_preference(
     progress: bool = True,
     output_dir: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Score both candidates of each instance (``fields`` holds the template's other fields, e.g.
-    ``source``), then pairwise accuracy with tie calibration, Cramér's V and Cohen's κ against the
-    human A/B/tie choices, for PLUIE and each baseline (similarity of the candidate to the reference).
+    """:func:`run_preference` of one template whose other fields (e.g. ``source``) are in ``fields``, with the
+    baselines comparing each candidate with the reference field.
 
     Example:
-        >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early."]
-        >>> A = ["A cat is asleep.", "Prices fell.", "He left."]
-        >>> B = ["The cat sleeps.", "Prices went up in May.", "Nobody left."]
-        >>> r = evaluate_preference(judge, {"source": S}, A, B, ["A", "tie", "B"], progress=False)
+        >>> A, B = ["A cat is asleep.", "Prices fell.", "He left."], ["The cat sleeps.", "Prices went up.", "Nobody left."]
+        >>> r = evaluate_preference(judge, {"source": ["The cat sleeps.", "Prices rose.", "He left early."]}, A, B, ["A", "tie", "B"],
+        ...                         progress=False)
         >>> r["metrics"]["PLUIE"]["human_counts"], sorted(r["metrics"])
         ({'A': 1, 'B': 1, 'tie': 1}, ['PLUIE', 'bleu', 'levenshtein'])
     """
@@ -372,10 +321,8 @@ def preference_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any
     """Table 2 metrics of every condition and baseline from scored lines (no judge needed).
 
     Example:
-        >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early."]
-        >>> A = ["A cat is asleep.", "Prices fell.", "He left."]
-        >>> B = ["The cat sleeps.", "Prices went up in May.", "Nobody left."]
-        >>> r = run_preference(judge, [Condition("PLUIE", "para-fs", {"source": S})], A, B, ["A", "tie", "B"],
+        >>> r = run_preference(judge, [Condition("PLUIE", "para-fs", {"source": ["The cat sleeps.", "He left early."]})],
+        ...                    ["A cat is asleep.", "He left."], ["The cat sleeps.", "Nobody left."], ["A", "B"],
         ...                    progress=False, output_dir="out/pref")
         >>> run, lines = load_run("out/pref")  # later, without the judge
         >>> preference_results(run["meta"], lines)["metrics"]["PLUIE"]["pairwise_accuracy"] == r["metrics"]["PLUIE"]["pairwise_accuracy"]
@@ -403,16 +350,6 @@ def preference_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any
     return _results(meta, lines, metrics=metrics, scores=scores)
 
 
-def logratio_row(name: str) -> str:
-    """The result row of a choice condition read as the score log p(A) - log p(B) (tie-calibrated).
-
-    Example:
-        >>> logratio_row("LLM-choice")
-        'LLM-choice, log p(A) − log p(B)'
-    """
-    return f"{name}, log p(A) − log p(B)"
-
-
 # common -----------------------------------------------------------------------------------------
 def _results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any]], **fields: Any) -> dict[str, Any]:
     """A run's results: its meta, the items scored (``n``) and planned, then ``fields``."""
@@ -423,33 +360,30 @@ def _results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any]], **fiel
 
 def _finish_run(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any]], output_dir: str | Path | None,
                 plots: bool) -> dict[str, Any]:
-    results = (classification_results if meta["task"] == "classification" else preference_results)(meta, lines)
-    if plots and output_dir is not None and meta["task"] == "classification":
-        results["plots"] = classification_plots(results, Path(output_dir) / "plots")
+    """The results of a run's scored lines, with their plots (``plots``) and files in ``output_dir``."""
+    if meta.get("benchmark") == "PARAPHRASUS":
+        results, draw = paraphrasus_results(meta, lines), paraphrasus_plots
+    elif meta["task"] == "classification":
+        results, draw = classification_results(meta, lines), classification_plots
+    else:
+        results, draw = preference_results(meta, lines), None
+    if plots and output_dir is not None and draw is not None:
+        results["plots"] = draw(results, Path(output_dir) / "plots")
     if output_dir is not None:
         write_outputs(output_dir, results, task_markdown(results))
     return results
 
 
 def report_folder(folder: str | Path, *, plots: bool = False) -> dict[str, Any]:
-    """Recompute an evaluation's results (and plots) from its output folder alone, without the
-    judge; works on an interrupted run too (the report says how many items it covers).
+    """Recompute an evaluation's results (and plots) from its output folder alone, without the judge;
+    an interrupted run too (the report says how many items it covers).
 
     Example:
-        >>> S = ["The cat sleeps.", "Prices rose in May.", "He left early.", "The shop is closed."]
-        >>> H = ["A cat is asleep.", "Prices fell in May.", "He went home early.", "The store is open."]
-        >>> labels = [True, False, True, False]  # paraphrase or not
-        >>> _ = evaluate_classification(judge, {"source": S, "hypothesis": H}, labels, progress=False, output_dir="out/parareval")
+        >>> fields = {"source": ["The cat sleeps.", "Prices rose."], "hypothesis": ["A cat is asleep.", "Prices fell."]}
+        >>> _ = evaluate_classification(judge, fields, [True, False], progress=False, output_dir="out/parareval")
         >>> print(task_markdown(report_folder("out/parareval")))
-        4 pairs, 2 positive; judge tiny-random, template para-fs.
+        2 pairs, 1 positive; judge tiny-random, template para-fs.
         ...
     """
     run, lines = load_run(folder)
-    meta = run["meta"]
-    if meta.get("benchmark") == "PARAPHRASUS":
-        results = paraphrasus_results(meta, lines)
-        if plots:
-            results["plots"] = paraphrasus_plots(results, Path(folder) / "plots")
-        write_outputs(folder, results, task_markdown(results))
-        return results
-    return _finish_run(meta, lines, folder, plots)
+    return _finish_run(run["meta"], lines, folder, plots)

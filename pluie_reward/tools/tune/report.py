@@ -1,14 +1,6 @@
-"""The report of a tuning run: the student's agreement with the teacher and its classification of
-labelled pairs, before and after tuning, on the held-out pairs (and any other evaluation set); the
+"""The report of a tuning run: the student's agreement with the teacher and its classification of labelled
+pairs (:mod:`pluie_reward.tools.evaluation.metrics`), before and after tuning, on each evaluation set; the
 adapter's card (``pluie_tune.json`` and ``README.md``) and threshold-curve plots.
-
-Classification metrics come from :mod:`pluie_reward.tools.evaluation.metrics` (``score > threshold``
-is positive, as in :meth:`Judge.score <pluie_reward.Judge.score>`).
-
-Example:
-    >>> r = agreement([1.0, -2.0, 3.0], [0.5, -1.0, -0.2])
-    >>> r["verdict_agreement"], r["pearson"] is not None
-    (0.6666666666666666, True)
 """
 
 from __future__ import annotations
@@ -24,17 +16,15 @@ from ..report import markdown_table, number, percent, write_outputs
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks (1-based) with ties given their average rank: pandas' ``rank`` (pandas comes with datasets,
-    a dependency, so tune's Spearman needs no extra)."""
+    """Ranks (1-based, ties averaged): pandas' ``rank`` (pandas comes with datasets, so Spearman needs no extra)."""
     import pandas as pd
 
     return pd.Series(x).rank(method="average").to_numpy(dtype=float)
 
 
 def agreement(student: Iterable[float], teacher: Iterable[float], threshold: float = 0.0) -> dict[str, Any]:
-    """How well student scores follow teacher scores: Pearson and Spearman correlations (``None``
-    when a series is constant), the share of equal verdicts at ``threshold``, the mean absolute
-    difference, and each side's rate of positive verdicts.
+    """How well student scores follow teacher scores: Pearson and Spearman (``None`` for a constant series), the
+    share of equal verdicts at ``threshold``, the mean absolute difference, each side's positive rate.
 
     Example:
         >>> agreement([1, 2, 3], [10, 20, 35])["spearman"]
@@ -55,9 +45,8 @@ def agreement(student: Iterable[float], teacher: Iterable[float], threshold: flo
 
 
 def evaluate_scores(scores: Sequence[float], labels: Any = None, targets: Any = None) -> dict[str, Any]:
-    """Metrics of one set of student scores: ``teacher`` (:func:`agreement`) when teacher targets are
-    known, ``labels`` (:func:`~pluie_reward.tools.evaluation.metrics.classification_report`: at 0 and
-    at the best F1/accuracy thresholds) when labels are, and the mean score.
+    """Metrics of one set of student scores: ``teacher`` (:func:`agreement`) with teacher targets, ``labels``
+    (:func:`~pluie_reward.tools.evaluation.metrics.classification_report`) with labels, and the mean score.
 
     Example:
         >>> evaluate_scores([1.0, -1.0], labels=[True, False])["labels"]["natural"]["accuracy"]
@@ -95,10 +84,9 @@ def _rows(name: str, before: Mapping[str, Any], after: Mapping[str, Any], teache
     add("mean |student - teacher|", lambda m: m["teacher"]["mean_abs_difference"])
     add("accuracy at 0", lambda m: m["labels"]["natural"]["accuracy"], percent, True)
     add("F1 at 0", lambda m: m["labels"]["natural"]["f1"], percent, True)
-    add("best accuracy (threshold)", lambda m: (m["labels"]["best_accuracy"]["accuracy"], m["labels"]["best_accuracy"]["threshold"]),
-        lambda v: f"{percent(v[0])} ({v[1]:.2f})", True)
-    add("best F1 (threshold)", lambda m: (m["labels"]["best_f1"]["f1"], m["labels"]["best_f1"]["threshold"]),
-        lambda v: f"{percent(v[0])} ({v[1]:.2f})", True)
+    for key, label in (("accuracy", "best accuracy (threshold)"), ("f1", "best F1 (threshold)")):
+        add(label, lambda m, key=key: (m["labels"][f"best_{key}"][key], m["labels"][f"best_{key}"]["threshold"]),
+            lambda v: f"{percent(v[0])} ({v[1]:.2f})", True)
     add("positive verdicts at 0", lambda m: m["teacher"]["student_positive_rate"] if "teacher" in m
         else (m["labels"]["natural"]["tp"] + m["labels"]["natural"]["fp"]) / m["n"], percent, True)
     add("mean score", lambda m: m["mean_score"], number, True)
@@ -106,8 +94,7 @@ def _rows(name: str, before: Mapping[str, Any], after: Mapping[str, Any], teache
 
 
 def metrics_table(evaluations: Mapping[str, Mapping[str, Any]]) -> str:
-    """A Markdown table of before/after metrics for every evaluation set (and the teacher's own
-    metrics on labelled sets it scored, in a last column).
+    """A Markdown table of before/after metrics for every evaluation set (and the teacher's on labelled sets).
 
     Example:
         >>> e = {"held-out": {"before": evaluate_scores([-1.0, -2.0], labels=[True, False]),
@@ -159,11 +146,9 @@ def card_markdown(card: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_card(directory: Path, card: Mapping[str, Any]) -> tuple[Path, Path]:
+def write_card(directory: Path, card: Mapping[str, Any]) -> tuple[Path, Path | None]:
     """Write ``pluie_tune.json`` and ``README.md`` into the adapter folder."""
-    json_path, md_path = write_outputs(directory, card, card_markdown(card), names=("pluie_tune.json", "README.md"),
-                                       default=_jsonable)
-    return json_path, md_path
+    return write_outputs(directory, card, card_markdown(card), names=("pluie_tune.json", "README.md"), default=_jsonable)
 
 
 def _jsonable(value: Any) -> Any:
@@ -172,8 +157,8 @@ def _jsonable(value: Any) -> Any:
 
 
 def write_plots(directory: Path, name: str, before: Sequence[float], after: Sequence[float], labels: Any, what: str) -> list[str]:
-    """Threshold curves of the scores before and after tuning (``labels``: the true labels or the
-    teacher's verdicts, said by ``what``). Returns the file names written (none without matplotlib).
+    """Threshold curves of the scores before and after tuning against ``labels`` (true labels or the teacher's
+    verdicts, named by ``what``). Returns the file names written (none without matplotlib).
 
     Example:
         >>> before, after, labels = [-1.0, 0.5, 2.0], [-2.0, 1.0, 3.0], [False, True, True]
