@@ -210,7 +210,8 @@ def test_readme_python_block_runs(block: Block, tmp_path):
         pytest.skip(f"{block.where}: needs {block.needs}, which is not installed")
     script = tmp_path / "block.py"
     script.write_text(block.code, encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    # the block runs in a scratch folder: the checkout and its scripts/ (which a block imports "from the root") on the path
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "scripts"), os.environ.get("PYTHONPATH")]))}
     env.setdefault("OMP_NUM_THREADS", "1")  # faster than oversubscribed threads on a shared CPU
     if "paraphrasus" in block.code:  # blocks reading the PARAPHRASUS data (the page says where it comes from)
         env["PARAPHRASUS_DIR"] = str(shared_path("data/paraphrasus"))
