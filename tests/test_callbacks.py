@@ -360,6 +360,11 @@ metrics = trainer.evaluate()
 with open(f"{out}/result-{args.process_index}.json", "w") as f:
     json.dump({"rank": args.process_index, "world": args.world_size,
                "metrics": {k: v for k, v in metrics.items() if "pluie" in k}}, f)
+# PyTorch's shutdown: left to interpreter exit, gloo's threads can abort it ("terminate called without an active
+# exception", SIGABRT: seen once in CI, 2026-11-29; pytorch/pytorch#190489)
+import torch.distributed as dist
+if dist.is_initialized():
+    dist.destroy_process_group()
 '''
 
 
