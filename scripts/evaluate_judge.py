@@ -30,7 +30,7 @@ from pluie_reward.core.judge import Judge
 from pluie_reward.judges import DEFAULT_TEMPLATE
 from pluie_reward.tools.evaluation.metrics import best_threshold, classification_metrics, roc_auc
 from pluie_reward.tools.evaluation.paraphrasus import DATASET_NAMES, find_data_dir, load_pairs
-from pluie_reward.tools.report import markdown_table, percent, write_outputs
+from pluie_reward.tools.report import markdown_table, percent
 from pluie_reward.tools.tune.hard_negatives import MEANING_RULES, hard_negatives
 
 TRAINED_ON = ("STS-H", "SNLI", "STS", "SIMP")  # PARAPHRASUS datasets the default adapter saw (build_judge)
@@ -164,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(markdown(result))
     if args.json:
-        write_outputs(args.json.parent, result, names=(args.json.name, ""), indent=1)
+        args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     return 0
 
 

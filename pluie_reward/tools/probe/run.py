@@ -242,7 +242,17 @@ def _copy_proof_summary(group: Sequence[Mapping[str, Any]], reference: bool) -> 
             **_changes([(r["copy_proof"], r["honest_copy_proof"]) for r in compared], "copy_proof_")}
 
 
-def run_probe(judge: Any, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+def run_probe(
+    judge: Any,
+    template: Any = "para-fs",
+    sources: Sequence[str | Mapping[str, Any]] | None = None,
+    honest: Sequence[str | None] | None = None,
+    limit: int | None = None,
+    families: Iterable[str] | None = None,
+    *,
+    escape_delimiters: bool = False,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
     """:func:`summarize` of :func:`probe_items` (same arguments) at the judge's threshold.
 
     Example:
@@ -250,7 +260,9 @@ def run_probe(judge: Any, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
         >>> [(r["family"], r["n"]) for r in rows]
         [('honest', 4), ('copy', 4), ('control_token', 16)]
     """
-    return summarize(probe_items(judge, *args, **kwargs), getattr(judge, "threshold", 0.0))
+    records = probe_items(judge, template, sources, honest, limit, families,
+                          escape_delimiters=escape_delimiters, progress=progress)
+    return summarize(records, getattr(judge, "threshold", 0.0))
 
 
 def failing_families(
