@@ -241,6 +241,9 @@ def test_eval_and_calibrate_without_the_eval_extra_stop_before_scoring(monkeypat
     want = 'this command needs sklearn, which is not installed: pip install "pluie-reward[eval]"'
     assert err == [f"pluie-reward eval: error: {want}", f"pluie-reward calibrate: error: {want}"], err
     assert not (tmp_path / "c.json").exists()
+    # PARAPHRASUS counts error rates, which need neither library: its own checks speak
+    assert main(["eval", "paraphrasus", "--data-dir", str(tmp_path / "missing")]) == 2
+    assert "no PARAPHRASUS data" in capsys.readouterr().err
 
 
 def test_bad_inputs_raise_clear_errors():

@@ -4,7 +4,6 @@ records; the files are written by :class:`~pluie_reward.tools.shared.OutputFile`
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterable
 

@@ -77,13 +77,17 @@ def _check_columns(records: Records, template: Template) -> None:
 def _check_json(records: Records) -> None:
     """Refuse, before the model loads, an input value JSON cannot hold (bytes...), naming its row and column."""
     for i, row in enumerate(records.rows):
-        for column, value in row.items():
-            try:
-                json.dumps(value, ensure_ascii=False)
-            except (TypeError, ValueError):
-                raise UsageError(f"{records.where(i)}: column {column!r} holds {type(value).__name__}, which the JSON "
-                                 "output (every input column is kept) cannot hold; drop that column from the input or "
-                                 "convert it to text.") from None
+        try:
+            json.dumps(row, ensure_ascii=False)  # one call per row; the cells only to name the one that fails
+        except (TypeError, ValueError):
+            for column, value in row.items():
+                try:
+                    json.dumps(value, ensure_ascii=False)
+                except (TypeError, ValueError):
+                    raise UsageError(f"{records.where(i)}: column {column!r} holds {type(value).__name__}, which the "
+                                     "JSON output (every input column is kept) cannot hold; drop that column from the "
+                                     "input or convert it to text.") from None
+            raise
 
 
 def _close(saved: Any, new: Any) -> bool:

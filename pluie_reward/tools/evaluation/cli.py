@@ -144,7 +144,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
 @command("eval", _configure)
 def eval_command(args: argparse.Namespace) -> int:
     """Evaluate a judge: classification, preference, the paper's presets, PARAPHRASUS, or report a saved run."""
-    require_metric_libraries()
+    if args.eval_task not in ("paraphrasus", "report"):  # they score nothing with these libraries, or nothing at all
+        require_metric_libraries()
     if args.eval_task != "report":
         check_output_dir(args.output_dir)
         if getattr(args, "plots", False) and args.output_dir is None:
