@@ -435,6 +435,7 @@ def test_synthetic_pairs():
     ({"max_steps": 0}, "max_steps"),
     ({"contrast_weight": -1}, "contrast_weight must be a number >= 0"),
     ({"contrast_margin": float("nan")}, "contrast_margin must be a number >= 0"),
+    ({"learning_rate": float("inf")}, "learning_rate must be a positive number"),
     ({"weight_decay": -0.5}, "weight_decay must be a number >= 0"),
     ({"lora_dropout": 1.0}, r"lora_dropout must be a number with 0 <= x < 1"),
     ({"lora_r": 2.0}, "lora_r must be a positive integer"),

@@ -541,6 +541,24 @@ def log_ratio(value: Any) -> float:
     return number
 
 
+# numeric fields of the tools' configs ---------------------------------------------------------------
+def check_number(name: str, value: Any, what: str, ok: Callable[[Any], bool], kinds: type | tuple[type, ...] = (int, float)) -> Any:
+    """``value`` when it is a finite number of ``kinds`` (never a bool) and ``ok``; else a ``ValueError`` saying what
+    ``name`` must be (the ``__post_init__`` checks of ``TuneConfig`` and ``CalibrationConfig``).
+
+    Example:
+        >>> check_number("seed", 3, "a whole number >= 0", lambda v: v >= 0, int)
+        3
+        >>> check_number("l2", float("inf"), "a finite number >= 0", lambda v: v >= 0)
+        Traceback (most recent call last):
+        ...
+        ValueError: l2 must be a finite number >= 0, got inf.
+    """
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or not ok(value):
+        raise ValueError(f"{name} must be {what}, got {value!r}.")
+    return value
+
+
 # numeric command-line options --------------------------------------------------------------------
 def _number_type(kind: type, ok: Callable[[Any], bool], what: str) -> Callable[[str], Any]:
     """The ``type=`` of a numeric option: the text read as ``kind``, finite, and ``ok`` (else "must be ``what``").

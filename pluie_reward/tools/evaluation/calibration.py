@@ -14,16 +14,16 @@ Example:
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from ...core.calibration import Calibration
 from .metrics import as_labels, as_scored, as_scores, library, _same_length
 from ..report import markdown_table, number
+from ..shared import check_number
 
 __all__ = ["CalibrationConfig", "brier_score", "calibration_markdown", "calibration_metrics", "calibration_report",
            "expected_calibration_error", "fit_calibration", "fit_platt", "heldout_split", "log_loss", "p_yes", "probabilities",
@@ -47,16 +47,11 @@ def probabilities(values: Iterable[float], name: str = "probabilities") -> np.nd
     return p
 
 
-def _check(name: str, value: Any, ok: Callable[[Any], bool], what: str, whole: bool = False) -> Any:
-    """``value`` when it is a finite number (``whole``: an integer) and ``ok``; else a ValueError saying what it must be."""
-    kinds = (int, np.integer) if whole else (int, float, np.integer, np.floating)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or not ok(value):
-        raise ValueError(f"{name} must be {what}, got {value!r}.")
-    return value
+_WHOLE, _NUMBER = (int, np.integer), (int, float, np.integer, np.floating)  # numpy's numbers are accepted
 
 
 def _check_bins(n_bins: int) -> int:
-    return int(_check("n_bins", n_bins, lambda k: k >= 1, "a positive integer", whole=True))
+    return int(check_number("n_bins", n_bins, "a positive integer", lambda k: k >= 1, _WHOLE))
 
 
 def _inputs(probs: Iterable[float], labels: Iterable[Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -214,12 +209,12 @@ class CalibrationConfig:
                                                         "(scikit-learn's newton-cholesky solver)"})
 
     def __post_init__(self) -> None:
-        _check("heldout_fraction", self.heldout_fraction, lambda f: 0 <= f < 1, "a number with 0 <= x < 1")
-        _check("seed", self.seed, lambda s: s >= 0, "a whole number >= 0", whole=True)
+        check_number("heldout_fraction", self.heldout_fraction, "a number with 0 <= x < 1", lambda f: 0 <= f < 1, _NUMBER)
+        check_number("seed", self.seed, "a whole number >= 0", lambda s: s >= 0, _WHOLE)
         _check_bins(self.n_bins)
-        _check("l2", self.l2, lambda v: v >= 0, "a finite number >= 0")
-        _check("max_iter", self.max_iter, lambda v: v >= 1, "a positive integer", whole=True)
-        _check("tol", self.tol, lambda v: v > 0, "a positive number")
+        check_number("l2", self.l2, "a finite number >= 0", lambda v: v >= 0, _NUMBER)
+        check_number("max_iter", self.max_iter, "a positive integer", lambda v: v >= 1, _WHOLE)
+        check_number("tol", self.tol, "a positive number", lambda v: v > 0, _NUMBER)
 
 
 def heldout_split(n: int, fraction: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

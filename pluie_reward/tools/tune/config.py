@@ -11,11 +11,10 @@ Example:
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from ..shared import comma_list
+from ..shared import check_number, comma_list
 
 LOSSES = ("auto", "bce", "mse")
 
@@ -112,10 +111,7 @@ class TuneConfig:
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}.")
         for name, (what, integer, ok) in _RANGES.items():
-            value = getattr(self, name)
-            if (isinstance(value, bool) or not isinstance(value, int if integer else (int, float))
-                    or not math.isfinite(value) or not ok(value)):
-                raise ValueError(f"{name} must be {what}, got {value!r}.")
+            check_number(name, getattr(self, name), what, ok, int if integer else (int, float))
         if not isinstance(self.adapter_name, str) or not self.adapter_name.isidentifier():
             raise ValueError(f"adapter_name must be a Python identifier such as 'judge', got {self.adapter_name!r}.")
         if isinstance(self.target_modules, str):
