@@ -449,3 +449,14 @@ def test_mushra_label_refuses_booleans():
     for bad in (True, False, None):
         with pytest.raises(ValueError, match="is not a MUSHRA rating"):
             mushra_label(bad)
+
+
+@pytest.mark.parametrize("task", ["classification", "preference"])
+def test_results_of_a_run_with_no_scored_item_say_so(task):
+    """A run stopped before its first chunk has no line: its results say that, not a metric's complaint."""
+    from pluie_reward.tools.evaluation.tasks import classification_results, preference_results
+
+    meta = {"task": task, "conditions": [{"name": "PLUIE", "template": "para-fs", "kind": "yes_no"}], "baselines": []}
+    results = classification_results if task == "classification" else preference_results
+    with pytest.raises(ValueError, match=r"^no scored items yet\.$"):
+        results(meta, [])

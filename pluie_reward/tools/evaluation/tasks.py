@@ -171,7 +171,7 @@ def classification_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str,
         >>> classification_results(run["meta"], lines)["metrics"]["PLUIE"]["best_f1"] == r["metrics"]["PLUIE"]["best_f1"]
         True
     """
-    labels = [line["label"] for line in lines]
+    labels = [line["label"] for line in _scored(lines)]
     judged = [c["name"] for c in meta["conditions"]]
     scores = {name: [line["scores"][name] for line in lines] for name in [*judged, *meta.get("baselines", [])]}
     threshold = meta.get("threshold", 0.0)
@@ -328,7 +328,7 @@ def preference_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any
         >>> preference_results(run["meta"], lines)["metrics"]["PLUIE"]["pairwise_accuracy"] == r["metrics"]["PLUIE"]["pairwise_accuracy"]
         True
     """
-    human = [line["human"] for line in lines]
+    human = [line["human"] for line in _scored(lines)]
     labels = {c["name"]: c["labels"] for c in meta["conditions"] if c.get("labels")}
     names = [*(c["name"] for c in meta["conditions"]), *meta.get("baselines", [])]
     metrics: dict[str, Any] = {}
@@ -351,10 +351,15 @@ def preference_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any
 
 
 # common -----------------------------------------------------------------------------------------
-def _results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any]], **fields: Any) -> dict[str, Any]:
-    """A run's results: its meta, the items scored (``n``) and planned, then ``fields``."""
+def _scored(lines: Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
+    """``lines``, refused before any metric when there is none (a run stopped before its first chunk)."""
     if not lines:
         raise ValueError("no scored items yet.")
+    return lines
+
+
+def _results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any]], **fields: Any) -> dict[str, Any]:
+    """A run's results: its meta, the items scored (``n``) and planned, then ``fields``."""
     return {**{k: v for k, v in meta.items() if k != "n"}, "n": len(lines), "planned": meta.get("n", len(lines)), **fields}
 
 
