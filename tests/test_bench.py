@@ -1,6 +1,7 @@
 """Smoke test of the benchmark (2 pairs, tiny random judge) and its parts; no timed assertions."""
 
 import math
+import re
 from pathlib import Path
 
 import torch
@@ -48,6 +49,18 @@ def test_grpo_workload_has_distinct_hypotheses_per_source():
         block = workload.hypotheses[8 * k : 8 * k + 8]
         assert set(workload.sources[8 * k : 8 * k + 8]) == {sources[k]}
         assert len(set(block)) == 8 and block[0] == hypotheses[k] and block[1] == sources[k]
+
+
+def test_generate_answers_pads_on_the_left_and_leaves_the_tokenizer_as_it_was(tiny_judge, monkeypatch):
+    """Prompts of different lengths in one batch generate what each generates alone (left padding: the new tokens
+    follow every prompt's last token), and the tokenizer's own padding side is untouched."""
+    sources, hypotheses, _ = mrpc_pairs(3)
+    hypotheses[1] += " and then some more words that make this prompt longer than the others"
+    monkeypatch.setattr(tiny_judge.tokenizer, "padding_side", "right")  # restored after the test (a session's judge)
+    _, batched = bench.generate_answers(tiny_judge, sources, hypotheses, batch_size=3, max_new_tokens=6)
+    alone = [bench.generate_answers(tiny_judge, [s], [h], batch_size=1, max_new_tokens=6)[1][0] for s, h in zip(sources, hypotheses)]
+    assert batched == alone and len(set(alone)) > 1
+    assert tiny_judge.tokenizer.padding_side == "right"
 
 
 def test_method_table_counts_unparseable_answers_and_agreement():
@@ -163,6 +176,23 @@ def test_bench_options_are_checked_before_anything_loads(argv, message, tmp_path
     code = main(["bench", *argv, *data])
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err, err
+
+
+def test_every_method_refuses_a_template_without_two_fields(tiny_judge):
+    """rev has three fields (original, instruction, hypothesis): the methods, the INDIRECT method, the seeds'
+    reference and the engine comparison each refuse it, naming the template and its fields."""
+    from pluie_reward.tools.shared import UsageError
+
+    workload = bench.Workload("mrpc", ["s1"], ["h1"])
+    has = "'rev' has ('original', 'instruction', 'hypothesis')."
+    with pytest.raises(UsageError, match=r"^the benchmark needs a two-field \(source, hypothesis\) template; " + re.escape(has)):
+        bench.run_workload(tiny_judge, workload, template="rev", methods=("score",), rounds=1)
+    with pytest.raises(UsageError, match=r"^the INDIRECT method needs a two-field template; " + re.escape(has)):
+        bench.run_workload(tiny_judge, workload, methods=("indirect",), rounds=1, indirect_template="rev")
+    with pytest.raises(UsageError, match=re.escape(has)):
+        bench.reference_scores(tiny_judge, "rev", ["s1"], ["h1"])
+    with pytest.raises(UsageError, match=re.escape(has)):
+        bench_engines.compare_engines({"transformers": tiny_judge}, workload, template="rev", rounds=1)
 
 
 def test_bench_sections_parse_with_their_defaults():
