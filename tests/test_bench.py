@@ -63,6 +63,14 @@ def test_generate_answers_pads_on_the_left_and_leaves_the_tokenizer_as_it_was(ti
     assert tiny_judge.tokenizer.padding_side == "right"
 
 
+def test_edit_variants_skip_empty_and_repeated_texts_then_number_the_rest():
+    """A one-word source: no edit applies but the word from the pool ("also", none given), so after the partner
+    (skipped when empty or equal to the source) and the source, the remaining variants are numbered."""
+    assert bench.edit_variants("a", "a", [], 3) == ["a", "also", "a (2)"]
+    assert bench.edit_variants("a", "", [], 3) == ["a", "also", "a (2)"]
+    assert bench.edit_variants("a", "b", [], 4) == ["b", "a", "also", "a (3)"]
+
+
 def test_method_table_counts_unparseable_answers_and_agreement():
     """The notes under a workload's table: unparseable LLM-Yes/No answers, and the parsed ones' agreement with
     Judge.score's verdicts (hand-counted: answers True, None, False against scores 0.4, -1, 2)."""

@@ -88,8 +88,7 @@ def mrpc_workload(pairs: Sequence[tuple[str, str]], n: int = 64) -> Workload:
     """The first ``n`` pairs as they are (workload (a))."""
     if len(pairs) < n:
         raise UsageError(f"the data file has {len(pairs)} pairs; the mrpc workload needs {n}.")
-    chosen = list(pairs[:n])
-    return Workload("mrpc", [s for s, _ in chosen], [h for _, h in chosen], f"{n} MRPC pairs")
+    return Workload("mrpc", [s for s, _ in pairs[:n]], [h for _, h in pairs[:n]], f"{n} MRPC pairs")
 
 
 def edit_variants(source: str, partner: str, others: Sequence[str], k: int, seed: int = 0) -> list[str]:
@@ -103,14 +102,7 @@ def edit_variants(source: str, partner: str, others: Sequence[str], k: int, seed
     rng = random.Random(seed)
     words = source.split()
     pool = [w for other in others for w in other.split()] or ["also"]
-    out: list[str] = []
-
-    def add(text: str) -> None:
-        if text and text not in out:
-            out.append(text)
-
-    add(partner)
-    add(source)
+    out = dict.fromkeys(text for text in (partner, source) if text)  # an ordered set: no hypothesis twice
     for attempt in range(50 * k):
         if len(out) >= k:
             break
@@ -127,10 +119,12 @@ def edit_variants(source: str, partner: str, others: Sequence[str], k: int, seed
             w[rng.randrange(len(w))] = rng.choice(pool)
         elif others:
             w = rng.choice(list(others)).split()
-        add(" ".join(w))
+        text = " ".join(w)
+        if text:
+            out[text] = None
     while len(out) < k:  # very short sources: number the remaining variants
-        add(f"{source} ({len(out)})")
-    return out[:k]
+        out[f"{source} ({len(out)})"] = None
+    return list(out)[:k]
 
 
 def variant_groups(pairs: Sequence[tuple[str, str]], groups: int, size: int, spare: int = 8) -> list[tuple[str, list[str]]]:
