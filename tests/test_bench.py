@@ -279,6 +279,44 @@ def test_engine_comparison_reports_the_largest_difference_and_rotates_the_order(
     assert "| mrpc | vllm |" in table and "1.5e-03" in table and "OUTSIDE the tolerance" in table
 
 
+def test_engines_close_the_other_engines_judge_after_the_comparison_or_its_failure(tmp_path, monkeypatch, capsys, tiny_judge):
+    """`bench engines`: the vLLM judge (a stand-in here) is closed once the comparison is done, and when it fails."""
+    import json
+
+    from pluie_reward.tools.bench import cli as bench_cli
+
+    data = tmp_path / "pairs.json"
+    data.write_text(json.dumps({str(i): {"sentence1": f"s{i}", "sentence2": f"h{i}"} for i in range(2)}))
+    closed, loaded = [], []
+
+    class OtherJudge:
+        def close(self):
+            closed.append(self)
+
+    def load_vllm(model, dtype, **options):
+        loaded.append((model, dtype, options))
+        return OtherJudge()
+
+    def compare(judges, workload, template, rounds, log):
+        assert list(judges) == ["transformers", "vllm"] and len(closed) == len(loaded) - 1  # open while compared
+        if fail:
+            raise RuntimeError("the comparison broke")
+        return bench_engines.EngineComparison("mrpc", "2 MRPC pairs", 2, rates={"transformers": [1.0], "vllm": [2.0]},
+                                              scores={"transformers": [0.5, -0.5], "vllm": [0.5, -0.5]})
+
+    monkeypatch.setattr(bench_cli, "judge_from_args", lambda args: tiny_judge)
+    monkeypatch.setattr(bench_cli, "load_vllm_judge", load_vllm)
+    monkeypatch.setattr(bench_cli, "compare_engines", compare)
+    argv = ["bench", "engines", "--data", str(data), "--workloads", "mrpc", "--pairs", "2"]
+    fail = False
+    assert main(argv) == 0 and len(closed) == 1
+    assert "| mrpc | vllm | 2.00 | 2.00 | 2.00 | 0.0e+00 |" in capsys.readouterr().out
+    fail = True
+    with pytest.raises(RuntimeError, match="the comparison broke"):
+        main(argv)
+    assert len(closed) == 2 and loaded == [(None, "float32", {"max_model_len": 4096})] * 2
+
+
 def test_timed_reward_passes_arguments_and_adds_up_time():
     seen = {}
 
