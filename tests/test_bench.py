@@ -1,6 +1,7 @@
 """Smoke test of the benchmark (2 pairs, tiny random judge) and its parts; no timed assertions."""
 
 import math
+import re
 from pathlib import Path
 
 import torch
@@ -48,6 +49,26 @@ def test_grpo_workload_has_distinct_hypotheses_per_source():
         block = workload.hypotheses[8 * k : 8 * k + 8]
         assert set(workload.sources[8 * k : 8 * k + 8]) == {sources[k]}
         assert len(set(block)) == 8 and block[0] == hypotheses[k] and block[1] == sources[k]
+
+
+def test_generate_answers_pads_on_the_left_and_leaves_the_tokenizer_as_it_was(tiny_judge, monkeypatch):
+    """Prompts of different lengths in one batch generate what each generates alone (left padding: the new tokens
+    follow every prompt's last token), and the tokenizer's own padding side is untouched."""
+    sources, hypotheses, _ = mrpc_pairs(3)
+    hypotheses[1] += " and then some more words that make this prompt longer than the others"
+    monkeypatch.setattr(tiny_judge.tokenizer, "padding_side", "right")  # restored after the test (a session's judge)
+    _, batched = bench.generate_answers(tiny_judge, sources, hypotheses, batch_size=3, max_new_tokens=6)
+    alone = [bench.generate_answers(tiny_judge, [s], [h], batch_size=1, max_new_tokens=6)[1][0] for s, h in zip(sources, hypotheses)]
+    assert batched == alone and len(set(alone)) > 1
+    assert tiny_judge.tokenizer.padding_side == "right"
+
+
+def test_edit_variants_skip_empty_and_repeated_texts_then_number_the_rest():
+    """A one-word source: no edit applies but the word from the pool ("also", none given), so after the partner
+    (skipped when empty or equal to the source) and the source, the remaining variants are numbered."""
+    assert bench.edit_variants("a", "a", [], 3) == ["a", "also", "a (2)"]
+    assert bench.edit_variants("a", "", [], 3) == ["a", "also", "a (2)"]
+    assert bench.edit_variants("a", "b", [], 4) == ["b", "a", "also", "a (3)"]
 
 
 def test_method_table_counts_unparseable_answers_and_agreement():
@@ -165,6 +186,23 @@ def test_bench_options_are_checked_before_anything_loads(argv, message, tmp_path
     assert code == 2 and message in err and "Traceback" not in err, err
 
 
+def test_every_method_refuses_a_template_without_two_fields(tiny_judge):
+    """rev has three fields (original, instruction, hypothesis): the methods, the INDIRECT method, the seeds'
+    reference and the engine comparison each refuse it, naming the template and its fields."""
+    from pluie_reward.tools.shared import UsageError
+
+    workload = bench.Workload("mrpc", ["s1"], ["h1"])
+    has = "'rev' has ('original', 'instruction', 'hypothesis')."
+    with pytest.raises(UsageError, match=r"^the benchmark needs a two-field \(source, hypothesis\) template; " + re.escape(has)):
+        bench.run_workload(tiny_judge, workload, template="rev", methods=("score",), rounds=1)
+    with pytest.raises(UsageError, match=r"^the INDIRECT method needs a two-field template; " + re.escape(has)):
+        bench.run_workload(tiny_judge, workload, methods=("indirect",), rounds=1, indirect_template="rev")
+    with pytest.raises(UsageError, match=re.escape(has)):
+        bench.reference_scores(tiny_judge, "rev", ["s1"], ["h1"])
+    with pytest.raises(UsageError, match=re.escape(has)):
+        bench_engines.compare_engines({"transformers": tiny_judge}, workload, template="rev", rounds=1)
+
+
 def test_bench_sections_parse_with_their_defaults():
     import argparse
 
@@ -239,6 +277,44 @@ def test_engine_comparison_reports_the_largest_difference_and_rotates_the_order(
             assert log[k - 2] == ("clear", entry[1]) and log[k - 1] == ("score", entry[1], 1)
     table = bench_engines.format_engine_table([result])
     assert "| mrpc | vllm |" in table and "1.5e-03" in table and "OUTSIDE the tolerance" in table
+
+
+def test_engines_close_the_other_engines_judge_after_the_comparison_or_its_failure(tmp_path, monkeypatch, capsys, tiny_judge):
+    """`bench engines`: the vLLM judge (a stand-in here) is closed once the comparison is done, and when it fails."""
+    import json
+
+    from pluie_reward.tools.bench import cli as bench_cli
+
+    data = tmp_path / "pairs.json"
+    data.write_text(json.dumps({str(i): {"sentence1": f"s{i}", "sentence2": f"h{i}"} for i in range(2)}))
+    closed, loaded = [], []
+
+    class OtherJudge:
+        def close(self):
+            closed.append(self)
+
+    def load_vllm(model, dtype, **options):
+        loaded.append((model, dtype, options))
+        return OtherJudge()
+
+    def compare(judges, workload, template, rounds, log):
+        assert list(judges) == ["transformers", "vllm"] and len(closed) == len(loaded) - 1  # open while compared
+        if fail:
+            raise RuntimeError("the comparison broke")
+        return bench_engines.EngineComparison("mrpc", "2 MRPC pairs", 2, rates={"transformers": [1.0], "vllm": [2.0]},
+                                              scores={"transformers": [0.5, -0.5], "vllm": [0.5, -0.5]})
+
+    monkeypatch.setattr(bench_cli, "judge_from_args", lambda args: tiny_judge)
+    monkeypatch.setattr(bench_cli, "load_vllm_judge", load_vllm)
+    monkeypatch.setattr(bench_cli, "compare_engines", compare)
+    argv = ["bench", "engines", "--data", str(data), "--workloads", "mrpc", "--pairs", "2"]
+    fail = False
+    assert main(argv) == 0 and len(closed) == 1
+    assert "| mrpc | vllm | 2.00 | 2.00 | 2.00 | 0.0e+00 |" in capsys.readouterr().out
+    fail = True
+    with pytest.raises(RuntimeError, match="the comparison broke"):
+        main(argv)
+    assert len(closed) == 2 and loaded == [(None, "float32", {"max_model_len": 4096})] * 2
 
 
 def test_timed_reward_passes_arguments_and_adds_up_time():

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from contextlib import ExitStack, closing
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
@@ -166,16 +167,12 @@ def _engines(args: argparse.Namespace) -> int:
     workloads = _workload_list(args)
     judge, payload = _judge(args, "engines")
     judges = {"transformers": judge}
-    try:
+    with ExitStack() as others:  # the other engines' judges are closed here, the comparison done or failed
         if "vllm" in args.engines:
             say("loading the vLLM judge (about a minute on a CPU) ...")
             dtype = str(judge.model.dtype).replace("torch.", "")  # the same weights dtype on both engines
-            judges["vllm"] = load_vllm_judge(args.model, dtype, max_model_len=args.vllm_max_model_len)
+            judges["vllm"] = others.enter_context(closing(load_vllm_judge(args.model, dtype, max_model_len=args.vllm_max_model_len)))
         comparisons = [compare_engines(judges, w, args.template, args.rounds, log=say) for w in workloads]
-    finally:
-        for name, other in judges.items():
-            if name != "transformers":
-                other.close()
     return _report(args, payload, "engines", [comparison_json(c) for c in comparisons], format_engine_table(comparisons))
 
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 from ...core.judge import Judge
 from ..shared import UsageError
 from .measure import quiet_vllm_logs, timed, titled_table
+from .run import two_fields
 
 ENGINES = ("transformers", "vllm")
 MAX_DIFF = 1e-3
@@ -76,10 +77,7 @@ def compare_engines(judges: dict[str, Any], workload: Any, template: str = "para
     if rounds < 1:
         raise UsageError("--rounds must be at least 1.")
     names = list(judges)
-    first = judges[names[0]]
-    fields = first.bind(template).template.fields
-    if len(fields) != 2:
-        raise UsageError(f"the benchmark needs a two-field (source, hypothesis) template; {template!r} has {fields}.")
+    fields = two_fields(judges[names[0]], template).template.fields
     out = EngineComparison(workload.name, workload.description, len(workload))
     items = dict(zip(fields, (workload.sources, workload.hypotheses)))
     for r in range(rounds):

@@ -23,7 +23,7 @@ import math
 import sys
 import tempfile
 import traceback
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -160,12 +160,9 @@ def plain_scores(model: Any, ids: Sequence[Sequence[int]], answers: Sequence[Seq
     with torch.inference_mode():
         for start in range(0, len(order), rows):
             batch = order[start : start + rows]
-            width = max(len(ids[i]) for i in batch)
-            input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, i in enumerate(batch):
-                input_ids[row, width - len(ids[i]) :] = torch.tensor(ids[i], dtype=torch.long)
-                mask[row, width - len(ids[i]) :] = 1
+            pads = [max(len(ids[i]) for i in batch) - len(ids[i]) for i in batch]  # left padding of each prompt
+            input_ids = torch.tensor([[pad_id] * pad + list(ids[i]) for pad, i in zip(pads, batch)], dtype=torch.long)
+            mask = (torch.arange(input_ids.shape[1]) >= torch.tensor(pads)[:, None]).long()
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
             logits = model(input_ids=input_ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
                            logits_to_keep=1, use_cache=False).logits[:, -1].float()
@@ -213,13 +210,13 @@ def exactness(folder: Path | None, pairs: Sequence[tuple[str, str]], device: Any
     """
     import torch
 
-    from ...testing import make_tiny_causal_lm, make_tiny_tokenizer  # lazy: CLI start-up (torch)
+    from ...testing import make_tiny_causal_lm  # lazy: CLI start-up (torch)
 
     names = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder is not None and folder.is_dir() else []
     rows = []
     sources, hypotheses = [s for s, _ in pairs], [h for _, h in pairs]
     for name in names or ["tiny (no --tokenizers)"]:
-        tok = load_tokenizer(folder, name) if names else make_tiny_tokenizer()
+        tok = load_tokenizer(folder, name)  # no folder of that name: the tiny tokenizer
         base = make_tiny_causal_lm(tok)
         for dtype in (torch.float32, torch.bfloat16):
             model = copy.deepcopy(base).to(device, dtype)
@@ -228,13 +225,12 @@ def exactness(folder: Path | None, pairs: Sequence[tuple[str, str]], device: Any
             ref = reference_scores(Judge.from_model(copy.deepcopy(model).to(torch.float64), tok), TEMPLATE, sources, hypotheses)
             scores = judge.score(TEMPLATE, source=sources, hypothesis=hypotheses, use_cache=False)
             diff = max(abs(a - b) for a, b in zip(scores, ref))
-            row = {"check": f"{name}, random 2-layer model", "dtype": str(dtype).removeprefix("torch."), "n": len(scores),
-                   "score_range": [min(ref), max(ref)], "max_abs_diff": diff, "tolerance": TOLERANCE}
             seeds = reference_scores(judge, TEMPLATE, sources, hypotheses)  # the seeds' method in the same dtype
-            row["two_pass_same_dtype_diff"] = max(abs(a - b) for a, b in zip(seeds, ref))
-            row["tolerance"] = max(TOLERANCE, 2 * row["two_pass_same_dtype_diff"])
-            row["ok"] = diff <= row["tolerance"]
-            rows.append(row)
+            two_pass = max(abs(a - b) for a, b in zip(seeds, ref))
+            tolerance = max(TOLERANCE, 2 * two_pass)
+            rows.append({"check": f"{name}, random 2-layer model", "dtype": str(dtype).removeprefix("torch."), "n": len(scores),
+                         "score_range": [min(ref), max(ref)], "max_abs_diff": diff, "tolerance": tolerance,
+                         "two_pass_same_dtype_diff": two_pass, "ok": diff <= tolerance})
             free(judge, model)
     return rows
 
@@ -287,13 +283,11 @@ def throughput(shape: str, folder: Path | None, pairs: Sequence[tuple[str, str]]
                "wide_peak_share": flops / wide_seconds / peak, "distinct_tokens": distinct, "bound": tokens / distinct, **path,
                "f32_pairs_s": len(src) / f32_seconds, "f32_peak_share": flops / f32_seconds / peak, "fused_vs_f32": f32_seconds / seconds,
                "f32_max_abs_diff": max(abs(a - b) for a, b in zip(scores, f32_scores))}
-        measured: dict[int, tuple[float, Any, Any]] = {}
-        for size in PLAIN_ROWS:  # the plain padded forward, on the same items
-            rows_now = min(size, len(src))  # a size past n makes the batches of the size before: measured once
-            if rows_now not in measured:  # tiny: one call (the tiny tokenizer's prompts are long)
-                measured[rows_now] = timed(device, lambda r=rows_now: plain_scores(model, ids, answer_ids, tok.pad_token_id, r),
-                                           rounds=1 if tiny else 2, warmup=not tiny)
-            plain_s, plain, plain_mem = measured[rows_now]
+        # the plain padded forward on the same items, each number of rows measured once (tiny: one call, its prompts are long)
+        plain_forward = cache(lambda r: timed(device, lambda: plain_scores(model, ids, answer_ids, tok.pad_token_id, r),
+                                              rounds=1 if tiny else 2, warmup=not tiny))
+        for size in PLAIN_ROWS:
+            plain_s, plain, plain_mem = plain_forward(min(size, len(src)))  # a size past n makes the batches of the size before
             row.update({f"plain{size}_pairs_s": len(src) / plain_s, f"plain{size}_peak_mib": plain_mem.cuda_mb,
                         f"plain{size}_max_abs_diff": max(abs(a - b) for a, b in zip(scores, plain))})
         best = max(row[f"plain{size}_pairs_s"] for size in PLAIN_ROWS)
@@ -588,7 +582,12 @@ def run(out: Path, device: str, tiny: bool, tokenizers: Path | None, data: Path 
     import transformers
 
     clock = Clock()
-    done = lambda what: log(f"[gpu] {what} done ({clock.seconds:.0f} s)")  # noqa: E731
+
+    def step(key: str, label: str, work: Callable[[], Any]) -> Any:  # one section, then its line in the log
+        got = section(result, key, work, out, log)
+        log(f"[gpu] {label} done ({clock.seconds:.0f} s)")
+        return got
+
     pairs = read_pairs(data) if data is not None else BUILTIN_PAIRS * 8
     name = torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
     result: dict[str, Any] = {"device_name": name, "tiny": tiny, "torch": torch.__version__, "transformers": transformers.__version__,
@@ -596,29 +595,24 @@ def run(out: Path, device: str, tiny: bool, tokenizers: Path | None, data: Path 
     result["peak_flops"] = bf16_peak_flops(device, tiny)
     result["peak_tflops"] = result["peak_flops"] / 1e12
     log(f"[gpu] {name}: bf16 peak {result['peak_tflops']:.3g} TFLOP/s")
-    section(result, "exactness", lambda: exactness(tokenizers, pairs[: 4 if tiny else 8], device), out, log)
-    done("a. exactness")
+    step("exactness", "a. exactness", lambda: exactness(tokenizers, pairs[: 4 if tiny else 8], device))
     result["throughput"] = []
     for shape in models:
         if result["throughput"] and clock.seconds > budget_s / 2:
             log(f"[gpu] b. {shape} skipped: {clock.seconds:.0f} s spent of the {budget_s:.0f} s budget")
             continue
-        got = section(result, f"throughput {shape}", lambda: throughput(shape, tokenizers, pairs, device, tiny, result["peak_flops"],
-                                                                         subset=4 if tiny else 16), out, log)
+        got = step(f"throughput {shape}", f"b. {shape}",
+                   lambda: throughput(shape, tokenizers, pairs, device, tiny, result["peak_flops"], subset=4 if tiny else 16))
         if not failed(got):
             result["throughput"] += got[0]
             if isinstance(result["exactness"], list):
                 result["exactness"].append(got[1])
             del result[f"throughput {shape}"]
-        done(f"b. {shape}")
     draws = range(2 if tiny else 8)  # seeds
-    section(result, "random_draws", lambda: random_draws(models[0], tokenizers, pairs, device, tiny, draws), out, log)
-    done("b3. random draws")
+    step("random_draws", "b3. random draws", lambda: random_draws(models[0], tokenizers, pairs, device, tiny, draws))
     policy, tok = policy_with_lora(tokenizers, device, tiny)
-    section(result, "sharing", lambda: sharing(policy, tok, pairs, device, tiny), out, log)
-    done("c. sharing")
-    section(result, "grpo", lambda: grpo_step(policy, tok, pairs, device, tiny), out, log)
-    done("d. grpo")
+    step("sharing", "c. sharing", lambda: sharing(policy, tok, pairs, device, tiny))
+    step("grpo", "d. grpo", lambda: grpo_step(policy, tok, pairs, device, tiny))
     result["goals"] = goal_values(result)
     result["seconds"] = clock.seconds
     write_outputs(out, result, markdown(result), names=OUTPUTS, indent=1)

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from ...integrations.group import judge_groups
 from ..report import markdown_table
-from .measure import timed
+from .measure import column_table, timed
 from .run import variant_groups
 
 
@@ -47,10 +47,8 @@ def compare_group_judging(judge: Any, pairs: Sequence[tuple[str, str]], *, group
         rows.append(_row(f"{group_template}, {k} order{'s' if k > 1 else ''}", seconds / len(data), [r["logp_best"] for r in out],
                          pointwise, data))
     same = [[c[0]] * size for _, c in data]
-    bias = {}
-    for k in orders:
-        out = judge_groups(judge, group_template, same, orders=k, source=sources)
-        bias[k] = statistics.fmean(max(r["logp_best"]) - min(r["logp_best"]) for r in out)
+    bias = {k: statistics.fmean(max(r["logp_best"]) - min(r["logp_best"])
+                                for r in judge_groups(judge, group_template, same, orders=k, source=sources)) for k in orders}
     return {"rows": rows, "bias": bias, "groups": len(data), "size": size}
 
 
@@ -68,11 +66,10 @@ def _row(method: str, seconds: float, scores: list[list[float]], pointwise: list
 
 def format_group_table(result: dict[str, Any]) -> str:
     """The comparison as Markdown: one row per method, then the position bias per number of orders."""
-    rows = [[r["method"], f"{r['seconds_per_group']:.2f}", f"{r['top1_paraphrase']:.0%}", f"{r['top1_copy']:.0%}",
-             "-" if r["kendall_vs_pointwise"] is None else f"{r['kendall_vs_pointwise']:.2f}", f"{r['top1_agreement']:.0%}"]
-            for r in result["rows"]]
-    table = markdown_table(["method", "s/group", "top-1 = human paraphrase", "top-1 = copy", "Kendall τ vs pointwise",
-                            "same top-1 as pointwise"], rows, align="lrrrrr")
+    table = column_table(result["rows"], [
+        ("method", "method", None), ("s/group", "seconds_per_group", ".2f"), ("top-1 = human paraphrase", "top1_paraphrase", ".0%"),
+        ("top-1 = copy", "top1_copy", ".0%"), ("Kendall τ vs pointwise", "kendall_vs_pointwise", ".2f"),
+        ("same top-1 as pointwise", "top1_agreement", ".0%")])
     bias = markdown_table(["orders", "spread of log p(best), identical candidates"],
                           [[str(k), f"{v:.3f}"] for k, v in result["bias"].items()], align="rr")
     return f"{result['groups']} groups of {result['size']}:\n\n{table}\n\nPosition bias left:\n\n{bias}\n"

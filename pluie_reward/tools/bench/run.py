@@ -88,8 +88,7 @@ def mrpc_workload(pairs: Sequence[tuple[str, str]], n: int = 64) -> Workload:
     """The first ``n`` pairs as they are (workload (a))."""
     if len(pairs) < n:
         raise UsageError(f"the data file has {len(pairs)} pairs; the mrpc workload needs {n}.")
-    chosen = list(pairs[:n])
-    return Workload("mrpc", [s for s, _ in chosen], [h for _, h in chosen], f"{n} MRPC pairs")
+    return Workload("mrpc", [s for s, _ in pairs[:n]], [h for _, h in pairs[:n]], f"{n} MRPC pairs")
 
 
 def edit_variants(source: str, partner: str, others: Sequence[str], k: int, seed: int = 0) -> list[str]:
@@ -103,14 +102,7 @@ def edit_variants(source: str, partner: str, others: Sequence[str], k: int, seed
     rng = random.Random(seed)
     words = source.split()
     pool = [w for other in others for w in other.split()] or ["also"]
-    out: list[str] = []
-
-    def add(text: str) -> None:
-        if text and text not in out:
-            out.append(text)
-
-    add(partner)
-    add(source)
+    out = dict.fromkeys(text for text in (partner, source) if text)  # an ordered set: no hypothesis twice
     for attempt in range(50 * k):
         if len(out) >= k:
             break
@@ -127,10 +119,12 @@ def edit_variants(source: str, partner: str, others: Sequence[str], k: int, seed
             w[rng.randrange(len(w))] = rng.choice(pool)
         elif others:
             w = rng.choice(list(others)).split()
-        add(" ".join(w))
+        text = " ".join(w)
+        if text:
+            out[text] = None
     while len(out) < k:  # very short sources: number the remaining variants
-        add(f"{source} ({len(out)})")
-    return out[:k]
+        out[f"{source} ({len(out)})"] = None
+    return list(out)[:k]
 
 
 def variant_groups(pairs: Sequence[tuple[str, str]], groups: int, size: int, spare: int = 8) -> list[tuple[str, list[str]]]:
@@ -151,6 +145,19 @@ def grpo_workload(pairs: Sequence[tuple[str, str]], sources: int = 8, per_source
 
 
 # method (1): the seeds' two-pass reference -----------------------------------------------------
+def two_fields(judge: Any, template: Any, needs: str = "the benchmark needs a two-field (source, hypothesis) template") -> Any:
+    """``template`` bound to ``judge`` (:meth:`Judge.bind`), refused unless it has two fields (source, hypothesis).
+
+    Example:
+        >>> two_fields(judge, "para-fs").template.fields
+        ('source', 'hypothesis')
+    """
+    bound = judge.bind(template)
+    if len(bound.template.fields) != 2:
+        raise UsageError(f"{needs}; {bound.template.name!r} has {bound.template.fields}.")
+    return bound
+
+
 def reference_scores(judge: Any, template: Any, sources: Sequence[str], hypotheses: Sequence[str]) -> list[float]:
     """The seeds' PLUIE, one pair at a time: n_no * loss(prompt+No) - n_yes * loss(prompt+Yes), each loss the
     model's mean cross-entropy over the sequence, the answer the assistant turn without its end-of-turn marker.
@@ -161,10 +168,8 @@ def reference_scores(judge: Any, template: Any, sources: Sequence[str], hypothes
         >>> len(reference), abs(reference[0] - score[0]) < MAX_DIFF  # the same PLUIE as Judge.score
         (1, True)
     """
-    bound = judge.bind(template)
+    bound = two_fields(judge, template)
     t = bound.template
-    if len(t.fields) != 2:
-        raise UsageError(f"the benchmark needs a two-field (source, hypothesis) template; {t.name!r} has {t.fields}.")
     tokenizer, model = judge.tokenizer, judge.model
     device = judge.engine.device
     keywords = dict(judge.chat_template_kwargs)
@@ -259,18 +264,13 @@ def generate_answers(judge: Any, sources: Sequence[str], hypotheses: Sequence[st
     config.do_sample, config.temperature, config.top_p, config.top_k = False, None, None, None
     config.max_new_tokens = max_new_tokens or int(prompt.get("max_new_tokens", 10))
     config.pad_token_id = judge.engine.pad_id
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
     outputs: list[str] = []
-    try:
-        with judge.engine.session():
-            for start in range(0, len(texts), batch_size):
-                batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
-                batch = batch.to(judge.engine.device)
-                generated = model.generate(**batch, generation_config=config)
-                outputs += tokenizer.batch_decode(generated[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-    finally:
-        tokenizer.padding_side = side
+    with judge.engine.session():
+        for start in range(0, len(texts), batch_size):
+            batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True, padding_side="left",
+                              add_special_tokens=False).to(judge.engine.device)
+            generated = model.generate(**batch, generation_config=config)
+            outputs += tokenizer.batch_decode(generated[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
     return [parse_answer(t) for t in outputs], outputs
 
 
@@ -369,13 +369,10 @@ def run_workload(judge: Any, workload: Workload, template: str = "para-fs", meth
     plan = {m: _chunks(sampled, rounds) for m in SAMPLED}
     results = {m: MethodResult(m) for m in methods}
     src, hyp = workload.sources, workload.hypotheses
-    names = judge.bind(template).template.fields
-    if len(names) != 2:
-        raise UsageError(f"the benchmark needs a two-field (source, hypothesis) template; {template!r} has {names}.")
+    names = two_fields(judge, template).template.fields
     fields = dict(zip(names, (src, hyp)))
-    indirect_names = judge.bind(indirect_template).template.fields if "indirect" in methods else names
-    if len(indirect_names) != 2:
-        raise UsageError(f"the INDIRECT method needs a two-field template; {indirect_template!r} has {indirect_names}.")
+    if "indirect" in methods:
+        indirect_names = two_fields(judge, indirect_template, "the INDIRECT method needs a two-field template").template.fields
     for r in range(rounds):
         order = list(methods[r % len(methods) :]) + list(methods[: r % len(methods)])  # rotate who goes first
         for method in order:

@@ -99,9 +99,8 @@ def check_pool_args(args: argparse.Namespace) -> PoolOptions:
     if args.address is not None and args.num_cpus is not None:
         raise UsageError("--num-cpus sizes the local cluster; a joined cluster has its own (ray start --num-cpus).")
     options = pool_options(args)
-    device = args.device or ""
-    if device.startswith("cuda") and args.replica_gpus == 0:
-        raise UsageError(f"--device {device} needs --replica-gpus > 0: Ray places replicas by the GPUs they ask for "
+    if (args.device or "").startswith("cuda") and args.replica_gpus == 0:
+        raise UsageError(f"--device {args.device} needs --replica-gpus > 0: Ray places replicas by the GPUs they ask for "
                          "(without, a replica may land on a node with no GPU, and nothing accounts for its GPU use).")
     if args.address is None:
         check_device(args.device)  # the replicas run on this machine
