@@ -221,6 +221,9 @@ def test_a_damaged_line_in_the_saved_scores_is_refused_and_kept(tiny_judge, use_
     err = capsys.readouterr().err
     assert "scores.jsonl: line 3 is not valid JSON; the file was edited or damaged: pass --overwrite" in err and "Traceback" not in err
     assert scores.read_text() == damaged
+    assert cli.main(["eval", "report", str(tmp_path / "run")]) == 2  # report reads it too: the same refusal, no traceback
+    err = capsys.readouterr().err
+    assert "pluie-reward eval: error: " in err and "scores.jsonl: line 3 is not valid JSON" in err and "Traceback" not in err
 
 
 def test_a_folder_of_another_run_is_refused_unless_overwrite(tiny_judge, use_judge, tmp_path, capsys):
@@ -300,6 +303,11 @@ def test_french_preset_builds_the_six_pairs_of_appendix_b(tiny_judge, use_judge,
     assert saved["labels"][:6] == [True, True, False, False, False, False]
     assert saved["scores"]["Fr-PLUIE"][:6] == pytest.approx(tiny_judge.score("para-fs-fr", source=s1, hypothesis=s2), abs=1e-4)
     assert "3 pair(s) skipped" in printed and "| Fr-PLUIE | Phi-4 14B (paper) | as published | -7.63 | 0.71 | 0.77 | 0.54 | 0.63 |" in printed
+    # --limit counts pairs, not rows: 8 = the 6 pairs of row 1 and the first 2 of row 2
+    assert cli.main(["eval", "fr-paraphrase", str(DATA / "fr_paraphrase_sample.csv"), "--no-progress", "--limit", "8",
+                     "--baselines", "none", "-o", str(tmp_path / "fr8")]) == 0
+    limited = json.loads((tmp_path / "fr8" / "results.json").read_text())
+    assert limited["n"] == 8 and limited["labels"] == [True, True, False, False, False, False, True, True]
 
 
 # the paper's numbers ---------------------------------------------------------------------------

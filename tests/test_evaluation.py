@@ -489,6 +489,13 @@ def test_cli_paraphrasus(cli_tiny_judge, tmp_path, capsys):
     assert (out / "scores.jsonl").read_text().count("\n") == 4  # saved as it went
     printed = capsys.readouterr().out
     assert "llama_3_8b_ins_q4_k_m" in printed and "| Minimize! | SNLI | 2 |" in printed
+    assert "pairs" not in saved and saved["plots"][-1] == str(out / "plots" / "error_rates.png")  # pairs: --save-pairs
+    assert main(["eval", "paraphrasus", "--data-dir", str(paraphrasus), "--limit", "2", "--datasets", "MRPC,SNLI",
+                 "--peers", "llama3", "-o", str(out), "--no-progress", "--save-pairs"]) == 0  # resumed: scored already
+    kept = json.loads((out / "results.json").read_text())["pairs"]
+    expected = load_pairs(paraphrasus, datasets=["MRPC", "SNLI"], limit=2)
+    assert {name: [p["pair_id"] for p in pairs] for name, pairs in kept.items()} == \
+        {name: [p.pair_id for p in pairs] for name, pairs in expected.items()}
     assert main(["eval", "paraphrasus", "--data-dir", str(tmp_path), "--no-progress"]) == 2
 
 

@@ -82,16 +82,18 @@ def as_labels(labels: Iterable[Any], name: str = "labels", synonyms: Mapping[str
     return np.asarray(_each(labels, lambda value: binary_label(value, synonyms), name), dtype=bool)
 
 
-def _each(values: Iterable[Any], convert: Callable[[Any], Any], name: str) -> list[Any]:
-    """``convert`` applied to every value; an error names the item (``name[i]``), and an empty input is one."""
+def _each(values: Iterable[Any], convert: Callable[[Any], Any], name: str, where: Callable[[int], str] | None = None,
+          error: type[Exception] = ValueError) -> list[Any]:
+    """``convert`` applied to every value; an ``error`` names the item (``where(i)``, default ``name[i]``), and an
+    empty input is one."""
     out = []
     for i, value in enumerate(values):
         try:
             out.append(convert(value))
         except ValueError as err:
-            raise ValueError(f"{name}[{i}]: {err}.") from None
+            raise error(f"{where(i) if where else f'{name}[{i}]'}: {err}.") from None
     if not out:
-        raise ValueError(f"{name} is empty.")
+        raise error(f"{name} is empty.")
     return out
 
 

@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -106,7 +107,7 @@ def load_run(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return run, lines
 
 
-class ScoreStore:
+class ScoreStore(contextlib.AbstractContextManager):
     """Append-only score file of one run in ``folder`` (or an in-memory no-op when ``folder`` is None),
     written by the tools' one JSON Lines writer (:class:`~pluie_reward.tools.shared.OutputFile`, in place).
 
@@ -182,9 +183,6 @@ class ScoreStore:
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
-
-    def __enter__(self) -> "ScoreStore":
-        return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
