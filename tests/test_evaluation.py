@@ -86,6 +86,21 @@ def test_score_equal_to_threshold_is_negative():
     assert (m["tp"], m["fn"]) == (1, 1)
 
 
+def test_zero_denominators_give_zero_without_a_warning():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a 0/0 would warn
+        nothing_predicted = classification_metrics([1.0, 2.0], [True, False], 5.0)  # tp = fp = 0
+        no_positive = classification_metrics([1.0, 2.0], [False, False], 0.0)  # every item predicted, none positive
+        one_right = classification_metrics([1.0, 2.0], [True, False], 1.5)  # tp = 0, fp = 1, fn = 1
+    assert [nothing_predicted[k] for k in ("accuracy", "precision", "recall", "f1")] == [0.5, 0.0, 0.0, 0.0]
+    assert [no_positive[k] for k in ("accuracy", "precision", "recall", "f1")] == [0.0, 0.0, 0.0, 0.0]
+    assert [one_right[k] for k in ("accuracy", "precision", "recall", "f1")] == [0.0, 0.0, 0.0, 0.0]
+    m = classification_metrics([1.0, 2.0, 3.0], [True, False, True], 1.5)  # tp = 1, fp = 1, fn = 1
+    assert (m["precision"], m["recall"], m["f1"]) == (0.5, 0.5, 0.5)
+
+
 # ---------------------------------------------------------------------------------------------
 # preference, hand-computed
 #   a     = 3   1   2    0    5

@@ -160,10 +160,10 @@ def metrics_at(scores: Iterable[float], labels: Iterable[Any], thresholds: Itera
     tp = positives - fn
     fp = (n - neg_pred) - tp
     tn = (n - positives) - fp
-    with np.errstate(divide="ignore", invalid="ignore"):
-        precision = np.where(tp + fp > 0, tp / np.maximum(tp + fp, 1), 0.0)
-        recall = np.where(positives > 0, tp / max(positives, 1), 0.0)
-        f1 = np.where(precision + recall > 0, 2 * precision * recall / np.where(precision + recall > 0, precision + recall, 1), 0.0)
+    # a zero denominator has a zero numerator (no predicted or no actual positive: tp = 0): dividing by 1 gives the 0
+    precision = tp / np.maximum(tp + fp, 1)
+    recall = tp / max(positives, 1)
+    f1 = 2 * precision * recall / np.where(precision + recall > 0, precision + recall, 1)
     return {
         "threshold": t,
         "accuracy": (tp + tn) / n,

@@ -126,11 +126,10 @@ class ScoreStore(contextlib.AbstractContextManager):
             return
         self.folder.mkdir(parents=True, exist_ok=True)
         self._lock = os.open(self.folder, os.O_RDONLY)  # one run writes into a folder at a time
-        if not lock_file(self._lock):
-            self.close()
-            raise StoreMismatch(f"{self.folder}: another run is writing into this folder now; wait for it to finish, "
-                                "or give another --output-dir.")
         try:
+            if not lock_file(self._lock):
+                raise StoreMismatch(f"{self.folder}: another run is writing into this folder now; wait for it to finish, "
+                                    "or give another --output-dir.")
             self._open(config, meta, overwrite)
         except UsageError as err:  # the score file is damaged, a device...
             self.close()
