@@ -440,6 +440,22 @@ def test_saved_item_fingerprints_are_those_of_earlier_runs(tiny_judge, tmp_path)
     assert saved == [fingerprint(y, [[h, s], [s, h]]) for s, h, y in zip(S, H, labels)]
 
 
+def test_paraphrasus_sts_bins_show_every_sts_pair_and_the_sts_h_labels(tiny_judge, tmp_path):
+    from pluie_reward.tools.evaluation.paraphrasus import load_pairs, run_paraphrasus
+    from pluie_reward.tools.evaluation.plots import plot_facts
+
+    data = shared_path("data/paraphrasus")
+    run_paraphrasus(tiny_judge, data, datasets=["STS-H", "STS", "MRPC"], limit=6, progress=False, plots=True, output_dir=tmp_path)
+    facts = plot_facts(tmp_path / "plots" / "sts_bins.png")
+    pairs = load_pairs(data, datasets=["STS-H", "STS"], limit=6)
+    human = [0] * 5
+    for p in pairs["STS-H"]:  # bins 0-1, 1-2, 2-3, 3-4, 4-5 (5 included)
+        human[min(int(p.sts), 4)] += 1
+    assert [n for _, n, _ in facts["STS-H annotators: paraphrase"]] == human
+    judged = {(p.file, p.pair_id): p.sts for p in pairs["STS-H"] + pairs["STS"]}  # a pair in both counts once
+    assert sum(n for _, n, _ in facts["judge: predicted paraphrase"]) == len(judged)
+
+
 def test_report_of_a_paraphrasus_run_draws_its_plots(tiny_judge, tmp_path):
     from pluie_reward.tools.evaluation.paraphrasus import run_paraphrasus
     from pluie_reward.tools.evaluation.tasks import report_folder

@@ -418,7 +418,7 @@ def paraphrasus_plots(results: Mapping[str, Any], folder: str | Path) -> list[st
             natural_threshold=threshold, ylabel=PLUIE_AXIS)))
     sts = {(p["file"], p["pair_id"]): p for p in everything if p.get("sts") is not None}
     if sts:
-        human_pairs = [p for name in ("STS-H",) for p in results["pairs"].get(name, [])]
+        human_pairs = results["pairs"].get("STS-H", [])
         human = ([p["sts"] for p in human_pairs], [p["expected"] for p in human_pairs]) if human_pairs else None
         written.append(str(plot_sts_bins([p["sts"] for p in sts.values()], [p["predicted"] for p in sts.values()],
                                          folder / "sts_bins.png", human=human,

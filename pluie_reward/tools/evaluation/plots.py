@@ -277,7 +277,8 @@ def plot_sts_bins(
     human: tuple[Sequence[float], Sequence[bool]] | None = None,
     title: str | None = None,
 ) -> Path:
-    """PARAPHRASUS Fig. 1: the share predicted "paraphrase" per STS bin; ``human`` adds the STS-H annotators'.
+    """PARAPHRASUS Fig. 1: the share predicted "paraphrase" per STS bin; ``human`` adds the STS-H annotators'. Its facts
+    (:func:`plot_facts`) hold each series' :func:`sts_bin_shares`.
 
     Example:
         >>> sts_scores = [0.5, 1.5, 2.5, 3.5, 4.5, 4.9]  # STS-benchmark similarity of each pair
@@ -298,7 +299,8 @@ def plot_sts_bins(
         ax.bar_label(bars, ["–" if v is None else f"{100 * v:.0f}%\nn={n}" for _, n, v in shares], fontsize=7, padding=2)
     ax.set_xticks(x, [f"{b}" for b, _, _ in judged])
     ax.set(xlabel="STS score bin (0 = unrelated, 5 = equivalent); – = no pair in the bin", ylabel="% of the bin's pairs", ylim=(0, 118))
-    return _save(figure, path, ax=ax, title=title or "share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1)",
+    return _save(figure, path, {name: shares for name, shares, _ in series}, ax=ax,
+                 title=title or "share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1)",
                  legend={"loc": "upper left"})
 
 

@@ -226,14 +226,9 @@ def score_items(
     """
     baselines, extras = baselines or {}, extras or {}
     rows = [item.get("row", f"item {item['i'] + 1}") for item in items]
-    lines: dict[int, dict[str, Any]] = {}
-    todo: list[int] = []
-    for k, item in enumerate(items):
-        saved = store.done(item["i"], item["h"]) if store is not None else None
-        if saved is not None:
-            lines[k] = saved
-        else:
-            todo.append(k)
+    saved = [store.done(item["i"], item["h"]) if store is not None else None for item in items]
+    lines = {k: line for k, line in enumerate(saved) if line is not None}
+    todo = [k for k, line in enumerate(saved) if line is None]
     size = _chunk_size(judge, chunk_size, 1 if pairs is None else 2)
     if pairs is not None:
         for condition in conditions:
