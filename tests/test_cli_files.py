@@ -477,8 +477,10 @@ def test_two_evaluations_cannot_write_one_folder(tiny_judge, tmp_path, monkeypat
     data = _jsonl(tmp_path / "in.jsonl", [{"source": "a", "hypothesis": "b", "label": 1}, {"source": "c", "hypothesis": "d", "label": 0}])
     folder = tmp_path / "run"
     with ScoreStore(folder, {"task": "other"}, {}):  # another evaluation writing there now
+        open_files = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
         with pytest.raises(ValueError, match="another run is writing into this folder"):
             ScoreStore(folder, {"task": "other"}, {})
+        assert open_files is None or len(os.listdir("/proc/self/fd")) == open_files  # the refused store closed the folder
         _refused(["eval", "classification", "-i", str(data), "-o", str(folder), "--no-progress", "--baselines", "none"],
                  capsys, "another run is writing into this folder")
     assert cli.main(["eval", "classification", "-i", str(data), "-o", str(folder), "--no-progress", "--baselines", "none"]) == 0

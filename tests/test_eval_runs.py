@@ -221,6 +221,9 @@ def test_a_damaged_line_in_the_saved_scores_is_refused_and_kept(tiny_judge, use_
     err = capsys.readouterr().err
     assert "scores.jsonl: line 3 is not valid JSON; the file was edited or damaged: pass --overwrite" in err and "Traceback" not in err
     assert scores.read_text() == damaged
+    assert cli.main(["eval", "report", str(tmp_path / "run")]) == 2  # report reads it too: the same refusal, no traceback
+    err = capsys.readouterr().err
+    assert "pluie-reward eval: error: " in err and "scores.jsonl: line 3 is not valid JSON" in err and "Traceback" not in err
 
 
 def test_a_folder_of_another_run_is_refused_unless_overwrite(tiny_judge, use_judge, tmp_path, capsys):
@@ -300,6 +303,11 @@ def test_french_preset_builds_the_six_pairs_of_appendix_b(tiny_judge, use_judge,
     assert saved["labels"][:6] == [True, True, False, False, False, False]
     assert saved["scores"]["Fr-PLUIE"][:6] == pytest.approx(tiny_judge.score("para-fs-fr", source=s1, hypothesis=s2), abs=1e-4)
     assert "3 pair(s) skipped" in printed and "| Fr-PLUIE | Phi-4 14B (paper) | as published | -7.63 | 0.71 | 0.77 | 0.54 | 0.63 |" in printed
+    # --limit counts pairs, not rows: 8 = the 6 pairs of row 1 and the first 2 of row 2
+    assert cli.main(["eval", "fr-paraphrase", str(DATA / "fr_paraphrase_sample.csv"), "--no-progress", "--limit", "8",
+                     "--baselines", "none", "-o", str(tmp_path / "fr8")]) == 0
+    limited = json.loads((tmp_path / "fr8" / "results.json").read_text())
+    assert limited["n"] == 8 and limited["labels"] == [True, True, False, False, False, False, True, True]
 
 
 # the paper's numbers ---------------------------------------------------------------------------
@@ -430,6 +438,22 @@ def test_saved_item_fingerprints_are_those_of_earlier_runs(tiny_judge, tmp_path)
                             output_dir=tmp_path / "run")
     saved = [json.loads(line)["h"] for line in (tmp_path / "run" / "scores.jsonl").read_text().splitlines()]
     assert saved == [fingerprint(y, [[h, s], [s, h]]) for s, h, y in zip(S, H, labels)]
+
+
+def test_paraphrasus_sts_bins_show_every_sts_pair_and_the_sts_h_labels(tiny_judge, tmp_path):
+    from pluie_reward.tools.evaluation.paraphrasus import load_pairs, run_paraphrasus
+    from pluie_reward.tools.evaluation.plots import plot_facts
+
+    data = shared_path("data/paraphrasus")
+    run_paraphrasus(tiny_judge, data, datasets=["STS-H", "STS", "MRPC"], limit=6, progress=False, plots=True, output_dir=tmp_path)
+    facts = plot_facts(tmp_path / "plots" / "sts_bins.png")
+    pairs = load_pairs(data, datasets=["STS-H", "STS"], limit=6)
+    human = [0] * 5
+    for p in pairs["STS-H"]:  # bins 0-1, 1-2, 2-3, 3-4, 4-5 (5 included)
+        human[min(int(p.sts), 4)] += 1
+    assert [n for _, n, _ in facts["STS-H annotators: paraphrase"]] == human
+    judged = {(p.file, p.pair_id): p.sts for p in pairs["STS-H"] + pairs["STS"]}  # a pair in both counts once
+    assert sum(n for _, n, _ in facts["judge: predicted paraphrase"]) == len(judged)
 
 
 def test_report_of_a_paraphrasus_run_draws_its_plots(tiny_judge, tmp_path):

@@ -86,6 +86,21 @@ def test_score_equal_to_threshold_is_negative():
     assert (m["tp"], m["fn"]) == (1, 1)
 
 
+def test_zero_denominators_give_zero_without_a_warning():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a 0/0 would warn
+        nothing_predicted = classification_metrics([1.0, 2.0], [True, False], 5.0)  # tp = fp = 0
+        no_positive = classification_metrics([1.0, 2.0], [False, False], 0.0)  # every item predicted, none positive
+        one_right = classification_metrics([1.0, 2.0], [True, False], 1.5)  # tp = 0, fp = 1, fn = 1
+    assert [nothing_predicted[k] for k in ("accuracy", "precision", "recall", "f1")] == [0.5, 0.0, 0.0, 0.0]
+    assert [no_positive[k] for k in ("accuracy", "precision", "recall", "f1")] == [0.0, 0.0, 0.0, 0.0]
+    assert [one_right[k] for k in ("accuracy", "precision", "recall", "f1")] == [0.0, 0.0, 0.0, 0.0]
+    m = classification_metrics([1.0, 2.0, 3.0], [True, False, True], 1.5)  # tp = 1, fp = 1, fn = 1
+    assert (m["precision"], m["recall"], m["f1"]) == (0.5, 0.5, 0.5)
+
+
 # ---------------------------------------------------------------------------------------------
 # preference, hand-computed
 #   a     = 3   1   2    0    5
@@ -289,10 +304,22 @@ def test_plots_are_written(tmp_path):
     hist = plot_score_histograms(SCORES, LABELS, tmp_path / "hist.png", label_names=("no", "yes"))
     scatter = plot_edit_distance(SCORES, LABELS, [0.1, 0.5, 0.2, 0.9, 0.3, 0.4], tmp_path / "ed.png")
     bins = plot_sts_bins([0.5, 1.5, 4.5, 5.0], [False, True, True, True], tmp_path / "sts.png", human=([4.5, 5.0], [False, True]))
-    errors = plot_error_rates({"judge": {"MRPC": 0.5, "overall": 0.4}, "peer": {"MRPC": 0.24}}, tmp_path / "err.png")
+    errors = plot_error_rates({"judge": {"MRPC": 0.5, "overall": 0.4}, "peer": {"MRPC": 0.24, "STS": 0.1}}, tmp_path / "err.png")
     for path in (curves, hist, scatter, bins, errors):
         data = path.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    assert plot_facts(errors)["rows"] == ["MRPC", "overall", "STS"]  # the judge's rows, then those only a peer has
+
+
+def test_sts_bins_write_share_and_count_above_each_bar(tmp_path, monkeypatch):
+    from pluie_reward.tools.evaluation import plots
+
+    drawn = []
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda figure, path, facts=None, **kw: drawn.append(kw["ax"]) or save(figure, path, facts, **kw))
+    plot_sts_bins([0.5, 1.5, 4.5, 5.0], [False, True, True, True], tmp_path / "sts.png", human=([4.5, 5.0], [False, True]))
+    # judge: 0-1 holds 0.5 (no), 1-2 holds 1.5 (yes), 4-5 holds 4.5 and 5.0 (yes); annotators: 4-5 holds one yes of two
+    assert [t.get_text() for t in drawn[0].texts] == ["0%\nn=1", "100%\nn=1", "–", "–", "100%\nn=2", "–", "–", "–", "–", "50%\nn=2"]
 
 
 def test_plot_marks_the_tables_best_threshold_on_a_plateau(tmp_path):
@@ -310,8 +337,10 @@ def test_plot_marks_the_tables_best_threshold_on_a_plateau(tmp_path):
 def test_histograms_have_integer_counts_and_few_bins_for_few_items(tmp_path):
     facts = plot_facts(plot_score_histograms([0.1, 0.2, 0.25, 3.0], [True, False, True, True], tmp_path / "h.png"))
     assert facts["bins"] == 5 and all(t == int(t) for t in facts["yticks"])
+    # 5 bins of width 0.58 from 0.1: the negative 0.2 in the first; the positives 0.1 and 0.25 there, 3.0 in the last
+    assert facts["counts"] == [[1, 0, 0, 0, 0], [2, 0, 0, 0, 1]]
     # a single-label set (PARAPHRASUS Minimize!/Maximize!) is drawn too
-    assert plot_score_histograms([-1.0, 0.5], [False, False], tmp_path / "one.png").exists()
+    assert plot_facts(plot_score_histograms([-1.0, 0.5], [False, False], tmp_path / "one.png"))["counts"] == [[1, 0, 0, 0, 1]]
 
 
 def test_sts_bin_shares_hand_computed():
@@ -475,6 +504,13 @@ def test_cli_paraphrasus(cli_tiny_judge, tmp_path, capsys):
     assert (out / "scores.jsonl").read_text().count("\n") == 4  # saved as it went
     printed = capsys.readouterr().out
     assert "llama_3_8b_ins_q4_k_m" in printed and "| Minimize! | SNLI | 2 |" in printed
+    assert "pairs" not in saved and saved["plots"][-1] == str(out / "plots" / "error_rates.png")  # pairs: --save-pairs
+    assert main(["eval", "paraphrasus", "--data-dir", str(paraphrasus), "--limit", "2", "--datasets", "MRPC,SNLI",
+                 "--peers", "llama3", "-o", str(out), "--no-progress", "--save-pairs"]) == 0  # resumed: scored already
+    kept = json.loads((out / "results.json").read_text())["pairs"]
+    expected = load_pairs(paraphrasus, datasets=["MRPC", "SNLI"], limit=2)
+    assert {name: [p["pair_id"] for p in pairs] for name, pairs in kept.items()} == \
+        {name: [p.pair_id for p in pairs] for name, pairs in expected.items()}
     assert main(["eval", "paraphrasus", "--data-dir", str(tmp_path), "--no-progress"]) == 2
 
 

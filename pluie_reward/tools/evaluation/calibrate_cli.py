@@ -26,7 +26,7 @@ from ..cli.records import read_table
 from ..cli.registry import command
 from ..shared import UsageError, log_ratio, positive_int
 from .calibration import CalibrationConfig, fit_calibration, heldout_split, p_yes
-from .cli import INPUT_HELP, _convert, _load_generic
+from .cli import INPUT_HELP, _convert, _data_options, _load_generic
 from .metrics import binary_label, require_metric_libraries
 from ..report import markdown_table, number
 from .scoring import score_in_chunks
@@ -34,16 +34,13 @@ from .scoring import score_in_chunks
 
 def _configure(p: argparse.ArgumentParser) -> None:
     data = p.add_argument_group("data")
-    data.add_argument("--input", "-i", type=Path, required=True, help=f"labelled items: {INPUT_HELP}")
-    data.add_argument("--split", default=None, help="split of a datasets folder holding several")
-    data.add_argument("--limit", type=positive_int, default=None, help="only the first N items")
+    _data_options(data, "FIELD=COLUMN", "read template FIELD from COLUMN when scoring here (default: the column named like the field)",
+                  "--input", "-i", input_help=f"labelled items: {INPUT_HELP}")
     data.add_argument("--label-column", default="label", help="column with the binary label (default label)")
     data.add_argument("--score-column", default=None, metavar="C",
                       help="read the PLUIE log-ratios from column C (nested: a.b) instead of scoring with a judge")
     data.add_argument("--template", "-t", default="para-fs",
                       help="the Yes/No template scored (and recorded in the file) (default para-fs)")
-    data.add_argument("--column", action="append", default=[], metavar="FIELD=COLUMN",
-                      help="read template FIELD from COLUMN when scoring here (default: the column named like the field)")
     data.add_argument("--judge-name", default=None,
                       help="with --score-column: the judge the scores came from, recorded in the file")
     add_config_arguments(p.add_argument_group("fit (CalibrationConfig)"), CalibrationConfig)

@@ -131,10 +131,6 @@ def log_loss(probs: Iterable[float], labels: Iterable[Any], eps: float = EPS) ->
     return float(library("sklearn.metrics", "log_loss").log_loss(y, np.clip(p, eps, 1.0 - eps), labels=[False, True]))
 
 
-def _softplus(x: np.ndarray) -> np.ndarray:
-    return np.logaddexp(0.0, x)
-
-
 def logit_log_loss(logits: Iterable[float], labels: Iterable[Any]) -> float:
     """:func:`log_loss` of ``sigmoid(logits)`` computed from the logits (exact for large |logit|, no clipping).
 
@@ -143,11 +139,11 @@ def logit_log_loss(logits: Iterable[float], labels: Iterable[Any]) -> float:
         25.346574
     """
     z, y = as_scored(logits, labels, "logits")
-    return float(np.mean(_softplus(np.where(y, -z, z))))
+    return float(np.mean(np.logaddexp(0.0, np.where(y, -z, z))))  # softplus
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return np.exp(-_softplus(-z))
+    return np.exp(-np.logaddexp(0.0, -z))
 
 
 def p_yes(scores: Iterable[float]) -> np.ndarray:

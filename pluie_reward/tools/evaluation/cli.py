@@ -29,9 +29,8 @@ from ..cli.records import check_texts, read_table, text_problem
 from ..cli.registry import command
 from ..shared import UsageError, comma_list, finite_float, nonneg_float, nonneg_int, positive_int
 from .baselines import missing_baselines, parse_baselines
-from .metrics import binary_label, preference_label, require_metric_libraries
+from .metrics import _each, binary_label, preference_label, require_metric_libraries
 from .presets import FRENCH_PAIRS, PRESETS, paper_table
-from ..report import write_outputs
 from .scoring import JUDGE_ROW, Condition, reference_field
 from .store import StoreMismatch
 
@@ -55,9 +54,9 @@ def _baseline_options(p: argparse.ArgumentParser, default: str = "levenshtein,bl
                    help=f"comma-separated among levenshtein, bleu, embedding; or 'all' (those installed) / 'none' (default {default})")
 
 
-def _data_options(p: argparse.ArgumentParser, column: str, column_help: str, *names: str) -> None:
+def _data_options(p: Any, column: str, column_help: str, *names: str, input_help: str = INPUT_HELP) -> None:
     """The input (``names``: positional or flags), --split, --limit and --column (metavar ``column``)."""
-    p.add_argument(*names, type=Path, help=INPUT_HELP, **({"required": True} if names[0].startswith("-") else {}))
+    p.add_argument(*names, type=Path, help=input_help, **({"required": True} if names[0].startswith("-") else {}))
     p.add_argument("--split", default=None, help="split of a datasets folder holding several")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N items")
     p.add_argument("--column", action="append", default=[], metavar=column, help=column_help)
@@ -168,13 +167,8 @@ def _baselines(spec: str) -> list[str]:
 
 def _convert(records: Any, column: str, convert: Any, what: str) -> list[Any]:
     """Every row's ``column`` through ``convert``; a bad value is a usage error naming the row."""
-    out = []
-    for i, value in enumerate(records.values(column)):
-        try:
-            out.append(convert(value))
-        except ValueError as err:
-            raise UsageError(f"{records.where(i)}: column {column!r} ({what}): {err}.") from None
-    return out
+    return _each(records.values(column), convert, f"column {column!r}", lambda i: f"{records.where(i)}: column {column!r} ({what})",
+                 UsageError)
 
 
 def _finish(args: argparse.Namespace, results: dict[str, Any], folder: Path | None = None, scores: bool = True) -> int:
@@ -343,9 +337,8 @@ def _run_preset(args: argparse.Namespace) -> int:
     notes: list[str] = []
     if preset.name == "fr-paraphrase":
         values, labels, rows, notes = _french_pairs(records, roles)
-        if args.limit is not None:
-            values = {k: v[: args.limit] for k, v in values.items()}
-            labels, rows = labels[: args.limit], rows[: args.limit]
+        values = {k: v[: args.limit] for k, v in values.items()}
+        labels, rows = labels[: args.limit], rows[: args.limit]
         if not labels:
             raise UsageError(f"{args.input}: no complete sentence pair to score.")
         columns = {"sentence1": "sentence 1 of each pair", "sentence2": "sentence 2"}
@@ -389,27 +382,16 @@ def _run_preset(args: argparse.Namespace) -> int:
 
 # PARAPHRASUS ----------------------------------------------------------------------------------
 def _paraphrasus(args: argparse.Namespace) -> int:
-    from .paraphrasus import find_data_dir, paraphrasus_plots, run_paraphrasus  # lazy: CLI start-up
-    from .tables import task_markdown  # lazy: CLI start-up
+    from .paraphrasus import find_data_dir, run_paraphrasus  # lazy: CLI start-up
 
     load_template(args.template)
     folder = find_data_dir(args.data_dir)
-    results = _run(args, run_paraphrasus, folder, template=args.template, threshold=args.threshold, datasets=args.datasets,
-                   limit=args.limit, seed=args.seed, peers=args.peers, keep_pairs=True)
-    if args.plots:
-        results["plots"] = paraphrasus_plots(results, args.output_dir / "plots")
-    if not args.save_pairs:
-        results.pop("pairs")
-    if args.output_dir is not None:
-        write_outputs(args.output_dir, results, task_markdown(results))
-    return _finish(args, results)
+    return _finish(args, _run(args, run_paraphrasus, folder, template=args.template, threshold=args.threshold,
+                              datasets=args.datasets, limit=args.limit, seed=args.seed, peers=args.peers,
+                              keep_pairs=args.save_pairs, plots=args.plots))
 
 
 def _report(args: argparse.Namespace) -> int:
     from .tasks import report_folder  # lazy: CLI start-up
 
-    try:
-        results = report_folder(args.folder, plots=args.plots)
-    except StoreMismatch as err:
-        raise UsageError(str(err)) from None
-    return _finish(args, results, args.folder, scores=False)
+    return _finish(args, report_folder(args.folder, plots=args.plots), args.folder, scores=False)

@@ -82,16 +82,18 @@ def as_labels(labels: Iterable[Any], name: str = "labels", synonyms: Mapping[str
     return np.asarray(_each(labels, lambda value: binary_label(value, synonyms), name), dtype=bool)
 
 
-def _each(values: Iterable[Any], convert: Callable[[Any], Any], name: str) -> list[Any]:
-    """``convert`` applied to every value; an error names the item (``name[i]``), and an empty input is one."""
+def _each(values: Iterable[Any], convert: Callable[[Any], Any], name: str, where: Callable[[int], str] | None = None,
+          error: type[Exception] = ValueError) -> list[Any]:
+    """``convert`` applied to every value; an ``error`` names the item (``where(i)``, default ``name[i]``), and an
+    empty input is one."""
     out = []
     for i, value in enumerate(values):
         try:
             out.append(convert(value))
         except ValueError as err:
-            raise ValueError(f"{name}[{i}]: {err}.") from None
+            raise error(f"{where(i) if where else f'{name}[{i}]'}: {err}.") from None
     if not out:
-        raise ValueError(f"{name} is empty.")
+        raise error(f"{name} is empty.")
     return out
 
 
@@ -158,10 +160,10 @@ def metrics_at(scores: Iterable[float], labels: Iterable[Any], thresholds: Itera
     tp = positives - fn
     fp = (n - neg_pred) - tp
     tn = (n - positives) - fp
-    with np.errstate(divide="ignore", invalid="ignore"):
-        precision = np.where(tp + fp > 0, tp / np.maximum(tp + fp, 1), 0.0)
-        recall = np.where(positives > 0, tp / max(positives, 1), 0.0)
-        f1 = np.where(precision + recall > 0, 2 * precision * recall / np.where(precision + recall > 0, precision + recall, 1), 0.0)
+    # a zero denominator has a zero numerator (no predicted or no actual positive: tp = 0): dividing by 1 gives the 0
+    precision = tp / np.maximum(tp + fp, 1)
+    recall = tp / max(positives, 1)
+    f1 = 2 * precision * recall / np.where(precision + recall > 0, precision + recall, 1)
     return {
         "threshold": t,
         "accuracy": (tp + tn) / n,

@@ -276,9 +276,11 @@ def run_paraphrasus(
     keep_pairs: bool = False,
     output_dir: str | Path | None = None,
     overwrite: bool = False,
+    plots: bool = False,
 ) -> dict[str, Any]:
     """Score every selected pair (``source=sentence1, hypothesis=sentence2``), predict "paraphrase" when
-    ``logratio > threshold``, and summarise the error rates; ``output_dir`` saves scores as they come (resumable).
+    ``logratio > threshold``, and summarise the error rates; ``output_dir`` saves scores as they come (resumable),
+    the results and, with ``plots``, :func:`paraphrasus_plots` in ``output_dir/plots``.
 
     Example:
         >>> results = run_paraphrasus(judge, limit=2, progress=False)
@@ -318,7 +320,11 @@ def run_paraphrasus(
     with ScoreStore(output_dir, config, meta, overwrite=overwrite) as store:
         lines = score_items(judge, [condition], items, extras=distances, store=store if output_dir else None,
                             chunk_size=chunk_size, progress=progress, desc="PARAPHRASUS")
-    results = paraphrasus_results(meta, lines, keep_pairs=keep_pairs)
+    results = paraphrasus_results(meta, lines)
+    if plots and output_dir is not None:
+        results["plots"] = paraphrasus_plots(results, Path(output_dir) / "plots")
+    if not keep_pairs:
+        del results["pairs"]
     if output_dir is not None:
         write_outputs(output_dir, results, markdown_report(results))
     return results
@@ -412,7 +418,7 @@ def paraphrasus_plots(results: Mapping[str, Any], folder: str | Path) -> list[st
             natural_threshold=threshold, ylabel=PLUIE_AXIS)))
     sts = {(p["file"], p["pair_id"]): p for p in everything if p.get("sts") is not None}
     if sts:
-        human_pairs = [p for name in ("STS-H",) for p in results["pairs"].get(name, [])]
+        human_pairs = results["pairs"].get("STS-H", [])
         human = ([p["sts"] for p in human_pairs], [p["expected"] for p in human_pairs]) if human_pairs else None
         written.append(str(plot_sts_bins([p["sts"] for p in sts.values()], [p["predicted"] for p in sts.values()],
                                          folder / "sts_bins.png", human=human,

@@ -26,8 +26,7 @@ PLUIE_AXIS = "PLUIE score: log p(Yes) − log p(No)"
 def _figure(width: float = 6.4, height: float = 4.0, columns: int = 1) -> tuple[Any, Any]:
     """A figure on matplotlib's Agg canvas and its axes (``columns`` > 1: that many, sharing y)."""
     figure = library("matplotlib.figure", "the plots").Figure(figsize=(width, height), dpi=100)
-    library("matplotlib.backends.backend_agg", "the plots").FigureCanvasAgg(figure)
-    return figure, figure.add_subplot(1, 1, 1) if columns == 1 else figure.subplots(1, columns, sharey=True)
+    return figure, figure.subplots(1, columns, sharey=True)
 
 
 def x_range(scores: np.ndarray, natural_threshold: float | None = None, pad: float = 0.03) -> tuple[float, float]:
@@ -109,7 +108,8 @@ def plot_score_histograms(
     xlabel: str = "score",
 ) -> Path:
     """Histograms of the scores of negative and positive items, side by side per bin; when every item has
-    the same expected label, the correct side of the threshold is shaded and the error rate written.
+    the same expected label, the correct side of the threshold is shaded and the error rate written. Its facts
+    (:func:`plot_facts`) hold the number of bins and each label's counts per bin, negative first.
 
     Example:
         >>> scores, labels = [-2.1, -0.4, 0.3, 1.8, 2.5, 3.1], [False, False, True, False, True, True]
@@ -122,13 +122,9 @@ def plot_score_histograms(
     edges = histogram_edges(s, max_bins=bins)
     figure, ax = _figure()
     present = [v for v in (False, True) if (y == v).any()]
-    width = np.diff(edges) / len(present)
-    for k, value in enumerate(present):
-        part = s[y == value]
-        counts, _ = np.histogram(part, bins=edges)
-        colour = LABEL_STYLE[value][0]
-        ax.bar(edges[:-1] + k * width, counts, width=width * 0.95, align="edge", color=colour, alpha=0.8,
-               label=f"{label_names[int(value)]} (n={part.size})")
+    parts = [s[y == value] for value in present]
+    counts, _, _ = ax.hist(parts, bins=edges, rwidth=0.95, color=[LABEL_STYLE[v][0] for v in present], alpha=0.8,
+                           label=[f"{label_names[int(v)]} (n={part.size})" for v, part in zip(present, parts)])
     lo, hi = x_range(s, natural_threshold)
     lo, hi = min(lo, edges[0]), max(hi, edges[-1])
     if natural_threshold is not None:
@@ -143,7 +139,8 @@ def plot_score_histograms(
                        label=f"correct side: {label_names[int(expected)]} ({wrong}/{s.size} wrong)")
     ax.set(xlim=(lo, hi), xlabel=xlabel, ylabel="items")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    return _save(figure, path, {"bins": len(edges) - 1, "yticks": [float(t) for t in ax.get_yticks()]},
+    facts = {"bins": len(edges) - 1, "yticks": [float(t) for t in ax.get_yticks()], "counts": np.atleast_2d(counts).astype(int).tolist()}
+    return _save(figure, path, facts,
                  ax=ax, title=title or "score distribution per label", legend={"title": "expected label"})
 
 
@@ -280,7 +277,8 @@ def plot_sts_bins(
     human: tuple[Sequence[float], Sequence[bool]] | None = None,
     title: str | None = None,
 ) -> Path:
-    """PARAPHRASUS Fig. 1: the share predicted "paraphrase" per STS bin; ``human`` adds the STS-H annotators'.
+    """PARAPHRASUS Fig. 1: the share predicted "paraphrase" per STS bin; ``human`` adds the STS-H annotators'. Its facts
+    (:func:`plot_facts`) hold each series' :func:`sts_bin_shares`.
 
     Example:
         >>> sts_scores = [0.5, 1.5, 2.5, 3.5, 4.5, 4.9]  # STS-benchmark similarity of each pair
@@ -298,12 +296,11 @@ def plot_sts_bins(
     for k, (name, shares, colour) in enumerate(series):
         values = [100 * v if v is not None else 0.0 for _, _, v in shares]
         bars = ax.bar(x + (k - (len(series) - 1) / 2) * width, values, width=width * 0.95, color=colour, label=name)
-        for bar, (_, n, v) in zip(bars, shares):
-            ax.annotate("–" if v is None else f"{100 * v:.0f}%\nn={n}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        ha="center", va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
+        ax.bar_label(bars, ["–" if v is None else f"{100 * v:.0f}%\nn={n}" for _, n, v in shares], fontsize=7, padding=2)
     ax.set_xticks(x, [f"{b}" for b, _, _ in judged])
     ax.set(xlabel="STS score bin (0 = unrelated, 5 = equivalent); – = no pair in the bin", ylabel="% of the bin's pairs", ylim=(0, 118))
-    return _save(figure, path, ax=ax, title=title or "share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1)",
+    return _save(figure, path, {name: shares for name, shares, _ in series}, ax=ax,
+                 title=title or "share predicted paraphrase per STS bin (PARAPHRASUS Fig. 1)",
                  legend={"loc": "upper left"})
 
 
@@ -320,9 +317,7 @@ def plot_error_rates(
         PosixPath('out/errors.png')
     """
     systems = list(columns)
-    rows: list[str] = []
-    for figures in columns.values():
-        rows += [r for r in figures if r not in rows]
+    rows = list(dict.fromkeys(row for figures in columns.values() for row in figures))
     figure, ax = _figure(8.6, 0.32 * len(rows) + 1.8)
     y = np.arange(len(rows))
     ours = [columns[systems[0]].get(r) for r in rows]

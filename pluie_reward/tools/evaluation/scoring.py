@@ -157,11 +157,6 @@ def choice_preference(labels: Sequence[str], label: str) -> str:
     return "A" if k == 0 else "B" if k == 1 else "tie"
 
 
-def _where(condition: Condition) -> str:
-    """The start of a scoring error's message: the condition's name (none for a nameless one)."""
-    return f"{condition.name}: " if condition.name else ""
-
-
 def check_choice_condition(condition: Condition, pairs: bool) -> None:
     """A choice template fits a preference task whose candidates fill its two slots, and nothing else."""
     template = load_template(condition.template)
@@ -197,7 +192,8 @@ def _score_condition(judge: Any, condition: Condition, index: list[int], pairs: 
     try:
         scores = judge.score(condition.template, **{**condition.options, **({"details": True} if choice else {})}, **values)
     except (TypeError, ValueError) as err:
-        raise type(err)(_where(condition) + relocate(str(err), [rows[i] for i in index], copies)) from None
+        where = f"{condition.name}: " if condition.name else ""  # a nameless condition (pluie-reward score) adds none
+        raise type(err)(where + relocate(str(err), [rows[i] for i in index], copies)) from None
     if choice:
         return [{"logprobs": r["logprobs"], "choice": choice_preference(template.labels, r["choice"])} for r in scores]
     return list(scores) if pairs is None else [[a, b] for a, b in zip(scores[0::2], scores[1::2])]
@@ -230,14 +226,9 @@ def score_items(
     """
     baselines, extras = baselines or {}, extras or {}
     rows = [item.get("row", f"item {item['i'] + 1}") for item in items]
-    lines: dict[int, dict[str, Any]] = {}
-    todo: list[int] = []
-    for k, item in enumerate(items):
-        saved = store.done(item["i"], item["h"]) if store is not None else None
-        if saved is not None:
-            lines[k] = saved
-        else:
-            todo.append(k)
+    saved = [store.done(item["i"], item["h"]) if store is not None else None for item in items]
+    lines = {k: line for k, line in enumerate(saved) if line is not None}
+    todo = [k for k, line in enumerate(saved) if line is None]
     size = _chunk_size(judge, chunk_size, 1 if pairs is None else 2)
     if pairs is not None:
         for condition in conditions:

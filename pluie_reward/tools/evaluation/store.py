@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -106,7 +107,7 @@ def load_run(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return run, lines
 
 
-class ScoreStore:
+class ScoreStore(contextlib.AbstractContextManager):
     """Append-only score file of one run in ``folder`` (or an in-memory no-op when ``folder`` is None),
     written by the tools' one JSON Lines writer (:class:`~pluie_reward.tools.shared.OutputFile`, in place).
 
@@ -125,11 +126,10 @@ class ScoreStore:
             return
         self.folder.mkdir(parents=True, exist_ok=True)
         self._lock = os.open(self.folder, os.O_RDONLY)  # one run writes into a folder at a time
-        if not lock_file(self._lock):
-            self.close()
-            raise StoreMismatch(f"{self.folder}: another run is writing into this folder now; wait for it to finish, "
-                                "or give another --output-dir.")
         try:
+            if not lock_file(self._lock):
+                raise StoreMismatch(f"{self.folder}: another run is writing into this folder now; wait for it to finish, "
+                                    "or give another --output-dir.")
             self._open(config, meta, overwrite)
         except UsageError as err:  # the score file is damaged, a device...
             self.close()
@@ -182,9 +182,6 @@ class ScoreStore:
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
-
-    def __enter__(self) -> "ScoreStore":
-        return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()

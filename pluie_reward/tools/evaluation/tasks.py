@@ -37,17 +37,12 @@ from .tables import logratio_row, task_markdown
 __all__ = ["evaluate_classification", "evaluate_preference", "report_folder", "run_classification", "run_preference"]
 
 
-def _chat(judge: Any, conditions: Sequence[Condition]) -> dict[str, Any]:
-    """``{"chat_template_kwargs": {row: keywords}}`` when a row renders with chat-template keywords, else ``{}``."""
-    keywords = chat_settings(judge, {c.name: c.template for c in conditions})
-    return {"chat_template_kwargs": keywords} if keywords else {}
-
-
 def _score_run(task: str, judge: Any, conditions: Sequence[Condition], items: list[dict[str, Any]], names: Sequence[str],
                meta: Mapping[str, Any], output_dir: str | Path | None, overwrite: bool, plots: bool, **score: Any) -> dict[str, Any]:
     """Score ``items`` (:func:`score_items` with ``score``), saved under the run's config and meta, then the results."""
     common = {"task": task, "judge": getattr(judge, "name", str(judge))}
-    chat = _chat(judge, conditions)
+    keywords = chat_settings(judge, {c.name: c.template for c in conditions})  # saved when a row renders with some
+    chat = {"chat_template_kwargs": keywords} if keywords else {}
     config = {**common, "conditions": [[c.name, c.template_name, fingerprint(repr(load_template(c.template)))] for c in conditions],
               "baselines": list(names), **chat}
     info = {**common, "template": ", ".join(dict.fromkeys(c.template_name for c in conditions)),
