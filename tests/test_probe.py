@@ -262,6 +262,9 @@ def test_probe_command_reads_sources(tiny_cli, tmp_path, capsys):
     assert cli.main(["probe", "-t", "rev", "-i", str(csv_file)]) == 2
     assert "no column(s)" in capsys.readouterr().err
     assert cli.main(["probe", "--list"]) == 0 and "master_key" in capsys.readouterr().out
+    (tmp_path / "empty.jsonl").write_text("")  # refused by the reader itself, before any judge
+    assert cli.main(["probe", "-i", str(tmp_path / "empty.jsonl")]) == 2
+    assert "empty.jsonl holds no items" in capsys.readouterr().err
 
 
 def test_the_progress_line_moves_per_chunk_of_hypotheses(tiny_judge, capsys):

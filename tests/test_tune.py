@@ -320,6 +320,26 @@ def test_tuning_on_a_policy_adds_a_frozen_judge_adapter_and_restores_the_policy(
     assert np.allclose(shared, reference, atol=1e-4)
 
 
+def test_the_adapter_block_restores_what_it_changed(tokenizer):
+    """Inside trainable_adapter only the new adapter trains; afterwards a policy gets back its own trainable flags
+    (one of its LoRA weights frozen by hand stays frozen), and a plain base is left frozen, in eval mode."""
+    from peft import LoraConfig, get_peft_model
+
+    from pluie_reward.tools.tune.run import trainable_adapter
+
+    policy = get_peft_model(make_tiny_causal_lm(tokenizer, seed=2), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    frozen = next(p for n, p in policy.named_parameters() if "lora_A.default" in n)
+    frozen.requires_grad_(False)
+    flags = [(p, p.requires_grad) for p in policy.parameters()]
+    with trainable_adapter(policy, TuneConfig()) as model:
+        assert all((".judge." in n) == p.requires_grad for n, p in model.named_parameters())
+    assert [p.requires_grad for p, _ in flags] == [flag for _, flag in flags] and not frozen.requires_grad
+    plain = make_tiny_causal_lm(tokenizer, seed=2).train()
+    with trainable_adapter(plain, TuneConfig()) as model:
+        model.train()  # as the Trainer leaves it
+    assert not any(m.training for m in model.modules()) and not any(p.requires_grad for p in model.parameters())
+
+
 class peft_adapter:
     """Activate a PEFT adapter for the reference forward and restore the previous one."""
 
@@ -431,6 +451,9 @@ def test_synthetic_pairs():
     ({"batch_size": 0}, "batch_size"),
     ({"label_weight": 1.5}, "label_weight"),
     ({"target_modules": []}, "target_modules"),
+    ({"target_modules": ""}, r"target_modules must be 'all-linear' or a non-empty list of module names, got ''\."),
+    ({"target_modules": ["q_proj", ""]}, r"module names, got \['q_proj', ''\]\."),
+    ({"target_modules": ("q_proj", 3)}, r"module names, got \('q_proj', 3\)\."),
     ({"adapter_name": "my judge"}, "adapter_name"),
     ({"max_steps": 0}, "max_steps"),
     ({"contrast_weight": -1}, "contrast_weight must be a number >= 0"),
@@ -446,6 +469,11 @@ def test_synthetic_pairs():
 def test_bad_config(kwargs, message):
     with pytest.raises(ValueError, match=message):
         TuneConfig(**kwargs)
+
+
+def test_target_modules_keep_a_name_and_become_a_list():
+    assert TuneConfig(target_modules="q_proj").target_modules == "q_proj"  # one name (or PEFT's regex) stays a string
+    assert TuneConfig(target_modules=("q_proj", "v_proj")).target_modules == ["q_proj", "v_proj"]
 
 
 def test_bf16_on_cpu_is_refused():
@@ -594,6 +622,12 @@ def test_cli_bad_input_exits_2(tmp_path, capsys, extra, rows, message):
     err = capsys.readouterr().err
     assert code == 2
     assert message in err and "Traceback" not in err
+
+
+def test_cli_refuses_an_input_without_rows(tmp_path, capsys):
+    (tmp_path / "pairs.jsonl").write_text("")  # the reader refuses it: no training, no folder
+    assert main(["tune", "--input", str(tmp_path / "pairs.jsonl"), "--label-column", "y", "--output", str(tmp_path / "out")]) == 2
+    assert "pairs.jsonl holds no items" in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
 def test_cli_refuses_a_non_empty_output(tmp_path, capsys):

@@ -56,8 +56,6 @@ def _read_sources(args: argparse.Namespace, template: Any) -> tuple[list[dict[st
             raise UsageError("--column and --honest-column need --input FILE.")
         return None, None
     records = read_records(args.input)
-    if not records:
-        raise UsageError(f"{args.input}: no rows.")
     fields = [f for f in template.all_fields if f != "hypothesis"]
     mapping = field_columns(args, fields)
     missing = [c for f, c in mapping.items() if f in template.fields and c not in records[0]]

@@ -137,14 +137,12 @@ def probe_items(
     hypotheses = [[(family, h) for family in run for h in generate(family, context, item)] for item in items]
     with Progress(sum(map(len, hypotheses)), "probe", units="hypotheses", enabled=progress) as bar:
         for index, item in enumerate(items):
-            records += _score_source(judge, template, context, guard, table, wanted, index, item, hypotheses[index], bar)
+            records += _score_source(judge, template, guard, table, index, item, hypotheses[index], bar)
     return records
 
 
-def _score_source(
-    judge: Any, template: Any, context: ProbeContext, guard: CompletionGuard, table: dict[int, str] | None,
-    wanted: list[str], index: int, item: SourceItem, hypotheses: list[tuple[str, str]], bar: Progress,
-) -> list[dict[str, Any]]:
+def _score_source(judge: Any, template: Any, guard: CompletionGuard, table: dict[int, str] | None, index: int,
+                  item: SourceItem, hypotheses: list[tuple[str, str]], bar: Progress) -> list[dict[str, Any]]:
     """One source's records, scored a chunk (about one forward batch) per ``judge.score`` call."""
     fields = dict(item.fields)
     texts = [h for _, h in hypotheses]
@@ -175,7 +173,6 @@ def _score_source(
             "honest_copy_proof": honest_copy_proof,
         }
         for (family, hypothesis), score in zip(hypotheses, scores)
-        if family in wanted or family == "honest"
     ]
 
 

@@ -327,18 +327,17 @@ def trainable_adapter(model: Any, config: TuneConfig) -> Iterator[Any]:
     try:
         yield peft_model
     finally:
-        if policy:
-            model.set_adapter(previous)
         for module, mode in modes:
             module.training = mode
-        if policy:  # a plain base stays as get_peft_model leaves it: frozen
+        if policy:
+            model.set_adapter(previous)
             for parameter, flag in flags:
                 parameter.requires_grad_(flag)
+        else:  # a plain base stays as get_peft_model leaves it (frozen), in eval mode
+            peft_model.eval()
         for n, p in peft_model.named_parameters():
             if belongs_to_adapter(n, (name,)):
                 p.requires_grad_(False)
-        if not policy:
-            peft_model.eval()
         if config.gradient_checkpointing and not checkpointing:
             disable_checkpointing(peft_model)
 
