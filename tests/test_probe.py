@@ -136,6 +136,10 @@ def test_summarize_by_hand():
     assert empty["copy_proof"] == pytest.approx(1.0 / 4)
     assert empty["copy_proof_above_honest"] == pytest.approx(2 / 3)  # 0.5 and 0.4 (a tie counts) of 0.0, 0.5, 0.4
     assert honest["copy_proof_above_honest"] is None
+    # a score equal to the honest answer's is not above it (the copy-proof reward's ties count, above)
+    tie = summarize([{"family": "copy", "kind": "copy", "score": 0.5, "honest_score": 0.5, "novelty": 0.0, "guarded": False,
+                      "copy_proof": 0.25, "honest_copy_proof": 0.25}])[0]
+    assert (tie["above_honest"], tie["change"], tie["copy_proof_above_honest"], tie["copy_proof_change"]) == (0.0, 0.0, 1.0, 0.0)
 
 
 def test_bad_probe_input(tiny_judge):
