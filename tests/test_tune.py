@@ -441,6 +441,20 @@ def test_synthetic_pairs():
     assert [p["label"] for p in pairs[:4]] == [True, False, True, False]
     assert all(p["source"] != p["hypothesis"] for p in pairs)
     assert {p["edit"] for p in pairs if not p["label"]} >= {"agent", "swap", "antonym", "negation", "time", "place"}
+    from pluie_reward.tools.tune.synthetic import PEOPLE, PLACES, TIMES
+
+    def found(words, text):
+        return {w for w in words if w.lower() in text.lower()}
+
+    for p in pairs:  # each non-paraphrase changes the fact its edit names, and only the roles for a swap
+        s, h = p["source"], p["hypothesis"]
+        if p["edit"] == "swap":
+            assert found(PEOPLE, s) == found(PEOPLE, h) and len(found(PEOPLE, s)) == 2, p
+        elif p["edit"] in ("agent", "time", "place"):
+            words = {"agent": PEOPLE, "time": TIMES, "place": PLACES}[p["edit"]]
+            assert found(words, s) != found(words, h), p
+        elif p["edit"] == "negation":
+            assert " not " in h and " not " not in s, p
 
 
 # bad input ----------------------------------------------------------------------------------------

@@ -46,7 +46,6 @@ ADDED_CLAUSES: tuple[str, ...] = tuple(_WORDS["added_clauses"])
 ADDED_SENTENCES: tuple[str, ...] = tuple(_WORDS["added_sentences"])
 _KIND = {name: kind for kind, names in ENTITIES.items() for name in names}
 _TOKEN = re.compile(r"[A-Za-z]+(?:'[a-z]+)?|\d[\d,]*(?:\.\d+)?")
-_SENTENCE_START = re.compile(r"(^|[.!?]\s+)$")
 
 
 def _match_case(word: str, like: str) -> str:
