@@ -142,6 +142,15 @@ def test_summarize_by_hand():
     assert (tie["above_honest"], tie["change"], tie["copy_proof_above_honest"], tie["copy_proof_change"]) == (0.0, 0.0, 1.0, 0.0)
 
 
+def test_sources_keep_the_optional_fields_given_as_text():
+    from pluie_reward.tools.probe import prepare_sources
+
+    items = prepare_sources("rev", [{"original": "P", "instruction": "I", "gold": "G", "extra": "x"},
+                                    {"original": "Q", "instruction": "J", "gold": None}])
+    assert [item.fields for item in items] == [{"original": "P", "instruction": "I", "gold": "G"},
+                                               {"original": "Q", "instruction": "J"}]
+
+
 def test_bad_probe_input(tiny_judge):
     with pytest.raises(ValueError, match="unknown probe famil"):
         run_probe(tiny_judge, "para-fs", SOURCES, HONEST, families=["copy", "nope"])

@@ -79,8 +79,7 @@ def prepare_sources(
             if missing:
                 raise ValueError(f"source {index}: missing or non-string field(s) {missing}; template "
                                  f"{template.name!r} needs {fields}.")
-            values = {f: entry[f] for f in fields}
-            values.update({f: entry[f] for f in template.optional_fields if isinstance(entry.get(f), str)})
+            values = {f: entry[f] for f in (*fields, *template.optional_fields) if isinstance(entry.get(f), str)}
         else:
             raise TypeError(f"source {index}: expected a string or a mapping of fields, got {type(entry).__name__}.")
         answer = honest[index] if honest is not None else None
