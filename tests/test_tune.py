@@ -370,6 +370,22 @@ def test_card_and_report(tuned):
     assert eval_losses[-1] == pytest.approx(card["evaluation"]["held-out"]["after"]["loss"], rel=1e-3)
 
 
+def test_the_report_loss_weighs_labels_and_teacher_as_training_does():
+    from pluie_reward.tools.tune.run import _evaluate
+
+    data = PairData.build(TEMPLATE, {"source": ["a", "b"], "hypothesis": ["c", "d"]}, labels=[True, False], targets=[1.0, -2.0])
+    scores = [0.5, -1.0]
+
+    def log_sigmoid(x):
+        return -math.log1p(math.exp(-x))
+
+    label = -(log_sigmoid(0.5) + log_sigmoid(1.0)) / 2  # BCE(sigmoid(s), y)
+    p = [1 / (1 + math.exp(-t)) for t in (1.0, -2.0)]  # the teacher's p_yes at T = 1
+    teacher = -sum(q * log_sigmoid(x) + (1 - q) * log_sigmoid(-x) for q, x in zip(p, scores)) / 2
+    report = _evaluate(data, scores, scores, TuneConfig(label_weight=0.25))
+    assert report["before"]["loss"] == pytest.approx(0.25 * label + 0.75 * teacher, rel=1e-6)
+
+
 def test_agreement_matches_scipy():
     stats = pytest.importorskip("scipy.stats")
     rng = np.random.default_rng(0)
