@@ -52,7 +52,7 @@ def plot_probe(rows: Sequence[Mapping[str, Any]], path: str | Path, *, threshold
         >>> plot_probe(rows, "probe.png", title=f"{judge.name}, para-fs")
         PosixPath('probe.png')
     """
-    from ..evaluation.plots import _figure, _save  # lazy: CLI start-up (numpy and the evaluation modules)
+    from ..evaluation.plots import _figure  # lazy: CLI start-up (numpy and the evaluation modules)
 
     names = [r["family"] for r in rows]
     y = list(range(len(rows)))
@@ -76,4 +76,8 @@ def plot_probe(rows: Sequence[Mapping[str, Any]], path: str | Path, *, threshold
     left.invert_yaxis()
     if title:
         figure.suptitle(title, fontsize=10)
-    return _save(figure, path)  # the folders made, the layout tightened
+    figure.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out)
+    return out
