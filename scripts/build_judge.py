@@ -165,11 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=here.parents[1].parent / "shared" / "data" / "paraphrasus",
                         help="PARAPHRASUS folder (default: ../shared/data/paraphrasus beside the checkout)")
     parser.add_argument("--output", type=Path, default=DEFAULT_ADAPTER_DIR, help="adapter folder (default: the packaged one)")
-    parser.add_argument("--per-source", type=int, default=200)
-    parser.add_argument("--epochs", type=float, default=1.5)
-    parser.add_argument("--learning-rate", type=float, default=2e-4)
-    parser.add_argument("--lora-r", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=0)
+    for option, default in (("--per-source", 200), ("--epochs", 1.5), ("--learning-rate", 2e-4), ("--lora-r", 16), ("--seed", 0)):
+        parser.add_argument(option, type=type(default), default=default)
     parser.add_argument("--hard-negatives", type=int, default=200,
                         help="rule-made meaning flips among the negatives (instead of as many SNLI pairs; 0: none)")
     parser.add_argument("--additions", type=int, default=None,

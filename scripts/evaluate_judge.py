@@ -22,12 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from pluie_reward.core.judge import Judge
 from pluie_reward.judges import DEFAULT_TEMPLATE
+from pluie_reward.tools.bench.measure import timed
 from pluie_reward.tools.evaluation.metrics import best_threshold, classification_metrics, roc_auc
 from pluie_reward.tools.evaluation.paraphrasus import DATASET_NAMES, find_data_dir, load_pairs
 from pluie_reward.tools.report import markdown_table, percent
@@ -98,9 +98,7 @@ def evaluate(judge: Any, data_dir: "str | Path | None" = None, mrpc: int = 400, 
     rows = list(json.loads((folder / "ms-mrpc.json").read_text(encoding="utf-8")).values())[:mrpc]
     sources, hypotheses, labels = [r["sentence1"] for r in rows], [r["sentence2"] for r in rows], [r["label"] for r in rows]
     judge.clear_cache()
-    start = time.perf_counter()
-    scores = judge.score(template, source=sources, hypothesis=hypotheses, use_cache=False)
-    seconds = time.perf_counter() - start
+    seconds, scores, _ = timed(None, lambda: judge.score(template, source=sources, hypothesis=hypotheses, use_cache=False))
     best = best_threshold(scores, labels, by="accuracy")
     out: dict[str, Any] = {"judge": judge.name, "template": template, "mrpc": {
         "n": len(rows), "roc_auc": roc_auc(scores, labels),
@@ -151,9 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", default=None, help="judge to load (default: the default judge; embedded-base: untuned)")
     parser.add_argument("--adapter", default=None, help="a judge adapter folder on the embedded base (e.g. a rebuild)")
     parser.add_argument("--data-dir", default=None, help="PARAPHRASUS folder (default: ../shared/data/paraphrasus)")
-    parser.add_argument("--mrpc", type=int, default=400)
-    parser.add_argument("--limit", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=0)
+    for option, default in (("--mrpc", 400), ("--limit", 100), ("--seed", 0)):
+        parser.add_argument(option, type=int, default=default)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
 

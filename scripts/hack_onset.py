@@ -90,13 +90,9 @@ def hack_onset(
     alarm = alarm or HackAlarm(AlarmConfig(warmup=min(3, honest_batches)))
     rng = random.Random(seed)
     rows = []
-    shares = [0.0] * honest_batches + list(ramp)
-    for batch, share in enumerate(shares):
+    for batch, share in enumerate([0.0] * honest_batches + list(ramp)):
         chosen = [rng.randrange(len(items)) for _ in range(batch_size)]
-        hypotheses = []
-        for index in chosen:
-            hacked = index in pays and rng.random() < share
-            hypotheses.append(rng.choice(pays[index]) if hacked else items[index].honest)
+        hypotheses = [rng.choice(pays[i]) if i in pays and rng.random() < share else items[i].honest for i in chosen]
         columns = {name: [items[i].fields[name] for i in chosen] for name in items[0].fields}
         reward = judge.score(template, hypothesis=hypotheses, **columns)
         novelty = [novelty_score(items[i].source, h) for i, h in zip(chosen, hypotheses)]

@@ -136,6 +136,19 @@ def test_summarize_by_hand():
     assert empty["copy_proof"] == pytest.approx(1.0 / 4)
     assert empty["copy_proof_above_honest"] == pytest.approx(2 / 3)  # 0.5 and 0.4 (a tie counts) of 0.0, 0.5, 0.4
     assert honest["copy_proof_above_honest"] is None
+    # a score equal to the honest answer's is not above it (the copy-proof reward's ties count, above)
+    tie = summarize([{"family": "copy", "kind": "copy", "score": 0.5, "honest_score": 0.5, "novelty": 0.0, "guarded": False,
+                      "copy_proof": 0.25, "honest_copy_proof": 0.25}])[0]
+    assert (tie["above_honest"], tie["change"], tie["copy_proof_above_honest"], tie["copy_proof_change"]) == (0.0, 0.0, 1.0, 0.0)
+
+
+def test_sources_keep_the_optional_fields_given_as_text():
+    from pluie_reward.tools.probe import prepare_sources
+
+    items = prepare_sources("rev", [{"original": "P", "instruction": "I", "gold": "G", "extra": "x"},
+                                    {"original": "Q", "instruction": "J", "gold": None}])
+    assert [item.fields for item in items] == [{"original": "P", "instruction": "I", "gold": "G"},
+                                               {"original": "Q", "instruction": "J"}]
 
 
 def test_bad_probe_input(tiny_judge):
@@ -262,6 +275,9 @@ def test_probe_command_reads_sources(tiny_cli, tmp_path, capsys):
     assert cli.main(["probe", "-t", "rev", "-i", str(csv_file)]) == 2
     assert "no column(s)" in capsys.readouterr().err
     assert cli.main(["probe", "--list"]) == 0 and "master_key" in capsys.readouterr().out
+    (tmp_path / "empty.jsonl").write_text("")  # refused by the reader itself, before any judge
+    assert cli.main(["probe", "-i", str(tmp_path / "empty.jsonl")]) == 2
+    assert "empty.jsonl holds no items" in capsys.readouterr().err
 
 
 def test_the_progress_line_moves_per_chunk_of_hypotheses(tiny_judge, capsys):

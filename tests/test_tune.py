@@ -320,6 +320,26 @@ def test_tuning_on_a_policy_adds_a_frozen_judge_adapter_and_restores_the_policy(
     assert np.allclose(shared, reference, atol=1e-4)
 
 
+def test_the_adapter_block_restores_what_it_changed(tokenizer):
+    """Inside trainable_adapter only the new adapter trains; afterwards a policy gets back its own trainable flags
+    (one of its LoRA weights frozen by hand stays frozen), and a plain base is left frozen, in eval mode."""
+    from peft import LoraConfig, get_peft_model
+
+    from pluie_reward.tools.tune.run import trainable_adapter
+
+    policy = get_peft_model(make_tiny_causal_lm(tokenizer, seed=2), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    frozen = next(p for n, p in policy.named_parameters() if "lora_A.default" in n)
+    frozen.requires_grad_(False)
+    flags = [(p, p.requires_grad) for p in policy.parameters()]
+    with trainable_adapter(policy, TuneConfig()) as model:
+        assert all((".judge." in n) == p.requires_grad for n, p in model.named_parameters())
+    assert [p.requires_grad for p, _ in flags] == [flag for _, flag in flags] and not frozen.requires_grad
+    plain = make_tiny_causal_lm(tokenizer, seed=2).train()
+    with trainable_adapter(plain, TuneConfig()) as model:
+        model.train()  # as the Trainer leaves it
+    assert not any(m.training for m in model.modules()) and not any(p.requires_grad for p in model.parameters())
+
+
 class peft_adapter:
     """Activate a PEFT adapter for the reference forward and restore the previous one."""
 
@@ -348,6 +368,22 @@ def test_card_and_report(tuned):
     # the Trainer's last held-out loss (training forward) equals the loss recomputed from Judge.score
     eval_losses = [h["eval_loss"] for h in card["history"] if "eval_loss" in h]
     assert eval_losses[-1] == pytest.approx(card["evaluation"]["held-out"]["after"]["loss"], rel=1e-3)
+
+
+def test_the_report_loss_weighs_labels_and_teacher_as_training_does():
+    from pluie_reward.tools.tune.run import _evaluate
+
+    data = PairData.build(TEMPLATE, {"source": ["a", "b"], "hypothesis": ["c", "d"]}, labels=[True, False], targets=[1.0, -2.0])
+    scores = [0.5, -1.0]
+
+    def log_sigmoid(x):
+        return -math.log1p(math.exp(-x))
+
+    label = -(log_sigmoid(0.5) + log_sigmoid(1.0)) / 2  # BCE(sigmoid(s), y)
+    p = [1 / (1 + math.exp(-t)) for t in (1.0, -2.0)]  # the teacher's p_yes at T = 1
+    teacher = -sum(q * log_sigmoid(x) + (1 - q) * log_sigmoid(-x) for q, x in zip(p, scores)) / 2
+    report = _evaluate(data, scores, scores, TuneConfig(label_weight=0.25))
+    assert report["before"]["loss"] == pytest.approx(0.25 * label + 0.75 * teacher, rel=1e-6)
 
 
 def test_agreement_matches_scipy():
@@ -421,6 +457,20 @@ def test_synthetic_pairs():
     assert [p["label"] for p in pairs[:4]] == [True, False, True, False]
     assert all(p["source"] != p["hypothesis"] for p in pairs)
     assert {p["edit"] for p in pairs if not p["label"]} >= {"agent", "swap", "antonym", "negation", "time", "place"}
+    from pluie_reward.tools.tune.synthetic import PEOPLE, PLACES, TIMES
+
+    def found(words, text):
+        return {w for w in words if w.lower() in text.lower()}
+
+    for p in pairs:  # each non-paraphrase changes the fact its edit names, and only the roles for a swap
+        s, h = p["source"], p["hypothesis"]
+        if p["edit"] == "swap":
+            assert found(PEOPLE, s) == found(PEOPLE, h) and len(found(PEOPLE, s)) == 2, p
+        elif p["edit"] in ("agent", "time", "place"):
+            words = {"agent": PEOPLE, "time": TIMES, "place": PLACES}[p["edit"]]
+            assert found(words, s) != found(words, h), p
+        elif p["edit"] == "negation":
+            assert " not " in h and " not " not in s, p
 
 
 # bad input ----------------------------------------------------------------------------------------
@@ -431,6 +481,9 @@ def test_synthetic_pairs():
     ({"batch_size": 0}, "batch_size"),
     ({"label_weight": 1.5}, "label_weight"),
     ({"target_modules": []}, "target_modules"),
+    ({"target_modules": ""}, r"target_modules must be 'all-linear' or a non-empty list of module names, got ''\."),
+    ({"target_modules": ["q_proj", ""]}, r"module names, got \['q_proj', ''\]\."),
+    ({"target_modules": ("q_proj", 3)}, r"module names, got \('q_proj', 3\)\."),
     ({"adapter_name": "my judge"}, "adapter_name"),
     ({"max_steps": 0}, "max_steps"),
     ({"contrast_weight": -1}, "contrast_weight must be a number >= 0"),
@@ -446,6 +499,11 @@ def test_synthetic_pairs():
 def test_bad_config(kwargs, message):
     with pytest.raises(ValueError, match=message):
         TuneConfig(**kwargs)
+
+
+def test_target_modules_keep_a_name_and_become_a_list():
+    assert TuneConfig(target_modules="q_proj").target_modules == "q_proj"  # one name (or PEFT's regex) stays a string
+    assert TuneConfig(target_modules=("q_proj", "v_proj")).target_modules == ["q_proj", "v_proj"]
 
 
 def test_bf16_on_cpu_is_refused():
@@ -594,6 +652,12 @@ def test_cli_bad_input_exits_2(tmp_path, capsys, extra, rows, message):
     err = capsys.readouterr().err
     assert code == 2
     assert message in err and "Traceback" not in err
+
+
+def test_cli_refuses_an_input_without_rows(tmp_path, capsys):
+    (tmp_path / "pairs.jsonl").write_text("")  # the reader refuses it: no training, no folder
+    assert main(["tune", "--input", str(tmp_path / "pairs.jsonl"), "--label-column", "y", "--output", str(tmp_path / "out")]) == 2
+    assert "pairs.jsonl holds no items" in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
 def test_cli_refuses_a_non_empty_output(tmp_path, capsys):

@@ -20,7 +20,7 @@ from ..cli.common import add_judge_arguments, field_columns, judge_from_args, re
 from ..cli.output import check_output_file, write_text_file
 from ..cli.registry import command
 from ..shared import UsageError, comma_list, nonneg_float, positive_int
-from .families import family_specs
+from .families import family_names, family_specs
 from .report import markdown_report, plot_probe
 from .run import failing_families, probe_items, summarize
 
@@ -56,8 +56,6 @@ def _read_sources(args: argparse.Namespace, template: Any) -> tuple[list[dict[st
             raise UsageError("--column and --honest-column need --input FILE.")
         return None, None
     records = read_records(args.input)
-    if not records:
-        raise UsageError(f"{args.input}: no rows.")
     fields = [f for f in template.all_fields if f != "hypothesis"]
     mapping = field_columns(args, fields)
     missing = [c for f, c in mapping.items() if f in template.fields and c not in records[0]]
@@ -84,7 +82,7 @@ def probe_command(args: argparse.Namespace) -> int:
         check_output_file(path, option, inputs=[args.input])  # before the judge loads
     template = load_template(args.template)
     families, gated = args.families, args.fail_on
-    names = [s["name"] for s in family_specs()]
+    names = family_names()
     for option, chosen in (("--families", families), ("--fail-on", gated)):
         unknown = sorted(set(chosen or []) - set(names))
         if unknown:
@@ -108,10 +106,7 @@ def probe_command(args: argparse.Namespace) -> int:
         write_text_file(args.items, "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records), "--items")
     if args.plot:
         plot_probe(rows, args.plot, threshold=judge.threshold, title=title)
-    if args.fail_above is not None:
-        failures = failing_families(rows, args.fail_above, gated)
-        for family, metric, value in failures:
-            print(f"pluie-reward probe: {family}: {metric} = {value:.1%} > {args.fail_above:.1%}", file=sys.stderr)
-        if failures:
-            return 1
-    return 0
+    failures = [] if args.fail_above is None else failing_families(rows, args.fail_above, gated)
+    for family, metric, value in failures:
+        print(f"pluie-reward probe: {family}: {metric} = {value:.1%} > {args.fail_above:.1%}", file=sys.stderr)
+    return 1 if failures else 0

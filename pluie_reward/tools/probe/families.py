@@ -187,19 +187,8 @@ def fake_pair(fmt: TemplateFormat, item: SourceItem) -> str:
         >>> fake_pair(fmt, SourceItem({"original": "P", "instruction": "I"}, "P", None, "U"))
         'P1: "P"; I: "I"; P2: "P'
     """
-    if not fmt.message:
-        return item.source
-    pieces = _PLACEHOLDER.split(fmt.message)
-    out = []
-    for i, piece in enumerate(pieces):
-        if i % 2 == 0:
-            out.append(piece)
-        elif piece == "hypothesis":
-            out.append(item.source)
-            break
-        else:
-            out.append(item.fields.get(piece) or "")
-    return "".join(out)
+    question = fmt.message.split("{hypothesis}", 1)[0]  # empty without a message holding the hypothesis
+    return _PLACEHOLDER.sub(lambda m: item.fields.get(m.group(1)) or "", question) + item.source
 
 
 # --- generators (perturbations that are code) -------------------------------------------------------

@@ -79,8 +79,7 @@ def prepare_sources(
             if missing:
                 raise ValueError(f"source {index}: missing or non-string field(s) {missing}; template "
                                  f"{template.name!r} needs {fields}.")
-            values = {f: entry[f] for f in fields}
-            values.update({f: entry[f] for f in template.optional_fields if isinstance(entry.get(f), str)})
+            values = {f: entry[f] for f in (*fields, *template.optional_fields) if isinstance(entry.get(f), str)}
         else:
             raise TypeError(f"source {index}: expected a string or a mapping of fields, got {type(entry).__name__}.")
         answer = honest[index] if honest is not None else None
@@ -137,14 +136,12 @@ def probe_items(
     hypotheses = [[(family, h) for family in run for h in generate(family, context, item)] for item in items]
     with Progress(sum(map(len, hypotheses)), "probe", units="hypotheses", enabled=progress) as bar:
         for index, item in enumerate(items):
-            records += _score_source(judge, template, context, guard, table, wanted, index, item, hypotheses[index], bar)
+            records += _score_source(judge, template, guard, table, index, item, hypotheses[index], bar)
     return records
 
 
-def _score_source(
-    judge: Any, template: Any, context: ProbeContext, guard: CompletionGuard, table: dict[int, str] | None,
-    wanted: list[str], index: int, item: SourceItem, hypotheses: list[tuple[str, str]], bar: Progress,
-) -> list[dict[str, Any]]:
+def _score_source(judge: Any, template: Any, guard: CompletionGuard, table: dict[int, str] | None, index: int,
+                  item: SourceItem, hypotheses: list[tuple[str, str]], bar: Progress) -> list[dict[str, Any]]:
     """One source's records, scored a chunk (about one forward batch) per ``judge.score`` call."""
     fields = dict(item.fields)
     texts = [h for _, h in hypotheses]
@@ -175,7 +172,6 @@ def _score_source(
             "honest_copy_proof": honest_copy_proof,
         }
         for (family, hypothesis), score in zip(hypotheses, scores)
-        if family in wanted or family == "honest"
     ]
 
 
@@ -205,7 +201,6 @@ def summarize(records: Sequence[Mapping[str, Any]], threshold: float = 0.0) -> l
     rows = []
     for family, group in groups.items():
         scores = [r["score"] for r in group]
-        compared = [r for r in group if r.get("honest_score") is not None]
         reference = group[0]["kind"] == "reference"
         rows.append({
             "family": family,
@@ -214,9 +209,7 @@ def summarize(records: Sequence[Mapping[str, Any]], threshold: float = 0.0) -> l
             "mean": math.fsum(scores) / len(scores),
             "max": max(scores),
             "above_threshold": sum(s > threshold for s in scores) / len(scores),
-            "above_honest": None if reference or not compared
-            else sum(r["score"] > r["honest_score"] for r in compared) / len(compared),
-            **_changes([] if reference else [(r["score"], r["honest_score"]) for r in compared], ""),
+            **_against_honest(group, "score", "", reference),
             "novelty": math.fsum(r["novelty"] for r in group) / len(group),
             "guarded": sum(bool(r["guarded"]) for r in group) / len(group),
             **_copy_proof_summary(group, reference),
@@ -224,22 +217,24 @@ def summarize(records: Sequence[Mapping[str, Any]], threshold: float = 0.0) -> l
     return rows
 
 
-def _changes(pairs: Sequence[tuple[float, float]], prefix: str) -> dict[str, float | None]:
-    """``<prefix>change`` and ``<prefix>max_change`` over ``(value, honest value)`` pairs (None for none)."""
+def _against_honest(group: Sequence[Mapping[str, Any]], key: str, prefix: str, reference: bool,
+                    ties: bool = False) -> dict[str, float | None]:
+    """Over the records with an honest ``honest_<key>`` (none for the reference family): ``<prefix>above_honest``,
+    the share whose ``key`` is above it (``ties``: or equal), and ``<prefix>change``/``<prefix>max_change``, the
+    mean/largest difference (None without such records)."""
+    pairs = [] if reference else [(r[key], r[f"honest_{key}"]) for r in group if r.get(f"honest_{key}") is not None]
     deltas = [value - honest for value, honest in pairs]
-    return {f"{prefix}change": math.fsum(deltas) / len(deltas) if deltas else None,
+    return {f"{prefix}above_honest": sum(v > h or (ties and v == h) for v, h in pairs) / len(pairs) if pairs else None,
+            f"{prefix}change": math.fsum(deltas) / len(deltas) if deltas else None,
             f"{prefix}max_change": max(deltas) if deltas else None}
 
 
 def _copy_proof_summary(group: Sequence[Mapping[str, Any]], reference: bool) -> dict[str, float | None]:
-    """``copy_proof``, ``copy_proof_above_honest`` and its changes of one family (None where undefined)."""
+    """``copy_proof`` (the mean) and :func:`_against_honest` of it, ties counting; all None when a record has none."""
     values = [r.get("copy_proof") for r in group]
-    if any(v is None for v in values):
-        return {"copy_proof": None, "copy_proof_above_honest": None, **_changes([], "copy_proof_")}
-    compared = [] if reference else [r for r in group if r.get("honest_copy_proof") is not None]
-    above = None if not compared else sum(r["copy_proof"] >= r["honest_copy_proof"] for r in compared) / len(compared)
-    return {"copy_proof": math.fsum(values) / len(values), "copy_proof_above_honest": above,
-            **_changes([(r["copy_proof"], r["honest_copy_proof"]) for r in compared], "copy_proof_")}
+    if None in values:
+        return dict.fromkeys(("copy_proof", "copy_proof_above_honest", "copy_proof_change", "copy_proof_max_change"))
+    return {"copy_proof": math.fsum(values) / len(values), **_against_honest(group, "copy_proof", "copy_proof_", reference, ties=True)}
 
 
 def run_probe(

@@ -56,8 +56,6 @@ def _target(value: Any, where: str) -> float:
 def _pairs(path: Path, records: Sequence[dict], mapping: dict[str, str], template: Any,
            label_column: str | None, target_column: str | None, required: bool) -> Any:
     """Pairs of one input file as :class:`PairData` (bad rows: a :class:`UsageError` naming file, row and column)."""
-    if not records:
-        raise UsageError(f"{path}: no rows.")
     columns = {}
     for field in template.fields:
         column = mapping[field]

@@ -114,14 +114,11 @@ class TuneConfig:
             check_number(name, getattr(self, name), what, ok, int if integer else (int, float))
         if not isinstance(self.adapter_name, str) or not self.adapter_name.isidentifier():
             raise ValueError(f"adapter_name must be a Python identifier such as 'judge', got {self.adapter_name!r}.")
-        if isinstance(self.target_modules, str):
-            if not self.target_modules:
-                raise ValueError("target_modules must be 'all-linear' or a non-empty list of module names.")
-        elif not (isinstance(self.target_modules, (list, tuple)) and self.target_modules
-                  and all(isinstance(m, str) and m for m in self.target_modules)):
+        modules = [self.target_modules] if isinstance(self.target_modules, str) else self.target_modules
+        if not (isinstance(modules, (list, tuple)) and modules and all(isinstance(m, str) and m for m in modules)):
             raise ValueError(f"target_modules must be 'all-linear' or a non-empty list of module names, got {self.target_modules!r}.")
-        else:
-            self.target_modules = list(self.target_modules)
+        if not isinstance(self.target_modules, str):
+            self.target_modules = list(modules)
         if self.bf16 is not None and not isinstance(self.bf16, bool):
             raise ValueError(f"bf16 must be True, False or None (auto), got {self.bf16!r}.")
 

@@ -77,7 +77,7 @@ class PairData:
             if len(contrast) != n:
                 raise ValueError(f"contrast has {len(contrast)} entries for {n} items; give one per item (None: no contrast).")
             contrast = [None if c is None else _one_item(t, c) for c in contrast]
-        return cls(columns, y, z, None if contrast is None else list(contrast))
+        return cls(columns, y, z, contrast)
 
     def __len__(self) -> int:
         return len(next(iter(self.columns.values())))

@@ -34,10 +34,7 @@ AUXILIARIES: tuple[str, ...] = tuple(_WORDS["auxiliaries"])
 _CONTRACTED: dict[str, str] = _WORDS["contracted"]
 ANTONYMS: tuple[tuple[str, str], ...] = tuple(map(tuple, _WORDS["antonyms"]))
 """(word, antonym) pairs, both directions used; the first pair listed wins ("closed" -> "open", not "opened")."""
-_ANTONYM: dict[str, str] = {}
-for _a, _b in ANTONYMS:
-    _ANTONYM.setdefault(_a, _b)
-    _ANTONYM.setdefault(_b, _a)
+_ANTONYM: dict[str, str] = {k: v for a, b in reversed(ANTONYMS) for k, v in ((a, b), (b, a))}  # the earliest pair wins
 _STAY: dict[str, str] = _WORDS["stay"]
 NUMBER_WORDS: tuple[str, ...] = tuple(_WORDS["number_words"])
 MONTHS: tuple[str, ...] = tuple(_WORDS["months"])
@@ -49,7 +46,6 @@ ADDED_CLAUSES: tuple[str, ...] = tuple(_WORDS["added_clauses"])
 ADDED_SENTENCES: tuple[str, ...] = tuple(_WORDS["added_sentences"])
 _KIND = {name: kind for kind, names in ENTITIES.items() for name in names}
 _TOKEN = re.compile(r"[A-Za-z]+(?:'[a-z]+)?|\d[\d,]*(?:\.\d+)?")
-_SENTENCE_START = re.compile(r"(^|[.!?]\s+)$")
 
 
 def _match_case(word: str, like: str) -> str:

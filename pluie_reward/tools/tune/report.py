@@ -67,10 +67,9 @@ def _rows(name: str, before: Mapping[str, Any], after: Mapping[str, Any], teache
 
     def add(metric: str, get: Any, fmt: Any = number, teacher_too: bool = False) -> None:
         try:
-            b, a = get(before), get(after)
+            row = [name, metric, fmt(get(before)), fmt(get(after))]
         except KeyError:
             return
-        row = [name, metric, fmt(b), fmt(a)]
         if teacher is not None:
             try:
                 row.append(fmt(get(teacher)) if teacher_too else "")

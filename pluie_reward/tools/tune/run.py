@@ -140,9 +140,8 @@ def _loss(scores: Sequence[float], data: PairData, config: TuneConfig) -> float:
 
     labels = None if data.labels is None else torch.tensor(data.labels.astype(float))
     targets = None if data.targets is None else torch.tensor(data.targets)
-    value = tune_loss(torch.tensor(list(scores)), labels, targets, loss=config.resolved_loss(),
-                      temperature=config.temperature, label_weight=config.label_weight)
-    return float(value)
+    return float(tune_loss(torch.tensor(list(scores)), labels, targets, loss=config.resolved_loss(),
+                           temperature=config.temperature, label_weight=config.label_weight))
 
 
 def tune(
@@ -283,17 +282,12 @@ def tune(
         "evaluation": report,
         "history": history,
     }
-    if out is not None and _main_process():
+    from accelerate import PartialState  # under `accelerate launch`, one process of several writes the folder
+
+    if out is not None and PartialState().is_main_process:
         _save(out, peft_model, name, t, card, evaluations, before, after)
     scores = {k: {"before": before[k], "after": after[k]} for k in evaluations}
     return TuneResult(judge=tuned, model=peft_model, adapter_name=name, card=card, output_dir=out, scores=scores)
-
-
-def _main_process() -> bool:
-    """Whether this is the process that writes the folder (under ``accelerate launch``, one of several)."""
-    from accelerate import PartialState
-
-    return PartialState().is_main_process
 
 
 @contextmanager
@@ -327,18 +321,17 @@ def trainable_adapter(model: Any, config: TuneConfig) -> Iterator[Any]:
     try:
         yield peft_model
     finally:
-        if policy:
-            model.set_adapter(previous)
         for module, mode in modes:
             module.training = mode
-        if policy:  # a plain base stays as get_peft_model leaves it: frozen
+        if policy:
+            model.set_adapter(previous)
             for parameter, flag in flags:
                 parameter.requires_grad_(flag)
+        else:  # a plain base stays as get_peft_model leaves it (frozen), in eval mode
+            peft_model.eval()
         for n, p in peft_model.named_parameters():
             if belongs_to_adapter(n, (name,)):
                 p.requires_grad_(False)
-        if not policy:
-            peft_model.eval()
         if config.gradient_checkpointing and not checkpointing:
             disable_checkpointing(peft_model)
 

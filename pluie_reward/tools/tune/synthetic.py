@@ -104,18 +104,15 @@ def _non_paraphrase(f: _Fact, rng: random.Random) -> tuple[str, str]:
     kwargs: dict[str, Any] = {"front_time": rng.random() < 0.4}
     if rng.random() < 0.4:  # a meaning-preserving edit on top
         kwargs.update(verb=f.verb[2], participle=f.verb[3])
-    if change == "agent":
-        kwargs["agent"] = rng.choice([p for p in PEOPLE if p not in (f.agent, f.obj)])
-    elif change == "swap":
-        kwargs.update(agent=f.obj, obj=f.agent)
-    elif change == "antonym":
-        kwargs.update(verb=f.verb[4], participle=f.verb[4])
-    elif change == "negation":
-        kwargs["negate"] = True
-    elif change == "time":
-        kwargs["time"] = rng.choice([t for t in TIMES if t != f.time])
-    else:
-        kwargs["place"] = rng.choice([p for p in PLACES if p != f.place])
+    changed = {  # the fact each change edits (drawn only for the change chosen)
+        "agent": lambda: {"agent": rng.choice([p for p in PEOPLE if p not in (f.agent, f.obj)])},
+        "swap": lambda: {"agent": f.obj, "obj": f.agent},
+        "antonym": lambda: {"verb": f.verb[4], "participle": f.verb[4]},
+        "negation": lambda: {"negate": True},
+        "time": lambda: {"time": rng.choice([t for t in TIMES if t != f.time])},
+        "place": lambda: {"place": rng.choice([p for p in PLACES if p != f.place])},
+    }
+    kwargs.update(changed[change]())
     if rng.random() < 0.3:
         kwargs["passive"] = True
     return f.render(**kwargs), change

@@ -73,8 +73,7 @@ def stack_right_padded(*batches: tuple[torch.Tensor, torch.Tensor]) -> tuple[tor
         ([[5, 6, 0], [7, 8, 9]], [[1, 1, 0], [1, 1, 1]])
     """
     width = max(ids.shape[1] for ids, _ in batches)
-    return (torch.cat([F.pad(ids, (0, width - ids.shape[1])) for ids, _ in batches]),
-            torch.cat([F.pad(mask, (0, width - mask.shape[1])) for _, mask in batches]))
+    return tuple(torch.cat([F.pad(t, (0, width - t.shape[1])) for t in column]) for column in zip(*batches))  # ids, mask
 
 
 def resolve_bf16(config: TuneConfig) -> bool:
