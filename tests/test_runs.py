@@ -109,3 +109,19 @@ def test_plot_run_on_a_real_trainer_run(tiny_judge, tmp_path):
     for step, rows in run.tables.items():
         assert sum(r["score"] for r in rows) / 3 == pytest.approx(run.series("eval_pluie_mean")[1][step - 1], abs=1e-6)
     assert plot_run(run).is_file()
+
+
+def test_the_latest_numbered_checkpoint_is_read_not_the_last_by_name(tmp_path):
+    for name in ("checkpoint-9", "checkpoint-10", "checkpoint-best"):  # by name, checkpoint-9 and -best sort after -10
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 1, "loss": len(name)}]}))
+    assert read_run(tmp_path).state_file == tmp_path / "checkpoint-10" / "trainer_state.json"
+
+
+def test_plot_run_without_matplotlib_names_the_extra(tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # an import of it fails as when it is not installed
+    assert main(["plot-run", str(write_run(tmp_path / "run"))]) == 2
+    err = capsys.readouterr().err
+    assert "needs matplotlib" in err and 'pip install "pluie-reward[eval]"' in err and "Traceback" not in err

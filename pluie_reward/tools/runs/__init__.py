@@ -78,11 +78,8 @@ def _state_file(directory: Path) -> Path | None:
     top = directory / "trainer_state.json"
     if top.is_file():
         return top
-    checkpoints = sorted(
-        (p for p in directory.glob("checkpoint-*/trainer_state.json") if p.parent.name.split("-")[-1].isdigit()),
-        key=lambda p: int(p.parent.name.split("-")[-1]),
-    )
-    return checkpoints[-1] if checkpoints else None
+    states = [p for p in directory.glob("checkpoint-*/trainer_state.json") if p.parent.name.split("-")[-1].isdigit()]
+    return max(states, key=lambda p: int(p.parent.name.split("-")[-1]), default=None)  # the latest checkpoint
 
 
 def read_run(directory: str | Path) -> RunLog:
@@ -124,13 +121,9 @@ def rolling_mean(values: Sequence[float], window: int) -> list[float]:
         >>> rolling_mean([1.0, 2.0, 3.0, 4.0], 2)
         [1.0, 1.5, 2.5, 3.5]
     """
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
+    import pandas as pd
+
+    return pd.Series(values, dtype=float).rolling(window, min_periods=1).mean().tolist()
 
 
 def summary(run: RunLog) -> list[str]:
