@@ -427,6 +427,21 @@ def test_serve_options_reach_create_app_under_its_keyword_names(tmp_path):
     assert serve_cli.server_options(parser.parse_args([]))["shutdown_timeout"] == serve_cli.SHUTDOWN_S
 
 
+def test_serving_beyond_this_machine_without_a_token_is_warned_about(tmp_path, capsys, monkeypatch):
+    import argparse
+
+    from pluie_reward.tools.server import cli as serve_cli
+
+    parser = argparse.ArgumentParser()
+    serve_cli._configure(parser)
+    monkeypatch.delenv("PLUIE_REWARD_TOKEN", raising=False)
+    (tmp_path / "token").write_text("secret\n")
+    for argv, warned in ((["--host", "0.0.0.0"], True), (["--host", "127.0.0.1"], False), (["--host", "localhost"], False),
+                         (["--host", "::1"], False), (["--host", "0.0.0.0", "--token-file", str(tmp_path / "token")], False)):
+        serve_cli.server_options(parser.parse_args(argv))
+        assert ("listening on 0.0.0.0 without a token" in capsys.readouterr().err) == warned, argv
+
+
 def test_template_without_default_mapping_serves_score_only(pairs):
     app = create_app(make_tiny_judge(), "rev", max_wait_ms=0)
     with background(app) as srv:
