@@ -479,8 +479,7 @@ class OutputFile:
     def write(self, text: str) -> int:
         assert self.handle is not None
         with self._writing():
-            count = self.handle.write(text)
-        return count
+            return self.handle.write(text)
 
     def add(self, records: Iterable[Any]) -> None:
         """Write ``records`` as JSON lines (UTF-8 kept as is) and make them reach the disk (:meth:`flush`)."""

@@ -118,14 +118,10 @@ def check_engine_options(args: argparse.Namespace) -> None:
         --engine transformers it would do nothing: drop it, or add --engine vllm.
     """
     engine = getattr(args, "engine", "transformers")
-    given = [option for option, name in (("--tensor-parallel-size", "tensor_parallel_size"),
-                                         ("--gpu-memory-utilization", "gpu_memory_utilization"))
-             if getattr(args, name, None) is not None]
-    if given and engine != "vllm":
-        one = len(given) == 1
-        raise UsageError(f"{' and '.join(given)} {'is' if one else 'are'} for --engine vllm (vLLM places the model on its "
-                         f"GPUs itself); with --engine {engine} {'it' if one else 'they'} would do nothing: drop "
-                         f"{'it' if one else 'them'}, or add --engine vllm.")
+    for option in ("--tensor-parallel-size", "--gpu-memory-utilization"):
+        if engine != "vllm" and getattr(args, option[2:].replace("-", "_"), None) is not None:
+            raise UsageError(f"{option} is for --engine vllm (vLLM places the model on its GPUs itself); with --engine "
+                             f"{engine} it would do nothing: drop it, or add --engine vllm.")
 
 
 def judge_from_args(args: argparse.Namespace) -> Any:

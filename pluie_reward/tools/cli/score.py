@@ -156,7 +156,6 @@ def score_command(args: argparse.Namespace) -> int:
             run.write(StandardOutput(sys.stdout))
         else:
             with OutputFile(args.output, resume=args.resume) as out:
-                run.target = out
                 run.write(out, out.done_lines() if args.resume else [])
                 out.commit()
     except KeyboardInterrupt:
@@ -187,21 +186,21 @@ class _Run:
         self.args, self.judge, self.template, self.records, self.values, self.size = args, judge, template, records, values, size
         self.written = 0
         self.started = False  # the output is checked and being written
-        self.target: OutputFile | None = None  # the --output file (None: standard output)
         self.saved: list[dict[str, Any]] = []  # the rows an interrupted run wrote (--resume)
         self.first = 0  # the first row to score: the start of the chunk holding the last saved row
-        self.out: Any = None  # where the rows go (write's ``out``)
+        self.out: Any = None  # where the rows go (write's ``out``): the --output file, or standard output
         self.bar = Progress(0, "scoring", enabled=False)  # its progress line
 
     def write(self, out: Any, done: Sequence[dict[str, Any]] = ()) -> None:
         """Score and write every row after ``done`` (rows an interrupted run wrote) with :func:`score_items`, this
         run as its store; the chunk holding the last of them is scored again and must give the saved results."""
+        self.out = out
         if done:
             try:
-                _check_done(list(done), self.records, self._partial())
+                _check_done(list(done), self.records, out.partial)
             except UsageError as err:
                 raise _Refused(str(err)) from None
-        self.out, self.saved, self.written, self.started = out, list(done), len(done), True
+        self.saved, self.written, self.started = list(done), len(done), True
         self.first = (len(done) - 1) // self.size * self.size if done else 0  # chunks fall where a clean run's did
         options = {"details": True, "threshold": self.args.threshold, "truncate": not self.args.no_truncate}
         condition = Condition("", self.template, self.values, options=options)  # nameless: errors name the row only
@@ -227,7 +226,7 @@ class _Run:
             if i < len(self.saved):
                 if not _close({k: self.saved[i].get(k) for k in result}, result):
                     raise _Refused(
-                        f"{self._partial()} line {i + 1} was scored with other settings (judge, "
+                        f"{self.out.partial} line {i + 1} was scored with other settings (judge, "
                         f"template, threshold...): it holds {({k: self.saved[i].get(k) for k in result})}, this run gives "
                         f"{result}. Resume with the same options, or pass --overwrite to start again.")
                 continue
@@ -236,22 +235,18 @@ class _Run:
         self.written += len(rows)
         self.bar.update(len(rows))
 
-    def _partial(self) -> Path:
-        assert self.target is not None
-        return self.target.partial
-
     def kept(self, fix: bool = False) -> str:
         """What the run kept and how to go on ("" before it started writing); ``fix``: after fixing the input."""
         output, total = self.args.output, len(self.records)
         if not self.started:
             return ""
-        if output is None or self.target is None:
+        if output is None:
             return f"{self.written} of {total} item(s) were written to standard output"
-        if self.target.stream:
+        if self.out.stream:
             return f"{self.written} of {total} item(s) were written to {output}"
         if not self.written:
             return f"nothing was written; {output} is untouched"
-        return (f"{self.written} of {total} item(s), in input order, are kept in {self._partial()} "
+        return (f"{self.written} of {total} item(s), in input order, are kept in {self.out.partial} "
                 f"({output} is untouched); {'fix it, then ' if fix else ''}run the same command with --resume to score the rest")
 
 
