@@ -158,9 +158,8 @@ def judge_from_args(args: argparse.Namespace) -> Any:
                 return Judge.load(args.model, engine="vllm", dtype=args.dtype, **options, **own)
             except ImportError as err:
                 raise UsageError(str(err)) from None
-        adapter = getattr(args, "adapter", None)
-        extra = {"adapter": adapter} if adapter is not None else {}
-        return Judge.load(args.model, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens, **extra, **own)
+        return Judge.load(args.model, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens,
+                          adapter=getattr(args, "adapter", None), **own)
     except OSError as err:  # transformers: not a folder, not in the HF cache and no network, gated repo...
         if args.model is None or Path(args.model).exists():
             raise

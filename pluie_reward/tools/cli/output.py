@@ -52,12 +52,9 @@ def check_output_file(path: Path | None, option: str = "--output", *, inputs: It
     writable_folder(path.parent, option)
     partial = partial_path(path)
     if partial.is_file():
-        fd = os.open(partial, os.O_RDONLY)
-        try:
-            if not lock_file(fd):
+        with partial.open("rb") as handle:
+            if not lock_file(handle.fileno()):
                 raise _busy(path, option)
-        finally:
-            os.close(fd)
         if overwrite is False and not resume:
             how = "pass --resume to continue it, or --overwrite to start again" if resume is not None else \
                 "pass --overwrite to write the file again"
