@@ -442,6 +442,19 @@ def test_serving_beyond_this_machine_without_a_token_is_warned_about(tmp_path, c
         assert ("listening on 0.0.0.0 without a token" in capsys.readouterr().err) == warned, argv
 
 
+def test_serve_without_fastapi_names_the_extra_before_loading(monkeypatch, capsys):
+    import sys
+
+    from pluie_reward.tools.server import cli as serve_cli
+
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # an import of it fails as when it is not installed
+    monkeypatch.delitem(sys.modules, "pluie_reward.serving.app", raising=False)
+    monkeypatch.setattr(serve_cli, "judge_from_args", lambda args: pytest.fail("the judge was loaded"))
+    assert main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert "needs fastapi" in err and 'pip install "pluie-reward[serve]"' in err and "Traceback" not in err
+
+
 def test_template_without_default_mapping_serves_score_only(pairs):
     app = create_app(make_tiny_judge(), "rev", max_wait_ms=0)
     with background(app) as srv:

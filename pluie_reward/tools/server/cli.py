@@ -146,10 +146,8 @@ def server_options(args: argparse.Namespace, command: str = "serve") -> dict:
 def serve_command(args: argparse.Namespace) -> int:
     """Serve a judge over HTTP for RL frameworks (POST /score, /get_reward; GET /health, /metrics)."""
     options = server_options(args)  # fail on bad options before loading a model
-    try:
-        from ...serving.app import create_app  # optional: fastapi
-    except ModuleNotFoundError as err:
-        raise UsageError(f"the server needs {err.name}: pip install 'pluie-reward[serve]'") from None
+    from ...serving.app import create_app  # optional: fastapi (without it, its error names the extra: exit 2 in main)
+
     judge = judge_from_args(args)
     app = create_app(judge, args.template, **options)
     # ready means ready: the first request must not pay the template binding and prefix (uvicorn listens after this)
