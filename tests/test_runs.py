@@ -71,6 +71,9 @@ def test_plot_run_and_cli(tmp_path, capsys):
     assert main(["plot-run", str(directory), "-o", str(out), "--window", "2"]) == 0
     printed = capsys.readouterr().out
     assert out.is_file() and f"wrote {out}" in printed and "rewards/novelty/mean: 0.500 -> 0.500" in printed
+    lines = printed.splitlines()  # one line per curve, then the file written
+    assert lines[-1] == f"wrote {out}" and "reward: -1.900 -> -1.000 (mean of steps 1-1 vs 10-10, 10 points)" in lines
+    assert len(lines) == 8, lines  # reward, 2 reward functions, 2 accept rates, eval_pluie_mean, the tables, "wrote"
 
 
 def test_plot_run_bad_input_is_a_usage_error(tmp_path, capsys):

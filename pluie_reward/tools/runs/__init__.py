@@ -102,8 +102,7 @@ def read_run(directory: str | Path) -> RunLog:
     if run.state_file is not None:
         run.history = list(json.loads(run.state_file.read_text(encoding="utf-8")).get("log_history", []))
     for path in sorted((directory / "pluie").glob("step-*.jsonl")):
-        match = _TABLE.match(path.name)
-        if match:
+        if match := _TABLE.match(path.name):
             rows = [json.loads(line) for line, _ in json_lines(path.read_text(encoding="utf-8")) if line.strip()]
             run.tables[int(match.group(1))] = rows
     if run.state_file is None and not run.tables:

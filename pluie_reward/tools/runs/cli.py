@@ -23,7 +23,5 @@ def plot_run_command(args: argparse.Namespace) -> int:
     """Plot a training run's rewards, accept rates and PLUIE evaluations (trainer_state.json + pluie/ tables)."""
     run = read_run(args.directory)  # FileNotFoundError, and plot_run's missing matplotlib: exit 2 with the message (main)
     path = plot_run(run, args.output, title=args.title, window=args.window)
-    for line in summary(run):
-        print(line)
-    print(f"wrote {path}")
+    print(*summary(run), f"wrote {path}", sep="\n")
     return 0
