@@ -420,6 +420,9 @@ class OutputFile:
 
     def __init__(self, path: Path, option: str = "--output", *, resume: bool = False, in_place: bool = False) -> None:
         self.path, self.stream = resolve_output(Path(path), option)
+        if self.stream and resume:
+            raise UsageError(f"{option} {self.path} is a FIFO or a device, written as a stream: there is no file to continue; "
+                             "drop --resume.")
         self.option, self.resume, self.in_place = option, resume, in_place
         self.partial = self.path if in_place else partial_path(self.path)
         self.handle: IO[str] | None = None
@@ -439,8 +442,6 @@ class OutputFile:
 
     def __enter__(self) -> "OutputFile":
         if self.stream:
-            if self.resume:
-                raise UsageError(f"{self.option} {self.path} is a FIFO or a device: there is no file to continue; drop --resume.")
             with self._writing():  # never created, truncated or renamed over; a FIFO waits here for its reader
                 self.handle = os.fdopen(os.open(self.path, os.O_WRONLY), "w", encoding="utf-8", newline="")
             return self

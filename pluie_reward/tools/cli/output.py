@@ -41,11 +41,9 @@ def check_output_file(path: Path | None, option: str = "--output", *, inputs: It
         if source is not None and any(same_file(p, source) for p in (path, partial_path(path))):
             raise UsageError(f"{option} {path} is the input {source}: writing it would destroy the input; "
                              "choose another output file.")
-    path, stream = resolve_output(path, option)
-    if stream:
-        if resume:
-            raise UsageError(f"{option} {path} is a FIFO or a device, written as a stream: there is no file to continue; "
-                             "drop --resume.")
+    out = OutputFile(path, option, resume=bool(resume))  # where it is written (links resolved); no --resume on a stream
+    path = out.path
+    if out.stream:
         if not os.access(path, os.W_OK):
             raise UsageError(f"{option} {path} is not writable; choose another output.")
         return
