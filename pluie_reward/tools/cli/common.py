@@ -55,7 +55,8 @@ def add_chat_template_kwargs_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def chat_template_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``--chat-template-kwargs`` JSON object (``{}`` when not given); bad JSON is a :class:`UsageError`.
+    """The ``--chat-template-kwargs`` JSON object (``{}`` when not given); bad JSON is a :class:`UsageError`, a keyword
+    or date the chat template cannot take a ``ValueError`` (``main`` makes both exit 2 with their message).
 
     Example:
         >>> chat_template_kwargs(argparse.Namespace(chat_template_kwargs='{"enable_thinking": false}'))
@@ -72,12 +73,9 @@ def chat_template_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise UsageError(f"--chat-template-kwargs: give a JSON object of keyword to value, e.g. '{{\"enable_thinking\": false}}', "
                          f"not {text!r}.")
-    try:
-        check_chat_template_kwargs(value, "--chat-template-kwargs")
-        if "strftime_now" in value:
-            chat_clock(value["strftime_now"])
-    except ValueError as err:
-        raise UsageError(str(err)) from None
+    check_chat_template_kwargs(value, "--chat-template-kwargs")
+    if "strftime_now" in value:
+        chat_clock(value["strftime_now"])
     return value
 
 

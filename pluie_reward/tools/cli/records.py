@@ -394,14 +394,11 @@ def _read_dataset(path: Path, split: str | None) -> Records:
 
 def parse_columns(specs: Sequence[str], fields: Sequence[str], optional: Sequence[str] = ()) -> dict[str, str | None]:
     """Field -> input column from repeated ``FIELD=COLUMN`` (default: the field's name; ``FIELD=`` leaves an optional
-    field out), through :func:`pluie_reward.integrations.fields.map_fields`.
+    field out), through :func:`pluie_reward.integrations.fields.map_fields` (its ``ValueError`` names ``--column``).
 
     Example:
         >>> parse_columns(["source=s1", "gold="], ["source", "hypothesis"], ["gold"])
         {'source': 's1', 'hypothesis': 'hypothesis', 'gold': None}
     """
-    try:
-        mapping = map_fields(fields, parse_assignments(specs, "--column"), optional=optional, setting="--column")
-    except ValueError as err:
-        raise UsageError(str(err)) from None
+    mapping = map_fields(fields, parse_assignments(specs, "--column"), optional=optional, setting="--column")
     return {f: mapping.columns.get(f) for f in [*fields, *optional]}
