@@ -74,7 +74,6 @@ class Progress(contextlib.AbstractContextManager):
         self.live = enabled and bool(getattr(self.stream, "isatty", lambda: False)())
         self.start = time.monotonic()
         self.tenth = self._tenth()
-        self.open = False  # a line is drawn and not yet ended (terminal)
         self.width = 0
         if self.live:
             self._draw()
@@ -94,7 +93,6 @@ class Progress(contextlib.AbstractContextManager):
         self.stream.write("\r" + line.ljust(self.width))  # spaces over a longer line drawn before
         self.width = len(line)
         self.stream.flush()
-        self.open = True
 
     def update(self, n: int) -> None:
         """``n`` more units are done."""
@@ -110,10 +108,10 @@ class Progress(contextlib.AbstractContextManager):
 
     def close(self) -> None:
         """End the line (the final state is already printed, and is not printed again)."""
-        if self.open:
+        if self.live:  # a line is drawn on the terminal and not yet ended
             self.stream.write("\n")
             self.stream.flush()
-            self.open = False
+            self.live = False
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
