@@ -22,6 +22,15 @@ def test_score_arguments(tiny_cli, capsys):
     assert record["verdict"] == (expected > 0)
 
 
+def test_score_arguments_fill_the_fields_of_a_template_with_an_optional_one(tiny_cli, capsys):
+    assert cli.main(["score", "-t", "rev", "The cat sleeps.", "Make it formal.", "The cat is asleep."]) == 0
+    record = json.loads(capsys.readouterr().out)
+    expected = tiny_cli.score("rev", original=["The cat sleeps."], instruction=["Make it formal."],
+                              hypothesis=["The cat is asleep."])[0]
+    assert record["logratio"] == pytest.approx(expected, abs=1e-5) and "gold" not in record
+    assert list(record)[:3] == ["original", "instruction", "hypothesis"]
+
+
 def test_score_jsonl_and_csv_with_columns(tiny_cli, tmp_path, capsys):
     src = tmp_path / "in.jsonl"
     src.write_text('{"s": "a", "h": "b", "id": 7}\n{"s": "c", "h": "d", "id": 8}\n')
@@ -79,3 +88,15 @@ def test_chat_template_kwargs_flag(monkeypatch, capsys):
             err = capsys.readouterr().err
             assert message in err and "Traceback" not in err
     assert len(seen) == 1  # no judge loaded for a bad flag
+
+
+def test_render_with_a_chat_template_that_hides_the_answer_is_a_message(tmp_path, capsys):
+    from pluie_reward.testing import make_tiny_tokenizer
+
+    tokenizer = make_tiny_tokenizer()  # its chat template drops the assistant's turns: no answer token to read
+    tokenizer.chat_template = "{% for m in messages %}{% if m['role'] != 'assistant' %}{{ m['content'] }}{% endif %}{% endfor %}"
+    tokenizer.save_pretrained(tmp_path)
+    assert cli.main(["templates", "--render", "para-fs", "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "pluie-reward templates: error: template 'para-fs': the chat template does not render the assistant's answer" in err
+    assert "Traceback" not in err

@@ -244,3 +244,17 @@ def test_the_progress_line_is_redrawn_on_a_terminal_and_ended_once_when_the_bloc
         bar.update(1)
         bar.update(1)
     assert out.getvalue() == "\rscoring: 0/2 items (0%)\rscoring: 1/2 items (50%)\rscoring: 2/2 items (100%)\n"
+
+
+def test_the_progress_line_is_ended_once_however_often_it_is_closed():
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    out, log = Terminal(), io.StringIO()
+    for stream in (out, log):
+        with Progress(1, "scoring", stream=stream) as bar:
+            bar.update(1)
+            bar.close()
+    assert out.getvalue() == "\rscoring: 0/1 items (0%)\rscoring: 1/1 items (100%)\n"
+    assert log.getvalue() == "scoring: 1/1 items (100%)\n"  # not a terminal: nothing to end

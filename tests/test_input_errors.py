@@ -216,6 +216,21 @@ def test_tsv_is_tab_separated_text_without_quoting(no_judge, tmp_path, capsys):
     _fails(["score", "-i", str(tsv)], capsys, "pairs.tsv line 3", "1 cell", "2")
 
 
+def test_a_csv_row_with_too_many_or_too_few_cells_is_an_error_naming_its_line(no_judge, tmp_path, capsys):
+    csv_file = tmp_path / "pairs.csv"
+    csv_file.write_text('source,hypothesis\n"a, b",c\nThe cat, he said,A cat.\n', encoding="utf-8")  # line 3: 3 cells
+    _fails(["score", "-i", str(csv_file)], capsys, "pairs.csv line 3: 3 cells but the header has 2",
+           "a comma inside a value splits it", "quote values that contain ','")
+    csv_file.write_text("source,hypothesis\na,b\n\nc\n", encoding="utf-8")  # the blank line 3 is skipped
+    _fails(["score", "-i", str(csv_file)], capsys, "pairs.csv line 4: 1 cell but the header has 2", "no value for ['hypothesis']")
+
+
+def test_a_file_pyarrow_cannot_read_is_named_with_its_format(no_judge, tmp_path, capsys):
+    for name in ("bad.parquet", "bad.arrow"):
+        (tmp_path / name).write_text("source,hypothesis\na,b\n")
+        _fails(["score", "-i", str(tmp_path / name)], capsys, f"{name}: cannot read it as {name.split('.')[1]} (Arrow")
+
+
 def test_a_column_named_twice_in_a_header_is_refused(no_judge, tmp_path, capsys):
     csv_file = tmp_path / "pairs.csv"
     csv_file.write_text("source,hypothesis,source\nThe cat sleeps.,A cat is asleep.,Prices rose.\n", encoding="utf-8")

@@ -71,6 +71,9 @@ def test_plot_run_and_cli(tmp_path, capsys):
     assert main(["plot-run", str(directory), "-o", str(out), "--window", "2"]) == 0
     printed = capsys.readouterr().out
     assert out.is_file() and f"wrote {out}" in printed and "rewards/novelty/mean: 0.500 -> 0.500" in printed
+    lines = printed.splitlines()  # one line per curve, then the file written
+    assert lines[-1] == f"wrote {out}" and "reward: -1.900 -> -1.000 (mean of steps 1-1 vs 10-10, 10 points)" in lines
+    assert len(lines) == 8, lines  # reward, 2 reward functions, 2 accept rates, eval_pluie_mean, the tables, "wrote"
 
 
 def test_plot_run_bad_input_is_a_usage_error(tmp_path, capsys):
@@ -109,3 +112,19 @@ def test_plot_run_on_a_real_trainer_run(tiny_judge, tmp_path):
     for step, rows in run.tables.items():
         assert sum(r["score"] for r in rows) / 3 == pytest.approx(run.series("eval_pluie_mean")[1][step - 1], abs=1e-6)
     assert plot_run(run).is_file()
+
+
+def test_the_latest_numbered_checkpoint_is_read_not_the_last_by_name(tmp_path):
+    for name in ("checkpoint-9", "checkpoint-10", "checkpoint-best"):  # by name, checkpoint-9 and -best sort after -10
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 1, "loss": len(name)}]}))
+    assert read_run(tmp_path).state_file == tmp_path / "checkpoint-10" / "trainer_state.json"
+
+
+def test_plot_run_without_matplotlib_names_the_extra(tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # an import of it fails as when it is not installed
+    assert main(["plot-run", str(write_run(tmp_path / "run"))]) == 2
+    err = capsys.readouterr().err
+    assert "needs matplotlib" in err and 'pip install "pluie-reward[eval]"' in err and "Traceback" not in err

@@ -427,6 +427,34 @@ def test_serve_options_reach_create_app_under_its_keyword_names(tmp_path):
     assert serve_cli.server_options(parser.parse_args([]))["shutdown_timeout"] == serve_cli.SHUTDOWN_S
 
 
+def test_serving_beyond_this_machine_without_a_token_is_warned_about(tmp_path, capsys, monkeypatch):
+    import argparse
+
+    from pluie_reward.tools.server import cli as serve_cli
+
+    parser = argparse.ArgumentParser()
+    serve_cli._configure(parser)
+    monkeypatch.delenv("PLUIE_REWARD_TOKEN", raising=False)
+    (tmp_path / "token").write_text("secret\n")
+    for argv, warned in ((["--host", "0.0.0.0"], True), (["--host", "127.0.0.1"], False), (["--host", "localhost"], False),
+                         (["--host", "::1"], False), (["--host", "0.0.0.0", "--token-file", str(tmp_path / "token")], False)):
+        serve_cli.server_options(parser.parse_args(argv))
+        assert ("listening on 0.0.0.0 without a token" in capsys.readouterr().err) == warned, argv
+
+
+def test_serve_without_fastapi_names_the_extra_before_loading(monkeypatch, capsys):
+    import sys
+
+    from pluie_reward.tools.server import cli as serve_cli
+
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # an import of it fails as when it is not installed
+    monkeypatch.delitem(sys.modules, "pluie_reward.serving.app", raising=False)
+    monkeypatch.setattr(serve_cli, "judge_from_args", lambda args: pytest.fail("the judge was loaded"))
+    assert main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert "needs fastapi" in err and 'pip install "pluie-reward[serve]"' in err and "Traceback" not in err
+
+
 def test_template_without_default_mapping_serves_score_only(pairs):
     app = create_app(make_tiny_judge(), "rev", max_wait_ms=0)
     with background(app) as srv:

@@ -74,7 +74,6 @@ class Progress(contextlib.AbstractContextManager):
         self.live = enabled and bool(getattr(self.stream, "isatty", lambda: False)())
         self.start = time.monotonic()
         self.tenth = self._tenth()
-        self.open = False  # a line is drawn and not yet ended (terminal)
         self.width = 0
         if self.live:
             self._draw()
@@ -94,7 +93,6 @@ class Progress(contextlib.AbstractContextManager):
         self.stream.write("\r" + line.ljust(self.width))  # spaces over a longer line drawn before
         self.width = len(line)
         self.stream.flush()
-        self.open = True
 
     def update(self, n: int) -> None:
         """``n`` more units are done."""
@@ -110,10 +108,10 @@ class Progress(contextlib.AbstractContextManager):
 
     def close(self) -> None:
         """End the line (the final state is already printed, and is not printed again)."""
-        if self.open:
+        if self.live:  # a line is drawn on the terminal and not yet ended
             self.stream.write("\n")
             self.stream.flush()
-            self.open = False
+            self.live = False
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
@@ -420,6 +418,9 @@ class OutputFile:
 
     def __init__(self, path: Path, option: str = "--output", *, resume: bool = False, in_place: bool = False) -> None:
         self.path, self.stream = resolve_output(Path(path), option)
+        if self.stream and resume:
+            raise UsageError(f"{option} {self.path} is a FIFO or a device, written as a stream: there is no file to continue; "
+                             "drop --resume.")
         self.option, self.resume, self.in_place = option, resume, in_place
         self.partial = self.path if in_place else partial_path(self.path)
         self.handle: IO[str] | None = None
@@ -439,8 +440,6 @@ class OutputFile:
 
     def __enter__(self) -> "OutputFile":
         if self.stream:
-            if self.resume:
-                raise UsageError(f"{self.option} {self.path} is a FIFO or a device: there is no file to continue; drop --resume.")
             with self._writing():  # never created, truncated or renamed over; a FIFO waits here for its reader
                 self.handle = os.fdopen(os.open(self.path, os.O_WRONLY), "w", encoding="utf-8", newline="")
             return self
@@ -479,8 +478,7 @@ class OutputFile:
     def write(self, text: str) -> int:
         assert self.handle is not None
         with self._writing():
-            count = self.handle.write(text)
-        return count
+            return self.handle.write(text)
 
     def add(self, records: Iterable[Any]) -> None:
         """Write ``records`` as JSON lines (UTF-8 kept as is) and make them reach the disk (:meth:`flush`)."""

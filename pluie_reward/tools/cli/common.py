@@ -55,7 +55,8 @@ def add_chat_template_kwargs_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def chat_template_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``--chat-template-kwargs`` JSON object (``{}`` when not given); bad JSON is a :class:`UsageError`.
+    """The ``--chat-template-kwargs`` JSON object (``{}`` when not given); bad JSON is a :class:`UsageError`, a keyword
+    or date the chat template cannot take a ``ValueError`` (``main`` makes both exit 2 with their message).
 
     Example:
         >>> chat_template_kwargs(argparse.Namespace(chat_template_kwargs='{"enable_thinking": false}'))
@@ -72,12 +73,9 @@ def chat_template_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise UsageError(f"--chat-template-kwargs: give a JSON object of keyword to value, e.g. '{{\"enable_thinking\": false}}', "
                          f"not {text!r}.")
-    try:
-        check_chat_template_kwargs(value, "--chat-template-kwargs")
-        if "strftime_now" in value:
-            chat_clock(value["strftime_now"])
-    except ValueError as err:
-        raise UsageError(str(err)) from None
+    check_chat_template_kwargs(value, "--chat-template-kwargs")
+    if "strftime_now" in value:
+        chat_clock(value["strftime_now"])
     return value
 
 
@@ -118,14 +116,10 @@ def check_engine_options(args: argparse.Namespace) -> None:
         --engine transformers it would do nothing: drop it, or add --engine vllm.
     """
     engine = getattr(args, "engine", "transformers")
-    given = [option for option, name in (("--tensor-parallel-size", "tensor_parallel_size"),
-                                         ("--gpu-memory-utilization", "gpu_memory_utilization"))
-             if getattr(args, name, None) is not None]
-    if given and engine != "vllm":
-        one = len(given) == 1
-        raise UsageError(f"{' and '.join(given)} {'is' if one else 'are'} for --engine vllm (vLLM places the model on its "
-                         f"GPUs itself); with --engine {engine} {'it' if one else 'they'} would do nothing: drop "
-                         f"{'it' if one else 'them'}, or add --engine vllm.")
+    for option in ("--tensor-parallel-size", "--gpu-memory-utilization"):
+        if engine != "vllm" and getattr(args, option[2:].replace("-", "_"), None) is not None:
+            raise UsageError(f"{option} is for --engine vllm (vLLM places the model on its GPUs itself); with --engine "
+                             f"{engine} it would do nothing: drop it, or add --engine vllm.")
 
 
 def judge_from_args(args: argparse.Namespace) -> Any:
@@ -162,9 +156,8 @@ def judge_from_args(args: argparse.Namespace) -> Any:
                 return Judge.load(args.model, engine="vllm", dtype=args.dtype, **options, **own)
             except ImportError as err:
                 raise UsageError(str(err)) from None
-        adapter = getattr(args, "adapter", None)
-        extra = {"adapter": adapter} if adapter is not None else {}
-        return Judge.load(args.model, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens, **extra, **own)
+        return Judge.load(args.model, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens,
+                          adapter=getattr(args, "adapter", None), **own)
     except OSError as err:  # transformers: not a folder, not in the HF cache and no network, gated repo...
         if args.model is None or Path(args.model).exists():
             raise

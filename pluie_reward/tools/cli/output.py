@@ -41,23 +41,18 @@ def check_output_file(path: Path | None, option: str = "--output", *, inputs: It
         if source is not None and any(same_file(p, source) for p in (path, partial_path(path))):
             raise UsageError(f"{option} {path} is the input {source}: writing it would destroy the input; "
                              "choose another output file.")
-    path, stream = resolve_output(path, option)
-    if stream:
-        if resume:
-            raise UsageError(f"{option} {path} is a FIFO or a device, written as a stream: there is no file to continue; "
-                             "drop --resume.")
+    out = OutputFile(path, option, resume=bool(resume))  # where it is written (links resolved); no --resume on a stream
+    path = out.path
+    if out.stream:
         if not os.access(path, os.W_OK):
             raise UsageError(f"{option} {path} is not writable; choose another output.")
         return
     writable_folder(path.parent, option)
     partial = partial_path(path)
     if partial.is_file():
-        fd = os.open(partial, os.O_RDONLY)
-        try:
-            if not lock_file(fd):
+        with partial.open("rb") as handle:
+            if not lock_file(handle.fileno()):
                 raise _busy(path, option)
-        finally:
-            os.close(fd)
         if overwrite is False and not resume:
             how = "pass --resume to continue it, or --overwrite to start again" if resume is not None else \
                 "pass --overwrite to write the file again"

@@ -170,7 +170,7 @@ def read_table(path: str | Path, split: str | None = None) -> Records:
     """
     path = Path(path)
     _check_exists(path)
-    reader = {".csv": _read_csv, ".tsv": _read_tsv, ".parquet": _read_arrow, ".arrow": _read_arrow}.get(path.suffix.lower())
+    reader = {".csv": _read_delimited, ".tsv": _read_delimited, ".parquet": _read_arrow, ".arrow": _read_arrow}.get(path.suffix.lower())
     try:
         records = _read_dataset(path, split) if path.is_dir() else (reader or _read_json)(path)
     except csv.Error as err:
@@ -291,66 +291,35 @@ def _long_cells() -> Iterator[None]:
         csv.field_size_limit(limit)
 
 
-def _read_csv(path: Path) -> Records:
-    rows, locations = [], []
-    # -sig: a UTF-8 BOM is not part of the first column
-    with path.open(newline="", encoding="utf-8-sig") as handle, _long_cells():
-        reader = csv.DictReader(handle)
-        if not reader.fieldnames:
-            return Records(path, [], [])
-        _check_header(path, reader.fieldnames)
-        for row in reader:
-            where = f"line {reader.line_num}"
-            if None in row:
-                raise UsageError(f"{path} {where}: {len(reader.fieldnames) + len(row[None])} fields but the header has "
-                                 f"{len(reader.fieldnames)}; quote values that contain ','.")
-            if any(v is None for v in row.values()):
-                short = [k for k, v in row.items() if v is None]
-                raise UsageError(f"{path} {where}: no value for {short} (fewer fields than the header).")
-            rows.append(row)
-            locations.append(where)
-    return Records(path, rows, locations)
-
-
-def _read_tsv(path: Path) -> Records:
-    """Tab-separated text without quoting (as MRPC's and PAWS's files): a quote is a character of its cell.
+def _read_delimited(path: Path) -> Records:
+    """CSV, or TSV (``.tsv``): tab-separated text without quoting (as MRPC's and PAWS's files), a quote a character of its cell.
 
     Example:
         >>> _ = Path("pairs.tsv").write_text('source\\thypothesis\\n"The cat," he said.\\tA cat.\\n')
         >>> read_table("pairs.tsv").rows
         [{'source': '"The cat," he said.', 'hypothesis': 'A cat.'}]
     """
-    lines = json_lines(path.read_text(encoding="utf-8-sig"))  # -sig: a UTF-8 BOM is not part of the first column
-    header = next((line.split("\t") for line, _ in lines), None)
-    if header is None:
-        return Records(path, [], [])
-    _check_header(path, header)
+    tsv = path.suffix.lower() == ".tsv"
+    fix = "TSV is read without quoting: fix that row, or use CSV or JSONL" if tsv else "fix that row (quote values that contain ',')"
     rows, locations = [], []
-    for number, (line, _) in enumerate(lines, 2):
-        if not line:
-            continue
-        cells = line.split("\t")
-        if len(cells) != len(header):
-            cut = f"no value for {header[len(cells):]}" if len(cells) < len(header) else "a tab inside a value splits it"
-            raise UsageError(f"{path} line {number}: {len(cells)} cell{'s' * (len(cells) != 1)} but the header has "
-                             f"{len(header)} ({cut}); TSV is read without quoting: fix that row, or use CSV or JSONL.")
-        rows.append(dict(zip(header, cells)))
-        locations.append(f"line {number}")
+    # -sig: a UTF-8 BOM is not part of the first column
+    with path.open(newline="", encoding="utf-8-sig") as handle, _long_cells():
+        reader = csv.DictReader(handle, delimiter="\t" if tsv else ",", quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
+        header = reader.fieldnames
+        if not header:
+            return Records(path, [], [])
+        _check_header(path, header)
+        for row in reader:
+            where = f"line {reader.line_num}"
+            short = [k for k, v in row.items() if v is None]
+            if short or None in row:
+                cells = len(header) + len(row.get(None, ())) - len(short)
+                cut = f"no value for {short}" if short else f"a {'tab' if tsv else 'comma'} inside a value splits it"
+                raise UsageError(f"{path} {where}: {cells} cell{'s' * (cells != 1)} but the header has {len(header)} "
+                                 f"({cut}); {fix}.")
+            rows.append(row)
+            locations.append(where)
     return Records(path, rows, locations)
-
-
-@contextmanager
-def _quiet_datasets() -> Iterator[Any]:
-    """The ``datasets`` module, its progress bars off while it reads."""
-    import datasets
-
-    was = datasets.is_progress_bar_enabled()
-    datasets.disable_progress_bars()
-    try:
-        yield datasets
-    finally:
-        if was:
-            datasets.enable_progress_bars()
 
 
 def as_json_value(value: Any) -> Any:
@@ -377,41 +346,40 @@ def as_json_value(value: Any) -> Any:
     return value
 
 
-def _from_dataset(path: Path, dataset: Any) -> Records:
-    rows = [as_json_value(row) for row in dataset.to_list()]
+def _from_rows(path: Path, rows: list[dict[str, Any]]) -> Records:
+    rows = [as_json_value(row) for row in rows]
     return Records(path, rows, [f"row {i + 1}" for i in range(len(rows))])
 
 
-def _parquet_rows(path: Path) -> int | None:
-    """The number of rows a Parquet file's footer declares (``None`` when it cannot be read)."""
+def _read_arrow(path: Path) -> Records:
+    """A Parquet file, or an Arrow stream (the ``.arrow`` files of a datasets folder), read by pyarrow (which reads a
+    Parquet file without rows too: ``datasets`` fails on it, "BatchSize must be > 0")."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        return pq.ParquetFile(path).metadata.num_rows
-    except Exception:  # noqa: BLE001  (pyarrow raises its own error types; datasets then says what is wrong)
-        return None
-
-
-def _read_arrow(path: Path) -> Records:
-    if path.suffix.lower() == ".parquet" and _parquet_rows(path) == 0:  # datasets fails on it ("BatchSize must be > 0")
-        return Records(path, [], [])
-    with _quiet_datasets() as datasets:
-        try:
-            if path.suffix.lower() == ".parquet":
-                dataset = datasets.Dataset.from_parquet(str(path), keep_in_memory=True)
-            else:
-                dataset = datasets.Dataset.from_file(str(path))
-        except Exception as err:  # pyarrow raises its own error types
-            raise UsageError(f"{path}: cannot read it as {path.suffix[1:]} ({type(err).__name__}: {err}).") from None
-    return _from_dataset(path, dataset)
+        if path.suffix.lower() == ".parquet":
+            table = pq.read_table(path)
+        else:
+            with pa.memory_map(str(path)) as source:
+                table = pa.ipc.open_stream(source).read_all()
+    except Exception as err:  # pyarrow raises its own error types
+        raise UsageError(f"{path}: cannot read it as {path.suffix[1:]} ({type(err).__name__}: {err}).") from None
+    return _from_rows(path, table.to_pylist())
 
 
 def _read_dataset(path: Path, split: str | None) -> Records:
-    with _quiet_datasets() as datasets:
-        try:
-            dataset = datasets.load_from_disk(str(path))
-        except FileNotFoundError:
-            raise UsageError(f"{path} is a folder but not a datasets folder (save_to_disk); give a file ({FORMATS}).") from None
+    import datasets
+
+    was = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # while it reads
+    try:
+        dataset = datasets.load_from_disk(str(path))
+    except FileNotFoundError:
+        raise UsageError(f"{path} is a folder but not a datasets folder (save_to_disk); give a file ({FORMATS}).") from None
+    finally:
+        if was:
+            datasets.enable_progress_bars()
     if isinstance(dataset, datasets.DatasetDict):
         splits = list(dataset)
         if split is None and len(splits) == 1:
@@ -421,19 +389,16 @@ def _read_dataset(path: Path, split: str | None) -> Records:
         dataset = dataset[split]
     elif split is not None:
         raise UsageError(f"{path} is a single dataset without splits; drop --split.")
-    return _from_dataset(path, dataset)
+    return _from_rows(path, dataset.to_list())
 
 
 def parse_columns(specs: Sequence[str], fields: Sequence[str], optional: Sequence[str] = ()) -> dict[str, str | None]:
     """Field -> input column from repeated ``FIELD=COLUMN`` (default: the field's name; ``FIELD=`` leaves an optional
-    field out), through :func:`pluie_reward.integrations.fields.map_fields`.
+    field out), through :func:`pluie_reward.integrations.fields.map_fields` (its ``ValueError`` names ``--column``).
 
     Example:
         >>> parse_columns(["source=s1", "gold="], ["source", "hypothesis"], ["gold"])
         {'source': 's1', 'hypothesis': 'hypothesis', 'gold': None}
     """
-    try:
-        mapping = map_fields(fields, parse_assignments(specs, "--column"), optional=optional, setting="--column")
-    except ValueError as err:
-        raise UsageError(str(err)) from None
+    mapping = map_fields(fields, parse_assignments(specs, "--column"), optional=optional, setting="--column")
     return {f: mapping.columns.get(f) for f in [*fields, *optional]}

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from ...core.prompt import AnswerTokenError, BoundTemplate
+from ...core.prompt import BoundTemplate
 from ...core.template import Template, builtin_template_names, load_template
 from ...judges import default_adapter_dir
 from ..evaluation.scoring import Condition, score_items
@@ -99,17 +99,21 @@ def _close(saved: Any, new: Any) -> bool:
     return saved == new
 
 
+class _Refused(UsageError):
+    """A resumed output that this run cannot continue (said before anything is written)."""
+
+
 def _check_done(done: list[dict[str, Any]], records: Records, partial: Path) -> None:
     """The rows an interrupted run wrote must be the input's first rows (else the input changed)."""
     if len(done) > len(records):
-        raise UsageError(f"{partial} holds {len(done)} rows but the input {len(records)}: it is the output of another input; "
-                         "pass --overwrite to start again.")
+        raise _Refused(f"{partial} holds {len(done)} rows but the input {len(records)}: it is the output of another input; "
+                       "pass --overwrite to start again.")
     for i, line in enumerate(done):
         row = records.rows[i]
         if not set(row) <= set(line) or json.dumps({k: line[k] for k in row}, sort_keys=True, default=str) != \
                 json.dumps(row, sort_keys=True, default=str):
-            raise UsageError(f"{partial} line {i + 1} does not hold {records.where(i)}: the input changed since it was written; "
-                             "pass --overwrite to start again.")
+            raise _Refused(f"{partial} line {i + 1} does not hold {records.where(i)}: the input changed since it was written; "
+                           "pass --overwrite to start again.")
 
 
 @command("score", _configure_score)
@@ -135,12 +139,10 @@ def score_command(args: argparse.Namespace) -> int:
                 f"(got {len(args.values)}); or use --input FILE."
             )
         records = Records(Path("arguments"), [dict(zip(fields, args.values))], ["(command line)"])
-        mapping: dict[str, str | None] = {f: f for f in fields}
     else:
         records = read_table(args.input, args.split)
-        mapping = field_columns(args, list(template.all_fields), template.optional_fields)
-        records.require({f"field {f}": c for f, c in mapping.items() if f in fields and c is not None},
-                        "Use --column FIELD=COLUMN.")
+    mapping = field_columns(args, list(template.all_fields), template.optional_fields)  # no --column: each field's name
+    records.require({f"field {f}": c for f, c in mapping.items() if f in fields and c is not None}, "Use --column FIELD=COLUMN.")
     _check_columns(records, template)
     _check_json(records)
     # optional fields are read when their column is in the file (or named with --column)
@@ -156,7 +158,6 @@ def score_command(args: argparse.Namespace) -> int:
             run.write(StandardOutput(sys.stdout))
         else:
             with OutputFile(args.output, resume=args.resume) as out:
-                run.target = out
                 run.write(out, out.done_lines() if args.resume else [])
                 out.commit()
     except KeyboardInterrupt:
@@ -175,10 +176,6 @@ def score_command(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Refused(UsageError):
-    """A resumed output that this run cannot continue (said before anything is written)."""
-
-
 class _Run:
     """One ``score`` run writing its records, chunk after chunk, and able to say what it kept."""
 
@@ -187,21 +184,18 @@ class _Run:
         self.args, self.judge, self.template, self.records, self.values, self.size = args, judge, template, records, values, size
         self.written = 0
         self.started = False  # the output is checked and being written
-        self.target: OutputFile | None = None  # the --output file (None: standard output)
         self.saved: list[dict[str, Any]] = []  # the rows an interrupted run wrote (--resume)
         self.first = 0  # the first row to score: the start of the chunk holding the last saved row
-        self.out: Any = None  # where the rows go (write's ``out``)
+        self.out: Any = None  # where the rows go (write's ``out``): the --output file, or standard output
         self.bar = Progress(0, "scoring", enabled=False)  # its progress line
 
     def write(self, out: Any, done: Sequence[dict[str, Any]] = ()) -> None:
         """Score and write every row after ``done`` (rows an interrupted run wrote) with :func:`score_items`, this
         run as its store; the chunk holding the last of them is scored again and must give the saved results."""
+        self.out = out
         if done:
-            try:
-                _check_done(list(done), self.records, self._partial())
-            except UsageError as err:
-                raise _Refused(str(err)) from None
-        self.out, self.saved, self.written, self.started = out, list(done), len(done), True
+            _check_done(list(done), self.records, out.partial)
+        self.saved, self.written, self.started = list(done), len(done), True
         self.first = (len(done) - 1) // self.size * self.size if done else 0  # chunks fall where a clean run's did
         options = {"details": True, "threshold": self.args.threshold, "truncate": not self.args.no_truncate}
         condition = Condition("", self.template, self.values, options=options)  # nameless: errors name the row only
@@ -227,7 +221,7 @@ class _Run:
             if i < len(self.saved):
                 if not _close({k: self.saved[i].get(k) for k in result}, result):
                     raise _Refused(
-                        f"{self._partial()} line {i + 1} was scored with other settings (judge, "
+                        f"{self.out.partial} line {i + 1} was scored with other settings (judge, "
                         f"template, threshold...): it holds {({k: self.saved[i].get(k) for k in result})}, this run gives "
                         f"{result}. Resume with the same options, or pass --overwrite to start again.")
                 continue
@@ -236,22 +230,18 @@ class _Run:
         self.written += len(rows)
         self.bar.update(len(rows))
 
-    def _partial(self) -> Path:
-        assert self.target is not None
-        return self.target.partial
-
     def kept(self, fix: bool = False) -> str:
         """What the run kept and how to go on ("" before it started writing); ``fix``: after fixing the input."""
         output, total = self.args.output, len(self.records)
         if not self.started:
             return ""
-        if output is None or self.target is None:
+        if output is None:
             return f"{self.written} of {total} item(s) were written to standard output"
-        if self.target.stream:
+        if self.out.stream:
             return f"{self.written} of {total} item(s) were written to {output}"
         if not self.written:
             return f"nothing was written; {output} is untouched"
-        return (f"{self.written} of {total} item(s), in input order, are kept in {self._partial()} "
+        return (f"{self.written} of {total} item(s), in input order, are kept in {self.out.partial} "
                 f"({output} is untouched); {'fix it, then ' if fix else ''}run the same command with --resume to score the rest")
 
 
@@ -306,10 +296,7 @@ def _render(args: argparse.Namespace) -> int:
         if Path(args.model).exists():
             raise UsageError(f"--model {args.model}: cannot read its tokenizer ({str(err).strip().splitlines()[0]}).") from None
         raise model_not_found(args.model, err) from None
-    try:
-        bound = BoundTemplate(template, tokenizer, allow_multi_token=True, chat_template_kwargs=keywords)
-    except AnswerTokenError as err:
-        raise UsageError(str(err)) from None
+    bound = BoundTemplate(template, tokenizer, allow_multi_token=True, chat_template_kwargs=keywords)  # AnswerTokenError: exit 2
     ids = bound.encode_values(values)
     print(bound.render(values), end="")
     print(f"\n--- {len(ids)} prompt tokens (last: {bound.show(ids[-3:])}); the judge reads the answer tokens:")

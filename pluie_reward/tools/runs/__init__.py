@@ -78,11 +78,8 @@ def _state_file(directory: Path) -> Path | None:
     top = directory / "trainer_state.json"
     if top.is_file():
         return top
-    checkpoints = sorted(
-        (p for p in directory.glob("checkpoint-*/trainer_state.json") if p.parent.name.split("-")[-1].isdigit()),
-        key=lambda p: int(p.parent.name.split("-")[-1]),
-    )
-    return checkpoints[-1] if checkpoints else None
+    states = [p for p in directory.glob("checkpoint-*/trainer_state.json") if p.parent.name.split("-")[-1].isdigit()]
+    return max(states, key=lambda p: int(p.parent.name.split("-")[-1]), default=None)  # the latest checkpoint
 
 
 def read_run(directory: str | Path) -> RunLog:
@@ -105,8 +102,7 @@ def read_run(directory: str | Path) -> RunLog:
     if run.state_file is not None:
         run.history = list(json.loads(run.state_file.read_text(encoding="utf-8")).get("log_history", []))
     for path in sorted((directory / "pluie").glob("step-*.jsonl")):
-        match = _TABLE.match(path.name)
-        if match:
+        if match := _TABLE.match(path.name):
             rows = [json.loads(line) for line, _ in json_lines(path.read_text(encoding="utf-8")) if line.strip()]
             run.tables[int(match.group(1))] = rows
     if run.state_file is None and not run.tables:
@@ -124,13 +120,9 @@ def rolling_mean(values: Sequence[float], window: int) -> list[float]:
         >>> rolling_mean([1.0, 2.0, 3.0, 4.0], 2)
         [1.0, 1.5, 2.5, 3.5]
     """
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
+    import pandas as pd
+
+    return pd.Series(values, dtype=float).rolling(window, min_periods=1).mean().tolist()
 
 
 def summary(run: RunLog) -> list[str]:

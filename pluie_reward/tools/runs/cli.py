@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..cli.registry import command
-from ..shared import UsageError, positive_int
+from ..shared import positive_int
 from . import plot_run, read_run, summary
 
 
@@ -21,16 +21,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
 @command("plot-run", _configure)
 def plot_run_command(args: argparse.Namespace) -> int:
     """Plot a training run's rewards, accept rates and PLUIE evaluations (trainer_state.json + pluie/ tables)."""
-    try:
-        import matplotlib  # noqa: F401
-    except ModuleNotFoundError:
-        raise UsageError("plotting needs matplotlib: pip install 'pluie-reward[eval]'") from None
-    try:
-        run = read_run(args.directory)
-    except FileNotFoundError as err:
-        raise UsageError(str(err)) from None
+    run = read_run(args.directory)  # FileNotFoundError, and plot_run's missing matplotlib: exit 2 with the message (main)
     path = plot_run(run, args.output, title=args.title, window=args.window)
-    for line in summary(run):
-        print(line)
-    print(f"wrote {path}")
+    print(*summary(run), f"wrote {path}", sep="\n")
     return 0
