@@ -62,11 +62,14 @@ class CommandParser(argparse.ArgumentParser):
         tool score: error: unrecognized arguments: --ouptut x (did you mean --output?)
     """
 
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        self.has_commands = True
+        return super().add_subparsers(**kwargs)
+
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         parsed, extra = super().parse_known_args(args, namespace)
-        # a command's own parser (no sub-commands): its options are all here; argparse has no public listing of them
-        if extra and self._subparsers is None:
-            known = list(self._option_string_actions)
+        if extra and not getattr(self, "has_commands", False):  # a command's own parser: its options are all here
+            known = list(self._option_string_actions)  # argparse has no public listing of a parser's options
             close = [m for a in extra if a.startswith("-") for m in difflib.get_close_matches(a.split("=")[0], known, n=1)]
             hint = f" (did you mean {' or '.join(dict.fromkeys(close))}?)" if close else ""
             self.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
