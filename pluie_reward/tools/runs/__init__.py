@@ -120,9 +120,13 @@ def rolling_mean(values: Sequence[float], window: int) -> list[float]:
         >>> rolling_mean([1.0, 2.0, 3.0, 4.0], 2)
         [1.0, 1.5, 2.5, 3.5]
     """
-    import pandas as pd
-
-    return pd.Series(values, dtype=float).rolling(window, min_periods=1).mean().tolist()
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
 
 
 def summary(run: RunLog) -> list[str]:
