@@ -385,21 +385,20 @@ def test_pool_section_writes_its_loads_through_the_bench_json_writer(tmp_path, m
     assert main(["bench", "pool", "--clients", "4", "--data", str(data)]) == 2  # (4 x 3 + 1) x 8 = 104 pairs > 30
 
 
-def test_timed_is_the_median_of_the_timed_calls_after_the_warmup():
-    import time
+def test_timed_is_the_median_of_the_timed_calls_after_the_warmup(monkeypatch):
+    from pluie_reward.tools.bench import measure
 
-    from pluie_reward.tools.bench.measure import timed
-
-    sleeps, calls = [0.0, 0.6, 0.05, 0.1], []
+    durations, calls, now = [0.0, 0.6, 0.05, 0.1], [], [100.0]
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: now[0])  # a clock that moves only when a call "runs"
 
     def run():
-        time.sleep(sleeps[len(calls)])
+        now[0] += durations[len(calls)]
         calls.append(len(calls))
         return len(calls)
 
-    seconds, value, peak = timed(None, run, rounds=3, warmup=True)
+    seconds, value, peak = measure.timed(None, run, rounds=3, warmup=True)
     assert calls == [0, 1, 2, 3] and value == 4 and peak.cuda_mb is None  # one untimed call, then three timed
-    assert 0.1 <= seconds < 0.2  # the median of 0.6, 0.05 and 0.1 s (their mean would be 0.25)
+    assert seconds == pytest.approx(0.1)  # the median of 0.6, 0.05 and 0.1 s (their mean would be 0.25)
 
 
 def test_in_fresh_process_returns_the_childs_json_and_reports_its_failure():
