@@ -128,3 +128,14 @@ def test_plot_run_without_matplotlib_names_the_extra(tmp_path, capsys, monkeypat
     assert main(["plot-run", str(write_run(tmp_path / "run"))]) == 2
     err = capsys.readouterr().err
     assert "needs matplotlib" in err and 'pip install "pluie-reward[eval]"' in err and "Traceback" not in err
+
+
+def test_reading_a_run_loads_no_evaluation_module_nor_numpy():
+    """plot-run reads JSON: importing the module must not pull the evaluation package (and numpy) in for one helper."""
+    import subprocess
+    import sys
+
+    code = ("import sys, pluie_reward.tools.runs; "
+            "print(sorted(m for m in sys.modules if m == 'numpy' or m.startswith('pluie_reward.tools.evaluation')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

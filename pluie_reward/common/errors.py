@@ -12,6 +12,9 @@ Example:
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 
 class PluieError(Exception):
     """Base class of the errors pluie-reward raises (see the module's docstring).
@@ -86,3 +89,17 @@ def missing_extra(err: ModuleNotFoundError, what: str) -> ModuleNotFoundError:
     else:
         how = f'pip install "pluie-reward[{extra}]"' if extra else f"pip install {module}"
     return ModuleNotFoundError(f"{what} needs {module}, which is not installed: {how}", name=err.name)
+
+
+def library(module: str, what: str) -> ModuleType:
+    """The module (e.g. ``"sklearn.metrics"``) of an optional library, or :func:`missing_extra`'s error naming the
+    extra that installs it.
+
+    Example:
+        >>> library("json", "a test").__name__
+        'json'
+    """
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        raise missing_extra(err, what) from None

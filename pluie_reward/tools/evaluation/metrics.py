@@ -10,13 +10,12 @@ the smallest, and :func:`preference_metrics` reports the range of V and κ over 
 
 from __future__ import annotations
 
-import importlib
 import math
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ...common.errors import missing_extra
+from ...common.errors import library
 
 METRICS = ("accuracy", "precision", "recall", "f1")
 PREFERENCES = ("A", "B", "tie")
@@ -208,18 +207,6 @@ def roc_auc(scores: Iterable[float], labels: Iterable[Any]) -> float:
         raise ValueError("ROC-AUC needs both positive and negative labels.")
     return float(library("sklearn.metrics", "roc_auc").roc_auc_score(y, s))
 
-
-def library(module: str, what: str) -> Any:
-    """The module (e.g. ``"sklearn.metrics"``) of an optional library, or the error naming the extra that installs it.
-
-    Example:
-        >>> library("sklearn.metrics", "roc_auc").__name__
-        'sklearn.metrics'
-    """
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as err:
-        raise missing_extra(err, what) from None
 
 
 def require_metric_libraries(what: str = "this command") -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..evaluation.metrics import library
+from ...common.errors import library
 from ..shared import json_lines
 
 _REWARD = re.compile(r"^rewards/(.+)/mean$")
