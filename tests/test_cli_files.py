@@ -141,6 +141,32 @@ def test_input_columns_named_like_outputs_are_refused(no_judge, tmp_path, capsys
     _refused(["score", "-t", "rev-choice", "-i", str(data)], capsys, "['choice']")
 
 
+def test_a_result_key_the_column_check_missed_never_replaces_an_input_column(tiny_cli, tmp_path, capsys, monkeypatch):
+    """The second guard: if the list of output fields ever misses a key Judge.score returns, the row is refused."""
+    monkeypatch.setattr(score_cli, "output_fields", lambda template: ())  # the first guard (_check_columns) sees nothing
+    rows = _rows(2)
+    rows[1]["verdict"] = "mine"
+    data, out = _jsonl(tmp_path / "in.jsonl", rows), tmp_path / "out.jsonl"
+    _refused(["score", "-i", str(data), "-o", str(out)], capsys, "in.jsonl line 2", "['verdict'] would be replaced")
+    assert not out.exists()
+
+
+def test_score_keeps_no_scored_line_in_memory(tiny_cli, tmp_path, monkeypatch):
+    """Rows go to the output chunk by chunk; score_items is not asked to collect them all (a large file's memory)."""
+    calls = []
+    real = score_cli.score_items
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls.append((kwargs.get("keep", True), out))
+        return out
+
+    monkeypatch.setattr(score_cli, "score_items", spy)
+    data, out = _jsonl(tmp_path / "in.jsonl", _rows(5)), tmp_path / "out.jsonl"
+    assert cli.main(["score", "-i", str(data), "-o", str(out), "--chunk-size", "2"]) == 0
+    assert calls == [(False, [])] and [json.loads(line)["id"] for line in out.read_text().splitlines()] == [0, 1, 2, 3, 4]
+
+
 def test_output_into_missing_folders_is_created_and_a_file_in_the_way_refused_first(tiny_cli, tmp_path, capsys, monkeypatch):
     data = _jsonl(tmp_path / "in.jsonl", _rows(2))
     out = tmp_path / "new" / "deeper" / "out.jsonl"

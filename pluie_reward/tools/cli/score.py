@@ -204,7 +204,7 @@ class _Run:
                             enabled=self.args.input is not None and not self.args.no_progress)
         with self.bar:
             try:
-                score_items(self.judge, [condition], items, store=self, chunk_size=self.size, progress=False)
+                score_items(self.judge, [condition], items, store=self, chunk_size=self.size, progress=False, keep=False)
             except (TypeError, ValueError) as err:
                 raise UsageError(str(err)) from None
 
@@ -225,7 +225,9 @@ class _Run:
                         f"template, threshold...): it holds {({k: self.saved[i].get(k) for k in result})}, this run gives "
                         f"{result}. Resume with the same options, or pass --overwrite to start again.")
                 continue
-            rows.append({**row, **result})  # _check_columns: no input column has an output field's name
+            if set(result) & set(row):  # _check_columns prevents it; never replace an input column
+                raise UsageError(f"{self.records.where(i)}: column(s) {sorted(set(result) & set(row))} would be replaced.")
+            rows.append({**row, **result})
         self.out.add(rows)
         self.written += len(rows)
         self.bar.update(len(rows))

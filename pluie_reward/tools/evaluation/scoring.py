@@ -213,9 +213,11 @@ def score_items(
     desc: str = "scoring",
     units: str = "items",
     bar: Progress | None = None,
+    keep: bool = True,
 ) -> list[dict[str, Any]]:
     """Score every condition (and baseline) on every item; returns one line per item,
-    ``{**items[i], "scores": {name: score or [score_A, score_B]}}``.
+    ``{**items[i], "scores": {name: score or [score_A, score_B]}}`` (``keep=False``: none, for a caller whose
+    ``store`` takes every line and that holds no line in memory, e.g. ``pluie-reward score`` on a large file).
 
     ``items[i]`` holds at least ``"i"`` and ``"h"`` (the item's input fingerprint) and may name its input
     ``"row"`` (for errors); items the store already holds (``store.done(i, h)``) are not scored again; new
@@ -247,6 +249,7 @@ def score_items(
                     "scores": {name: values[j] for name, values in scored.items()}} for j, k in enumerate(index)]
             if store is not None:
                 store.add(new)
-            lines.update(zip(index, new))
+            if keep:
+                lines.update(zip(index, new))
             line.update(len(index))
-    return [lines[k] for k in range(len(items))]
+    return [lines[k] for k in range(len(items))] if keep else []
