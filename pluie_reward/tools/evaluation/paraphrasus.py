@@ -330,7 +330,7 @@ def run_paraphrasus(
     return results
 
 
-def paraphrasus_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any]], keep_pairs: bool = True) -> dict[str, Any]:
+def paraphrasus_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Error rates per dataset, challenge and overall from scored lines (no judge needed).
 
     Example:
@@ -366,7 +366,7 @@ def paraphrasus_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, An
     for name, rate in summary["error_rates"].items():
         per_dataset[name]["error_rate"] = rate
     planned = meta.get("n", len(lines))
-    results = {
+    return {
         **{k: v for k, v in meta.items() if k not in ("peer_figures", "n")},
         "n": len(lines),
         "planned": planned,
@@ -375,15 +375,13 @@ def paraphrasus_results(meta: Mapping[str, Any], lines: Sequence[Mapping[str, An
         "overall": summary["overall"],
         "not_included": list(meta.get("not_in_data_folder", OPTIONAL)),  # runs saved before it was recorded: both
         "peers": {m: _peer_summary(v, per_dataset) for m, v in meta.get("peer_figures", {}).items()},
-    }
-    if keep_pairs:
-        results["pairs"] = {
+        "pairs": {
             name: [{"pair_id": line["pair_id"], "file": line["file"], "logratio": line["scores"]["PLUIE"],
                     "expected": line["expected"], "predicted": line["scores"]["PLUIE"] > threshold,
                     "sts": line.get("sts"), "edit_distance": line.get("edit_distance")} for line in members]
             for name, members in by_dataset.items()
-        }
-    return results
+        },
+    }
 
 
 def paraphrasus_plots(results: Mapping[str, Any], folder: str | Path) -> list[str]:
