@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 from typing import IO, Any, Iterable
 
-from ..shared import (OutputError, OutputFile, UsageError, _busy, check_output_dir, lock_file, partial_path, resolve_output,
-                      same_file, writable_folder)
+from ..shared import (OutputError, OutputFile, UsageError, _busy, check_output_dir, lock_file, partial_path, same_file,
+                      writable_folder)
 
 __all__ = ["OutputError", "OutputFile", "StandardOutput", "check_output_dir", "check_output_file", "partial_path",
-           "resolve_output", "write_text_file"]
+           "write_text_file"]
 
 
 def check_output_file(path: Path | None, option: str = "--output", *, inputs: Iterable[Path | None] = (),
@@ -48,7 +48,7 @@ def check_output_file(path: Path | None, option: str = "--output", *, inputs: It
             raise UsageError(f"{option} {path} is not writable; choose another output.")
         return
     writable_folder(path.parent, option)
-    partial = partial_path(path)
+    partial = out.partial
     if partial.is_file():
         with partial.open("rb") as handle:
             if not lock_file(handle.fileno()):
