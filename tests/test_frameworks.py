@@ -425,4 +425,6 @@ def test_client_module_has_no_hidden_state_between_loops(server):
     import gc
 
     gc.collect()
-    assert len(client_module._coalescers) == 0  # finished loops are dropped with their batchers
+    from pluie_reward.serving import coalescer
+
+    assert len(coalescer._running) == 0  # finished loops are dropped with their batchers
