@@ -425,6 +425,4 @@ def test_client_module_has_no_hidden_state_between_loops(server):
     import gc
 
     gc.collect()
-    from pluie_reward.serving import coalescer
-
-    assert len(coalescer._running) == 0  # finished loops are dropped with their batchers
+    assert len(client_module._coalescers) == 0  # finished loops are dropped with their batchers

@@ -113,7 +113,7 @@ def test_core_reaches_engines_only_through_the_protocol_and_the_registry():
 def test_imports_form_no_cycle():
     """No two modules import each other, directly or around a circle, counting every import: at module level
     and inside a function (a function-local import only hides a circle: client.py once imported genrm.py in a
-    function while genrm.py imported client.py's private coalescer)."""
+    function while genrm.py imported client.py's private _Coalescer)."""
     graph: dict[str, dict[str, int]] = {}  # module -> {imported module: line}
     for name, path in MODULES.items():
         edges: dict[str, int] = {}

@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import os
 import threading
+import weakref
 from typing import Any, Mapping, Sequence
 
 from pluie_reward.common.errors import RemoteError, missing_extra
@@ -26,7 +27,6 @@ from pluie_reward.integrations.novelty import TASKS, Task, check_blank_sources, 
 from pluie_reward.integrations.outputs import SECOND_CANDIDATE, AnswerOutput
 from pluie_reward.integrations.reward_base import AsyncReward, Batch, Scores
 from pluie_reward.integrations.reward_config import RewardConfig, reward_config
-from pluie_reward.serving.coalescer import Coalescer
 from pluie_reward.serving.protocol import COLUMNS, OUTPUTS, TOKEN_ENV, URL_ENV, choice
 
 
@@ -649,12 +649,54 @@ def compute_score_sync(
     return compute_score_batch([data_source], [solution_str], [ground_truth], [extra_info], **settings)[0]
 
 
-class ServerCoalescer(Coalescer):
-    """Concurrent :func:`compute_score` calls on one event loop, sent to the judge server as one ``POST /score`` per
-    wait window (keys: ``(score URL, token, timeout, retries, backoff)``; the server batches again across workers)."""
+class _Coalescer:
+    """Concurrent :func:`compute_score` calls on one event loop under one key (the judge server's: ``(score URL, token,
+    timeout, retries, backoff)``), sent as one ``POST /score`` per wait window (a small micro-batcher: the judge server
+    batches again across workers); a group that fails may go again in pieces (413) or item by item (one bad item)."""
+
+    def __init__(self) -> None:
+        self.pending: dict[tuple, list[tuple[dict[str, Any], asyncio.Future]]] = {}
+        self.timers: dict[tuple, asyncio.TimerHandle] = {}
+        self.tasks: set[asyncio.Task] = set()
+        self.requests = 0  # requests sent, for tests and curiosity
+
+    @classmethod
+    def running(cls) -> "_Coalescer":
+        """This class's coalescer of the running event loop (made at its first call, dropped with the loop)."""
+        per_class = _coalescers.setdefault(asyncio.get_running_loop(), {})
+        if cls not in per_class:
+            per_class[cls] = cls()
+        return per_class[cls]
+
+    def submit(self, key: tuple, item: dict[str, Any], max_wait: float, max_items: int) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        queue = self.pending.setdefault(key, [])
+        queue.append((item, future))
+        if len(queue) >= max_items:
+            self.flush(key)
+        elif key not in self.timers:
+            self.timers[key] = loop.call_later(max_wait, self.flush, key)
+        return future
+
+    def flush(self, key: tuple) -> None:
+        timer = self.timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        waiting = [(item, f) for item, f in self.pending.pop(key, []) if not f.done()]
+        if not waiting:
+            return
+        # items without an optional field (None) cannot share a request with items that have it
+        groups: dict[tuple[str, ...], list[tuple[dict[str, Any], asyncio.Future]]] = {}
+        for item, future in waiting:
+            groups.setdefault(tuple(sorted(item)), []).append((item, future))
+        for names, group in groups.items():
+            task = asyncio.ensure_future(self.send(key, names, group))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
 
     async def post(self, key: tuple, body: dict[str, list[Any]]) -> Mapping[str, Any]:
-        """The judge server's ``/score`` answer for a group's items (its columns checked)."""
+        """One request for a group's items: the judge server's ``/score`` answer, its columns checked."""
         url, token, timeout, retries, backoff = key
         answer = await apost_json(url, body, token=token, timeout=timeout, retries=retries, backoff=backoff)
         for output in OUTPUTS:
@@ -672,9 +714,48 @@ class ServerCoalescer(Coalescer):
             return split_size(err, await _ahealth(http), body, n)
 
     def splits(self, err: BaseException) -> bool:
-        """Whether ``err`` may be one item's fault (422, or 413 for an item over the server's ``max_item_chars``), so
-        that each item of the group is sent again alone."""
-        return isinstance(err, RemoteJudgeError) and err.status in (413, 422)
+        """Whether ``err`` may be one item's fault, so that each item of the group is sent again alone: 422, 413 for an
+        item over the server's ``max_item_chars``, a ``ValueError`` (an item a judge refuses)."""
+        return isinstance(err, ValueError) or (isinstance(err, RemoteJudgeError) and err.status in (413, 422))
+
+    async def send(self, key: tuple, names: tuple[str, ...], group: list[tuple[dict[str, Any], asyncio.Future]]) -> None:
+        body = {name: [item[name] for item, _ in group] for name in names}
+        self.requests += 1
+        try:
+            answer = await self.post(key, body)
+        except BaseException as err:  # noqa: BLE001 - every waiting caller gets the error
+            try:
+                size = await self.piece_size(key, err, body, len(group))
+            except Exception:  # noqa: BLE001 - no /health answer: the error below stands
+                size = None
+            if size is not None:  # a group above the server's limits: sent again in pieces it takes, each failing alone
+                await asyncio.gather(*(self.send(key, names, group[s : s + size]) for s in range(0, len(group), size)))
+                return
+            if self.splits(err) and len(group) > 1:  # one bad item: not the others
+                await asyncio.gather(*(self.send(key, names, [one]) for one in group))
+                return
+            for _, future in group:
+                if not future.done():
+                    future.set_exception(err)
+            if not isinstance(err, Exception):
+                raise
+            return
+        for i, (_, future) in enumerate(group):
+            if not future.done():
+                future.set_result({output: answer[output][i] for output in OUTPUTS})
+
+
+class _GenRMCoalescer(_Coalescer):
+    """The calls scored on verl's reward model (keys: ``(base URL, template, threshold)``): one
+    :func:`~pluie_reward.serving.genrm.ascore_batch` per wait window, i.e. one ``/v1/completions`` request."""
+
+    async def post(self, key: tuple, body: dict[str, list[Any]]) -> Mapping[str, Any]:
+        from pluie_reward.serving import genrm  # lazy: httpx-only client
+
+        return await genrm.ascore_batch(key, body)
+
+
+_coalescers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[type, _Coalescer]]" = weakref.WeakKeyDictionary()
 
 
 async def compute_score(
@@ -732,10 +813,11 @@ async def compute_score(
     if router:  # verl's own reward model (GenRM)
         from pluie_reward.serving import genrm  # lazy: httpx-only client
 
-        answer = await genrm.submit(router, kwargs.get("reward_model_tokenizer"), item, output, settings, max_wait, max_items)
+        key = await genrm.ready(router, kwargs.get("reward_model_tokenizer"), output, settings, max_items)
+        answer = await _GenRMCoalescer.running().submit(key, item, max_wait, max_items)
     else:
         key = (where, settings.get("token"), float(settings.get("timeout", 120.0)), int(settings.get("retries", 3)),
                float(settings.get("backoff", 0.5)))
-        answer = await ServerCoalescer.running().submit(key, item, max_wait, max_items)
+        answer = await _Coalescer.running().submit(key, item, max_wait, max_items)
     result = _verl_results({k: [v] for k, v in answer.items()}, output, {k: [v] for k, v in item.items()}, where)[0]
     return result if settings.get("return_dict", True) else result["score"]

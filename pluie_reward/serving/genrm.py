@@ -15,8 +15,9 @@ remote engine (:meth:`~pluie_reward.Judge.connect`) at ``http://<reward_router_a
 
 the last check's prompt is the template's prefix alone (the instructions every item shares, as token ids that
 start every prompt the judge sends), so vLLM's prefix cache holds it before the first batch and every prompt
-finds it there. Concurrent calls of one event loop go out together (:class:`GenRMCoalescer`: one
-:meth:`~pluie_reward.Judge.ascore`, one ``/v1/completions`` request for up to ``max_batch_items`` prompts).
+finds it there. Concurrent calls of one event loop go out together (gathered by the client, scored by
+:func:`ascore_batch`: one :meth:`~pluie_reward.Judge.ascore`, one ``/v1/completions`` request for up to
+``max_batch_items`` prompts).
 
 Example:
     >>> reward = compute_score(data_source="mrpc", solution_str="A cat is asleep.", ground_truth="The cat sleeps.",  # doctest: +SKIP
@@ -36,7 +37,6 @@ from pluie_reward.common.http import HTTPClient, HTTPConfig, base_url
 from pluie_reward.core.judge import Judge
 from pluie_reward.core.template import load_template
 from pluie_reward.integrations.novelty import TASKS
-from pluie_reward.serving.coalescer import Coalescer
 from pluie_reward.serving.protocol import OUTPUTS
 
 PROBE = "Ünïcödé, 数字 and 🙂: 12,345.67 — tabs\tand  spaces; <b>markup</b> \"quotes\" it's."
@@ -208,22 +208,6 @@ def judge_for(address: str, tokenizer: Any, template: str, **options: Any) -> Ju
     return found
 
 
-class GenRMCoalescer(Coalescer):
-    """Concurrent ``compute_score`` calls on one event loop scored together on verl's reward model: one
-    :meth:`~pluie_reward.Judge.ascore` per wait window, i.e. one ``/v1/completions`` request of up to
-    ``chunk_size`` prompts (keys: ``(base URL, template, threshold)``)."""
-
-    async def post(self, key: tuple, body: dict[str, list[Any]]) -> Mapping[str, Any]:
-        """The group's ``logratio``, ``p_yes`` and ``verdict`` columns, as a judge server's ``/score`` answers them."""
-        where, template, threshold = key
-        judge = judge_for(where, None, template)  # made by submit() before any item was queued
-        return _columns(await judge.ascore(template, details=True, threshold=threshold, **body))
-
-    def splits(self, err: BaseException) -> bool:
-        """A ValueError (an item the judge refuses) may be one item's: each is retried alone."""
-        return isinstance(err, ValueError)
-
-
 def _columns(records: list[dict[str, Any]]) -> dict[str, list[Any]]:
     """The ``logratio``, ``p_yes`` and ``verdict`` columns of a judge's records, as a judge server's ``/score`` answers them."""
     return {output: [record[output] for record in records] for output in OUTPUTS}
@@ -259,24 +243,33 @@ def score(address: str, tokenizer: Any, body: Mapping[str, Any], output: str, se
     return _columns(judge.score(template, details=True, threshold=threshold, **body))
 
 
-async def submit(address: str, tokenizer: Any, item: dict[str, Any], output: str, settings: Mapping[str, Any],
-                 max_wait: float, max_items: int) -> Mapping[str, Any]:
-    """Score one ``compute_score`` item on verl's reward model, batched with the concurrent calls of this event loop.
+async def ready(address: str, tokenizer: Any, output: str, settings: Mapping[str, Any], max_items: int) -> tuple[str, str, float]:
+    """Make the process's judge for ``address`` at the first call (in a thread: verl's event loop goes on), and say
+    under which key ``compute_score``'s calls are gathered for :func:`ascore_batch`.
 
     Args:
         address: verl's ``reward_router_address``.
         tokenizer: verl's ``reward_model_tokenizer``.
-        item: the template fields of the item.
         output: ``compute_score``'s ``output`` (a task's name picks its template).
         settings: ``compute_score``'s settings (``template``, ``threshold``, ``timeout``, ``retries``, ``backoff``).
-        max_wait, max_items: the wait window (seconds) and the most items of one batch.
+        max_items: the most items of one batch (the judge's ``chunk_size``).
 
     Returns:
-        The item's ``logratio``, ``p_yes`` and ``verdict``.
+        ``(base URL, template, threshold)``.
+
+    Raises:
+        GenRMError: the server cannot give what PLUIE needs (kept: later calls fail at once).
     """
     where, template, threshold, options = _scoring(address, output, settings, max_items)
-    key = (os.getpid(), where)
-    if key not in _judges:  # made once, in a thread: the event loop (verl's reward loop) goes on
+    if (os.getpid(), where) not in _judges:
         await asyncio.to_thread(judge_for, where, tokenizer, template, **options)
     judge_for(where, tokenizer, template)  # raises the kept GenRMError, if any
-    return await GenRMCoalescer.running().submit((where, template, threshold), item, max_wait, max_items)
+    return where, template, threshold
+
+
+async def ascore_batch(key: tuple[str, str, float], body: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """The ``logratio``, ``p_yes`` and ``verdict`` columns of a batch of ``compute_score`` calls gathered under ``key``
+    (:func:`ready`'s): one :meth:`~pluie_reward.Judge.ascore`, i.e. one ``/v1/completions`` request."""
+    where, template, threshold = key
+    judge = judge_for(where, None, template)  # made by ready() before any item was queued
+    return _columns(await judge.ascore(template, details=True, threshold=threshold, **body))
