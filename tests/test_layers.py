@@ -313,3 +313,18 @@ def test_only_commands_import_the_command_line_package():
                             if (known(target, set(MODULES)) or "").startswith("pluie_reward.tools.cli")}):
             wrong.append(f"{path.relative_to(ROOT.parent)}:{line}: {name} imports the command-line package")
     assert not wrong, "\n".join(wrong)
+
+
+LINE_CAP = 25_000
+
+
+def test_the_package_stays_under_its_line_cap():
+    """The package (``pluie_reward/**/*.py``, every line: code, docstrings, comments and blank lines, as
+    ``find pluie_reward -name '*.py' | xargs cat | wc -l`` counts them) holds at most LINE_CAP lines."""
+    lines = sum(path.read_text(encoding="utf-8").count("\n") for path in ROOT.rglob("*.py"))
+    assert lines <= LINE_CAP, (
+        f"the package holds {lines} lines, {lines - LINE_CAP} over its cap of {LINE_CAP}: pay for what you add by deleting "
+        "dead code (functions, parameters and branches nothing calls), reusing a function that already does the job, or "
+        "calling the standard library or a dependency instead of a hand-written twin; never by stripping docstrings, "
+        "examples or bad-input checks, nor by packing lines (docs/architecture.md)."
+    )

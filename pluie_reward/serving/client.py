@@ -15,7 +15,7 @@ import threading
 import weakref
 from typing import Any, Mapping, Sequence
 
-from pluie_reward.common.errors import RemoteError, missing_extra
+from pluie_reward.common.errors import RemoteError, invalid_text, missing_extra
 
 try:
     import httpx
@@ -188,30 +188,10 @@ async def _ahealth(http: AsyncHTTPClient) -> Any:
         return None
 
 
-def text_problem(value: Any) -> str | None:
-    """Why a string cannot be sent to the judge (a lone surrogate, e.g. from JSON ``"\\ud800"``: not UTF-8 text),
-    in the words of the local path (:func:`~pluie_reward.core.template.normalize_fields`), else None.
-
-    Example:
-        >>> text_problem("A cat.") is None
-        True
-        >>> print(text_problem("A cat\\ud800."))  # doctest: +ELLIPSIS
-        character 5 is a lone surrogate (\\ud800), which is not valid Unicode text; fix the text (e.g. ...
-    """
-    if not isinstance(value, str) or value.isascii():
-        return None
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as err:
-        return (f"character {err.start} is a lone surrogate ({ascii(value[err.start])[1:-1]}), which is not valid Unicode "
-                "text; fix the text (e.g. decode the original bytes with errors='replace').")
-    return None
-
-
 def check_texts(body: Mapping[str, Any], who: str = "") -> None:
-    """Refuse, before sending, a body whose text cannot be encoded as JSON (a lone surrogate), naming the field
-    and the item (its index in ``body``), as the local path does, rather than the bare ``UnicodeEncodeError`` of
-    the whole request.
+    """Refuse, before sending, a body whose text cannot be encoded as JSON (a lone surrogate:
+    :func:`~pluie_reward.common.errors.invalid_text`), naming the field and the item (its index in ``body``), as the
+    local path does, rather than the bare ``UnicodeEncodeError`` of the whole request.
 
     Raises:
         ValueError: ``{who}field {name!r}, item {i}: character {k} is a lone surrogate ...``.
@@ -224,9 +204,8 @@ def check_texts(body: Mapping[str, Any], who: str = "") -> None:
     """
     for name, values in body.items():
         for index, value in enumerate(values if isinstance(values, (list, tuple)) else [values]):
-            problem = text_problem(value)
-            if problem is not None:
-                raise ValueError(f"{who}field {name!r}, item {index}: {problem}")
+            if isinstance(value, str) and invalid_text(value):
+                raise ValueError(f"{who}field {name!r}, item {index}: {invalid_text(value)}.")
 
 
 def _check_output(output: str) -> str:
@@ -807,8 +786,8 @@ async def compute_score(
     for name, value in item.items():  # checked here, so that a bad item fails alone, not its whole batch
         if not isinstance(value, str):
             raise TypeError(f"compute_score: field {name!r} must be a string, got {type(value).__name__} ({value!r:.60}).")
-        if text_problem(value) is not None:
-            raise ValueError(f"compute_score: field {name!r}: {text_problem(value)}")
+        if invalid_text(value):
+            raise ValueError(f"compute_score: field {name!r}: {invalid_text(value)}.")
     router, where = _route(kwargs, settings.get("url"), settings)
     if router:  # verl's own reward model (GenRM)
         from pluie_reward.serving import genrm  # lazy: httpx-only client
