@@ -48,7 +48,6 @@ from .report import evaluate_scores, write_card, write_plots
 from .trainer import train_adapter
 
 
-
 @dataclass
 class TuneResult:
     """What :func:`tune` returns.
