@@ -410,3 +410,15 @@ def test_in_fresh_process_returns_the_childs_json_and_reports_its_failure():
     assert in_fresh_process(os.path.join, "a", "b") == "a/b"  # arguments through repr, the result through JSON
     with pytest.raises(RuntimeError, match=r"(?s)join\('a', 1\) failed:.*TypeError"):
         in_fresh_process(os.path.join, "a", 1)
+
+
+def test_an_unmeasured_value_prints_as_not_measured_in_every_table():
+    """A NaN (a rate with no run, a speed-up of nothing) prints as the table's not-measured mark, never ``nan``: the
+    bench's column tables and the reports' ``number`` format through one cell formatter."""
+    from pluie_reward.tools.bench.measure import column_table
+    from pluie_reward.tools.report import number
+
+    table = column_table([{"m": "a", "x": float("nan"), "y": None, "z": 0.25}], [("m", "m", None), ("x", "x", ".1f"),
+                                                                                 ("y", "y", ".1f"), ("z", "z", ".1f")])
+    assert table.splitlines()[-1] == "| a | - | - | 0.2 |"
+    assert (number(float("nan")), number(None), number(0.254)) == ("N/A", "N/A", "0.25")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fastapi import APIRouter, Body, HTTPException, Request
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.judge import answer_record
 from ..integrations.novelty import TASKS
@@ -21,13 +21,15 @@ from .batcher import ItemTooLarge, ScoringError, ShuttingDown, split_request
 
 
 class RewardRequest(BaseModel):
-    """OpenRLHF's request body (other keys some OpenRLHF versions add are ignored)."""
+    """OpenRLHF's request body (other keys some OpenRLHF versions add are ignored); each field's description is what a
+    request of the wrong type is told it must be (:func:`~pluie_reward.serving.app.validation_message`)."""
 
     model_config = ConfigDict(extra="ignore")
-    query: list[str]
-    prompts: list[str] | None = None
-    labels: list[Any] | None = None
-    rm_reward: str | None = None  # protocol.RM_REWARD_KEY: this request's reward, instead of the server's --rm-reward
+    query: list[str] = Field(description="a list of strings, one per sample (its prompt and response)")
+    prompts: list[str] | None = Field(None, description="a list of strings, one prompt per query (or null)")
+    labels: list[Any] | None = Field(None, description="a list of the queries' labels (their source texts; or null)")
+    # protocol.RM_REWARD_KEY: this request's reward, instead of the server's --rm-reward
+    rm_reward: str | None = Field(None, description="a string naming this request's reward, e.g. 'paraphrase' (or null)")
 
 
 async def _disconnected(request: Request) -> None:

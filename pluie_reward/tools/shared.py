@@ -369,9 +369,13 @@ def resolve_output(path: Path, option: str = "--output") -> tuple[Path, bool]:
     return path, False
 
 
-def _busy(path: Path, option: str) -> UsageError:
-    return UsageError(f"{option} {path}: another command is writing it now (it holds the lock on {partial_path(path)}); "
-                      "wait for it to finish, or choose another output file.")
+class FileBusy(UsageError):
+    """Another command holds the lock on an output file (:func:`lock_file` on the file :class:`OutputFile` writes)."""
+
+    def __init__(self, path: Path, option: str, locked: Path) -> None:
+        self.locked = locked
+        super().__init__(f"{option} {path}: another command is writing it now (it holds the lock on {locked}); "
+                         "wait for it to finish, or choose another output file.")
 
 
 def same_file(a: Path | int, b: Path | int) -> bool:
@@ -436,7 +440,7 @@ class OutputFile:
             hint = {errno.ENOSPC: "; free some space, or choose a folder on another disk",
                     errno.EDQUOT: "; free some of your quota, or choose a folder on another disk",
                     errno.EFBIG: "; the file system or a limit does not allow a file this large"}.get(err.errno or 0, "")
-            raise OutputError(f"cannot write {where} ({err.strerror or err}){hint}") from None
+            raise OutputError(f"cannot write {where} ({err.strerror or err}){hint}.") from None
 
     def __enter__(self) -> "OutputFile":
         if self.stream:
@@ -454,7 +458,7 @@ class OutputFile:
         fd = os.open(self.partial, os.O_RDWR | os.O_CREAT, 0o666)
         if not lock_file(fd) or not same_file(self.partial, fd):  # renamed by a writer that just finished
             os.close(fd)
-            raise _busy(self.path, self.option)
+            raise FileBusy(self.path, self.option, self.partial)
         if not self.resume:
             os.ftruncate(fd, 0)
         self.handle = os.fdopen(fd, "r+", encoding="utf-8", newline="")

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..report import markdown_table
+from ..report import cell, markdown_table
 
 ROOT = str(Path(__file__).resolve().parents[3])  # the checkout (or site-packages) holding this package
 
@@ -143,11 +143,6 @@ def peak_rss_mb() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def cell(x: Any, spec: str = ".3g", none: str = "-") -> str:
-    """A table cell: a number in ``spec``, ``none`` for a value not measured, anything else as text."""
-    return none if x is None else (format(x, spec) if isinstance(x, (int, float)) else str(x))
 
 
 def titled_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str) -> str:
