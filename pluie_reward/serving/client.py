@@ -377,8 +377,9 @@ class RemotePluieReward(AsyncReward):
         """One reward per completion, from the server's ``/score`` answers."""
         body = self._body(batch)
         check_texts(body)  # one bad item: its index in the batch, not the UnicodeEncodeError of its chunk
-        if self.task is not None:  # refused before sending, as the local reward refuses it
+        if self.task is not None:  # refused before sending, as the local reward refuses it; the judge reads the readings
             check_sources(body[self.task.source_field], f"{self.__name__}: ", f"(field {self.task.source_field!r})")
+            body = self.task.judged(body)
         n = len(body["hypothesis"])
         if n == 0:
             return Scores([])
@@ -405,7 +406,7 @@ class RemotePluieReward(AsyncReward):
             logratios += _values(answer, "logratio", size, self.url)
         extra: dict[str, list[float]] = {"logratio": logratios}
         if self.task is not None:  # the copy-proof reward, as the local one computes it
-            scores = self.task.batch(values, [bool(v) for v in verdicts], body[self.task.source_field], body["hypothesis"])
+            scores = self.task.batch(values, [bool(v) for v in verdicts], body[self.task.source_field], batch.texts)
             values, metrics, extra["novelty"] = scores.rewards, scores.metrics, scores.novelty
         else:
             metrics = {"accept_rate": sum(verdicts) / n}
@@ -579,8 +580,9 @@ def compute_score_batch(
     check_texts(body, "compute_score_batch: ")
     score_url = _score_url(url)
     config = HTTPConfig(timeout=timeout, retries=retries, backoff=backoff)
+    sent = TASKS[output].judged(body) if output in TASKS else body  # what the judge reads: a task's readings
     with HTTPClient(score_url[: -len("/score")], config, client=_shared_client(), **_client_options(token)) as http:
-        answer = post_splitting(http, "/score", body, len(solution_strs))  # a batch above the server's limits: split
+        answer = post_splitting(http, "/score", sent, len(solution_strs))  # a batch above the server's limits: split
     results = _verl_results(answer, output, body, score_url)
     return results if return_dict else [result["score"] for result in results]
 
@@ -755,7 +757,8 @@ async def compute_score(
     if max_wait < 0 or max_items < 1:
         raise ValueError("max_wait_ms must be >= 0 and max_batch_items >= 1.")
     body = _verl_fields([data_source], [solution_str], [ground_truth], [extra_info], settings.get("fields"), output)
-    item = {name: values[0] for name, values in body.items() if values[0] is not None}  # None: an absent optional field
+    sent = TASKS[output].judged(body) if output in TASKS else body  # what the judge reads: a task's readings
+    item = {name: values[0] for name, values in sent.items() if values[0] is not None}  # None: an absent optional field
     for name, value in item.items():  # checked here, so that a bad item fails alone, not its whole batch
         if not isinstance(value, str):
             raise TypeError(f"compute_score: field {name!r} must be a string, got {type(value).__name__} ({value!r:.60}).")
@@ -778,5 +781,5 @@ async def compute_score(
         where = _log_route(key[0], "the judge server" + (" (a configured URL wins over verl's reward_router_address)" if router else ""),
                            logging.WARNING if router else logging.INFO)
         answer = await _coalescer().submit(key, item, max_wait, max_items)
-    result = _verl_results({k: [v] for k, v in answer.items()}, output, {k: [v] for k, v in item.items()}, where)[0]
+    result = _verl_results({k: [v] for k, v in answer.items()}, output, body, where)[0]
     return result if settings.get("return_dict", True) else result["score"]
