@@ -220,3 +220,64 @@ def test_padded_completions_get_the_clean_ones_reward_on_every_path(server, tiny
         tiny_judge.clean_text = True
     clean = tiny_judge.score("para-fs", source=SOURCE, hypothesis=COMPLETIONS, use_cache=False)
     assert all(abs(a - b) > 1e-4 for a, b in zip(raw, clean))
+
+
+HONEST = "A cat is asleep on the mat."
+# issue 62's edits: disguised copies of SOURCE (all worth 0) and presentation around the honest answer (all read as it)
+DISGUISED = [
+    "The_cat sleeps on_the mat.",                 # words joined by underscores
+    "Tʜᴇ cat sleeps on the mᴀt.",                  # Latin small capitals
+    "The cat sleeps օn the mat.",                 # an Armenian look-alike (oh)
+    "The cat sleeps on the maտ.",                 # an Armenian letter with no Latin look-alike: a word mixing scripts
+]
+PRESENTED = [
+    "Paraphrase: " + HONEST,
+    "Sure! Here is a paraphrase: " + HONEST,
+    "**" + HONEST + "**",
+    HONEST[:-1],
+    '"' + HONEST + '"',
+    "A cat is asleep\non the mat.",                # an inner line break (the source is one line)
+]
+TWICE = HONEST + " " + HONEST  # 14 words, 12 trigrams: the second copy's 5 repeat the first's
+
+
+def test_no_disguise_or_presentation_edit_raises_the_reward_on_any_path(server, tiny_judge, local_openrlhf_judge, monkeypatch):
+    """Every path gives the disguised copies 0 and the presented answers the bare answer's reward (the judge reads the
+    bare answer; the reference reads it literally here), the answer said twice its reward times 1 - 5/12."""
+    import importlib
+
+    import pluie_reward.serving.openrlhf as openrlhf
+
+    completions = DISGUISED + PRESENTED + [TWICE]
+    n = len(completions)
+    bare = sigmoid(tiny_judge.score("para-fs", source=SOURCE, hypothesis=[HONEST], use_cache=False)[0])  # novelty 3/7
+    want = [0.0] * len(DISGUISED) + [bare] * len(PRESENTED) + [bare * (1 - 5 / 12)]
+    sources = [SOURCE] * n
+    assert ParaphraseReward(tiny_judge)(completions=completions, source=sources) == pytest.approx(want, abs=EXACT)
+    remote = RemotePluieReward(server.url, task="paraphrase", token=TOKEN)
+    assert asyncio.run(remote(completions=completions, source=sources)) == pytest.approx(want, abs=EXACT)
+    body = {"source": SOURCE, "hypothesis": completions, "task": "paraphrase"}
+    assert httpx.post(server.url + "/score", json=body, headers=AUTH, timeout=60).json()["reward"] == pytest.approx(want, abs=EXACT)
+    assert compute_score_batch(["d"] * n, completions, sources, url=server.url, token=TOKEN,
+                               output="paraphrase") == pytest.approx(want, abs=EXACT)
+    got = [compute_score_sync("d", c, SOURCE, url=server.url, token=TOKEN, output="paraphrase")["score"] for c in completions]
+    assert got == pytest.approx(want, abs=EXACT)
+    samples = [openrlhf_sample(c) for c in completions]
+    answer = httpx.post(server.url + "/get_reward", json={"query": [q for q, _ in samples], "prompts": [p for _, p in samples],
+                                                           "labels": sources}, headers=AUTH, timeout=60).json()
+    assert answer["rewards"] == pytest.approx(want, abs=EXACT)
+    monkeypatch.setenv("PLUIE_REWARD_RM_REWARD", "paraphrase")
+    module = importlib.reload(openrlhf)  # in process, as a worker without a URL
+    try:
+        assert module.reward_func([q for q, _ in samples], [p for _, p in samples], sources)["rewards"] == pytest.approx(
+            want, abs=EXACT)
+    finally:
+        module._state.get("batcher") and module._state["batcher"].close()
+        module._state.clear()
+    # a judge told to read texts as given (clean_text=False) reads the label: its reward differs from the bare answer's
+    tiny_judge.clean_text = False
+    try:
+        raw = ParaphraseReward(tiny_judge)(completions=PRESENTED[:1], source=[SOURCE])
+    finally:
+        tiny_judge.clean_text = True
+    assert abs(raw[0] - bare) > 1e-4
