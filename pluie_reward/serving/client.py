@@ -358,8 +358,9 @@ class RemotePluieReward(AsyncReward):
         """One reward per completion, from the server's ``/score`` answers."""
         body = self._body(batch)
         check_texts(body)  # one bad item: its index in the batch, not the UnicodeEncodeError of its chunk
-        if self.task is not None:  # refused before sending, as the local reward refuses it
+        if self.task is not None:  # refused before sending, as the local reward refuses it; the judge reads the readings
             check_sources(body[self.task.source_field], f"{self.__name__}: ", f"(field {self.task.source_field!r})")
+            body = self.task.judged(body)
         n = len(body["hypothesis"])
         if n == 0:
             return Scores([])
@@ -386,7 +387,7 @@ class RemotePluieReward(AsyncReward):
             logratios += _values(answer, "logratio", size, self.url)
         extra: dict[str, list[float]] = {"logratio": logratios}
         if self.task is not None:  # the copy-proof reward, as the local one computes it
-            scores = self.task.batch(values, [bool(v) for v in verdicts], body[self.task.source_field], body["hypothesis"])
+            scores = self.task.batch(values, [bool(v) for v in verdicts], body[self.task.source_field], batch.texts)
             values, metrics, extra["novelty"] = scores.rewards, scores.metrics, scores.novelty
         else:
             metrics = {"accept_rate": sum(verdicts) / n}
@@ -595,15 +596,16 @@ def compute_score_batch(
         return []
     check_texts(body, "compute_score_batch: ")
     router, where = _route(kwargs, url, settings)
+    sent = TASKS[output].judged(body) if output in TASKS else body  # what the judge reads: a task's readings
     if router:  # verl's own reward model (GenRM)
         from pluie_reward.serving import genrm  # lazy: httpx-only client
 
         settings.update(timeout=timeout, retries=retries, backoff=backoff)
-        answer = genrm.score(router, kwargs.get("reward_model_tokenizer"), body, output, settings)
+        answer = genrm.score(router, kwargs.get("reward_model_tokenizer"), sent, output, settings)
     else:
         config = HTTPConfig(timeout=timeout, retries=retries, backoff=backoff)
         with HTTPClient(where[: -len("/score")], config, client=_shared_client(), **_client_options(token)) as http:
-            answer = post_splitting(http, "/score", body, len(body["hypothesis"]))  # a batch above the server's limits: split
+            answer = post_splitting(http, "/score", sent, len(body["hypothesis"]))  # a batch above the server's limits: split
     results = _verl_results(answer, output, body, where)
     return results if return_dict else [result["score"] for result in results]
 
@@ -782,7 +784,8 @@ async def compute_score(
     if max_wait < 0 or max_items < 1:
         raise ValueError("max_wait_ms must be >= 0 and max_batch_items >= 1.")
     body = _verl_fields([data_source], [solution_str], [ground_truth], [extra_info], settings.get("fields"), output)
-    item = {name: values[0] for name, values in body.items() if values[0] is not None}  # None: an absent optional field
+    sent = TASKS[output].judged(body) if output in TASKS else body  # what the judge reads: a task's readings
+    item = {name: values[0] for name, values in sent.items() if values[0] is not None}  # None: an absent optional field
     for name, value in item.items():  # checked here, so that a bad item fails alone, not its whole batch
         if not isinstance(value, str):
             raise TypeError(f"compute_score: field {name!r} must be a string, got {type(value).__name__} ({value!r:.60}).")
@@ -798,5 +801,5 @@ async def compute_score(
         key = (where, settings.get("token"), float(settings.get("timeout", 120.0)), int(settings.get("retries", 3)),
                float(settings.get("backoff", 0.5)))
         answer = await _Coalescer.running().submit(key, item, max_wait, max_items)
-    result = _verl_results({k: [v] for k, v in answer.items()}, output, {k: [v] for k, v in item.items()}, where)[0]
+    result = _verl_results({k: [v] for k, v in answer.items()}, output, body, where)[0]
     return result if settings.get("return_dict", True) else result["score"]
