@@ -245,3 +245,23 @@ def test_a_vllm_without_logprob_token_ids_is_refused_with_its_version(tiny_judge
         server.refuse = True  # a 400, which verl's router turns into a 500
         with pytest.raises(GenRMError, match=r"\(vLLM 0\.11\.0\) refused /v1/completions with logprob_token_ids .*HTTP 500"):
             run_one(router.address, tiny_judge.tokenizer)
+
+
+def test_verls_reward_model_reads_completions_as_the_local_reward(tiny_judge, fresh_genrm, monkeypatch):
+    """On verl's GenRM path too, disguised copies get 0 and an answer with a label, emphasis or no final stop the bare
+    answer's copy-proof reward: the reward model reads the bare answer (the reference reads it literally here)."""
+    import math
+
+    monkeypatch.delenv("PLUIE_REWARD_URL", raising=False)
+    source, honest = SOURCES[0], "A cat is asleep on the mat."
+    completions = ["The_cat sleeps on_the mat.", "Tʜᴇ cat sleeps on the mᴀt.", "Paraphrase: " + honest, "**" + honest + "**",
+                   honest[:-1]]
+    bare = 1 / (1 + math.exp(-tiny_judge.score("para-fs", source=source, hypothesis=[honest], use_cache=False)[0]))
+    want = [0.0, 0.0] + [bare] * 3  # "a cat is asleep on the mat": 3 edits of 7 words, above the 0.3 target
+    with FakeVLLM(tiny_judge.model, tiny_judge.tokenizer) as server, NaiveRouter([server.url]) as router:
+        got = verl_reward_calls(compute_score, samples([source] * 5, completions), reward_router_address=router.address,
+                                reward_model_tokenizer=tiny_judge.tokenizer, reward_kwargs={"output": "paraphrase"})
+        batch = compute_score_batch(["mrpc"] * 5, completions, [source] * 5, output="paraphrase",
+                                    reward_router_address=router.address, reward_model_tokenizer=tiny_judge.tokenizer)
+    assert [g["reward_score"] for g in got] == pytest.approx(want, abs=1e-4)
+    assert batch == pytest.approx(want, abs=1e-4)
