@@ -1,9 +1,9 @@
 """The package's rewards inside other frameworks' judges and environments (verifiers, :mod:`.verifiers_judge`; SkyRL,
-:mod:`.skyrl_env`): one reward per setting and process (:func:`reward_for`), scoring one completion against a record's
+:mod:`.skyrl_env`): the reward of a setting (:func:`reward_for`), scoring one completion against a record's
 text fields (:func:`ascore_one`, :func:`score_one`). The rewards score; nothing is scored here.
 
 Example:
-    >>> reward = reward_for(task="paraphrase")            # ParaphraseReward on the default judge, loaded once
+    >>> reward = reward_for(task="paraphrase")            # ParaphraseReward on the default judge
     >>> record = {"source": "The cat sleeps.", "reward_spec": {"ground_truth": "The cat sleeps."}}
     >>> score_one(reward, "A cat is asleep.", record), score_one(reward, "The cat sleeps.", record)  # a copy scores 0
     (0.8..., 0.0)
@@ -24,7 +24,8 @@ from pluie_reward.integrations.task_rewards import CopyProofReward
 
 def reward_for(*, template: str | None = None, task: str | None = None, fields: Mapping[str, str] | None = None,
                output: str = "logratio", url: str | None = None, model: str | None = None, device: str | None = None) -> Reward:
-    """The reward of these settings, built once per process (a framework makes its judge or environment per rollout).
+    """The reward of these settings, built once per process (a framework builds its judge or environment per rollout;
+    a reward binds its template to the judge once).
 
     Args:
         template: the judge's template in process (default: the task's, else ``para-fs``); a judge server uses its own.
@@ -34,7 +35,7 @@ def reward_for(*, template: str | None = None, task: str | None = None, fields: 
         url: a judge server (``pluie-reward serve``): :class:`~pluie_reward.serving.client.RemotePluieReward`.
         model, device: the judge in this process (:meth:`Judge.load <pluie_reward.Judge.load>`; default: the default judge).
     """
-    return _reward(template, task, tuple(sorted((fields or {}).items())), output, url, model, device)
+    return _reward(template, task, tuple(sorted(dict(fields or {}).items())), output, url, model, device)
 
 
 @functools.cache
@@ -44,14 +45,13 @@ def _reward(template: str | None, task: str | None, fields: tuple, output: str, 
         from pluie_reward.serving.client import RemotePluieReward  # optional: httpx
 
         return RemotePluieReward(url, fields=dict(fields) or None, **({"task": task} if task else {"output": output}))
-    if task:
-        return CopyProofReward(_judge(model, device), task, template, dict(fields))
-    return PluieReward(_judge(model, device), template or "para-fs", dict(fields), output=output)
+    judge = _judge(model, device)
+    return CopyProofReward(judge, task, template, dict(fields)) if task else PluieReward(judge, template or "para-fs", dict(fields),
+                                                                                        output=output)
 
 
 @functools.cache
-def _judge(model: str | None, device: str | None) -> Any:
-    """One judge per (model, device) and process, shared by the rewards."""
+def _judge(model: str | None, device: str | None) -> Judge:
     return Judge.load(model, device=device)
 
 

@@ -1,13 +1,9 @@
-"""A SkyRL text environment rewarded by PLUIE (skyrl-gym >= 0.4): :class:`PluieTextEnv`, one turn, its reward that of
-:func:`~pluie_reward.serving.env_rewards.reward_for` (PLUIE, or a task's copy-proof reward, where a copy scores 0; in this
-process, or on a judge server with ``url``). Register it in your entrypoint, as SkyRL's LLM-as-a-judge example does::
+"""A SkyRL text environment rewarded by PLUIE (skyrl-gym >= 0.4): :class:`PluieTextEnv`, one turn, its reward
+:func:`~pluie_reward.serving.env_rewards.reward_for`'s (PLUIE or a task's copy-proof reward, in process or on a judge
+server) for the reply against the dataset row (``extras``). Register it in the training entrypoint, as SkyRL's
+LLM-as-a-judge example registers its environment (docs/rewards.md)::
 
-    from skyrl_gym.envs import register
-    register(id="pluie", entry_point="pluie_reward.serving.skyrl_env:PluieTextEnv")
-
-then ``environment.env_class=pluie environment.skyrl_gym.pluie.task=paraphrase``: each dataset row's
-``reward_spec.ground_truth`` is the source (``fields`` maps template fields to ``ground_truth``, ``extra_info.<key>``
-or another row key). Where the example generates a verdict and parses "### Final Score", this reads p(Yes) and p(No).
+    register(id="pluie", entry_point="pluie_reward.serving.skyrl_env:PluieTextEnv")   # from skyrl_gym.envs
 """
 
 from __future__ import annotations
@@ -23,13 +19,12 @@ SETTINGS = ("template", "task", "fields", "output", "url", "model", "device")
 
 
 class PluieTextEnv(BaseTextEnv):
-    """One turn: the reply's reward against the row's fields (see the module docstring).
+    """One turn: the reply's reward against the row's fields.
 
     Args:
-        env_config: the settings of :func:`~pluie_reward.serving.env_rewards.reward_for` (``task``, ``fields``, ``url``...;
-            a mapping, e.g. SkyRL's ``environment.skyrl_gym.<id>`` config); ``fields`` defaults to the source field
-            read from ``ground_truth``.
-        extras: the dataset row (``reward_spec.ground_truth``, ``extra_info``...).
+        env_config: :func:`~pluie_reward.serving.env_rewards.reward_for`'s settings (:data:`SETTINGS`), a mapping (SkyRL's
+            ``environment.skyrl_gym.<id>``); ``fields`` defaults to the source field read from ``ground_truth``.
+        extras: the dataset row (``reward_spec.ground_truth``, ``extra_info``...; ``ground_truth`` names the first).
 
     Raises:
         ValueError: a setting that is not one of :data:`SETTINGS`.
@@ -38,18 +33,15 @@ class PluieTextEnv(BaseTextEnv):
     def __init__(self, env_config: Mapping[str, Any] | None = None, extras: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         settings = {k: v for k, v in dict(env_config or {}).items() if v is not None}
-        unknown = sorted(set(settings) - set(SETTINGS))
-        if unknown:
-            raise ValueError(f"PluieTextEnv: unknown setting(s) {unknown}; the settings are {list(SETTINGS)}.")
+        if set(settings) - set(SETTINGS):
+            raise ValueError(f"PluieTextEnv: unknown setting(s) {sorted(set(settings) - set(SETTINGS))}; the settings are {SETTINGS}.")
         source = resolve_task(settings["task"]).source_field if settings.get("task") else "source"
-        settings["fields"] = dict(settings.get("fields") or {source: "ground_truth"})
-        self.reward = reward_for(**settings)
-        row = dict(extras or {})
-        self.record = {**row, "ground_truth": (row.get("reward_spec") or {}).get("ground_truth")}
+        self.reward = reward_for(**{**settings, "fields": dict(settings.get("fields") or {source: "ground_truth"})})
+        self.record = {**(extras or {}), "ground_truth": ((extras or {}).get("reward_spec") or {}).get("ground_truth")}
         self.prompt: Any = None
 
     def init(self, prompt: Any) -> tuple[Any, dict[str, Any]]:
-        """Keep the prompt (a ``prompt`` field mapping reads its last user message)."""
+        """Keep the prompt (a ``prompt`` field reads its last user message)."""
         self.prompt = prompt
         return prompt, {}
 

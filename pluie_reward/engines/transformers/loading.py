@@ -96,12 +96,11 @@ def resolve_device(device: "str | torch.device | None") -> torch.device:
         return torch.device("cpu")
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        hidden = os.environ.get("CUDA_VISIBLE_DEVICES") == ""
-        raise RuntimeError(
-            f"device={str(device)!r}: CUDA is " + ("hidden in this process (CUDA_VISIBLE_DEVICES=''), as in the process where "
-                                                   "TRL's AsyncGRPOTrainer computes rewards" if hidden else "not available here")
-            + ". Serve the judge on its GPU (pluie-reward serve) and reward with RemotePluieReward(url), or load it on the CPU "
-            "(device='cpu', slow for a big judge): docs/rewards.md, 'TRL's async trainer'.")
+        why = ("hidden in this process (CUDA_VISIBLE_DEVICES=''), as in the process where TRL's AsyncGRPOTrainer computes rewards"
+               if os.environ.get("CUDA_VISIBLE_DEVICES") == "" else "not available here")
+        raise RuntimeError(f"device={str(device)!r}: CUDA is {why}. Serve the judge on its GPU (pluie-reward serve) and reward with "
+                           "RemotePluieReward(url), or load it on the CPU (device='cpu', slow for a big judge): docs/rewards.md, "
+                           "'TRL's async trainer'.")
     return device
 
 
