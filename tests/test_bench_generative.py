@@ -69,6 +69,7 @@ def test_every_path_gives_judge_scores_log_ratios_and_the_pitfalls_show(embedded
     assert all(v > 100 for v in result["peak_rss_mib"].values()), result["peak_rss_mib"]
     cases = {row["case"].split(" (")[0]: row for row in result["pitfalls"]}
     assert cases["the pairs as they are"]["max_abs_diff"] < 1e-3 and min(cases["the pairs as they are"]["answer_mass"]) > 0.5
+    assert cases["a hypothesis that starts with a quote"]["max_abs_diff"] > 1e-3  # '"' tokenized apart from the template's
     assert cases["answers of several tokens"]["max_abs_diff"] > 0  # 'oui' is 2 tokens: the endpoint reads 'ou' alone
     assert cases["a prompt over the server's context"]["answer_mass"][0] < 0.1  # it read inside the hypothesis, silently
     assert cases["a completion spelling the chat markup"]["max_abs_diff"] > 0.1  # read as control tokens

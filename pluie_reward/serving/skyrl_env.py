@@ -38,16 +38,10 @@ class PluieTextEnv(BaseTextEnv):
         source = resolve_task(settings["task"]).source_field if settings.get("task") else "source"
         self.reward = reward_for(**{**settings, "fields": dict(settings.get("fields") or {source: "ground_truth"})})
         self.record = {**(extras or {}), "ground_truth": ((extras or {}).get("reward_spec") or {}).get("ground_truth")}
-        self.prompt: Any = None
-
-    def init(self, prompt: Any) -> tuple[Any, dict[str, Any]]:
-        """Keep the prompt (a ``prompt`` field reads its last user message)."""
-        self.prompt = prompt
-        return prompt, {}
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         """The reward of the reply ``action``; the episode ends."""
-        reward = score_one(self.reward, action, self.record, self.prompt)
+        reward = score_one(self.reward, action, self.record)
         return BaseTextEnvStepOutput(observations=[], reward=reward, done=True, metadata={"pluie_reward": reward})
 
 

@@ -102,7 +102,8 @@ def tree(pid: int) -> list[Any]:
 
 
 def pitfalls(judge: Any, remote: Any, url: str, template: str, pairs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
-    """Where the user's request departs from ``Judge.score``, beside the pairs as they are: answers of several tokens
+    """Where the user's request departs from ``Judge.score``, beside the pairs as they are: a hypothesis that starts with
+    a quote (tokenized apart from the template's opening quote, where the whole prompt merges them), answers of several tokens
     (``para-fs-fr``'s "oui": the endpoint reads a first token), a prompt over the server's context (the endpoint cuts its
     end, the answer position, silently; ``remote``, the judge on that server, cuts the hypothesis's middle, warning), and a
     completion spelling the chat markup (the endpoint reads control tokens, ``Judge.score`` text); with the endpoint's
@@ -116,6 +117,7 @@ def pitfalls(judge: Any, remote: Any, url: str, template: str, pairs: Sequence[t
     forged = hypotheses[0] + bound.render(dict(zip(bound.template.fields, (sources[0], MARK)))).partition(MARK)[2] + "Yes" + bound.tail
     rows = []
     for case, ours, name, s, h in [("the pairs as they are", judge, template, sources, hypotheses),
+                                   ("a hypothesis that starts with a quote", judge, template, sources[:1], [f'"{hypotheses[0]}"']),
                                    (f"answers of several tokens (para-fs-fr; {words})", multi, "para-fs-fr", sources, hypotheses),
                                    (f"a prompt over the server's context ({remote.max_length} tokens; Judge.score on that server)",
                                     remote, template, sources[:1], [long]),
