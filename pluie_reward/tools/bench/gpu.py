@@ -53,7 +53,8 @@ SHAPES: dict[str, dict[str, Any]] = {
                          num_attention_heads=12, num_key_value_heads=2, vocab_size=151936, rope_theta=1e6,
                          rms_norm_eps=1e-6, tie_word_embeddings=True, tokenizer="qwen25-7b-instruct"),
 }
-TINY_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+# head_dim 32: the smallest vLLM's CPU attention takes (section e)
+TINY_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
 
 
 # helpers ---------------------------------------------------------------------------------------
