@@ -154,6 +154,9 @@ from pluie_reward.tools.bench import engines as bench_engines, grpo_share, serve
     (["engines", "--engines", ","], "--engines: choose a comma-separated list"),
     (["engines", "--engine", "vllm"], "pluie-reward bench engines"),
     (["methods", "--engine", "vllm"], "pluie-reward bench engines"),
+    (["generative", "--engine", "vllm"], "pluie-reward bench engines"),
+    (["generative", "--adapter", "x"], "serves --model on vLLM (no --adapter)"),
+    (["generative", "--workloads", "mrpc,stsb"], "--workloads: choose a comma-separated list from mrpc, grpo"),
     (["methods", "--workloads", "mrpc,stsb"], "--workloads: choose a comma-separated list from mrpc, grpo"),
     (["methods", "--methods", ""], "--methods: choose a comma-separated list"),
     (["methods", "--methods", "score,indirectt"], "--methods: choose a comma-separated list from"),
@@ -223,6 +226,8 @@ def test_bench_sections_parse_with_their_defaults():
     args = parser.parse_args(["pool", "--data", "m.json", "--json", "p.json"])
     assert (args.clients, args.requests, args.items, args.rounds, args.no_serve, args.worker_niceness) == (8, 3, 8, 2, False, 0)
     assert (args.model, args.template, str(args.data), str(args.json)) == (None, "para-fs", "m.json", "p.json")
+    args = parser.parse_args(["generative"])
+    assert (args.workloads, args.rounds, args.vllm_max_model_len, args.data) == (["mrpc", "grpo"], 3, 4096, None)
     args = parser.parse_args(["gpu", "--out", "x"])
     assert (args.models, args.device, args.budget) == (["qwen2.5-7b", "llama-3-8b"], "cuda", 420.0)
     with pytest.raises(SystemExit):

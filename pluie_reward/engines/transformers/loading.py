@@ -82,14 +82,26 @@ def parse_dtype(dtype: "str | torch.dtype | None") -> "torch.dtype | str | None"
 
 
 def resolve_device(device: "str | torch.device | None") -> torch.device:
-    """``None``/``"auto"`` picks CUDA when available, else MPS, else CPU."""
+    """``None``/``"auto"`` picks CUDA when available, else MPS, else CPU.
+
+    Raises:
+        RuntimeError: a CUDA device asked for where CUDA is hidden (``CUDA_VISIBLE_DEVICES=""``, as in the reward process
+            TRL's ``AsyncGRPOTrainer`` spawns) or absent, naming what to use instead.
+    """
     if device is None or device == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
         if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    return torch.device(device)
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        why = ("hidden in this process (CUDA_VISIBLE_DEVICES=''), as in the process where TRL's AsyncGRPOTrainer computes rewards"
+               if os.environ.get("CUDA_VISIBLE_DEVICES") == "" else "not available here")
+        raise RuntimeError(f"device={str(device)!r}: CUDA is {why}. Serve the judge on its GPU (pluie-reward serve) and reward with "
+                           "RemotePluieReward(url), or load it on the CPU (device='cpu', slow for a big judge): docs/rewards.md, "
+                           "'TRL's async trainer'.")
+    return device
 
 
 def dequantized_copy(model: Any) -> Any:
@@ -427,6 +439,7 @@ def load_model_and_tokenizer(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    target = resolve_device(device) if device_map is None else None  # an unusable device fails before the weights load
     source = model_source(model, default_adapter=default_adapter)
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs.pop("tokenizer_kwargs", {}))
     load_kwargs = dict(kwargs)
@@ -435,8 +448,8 @@ def load_model_and_tokenizer(
         load_kwargs["device_map"] = device_map
     with quiet_bars() if Path(source).is_relative_to(cache_dir()) else contextlib.nullcontext():  # ours: loads in a second
         lm = AutoModelForCausalLM.from_pretrained(source, **load_kwargs)
-    if device_map is None:
-        lm = lm.to(resolve_device(device))
+    if target is not None:
+        lm = lm.to(target)
     return lm.eval(), tokenizer
 
 
