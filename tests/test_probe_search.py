@@ -39,7 +39,7 @@ def test_the_searched_families_edit_as_written_by_hand():
     assert hypotheses("copy_separator") == [f"The{s}cat sleeps,{s}the dog{s}barks." for s in "_-./|,"]
     combining = "The\u0301 ca\u0301t sle\u0301e\u0301ps, the\u0301 do\u0301g ba\u0301rks."
     assert hypotheses("copy_accents") == [combining, "Thé cát slééps, thé dóg bárks."]
-    assert hypotheses("copy_zero_width") == [j.join(t) for j in ("\u200b", "\u00ad", "\u200d", "\u2060")]
+    assert hypotheses("copy_zero_width") == [j.join(t) for j in ("\u200b", "\u00ad", "\u200d")]
     assert hypotheses("copy_wrapped") == [f"**{t}**", f"__{t}__", f'"{t}"', f"Paraphrase: {t}", f"Sure! Here is a paraphrase: {t}",
                                           f"{t} (The meaning is unchanged.)"]
     assert hypotheses("presentation_period") == ["The cat sleeps, the dog barks", t[:-1] + "!", t[:-1] + "..."]
@@ -68,7 +68,7 @@ def test_lookalikes_come_from_the_confusables_data():
     is not folded back by NFKC: every letter or digit that has one (cycling through them), every other one of those,
     the first of every third word."""
     text = "Heavy rain delayed several flights at the city airport on Monday 12."
-    every, other, sparse = hypotheses("copy_homoglyph", text)
+    every, other, sparse = hypotheses("copy_lookalike", text)
 
     def lookalike(original, new):
         return new in [e["c"] for e in confusables.confusables_data.get(original, [])] and unicodedata.normalize("NFKC", new) != original
@@ -84,7 +84,11 @@ def test_lookalikes_come_from_the_confusables_data():
     starts = [m.start() for m in re.finditer(r"\S+", text)]
     assert [sum(s <= k for s in starts) - 1 for k in changed] == [0, 3, 6, 9]  # one letter in words 1, 4, 7, 10
     assert all(sparse[k] == every[k] for k in changed) and all(text[k] != every[k] for k in changed)
-    assert every[:3] != "bad" and hypotheses("copy_homoglyph", "bad")[0][0] != "b"  # letters the old hand-written table lacked
+
+
+def test_the_copy_homoglyph_family_takes_cyrillic_lookalikes_from_the_data():
+    assert hypotheses("copy_homoglyph", "Tea.") == ["\u0422\u0435\u0430.", "\u0422e\u0430."]  # as the hand-written table did
+    assert hypotheses("copy_homoglyph", "bad")[0] == "\u042c\u0430\u0501"  # letters the hand-written table lacked
 
 
 # --- rewards written here -------------------------------------------------------------------------------
@@ -168,16 +172,17 @@ def test_the_search_flags_nothing_that_no_edit_can_raise(tiny_judge):
     assert len(records) == sum(reward.calls) == sum(r["n"] for r in rows) - 2 + 4 and len(reward.calls) == 6
 
 
-@pytest.mark.parametrize("undo, broken", [("separators", "copy_separator"), ("lookalikes", "copy_homoglyph"),
-                                          ("labels", "presentation_label")])
-def test_the_search_flags_the_family_whose_defence_is_undone(tiny_judge, undo, broken):
-    """With one defence undone, exactly the broken family is flagged, alone and in the pairs holding it; its numbers
-    are recomputed here from the family's texts and the reward."""
+@pytest.mark.parametrize("undo, broken", [("separators", ["copy_separator"]), ("lookalikes", ["copy_homoglyph", "copy_lookalike"]),
+                                          ("labels", ["presentation_label"])])
+def test_the_search_flags_the_families_whose_defence_is_undone(tiny_judge, undo, broken):
+    """With one defence undone, exactly the broken families are flagged, alone and in the pairs holding one; the
+    numbers of the first are recomputed here from its texts and the reward."""
     sources, honest = SOURCES * 6, HONEST * 6  # 12 sources: the separator "_" (hypothesis 0 of 6) on sources 0 and 6
     rows = search_rows(search(tiny_judge, "para-fs", sources, honest, reward=WrittenReward(undo), pairs=3))
     flagged = [r["family"] for r in rows if r["flagged"]]
-    assert flagged[0] == broken and all(broken in f.split(" + ") for f in flagged)
-    assert len(flagged) > 1  # it moved most: its pairs were searched, and pay too
+    assert [f for f in flagged if "+" not in f] == broken and all(set(broken) & set(f.split(" + ")) for f in flagged)
+    assert len(flagged) > len(broken)  # they moved most: their pairs were searched, and pay too
+    broken = broken[0]
     row = rows[[r["family"] for r in rows].index(broken)]
     context = ProbeContext.build("para-fs", make_tiny_tokenizer())
     items = [SourceItem({"source": s}, s, h, "u") for s, h in zip(sources, honest)]
@@ -282,6 +287,22 @@ def test_a_progress_line_is_never_silent_for_long(monkeypatch):
     assert re.search(r", [12] s$", lines[-2]) and lines[-1] == "scoring: 10/10 items (100%)"
     time.sleep(0.6)
     assert log.getvalue().splitlines() == lines  # the heartbeat ended with the block
+
+
+def test_a_new_line_counts_the_silence_from_the_last_line_on_its_stream(monkeypatch):
+    """A phase after another (the scoring after the load) beats HEARTBEAT_S after the last line on the same stream,
+    not after its own start: the silence between them stays under HEARTBEAT_S."""
+    import io
+
+    monkeypatch.setattr(shared, "HEARTBEAT_S", 2.0)
+    log = io.StringIO()
+    with shared.Progress(1, "loading", stream=log) as bar:
+        bar.update(1)  # a line at t0
+    time.sleep(1.2)
+    with shared.Progress(5, "scoring", stream=log):
+        time.sleep(1.6)  # its own start + 2 s is after this; t0 + 2 s is inside it
+    lines = log.getvalue().splitlines()
+    assert lines[0] == "loading: 1/1 items (100%)" and re.fullmatch(r"scoring: 0/5 items \(0%\)(, 1 s)?", lines[1]), lines
 
 
 def test_the_judge_load_is_not_silent(monkeypatch, capsys, tiny_judge):

@@ -72,12 +72,16 @@ class Progress(contextlib.AbstractContextManager):
         scoring: 3/3 items (100%)
     """
 
+    shown: tuple[Any, float] = (None, 0.0)  # the stream a Progress line was last shown on, and when
+
     def __init__(self, total: int, desc: str, units: str = "items", initial: int = 0, enabled: bool = True,
                  stream: TextIO | None = None) -> None:
         self.total, self.desc, self.units, self.done, self.enabled = total, desc, units, initial, enabled
         self.stream = stream if stream is not None else sys.stderr
         self.live = enabled and bool(getattr(self.stream, "isatty", lambda: False)())
-        self.start = self.last = time.monotonic()
+        self.start = time.monotonic()
+        stream, shown = Progress.shown  # a heartbeat comes HEARTBEAT_S after the last line of any bar on this stream:
+        self.last = shown if stream is self.stream and self.start - shown < HEARTBEAT_S else self.start
         self.tenth = self._tenth()
         self.width = 0
         self.lock, self.stopped = threading.Lock(), threading.Event()
@@ -90,7 +94,7 @@ class Progress(contextlib.AbstractContextManager):
         return self
 
     def _beat(self, every: float) -> None:
-        while not self.stopped.wait(min(1.0, every / 4)):
+        while not self.stopped.wait(min(0.5, every / 4)):
             with self.lock:
                 if not self.stopped.is_set() and time.monotonic() - self.last >= every:
                     self._show(elapsed=True)
@@ -111,6 +115,7 @@ class Progress(contextlib.AbstractContextManager):
         self.stream.write("\r" + line.ljust(self.width) if self.live else line + "\n")
         self.stream.flush()
         self.width, self.last = len(line), time.monotonic()
+        Progress.shown = (self.stream, self.last)
 
     def update(self, n: int) -> None:
         """``n`` more units are done."""

@@ -202,26 +202,24 @@ def _of_honest(edits: Callable[[str, ProbeContext], list[str]], english: bool = 
                                   else edits(item.honest, context))
 
 
-def _lookalikes(char: str) -> tuple[str, ...]:
-    """The character's look-alikes in Unicode's confusables data (``confusable_homoglyphs``' copy of UTS #39's
-    confusables.txt, updated by its ``confusable_homoglyphs update``): single characters NFKC does not fold back."""
-    from confusable_homoglyphs import confusables  # lazy: CLI start-up (a 9,619-entry table)
+def _lookalikes(char: str, script: str | None = None) -> tuple[str, ...]:
+    """The character's look-alikes of ``script`` (``"CYRILLIC"``...) or any that NFKC does not fold back, in Unicode's data
+    (``confusable_homoglyphs``' copy of UTS #39's confusables.txt, updated by its ``confusable_homoglyphs update``)."""
+    from confusable_homoglyphs import categories, confusables  # lazy: CLI start-up (a 9,619-entry table)
 
-    entries = confusables.confusables_data.get(char, ())
-    return tuple(e["c"] for e in entries if len(e["c"]) == 1 and unicodedata.normalize("NFKC", e["c"]) != char)
+    return tuple(h for h in (e["c"] for e in confusables.confusables_data.get(char, ())) if len(h) == 1
+                 and unicodedata.normalize("NFKC", h) != char and script in (None, categories.alias(h)))
 
 
-def _homoglyph(source: str) -> list[str]:
-    """Every letter or digit that has look-alikes replaced by one (the k-th replaced by its k-th, cycling through the
-    scripts), every other one of them, the first of every third word."""
-    count = itertools.count()
-    every = [_lookalikes(c)[next(count) % len(_lookalikes(c))] if c.isalnum() and _lookalikes(c) else c for c in source]
+def _lookalike(source: str, script: str | None = None) -> list[str]:
+    """Every letter or digit that has look-alikes replaced by one (of ``script``: its first; any script: the k-th replaced
+    by its k-th, cycling through the scripts), every other one of them and (any script) the first of every third word."""
+    count, options = itertools.count(), {c: _lookalikes(c, script) for c in source if c.isalnum()}
+    every = [o[0 if script else next(count) % len(o)] if (o := options.get(c)) else c for c in source]
     swapped = [k for k, (a, c) in enumerate(zip(every, source)) if a != c]
-    first: dict[int, int] = {}  # word -> its first swapped position
-    for k in swapped:
-        first.setdefault(source[:k].count(" "), k)
+    first = {source[:k].count(" "): k for k in reversed(swapped)}  # word -> its first swapped position
     return ["".join(a if k in chosen else c for k, (a, c) in enumerate(zip(every, source)))
-            for chosen in (set(swapped), set(swapped[::2]), {k for w, k in first.items() if w % 3 == 0})]
+            for chosen in (set(swapped), set(swapped[::2]), *([] if script else [{k for w, k in first.items() if w % 3 == 0}]))]
 
 
 ADDITIONS = (", which was a complete surprise to the residents", "I hope this rewording helps!")
@@ -234,8 +232,9 @@ GENERATORS: dict[str, FamilyGenerator] = {
     "case": _of_source(lambda s: [s.lower(), s.upper()]),
     "spacing": _of_source(lambda s: ["  ".join(s.split()), f"  {s}\n", re.sub(r"\s*([,.;:!?])", r" \1", s)]),
     "punctuation": _of_source(lambda s: [re.sub(r"[^\w\s]", "", s), s.rstrip(".!?") + "!!!"]),
-    "zero_width": _of_source(lambda s: [joiner.join(s) for joiner in ("\u200b", "\u00ad", "\u200d", "\u2060")]),
-    "homoglyph": _of_source(_homoglyph),
+    "zero_width": _of_source(lambda s: [joiner.join(s) for joiner in ("\u200b", "\u00ad", "\u200d")]),
+    "homoglyph": _of_source(lambda s: _lookalike(s, "CYRILLIC")),
+    "lookalike": _of_source(_lookalike),
     "separator": _of_source(lambda s: [re.sub(r"(\S+) (\S+)", lambda m, sep=sep: m[1] + sep + m[2], s)  # every 2nd space
                                        for sep in _data("families.yaml")["separators"]]),
     "accents": _of_source(lambda s: [(t := re.sub("([aeiouAEIOU])", "\\1\u0301", s)), unicodedata.normalize("NFC", t)]),

@@ -145,11 +145,9 @@ def score_sources(judge: Any, template: Any, items: Sequence[SourceItem], hypoth
     guard = CompletionGuard(template, judge.tokenizer)
     table = escape_table(template) if escape_delimiters else None
     reward = CopyProofReward(judge, task_of(template), template) if reward is None and task_of(template) else reward
-    records: list[dict[str, Any]] = []
     with Progress(sum(map(len, hypotheses)), desc, units="hypotheses", enabled=progress) as bar:
-        for index, (item, chosen) in enumerate(zip(items, hypotheses)):
-            records += _score_source(judge, template, guard, table, reward, index, item, chosen, bar)
-    return records
+        return [record for index, (item, chosen) in enumerate(zip(items, hypotheses))
+                for record in _score_source(judge, template, guard, table, reward, index, item, chosen, bar)]
 
 
 def _score_source(judge: Any, template: Any, guard: CompletionGuard, table: dict[int, str] | None, reward: Any,
@@ -282,8 +280,7 @@ def failing_families(
 def _compose(families: Sequence[str], context: ProbeContext, item: SourceItem, index: int) -> str | None:
     """The source (copy families) or honest answer (presentation) edited by each family in turn, with its hypothesis
     ``index`` modulo their number (``"THE-CAT SLEEPS."``: copy_case then copy_separator, 1); None when one has none."""
-    text = None
-    for family in families:
+    for family in families:  # one at least
         hypotheses = generate(family, context, item)
         if not hypotheses:
             return None
