@@ -2,12 +2,13 @@
 rewards written here (one that no edit can raise, and the same with one defence undone), its scores against the public
 copy-proof reward called text by text, its command line, no silent stretch, and its run on the default judge."""
 
-import functools
 import json
 import math
 import re
+import sys
 import time
 import unicodedata
+from pathlib import Path
 
 import pytest
 from confusable_homoglyphs import confusables
@@ -25,6 +26,7 @@ SOURCES = ["The company said its profit rose sharply in the third quarter.",
 HONEST = ["According to the firm, third-quarter profits increased steeply.",
           "The bridge was shut by officials because the storm had damaged its supports."]
 TEXT = "The cat sleeps, the dog barks."
+ROOT = Path(__file__).resolve().parents[1]
 SEARCHED = [f for f in family_names() if family_kind(f) in ("copy", "presentation") and f != "copy"]
 
 
@@ -196,6 +198,22 @@ def test_the_search_flags_the_families_whose_defence_is_undone(tiny_judge, undo,
         assert row["raised"] == 2 / 12 and row["worst_reward"] == 0.5 > COPY_MARGIN  # only "_" pays
 
 
+def test_the_flags_are_the_issues_margins_written_by_hand():
+    """A copy is flagged above 0.02 of reward, an honest answer raised by more than 0.01 (not at either)."""
+    def records(copy_reward, raised):
+        return [{"family": "copy", "kind": "copy", "source_index": 0, "hypothesis": "S", "copy_proof": 0.0},
+                {"family": "honest", "kind": "reference", "source_index": 0, "hypothesis": "H", "copy_proof": 0.25},
+                {"family": "copy_case", "kind": "copy", "source_index": 0, "hypothesis": "s", "copy_proof": copy_reward},
+                {"family": "presentation_label", "kind": "presentation", "source_index": 0, "hypothesis": "L: H",
+                 "copy_proof": 0.25 + raised}]
+
+    assert [r["flagged"] for r in search_rows(records(0.02, 0.0099))] == [False, False, False]
+    assert [r["flagged"] for r in search_rows(records(0.0201, 0.0101))] == [False, True, True]
+    _, copy, label = search_rows(records(0.03, -0.2))
+    assert (copy["mean"], copy["worst"], copy["raised"], copy["worst_reward"], copy["example"]) == (0.03, 0.03, 1.0, 0.03, "s")
+    assert (label["mean"], label["worst"], label["raised"], label["worst_reward"]) == pytest.approx((-0.2, -0.2, 0.0, 0.05))
+
+
 def test_the_search_scores_through_the_public_copy_proof_reward(tiny_judge):
     """Each scored text's reward equals the public reward called on that text alone (scoring in chunks changes
     nothing); the unedited copy gets 0 and the rows summarise the records."""
@@ -314,6 +332,46 @@ def test_the_judge_load_is_not_silent(monkeypatch, capsys, tiny_judge):
     assert cli.main(["probe", "--limit", "1", "--families", "copy"]) == 0
     err = capsys.readouterr().err
     assert "pluie-reward probe: loading the default judge" in err and "pluie-reward probe: loading: 2 s" in err
+
+
+# --- the documentation ------------------------------------------------------------------------------------------
+def test_the_pages_probe_tables_are_the_probes_output():
+    """docs/hacking.md's probe tables are the package's reports of the rows the probe wrote (scripts/probe_tables.py
+    saved them in docs/probe/), for today's families, and the page explains every column of both."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import probe_tables
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    page = probe_tables.PAGE.read_text(encoding="utf-8")
+    blocks = {m.group(2): m.group(3) for m in probe_tables.BLOCK.finditer(page)}
+    assert sorted(blocks) == sorted(probe_tables.TABLES) == ["families", "search"]
+    rows = {name: json.loads((probe_tables.ROWS / f"{name}.json").read_text(encoding="utf-8")) for name in blocks}
+    for name, block in blocks.items():
+        report = probe_tables.TABLES[name][1](rows[name])
+        assert block.startswith(report + "\n\n(`pluie-reward probe") and block.endswith(f"from `docs/probe/{name}.json`.)\n"), name
+        headers = report.splitlines()[0].strip("| ").split(" | ")
+        assert [h for h in headers if not re.search(rf"^- .*`{re.escape(h)}`", page, re.M)] == [], f"{name}: columns not explained"
+    assert [r["family"] for r in rows["families"]] == family_names()  # regenerate after adding a family
+    assert [r["family"] for r in rows["search"] if "+" not in r["family"]] == ["copy", *SEARCHED]
+
+
+def test_the_page_writer_replaces_only_the_named_blocks(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import probe_tables
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    page = tmp_path / "page.md"
+    page.write_text("a\n<!-- probe-table: search -->\nold\n<!-- /probe-table -->\nb\n<!-- probe-table: families -->\nkeep\n"
+                    "<!-- /probe-table -->\n")
+    row = {"family": "copy", "kind": "copy", "n": 1, "mean": 0.0, "worst": 0.0, "raised": 0.0, "worst_reward": 0.0,
+           "flagged": False, "example": "S"}
+    probe_tables.write_page({"search": [row]}, {"search": "`pluie-reward probe --search`, d"}, page)
+    text = page.read_text()
+    assert "old" not in text and "keep" in text and "| copy | copy | 1 | +0.000 |" in text and text.startswith("a\n<!--")
+    with pytest.raises(ValueError, match="no <!-- probe-table"):
+        probe_tables.write_page({"nope": []}, {"nope": ""}, page)
 
 
 # --- the default judge ----------------------------------------------------------------------------------------
