@@ -276,7 +276,7 @@ def test_probe_search_command(written_cli, tmp_path, capsys):
     (["--search", "--fail-on", "empty"], "--fail-on are for the families' table"),
     (["--search", "--plot", "x.png"], "--plot, --fail-above and --fail-on are for the families' table"),
     (["--search", "--fail-above", "0"], "--plot, --fail-above and --fail-on are for the families' table"),
-    (["--search", "--pairs", "-1"], "--pairs"),
+    (["--search", "--pairs", "0"], "--pairs"),
 ])
 def test_bad_search_options_exit_2_with_one_line(written_cli, capsys, args, message):
     assert cli.main(["probe", "--limit", "1", *args]) == 2

@@ -20,7 +20,7 @@ from ...core.template import load_template
 from ..cli.common import add_judge_arguments, field_columns, judge_from_args, read_records
 from ..cli.output import check_output_file, write_text_file
 from ..cli.registry import command
-from ..shared import UsageError, comma_list, nonneg_float, nonneg_int, positive_int
+from ..shared import UsageError, comma_list, nonneg_float, positive_int
 from .families import family_names, family_specs
 from .report import markdown_report, plot_probe, search_report
 from .run import COPY_MARGIN, PAIRS, RAISE_MARGIN, failing_families, probe_items, search, search_rows, summarize
@@ -50,7 +50,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="comma-separated families gated by --fail-above (default: every attack family; copies are not gated)")
     p.add_argument("--search", action="store_true", help="instead of the table, search the copy and presentation families (or "
                    f"--families), alone and in pairs: flag a copy's copy-proof reward above {COPY_MARGIN}, a raise above {RAISE_MARGIN}")
-    p.add_argument("--pairs", type=nonneg_int, default=PAIRS, help=f"--search: pair the N families that moved it most (default {PAIRS})")
+    p.add_argument("--pairs", type=positive_int, default=PAIRS, help=f"--search: pair the N that moved it most (default {PAIRS}; 1: none)")
     p.add_argument("--fail-if-flagged", action="store_true", help="--search: exit with code 1 when anything is flagged")
     add_judge_arguments(p)
 
