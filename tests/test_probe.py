@@ -105,10 +105,9 @@ def test_every_family_runs_on_a_tiny_judge(tiny_judge):
     table = markdown_report(rows)
     assert table.count("\n") == len(rows) + 1 and "| honest | reference | 2 |" in table
     # the copy-proof reward of para-fs (paraphrase): every copy-kind hypothesis, repeats included, gets 0,
-    # whatever this random judge says; the honest answers p_yes x min(1, novelty / 0.3). Issue 62 (items 1-2, not merged
-    # here): today's reward pays look-alikes outside its table, words joined by "_" and "__copy__"; drop PAID_TODAY then.
-    PAID_TODAY = {"copy_homoglyph", "copy_lookalike", "copy_separator", "copy_wrapped"}
-    assert all(r["copy_proof"] == 0.0 for r in records if r["kind"] == "copy" and r["family"] not in PAID_TODAY)
+    # whatever this random judge says (look-alikes of any script, separators, wrapped copies included); the honest answers
+    # p_yes x min(1, novelty / 0.3)
+    assert all(r["copy_proof"] == 0.0 for r in records if r["kind"] == "copy")
     for r in records:
         if r["family"] == "honest":
             assert r["copy_proof"] == pytest.approx(1 / (1 + math.exp(-r["score"])) * min(1.0, r["novelty"] / 0.3))

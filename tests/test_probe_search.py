@@ -376,9 +376,6 @@ def test_the_page_writer_replaces_only_the_named_blocks(tmp_path):
 
 # --- the default judge ----------------------------------------------------------------------------------------
 @pytest.mark.slow  # ~3-6 min on 2 cores: the default search (12 sources, every family searched, pairs of 4)
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="issue 62 items 1-2 (copies compared on a skeleton, one canonical reading) are not merged: "
-                          "the search flags them; remove this mark when they are (a pass then fails, strict)")
 def test_the_default_search_on_the_default_judge_flags_nothing(capsys):
     code = cli.main(["probe", "--search", "--fail-if-flagged"])
     captured = capsys.readouterr()

@@ -48,6 +48,16 @@ def test_small_capitals_and_look_alikes_read_as_their_letters():
     assert is_copy(source, "The train to Lyon was delayed becaυse of a signal failυre.")
 
 
+def test_a_symbol_that_looks_like_a_letter_reads_as_it_where_that_gives_the_source():
+    """⊤ (DOWN TACK) looks like T and ∨ (LOGICAL OR) like v: not letters, but a reader reads "⊤he" as "The";
+    "|" looks like l, yet "forced|the" reads as two words (the reading that gives the source's words wins)."""
+    source = "The company said its profit rose sharply in the third quarter."
+    assert is_copy(source, "⊤he company said 𝞲ts profit rose ꜱharply in the tᏂird quarter.")
+    assert is_copy("Heavy rain forced the organisers.", "Heavy rain forced|the organisers.")
+    assert is_copy("The river is very wide.", "The river is ∨ery wide.")
+    assert compare("The cat.", "⊤he dog.")[1] == ["the", "dog"] and words("⊤he") == ["he"]
+
+
 def test_a_word_is_read_against_its_source_by_its_shape_too():
     """Greek capitals: Ν looks like N (its lower case, ν, like v), Η like H (η like n)."""
     assert compare("It is hot.", "ΙΤ is ΗΟΤ!") == (["it", "is", "hot"], ["it", "is", "hot"], False)

@@ -186,8 +186,10 @@ def compare(source: str, hypothesis: str) -> tuple[list[str], list[str], bool]:
     """The words of ``source`` and of ``hypothesis`` read against them, and whether the hypothesis is disguised.
 
     A hypothesis word whose case-folded reading is not a source word but whose written shape is reads as that
-    word (Greek capitals spelling a Latin word: "ΗΟΤ" is "hot" where the source says "hot", "not" elsewhere). A
-    hypothesis word that mixes scripts (:func:`mixes_scripts`) and is not a source word is a disguise.
+    word (Greek capitals spelling a Latin word: "ΗΟΤ" is "hot" where the source says "hot", "not" elsewhere); a run
+    of text holding a symbol that looks like a letter reads with that letter when that gives source words ("⊤he"
+    is "the", where "forced|the" stays two words). A hypothesis word that mixes scripts (:func:`mixes_scripts`)
+    and is not a source word is a disguise.
 
     Args:
         source: the text the hypothesis rewrites.
@@ -199,9 +201,31 @@ def compare(source: str, hypothesis: str) -> tuple[list[str], list[str], bool]:
     Example:
         >>> compare("It is hot.", "ΙΤ is ΗΟΤ!"), compare("The heavy rain.", "The heաvy rain.")[2]
         ((['it', 'is', 'hot'], ['it', 'is', 'hot'], False), True)
+        >>> compare("The cat.", "⊤he cat.")[1]
+        ['the', 'cat']
     """
     known = list(_read(source).words)
     seen = set(known)
-    read = _read(hypothesis)
-    hypothesis_words = [shape if word not in seen and shape in seen else word for word, shape in zip(read.words, read.shapes)]
-    return known, hypothesis_words, any(m and w not in seen for m, w in zip(read.mixed, hypothesis_words))
+    read, disguised = [], False
+    for run in hypothesis.split():
+        got = _read(run)
+        words_ = [shape if word not in seen and shape in seen else word for word, shape in zip(got.words, got.shapes)]
+        if not seen.issuperset(words_) and (letters := _read(run.translate(_LETTER_LIKE)).words) and seen.issuperset(letters):
+            words_ = list(letters)
+        disguised = disguised or any(m and w not in seen for m, w in zip(got.mixed, words_))
+        read += words_
+    return known, read, disguised
+
+
+class _LetterLike(dict):
+    """``str.translate`` table reading a symbol that looks like a letter (its look-alikes read as an ASCII letter:
+    ``⊤`` as t, ``|`` as l) as that letter; other characters are kept."""
+
+    def __missing__(self, code: int) -> str:
+        char = chr(code)
+        reading = char if _WORD.match(char) else _look_alikes().get(char, char)
+        self[code] = folded = reading if reading.isascii() and reading.isalpha() else char
+        return folded
+
+
+_LETTER_LIKE = _LetterLike()
