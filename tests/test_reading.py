@@ -56,6 +56,12 @@ def test_a_symbol_that_looks_like_a_letter_reads_as_it_where_that_gives_the_sour
     assert is_copy("Heavy rain forced the organisers.", "Heavy rain forced|the organisers.")
     assert is_copy("The river is very wide.", "The river is ∨ery wide.")
     assert compare("The cat.", "⊤he dog.")[1] == ["the", "dog"] and words("⊤he") == ["he"]
+    # a symbol alone between spaces (⍺, APL ALPHA, looks like a): the probe's search found "... more than ⍺ million
+    # copies." paid 0.104 on the default judge while a word-for-word copy of the source was read as one word short
+    source = 'Her first novel, "The Quiet Harbour", sold more than a million copies.'
+    assert is_copy(source, 'Ηer first novel, "ꓔhe Quiet Harbour", ѕold more than ⍺ million copies.')
+    assert compare("It is a cat.", "It is ⍺ cat.")[1] == ["it", "is", "a", "cat"]
+    assert compare("It is the cat.", "It is ⍺ cat.")[1] == ["it", "is", "cat"]  # no "a" in the source: no word
 
 
 def test_a_word_is_read_against_its_source_by_its_shape_too():

@@ -201,8 +201,8 @@ def compare(source: str, hypothesis: str) -> tuple[list[str], list[str], bool]:
     Example:
         >>> compare("It is hot.", "ΙΤ is ΗΟΤ!"), compare("The heavy rain.", "The heաvy rain.")[2]
         ((['it', 'is', 'hot'], ['it', 'is', 'hot'], False), True)
-        >>> compare("The cat.", "⊤he cat.")[1]
-        ['the', 'cat']
+        >>> compare("The cat.", "⊤he cat.")[1], compare("It is a cat.", "It is ⍺ cat.")[1]  # a letter-like symbol alone too
+        (['the', 'cat'], ['it', 'is', 'a', 'cat'])
     """
     known = list(_read(source).words)
     seen = set(known)
@@ -210,7 +210,7 @@ def compare(source: str, hypothesis: str) -> tuple[list[str], list[str], bool]:
     for run in hypothesis.split():
         got = _read(run)
         words_ = [shape if word not in seen and shape in seen else word for word, shape in zip(got.words, got.shapes)]
-        if not seen.issuperset(words_) and (letters := _read(run.translate(_LETTER_LIKE)).words) and seen.issuperset(letters):
+        if (letters := _read(run.translate(_LETTER_LIKE)).words) != words_ and letters and seen.issuperset(letters):
             words_ = list(letters)
         disguised = disguised or any(m and w not in seen for m, w in zip(got.mixed, words_))
         read += words_
