@@ -62,6 +62,9 @@ def test_a_symbol_that_looks_like_a_letter_reads_as_it_where_that_gives_the_sour
     assert is_copy(source, 'Ηer first novel, "ꓔhe Quiet Harbour", ѕold more than ⍺ million copies.')
     assert compare("It is a cat.", "It is ⍺ cat.")[1] == ["it", "is", "a", "cat"]
     assert compare("It is the cat.", "It is ⍺ cat.")[1] == ["it", "is", "cat"]  # no "a" in the source: no word
+    # ͺ (GREEK YPOGEGRAMMENI, a letter) is a space and a combining mark in NFKC: it looks like ι, not like a space
+    source = "The museum will stay closed until the roof has been repaired."
+    assert is_copy(source, "⊤hе mu𑣁e𝛖m wͺl𝟭 st𝛂y ⲥlᴑsеd 𝛖ntıl tһe ᴦo𝞂f һaѕ bеeո rеp𝛼iꭇeԁ.") and words("wͺll") == ["will"]
 
 
 def test_a_word_is_read_against_its_source_by_its_shape_too():

@@ -107,7 +107,11 @@ _FOLD = _Fold()
 
 def _visible(text: str) -> str:
     """``text`` without invisible characters and without the accents of Latin, Greek and Cyrillic letters, in NFKC
-    (full-width, ligatures and mathematical letters folded)."""
+    (full-width, ligatures and mathematical letters folded); a letter that NFKC would split with a space (U+037A ͺ
+    is a space and a combining mark) reads as its look-alike (ι, i) instead."""
+    if not text.isascii():  # a letter whose compatibility form starts with a space (ͺ, the iota subscript) is its look-alike
+        text = "".join(_look_alikes().get(c, c) if c.isalpha() and unicodedata.normalize("NFKD", c)[:1] == " " else c
+                       for c in text)
     out: list[str] = []
     for char in unicodedata.normalize("NFKD", text):
         if is_invisible(char) or (unicodedata.category(char) == "Mn" and out and ord(out[-1]) < 0x0530):
