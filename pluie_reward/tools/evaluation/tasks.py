@@ -230,7 +230,6 @@ def run_preference(
     baseline_reference: Sequence[str] | None = None,
     baselines: Any = ("levenshtein", "bleu"),
     epsilon: float | None = None,
-    human_synonyms: Mapping[str, str] | None = None,
     rows: Sequence[str] | None = None,
     output_dir: str | Path | None = None,
     overwrite: bool = False,
@@ -248,7 +247,7 @@ def run_preference(
         >>> sorted(r["metrics"]["Rev-PLUIE"])[:4]
         ['cohens_kappa', 'cohens_kappa_range', 'cramers_v', 'cramers_v_range']
     """
-    h = as_preferences(human, "human", human_synonyms)
+    h = as_preferences(human, "human")
     n = len(h)
     if len(candidates_a) != n or len(candidates_b) != n:
         raise ValueError(f"{len(candidates_a)} A candidates and {len(candidates_b)} B candidates for {n} human choices.")
