@@ -50,7 +50,6 @@ def plot_threshold_curves(
     *,
     title: str | None = None,
     natural_threshold: float | None = 0.0,
-    points: int = 400,
     xlabel: str = "decision threshold (positive when score > threshold)",
 ) -> Path:
     """Accuracy, recall, precision and F1 of ``score > t`` against ``t``, the best F1 marked at the threshold
@@ -64,7 +63,7 @@ def plot_threshold_curves(
     s, y = as_scored(scores, labels)
     lo, hi = x_range(s, natural_threshold)
     inside = [t for t in candidate_thresholds(s) if lo <= t <= hi]
-    grid = np.unique(np.concatenate([inside, s, np.linspace(lo, hi, points)]))  # constant on [s_k, s_k+1): exact steps
+    grid = np.unique(np.concatenate([inside, s, np.linspace(lo, hi, 400)]))  # constant on [s_k, s_k+1): exact steps
     m = metrics_at(s, y, grid)
     figure, ax = _figure()
     for name, colour in CURVES:
