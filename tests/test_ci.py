@@ -335,6 +335,7 @@ OPTIONAL = [
     ("matplotlib", "from pluie_reward.tools.evaluation.plots import _figure; _figure()", "eval"),
     ("matplotlib", "from pluie_reward.tools.runs import plot_run; plot_run('no-such-run')", "eval"),
     ("sacrebleu", "from pluie_reward.tools.evaluation.baselines import bleu; bleu('a b', 'a b')", "eval"),
+    ("rapidfuzz", "from pluie_reward.tools.evaluation.baselines import levenshtein_similarity as s; s('a', 'b')", "eval"),
     ("sklearn", "from pluie_reward.tools.evaluation.metrics import roc_auc; roc_auc([0, 1], [False, True])", "eval"),
     ("scipy", "from pluie_reward.tools.evaluation.metrics import cramers_v; cramers_v('ab', 'ab')", "eval"),
 ]

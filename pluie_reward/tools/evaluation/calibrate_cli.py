@@ -54,16 +54,13 @@ def _configure(p: argparse.ArgumentParser) -> None:
     add_judge_arguments(p)
 
 
-def _target(output: Path) -> Path:
-    return output / FILE_NAME if output.is_dir() or (not output.suffix and not output.exists()) else output
-
-
 @command("calibrate", _configure)
 def calibrate_command(args: argparse.Namespace) -> int:
     """Fit p = sigmoid(a * PLUIE + b) on labelled items (held-out before/after report) and write calibration.json."""
     require_metric_libraries()
     config = config_from_args(CalibrationConfig, args)
-    target = _target(args.output)
+    output = args.output  # a folder (new when it has no suffix): calibration.json inside
+    target = output / FILE_NAME if output.is_dir() or (not output.suffix and not output.exists()) else output
     check_output_file(target, "--output", inputs=[args.input], overwrite=args.overwrite)
     template = load_template(args.template)
     if template.kind != "binary":

@@ -213,9 +213,11 @@ class CalibrationConfig:
         check_number("tol", self.tol, "a positive number", lambda v: v > 0, _NUMBER)
 
 
-def heldout_split(n: int, fraction: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Indices ``(fit, held-out)`` of a seeded random split (as the tuner's): the held-out part has
-    ``round(fraction * n)`` items, at least one when ``fraction > 0``; both sorted.
+def heldout_split(n: int, fraction: float, seed: int = 0, parts: str = "fit",
+                  items: str = "labelled items") -> tuple[np.ndarray, np.ndarray]:
+    """Indices ``(fit, held-out)`` of a seeded random split (the tuner's too: :meth:`PairData.split
+    <pluie_reward.tools.tune.data.PairData.split>`): the held-out part has ``round(fraction * n)`` items, at least one
+    when ``fraction > 0``; both sorted. ``parts`` and ``items`` name the fit part and the items in the error.
 
     Example:
         >>> [part.tolist() for part in heldout_split(5, 0.4, seed=0)]
@@ -223,8 +225,8 @@ def heldout_split(n: int, fraction: float, seed: int = 0) -> tuple[np.ndarray, n
     """
     held = 0 if fraction <= 0 else max(1, int(round(fraction * n)))
     if held >= n:
-        raise ValueError(f"{n} item(s) cannot be split into fit and held-out parts (heldout_fraction={fraction}); "
-                         "give more labelled items or set heldout_fraction=0.")
+        raise ValueError(f"{n} item(s) cannot be split into {parts} and held-out parts (heldout_fraction={fraction}); "
+                         f"give more {items} or set heldout_fraction=0.")
     order = np.random.default_rng(seed).permutation(n)
     return np.sort(order[held:]), np.sort(order[:held])
 
@@ -333,10 +335,6 @@ EVAL_HELDOUT = 0.3  # the held-out share and seed of the Platt fit in evaluation
 EVAL_SEED = 0
 
 
-def _arrow(before: float, after: float, digits: int = 3) -> str:
-    return f"{number(before, digits)} → {number(after, digits)}"
-
-
 def calibration_markdown(calibration: Mapping[str, Mapping[str, Any]], bins: bool = True) -> str:
     """The Markdown of an evaluation's ``results["calibration"]`` (:func:`calibration_report` per judged Yes/No
     condition): ECE, Brier, log loss, the Platt fit with before → after, and (``bins``) the per-bin rows.
@@ -359,7 +357,8 @@ def calibration_markdown(calibration: Mapping[str, Mapping[str, Any]], bins: boo
         else:
             cells += [number(fit["a"], 3), number(fit["b"], 3)]
             if held:
-                cells += [fit["n_heldout"]] + [_arrow(held["before"][k], held["after"][k]) for k in ("ece", "brier", "log_loss")]
+                cells += [fit["n_heldout"]] + [f"{number(held['before'][k], 3)} → {number(held['after'][k], 3)}"
+                                               for k in ("ece", "brier", "log_loss")]
             else:
                 cells += ["0 (in-sample)"] + ["–"] * 3
         rows.append(cells)

@@ -244,7 +244,6 @@ def classification_report(
     scores: Iterable[float],
     labels: Iterable[Any],
     natural_threshold: float | None = 0.0,
-    optimise: Sequence[str] = ("f1", "accuracy"),
 ) -> dict[str, Any]:
     """The seeds' Table 1/3 row: metrics at the natural threshold and at the a posteriori best ones.
 
@@ -259,7 +258,7 @@ def classification_report(
     report: dict[str, Any] = {"n": int(s.size), "positives": int(y.sum())}
     if natural_threshold is not None:
         report["natural"] = classification_metrics(s, y, natural_threshold)
-    for by in optimise:
+    for by in ("f1", "accuracy"):
         report[f"best_{by}"] = best_threshold(s, y, by)
     return report
 

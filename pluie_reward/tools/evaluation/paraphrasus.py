@@ -36,37 +36,25 @@ class DatasetSpec:
     challenge: str
     name: str
     files: tuple[str, ...]
-    use: Callable[[dict], bool]
-    expected: Callable[[dict], bool]
+    use: Callable[[dict], bool] | None  # which entries are used (None: all)
+    expected: bool | None  # the correct prediction (None: the entry's label)
     rule: str  # human-readable selection rule
-
-
-def _label(entry: dict) -> bool:
-    return bool(entry["label"])
-
-
-def _yes(entry: dict) -> bool:
-    return True
-
-
-def _no(entry: dict) -> bool:
-    return False
 
 
 _BOTH_NO = "both directions; expected = not a paraphrase"
 DATASETS: tuple[DatasetSpec, ...] = (
-    DatasetSpec("Classify!", "MRPC", ("ms-mrpc.json",), _yes, _label, "all; expected = label"),
-    DatasetSpec("Classify!", "STS-H", (STS_FILE,), lambda e: "label" in e, _label, "entries with a label key; expected = label"),
-    DatasetSpec("Minimize!", "SNLI", ("stannlp-snli-pre-hyp.json", "stannlp-snli-hyp-pre.json"), _yes, _no, _BOTH_NO),
-    DatasetSpec("Minimize!", "ANLI", ("fb-anli-pre-hyp.json", "fb-anli-hyp-pre.json"), _yes, _no, _BOTH_NO),
-    DatasetSpec("Minimize!", "STS", (STS_FILE,), lambda e: 0 <= e["score"] < 3, _no, "0 <= score < 3; expected = not a paraphrase"),
-    DatasetSpec("Minimize!", "SICK", ("sickr-sts.json",), lambda e: 1 <= e["score"] < 3, _no,
+    DatasetSpec("Classify!", "MRPC", ("ms-mrpc.json",), None, None, "all; expected = label"),
+    DatasetSpec("Classify!", "STS-H", (STS_FILE,), lambda e: "label" in e, None, "entries with a label key; expected = label"),
+    DatasetSpec("Minimize!", "SNLI", ("stannlp-snli-pre-hyp.json", "stannlp-snli-hyp-pre.json"), None, False, _BOTH_NO),
+    DatasetSpec("Minimize!", "ANLI", ("fb-anli-pre-hyp.json", "fb-anli-hyp-pre.json"), None, False, _BOTH_NO),
+    DatasetSpec("Minimize!", "STS", (STS_FILE,), lambda e: 0 <= e["score"] < 3, False, "0 <= score < 3; expected = not a paraphrase"),
+    DatasetSpec("Minimize!", "SICK", ("sickr-sts.json",), lambda e: 1 <= e["score"] < 3, False,
                 "1 <= score < 3; expected = not a paraphrase"),
-    DatasetSpec("Maximize!", "TRUE", ("amr_true_paraphrases.json",), _yes, _yes, "all; expected = paraphrase"),
-    DatasetSpec("Maximize!", "SIMP", ("onestop_parallel_all_pairs.json",), _yes, _yes, "all; expected = paraphrase"),
+    DatasetSpec("Maximize!", "TRUE", ("amr_true_paraphrases.json",), None, True, "all; expected = paraphrase"),
+    DatasetSpec("Maximize!", "SIMP", ("onestop_parallel_all_pairs.json",), None, True, "all; expected = paraphrase"),
     # last, so that a folder with or without them samples the same pairs of the others (--limit)
-    DatasetSpec("Classify!", "PAWSX", ("paws-x-test.json",), _yes, _label, "all; expected = label"),
-    DatasetSpec("Minimize!", "XNLI", ("fb-xnli-pre-hyp.json", "fb-xnli-hyp-pre.json"), _yes, _no, _BOTH_NO),
+    DatasetSpec("Classify!", "PAWSX", ("paws-x-test.json",), None, None, "all; expected = label"),
+    DatasetSpec("Minimize!", "XNLI", ("fb-xnli-pre-hyp.json", "fb-xnli-hyp-pre.json"), None, False, _BOTH_NO),
 )
 DATASET_NAMES = tuple(d.name for d in DATASETS)
 
@@ -142,11 +130,6 @@ def peer_file(folder: Path, peer: str) -> Path | None:
     return None
 
 
-def _split(limit: int, parts: int) -> list[int]:
-    """Share ``limit`` over ``parts`` files evenly, earlier files taking the remainder."""
-    return [limit // parts + (1 if i < limit % parts else 0) for i in range(parts)]
-
-
 def load_pairs(
     data_dir: str | Path | None = None,
     *,
@@ -181,18 +164,20 @@ def load_pairs(
     for spec in DATASETS:
         if spec.name not in wanted:
             continue
-        quotas = _split(limit, len(spec.files)) if limit is not None else [None] * len(spec.files)
+        parts = len(spec.files)  # the limit shared evenly over the files, earlier ones taking the remainder
+        quotas = [limit // parts + (i < limit % parts) for i in range(parts)] if limit is not None else [None] * parts
         pairs: list[Pair] = []
         for file, quota in zip(spec.files, quotas):
             entries = cache.setdefault(file, _read(folder / file))
-            chosen = [(k, e) for k, e in entries.items() if spec.use(e)]
+            chosen = [(k, e) for k, e in entries.items() if spec.use is None or spec.use(e)]
             if quota is not None and quota < len(chosen):
                 keep = sorted(rng.sample(range(len(chosen)), quota))
                 chosen = [chosen[i] for i in keep]
             for key, entry in chosen:
                 try:
                     sts = entry.get("score") if file == STS_FILE else None
-                    pairs.append(Pair(spec.name, file, key, entry["sentence1"], entry["sentence2"], spec.expected(entry), sts))
+                    expected = bool(entry["label"]) if spec.expected is None else spec.expected
+                    pairs.append(Pair(spec.name, file, key, entry["sentence1"], entry["sentence2"], expected, sts))
                 except KeyError as err:
                     raise ValueError(f"{file}: entry {key!r} lacks {err}.") from None
         out[spec.name] = pairs

@@ -50,7 +50,6 @@ def plot_threshold_curves(
     *,
     title: str | None = None,
     natural_threshold: float | None = 0.0,
-    points: int = 400,
     xlabel: str = "decision threshold (positive when score > threshold)",
 ) -> Path:
     """Accuracy, recall, precision and F1 of ``score > t`` against ``t``, the best F1 marked at the threshold
@@ -64,7 +63,7 @@ def plot_threshold_curves(
     s, y = as_scored(scores, labels)
     lo, hi = x_range(s, natural_threshold)
     inside = [t for t in candidate_thresholds(s) if lo <= t <= hi]
-    grid = np.unique(np.concatenate([inside, s, np.linspace(lo, hi, points)]))  # constant on [s_k, s_k+1): exact steps
+    grid = np.unique(np.concatenate([inside, s, np.linspace(lo, hi, 400)]))  # constant on [s_k, s_k+1): exact steps
     m = metrics_at(s, y, grid)
     figure, ax = _figure()
     for name, colour in CURVES:
@@ -165,7 +164,6 @@ def plot_edit_distance(
     *,
     title: str | None = None,
     natural_threshold: float | None = 0.0,
-    label_names: Sequence[str] = LABEL_NAMES,
     ylabel: str = "score",
 ) -> Path:
     """Score against normalised edit distance, one marker per label (ParaPLUIE Fig. 2), with Pearson's r
@@ -188,7 +186,7 @@ def plot_edit_distance(
         r = pearson(d[mask], s[mask])
         ax.scatter(d[mask], s[mask], s=14, marker=marker, facecolors="none" if value else colour, edgecolors=colour,
                    alpha=0.7, linewidths=0.8,
-                   label=f"{label_names[int(value)]} (n={int(mask.sum())}, r={'N/A' if r is None else f'{r:.2f}'})")
+                   label=f"{LABEL_NAMES[int(value)]} (n={int(mask.sum())}, r={'N/A' if r is None else f'{r:.2f}'})")
     if natural_threshold is not None:
         ax.axhline(natural_threshold, color="tab:red", linewidth=1, label=f"threshold {natural_threshold:g}")
     ax.set(xlabel="normalised edit distance (character Levenshtein / longer length)", ylabel=ylabel)

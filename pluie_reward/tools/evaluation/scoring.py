@@ -108,12 +108,6 @@ def _broadcast(value: Any, n: int) -> list[str]:
     return [value] * n if isinstance(value, str) else list(value)
 
 
-def _chunk_size(judge: Any, chunk_size: int | None, prompts_per_item: int = 1) -> int:
-    if chunk_size is not None and chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
-    return chunk_size or auto_chunk_size(judge, prompts_per_item)
-
-
 def score_in_chunks(
     judge: Any, template: Any, fields: Mapping[str, Any], n: int, *, chunk_size: int | None = None,
     desc: str = "scoring", progress: bool = True, units: str = "items", bar: Progress | None = None,
@@ -231,7 +225,9 @@ def score_items(
     saved = [store.done(item["i"], item["h"]) if store is not None else None for item in items]
     lines = {k: line for k, line in enumerate(saved) if line is not None}
     todo = [k for k, line in enumerate(saved) if line is None]
-    size = _chunk_size(judge, chunk_size, 1 if pairs is None else 2)
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
+    size = chunk_size or auto_chunk_size(judge, 1 if pairs is None else 2)
     if pairs is not None:
         for condition in conditions:
             check_choice_condition(condition, True)

@@ -166,9 +166,7 @@ class ScoreStore(contextlib.AbstractContextManager):
         return line
 
     def add(self, lines: Iterable[dict[str, Any]]) -> None:
-        """Append lines and make sure they reach the disk."""
-        lines = list(lines)
-        self.lines.update((int(line["i"]), line) for line in lines)
+        """Append lines and make sure they reach the disk (nothing without a folder)."""
         if self._file is not None:
             self._file.add(lines)
 

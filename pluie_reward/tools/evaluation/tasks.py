@@ -10,8 +10,9 @@ call (:mod:`.store`): an interrupted run resumes, and :func:`report_folder` reco
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ...core.template import load_template
 from ...integrations.outputs import SECOND_CANDIDATE
@@ -230,7 +231,6 @@ def run_preference(
     baseline_reference: Sequence[str] | None = None,
     baselines: Any = ("levenshtein", "bleu"),
     epsilon: float | None = None,
-    human_synonyms: Mapping[str, str] | None = None,
     rows: Sequence[str] | None = None,
     output_dir: str | Path | None = None,
     overwrite: bool = False,
@@ -248,7 +248,7 @@ def run_preference(
         >>> sorted(r["metrics"]["Rev-PLUIE"])[:4]
         ['cohens_kappa', 'cohens_kappa_range', 'cramers_v', 'cramers_v_range']
     """
-    h = as_preferences(human, "human", human_synonyms)
+    h = as_preferences(human, "human")
     n = len(h)
     if len(candidates_a) != n or len(candidates_b) != n:
         raise ValueError(f"{len(candidates_a)} A candidates and {len(candidates_b)} B candidates for {n} human choices.")
@@ -259,16 +259,12 @@ def run_preference(
               "h": fingerprint(h[i], _inputs(conditions, i) + [[candidates_a[i], candidates_b[i], reference[i]]])}
              for i in range(n)]
 
-    def baseline(name: str) -> Callable[[list[int]], list[Any]]:
-        def run(index: list[int]) -> list[Any]:
-            ref = [baseline_reference[i] for i in index]
-            a = score_baseline(name, ref, [candidates_a[i] for i in index])
-            b = score_baseline(name, ref, [candidates_b[i] for i in index])
-            return [[x, y] for x, y in zip(a, b)]
-        return run
+    def baseline(name: str, index: list[int]) -> list[list[float]]:  # [A, B] per item: each one's similarity to the reference
+        ref = [baseline_reference[i] for i in index]
+        return [list(ab) for ab in zip(*(score_baseline(name, ref, [c[i] for i in index]) for c in (candidates_a, candidates_b)))]
 
     return _score_run("preference", judge, conditions, items, names, {"epsilon": epsilon, **(meta or {})}, output_dir, overwrite,
-                      False, pairs=(candidates_a, candidates_b), baselines={name: baseline(name) for name in names},
+                      False, pairs=(candidates_a, candidates_b), baselines={name: partial(baseline, name) for name in names},
                       chunk_size=chunk_size, progress=progress, desc="scoring A and B")
 
 

@@ -18,6 +18,7 @@ from ...core.template import load_template
 from ..cli.common import add_config_arguments, add_judge_arguments, config_from_args, field_columns, judge_from_args, read_records
 from ..cli.output import check_output_dir
 from ..cli.registry import command
+from ..evaluation.metrics import _each
 from ..shared import UsageError, log_ratio, positive_int
 from .config import TuneConfig
 from .data import PairData
@@ -44,13 +45,6 @@ def _configure(p: argparse.ArgumentParser) -> None:
     # one option per TuneConfig field (the contrast terms need tune(contrast=...), which the command does not take)
     add_config_arguments(p.add_argument_group("training (TuneConfig)"), TuneConfig, exclude=("contrast_weight", "contrast_margin"))
     add_judge_arguments(p, adapter=False, base_model=True)  # --model: the student's base (default: embedded-base, as tune(None))
-
-
-def _target(value: Any, where: str) -> float:
-    try:
-        return log_ratio(value)
-    except ValueError as err:
-        raise UsageError(f"{where}: {err}.") from None
 
 
 def _pairs(path: Path, records: Sequence[dict], mapping: dict[str, str], template: Any,
@@ -80,7 +74,7 @@ def _pairs(path: Path, records: Sequence[dict], mapping: dict[str, str], templat
 
     labels = read(label_column, "label")
     raw_targets = read(target_column, "target")
-    targets = None if raw_targets is None else [_target(v, f"{path}, row {i}") for i, v in enumerate(raw_targets, 1)]
+    targets = None if raw_targets is None else _each(raw_targets, log_ratio, "targets", lambda i: f"{path}, row {i + 1}", UsageError)
     try:
         return PairData.build(template, columns, labels, targets)
     except ValueError as err:

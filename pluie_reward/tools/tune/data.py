@@ -20,6 +20,7 @@ import numpy as np
 
 from ...core.prompt import BoundTemplate
 from ...core.template import Template, load_template, normalize_fields
+from ..evaluation.calibration import heldout_split
 from ..evaluation.metrics import as_labels, as_scores
 from ..evaluation.scoring import score_in_chunks
 
@@ -107,15 +108,8 @@ class PairData:
             >>> [len(part) for part in data.split(0.5, seed=1)]
             [2, 2]
         """
-        n = len(self)
-        held = 0 if fraction <= 0 else max(1, int(round(fraction * n)))
-        if held >= n:
-            raise ValueError(
-                f"{n} item(s) cannot be split into training and held-out parts (heldout_fraction={fraction}); "
-                "give more pairs or set heldout_fraction=0."
-            )
-        order = np.random.default_rng(seed).permutation(n)
-        return self.subset(sorted(order[held:])), self.subset(sorted(order[:held]))
+        train, heldout = heldout_split(len(self), fraction, seed, parts="training", items="pairs")
+        return self.subset(train), self.subset(heldout)
 
 
 def _one_item(template: Template, fields: Mapping[str, str]) -> dict[str, str | None]:

@@ -109,8 +109,9 @@ def metrics_table(evaluations: Mapping[str, Mapping[str, Any]]) -> str:
     return markdown_table(headers, rows)
 
 
-def card_markdown(card: Mapping[str, Any]) -> str:
-    """The adapter folder's README.md: what it is, how to load it, the data and the before/after metrics."""
+def write_card(directory: Path, card: Mapping[str, Any]) -> tuple[Path, Path | None]:
+    """Write ``pluie_tune.json`` (the card) and ``README.md`` into the adapter folder; the README says what the adapter
+    is, how to load it, the data and the before/after metrics."""
     data = card["data"]
     lines = [
         f"# PLUIE judge adapter: `{card['template']}` on {card['base_model']}",
@@ -142,12 +143,7 @@ def card_markdown(card: Mapping[str, Any]) -> str:
         "`scores.jsonl`. Training configuration and loss history: `pluie_tune.json` (`config`, `history`).",
         "",
     ]
-    return "\n".join(lines)
-
-
-def write_card(directory: Path, card: Mapping[str, Any]) -> tuple[Path, Path | None]:
-    """Write ``pluie_tune.json`` and ``README.md`` into the adapter folder."""
-    return write_outputs(directory, card, card_markdown(card), names=("pluie_tune.json", "README.md"), default=_jsonable)
+    return write_outputs(directory, card, "\n".join(lines), names=("pluie_tune.json", "README.md"), default=_jsonable)
 
 
 def _jsonable(value: Any) -> Any:

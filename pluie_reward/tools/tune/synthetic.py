@@ -56,7 +56,6 @@ class _Fact:
     """One event: who did what to what/whom, where and when."""
 
     def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
         self.agent = rng.choice(PEOPLE)
         self.person_object = rng.random() < 0.45
         if self.person_object:
