@@ -67,16 +67,6 @@ def model_lock(model: Any) -> threading.RLock:
         return _MODEL_LOCKS[base]
 
 
-def longest_common_prefix(sequences: Sequence[Sequence[int]]) -> int:
-    """Length of the longest common prefix of integer sequences.
-
-    Example:
-        >>> longest_common_prefix([[1, 2, 3], [1, 2, 4], [1, 2]])
-        2
-    """
-    return len(os.path.commonprefix([tuple(s) for s in sequences]))
-
-
 def token_batches(lengths: Sequence[int], batch_tokens: int, max_batch_size: int = 256) -> Iterator[list[int]]:
     """Indices grouped into batches whose padded size (rows x longest row) fits ``batch_tokens``.
 
@@ -121,10 +111,6 @@ class _Row:
     key: tuple[int, int]  # (request index, answer index or -1 for a single-token read)
     suffix: list[int]
     targets: tuple[int, ...] | None = None  # multi-token answer: sum log p of these tokens
-
-
-class _Restart(Exception):
-    """The fast path turned out unusable mid-call: run the whole call on the plain path."""
 
 
 def fast_path_refusal(model: Any, implementation: str | None, registered: bool) -> str:
@@ -440,10 +426,7 @@ class TransformersEngine(Engine):
         for request in requests:
             groups.extend([request.group] * (len(answers) if multi else 1))
         first_tokens = [a[0] for a in answers]
-        try:
-            values = self._run_rows(rows, groups, tuple(prefix), first_tokens)
-        except _Restart:
-            values = self._run_rows(rows, groups, tuple(prefix), first_tokens)
+        values = self._run_rows(rows, groups, tuple(prefix), first_tokens)
         out: list[list[float]] = [[0.0] * len(answers) for _ in requests]
         for row, value in zip(rows, values):
             i, k = row.key
@@ -457,8 +440,7 @@ class TransformersEngine(Engine):
         values: list[list[float]] = [[] for _ in rows]
         if self.fast is False:
             self._warn_once("plain", f"scoring runs whole prompts without prefix caching (slower, still exact): {self._why_plain}.")
-            for indices in self._batches([len(r.suffix) for r in rows]):
-                self._plain_batch([rows[i] for i in indices], indices, first_tokens, values)
+            self._run_plain(rows, range(len(rows)), first_tokens, values)
             return values
         units = list(self._plan([r.suffix for r in rows], static, groups))
         chunk = max(1, self.max_cached_prefixes - 1)  # group prefixes computed together, then used
@@ -470,8 +452,8 @@ class TransformersEngine(Engine):
         except WindowExceeded:
             raise
         except AttentionUnsupported as err:
-            self._go_plain(str(err))
-            raise _Restart from err
+            self._go_plain(str(err))  # unusable mid-call: the whole call again, on the plain path
+            return self._run_rows(rows, groups, static, first_tokens)
         finally:
             if static and not self.config.keep_group_prefixes:
                 self._drop_extensions(static)
@@ -502,7 +484,7 @@ class TransformersEngine(Engine):
             by_group.setdefault(key, []).append(i)
         loose = []
         for members in by_group.values():
-            shared = longest_common_prefix([sequences[i] for i in members]) if len(members) > 1 else 0
+            shared = len(os.path.commonprefix([tuple(sequences[i]) for i in members])) if len(members) > 1 else 0
             shared = min(shared, min(len(sequences[i]) for i in members) - 1)
             if len(members) > 1 and shared - p >= self.min_shared_tokens:
                 yield tuple(sequences[members[0]][:shared]), members
@@ -525,32 +507,28 @@ class TransformersEngine(Engine):
         self._prefixes.clear()
         self._warn_once("plain", f"scoring runs whole prompts without prefix caching (slower, still exact): {reason}.")
 
-    def _forward_shared(self, input_ids: torch.Tensor, state: SharedPrefix, keep: int | None) -> Any:
-        """Forward of right-padded rows whose attention goes through the shared-prefix function."""
-        batch, width = input_ids.shape
-        start = state.prefix_length
-        positions = torch.arange(start, start + width, device=input_ids.device).expand(batch, -1)
-        kwargs: dict[str, Any] = {"logits_to_keep": keep} if keep is not None and self._keeps_logits else {}
+    def _forward(self, ids: torch.Tensor, keep: int, state: SharedPrefix | None = None) -> torch.Tensor:
+        """The logits of the last ``keep`` positions of right-padded rows: the model's own forward of whole
+        prompts, or (with ``state``) rows whose attention goes through the shared-prefix function."""
+        kwargs: dict[str, Any] = {"logits_to_keep": keep} if self._keeps_logits else {}
+        if state is not None:
+            start, (batch, width) = state.prefix_length, ids.shape
+            kwargs.update(position_ids=torch.arange(start, start + width, device=ids.device).expand(batch, -1), pluie_prefix=state)
         self.stats["forward_calls"] += 1
         try:
-            output = self.model(input_ids=input_ids, position_ids=positions, use_cache=False, pluie_prefix=state, **kwargs)
+            logits = self.model(input_ids=ids, use_cache=False, **kwargs).logits
         except TypeError as err:  # the forward does not pass keyword arguments down to its attention
             if "pluie_prefix" in str(err):
                 raise AttentionUnsupported(f"the model's forward does not take extra attention arguments ({err})") from err
             raise
-        expected = len(state.kv) if state.kv is not None else state.calls
-        if state.calls == 0 or state.calls != expected:
+        if state is not None and (state.calls == 0 or (state.kv is not None and state.calls != len(state.kv))):
             raise AttentionUnsupported(f"{state.calls} attention layers ran through the shared-prefix function")
-        return output
+        return logits if self._keeps_logits else logits[:, ids.shape[1] - keep :]
 
     def _collect(self, ids_rows: list[list[int]], base: KV | None, base_length: int) -> list[KV]:
         """Key/values of each row's tokens, appended to ``base``: one batched forward."""
-        width = max(len(r) for r in ids_rows)
-        ids = torch.full((len(ids_rows), width), self.pad_id, dtype=torch.long)
-        for row, r in enumerate(ids_rows):
-            ids[row, : len(r)] = torch.tensor(r, dtype=torch.long)
         state = SharedPrefix(base, prefix_length=base_length, collect=True)
-        self._forward_shared(ids.to(self.device), state, keep=1)
+        self._forward(self._padded(ids_rows), 1, state)
         self.stats["prefix_passes"] += 1
         out = []
         for row, r in enumerate(ids_rows):
@@ -614,58 +592,44 @@ class TransformersEngine(Engine):
             kv = self._prefix_kv(prefix, static)
         except WindowExceeded as err:
             self._warn_once("window", f"{err}; those prompts run whole, without prefix caching")
-            full = [rows[i] for i in members]  # whole prompts: a row's ids start with its prefix
-            for batch in self._batches([len(r.suffix) for r in full]):
-                self._plain_batch([full[j] for j in batch], [members[j] for j in batch], first_tokens, values)
+            self._run_plain(rows, members, first_tokens, values)  # whole prompts: a row's ids start with its prefix
             return
         suffixes = [rows[i].suffix[len(prefix) :] for i in members]
         for batch in self._batches([len(s) for s in suffixes]):
             indices = [members[j] for j in batch]
             batch_rows = [_Row(rows[i].key, suffixes[j], rows[i].targets) for i, j in zip(indices, batch)]
             try:
-                logits, index = self._fast_batch(batch_rows, kv, len(prefix))
+                logits, index = self._logits(batch_rows, SharedPrefix(kv, prefix_length=len(prefix)))
             except WindowExceeded as err:
                 self._warn_once("window", f"{err}; those prompts run whole, without prefix caching")
-                full = [_Row(rows[i].key, list(prefix) + r.suffix, r.targets) for i, r in zip(indices, batch_rows)]
-                self._plain_batch(full, indices, first_tokens, values)
+                self._plain_batch([rows[i] for i in indices], indices, first_tokens, values)
                 continue
             self._read(batch_rows, indices, logits, index, first_tokens, values)
 
-    def _reads(self, rows: Sequence[_Row]) -> int:
-        return max(len(r.targets) if r.targets else 1 for r in rows)
-
-    def _padded(self, rows: Sequence[_Row]) -> torch.Tensor:
-        width = max(len(r.suffix) for r in rows)
+    def _padded(self, rows: Sequence[Sequence[int]]) -> torch.Tensor:
+        width = max(len(r) for r in rows)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         for row, r in enumerate(rows):
-            ids[row, : len(r.suffix)] = torch.tensor(r.suffix, dtype=torch.long)
+            ids[row, : len(r)] = torch.tensor(r, dtype=torch.long)
         return ids.to(self.device)
 
-    def _fast_batch(self, rows: Sequence[_Row], kv: KV | None, prefix_length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        ids = self._padded(rows)
-        keep, index = read_positions([len(r.suffix) for r in rows], self._reads(rows), ids.shape[1])
+    def _logits(self, rows: Sequence[_Row], state: SharedPrefix | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The logits the rows read (float32 or wider), and where each row's reads are among them."""
+        ids = self._padded([r.suffix for r in rows])
+        keep, index = read_positions([len(r.suffix) for r in rows], max(len(r.targets) if r.targets else 1 for r in rows), ids.shape[1])
         self.stats["rows"] += len(rows)
-        output = self._forward_shared(ids, SharedPrefix(kv, prefix_length=prefix_length), keep)
-        logits = output.logits
-        if not self._keeps_logits:
-            logits = logits[:, ids.shape[1] - keep :]
+        if state is None:
+            self.stats["plain_rows"] += len(rows)
+        logits = self._forward(ids, keep, state)
         return logits.to(torch.promote_types(logits.dtype, torch.float32)), index.to(logits.device)
 
-    def _plain_logits(self, rows: Sequence[_Row]) -> tuple[torch.Tensor, torch.Tensor]:
-        ids = self._padded(rows)
-        keep, index = read_positions([len(r.suffix) for r in rows], self._reads(rows), ids.shape[1])
-        kwargs: dict[str, Any] = {"logits_to_keep": keep} if self._keeps_logits else {}
-        self.stats["forward_calls"] += 1
-        logits = self.model(input_ids=ids, use_cache=False, **kwargs).logits
-        if not self._keeps_logits:
-            logits = logits[:, ids.shape[1] - keep :]
-        return logits.to(torch.promote_types(logits.dtype, torch.float32)), index.to(logits.device)
+    def _run_plain(self, rows: list[_Row], indices: Sequence[int], first_tokens: list[int], values: list[list[float]]) -> None:
+        """Rows ``indices`` as whole prompts (the model's own attention), in token batches."""
+        for batch in self._batches([len(rows[i].suffix) for i in indices]):
+            self._plain_batch([rows[indices[j]] for j in batch], [indices[j] for j in batch], first_tokens, values)
 
     def _plain_batch(self, rows: Sequence[_Row], indices: Sequence[int], first_tokens: list[int], values: list[list[float]]) -> None:
-        self.stats["rows"] += len(rows)
-        self.stats["plain_rows"] += len(rows)
-        logits, index = self._plain_logits(rows)
-        self._read(rows, indices, logits, index, first_tokens, values)
+        self._read(rows, indices, *self._logits(rows), first_tokens, values)
 
     def _read(
         self, rows: Sequence[_Row], indices: Sequence[int], logits: torch.Tensor, index: torch.Tensor,
@@ -704,13 +668,8 @@ class TransformersEngine(Engine):
                 self.stats["forward_calls"] += 1
                 generated = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                                                 do_sample=False, eos_token_id=sorted(stops) or None, pad_token_id=self.pad_id)[:, length:]
-                for i, row in zip(chunk, generated.tolist()):
-                    tokens = []
-                    for t in row:
-                        tokens.append(t)
-                        if t in stops:
-                            break
-                    out[i] = tokens
+                for i, row in zip(chunk, generated.tolist()):  # cut after the first stop id
+                    out[i] = row[: next((k + 1 for k, t in enumerate(row) if t in stops), len(row))]
         return out
 
     def __repr__(self) -> str:
