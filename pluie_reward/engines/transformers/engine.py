@@ -60,11 +60,18 @@ def model_lock(model: Any) -> threading.RLock:
         >>> model_lock(m) is model_lock(m)
         True
     """
-    base = base_model(model)
     with _LOCKS_LOCK:
-        if base not in _MODEL_LOCKS:
-            _MODEL_LOCKS[base] = threading.RLock()
-        return _MODEL_LOCKS[base]
+        return _MODEL_LOCKS.setdefault(base_model(model), threading.RLock())
+
+
+def longest_common_prefix(sequences: Sequence[Sequence[int]]) -> int:
+    """Length of the longest common prefix of integer sequences.
+
+    Example:
+        >>> longest_common_prefix([[1, 2, 3], [1, 2, 4], [1, 2]])
+        2
+    """
+    return len(os.path.commonprefix([tuple(s) for s in sequences]))
 
 
 def token_batches(lengths: Sequence[int], batch_tokens: int, max_batch_size: int = 256) -> Iterator[list[int]]:
@@ -422,9 +429,7 @@ class TransformersEngine(Engine):
                 rows.extend(_Row((i, k), ids + list(a[:-1]), a) for k, a in enumerate(answers))
             else:
                 rows.append(_Row((i, -1), ids))
-        groups = []
-        for request in requests:
-            groups.extend([request.group] * (len(answers) if multi else 1))
+        groups = [requests[row.key[0]].group for row in rows]
         first_tokens = [a[0] for a in answers]
         values = self._run_rows(rows, groups, tuple(prefix), first_tokens)
         out: list[list[float]] = [[0.0] * len(answers) for _ in requests]
@@ -484,7 +489,7 @@ class TransformersEngine(Engine):
             by_group.setdefault(key, []).append(i)
         loose = []
         for members in by_group.values():
-            shared = len(os.path.commonprefix([tuple(sequences[i]) for i in members])) if len(members) > 1 else 0
+            shared = longest_common_prefix([sequences[i] for i in members]) if len(members) > 1 else 0
             shared = min(shared, min(len(sequences[i]) for i in members) - 1)
             if len(members) > 1 and shared - p >= self.min_shared_tokens:
                 yield tuple(sequences[members[0]][:shared]), members
