@@ -23,9 +23,7 @@ class ResultCache:
         (False, True)
     """
 
-    def __init__(self, max_size: int = 4096) -> None:
-        if not isinstance(max_size, int) or max_size < 0:
-            raise ValueError(f"cache_size must be a non-negative integer, got {max_size!r}.")
+    def __init__(self, max_size: int = 4096) -> None:  # checked by JudgeConfig (cache_size)
         self.max_size = max_size
         self._items: OrderedDict[Hashable, Any] = OrderedDict()
 

@@ -310,9 +310,7 @@ class BoundTemplate:
         if self.use_chat:
             messages = self.template.chat(values, until_generated=True)
             return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **self._render_kwargs)
-        labels = {"user": self.template.plain_user, "assistant": self.template.plain_assistant, "system": ""}
-        turns = [labels[m["role"]] + m["content"] for m in self.template.chat(values, until_generated=True)]
-        return self.template.plain_separator.join(turns + [self.template.plain_assistant.rstrip()])
+        return self.template.plain(values, until_generated=True)[0]
 
     def _tail(self) -> str:
         sample = self._sample_values()
@@ -344,8 +342,6 @@ class BoundTemplate:
     def _protect(self, values: Mapping[str, str | None]) -> tuple[dict[str, str | None], list[str]]:
         """Field values with every marker string replaced by a placeholder (and the strings); in the
         judge's generated turn, only special-token strings."""
-        if self._specials is None:
-            return dict(values), []
         found: list[str] = []
 
         def mark(match: re.Match) -> str:
@@ -375,23 +371,14 @@ class BoundTemplate:
         for index in range(0, len(pieces) - 1, 2):
             if pieces[index]:
                 ids += self.tokenizer(pieces[index], add_special_tokens=False)["input_ids"]
-            text = strings[int(pieces[index + 1])]
-            ids += self._text_ids(text)
+            ids += self._text_ids(strings[int(pieces[index + 1])])
         prompt, answer_ids = self._tokenize_with_answer(pieces[-1], answer)
         return ids + prompt, answer_ids
 
     def encode_generation_prompt(self, values: Mapping[str, str | None]) -> list[int]:
         """The ids the judge continues to write its own turn (templates with a generated message)."""
         protected, strings = self._protect(values)
-        pieces = self._protect_split.split(self.generation_text(protected))
-        ids: list[int] = list(self._lead_ids)
-        for index in range(0, len(pieces), 2):
-            if pieces[index]:
-                ids += self.tokenizer(pieces[index], add_special_tokens=False)["input_ids"]
-            if index + 1 < len(pieces):
-                text = strings[int(pieces[index + 1])]
-                ids += self._text_ids(text)
-        return ids
+        return self._encode_head(self.generation_text(protected), strings, "")[0]  # no answer: every id is the prompt's
 
     @property
     def stop_ids(self) -> tuple[int, ...]:
@@ -495,28 +482,15 @@ class BoundTemplate:
     def fit(self, row: dict[str, str | None], index: int, truncate: bool, encode: Any, reserve: int = 0) -> tuple[dict, list[int]]:
         """``encode(row)``, with the longest fields cut from the middle while the ids (plus
         ``reserve`` tokens and the answer) do not fit the judge's context."""
-        ids = encode(row)
-        if self._too_long(ids, reserve):
-            row, ids = self._truncate(row, ids, index, truncate, encode, reserve)
-        return row, ids
-
-    def _too_long(self, ids: Sequence[int], reserve: int = 0) -> bool:
-        need = len(ids) + reserve + max(len(a) for a in self.answer_ids)
-        return self.max_length is not None and need > self.max_length
-
-    def _truncate(
-        self, row: dict[str, str | None], ids: list[int], index: int, truncate: bool, encode: Any, reserve: int
-    ) -> tuple[dict, list[int]]:
-        if not truncate:
-            raise ValueError(
-                f"item {index}: the prompt is {len(ids)} tokens, longer than the judge's context "
-                f"({self.max_length}); shorten the fields or pass truncate=True to cut them from the middle."
-            )
-        cut_fields = []
-        for _ in range(8):
-            excess = len(ids) + reserve + max(len(a) for a in self.answer_ids) - self.max_length
-            if excess <= 0:
-                break
+        ids, cut_fields, beside = encode(row), [], reserve + max(len(a) for a in self.answer_ids)
+        while self.max_length is not None and (excess := len(ids) + beside - self.max_length) > 0:
+            if not truncate:
+                raise ValueError(
+                    f"item {index}: the prompt is {len(ids)} tokens, longer than the judge's context "
+                    f"({self.max_length}); shorten the fields or pass truncate=True to cut them from the middle."
+                )
+            if len(cut_fields) == 8:
+                raise ValueError(f"item {index}: the template alone does not fit the judge's context ({self.max_length} tokens).")
             lengths = {f: len(self._text_ids(v)) for f, v in row.items() if isinstance(v, str) and f in self.template.all_fields}
             longest = max(lengths, key=lengths.get)
             field_ids = self._text_ids(row[longest])
@@ -525,11 +499,10 @@ class BoundTemplate:
             row = {**row, longest: self.tokenizer.decode(head) + " … " + self.tokenizer.decode(tail)}
             cut_fields.append(longest)
             ids = encode(row)
-        if self._too_long(ids, reserve):
-            raise ValueError(f"item {index}: the template alone does not fit the judge's context ({self.max_length} tokens).")
-        warnings.warn(
-            f"item {index}: prompt longer than the judge's context ({self.max_length} tokens); field(s) "
-            f"{sorted(set(cut_fields))} truncated from the middle.",
-            stacklevel=4,
-        )
+        if cut_fields:
+            warnings.warn(
+                f"item {index}: prompt longer than the judge's context ({self.max_length} tokens); field(s) "
+                f"{sorted(set(cut_fields))} truncated from the middle.",
+                stacklevel=3,
+            )
         return row, ids

@@ -232,14 +232,14 @@ class Template:
         """
         return dataclasses.replace(self, chat_template_kwargs={**self.chat_template_kwargs, **(kwargs or {}), **more})
 
-    def plain(self, values: Mapping[str, str | None]) -> tuple[str, str]:
-        """Plain-text rendering for models without a chat template.
+    def plain(self, values: Mapping[str, str | None], until_generated: bool = False) -> tuple[str, str]:
+        """Plain-text rendering for models without a chat template (``until_generated``: as for :meth:`chat`).
 
         Returns ``(prompt, answer_prefix)``: the prompt ends with the assistant label, without its
         trailing space, and the answer is read as ``answer_prefix + answer`` (e.g. ``" Yes"``).
         """
         labels = {"user": self.plain_user, "assistant": self.plain_assistant, "system": ""}
-        turns = [labels[m["role"]] + m["content"] for m in self.chat(values)]
+        turns = [labels[m["role"]] + m["content"] for m in self.chat(values, until_generated)]
         tail = self.plain_assistant.rstrip()
         prompt = self.plain_separator.join(turns + [tail])
         return prompt, self.plain_assistant[len(tail) :] or " "
@@ -484,9 +484,7 @@ def normalize_fields(
         )
     lengths = {}
     for name, value in values.items():
-        if value is None and name in template.optional_fields:
-            continue
-        if isinstance(value, str):
+        if isinstance(value, str) or (value is None and name in template.optional_fields):
             continue
         if not isinstance(value, Sequence):
             raise TypeError(f"field {name!r} must be a string or a list of strings, not {type(value).__name__}.")
