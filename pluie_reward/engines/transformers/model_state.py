@@ -77,12 +77,7 @@ def scoring_state(model: Any, disable_adapters: bool = False) -> Iterator[None]:
         with ExitStack() as stack:
             stack.enter_context(torch.inference_mode())
             stack.enter_context(weights_precision(model))
-            if disable_adapters:
-                if not hasattr(model, "disable_adapter"):
-                    raise TypeError(
-                        "disable_adapters=True needs a PEFT model (peft.PeftModel); got "
-                        f"{type(model).__name__}. Use Judge.from_model for a plain model."
-                    )
+            if disable_adapters:  # a PEFT model: the engine checked it when it was made
                 stack.enter_context(model.disable_adapter())
             yield
     finally:
