@@ -52,10 +52,6 @@ class ResultCache:
         """Forget everything."""
         self._items.clear()
 
-    def keys(self) -> list[Hashable]:
-        """Keys from the least to the most recently used."""
-        return list(self._items)
-
     def __contains__(self, key: Hashable) -> bool:
         return key in self._items
 

@@ -541,10 +541,10 @@ class Judge:
         columns = plan.columns if generated is None else {**plan.columns, GENERATED: generated}
         items = bound.encode_items(columns, plan.n, truncate=plan.options.truncate)
         step = self._lookup([(state, bound.answer_ids, item.ids) for item in items], use_cache)
-        first: dict[tuple, Any] = {}
+        first: dict[tuple, Request] = {}
         for key, item in zip(step.keys, items):
             first.setdefault(key, item)
-        requests = [Request(first[key].ids, first[key].group) for key in step.todo]
+        requests = [first[key] for key in step.todo]
         fresh = (yield EngineCall("answer_logprobs", (requests, bound.answer_ids), {"prefix": bound.prefix_ids})) if requests else []
         answers = self._store(step, {key: self._checked(values) for key, values in zip(step.todo, fresh)}, use_cache)
         return self._finish(plan, answers, generated)

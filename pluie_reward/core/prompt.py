@@ -39,10 +39,10 @@ import re
 import secrets
 import warnings
 import weakref
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from ..common.errors import PluieError
+from ..engines.base import Request
 from .template import GENERATED, Template, check_chat_template_kwargs, load_template  # noqa: F401  (load_template: doctests)
 
 _FIELD_MARK = "\ue000{}\ue001"  # private-use characters: no chat template touches them
@@ -96,14 +96,6 @@ class AnswerTokenError(PluieError, ValueError):
     """An answer word does not read as the template requires where the model would produce it."""
 
 
-@dataclass
-class EncodedItem:
-    """The token ids of one prompt (ending where the answer starts) and its group key."""
-
-    ids: tuple[int, ...]
-    group: tuple
-
-
 def special_token_strings(tokenizer: Any) -> list[str]:
     """Strings the tokenizer turns into special (control) tokens wherever they appear in text.
 
@@ -113,9 +105,7 @@ def special_token_strings(tokenizer: Any) -> list[str]:
         ['<|im_start|>', '<|im_end|>', '<pad>']
     """
     found = set(getattr(tokenizer, "all_special_tokens", []) or [])
-    for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
-        if getattr(token, "special", False):
-            found.add(str(token))
+    found |= {str(t) for t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values() if getattr(t, "special", False)}
     return sorted((s for s in found if s), key=lambda s: (-len(s), s))
 
 
@@ -144,10 +134,8 @@ def marker_strings(tokenizer: Any) -> list[str]:
     if isinstance(source, dict):  # several named templates
         source = "\n".join(map(str, source.values()))
     if isinstance(source, str):
-        for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
-            text = str(token)
-            if text.strip() and text in source:
-                found.add(text)
+        found |= {text for text in map(str, (getattr(tokenizer, "added_tokens_decoder", None) or {}).values())
+                  if text.strip() and text in source}
     return sorted((s for s in found if s), key=lambda s: (-len(s), s))
 
 
@@ -313,19 +301,14 @@ class BoundTemplate:
         return self.template.plain(values, until_generated=True)[0]
 
     def _tail(self) -> str:
-        sample = self._sample_values()
-        text = self._full_text(sample, self._answer_mark)
-        if text.count(self._answer_mark) != 1:
+        pieces = self._full_text(self._sample_values(), self._answer_mark).split(self._answer_mark)
+        if len(pieces) != 2:
             raise AnswerTokenError(f"template {self.template.name!r}: the chat template does not render the assistant's answer once.")
-        return text.partition(self._answer_mark)[2]
+        return pieces[1]
 
-    def _sample_values(self, mark: bool = False, optional: bool = True) -> dict[str, str | None]:
-        values: dict[str, str | None] = {f: (_FIELD_MARK.format(f) if mark else "x") for f in self.template.fields}
-        for f in self.template.optional_fields:
-            values[f] = (_FIELD_MARK.format(f) if mark else "x") if optional else None
-        if self.template.generates:
-            values[GENERATED] = _FIELD_MARK.format(GENERATED) if mark else "x"
-        return values
+    def _sample_values(self, mark: bool = False) -> dict[str, str | None]:
+        names = self.template.all_fields + ((GENERATED,) if self.template.generates else ())
+        return {f: _FIELD_MARK.format(f) if mark else "x" for f in names}
 
     # tokenization ----------------------------------------------------------------------------
     def _leading_special_ids(self) -> list[int]:
@@ -470,13 +453,14 @@ class BoundTemplate:
 
     def encode_items(
         self, columns: Mapping[str, list[str | None]], n: int, truncate: bool = True
-    ) -> list[EncodedItem]:
-        """Render, tokenize and (if needed) truncate ``n`` items given as field columns."""
+    ) -> list[Request]:
+        """Render, tokenize and (if needed) truncate ``n`` items given as field columns: each item's prompt ids
+        (ending where the answer starts) and its :meth:`group_key`, as the engine's request."""
         items = []
         for index in range(n):
             row = {name: column[index] for name, column in columns.items()}
             row, ids = self.fit(row, index, truncate, self.encode_values)
-            items.append(EncodedItem(tuple(ids), self.group_key(row)))
+            items.append(Request(tuple(ids), self.group_key(row)))
         return items
 
     def fit(self, row: dict[str, str | None], index: int, truncate: bool, encode: Any, reserve: int = 0) -> tuple[dict, list[int]]:

@@ -216,10 +216,9 @@ class TransformersEngine(Engine):
         self.max_cached_prefixes = config.max_cached_prefixes
         self.wrapped_model: Any = None
         self._ignored_adapters = self._setup_adapters()
-        offload_device, device = config.offload_device, config.device
-        self.offload_device = torch.device(offload_device) if offload_device is not None else None
-        self.target_device = resolve_device(device) if offload_device is not None else None
-        if self.offload_device is not None:
+        self.offload_device = self.target_device = None  # with an offload device: where the weights wait, where they score
+        if config.offload_device is not None:
+            self.offload_device, self.target_device = torch.device(config.offload_device), resolve_device(config.device)
             model.to(self.offload_device)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.pad_id = int(pad or 0)
@@ -236,7 +235,7 @@ class TransformersEngine(Engine):
             self._go_plain(reason)
         self._digest: torch.Tensor | None = None
         self._epoch = 0
-        self._keeps_logits = self._takes_logits_to_keep()
+        self._keeps_logits = "logits_to_keep" in forward_parameters(model)
 
     @classmethod
     def load(cls, model: "str | Path | None" = None, *, name: str | None = None, adapter: "str | Path | None" = None,
@@ -294,9 +293,6 @@ class TransformersEngine(Engine):
         config = self.model.config
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
         return getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", None)
-
-    def _takes_logits_to_keep(self) -> bool:
-        return "logits_to_keep" in forward_parameters(self.model)
 
     @property
     def name(self) -> str:
@@ -371,30 +367,28 @@ class TransformersEngine(Engine):
             ...     state  # a new epoch: results cached under the old one are stale
             1
         """
-        with model_lock(self.model):
-            moved = False
-            try:
-                if self.offload_device is not None:
-                    self.model.to(self.target_device)
-                    moved = True
-                with ExitStack() as stack:
-                    stack.enter_context(gathered_parameters(self.model, self.wrapped_model))
-                    if self.disable_adapters or self.adapter_name is not None:  # weights shared with a policy
-                        stack.enter_context(this_thread_only(self.model, f"the judge {self.name!r}"))
-                    if self.adapter_name is not None:
-                        stack.enter_context(active_adapter(self.model, self.adapter_name))
-                    stack.enter_context(scoring_state(self.model, self.disable_adapters))
-                    if self.fast is not False and self._prefix_attention is not None:
-                        if not stack.enter_context(selected(self.model, self._prefix_attention)):
-                            self._prefix_attention = None  # the model cannot switch: never ask again
-                            self._go_plain(f"the model cannot switch to the {PREFIX}* attention implementation")
-                    yield self._state()
-            finally:
-                if moved:
-                    self._prefixes.clear()  # they live on the scoring device
-                    self.model.to(self.offload_device)
-                    if self.target_device is not None and self.target_device.type == "cuda":
-                        torch.cuda.empty_cache()
+        with model_lock(self.model), ExitStack() as stack:
+            if self.offload_device is not None:
+                self.model.to(self.target_device)
+                stack.callback(self._offload)  # last out: after the contexts below are restored
+            stack.enter_context(gathered_parameters(self.model, self.wrapped_model))
+            if self.disable_adapters or self.adapter_name is not None:  # weights shared with a policy
+                stack.enter_context(this_thread_only(self.model, f"the judge {self.name!r}"))
+            if self.adapter_name is not None:
+                stack.enter_context(active_adapter(self.model, self.adapter_name))
+            stack.enter_context(scoring_state(self.model, self.disable_adapters))
+            if self.fast is not False and self._prefix_attention is not None:
+                if not stack.enter_context(selected(self.model, self._prefix_attention)):
+                    self._prefix_attention = None  # the model cannot switch: never ask again
+                    self._go_plain(f"the model cannot switch to the {PREFIX}* attention implementation")
+            yield self._state()
+
+    def _offload(self) -> None:
+        """Back to the offload device after a scoring call (the cached prefixes live on the scoring device: dropped)."""
+        self._prefixes.clear()
+        self.model.to(self.offload_device)
+        if self.target_device.type == "cuda":
+            torch.cuda.empty_cache()
 
     def watched_parameters(self) -> list[tuple[str, torch.Tensor]]:
         """The judge's own weights: every parameter but other PEFT adapters' (read afresh each call)."""
@@ -562,10 +556,7 @@ class TransformersEngine(Engine):
             return self._prefixes[prefix]
         if static and len(static) < len(prefix) and prefix[: len(static)] == static and static not in self._prefixes:
             self._prefix_kv(static)
-        base: tuple[int, ...] = ()
-        for known in self._prefixes:
-            if len(known) < len(prefix) and prefix[: len(known)] == known and len(known) > len(base):
-                base = known
+        base = max((k for k in self._prefixes if len(k) < len(prefix) and prefix[: len(k)] == k), key=len, default=())
         kv = self._collect([list(prefix[len(base) :])], self._prefixes.get(base), len(base))[0]
         self._remember(prefix, kv, keep={static})
         return kv
