@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -229,8 +230,5 @@ class ScoringPlan:
         """The results of a joined plan, cut back into one list per plan given to :meth:`concat`."""
         if len(results) != self.n:
             raise ValueError(f"expected {self.n} results, got {len(results)}.")
-        out, start = [], 0
-        for size in self.sizes:
-            out.append(list(results[start : start + size]))
-            start += size
-        return out
+        ends = list(itertools.accumulate(self.sizes))
+        return [list(results[end - size : end]) for size, end in zip(self.sizes, ends)]

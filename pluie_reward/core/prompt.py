@@ -366,10 +366,8 @@ class BoundTemplate:
     @property
     def stop_ids(self) -> tuple[int, ...]:
         """Token ids that end a judge-generated turn: end-of-sequence and the end-of-turn marker."""
-        stops = set()
         eos = self.tokenizer.eos_token_id
-        if eos is not None:
-            stops.add(int(eos))
+        stops = set() if eos is None else {int(eos)}
         tail_ids = self.tokenizer(self.tail, add_special_tokens=False)["input_ids"] if self.tail else []
         if tail_ids and tail_ids[0] in set(self.tokenizer.all_special_ids):
             stops.add(int(tail_ids[0]))

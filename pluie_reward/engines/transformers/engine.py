@@ -25,7 +25,7 @@ import threading
 import warnings
 import weakref
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Hashable, Iterator, Sequence
 
@@ -39,7 +39,7 @@ from .compat import base_model, forward_parameters
 from .config import TransformersEngineConfig
 from .loading import EMBEDDED_BASE, display_name, is_embedded, load_adapter, load_model_and_tokenizer, resolve_device
 from .model_state import scoring_state, this_thread_only
-from .placement import active_adapter, adapter_names, belongs_to_adapter, gathered_parameters
+from .placement import active_adapter, belongs_to_adapter, gathered_parameters
 
 # Token budget of one batch when none is given. CPU: measured on the embedded judge (2 cores, float32:
 # 512 is ~5-8% faster than 1024 -- less padding, same GEMM speed -- and 4096 ~25% slower; see
@@ -208,7 +208,6 @@ class TransformersEngine(Engine):
         self.config = config
         self.model = model
         self.tokenizer = tokenizer
-        self.batch_tokens = config.batch_tokens
         self.disable_adapters = config.disable_adapters
         self.adapter_name = config.adapter_name
         self.check_weights = config.check_weights
@@ -270,7 +269,7 @@ class TransformersEngine(Engine):
                 "a judge sharing a policy's weights needs a PEFT model (peft.PeftModel, e.g. from get_peft_model); "
                 f"got {type(model).__name__}. For a plain model use Judge.from_model (a separate judge)."
             )
-        adapters = adapter_names(model)
+        adapters = list(model.peft_config)
         if self.adapter_name is not None:
             if self.adapter_name not in adapters:
                 raise ValueError(
@@ -319,16 +318,13 @@ class TransformersEngine(Engine):
 
     @property
     def batch_tokens(self) -> int:
-        """Token budget (rows x longest row) of one forward batch."""
-        if self._batch_tokens is not None:
-            return self._batch_tokens
-        return DEFAULT_BATCH_TOKENS.get(self.device.type, FALLBACK_BATCH_TOKENS)
+        """Token budget (rows x longest row) of one forward batch: ``config.batch_tokens``, else the device's default.
+        Setting it (``None``: the default) checks the value as the config does and updates :attr:`config`."""
+        return self.config.batch_tokens or DEFAULT_BATCH_TOKENS.get(self.device.type, FALLBACK_BATCH_TOKENS)
 
     @batch_tokens.setter
     def batch_tokens(self, value: int | None) -> None:
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise ValueError(f"batch_tokens must be a positive integer or None (device default), got {value!r}.")
-        self._batch_tokens = value
+        self.config = replace(self.config, batch_tokens=value)
 
     def attach(self, trainer: Any) -> "TransformersEngine":
         """Remember ``trainer.model_wrapped`` so FSDP v1 full parameters can be summoned for scoring."""

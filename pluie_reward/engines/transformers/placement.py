@@ -33,16 +33,6 @@ def process_device() -> torch.device:
     return PartialState().device
 
 
-def adapter_names(model: Any) -> list[str]:
-    """Names of the PEFT adapters loaded on ``model`` (empty for a plain model).
-
-    Example:
-        >>> adapter_names(peft_model)
-        ['default', 'judge']
-    """
-    return list(getattr(model, "peft_config", None) or {})
-
-
 def belongs_to_adapter(parameter_name: str, adapters: "list[str] | tuple[str, ...]") -> bool:
     """Whether a parameter name is one of the given PEFT adapters' weights.
 
