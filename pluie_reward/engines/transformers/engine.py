@@ -594,16 +594,13 @@ class TransformersEngine(Engine):
                 logits, index = self._logits(batch_rows, SharedPrefix(kv, prefix_length=len(prefix)))
             except WindowExceeded as err:
                 self._warn_once("window", f"{err}; those prompts run whole, without prefix caching")
-                self._plain_batch([rows[i] for i in indices], indices, first_tokens, values)
+                self._run_plain(rows, indices, first_tokens, values)
                 continue
             self._read(batch_rows, indices, logits, index, first_tokens, values)
 
     def _padded(self, rows: Sequence[Sequence[int]]) -> torch.Tensor:
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        for row, r in enumerate(rows):
-            ids[row, : len(r)] = torch.tensor(r, dtype=torch.long)
-        return ids.to(self.device)
+        tensors = [torch.tensor(r, dtype=torch.long) for r in rows]
+        return torch.nn.utils.rnn.pad_sequence(tensors, batch_first=True, padding_value=self.pad_id).to(self.device)
 
     def _logits(self, rows: Sequence[_Row], state: SharedPrefix | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The logits the rows read (float32 or wider), and where each row's reads are among them."""
@@ -618,10 +615,8 @@ class TransformersEngine(Engine):
     def _run_plain(self, rows: list[_Row], indices: Sequence[int], first_tokens: list[int], values: list[list[float]]) -> None:
         """Rows ``indices`` as whole prompts (the model's own attention), in token batches."""
         for batch in self._batches([len(rows[i].suffix) for i in indices]):
-            self._plain_batch([rows[indices[j]] for j in batch], [indices[j] for j in batch], first_tokens, values)
-
-    def _plain_batch(self, rows: Sequence[_Row], indices: Sequence[int], first_tokens: list[int], values: list[list[float]]) -> None:
-        self._read(rows, indices, *self._logits(rows), first_tokens, values)
+            whole = [rows[indices[j]] for j in batch]
+            self._read(whole, [indices[j] for j in batch], *self._logits(whole), first_tokens, values)
 
     def _read(
         self, rows: Sequence[_Row], indices: Sequence[int], logits: torch.Tensor, index: torch.Tensor,
