@@ -17,7 +17,6 @@ ROOT = Path(__file__).resolve().parents[1] / "pluie_reward"
 
 # Exceptions that never reach a user: caught where they are raised (control flow).
 PRIVATE = {
-    "_Restart": "engines/transformers/engine.py",  # the fast path gave up: rerun on the plain path
     "Interrupted": "tools/evaluation/cli.py",  # Ctrl-C during an evaluation, turned into exit code 130
 }
 

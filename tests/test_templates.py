@@ -118,6 +118,17 @@ def test_plain_rendering_without_chat_template():
     assert [judge.tokenizer.decode(a) for a in bound.answer_ids] == [" Yes", " No"]
 
 
+def test_plain_rendering_of_the_judges_own_turn():
+    """Without a chat template, the judge's own turn (INDIRECT) starts after the turns before it and the
+    assistant label, and its prompt ids are that text's."""
+    judge = make_tiny_judge(chat=False)
+    bound, values = judge.bind("para-indirect"), {"source": "SRC", "hypothesis": "HYP"}
+    text = ("User: You will receive two sentences A and B. Do these two sentences mean the same thing?\n\n"
+            "Assistant: Please provide the sentences for me to evaluate.\n\nUser: A: \"SRC\"; B: \"HYP\"\n\nAssistant:")
+    assert bound.generation_text(values) == text
+    assert bound.encode_generation_prompt(values) == judge.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
 def test_multi_token_answer_fails_clearly(tiny_judge):
     base = load_template("para-direct")
     template = Template(**{**base.__dict__, "name": "wordy", "answers": ("Absolutely certain", "No")})

@@ -188,13 +188,6 @@ def base_url(address: str) -> str:
     return address if address.startswith(("http://", "https://")) else f"http://{address}"
 
 
-def _urls(urls: str | Sequence[str]) -> list[Replica]:
-    replicas = [Replica(str(u).rstrip("/")) for u in ([urls] if isinstance(urls, str) else urls)]
-    if not replicas:
-        raise ValueError("an HTTP client needs at least one URL.")
-    return replicas
-
-
 class _Policy:
     """What the sync and async clients share: the replica choice and the meaning of each outcome."""
 
@@ -204,7 +197,9 @@ class _Policy:
         self, urls: str | Sequence[str], config: HTTPConfig | None = None, *, headers: Mapping[str, str] | None = None,
         name: str = "server", error: type[RemoteError] = RemoteError, client: Any = None, max_connections: int = 100,
     ) -> None:
-        self.replicas = _urls(urls)
+        self.replicas = [Replica(str(u).rstrip("/")) for u in ([urls] if isinstance(urls, str) else urls)]
+        if not self.replicas:
+            raise ValueError("an HTTP client needs at least one URL.")
         self.config = config or HTTPConfig()
         self.headers = dict(headers or {})
         self.name, self.error = name, error

@@ -23,9 +23,7 @@ class ResultCache:
         (False, True)
     """
 
-    def __init__(self, max_size: int = 4096) -> None:
-        if not isinstance(max_size, int) or max_size < 0:
-            raise ValueError(f"cache_size must be a non-negative integer, got {max_size!r}.")
+    def __init__(self, max_size: int = 4096) -> None:  # checked by JudgeConfig (cache_size)
         self.max_size = max_size
         self._items: OrderedDict[Hashable, Any] = OrderedDict()
 
@@ -53,10 +51,6 @@ class ResultCache:
     def clear(self) -> None:
         """Forget everything."""
         self._items.clear()
-
-    def keys(self) -> list[Hashable]:
-        """Keys from the least to the most recently used."""
-        return list(self._items)
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._items

@@ -17,7 +17,7 @@ from ..judges import default_adapter_dir
 from .cache import ResultCache
 from .calibration import Calibration, sigmoid
 from .judge_config import JudgeConfig, option_names, split_options
-from .plan import AnswerCall, CacheStep, EngineCall, GenerationCall, ScoreOptions, ScoringPlan
+from .plan import CacheStep, EngineCall, ScoreOptions, ScoringPlan
 from .prompt import BoundTemplate
 from .template import GENERATED, Template, load_template
 
@@ -217,12 +217,10 @@ class Judge:
                            dtype=dtype, device_map=device_map, offload_device=offload_device, model_kwargs=model_kwargs,
                            **engine_options)
         judge = cls(loaded.engine, **{**config.to_kwargs(), "name": loaded.name})
-        return judge._warmed(loaded.warm_up if warm_up is None else warm_up)
-
-    def _warmed(self, template: "TemplateLike | bool") -> "Judge":
-        if template is not False:
-            self.warm_up(None if template is True else template)
-        return self
+        warm = loaded.warm_up if warm_up is None else warm_up
+        if warm is not False:
+            judge.warm_up(None if warm is True else warm)
+        return judge
 
     def warm_up(self, template: TemplateLike = None) -> float:
         """Pay the one-off costs of a first scoring call now: one tiny item, not cached, binds ``template``
@@ -529,24 +527,25 @@ class Judge:
                              "make it with this judge's plan().")
 
     def _steps(self, plan: ScoringPlan, state: Any) -> Generator[EngineCall, Any, list]:
-        """The scoring call as a generator: yields each engine call (:class:`~pluie_reward.core.plan.AnswerCall`,
-        :class:`~pluie_reward.core.plan.GenerationCall`), receives its result,
-        returns the finished results. ``state`` is the engine session's (the cache key's first part)."""
+        """The scoring call as a generator: yields each :class:`~pluie_reward.core.plan.EngineCall`, receives its
+        result, returns the finished results. ``state`` is the engine session's (the cache key's first part)."""
         bound, use_cache = plan.bound, plan.options.use_cache
         generated = None
         if bound.template.generates:
             step = self._generation_step(plan, state)
-            outputs = (yield GenerationCall([k[-1] for k in step.todo], plan.max_new_tokens, bound.stop_ids)) if step.todo else []
+            prompts = [k[-1] for k in step.todo]
+            call = EngineCall("generate", (prompts,), {"max_new_tokens": plan.max_new_tokens, "stop_ids": bound.stop_ids})
+            outputs = (yield call) if prompts else []
             texts = {k: self.tokenizer.decode(list(ids), skip_special_tokens=True).strip() for k, ids in zip(step.todo, outputs)}
             generated = self._store(step, texts, use_cache)
         columns = plan.columns if generated is None else {**plan.columns, GENERATED: generated}
         items = bound.encode_items(columns, plan.n, truncate=plan.options.truncate)
         step = self._lookup([(state, bound.answer_ids, item.ids) for item in items], use_cache)
-        first: dict[tuple, Any] = {}
+        first: dict[tuple, Request] = {}
         for key, item in zip(step.keys, items):
             first.setdefault(key, item)
-        requests = [Request(first[key].ids, first[key].group) for key in step.todo]
-        fresh = (yield AnswerCall(requests, bound.answer_ids, prefix=bound.prefix_ids)) if requests else []
+        requests = [first[key] for key in step.todo]
+        fresh = (yield EngineCall("answer_logprobs", (requests, bound.answer_ids), {"prefix": bound.prefix_ids})) if requests else []
         answers = self._store(step, {key: self._checked(values) for key, values in zip(step.todo, fresh)}, use_cache)
         return self._finish(plan, answers, generated)
 
@@ -555,9 +554,7 @@ class Judge:
         hits: dict[tuple, Any] = {}
         if use_cache:
             with self._cache_lock:
-                for key in keys:
-                    if key not in hits and key in self.results:
-                        hits[key] = self.results.get(key)
+                hits = {key: self.results.get(key) for key in dict.fromkeys(keys) if key in self.results}
         return CacheStep(keys, hits, list(dict.fromkeys(k for k in keys if k not in hits)))
 
     def _store(self, step: CacheStep, computed: dict[tuple, Any], use_cache: bool) -> list[Any]:

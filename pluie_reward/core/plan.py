@@ -3,8 +3,8 @@
 :meth:`Judge.plan <pluie_reward.Judge.plan>` binds the template to the judge's tokenizer and
 normalises the fields: bad input fails there, before anything is queued. :meth:`Judge.run
 <pluie_reward.Judge.run>` and :meth:`Judge.arun <pluie_reward.Judge.arun>` drive the *same* steps: each
-resolves the cache hits, asks the engine for what is left (an :class:`AnswerCall` or a
-:class:`GenerationCall`) and finishes into results. The server coalesces several requests' plans with
+resolves the cache hits, asks the engine for what is left (an :class:`EngineCall`: answer
+log-probabilities, or the judge's own turn) and finishes into results. The server coalesces several requests' plans with
 :meth:`ScoringPlan.concat` and hands each caller its slice with :meth:`ScoringPlan.split`.
 
 Example:
@@ -20,12 +20,13 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Mapping, Sequence
 
-from ..engines.base import Engine, Request
+from ..engines.base import Engine
 from .template import normalize_fields
 
 
@@ -91,38 +92,20 @@ class ScoreOptions:
 
 
 @dataclass(frozen=True)
-class AnswerCall:
-    """A plan's request for :meth:`Engine.answer_logprobs <pluie_reward.engines.base.Engine.answer_logprobs>`."""
+class EngineCall:
+    """One request of a plan to its engine: its method ``method`` (``"answer_logprobs"``, or ``"generate"`` for
+    the judge's own turn) with these arguments. :meth:`Judge.run <pluie_reward.Judge.run>` calls ``call.run(engine)``,
+    :meth:`Judge.arun <pluie_reward.Judge.arun>` awaits ``call.arun(engine)``, the method's async twin."""
 
-    requests: Sequence[Request]
-    answers: Sequence[Sequence[int]]
-    prefix: Sequence[int] = ()
+    method: str
+    args: tuple
+    options: Mapping[str, Any] = field(default_factory=dict)
 
-    def run(self, engine: Engine) -> list[list[float]]:
-        return engine.answer_logprobs(self.requests, self.answers, prefix=self.prefix)
+    def run(self, engine: Engine) -> list:
+        return getattr(engine, self.method)(*self.args, **self.options)
 
-    async def arun(self, engine: Engine) -> list[list[float]]:
-        return await engine.aanswer_logprobs(self.requests, self.answers, prefix=self.prefix)
-
-
-@dataclass(frozen=True)
-class GenerationCall:
-    """A plan's request for :meth:`Engine.generate <pluie_reward.engines.base.Engine.generate>` (the judge's own turn)."""
-
-    prompts: Sequence[Sequence[int]]
-    max_new_tokens: int
-    stop_ids: Sequence[int] = ()
-
-    def run(self, engine: Engine) -> list[list[int]]:
-        return engine.generate(self.prompts, max_new_tokens=self.max_new_tokens, stop_ids=self.stop_ids)
-
-    async def arun(self, engine: Engine) -> list[list[int]]:
-        return await engine.agenerate(self.prompts, max_new_tokens=self.max_new_tokens, stop_ids=self.stop_ids)
-
-
-EngineCall = Union[AnswerCall, GenerationCall]
-"""One request of a plan to its engine (:meth:`Judge.run <pluie_reward.Judge.run>` calls ``call.run(engine)``,
-:meth:`Judge.arun <pluie_reward.Judge.arun>` awaits ``call.arun(engine)``)."""
+    async def arun(self, engine: Engine) -> list:
+        return await getattr(engine, "a" + self.method)(*self.args, **self.options)
 
 
 @dataclass
@@ -247,8 +230,5 @@ class ScoringPlan:
         """The results of a joined plan, cut back into one list per plan given to :meth:`concat`."""
         if len(results) != self.n:
             raise ValueError(f"expected {self.n} results, got {len(results)}.")
-        out, start = [], 0
-        for size in self.sizes:
-            out.append(list(results[start : start + size]))
-            start += size
-        return out
+        ends = list(itertools.accumulate(self.sizes))
+        return [list(results[end - size : end]) for size, end in zip(self.sizes, ends)]

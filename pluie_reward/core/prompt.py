@@ -39,10 +39,10 @@ import re
 import secrets
 import warnings
 import weakref
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from ..common.errors import PluieError
+from ..engines.base import Request
 from .template import GENERATED, Template, check_chat_template_kwargs, load_template  # noqa: F401  (load_template: doctests)
 
 _FIELD_MARK = "\ue000{}\ue001"  # private-use characters: no chat template touches them
@@ -96,14 +96,6 @@ class AnswerTokenError(PluieError, ValueError):
     """An answer word does not read as the template requires where the model would produce it."""
 
 
-@dataclass
-class EncodedItem:
-    """The token ids of one prompt (ending where the answer starts) and its group key."""
-
-    ids: tuple[int, ...]
-    group: tuple
-
-
 def special_token_strings(tokenizer: Any) -> list[str]:
     """Strings the tokenizer turns into special (control) tokens wherever they appear in text.
 
@@ -113,9 +105,7 @@ def special_token_strings(tokenizer: Any) -> list[str]:
         ['<|im_start|>', '<|im_end|>', '<pad>']
     """
     found = set(getattr(tokenizer, "all_special_tokens", []) or [])
-    for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
-        if getattr(token, "special", False):
-            found.add(str(token))
+    found |= {str(t) for t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values() if getattr(t, "special", False)}
     return sorted((s for s in found if s), key=lambda s: (-len(s), s))
 
 
@@ -144,10 +134,8 @@ def marker_strings(tokenizer: Any) -> list[str]:
     if isinstance(source, dict):  # several named templates
         source = "\n".join(map(str, source.values()))
     if isinstance(source, str):
-        for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
-            text = str(token)
-            if text.strip() and text in source:
-                found.add(text)
+        found |= {text for text in map(str, (getattr(tokenizer, "added_tokens_decoder", None) or {}).values())
+                  if text.strip() and text in source}
     return sorted((s for s in found if s), key=lambda s: (-len(s), s))
 
 
@@ -310,24 +298,17 @@ class BoundTemplate:
         if self.use_chat:
             messages = self.template.chat(values, until_generated=True)
             return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **self._render_kwargs)
-        labels = {"user": self.template.plain_user, "assistant": self.template.plain_assistant, "system": ""}
-        turns = [labels[m["role"]] + m["content"] for m in self.template.chat(values, until_generated=True)]
-        return self.template.plain_separator.join(turns + [self.template.plain_assistant.rstrip()])
+        return self.template.plain(values, until_generated=True)[0]
 
     def _tail(self) -> str:
-        sample = self._sample_values()
-        text = self._full_text(sample, self._answer_mark)
-        if text.count(self._answer_mark) != 1:
+        pieces = self._full_text(self._sample_values(), self._answer_mark).split(self._answer_mark)
+        if len(pieces) != 2:
             raise AnswerTokenError(f"template {self.template.name!r}: the chat template does not render the assistant's answer once.")
-        return text.partition(self._answer_mark)[2]
+        return pieces[1]
 
-    def _sample_values(self, mark: bool = False, optional: bool = True) -> dict[str, str | None]:
-        values: dict[str, str | None] = {f: (_FIELD_MARK.format(f) if mark else "x") for f in self.template.fields}
-        for f in self.template.optional_fields:
-            values[f] = (_FIELD_MARK.format(f) if mark else "x") if optional else None
-        if self.template.generates:
-            values[GENERATED] = _FIELD_MARK.format(GENERATED) if mark else "x"
-        return values
+    def _sample_values(self, mark: bool = False) -> dict[str, str | None]:
+        names = self.template.all_fields + ((GENERATED,) if self.template.generates else ())
+        return {f: _FIELD_MARK.format(f) if mark else "x" for f in names}
 
     # tokenization ----------------------------------------------------------------------------
     def _leading_special_ids(self) -> list[int]:
@@ -344,8 +325,6 @@ class BoundTemplate:
     def _protect(self, values: Mapping[str, str | None]) -> tuple[dict[str, str | None], list[str]]:
         """Field values with every marker string replaced by a placeholder (and the strings); in the
         judge's generated turn, only special-token strings."""
-        if self._specials is None:
-            return dict(values), []
         found: list[str] = []
 
         def mark(match: re.Match) -> str:
@@ -375,31 +354,20 @@ class BoundTemplate:
         for index in range(0, len(pieces) - 1, 2):
             if pieces[index]:
                 ids += self.tokenizer(pieces[index], add_special_tokens=False)["input_ids"]
-            text = strings[int(pieces[index + 1])]
-            ids += self._text_ids(text)
+            ids += self._text_ids(strings[int(pieces[index + 1])])
         prompt, answer_ids = self._tokenize_with_answer(pieces[-1], answer)
         return ids + prompt, answer_ids
 
     def encode_generation_prompt(self, values: Mapping[str, str | None]) -> list[int]:
         """The ids the judge continues to write its own turn (templates with a generated message)."""
         protected, strings = self._protect(values)
-        pieces = self._protect_split.split(self.generation_text(protected))
-        ids: list[int] = list(self._lead_ids)
-        for index in range(0, len(pieces), 2):
-            if pieces[index]:
-                ids += self.tokenizer(pieces[index], add_special_tokens=False)["input_ids"]
-            if index + 1 < len(pieces):
-                text = strings[int(pieces[index + 1])]
-                ids += self._text_ids(text)
-        return ids
+        return self._encode_head(self.generation_text(protected), strings, "")[0]  # no answer: every id is the prompt's
 
     @property
     def stop_ids(self) -> tuple[int, ...]:
         """Token ids that end a judge-generated turn: end-of-sequence and the end-of-turn marker."""
-        stops = set()
         eos = self.tokenizer.eos_token_id
-        if eos is not None:
-            stops.add(int(eos))
+        stops = set() if eos is None else {int(eos)}
         tail_ids = self.tokenizer(self.tail, add_special_tokens=False)["input_ids"] if self.tail else []
         if tail_ids and tail_ids[0] in set(self.tokenizer.all_special_ids):
             stops.add(int(tail_ids[0]))
@@ -483,40 +451,28 @@ class BoundTemplate:
 
     def encode_items(
         self, columns: Mapping[str, list[str | None]], n: int, truncate: bool = True
-    ) -> list[EncodedItem]:
-        """Render, tokenize and (if needed) truncate ``n`` items given as field columns."""
+    ) -> list[Request]:
+        """Render, tokenize and (if needed) truncate ``n`` items given as field columns: each item's prompt ids
+        (ending where the answer starts) and its :meth:`group_key`, as the engine's request."""
         items = []
         for index in range(n):
             row = {name: column[index] for name, column in columns.items()}
             row, ids = self.fit(row, index, truncate, self.encode_values)
-            items.append(EncodedItem(tuple(ids), self.group_key(row)))
+            items.append(Request(tuple(ids), self.group_key(row)))
         return items
 
     def fit(self, row: dict[str, str | None], index: int, truncate: bool, encode: Any, reserve: int = 0) -> tuple[dict, list[int]]:
         """``encode(row)``, with the longest fields cut from the middle while the ids (plus
         ``reserve`` tokens and the answer) do not fit the judge's context."""
-        ids = encode(row)
-        if self._too_long(ids, reserve):
-            row, ids = self._truncate(row, ids, index, truncate, encode, reserve)
-        return row, ids
-
-    def _too_long(self, ids: Sequence[int], reserve: int = 0) -> bool:
-        need = len(ids) + reserve + max(len(a) for a in self.answer_ids)
-        return self.max_length is not None and need > self.max_length
-
-    def _truncate(
-        self, row: dict[str, str | None], ids: list[int], index: int, truncate: bool, encode: Any, reserve: int
-    ) -> tuple[dict, list[int]]:
-        if not truncate:
-            raise ValueError(
-                f"item {index}: the prompt is {len(ids)} tokens, longer than the judge's context "
-                f"({self.max_length}); shorten the fields or pass truncate=True to cut them from the middle."
-            )
-        cut_fields = []
-        for _ in range(8):
-            excess = len(ids) + reserve + max(len(a) for a in self.answer_ids) - self.max_length
-            if excess <= 0:
-                break
+        ids, cut_fields, beside = encode(row), [], reserve + max(len(a) for a in self.answer_ids)
+        while self.max_length is not None and (excess := len(ids) + beside - self.max_length) > 0:
+            if not truncate:
+                raise ValueError(
+                    f"item {index}: the prompt is {len(ids)} tokens, longer than the judge's context "
+                    f"({self.max_length}); shorten the fields or pass truncate=True to cut them from the middle."
+                )
+            if len(cut_fields) == 8:
+                raise ValueError(f"item {index}: the template alone does not fit the judge's context ({self.max_length} tokens).")
             lengths = {f: len(self._text_ids(v)) for f, v in row.items() if isinstance(v, str) and f in self.template.all_fields}
             longest = max(lengths, key=lengths.get)
             field_ids = self._text_ids(row[longest])
@@ -525,11 +481,10 @@ class BoundTemplate:
             row = {**row, longest: self.tokenizer.decode(head) + " … " + self.tokenizer.decode(tail)}
             cut_fields.append(longest)
             ids = encode(row)
-        if self._too_long(ids, reserve):
-            raise ValueError(f"item {index}: the template alone does not fit the judge's context ({self.max_length} tokens).")
-        warnings.warn(
-            f"item {index}: prompt longer than the judge's context ({self.max_length} tokens); field(s) "
-            f"{sorted(set(cut_fields))} truncated from the middle.",
-            stacklevel=4,
-        )
+        if cut_fields:
+            warnings.warn(
+                f"item {index}: prompt longer than the judge's context ({self.max_length} tokens); field(s) "
+                f"{sorted(set(cut_fields))} truncated from the middle.",
+                stacklevel=3,
+            )
         return row, ids

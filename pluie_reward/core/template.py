@@ -30,6 +30,7 @@ _CHAT_ARGUMENTS = ("conversation", "messages", "tools", "documents", "chat_templ
                    "continue_final_message", "tokenize", "return_dict", "tokenizer_kwargs")
 _BREAK_RUN = re.compile(r"\s*\n\s*")  # a run of whitespace holding a line break (\r\n, blank lines...)
 _SPACE_RUN = re.compile(r"[^\S\n]+")  # a run of whitespace without one (spaces, tabs, no-break spaces...)
+_BUILTIN_DIR = resources.files("pluie_reward") / "templates"
 _YAML_BOOL_HINT = ("YAML reads unquoted yes/no/on/off/true/false as booleans; quote the word, "
                    "e.g. \"yes\": \"Yes\" or content: \"No\"")
 
@@ -232,14 +233,14 @@ class Template:
         """
         return dataclasses.replace(self, chat_template_kwargs={**self.chat_template_kwargs, **(kwargs or {}), **more})
 
-    def plain(self, values: Mapping[str, str | None]) -> tuple[str, str]:
-        """Plain-text rendering for models without a chat template.
+    def plain(self, values: Mapping[str, str | None], until_generated: bool = False) -> tuple[str, str]:
+        """Plain-text rendering for models without a chat template (``until_generated``: as for :meth:`chat`).
 
         Returns ``(prompt, answer_prefix)``: the prompt ends with the assistant label, without its
         trailing space, and the answer is read as ``answer_prefix + answer`` (e.g. ``" Yes"``).
         """
         labels = {"user": self.plain_user, "assistant": self.plain_assistant, "system": ""}
-        turns = [labels[m["role"]] + m["content"] for m in self.chat(values)]
+        turns = [labels[m["role"]] + m["content"] for m in self.chat(values, until_generated)]
         tail = self.plain_assistant.rstrip()
         prompt = self.plain_separator.join(turns + [tail])
         return prompt, self.plain_assistant[len(tail) :] or " "
@@ -341,10 +342,6 @@ def check_chat_template_kwargs(kwargs: Any, where: str = "chat_template_kwargs")
     return kwargs
 
 
-def _builtin_dir() -> Any:
-    return resources.files("pluie_reward") / "templates"
-
-
 def builtin_template_names() -> list[str]:
     """Names of the templates shipped with the package.
 
@@ -352,7 +349,7 @@ def builtin_template_names() -> list[str]:
         >>> "para-fs" in builtin_template_names()
         True
     """
-    return sorted(p.name[: -len(".yaml")] for p in _builtin_dir().iterdir() if p.name.endswith(".yaml"))
+    return sorted(p.name[: -len(".yaml")] for p in _BUILTIN_DIR.iterdir() if p.name.endswith(".yaml"))
 
 
 def load_template(template: "str | Path | Template | None" = None) -> Template:
@@ -373,13 +370,14 @@ def load_template(template: "str | Path | Template | None" = None) -> Template:
         if not path.is_file():
             raise FileNotFoundError(f"template file {str(path)!r} does not exist.")
         return _template_file(path)
-    resource = _builtin_dir() / f"{template}.yaml"
+    resource = _BUILTIN_DIR / f"{template}.yaml"
     if not resource.is_file():
         raise ValueError(
             f"unknown template {str(template)!r}; built-in templates: {builtin_template_names()} "
             "(or pass a path to a YAML file)."
         )
-    return Template.from_dict(_load_yaml(resource.read_text(encoding="utf-8")), default_name=str(template))
+    data = yaml.load(resource.read_text(encoding="utf-8"), Loader=_StrictLoader)  # noqa: S506  (a SafeLoader subclass)
+    return Template.from_dict(data, default_name=str(template))
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -395,15 +393,10 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def _load_yaml(text: str) -> Any:
-    """A template's YAML text as Python data (safe loading; a repeated key is a ``yaml.YAMLError``)."""
-    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506  (a SafeLoader subclass)
-
-
 def _template_file(path: Path) -> Template:
     """A template read from a YAML file; every problem is a ``ValueError`` naming the file."""
     try:
-        data = _load_yaml(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)  # noqa: S506  (a SafeLoader subclass)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -484,9 +477,7 @@ def normalize_fields(
         )
     lengths = {}
     for name, value in values.items():
-        if value is None and name in template.optional_fields:
-            continue
-        if isinstance(value, str):
+        if isinstance(value, str) or (value is None and name in template.optional_fields):
             continue
         if not isinstance(value, Sequence):
             raise TypeError(f"field {name!r} must be a string or a list of strings, not {type(value).__name__}.")

@@ -162,11 +162,10 @@ class SharedVLLMEngine(Engine):
             EngineWeightsChanged: ``weights="base"`` and the weights changed since binding.
         """
         self._check_awake()
-        now = self.read_canary()
         if self.weights == "current":
-            yield now
+            yield self.read_canary()
             return
-        moved = max(abs(a - b) for a, b in zip(now, self.bound_canary))
+        moved = self.weights_changed()
         if moved > self.canary_tolerance:
             raise EngineWeightsChanged(
                 f"the shared vLLM engine's weights changed since the judge was bound (canary moved by {moved:.3g}): a trainer "

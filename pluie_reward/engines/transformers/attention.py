@@ -307,10 +307,8 @@ def register(implementation: str | None) -> str | None:
         >>> register("eager") is None
         True
     """
-    try:
-        from transformers import AttentionInterface, AttentionMaskInterface
-    except ImportError:  # pragma: no cover - transformers without the attention interfaces
-        return None
+    from transformers import AttentionInterface, AttentionMaskInterface
+
     if not implementation:
         return None
     if implementation.startswith(PREFIX):

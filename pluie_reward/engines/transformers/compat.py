@@ -77,11 +77,8 @@ def enable_checkpointing(model: Any, use_reentrant: bool = False) -> None:
         use_reentrant: passed to ``torch.utils.checkpoint`` (non-reentrant by default, as TRL does).
     """
     base = base_model(model)
-    kwargs = {"use_reentrant": use_reentrant}
-    if hasattr(base, f"{_NEW}_enable"):
-        getattr(base, f"{_NEW}_enable")(**{f"{_NEW}_kwargs": kwargs})
-    else:
-        getattr(base, f"{_OLD}_enable")(**{f"{_OLD}_kwargs": kwargs})
+    name = _NEW if hasattr(base, f"{_NEW}_enable") else _OLD
+    getattr(base, f"{name}_enable")(**{f"{name}_kwargs": {"use_reentrant": use_reentrant}})
 
 
 def disable_checkpointing(model: Any) -> None:

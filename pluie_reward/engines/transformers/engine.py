@@ -25,7 +25,7 @@ import threading
 import warnings
 import weakref
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Hashable, Iterator, Sequence
 
@@ -39,7 +39,7 @@ from .compat import base_model, forward_parameters
 from .config import TransformersEngineConfig
 from .loading import EMBEDDED_BASE, display_name, is_embedded, load_adapter, load_model_and_tokenizer, resolve_device
 from .model_state import scoring_state, this_thread_only
-from .placement import active_adapter, adapter_names, belongs_to_adapter, gathered_parameters
+from .placement import active_adapter, belongs_to_adapter, gathered_parameters
 
 # Token budget of one batch when none is given. CPU: measured on the embedded judge (2 cores, float32:
 # 512 is ~5-8% faster than 1024 -- less padding, same GEMM speed -- and 4096 ~25% slower; see
@@ -60,11 +60,8 @@ def model_lock(model: Any) -> threading.RLock:
         >>> model_lock(m) is model_lock(m)
         True
     """
-    base = base_model(model)
     with _LOCKS_LOCK:
-        if base not in _MODEL_LOCKS:
-            _MODEL_LOCKS[base] = threading.RLock()
-        return _MODEL_LOCKS[base]
+        return _MODEL_LOCKS.setdefault(base_model(model), threading.RLock())
 
 
 def longest_common_prefix(sequences: Sequence[Sequence[int]]) -> int:
@@ -121,10 +118,6 @@ class _Row:
     key: tuple[int, int]  # (request index, answer index or -1 for a single-token read)
     suffix: list[int]
     targets: tuple[int, ...] | None = None  # multi-token answer: sum log p of these tokens
-
-
-class _Restart(Exception):
-    """The fast path turned out unusable mid-call: run the whole call on the plain path."""
 
 
 def fast_path_refusal(model: Any, implementation: str | None, registered: bool) -> str:
@@ -215,7 +208,6 @@ class TransformersEngine(Engine):
         self.config = config
         self.model = model
         self.tokenizer = tokenizer
-        self.batch_tokens = config.batch_tokens
         self.disable_adapters = config.disable_adapters
         self.adapter_name = config.adapter_name
         self.check_weights = config.check_weights
@@ -223,10 +215,9 @@ class TransformersEngine(Engine):
         self.max_cached_prefixes = config.max_cached_prefixes
         self.wrapped_model: Any = None
         self._ignored_adapters = self._setup_adapters()
-        offload_device, device = config.offload_device, config.device
-        self.offload_device = torch.device(offload_device) if offload_device is not None else None
-        self.target_device = resolve_device(device) if offload_device is not None else None
-        if self.offload_device is not None:
+        self.offload_device = self.target_device = None  # with an offload device: where the weights wait, where they score
+        if config.offload_device is not None:
+            self.offload_device, self.target_device = torch.device(config.offload_device), resolve_device(config.device)
             model.to(self.offload_device)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.pad_id = int(pad or 0)
@@ -243,7 +234,7 @@ class TransformersEngine(Engine):
             self._go_plain(reason)
         self._digest: torch.Tensor | None = None
         self._epoch = 0
-        self._keeps_logits = self._takes_logits_to_keep()
+        self._keeps_logits = "logits_to_keep" in forward_parameters(model)
 
     @classmethod
     def load(cls, model: "str | Path | None" = None, *, name: str | None = None, adapter: "str | Path | None" = None,
@@ -278,7 +269,7 @@ class TransformersEngine(Engine):
                 "a judge sharing a policy's weights needs a PEFT model (peft.PeftModel, e.g. from get_peft_model); "
                 f"got {type(model).__name__}. For a plain model use Judge.from_model (a separate judge)."
             )
-        adapters = adapter_names(model)
+        adapters = list(model.peft_config)
         if self.adapter_name is not None:
             if self.adapter_name not in adapters:
                 raise ValueError(
@@ -301,9 +292,6 @@ class TransformersEngine(Engine):
         config = self.model.config
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
         return getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", None)
-
-    def _takes_logits_to_keep(self) -> bool:
-        return "logits_to_keep" in forward_parameters(self.model)
 
     @property
     def name(self) -> str:
@@ -330,16 +318,13 @@ class TransformersEngine(Engine):
 
     @property
     def batch_tokens(self) -> int:
-        """Token budget (rows x longest row) of one forward batch."""
-        if self._batch_tokens is not None:
-            return self._batch_tokens
-        return DEFAULT_BATCH_TOKENS.get(self.device.type, FALLBACK_BATCH_TOKENS)
+        """Token budget (rows x longest row) of one forward batch: ``config.batch_tokens``, else the device's default.
+        Setting it (``None``: the default) checks the value as the config does and updates :attr:`config`."""
+        return self.config.batch_tokens or DEFAULT_BATCH_TOKENS.get(self.device.type, FALLBACK_BATCH_TOKENS)
 
     @batch_tokens.setter
     def batch_tokens(self, value: int | None) -> None:
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise ValueError(f"batch_tokens must be a positive integer or None (device default), got {value!r}.")
-        self._batch_tokens = value
+        self.config = replace(self.config, batch_tokens=value)
 
     def attach(self, trainer: Any) -> "TransformersEngine":
         """Remember ``trainer.model_wrapped`` so FSDP v1 full parameters can be summoned for scoring."""
@@ -378,30 +363,28 @@ class TransformersEngine(Engine):
             ...     state  # a new epoch: results cached under the old one are stale
             1
         """
-        with model_lock(self.model):
-            moved = False
-            try:
-                if self.offload_device is not None:
-                    self.model.to(self.target_device)
-                    moved = True
-                with ExitStack() as stack:
-                    stack.enter_context(gathered_parameters(self.model, self.wrapped_model))
-                    if self.disable_adapters or self.adapter_name is not None:  # weights shared with a policy
-                        stack.enter_context(this_thread_only(self.model, f"the judge {self.name!r}"))
-                    if self.adapter_name is not None:
-                        stack.enter_context(active_adapter(self.model, self.adapter_name))
-                    stack.enter_context(scoring_state(self.model, self.disable_adapters))
-                    if self.fast is not False and self._prefix_attention is not None:
-                        if not stack.enter_context(selected(self.model, self._prefix_attention)):
-                            self._prefix_attention = None  # the model cannot switch: never ask again
-                            self._go_plain(f"the model cannot switch to the {PREFIX}* attention implementation")
-                    yield self._state()
-            finally:
-                if moved:
-                    self._prefixes.clear()  # they live on the scoring device
-                    self.model.to(self.offload_device)
-                    if self.target_device is not None and self.target_device.type == "cuda":
-                        torch.cuda.empty_cache()
+        with model_lock(self.model), ExitStack() as stack:
+            if self.offload_device is not None:
+                self.model.to(self.target_device)
+                stack.callback(self._offload)  # last out: after the contexts below are restored
+            stack.enter_context(gathered_parameters(self.model, self.wrapped_model))
+            if self.disable_adapters or self.adapter_name is not None:  # weights shared with a policy
+                stack.enter_context(this_thread_only(self.model, f"the judge {self.name!r}"))
+            if self.adapter_name is not None:
+                stack.enter_context(active_adapter(self.model, self.adapter_name))
+            stack.enter_context(scoring_state(self.model, self.disable_adapters))
+            if self.fast is not False and self._prefix_attention is not None:
+                if not stack.enter_context(selected(self.model, self._prefix_attention)):
+                    self._prefix_attention = None  # the model cannot switch: never ask again
+                    self._go_plain(f"the model cannot switch to the {PREFIX}* attention implementation")
+            yield self._state()
+
+    def _offload(self) -> None:
+        """Back to the offload device after a scoring call (the cached prefixes live on the scoring device: dropped)."""
+        self._prefixes.clear()
+        self.model.to(self.offload_device)
+        if self.target_device.type == "cuda":
+            torch.cuda.empty_cache()
 
     def watched_parameters(self) -> list[tuple[str, torch.Tensor]]:
         """The judge's own weights: every parameter but other PEFT adapters' (read afresh each call)."""
@@ -436,14 +419,9 @@ class TransformersEngine(Engine):
                 rows.extend(_Row((i, k), ids + list(a[:-1]), a) for k, a in enumerate(answers))
             else:
                 rows.append(_Row((i, -1), ids))
-        groups = []
-        for request in requests:
-            groups.extend([request.group] * (len(answers) if multi else 1))
+        groups = [requests[row.key[0]].group for row in rows]
         first_tokens = [a[0] for a in answers]
-        try:
-            values = self._run_rows(rows, groups, tuple(prefix), first_tokens)
-        except _Restart:
-            values = self._run_rows(rows, groups, tuple(prefix), first_tokens)
+        values = self._run_rows(rows, groups, tuple(prefix), first_tokens)
         out: list[list[float]] = [[0.0] * len(answers) for _ in requests]
         for row, value in zip(rows, values):
             i, k = row.key
@@ -457,8 +435,7 @@ class TransformersEngine(Engine):
         values: list[list[float]] = [[] for _ in rows]
         if self.fast is False:
             self._warn_once("plain", f"scoring runs whole prompts without prefix caching (slower, still exact): {self._why_plain}.")
-            for indices in self._batches([len(r.suffix) for r in rows]):
-                self._plain_batch([rows[i] for i in indices], indices, first_tokens, values)
+            self._run_plain(rows, range(len(rows)), first_tokens, values)
             return values
         units = list(self._plan([r.suffix for r in rows], static, groups))
         chunk = max(1, self.max_cached_prefixes - 1)  # group prefixes computed together, then used
@@ -470,8 +447,8 @@ class TransformersEngine(Engine):
         except WindowExceeded:
             raise
         except AttentionUnsupported as err:
-            self._go_plain(str(err))
-            raise _Restart from err
+            self._go_plain(str(err))  # unusable mid-call: the whole call again, on the plain path
+            return self._run_rows(rows, groups, static, first_tokens)
         finally:
             if static and not self.config.keep_group_prefixes:
                 self._drop_extensions(static)
@@ -525,32 +502,28 @@ class TransformersEngine(Engine):
         self._prefixes.clear()
         self._warn_once("plain", f"scoring runs whole prompts without prefix caching (slower, still exact): {reason}.")
 
-    def _forward_shared(self, input_ids: torch.Tensor, state: SharedPrefix, keep: int | None) -> Any:
-        """Forward of right-padded rows whose attention goes through the shared-prefix function."""
-        batch, width = input_ids.shape
-        start = state.prefix_length
-        positions = torch.arange(start, start + width, device=input_ids.device).expand(batch, -1)
-        kwargs: dict[str, Any] = {"logits_to_keep": keep} if keep is not None and self._keeps_logits else {}
+    def _forward(self, ids: torch.Tensor, keep: int, state: SharedPrefix | None = None) -> torch.Tensor:
+        """The logits of the last ``keep`` positions of right-padded rows: the model's own forward of whole
+        prompts, or (with ``state``) rows whose attention goes through the shared-prefix function."""
+        kwargs: dict[str, Any] = {"logits_to_keep": keep} if self._keeps_logits else {}
+        if state is not None:
+            start, (batch, width) = state.prefix_length, ids.shape
+            kwargs.update(position_ids=torch.arange(start, start + width, device=ids.device).expand(batch, -1), pluie_prefix=state)
         self.stats["forward_calls"] += 1
         try:
-            output = self.model(input_ids=input_ids, position_ids=positions, use_cache=False, pluie_prefix=state, **kwargs)
+            logits = self.model(input_ids=ids, use_cache=False, **kwargs).logits
         except TypeError as err:  # the forward does not pass keyword arguments down to its attention
             if "pluie_prefix" in str(err):
                 raise AttentionUnsupported(f"the model's forward does not take extra attention arguments ({err})") from err
             raise
-        expected = len(state.kv) if state.kv is not None else state.calls
-        if state.calls == 0 or state.calls != expected:
+        if state is not None and (state.calls == 0 or (state.kv is not None and state.calls != len(state.kv))):
             raise AttentionUnsupported(f"{state.calls} attention layers ran through the shared-prefix function")
-        return output
+        return logits if self._keeps_logits else logits[:, ids.shape[1] - keep :]
 
     def _collect(self, ids_rows: list[list[int]], base: KV | None, base_length: int) -> list[KV]:
         """Key/values of each row's tokens, appended to ``base``: one batched forward."""
-        width = max(len(r) for r in ids_rows)
-        ids = torch.full((len(ids_rows), width), self.pad_id, dtype=torch.long)
-        for row, r in enumerate(ids_rows):
-            ids[row, : len(r)] = torch.tensor(r, dtype=torch.long)
         state = SharedPrefix(base, prefix_length=base_length, collect=True)
-        self._forward_shared(ids.to(self.device), state, keep=1)
+        self._forward(self._padded(ids_rows), 1, state)
         self.stats["prefix_passes"] += 1
         out = []
         for row, r in enumerate(ids_rows):
@@ -579,10 +552,7 @@ class TransformersEngine(Engine):
             return self._prefixes[prefix]
         if static and len(static) < len(prefix) and prefix[: len(static)] == static and static not in self._prefixes:
             self._prefix_kv(static)
-        base: tuple[int, ...] = ()
-        for known in self._prefixes:
-            if len(known) < len(prefix) and prefix[: len(known)] == known and len(known) > len(base):
-                base = known
+        base = max((k for k in self._prefixes if len(k) < len(prefix) and prefix[: len(k)] == k), key=len, default=())
         kv = self._collect([list(prefix[len(base) :])], self._prefixes.get(base), len(base))[0]
         self._remember(prefix, kv, keep={static})
         return kv
@@ -614,58 +584,39 @@ class TransformersEngine(Engine):
             kv = self._prefix_kv(prefix, static)
         except WindowExceeded as err:
             self._warn_once("window", f"{err}; those prompts run whole, without prefix caching")
-            full = [rows[i] for i in members]  # whole prompts: a row's ids start with its prefix
-            for batch in self._batches([len(r.suffix) for r in full]):
-                self._plain_batch([full[j] for j in batch], [members[j] for j in batch], first_tokens, values)
+            self._run_plain(rows, members, first_tokens, values)  # whole prompts: a row's ids start with its prefix
             return
         suffixes = [rows[i].suffix[len(prefix) :] for i in members]
         for batch in self._batches([len(s) for s in suffixes]):
             indices = [members[j] for j in batch]
             batch_rows = [_Row(rows[i].key, suffixes[j], rows[i].targets) for i, j in zip(indices, batch)]
             try:
-                logits, index = self._fast_batch(batch_rows, kv, len(prefix))
+                logits, index = self._logits(batch_rows, SharedPrefix(kv, prefix_length=len(prefix)))
             except WindowExceeded as err:
                 self._warn_once("window", f"{err}; those prompts run whole, without prefix caching")
-                full = [_Row(rows[i].key, list(prefix) + r.suffix, r.targets) for i, r in zip(indices, batch_rows)]
-                self._plain_batch(full, indices, first_tokens, values)
+                self._run_plain(rows, indices, first_tokens, values)
                 continue
             self._read(batch_rows, indices, logits, index, first_tokens, values)
 
-    def _reads(self, rows: Sequence[_Row]) -> int:
-        return max(len(r.targets) if r.targets else 1 for r in rows)
+    def _padded(self, rows: Sequence[Sequence[int]]) -> torch.Tensor:
+        tensors = [torch.tensor(r, dtype=torch.long) for r in rows]
+        return torch.nn.utils.rnn.pad_sequence(tensors, batch_first=True, padding_value=self.pad_id).to(self.device)
 
-    def _padded(self, rows: Sequence[_Row]) -> torch.Tensor:
-        width = max(len(r.suffix) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        for row, r in enumerate(rows):
-            ids[row, : len(r.suffix)] = torch.tensor(r.suffix, dtype=torch.long)
-        return ids.to(self.device)
-
-    def _fast_batch(self, rows: Sequence[_Row], kv: KV | None, prefix_length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        ids = self._padded(rows)
-        keep, index = read_positions([len(r.suffix) for r in rows], self._reads(rows), ids.shape[1])
+    def _logits(self, rows: Sequence[_Row], state: SharedPrefix | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The logits the rows read (float32 or wider), and where each row's reads are among them."""
+        ids = self._padded([r.suffix for r in rows])
+        keep, index = read_positions([len(r.suffix) for r in rows], max(len(r.targets) if r.targets else 1 for r in rows), ids.shape[1])
         self.stats["rows"] += len(rows)
-        output = self._forward_shared(ids, SharedPrefix(kv, prefix_length=prefix_length), keep)
-        logits = output.logits
-        if not self._keeps_logits:
-            logits = logits[:, ids.shape[1] - keep :]
+        if state is None:
+            self.stats["plain_rows"] += len(rows)
+        logits = self._forward(ids, keep, state)
         return logits.to(torch.promote_types(logits.dtype, torch.float32)), index.to(logits.device)
 
-    def _plain_logits(self, rows: Sequence[_Row]) -> tuple[torch.Tensor, torch.Tensor]:
-        ids = self._padded(rows)
-        keep, index = read_positions([len(r.suffix) for r in rows], self._reads(rows), ids.shape[1])
-        kwargs: dict[str, Any] = {"logits_to_keep": keep} if self._keeps_logits else {}
-        self.stats["forward_calls"] += 1
-        logits = self.model(input_ids=ids, use_cache=False, **kwargs).logits
-        if not self._keeps_logits:
-            logits = logits[:, ids.shape[1] - keep :]
-        return logits.to(torch.promote_types(logits.dtype, torch.float32)), index.to(logits.device)
-
-    def _plain_batch(self, rows: Sequence[_Row], indices: Sequence[int], first_tokens: list[int], values: list[list[float]]) -> None:
-        self.stats["rows"] += len(rows)
-        self.stats["plain_rows"] += len(rows)
-        logits, index = self._plain_logits(rows)
-        self._read(rows, indices, logits, index, first_tokens, values)
+    def _run_plain(self, rows: list[_Row], indices: Sequence[int], first_tokens: list[int], values: list[list[float]]) -> None:
+        """Rows ``indices`` as whole prompts (the model's own attention), in token batches."""
+        for batch in self._batches([len(rows[i].suffix) for i in indices]):
+            whole = [rows[indices[j]] for j in batch]
+            self._read(whole, [indices[j] for j in batch], *self._logits(whole), first_tokens, values)
 
     def _read(
         self, rows: Sequence[_Row], indices: Sequence[int], logits: torch.Tensor, index: torch.Tensor,
@@ -704,13 +655,8 @@ class TransformersEngine(Engine):
                 self.stats["forward_calls"] += 1
                 generated = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                                                 do_sample=False, eos_token_id=sorted(stops) or None, pad_token_id=self.pad_id)[:, length:]
-                for i, row in zip(chunk, generated.tolist()):
-                    tokens = []
-                    for t in row:
-                        tokens.append(t)
-                        if t in stops:
-                            break
-                    out[i] = tokens
+                for i, row in zip(chunk, generated.tolist()):  # cut after the first stop id
+                    out[i] = row[: next((k + 1 for k, t in enumerate(row) if t in stops), len(row))]
         return out
 
     def __repr__(self) -> str:

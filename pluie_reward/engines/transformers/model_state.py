@@ -12,20 +12,6 @@ from ...common.errors import PluieError
 from .compat import base_model
 
 
-def no_autocast(device_type: str) -> Any:
-    """A context switching autocast off for ``device_type`` (a no-op where autocast does not exist).
-
-    Example:
-        >>> with no_autocast("cpu"):
-        ...     torch.is_autocast_enabled("cpu")
-        False
-    """
-    try:
-        return torch.autocast(device_type=device_type, enabled=False)
-    except RuntimeError:  # a device type without autocast support
-        return nullcontext()
-
-
 @contextmanager
 def weights_precision(model: Any) -> Iterator[None]:
     """Run ``model`` in its weights' dtype: no ambient autocast, and without the autocast wrapper that
@@ -39,13 +25,16 @@ def weights_precision(model: Any) -> Iterator[None]:
         >>> logits.dtype  # the weights' float32, not the ambient bf16
         torch.float32
     """
-    device = next(model.parameters()).device.type
+    try:
+        autocast_off = torch.autocast(device_type=next(model.parameters()).device.type, enabled=False)
+    except RuntimeError:  # a device type without autocast support
+        autocast_off = nullcontext()
     patched = model.__dict__.get("forward")
     original = model.__dict__.get("_original_forward")
     if patched is not None and original is not None:
         model.forward = original
     try:
-        with no_autocast(device):
+        with autocast_off:
             yield
     finally:
         if patched is not None and original is not None:
@@ -77,12 +66,7 @@ def scoring_state(model: Any, disable_adapters: bool = False) -> Iterator[None]:
         with ExitStack() as stack:
             stack.enter_context(torch.inference_mode())
             stack.enter_context(weights_precision(model))
-            if disable_adapters:
-                if not hasattr(model, "disable_adapter"):
-                    raise TypeError(
-                        "disable_adapters=True needs a PEFT model (peft.PeftModel); got "
-                        f"{type(model).__name__}. Use Judge.from_model for a plain model."
-                    )
+            if disable_adapters:  # a PEFT model: the engine checked it when it was made
                 stack.enter_context(model.disable_adapter())
             yield
     finally:

@@ -33,16 +33,6 @@ def process_device() -> torch.device:
     return PartialState().device
 
 
-def adapter_names(model: Any) -> list[str]:
-    """Names of the PEFT adapters loaded on ``model`` (empty for a plain model).
-
-    Example:
-        >>> adapter_names(peft_model)
-        ['default', 'judge']
-    """
-    return list(getattr(model, "peft_config", None) or {})
-
-
 def belongs_to_adapter(parameter_name: str, adapters: "list[str] | tuple[str, ...]") -> bool:
     """Whether a parameter name is one of the given PEFT adapters' weights.
 
@@ -74,21 +64,13 @@ def gathered_parameters(model: Any, wrapped: Any = None) -> Iterator[None]:
         ...     logits = model(ids).logits
     """
     sharded = [p for p in model.parameters() if hasattr(p, "ds_id")]
-    if sharded:
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters(sharded, modifier_rank=None):
-            yield
-        return
-    roots = _fsdp1_roots(wrapped if wrapped is not None else model)
-    if not roots:
-        yield
-        return
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-
     with ExitStack() as stack:
-        for root in roots:
-            stack.enter_context(FSDP.summon_full_params(root, recurse=True, writeback=False))
+        if sharded:
+            import deepspeed
+
+            stack.enter_context(deepspeed.zero.GatheredParameters(sharded, modifier_rank=None))
+        for root in [] if sharded else _fsdp1_roots(wrapped if wrapped is not None else model):
+            stack.enter_context(type(root).summon_full_params(root, recurse=True, writeback=False))  # FSDP v1's static method
         yield
 
 
