@@ -102,7 +102,7 @@ def make_tiny_judge(chat: bool = True, seed: int = 0, **judge_kwargs: Any) -> An
 def make_slow_tiny_judge(seconds: float, min_requests: int, **kwargs: Any) -> Any:
     """:func:`make_tiny_judge` whose engine sleeps ``seconds`` before each call of at least
     ``min_requests`` requests: a long request that takes a known time whatever the machine's load
-    (tests of servers and pools under load). Its scores are those of :func:`make_tiny_judge`. Items
+    (tests of servers under load). Its scores are those of :func:`make_tiny_judge`. Items
     found in the judge's result cache do not reach the engine, so they count for nothing.
 
     Args:

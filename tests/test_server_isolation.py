@@ -1,7 +1,7 @@
 """One client of the judge server cannot hurt another's (issue 29): per-request options never share a
 joined plan, a large request does not hold back small ones, a disconnected client's work is dropped,
 SIGTERM answers everything within the drain bound, bodies over the limit get 413 (chunked too), every
-5xx is logged with its reason and counted, and every numeric option of ``serve``/``pool`` is checked
+5xx is logged with its reason and counted, and every numeric option of ``serve`` is checked
 before anything loads.
 
 References are ``Judge.score`` on a separate tiny judge with the same weights, in the test.

@@ -60,7 +60,7 @@ class ModelNotFoundError(PluieError, FileNotFoundError):
     """
 
 
-EXTRAS = {"httpx": "serve", "fastapi": "serve", "starlette": "serve", "uvicorn": "serve", "ray": "pool",
+EXTRAS = {"httpx": "serve", "fastapi": "serve", "starlette": "serve", "uvicorn": "serve",
           "matplotlib": "eval", "sacrebleu": "eval", "sklearn": "eval", "scipy": "eval",
           "rapidfuzz": "eval", "vllm": "vllm"}
 """The extra of ``pyproject.toml`` that installs each optional dependency (the rest are dependencies of the package)."""

@@ -6,7 +6,7 @@ FastAPI app (:mod:`.app`: one router per endpoint in :mod:`.routes`, the middlew
 (:mod:`.client`; on verl's own reward model: :mod:`.genrm`), OpenRLHF's in-process ``reward_func`` (:mod:`.openrlhf`).
 
 The server needs fastapi + uvicorn (``pip install 'pluie-reward[serve]'``), the clients httpx only.
-``pluie-reward serve`` and ``pluie-reward pool`` start the app. Names are imported lazily, so that
+``pluie-reward serve`` starts the app. Names are imported lazily, so that
 importing a client loads nothing of the server.
 
 Example:

@@ -24,8 +24,7 @@ from ...judges import default_adapter_dir
 from ..cli.common import add_judge_arguments, judge_from_args
 from ..cli.output import check_output_file, write_text_file
 from ..cli.registry import command
-from ..pool import bench as pool_bench
-from ..shared import UsageError, comma_list, nonneg_int, positive_int
+from ..shared import UsageError, comma_list, positive_int
 from . import generative, gpu
 from .engines import ENGINES, compare_engines, comparison_json, format_engine_table, load_vllm_judge
 from .group import compare_group_judging, format_group_table
@@ -99,15 +98,11 @@ def _header(section: str, machine: str) -> dict[str, Any]:
 
 
 def _report(args: argparse.Namespace, payload: dict[str, Any], key: str, value: Any, tables: str) -> int:
-    """Print the section's tables, then write ``payload`` with ``value`` under ``key`` to ``--json``."""
+    """Print the section's tables, then write ``payload`` with ``value`` under ``key`` to ``--json``, whole (the one
+    writer of the sections' JSON)."""
     print(tables + "\n")
-    return _write_json(args, {**payload, key: value})
-
-
-def _write_json(args: argparse.Namespace, payload: Any) -> int:
-    """``--json``: the section's numbers, written whole (the one writer of the sections' JSON)."""
     if args.json:
-        write_text_file(args.json, json.dumps(payload, indent=1, default=str), "--json")
+        write_text_file(args.json, json.dumps({**payload, key: value}, indent=1, default=str), "--json")
     return 0
 
 
@@ -278,21 +273,6 @@ def _placement(args: argparse.Namespace) -> int:
     return _report(args, payload, "placement", memory, format_placements(memory))
 
 
-# pool -----------------------------------------------------------------------------------------------
-def _pool_args(p: argparse.ArgumentParser) -> None:
-    add_load_arguments(p, clients=8, requests=3)
-    _data(p, judge=False)
-    p.add_argument("--rounds", type=positive_int, default=2, help="rounds of every configuration in turn (default 2)")
-    p.add_argument("--no-serve", action="store_true", help="skip the pluie-reward serve reference")
-    p.add_argument("--worker-niceness", type=nonneg_int, default=0,
-                   help="nice value of Ray's workers, the replicas included (start_ray's default, 0; Ray's own is 15, "
-                        "which on a shared machine gives the pool less CPU than `serve` at 0)")
-
-
-def _pool(args: argparse.Namespace) -> int:
-    return _write_json(args, [x.as_json() for x in pool_bench.run_args(args, _load_pairs(args))])
-
-
 # the command ----------------------------------------------------------------------------------------
 SECTIONS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "methods": ("Judge.score beside the seeds' two-pass method and an LLM-Yes/No generate judge", _methods_args, _methods),
@@ -302,7 +282,6 @@ SECTIONS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "grpo": ("the reward's share of GRPO steps per judge placement, in fresh processes", _grpo_args, _grpo),
     "groups": ("group-relative judging (para-group) beside pointwise PLUIE", _groups_args, _groups),
     "placement": ("peak memory of the judge placements, in fresh processes", _output, _placement),
-    "pool": ("the judge pool with 1 and 2 replicas beside serve (needs the pool extra)", _pool_args, _pool),
     "gpu": ("the CUDA path against its goals (one prepared run on a lent GPU)", gpu.add_cli_args, gpu.run_args),
 }
 
@@ -318,5 +297,5 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 @command("bench", configure)
 def bench_command(args: argparse.Namespace) -> int:
-    """Benchmarks, one section each: methods, engines, generative, server, grpo, groups, placement, pool, gpu."""
+    """Benchmarks, one section each: methods, engines, generative, server, grpo, groups, placement, gpu."""
     return args.bench_run(args)

@@ -55,7 +55,7 @@ def check_load(clients: int, requests: int, items: int, pairs_available: int) ->
 
 
 def add_load_arguments(parser: argparse.ArgumentParser, clients: int, requests: int) -> None:
-    """The options of a load (``bench server``, ``bench pool``): the served judge, clients, requests, items per request."""
+    """The options of a load (``bench server``): the served judge, clients, requests, items per request."""
     parser.add_argument("--model", default=None, help="the served judge (default: the embedded default judge)")
     parser.add_argument("--clients", type=positive_int, default=clients, help=f"concurrent clients (1 to {MAX_CLIENTS}, default {clients})")
     parser.add_argument("--requests", type=positive_int, default=requests, help=f"requests per client (default {requests})")
@@ -174,7 +174,7 @@ def request_batches(pairs: Sequence[tuple[str, str]], clients: int, requests: in
 
 
 async def load_url(url: str, batches: list[dict[str, list[str]]], clients: int, result: ServerLoad) -> None:
-    """Put the judge server (or pool) at ``url`` under load: send ``batches[0]`` (warm-up, untimed),
+    """Put the judge server at ``url`` under load: send ``batches[0]`` (warm-up, untimed),
     then the others from ``clients`` concurrent clients, recording into ``result``."""
     from ...common.http import AsyncHTTPClient, HTTPConfig, RemoteError  # optional: httpx
 

@@ -50,7 +50,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    help=f"seconds a request body may take to arrive whole; a slower upload gets 408 (default {BODY_TIMEOUT_S:g})")
     g.add_argument("--graceful-timeout", type=nonneg_float, default=None,
                    help=f"at SIGTERM/SIGINT, seconds the queued and running requests get to finish before they are answered "
-                        f"503 (default {SHUTDOWN_S:g}; pool: also Ray's wait for a replica's requests, default 20)")
+                        f"503 (default {SHUTDOWN_S:g})")
     g = p.add_argument_group("OpenRLHF /get_reward")
     g.add_argument("--rm-field", action="append", default=[], metavar="FIELD=SOURCE",
                    help=f"fill template FIELD from SOURCE, one of {list(SOURCES)} (default: source=label, hypothesis=response)")
@@ -121,17 +121,17 @@ def mapping_from_args(args: argparse.Namespace) -> RewardMapping | None:
         raise UsageError(str(err)) from None
 
 
-def server_options(args: argparse.Namespace, command: str = "serve") -> dict:
+def server_options(args: argparse.Namespace) -> dict:
     """The keyword arguments of :func:`~pluie_reward.serving.app.create_app` (after the template) that the options
-    describe, checked before any model loads (also for ``pluie-reward pool``); warns on stderr when ``--host`` is not
-    a loopback address and no token is set."""
+    describe, checked before any model loads; warns on stderr when ``--host`` is not a loopback address and no token
+    is set."""
     mapping = mapping_from_args(args)  # fail on bad options before loading a model
     max_body_bytes = body_bytes(args.max_body_mb)
     loopback = check_host(args.host)
     token = _token(args)
     if not loopback and token is None:
         print(
-            f"pluie-reward {command}: warning: listening on {args.host} without a token; anyone who can reach this "
+            f"pluie-reward serve: warning: listening on {args.host} without a token; anyone who can reach this "
             f"port can use the judge. Set ${TOKEN_ENV} or --token-file.",
             file=sys.stderr,
         )
