@@ -65,6 +65,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # examples/paraphrase_
 
 from paraphrase_common import HELD_OUT_FILE, TARGET, TRAIN_FILE, chat, held_out_metrics, print_held_out, read_data, say  # noqa: E402
 
+from pluie_reward.common.threads import sleeping_threads  # noqa: E402
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module docstring); bad values exit with status 2 and one line."""
@@ -110,7 +112,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output-dir", type=Path, default=Path("runs/distill_paraphraser"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--time-budget", type=float, default=35.0, help="minutes for the whole run, evaluations included (0: no limit)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's, one per core)")
     args = parser.parse_args(argv)
     optional = [v for v in (args.sentences, args.max_held_out) if v is not None]
     if min([args.rounds, args.n, args.batch_size, args.max_new_tokens, *optional]) < 1:
@@ -134,6 +136,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     parse_args()  # --help and bad arguments are answered here, before torch, TRL and PEFT load (main parses again)
+    sleeping_threads()  # before torch loads: waiting threads sleep (spinning ones collapse on a shared CPU)
 
 import torch  # noqa: E402  (the heavy imports come after the early parse above)
 from datasets import Dataset, concatenate_datasets  # noqa: E402

@@ -31,6 +31,8 @@ import sys
 import tempfile
 from typing import Sequence
 
+from pluie_reward.common.threads import sleeping_threads
+
 INSTRUCTION = "Paraphrase the following sentence. Reply with the paraphrase only.\n\n{}"
 METRICS = ("guard/answer_word_rate", "guard/delimiter_rate", "guard/control_token_rate", "guard/flagged_rate", "paraphrase/accept_rate",
            "paraphrase/copy_rate")
@@ -52,6 +54,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     parse_args()  # --help and bad arguments are answered here, before torch, TRL and PEFT load (main parses again)
+    sleeping_threads()  # before torch loads: waiting threads sleep (spinning ones collapse on a shared CPU)
 
 import torch  # noqa: E402  (the heavy imports come after the early parse above)
 from datasets import Dataset  # noqa: E402

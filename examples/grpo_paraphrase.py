@@ -57,6 +57,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # examples/paraphrase_
 from paraphrase_common import (DATA, EXAMPLE, HELD_OUT_FILE, INSTRUCTION, TARGET, TRAIN_FILE, chat,  # noqa: F401
                                copy_proof_novelty, held_out_metrics, print_held_out, read_data, read_sentences, say)  # noqa: E402
 
+from pluie_reward.common.threads import sleeping_threads  # noqa: E402
+
 REWARDS = ("paraphrase", "pluie")
 MICRO_BATCH = 4  # completions per forward/backward pass by default (memory: see --micro-batch-size)
 
@@ -96,7 +98,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--time-budget", type=float, default=35.0,
                         help="minutes for the whole run, evaluations included: training stops early to fit (0: no limit)")
     parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: torch's); 1 is much faster on a CPU shared with other jobs")
+                        help="torch CPU threads (default: torch's, one per core; waiting threads sleep, so a shared CPU does not collapse them)")
     args = parser.parse_args(argv)
     if args.batch_size % args.num_generations:
         parser.error("--batch-size must be a multiple of --num-generations.")
@@ -115,6 +117,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     parse_args()  # --help and bad arguments are answered here, before torch, TRL and PEFT load (main parses again)
+    sleeping_threads()  # before torch loads: waiting threads sleep (spinning ones collapse on a shared CPU)
     say("importing torch, transformers, TRL and PEFT...")
 
 import torch  # noqa: E402  (the heavy imports come after the early parse above)

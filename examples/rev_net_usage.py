@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import argparse
 
-from pluie_reward import Judge, PluieReward
+from pluie_reward.common.threads import sleeping_threads
+
+sleeping_threads()  # before torch loads (with Judge): waiting threads sleep (spinning ones collapse on a shared CPU)
+from pluie_reward import Judge, PluieReward  # noqa: E402
 
 
 def main() -> None:

@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from pluie_reward.common.threads import sleeping_threads
+
 PROMPT = "Paraphrase the following sentence. Answer with the paraphrase only.\n\n{source}"
 
 # hand-written (source, paraphrase) pairs: the default training data
@@ -117,6 +119,7 @@ def chat(source: str) -> list[dict[str, str]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    sleeping_threads()  # before torch loads: waiting threads sleep (spinning ones collapse on a shared CPU)
     from datasets import Dataset
     from transformers import EarlyStoppingCallback, set_seed
     from trl import SFTConfig, SFTTrainer

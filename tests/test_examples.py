@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -291,6 +292,30 @@ def test_every_example_answers_help_without_importing_torch(name):
     imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
 
+
+
+# arguments each example's parser accepts (it runs until torch is imported), in an empty working folder
+RUN_ARGS = {"grpo_paraphrase": ["--max-steps", "1"], "distill_paraphraser": ["--rounds", "1"], "tune_small_judge": ["--threads", "1"]}
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("*.py") if "__main__" in p.read_text(encoding="utf-8")))
+def test_every_example_makes_waiting_threads_sleep_before_torch_loads(name, tmp_path):
+    """OpenMP reads OMP_WAIT_POLICY when torch loads: each example sets it to PASSIVE before (spinning threads made steps
+    3-5x slower on a shared CPU) and keeps the user's own value. A stand-in torch package records what it sees, then stops."""
+    fake = tmp_path / "site" / "torch"
+    fake.mkdir(parents=True)
+    seen = tmp_path / "seen"
+    (fake / "__init__.py").write_text(f"import os\nopen({str(seen)!r}, 'w').write(os.environ.get('OMP_WAIT_POLICY', 'unset'))\n"
+                                      "raise SystemExit(0)\n", encoding="utf-8")
+    for value, expected in ((None, "PASSIVE"), ("ACTIVE", "ACTIVE")):
+        env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+        env["PYTHONPATH"] = os.pathsep.join([str(fake.parent), str(EXAMPLES.parent), env.get("PYTHONPATH", "")])
+        env.update({"OMP_WAIT_POLICY": value} if value else {})
+        done = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), *RUN_ARGS.get(name, [])], capture_output=True,
+                              text=True, timeout=120, env=env, cwd=tmp_path)
+        assert done.returncode == 0 and seen.is_file(), done.stderr[-3000:]
+        assert seen.read_text() == expected, name
+        seen.unlink()
 
 def _tiny_student():
     from peft import LoraConfig, get_peft_model

@@ -9,6 +9,7 @@ import os
 import sys
 from typing import Any, Sequence
 
+from ...common.threads import sleeping_threads
 from ..shared import UsageError
 from .output import StandardOutput
 from .registry import COMMANDS
@@ -95,10 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argparse's refusals of an option included; 130 after Ctrl-C; 141 when the reader of standard output
     left, e.g. ``| head``: quietly, as a Unix tool that SIGPIPE stops, never 0, which would say that
     everything was written)."""
-    # Waiting OpenMP threads sleep instead of spinning (torch reads it when first imported, in the command): on a CPU
-    # that other processes share, spinning made a forward pass of the default judge ~20x slower (11.5 s against
-    # 0.5 s for 27 tokens, 2 cores at load 11; not measured on idle cores). OMP_WAIT_POLICY=ACTIVE spins as before.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    sleeping_threads()  # before torch loads (in the command): spinning threads collapse on a shared CPU
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
