@@ -140,7 +140,7 @@ if __name__ == "__main__":
 
 import torch  # noqa: E402  (the heavy imports come after the early parse above)
 from datasets import Dataset, concatenate_datasets  # noqa: E402
-from grpo_paraphrase import TimeBudget, load_policy_and_judge  # noqa: E402
+from grpo_paraphrase import TimeBudget, checkpointing_arguments, load_policy_and_judge  # noqa: E402
 from transformers import LogitsProcessorList, PrinterCallback, set_seed  # noqa: E402
 from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer  # noqa: E402
 
@@ -265,7 +265,7 @@ def fine_tune(student: Any, tokenizer: Any, rows: Dataset, args: argparse.Namesp
         per_device_train_batch_size=args.batch_size, learning_rate=args.learning_rate, lr_scheduler_type="linear",
         logging_steps=5, save_strategy="no", report_to=[], seed=args.seed + round_, max_length=1024,
         use_cpu=not on_gpu, bf16=on_gpu and torch.cuda.is_bf16_supported(), disable_tqdm=True,
-        gradient_checkpointing=False,  # a 135M student needs no memory saved (as in the GRPO example)
+        **checkpointing_arguments(False),  # a 135M student needs no memory saved (as in the GRPO example)
     )
     prompts = [chat(s) for s in rows["source"]]
     if args.objective == "dpo":

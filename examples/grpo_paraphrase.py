@@ -128,6 +128,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from pluie_reward import (AlarmedReward, GuardReward, HackAlarm, Judge, NoveltyReward, ParaphraseReward,  # noqa: E402
                           PluieCallback, PluieReward, add_default_judge_adapter, load_trainable_embedded, novelty)
+from pluie_reward.engines.transformers.compat import quiet_renames, training_arguments as checkpointing_arguments  # noqa: E402
 from pluie_reward.tools.runs import plot_run, read_run, summary  # noqa: E402
 
 
@@ -203,11 +204,12 @@ def load_policy_and_judge(args: argparse.Namespace) -> tuple[object, object, Jud
     say("loading the policy and the judge (the embedded SmolLM2-135M-Instruct; its first use converts it, ~30 s)...")
     policy, tokenizer = load_trainable_embedded()
     set_seed(args.seed)  # the LoRA matrices are drawn here: without it, one seed gives different first gradients
-    policy = get_peft_model(
-        policy,
-        LoraConfig(r=args.lora_rank, lora_alpha=2 * args.lora_rank, lora_dropout=0.0,
-                   target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], task_type="CAUSAL_LM"),
-    )
+    with quiet_renames():  # PEFT reads a checkpointing flag under its old name (a FutureWarning about its call)
+        policy = get_peft_model(
+            policy,
+            LoraConfig(r=args.lora_rank, lora_alpha=2 * args.lora_rank, lora_dropout=0.0,
+                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], task_type="CAUSAL_LM"),
+        )
     if args.judge == "default":  # the default judge: the packaged adapter, frozen, on the policy's base weights
         judge = Judge.from_peft(add_default_judge_adapter(policy), tokenizer, adapter_name="judge")
     else:  # the untuned base: the policy's weights with its adapter disabled while scoring
@@ -272,8 +274,9 @@ def train(args: argparse.Namespace, policy, tokenizer, judge: Judge, started: fl
         bf16=on_gpu and torch.cuda.is_bf16_supported(),
         disable_tqdm=True,
         # GRPOConfig turns it on to save memory; a 135M policy needs none saved, and without it the backward pass
-        # runs no second forward: the same gradients, bitwise, 6-7 s less per step on 2 CPU cores (docs/rewards.md)
-        gradient_checkpointing=False,
+        # runs no second forward: the same gradients, bitwise, 6-7 s less per step on 2 CPU cores (docs/rewards.md).
+        # Under the name this transformers has (activation_checkpointing from 5.20): no FutureWarning
+        **checkpointing_arguments(False),
     )
     trainer = GRPOTrainer(
         model=policy, reward_funcs=reward_funcs, args=config, train_dataset=dataset,
@@ -289,7 +292,8 @@ def train(args: argparse.Namespace, policy, tokenizer, judge: Judge, started: fl
     if args.time_budget:  # reserve: the final evaluation (as long as this one, +50 %) and 30 s to write and plot
         budget = TimeBudget(started + 60 * args.time_budget, 1.5 * (start - evaluation_start) + 30)
         trainer.add_callback(budget)
-    trainer.train()
+    with quiet_renames():  # TRL reads a checkpointing flag under its old name at each generation
+        trainer.train()
     seconds = time.monotonic() - start
     if budget and budget.stopped:
         print(f"--time-budget {args.time_budget:g} min: training stopped after step {trainer.state.global_step} of "

@@ -125,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from trl import SFTConfig, SFTTrainer
 
     from pluie_reward import Judge
+    from pluie_reward.engines.transformers.compat import quiet_renames, training_arguments
     from pluie_reward.integrations.callbacks import PluieCallback
     from pluie_reward.testing import make_tiny_judge
 
@@ -135,7 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.lora:
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+        with quiet_renames():  # PEFT reads a checkpointing flag under its old name (a FutureWarning about its call)
+            model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
     if args.shared_judge:
         judge: Any = Judge(model, tokenizer, disable_adapters=True, name="shared-base")
     elif args.judge == "tiny":
@@ -175,6 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         use_cpu=True,
         bf16=False,
         seed=args.seed,
+        **training_arguments(False),  # a 135M policy needs no memory saved; the names this transformers has (no FutureWarning)
     )
     trainer = SFTTrainer(
         model=model, args=config, train_dataset=train, eval_dataset=dev, processing_class=tokenizer,

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -72,7 +73,9 @@ def test_grpo_paraphrase_writes_result_json_on_a_tiny_model(tmp_path, capsys):
                             LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
     judge = Judge.from_peft(policy, tokenizer)  # the base: training the adapter does not change it
     capsys.readouterr()
-    result = example.train(args, policy, tokenizer, judge)
+    with warnings.catch_warnings():  # nothing the user should act on: the checkpointing names as this transformers has them
+        warnings.simplefilter("error", FutureWarning)
+        result = example.train(args, policy, tokenizer, judge)
     said = [line.split("] ", 1)[1] for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
     assert said == [f"held-out: paraphrasing 2 sentence(s) greedily before training, judged by {judge.name}...",
                     "GRPO: 2 step(s); the first samples 4 completions, scores them with the judge and updates the policy...",
@@ -499,7 +502,9 @@ def test_distill_paraphraser_writes_result_json_on_a_tiny_model(tmp_path, capsys
     args = example.parse_args(_distill_files(tmp_path) + ["--rounds", "2", "--n", "4", "--floor", "0", "--epochs", "1",
                                                           "--max-new-tokens", "6", "--output-dir", str(tmp_path / "run"), "--seed", "3"])
     capsys.readouterr()
-    result = example.distill(args, student, tokenizer, judge)
+    with warnings.catch_warnings():  # nothing the user should act on: the checkpointing names as this transformers has them
+        warnings.simplefilter("error", FutureWarning)
+        result = example.distill(args, student, tokenizer, judge)
     # each long step says what it does on stderr before it starts (issue 55: no silent step)
     said = [line.split("] ", 1)[1].split(":")[0] for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
     assert said == ["held-out", "round 1", "round 1", "round 2", "round 2", "held-out"]

