@@ -97,6 +97,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--alarm", action="store_true", help="watch the main reward with a hack alarm (views: novelty up to the target, guard)")
     parser.add_argument("--time-budget", type=float, default=35.0,
                         help="minutes for the whole run, evaluations included: training stops early to fit (0: no limit)")
+    parser.add_argument("--no-shared-prompt", dest="shared_prompt", action="store_false",
+                        help="TRL's own GRPO passes (every completion runs its whole prompt again) instead of each distinct "
+                             "prompt once (examples/shared_prompt.py: the same gradients, 2-3x faster steps here)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's, one per core; waiting threads sleep, so a shared CPU does not collapse them)")
     args = parser.parse_args(argv)
@@ -124,6 +127,7 @@ import torch  # noqa: E402  (the heavy imports come after the early parse above)
 from datasets import Dataset  # noqa: E402
 from peft import LoraConfig, get_peft_model  # noqa: E402
 from transformers import PrinterCallback, TrainerCallback, set_seed  # noqa: E402
+from shared_prompt import SharedPromptGRPOTrainer  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from pluie_reward import (AlarmedReward, GuardReward, HackAlarm, Judge, NoveltyReward, ParaphraseReward,  # noqa: E402
@@ -278,9 +282,12 @@ def train(args: argparse.Namespace, policy, tokenizer, judge: Judge, started: fl
         # Under the name this transformers has (activation_checkpointing from 5.20): no FutureWarning
         **checkpointing_arguments(False),
     )
-    trainer = GRPOTrainer(
+    # each distinct prompt of a batch run once in sampling and in the policy's passes (examples/shared_prompt.py),
+    # each phase of a step said on stderr; --no-shared-prompt: TRL's own passes, silent within a step
+    shared = {"progress": say} if args.shared_prompt else {}
+    trainer = (SharedPromptGRPOTrainer if args.shared_prompt else GRPOTrainer)(
         model=policy, reward_funcs=reward_funcs, args=config, train_dataset=dataset,
-        processing_class=tokenizer, callbacks=[PrintRewards(name)],
+        processing_class=tokenizer, callbacks=[PrintRewards(name)], **shared,
     )
     trainer.remove_callback(PrinterCallback)  # disable_tqdm=True adds it: it would print every log dict again
     held_out_eval.attach(trainer)
