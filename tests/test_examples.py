@@ -274,9 +274,10 @@ def test_grpo_paraphrase_doctests():
     """The example's doctests (the examples folder is not among pytest's doctest paths)."""
     import doctest
 
-    for name in ("grpo_paraphrase", "paraphrase_common", "shared_prompt"):
-        result = doctest.testmod(_load_example(name))
-        assert result.attempted > 0 and result.failed == 0, name
+    example = _load_example("grpo_paraphrase")  # it imports the modules beside it (doctest finds theirs in sys.modules)
+    for module in (example, sys.modules["paraphrase_common"], sys.modules["shared_prompt"]):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, module.__name__
 
 
 def test_grpo_paraphrase_metrics_count_copies_and_novel_accepted_outputs():
