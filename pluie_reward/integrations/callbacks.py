@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
+from tqdm import tqdm
+from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.trainer_callback import TrainerCallback
 
 from ..common.weights import weights_digest
@@ -95,12 +97,15 @@ def generate_texts(
     *,
     batch_size: int = 8,
     max_prompt_length: int | None = None,
+    progress: str | None = None,
     **generation_kwargs: Any,
 ) -> list[str]:
     """Generate one answer per prompt with ``model`` (decoder-only or encoder-decoder, PEFT or not).
 
     Decoder-only models get left-padded batches and only the new tokens are decoded; encoder-decoder
     models decode the decoder output. The model's training flags and ``use_cache`` are restored.
+    ``progress``: a progress bar on stderr with this description (prompts done, and the tokens of the batch
+    under way); ``None``: silent.
 
     Example:
         >>> generate_texts(model, tokenizer, [[{"role": "user", "content": "Paraphrase: hi"}]], max_new_tokens=20)
@@ -118,8 +123,15 @@ def generate_texts(
     settings.update(generation_kwargs)
     device = next(model.parameters()).device
     outputs: list[str] = []
-    with generation_state(model):
+    bar = tqdm(total=len(texts), desc=progress, unit="prompt", disable=progress is None, file=sys.stderr,
+               mininterval=1 if sys.stderr.isatty() else 10)  # a log gets a line every 10 s, not every token
+    criteria = list(settings.pop("stopping_criteria", None) or [])
+    with generation_state(model), bar:
         for start in range(0, len(texts), batch_size):
+            # with a progress bar, a criterion that never stops shows the tokens drawn in the batch under way
+            counter = [_TokenCount(bar, settings["max_new_tokens"])] if progress is not None else []
+            if criteria or counter:
+                settings["stopping_criteria"] = StoppingCriteriaList(criteria + counter)
             rows = []
             for text, is_chat in zip(texts[start : start + batch_size], chat[start : start + batch_size]):
                 # the chat template already holds the special tokens (BOS etc.)
@@ -140,7 +152,21 @@ def generate_texts(
                 sequences = sequences.sequences
             new_tokens = sequences if encoder_decoder else sequences[:, width:]
             outputs.extend(t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+            bar.update(len(rows))
     return outputs
+
+
+class _TokenCount(StoppingCriteria):
+    """Never stops a ``generate``: shows on ``bar`` how many tokens of the batch under way are drawn."""
+
+    def __init__(self, bar: Any, limit: int) -> None:
+        self.bar, self.limit, self.seen = bar, limit, 0
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        self.seen += 1
+        self.bar.set_postfix_str(f"token {self.seen}/{self.limit}", refresh=False)
+        self.bar.update(0)  # drawn when the bar's interval has passed
+        return torch.zeros(input_ids.size(0), dtype=torch.bool, device=input_ids.device)
 
 
 # statistics ---------------------------------------------------------------------------------
