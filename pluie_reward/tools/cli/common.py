@@ -15,7 +15,6 @@ from ...core.judge import Judge
 from ...core.prompt import chat_clock
 from ...core.template import check_chat_template_kwargs
 from ...engines.remote import RemoteEngineError
-from ...engines.transformers.loading import is_embedded, model_source
 from ..shared import UsageError, finite_float, positive_float, positive_int, whole_int
 from .records import parse_columns, read_table
 
@@ -145,6 +144,8 @@ def judge_from_args(args: argparse.Namespace) -> Any:
     print(f"pluie-reward {getattr(args, 'command', 'judge')}: loading {what}...", file=sys.stderr, flush=True)
     # no warm-up here: the command's first call pays those costs on its own template (`serve` warms up on it)
     own.setdefault("warm_up", False)
+    from ...engines.transformers.loading import is_embedded, model_source  # lazy: CLI start-up
+
     try:
         if args.model is not None and not is_embedded(args.model):  # before torch loads: a wrong path or id fails in seconds
             model_source(args.model, default_adapter=None)
