@@ -163,7 +163,7 @@ def sample_candidates(model: Any, tokenizer: Any, sources: list[str], n: int, ar
     it is above 0, and with ``--no-repeat-ngram``; the greedy answers never are."""
     greedy = sources if (args.objective == "dpo" if greedy is None else greedy) else []
     repeated = [s for s in sources for _ in range(n - 1 if greedy else n)]
-    settings = {"batch_size": SAMPLE_BATCH, "max_new_tokens": args.max_new_tokens}
+    settings = {"batch_size": SAMPLE_BATCH, "max_new_tokens": args.max_new_tokens, "progress": "sampling candidates"}
     texts = generate_texts(model, tokenizer, [chat(s) for s in greedy], **settings) if greedy else []
     sampling = dict(settings, do_sample=True, temperature=args.temperature, top_p=1.0, top_k=0)
     if args.no_repeat_ngram:
@@ -213,7 +213,7 @@ def sample_and_judge(model: Any, tokenizer: Any, sources: list[str], args: argpa
                                   greedy=False if retry else None, seed=seed + drawn)
         drawn += n
         if chunk.num_rows:
-            pools.append(score_dataset(chunk, judge, TEMPLATE, desc=f"round {round_}: judging candidates"))
+            pools.append(score_dataset(chunk, judge, TEMPLATE, desc=f"round {round_}: judging candidates", batch_size=16))
         found = set(keep(concatenate_datasets(pools), args)["source"]) if pools else set()
         todo = [s for s in todo if s not in found]
         none_after[drawn] = len(todo)

@@ -474,3 +474,21 @@ def test_reloading_the_best_checkpoint_of_tied_embeddings_warns_of_no_missing_ke
     Trainer(model=model, args=args, train_dataset=data, eval_dataset=data, processing_class=tok).train()
     assert ("There were missing keys" in caplog.text) is not declared
     assert model.lm_head.weight is model.model.embed_tokens.weight
+
+
+def test_a_validation_pass_says_how_far_its_generation_is(tok, tiny_judge, capsys):
+    """The evaluation set's generation shows a bar on stderr (prompts done, tokens of the batch under way), so a
+    validation pass on a slow CPU is not a silent minute; progress=False keeps it quiet."""
+    model = make_tiny_causal_lm(tok, seed=2)
+    for progress in (True, False):
+        callback = PluieCallback(tiny_judge, "para-fs", chat_items(), max_new_tokens=5, min_new_tokens=5, batch_size=2,
+                                 progress=progress)
+        capsys.readouterr()
+        callback.evaluate(model, tok)
+        err = capsys.readouterr().err
+        if progress:
+            last = err.replace("\r", "\n").strip().splitlines()[-1]
+            assert last.startswith("PLUIE eval: generating: 100%") and f"{len(chat_items())}/{len(chat_items())}" in last, err
+            assert "token 5/5" in last, err  # the counter starts again with each batch of 2
+        else:
+            assert err == ""

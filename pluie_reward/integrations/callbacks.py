@@ -223,6 +223,7 @@ class PluieCallback(TrainerCallback):
         quantiles: quantiles to log (0.1 -> ``eval_pluie_p10``). ``metric_prefix``: ``"eval"``.
         tokenizer: the generator's tokenizer (default: the trainer's ``processing_class``).
         write_table: write ``{output_dir}/pluie/step-XXXXXX.jsonl`` and a wandb table when a run is active.
+        progress: a progress bar on stderr while the evaluation set is generated (prompts done, tokens of the batch).
         alarm, alarm_views: a :class:`~pluie_reward.integrations.alarm.HackAlarm` fed at each run with the
             generations' PLUIE and each view (name -> a TRL-style reward on the generations and the items'
             columns); its metrics are logged as ``<prefix>_alarm_*``.
@@ -262,6 +263,7 @@ class PluieCallback(TrainerCallback):
         metric_prefix: str = "eval",
         tokenizer: Any = None,
         write_table: bool = True,
+        progress: bool = True,
         fields: Mapping[str, str] | None = None,
         alarm: Any = None,
         alarm_views: Mapping[str, Any] | None = None,
@@ -308,7 +310,7 @@ class PluieCallback(TrainerCallback):
         self.quantiles = tuple(quantiles)
         self.metric_prefix = metric_prefix
         self.tokenizer = tokenizer
-        self.write_table = write_table
+        self.write_table, self.progress = write_table, progress
         self.generation_kwargs = generation_kwargs
         self.trainer: Any = None  # the transformers Trainer, see attach()
         self.history: list[dict[str, Any]] = []  # one entry per run: step, metrics, table path
@@ -511,7 +513,8 @@ class PluieCallback(TrainerCallback):
             return []
         items = [self.items[i] for i in indices]
         generations = generate_texts(model, tokenizer, [row[self.prompt_field] for row in items], batch_size=self.batch_size,
-                                     max_prompt_length=self.max_prompt_length, **self.generation_kwargs)
+                                     max_prompt_length=self.max_prompt_length, **self.generation_kwargs,
+                                     progress=f"PLUIE {self.metric_prefix}: generating" if self.progress else None)
         fields = self._fields(items)
         results = self.judge.score(self.template, details=True, threshold=self.threshold, **fields, **{self.hypothesis_field: generations})
         records = []
