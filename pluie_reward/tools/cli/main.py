@@ -6,6 +6,7 @@ import argparse
 import difflib
 import importlib
 import os
+import re
 import sys
 from typing import Any, Sequence
 
@@ -61,7 +62,23 @@ class CommandParser(argparse.ArgumentParser):
         2
         >>> print(err.getvalue().splitlines()[-1])
         tool score: error: unrecognized arguments: --ouptut x (did you mean --output?)
+        >>> with contextlib.redirect_stderr(err):
+        ...     try:
+        ...         parser.parse_args(["scor"])
+        ...     except SystemExit as done:
+        ...         print(done.code)
+        2
+        >>> print(err.getvalue().splitlines()[-1])  # doctest: +ELLIPSIS
+        tool: error: argument command: invalid choice: 'scor' (choose from ...score...) (did you mean score?)
     """
+
+    def error(self, message: str) -> Any:
+        """argparse's refusal, with the closest command when a command's name is mistyped."""
+        wrong = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if wrong:
+            close = difflib.get_close_matches(wrong.group(1), [c.strip(" '") for c in wrong.group(2).split(",")], n=1)
+            message += f" (did you mean {close[0]}?)" if close else ""
+        super().error(message)
 
     def add_subparsers(self, **kwargs: Any) -> Any:
         self.has_commands = True
