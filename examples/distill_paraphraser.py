@@ -65,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # examples/paraphrase_
 
 from paraphrase_common import HELD_OUT_FILE, TARGET, TRAIN_FILE, chat, held_out_metrics, print_held_out, read_data, say  # noqa: E402
 
-from pluie_reward.common.threads import sleeping_threads  # noqa: E402
+from pluie_reward.common.threads import fit_threads  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -136,7 +136,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     parse_args()  # --help and bad arguments are answered here, before torch, TRL and PEFT load (main parses again)
-    sleeping_threads()  # before torch loads: waiting threads sleep (spinning ones collapse on a shared CPU)
+    fit_threads()  # before torch loads: sleeping threads, as many as cores are free (a shared CPU does not collapse them)
 
 import torch  # noqa: E402  (the heavy imports come after the early parse above)
 from datasets import Dataset, concatenate_datasets  # noqa: E402

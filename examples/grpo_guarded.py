@@ -31,7 +31,7 @@ import sys
 import tempfile
 from typing import Sequence
 
-from pluie_reward.common.threads import sleeping_threads
+from pluie_reward.common.threads import fit_threads
 
 INSTRUCTION = "Paraphrase the following sentence. Reply with the paraphrase only.\n\n{}"
 METRICS = ("guard/answer_word_rate", "guard/delimiter_rate", "guard/control_token_rate", "guard/flagged_rate", "paraphrase/accept_rate",
@@ -54,7 +54,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     parse_args()  # --help and bad arguments are answered here, before torch, TRL and PEFT load (main parses again)
-    sleeping_threads()  # before torch loads: waiting threads sleep (spinning ones collapse on a shared CPU)
+    fit_threads()  # before torch loads: sleeping threads, as many as cores are free (a shared CPU does not collapse them)
 
 import torch  # noqa: E402  (the heavy imports come after the early parse above)
 from datasets import Dataset  # noqa: E402

@@ -57,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # examples/paraphrase_
 from paraphrase_common import (DATA, EXAMPLE, HELD_OUT_FILE, INSTRUCTION, TARGET, TRAIN_FILE, chat,  # noqa: F401
                                copy_proof_novelty, held_out_metrics, print_held_out, read_data, read_sentences, say)  # noqa: E402
 
-from pluie_reward.common.threads import sleeping_threads  # noqa: E402
+from pluie_reward.common.threads import fit_threads  # noqa: E402
 
 REWARDS = ("paraphrase", "pluie")
 MICRO_BATCH = 4  # completions per forward/backward pass by default (memory: see --micro-batch-size)
@@ -120,7 +120,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     parse_args()  # --help and bad arguments are answered here, before torch, TRL and PEFT load (main parses again)
-    sleeping_threads()  # before torch loads: waiting threads sleep (spinning ones collapse on a shared CPU)
+    fit_threads()  # before torch loads: sleeping threads, as many as cores are free (a shared CPU does not collapse them)
     say("importing torch, transformers, TRL and PEFT...")
 
 import torch  # noqa: E402  (the heavy imports come after the early parse above)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 
-from pluie_reward.common.threads import sleeping_threads
+from pluie_reward.common.threads import fit_threads
 
-sleeping_threads()  # before torch loads (with Judge): waiting threads sleep (spinning ones collapse on a shared CPU)
+fit_threads()  # before torch loads (with Judge): sleeping threads, as many as cores are free
 from pluie_reward import Judge, PluieReward  # noqa: E402
 
 

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from pluie_reward.common.threads import sleeping_threads
+from pluie_reward.common.threads import fit_threads
 
 PROMPT = "Paraphrase the following sentence. Answer with the paraphrase only.\n\n{source}"
 
@@ -119,7 +119,7 @@ def chat(source: str) -> list[dict[str, str]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    sleeping_threads()  # before torch loads: waiting threads sleep (spinning ones collapse on a shared CPU)
+    fit_threads()  # before torch loads: sleeping threads, as many as cores are free (a shared CPU does not collapse them)
     from datasets import Dataset
     from transformers import EarlyStoppingCallback, set_seed
     from trl import SFTConfig, SFTTrainer

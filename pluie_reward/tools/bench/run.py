@@ -512,11 +512,8 @@ def placement_memory(kinds: Sequence[str] = PLACEMENTS, log: Callable[[str], Non
         >>> placement_memory()["policy+shared"]["peak_rss_mb"]  # trains the 135M model in 3 subprocesses  # doctest: +SKIP
         1210.5
     """
-    memory = {}
-    for number, kind in enumerate(kinds, 1):
-        log(f"placement memory {number}/{len(kinds)}: {kind}, in a fresh process (loads the model, one policy step) ...")
-        memory[kind] = in_fresh_process(placement_child, kind)
-    return memory
+    return {kind: log(f"placement memory {number}/{len(kinds)}: {kind}, in a fresh process (loads the model, one policy step) ...")
+            or in_fresh_process(placement_child, kind) for number, kind in enumerate(kinds, 1)}
 
 
 def format_placements(memory: dict[str, dict[str, float]]) -> str:

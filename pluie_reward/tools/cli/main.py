@@ -10,7 +10,7 @@ import re
 import sys
 from typing import Any, Sequence
 
-from ...common.threads import sleeping_threads
+from ...common.threads import fit_threads
 from ..shared import UsageError
 from .output import StandardOutput
 from .registry import COMMANDS
@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argparse's refusals of an option included; 130 after Ctrl-C; 141 when the reader of standard output
     left, e.g. ``| head``: quietly, as a Unix tool that SIGPIPE stops, never 0, which would say that
     everything was written)."""
-    sleeping_threads()  # before torch loads (in the command): spinning threads collapse on a shared CPU
+    fit_threads()  # before torch loads (in the command): sleeping threads, one per free core
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
