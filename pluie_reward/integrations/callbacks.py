@@ -127,9 +127,11 @@ def generate_texts(
                mininterval=1 if sys.stderr.isatty() else 10)  # a log gets a line every 10 s, not every token
     criteria = list(settings.pop("stopping_criteria", None) or [])
     with generation_state(model), bar:
-        for start in range(0, len(texts), batch_size):  # with a bar, a criterion that never stops counts the batch's tokens
+        for start in range(0, len(texts), batch_size):
+            # with a progress bar, a criterion that never stops shows the tokens drawn in the batch under way
             counter = [_TokenCount(bar, settings["max_new_tokens"])] if progress is not None else []
-            settings["stopping_criteria"] = StoppingCriteriaList(criteria + counter)
+            if criteria or counter:
+                settings["stopping_criteria"] = StoppingCriteriaList(criteria + counter)
             rows = []
             for text, is_chat in zip(texts[start : start + batch_size], chat[start : start + batch_size]):
                 # the chat template already holds the special tokens (BOS etc.)

@@ -94,10 +94,13 @@ def quiet_renames() -> Iterator[None]:
     that no user can change.
 
     Example:
-        >>> with warnings.catch_warnings(record=True) as seen, quiet_renames():
+        >>> with warnings.catch_warnings(record=True) as seen:
+        ...     warnings.simplefilter("always")
+        ...     with quiet_renames():
+        ...         warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6.", FutureWarning)
         ...     warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6.", FutureWarning)
-        >>> seen
-        []
+        >>> len(seen)  # only the one outside the block
+        1
     """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=f"`(is_)?{_OLD}` is deprecated", category=FutureWarning)

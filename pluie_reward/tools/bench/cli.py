@@ -71,8 +71,9 @@ def _pairs(args: argparse.Namespace) -> list[tuple[str, str]]:
     data = args.data or default_data_path()
     args.pairs_label = "MRPC" if data is not None else "built-in"
     if data is None:
-        say(f"no {_DATA_NAME} given or found: the package's 120 built-in pairs. For the MRPC pairs of BENCHMARKS.md, pass --data "
-            f"DIR/{_DATA_NAME} or set PARAPHRASUS_DIR (https://github.com/impresso/paraphrasus, datasets_no_results/)")
+        say(f"no {_DATA_NAME} given or found: the package's 120 built-in pairs (the default judge's held-out set). For "
+            f"PARAPHRASUS' MRPC pairs, which BENCHMARKS.md reports, pass --data DIR/{_DATA_NAME} or set PARAPHRASUS_DIR "
+            "(the JSON files of https://github.com/impresso/paraphrasus, folder datasets_no_results; docs/evaluation.md)")
         return builtin_pairs()
     return read_pairs(data)
 

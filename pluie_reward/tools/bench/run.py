@@ -86,8 +86,9 @@ def read_pairs(path: Path) -> list[tuple[str, str]]:
 
 
 def builtin_pairs() -> list[tuple[str, str]]:
-    """The benchmark's pairs when no MRPC file is given or found: the default judge's 120 held-out pairs (12 words a
-    sentence on average; ``judges/smollm2-pluie/scores.jsonl``, each source's licence in its ``data.json``).
+    """The benchmark's pairs when no MRPC file is given or found: the package's 120 held-out pairs of the default
+    judge (``judges/smollm2-pluie/scores.jsonl``: STS, SNLI and simplification pairs, each source's licence in its
+    ``data.json``), 12 words a sentence on average.
 
     Example:
         >>> len(builtin_pairs()), builtin_pairs()[0]

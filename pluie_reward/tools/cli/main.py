@@ -46,8 +46,7 @@ EXAMPLES = {
 
 class CommandParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose commands refuse an unknown option themselves, with their own usage and the closest
-    option they have (argparse leaves it to the top-level parser), and that names the closest command to a mistyped one
-    (tests/test_input_errors.py); sub-commands' parsers are of this class too.
+    option they have (argparse leaves it to the top-level parser); sub-commands' parsers are of this class too.
 
     Example:
         >>> import contextlib, io
@@ -63,13 +62,23 @@ class CommandParser(argparse.ArgumentParser):
         2
         >>> print(err.getvalue().splitlines()[-1])
         tool score: error: unrecognized arguments: --ouptut x (did you mean --output?)
+        >>> with contextlib.redirect_stderr(err):
+        ...     try:
+        ...         parser.parse_args(["scor"])
+        ...     except SystemExit as done:
+        ...         print(done.code)
+        2
+        >>> print(err.getvalue().splitlines()[-1])  # doctest: +ELLIPSIS
+        tool: error: argument command: invalid choice: 'scor' (choose from ...score...) (did you mean score?)
     """
 
     def error(self, message: str) -> Any:
         """argparse's refusal, with the closest command when a command's name is mistyped."""
         wrong = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
-        close = difflib.get_close_matches(wrong.group(1), [c.strip(" '") for c in wrong.group(2).split(",")], n=1) if wrong else []
-        super().error(message + (f" (did you mean {close[0]}?)" if close else ""))
+        if wrong:
+            close = difflib.get_close_matches(wrong.group(1), [c.strip(" '") for c in wrong.group(2).split(",")], n=1)
+            message += f" (did you mean {close[0]}?)" if close else ""
+        super().error(message)
 
     def add_subparsers(self, **kwargs: Any) -> Any:
         self.has_commands = True
