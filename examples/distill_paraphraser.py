@@ -7,11 +7,9 @@ judge is the default judge on the same base weights (its adapter loaded frozen b
 
 1. the teacher samples ``--n`` paraphrases of every training sentence (round 1: the untrained student,
    i.e. the base model, or any HF causal LM given by ``--teacher``; later rounds: the student so far);
-   With ``--blocking P`` the teacher samples under Dynamic Blocking (Niu et al., EMNLP 2021:
-   :class:`~pluie_reward.integrations.blocking.DynamicBlocking`): after it emits a token of the source, the
-   source's next token is blocked with probability P, so it must leave the source's wording; with
-   ``--no-repeat-ngram 3`` it samples with transformers' ``no_repeat_ngram_size`` (as Impossible Distillation
-   does: no 3-gram of the prompt, which holds the source, is repeated). Neither ever touches the held-out outputs;
+   with ``--no-repeat-ngram 3`` it samples with transformers' ``no_repeat_ngram_size`` (as Impossible
+   Distillation does: no 3-gram of the prompt, which holds the source, is repeated), which never touches the
+   held-out outputs;
 2. ``score_dataset`` judges them and adds the copy-proof score of
    :class:`~pluie_reward.ParaphraseReward` (``p_yes x min(1, novelty / 0.3) x min(1, length ratio / 0.67)``,
    0 for a copy or a disguised copy), and ``best_of_n`` keeps each sentence's best candidate if its score
@@ -19,9 +17,8 @@ judge is the default judge on the same base weights (its adapter loaded frozen b
    candidate gives nothing), so copies, fragments and rejected candidates are never trained on; with
    ``--select novel`` the floor (and the judge's verdict) is a gate and the most novel candidate past it is kept
    (ties: the score); ``--length-ratio 0.8 1.5`` adds Impossible Distillation's length gate. A sentence with no
-   candidate past the gate gets ``--n`` more samples, under Dynamic
-   Blocking (``--retry-blocking``, 0.5), until ``--n-max`` in all; each round reports how many sentences had
-   none after each draw;
+   candidate past the gate gets ``--n`` more samples, drawn as the first ones, until ``--n-max`` in all; each
+   round reports how many sentences had none after each draw;
 3. TRL's ``SFTTrainer`` trains the student's adapter on the kept pairs (prompt -> paraphrase); or, with
    ``--objective dpo``, the pool also holds the teacher's greedy answer (and ``n - 1`` samples), and TRL's
    ``DPOTrainer`` trains each kept candidate against that sentence's greedy answer when it scores below the
@@ -46,7 +43,7 @@ would not leave the final evaluation (``result.json``: ``rounds``, ``stopped_by_
     python examples/distill_paraphraser.py --seed 0 --output-dir runs/distill-s0 --threads 2   # the default run
     python examples/distill_paraphraser.py --rounds 1 --n 2 --sentences 4 --max-held-out 2 --epochs 1   # smoke run
     python examples/distill_paraphraser.py --teacher Qwen/Qwen2.5-1.5B-Instruct     # round 1 sampled from another model
-    python examples/distill_paraphraser.py --blocking 0.5 --select novel --n-max 18   # a teacher kept off the source's wording
+    python examples/distill_paraphraser.py --no-repeat-ngram 3 --select novel --n-max 18   # a teacher kept off the source's 3-grams
 
 The embedded 135M judge is for demos, not quality (docs/rewards.md reads its accepted outputs by hand).
 """
@@ -81,7 +78,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3, help="sample, filter and fine-tune rounds (default 3)")
     parser.add_argument("--n", type=int, default=6, help="candidates sampled per training sentence and round (default 6)")
     parser.add_argument("--n-max", type=int, default=None,
-                        help="a sentence with no candidate past the floor gets --n more samples (with --retry-blocking) "
+                        help="a sentence with no candidate past the floor gets --n more samples "
                              "until this many in all (default: --n, no more samples)")
     parser.add_argument("--floor", type=float, default=0.7,
                         help="keep a sentence's best candidate only if its copy-proof score is above this (default 0.7)")
@@ -91,10 +88,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--length-ratio", type=float, nargs=2, metavar=("LOW", "HIGH"), default=None,
                         help="keep only candidates whose word count over the sentence's lies in [LOW, HIGH] "
                              "(Impossible Distillation: 0.8 1.5; default: no such gate)")
-    parser.add_argument("--blocking", type=float, default=0.0,
-                        help="Dynamic Blocking probability for the teacher's first --n samples (0: off; Niu et al., 2021)")
-    parser.add_argument("--retry-blocking", type=float, default=0.5,
-                        help="Dynamic Blocking probability for the samples past --n (default 0.5)")
     parser.add_argument("--no-repeat-ngram", type=int, default=0,
                         help="the teacher samples with no_repeat_ngram_size N, prompt included (0: off; 3 as Impossible Distillation)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the candidates")
@@ -122,8 +115,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--n-max must be at least --n ({args.n}) and --no-repeat-ngram at least 0 (0: off).")
     if args.length_ratio is not None and not 0 <= args.length_ratio[0] <= args.length_ratio[1] < float("inf"):  # also nan
         parser.error("--length-ratio LOW HIGH needs 0 <= LOW <= HIGH (finite), e.g. 0.8 1.5.")
-    if not (0 <= args.blocking <= 1 and 0 <= args.retry_blocking <= 1):  # also refuses nan
-        parser.error("--blocking and --retry-blocking are probabilities: each must lie in [0, 1].")
     if not 0 <= args.floor < 1:  # also refuses nan; the copy-proof score lies in [0, 1]
         parser.error("--floor must lie in [0, 1): the copy-proof score is p_yes x novelty credit x length credit.")
     if not args.time_budget >= 0 or not args.epochs > 0:
@@ -141,11 +132,10 @@ if __name__ == "__main__":
 import torch  # noqa: E402  (the heavy imports come after the early parse above)
 from datasets import Dataset, concatenate_datasets  # noqa: E402
 from grpo_paraphrase import TimeBudget, checkpointing_arguments, load_policy_and_judge  # noqa: E402
-from transformers import LogitsProcessorList, PrinterCallback, set_seed  # noqa: E402
+from transformers import PrinterCallback, set_seed  # noqa: E402
 from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer  # noqa: E402
 
 from pluie_reward import Judge, PluieCallback  # noqa: E402
-from pluie_reward.integrations.blocking import DynamicBlocking  # noqa: E402
 from pluie_reward.integrations.callbacks import generate_texts  # noqa: E402
 from pluie_reward.integrations.data import best_of_n, describe_pairs, score_dataset  # noqa: E402
 
@@ -156,11 +146,10 @@ FINE_TUNE_RESERVE = 60.0  # seconds of a round kept for fine-tuning when the tim
 
 
 def sample_candidates(model: Any, tokenizer: Any, sources: list[str], n: int, args: argparse.Namespace, *,
-                      blocking: float = 0.0, greedy: bool | None = None, seed: int = 0) -> Dataset:
+                      greedy: bool | None = None) -> Dataset:
     """``n`` paraphrases of each source (``source``, ``hypothesis``, ``greedy``; empty answers dropped): sampled,
     or with ``greedy`` (default: ``--objective dpo``) the greedy answer and ``n - 1`` sampled ones. The sampled
-    ones are drawn under Dynamic Blocking with probability ``blocking`` (its generator seeded by ``seed``) when
-    it is above 0, and with ``--no-repeat-ngram``; the greedy answers never are."""
+    ones are drawn with ``--no-repeat-ngram``; the greedy answers never are."""
     greedy = sources if (args.objective == "dpo" if greedy is None else greedy) else []
     repeated = [s for s in sources for _ in range(n - 1 if greedy else n)]
     settings = {"batch_size": SAMPLE_BATCH, "max_new_tokens": args.max_new_tokens, "progress": "sampling candidates"}
@@ -168,13 +157,7 @@ def sample_candidates(model: Any, tokenizer: Any, sources: list[str], n: int, ar
     sampling = dict(settings, do_sample=True, temperature=args.temperature, top_p=1.0, top_k=0)
     if args.no_repeat_ngram:
         sampling["no_repeat_ngram_size"] = args.no_repeat_ngram
-    generator = torch.Generator().manual_seed(seed)
-    for start in range(0, len(repeated), SAMPLE_BATCH):  # one processor per generate call: its rows are this batch's
-        part = repeated[start : start + SAMPLE_BATCH]
-        extra = {}
-        if blocking:
-            extra["logits_processor"] = LogitsProcessorList([DynamicBlocking.from_texts(tokenizer, part, blocking, generator)])
-        texts += generate_texts(model, tokenizer, [chat(s) for s in part], **sampling, **extra)
+    texts += generate_texts(model, tokenizer, [chat(s) for s in repeated], **sampling)
     rows = [(s, t, i < len(greedy)) for i, (s, t) in enumerate(zip(greedy + repeated, texts)) if t]
     return Dataset.from_dict({"source": [r[0] for r in rows], "hypothesis": [r[1] for r in rows], "greedy": [r[2] for r in rows]})
 
@@ -186,10 +169,10 @@ def keep(pool: Dataset, args: argparse.Namespace) -> Dataset:
     return best_of_n(pool, group_by="source", k=1, threshold=args.floor, select=args.select, length_ratio=ratio)
 
 
-def sample_and_judge(model: Any, tokenizer: Any, sources: list[str], args: argparse.Namespace, judge: Judge, round_: int,
-                     seed: int) -> tuple[Dataset | None, dict[int, int]]:
+def sample_and_judge(model: Any, tokenizer: Any, sources: list[str], args: argparse.Namespace, judge: Judge,
+                     round_: int) -> tuple[Dataset | None, dict[int, int]]:
     """``--n`` candidates of each source, judged; then, while a source has no candidate :func:`keep` keeps, ``--n``
-    more of its own under Dynamic Blocking (``--retry-blocking``), until ``--n-max`` in all.
+    more of its own (sampled as the first ``--n``), until ``--n-max`` in all.
 
     Args:
         model: the teacher.
@@ -198,7 +181,6 @@ def sample_and_judge(model: Any, tokenizer: Any, sources: list[str], args: argpa
         args: :func:`parse_args`'s namespace.
         judge: the judge.
         round_: the round (for the progress bar).
-        seed: seeds the blocking's generator (each draw adds the samples drawn so far).
 
     Returns:
         The judged candidates (None when every answer was empty) and, after each draw (by the samples per source
@@ -209,8 +191,7 @@ def sample_and_judge(model: Any, tokenizer: Any, sources: list[str], args: argpa
     drawn, todo = 0, list(sources)
     while todo and drawn < args.n_max:
         n, retry = min(args.n, args.n_max - drawn), drawn > 0
-        chunk = sample_candidates(model, tokenizer, todo, n, args, blocking=args.retry_blocking if retry else args.blocking,
-                                  greedy=False if retry else None, seed=seed + drawn)
+        chunk = sample_candidates(model, tokenizer, todo, n, args, greedy=False if retry else None)
         drawn += n
         if chunk.num_rows:
             pools.append(score_dataset(chunk, judge, TEMPLATE, desc=f"round {round_}: judging candidates", batch_size=16))
@@ -332,8 +313,7 @@ def distill(args: argparse.Namespace, student: Any, tokenizer: Any, judge: Judge
             if sampling_deadline is not None and begin + 1.2 * pace > sampling_deadline:
                 stopped = True
                 break
-            chunk, missing = sample_and_judge(model, model_tokenizer, sources[start : start + CHUNK], args, judge, round_,
-                                              seed=args.seed * 1_000_003 + round_ * 10_007 + start)
+            chunk, missing = sample_and_judge(model, model_tokenizer, sources[start : start + CHUNK], args, judge, round_)
             if chunk is not None:
                 pools.append(chunk)
             for drawn, count in missing.items():

@@ -89,10 +89,12 @@ def meaning(sources: list[str], outputs: list[str]) -> float | None:
 
 def held_out_metrics(records: list[dict]) -> dict[str, float | None]:
     """Accept rate and mean p_yes (the judge's), mean novelty and copy rate (the copy-proof reward's
-    :func:`copy_proof_novelty` and :func:`is_copy`: exact and disguised copies, the source with more
-    around it), the share accepted with novelty at or above the target, and the meaning score."""
+    :func:`copy_proof_novelty` and :func:`is_copy` of each output's reading, as the reward counts them: exact and
+    disguised copies, the source with more around it), the share accepted with novelty at or above the target, and
+    the meaning score."""
     n = len(records)
-    sources, outputs = [r["source"] for r in records], [r["generation"] for r in records]
+    sources = [r["source"] for r in records]
+    outputs = [TASKS["paraphrase"].read(s, r["generation"]) for s, r in zip(sources, records)]
     novelties = [copy_proof_novelty(s, o) for s, o in zip(sources, outputs)]
     return {
         "accept_rate": sum(bool(r["verdict"]) for r in records) / n,

@@ -135,9 +135,6 @@ def make_slow_tiny_judge(seconds: float, min_requests: int, **kwargs: Any) -> An
     return judge
 
 
-
-
-
 def reference_logprobs(model: Any, ids: "list[int]", answers: "list[tuple[int, ...]]") -> list[float]:
     """``log p(answer | ids)`` by one plain forward pass of a transformers causal LM per answer (no
     cache, no batching): the independent reference :func:`check_engine` compares engines with."""

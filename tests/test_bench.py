@@ -174,6 +174,9 @@ from pluie_reward.tools.bench import engines as bench_engines, grpo_share, serve
     (["engines", "--engines", ","], "--engines: choose a comma-separated list"),
     (["engines", "--engine", "vllm"], "pluie-reward bench engines"),
     (["methods", "--engine", "vllm"], "pluie-reward bench engines"),
+    (["generative", "--engine", "vllm"], "pluie-reward bench engines"),
+    (["generative", "--adapter", "x"], "serves --model on vLLM (no --adapter)"),
+    (["generative", "--workloads", "mrpc,stsb"], "--workloads: choose a comma-separated list from mrpc, grpo"),
     (["methods", "--workloads", "mrpc,stsb"], "--workloads: choose a comma-separated list from mrpc, grpo"),
     (["methods", "--methods", ""], "--methods: choose a comma-separated list"),
     (["methods", "--methods", "score,indirectt"], "--methods: choose a comma-separated list from"),
@@ -243,6 +246,8 @@ def test_bench_sections_parse_with_their_defaults():
     args = parser.parse_args(["pool", "--data", "m.json", "--json", "p.json"])
     assert (args.clients, args.requests, args.items, args.rounds, args.no_serve, args.worker_niceness) == (8, 3, 8, 2, False, 0)
     assert (args.model, args.template, str(args.data), str(args.json)) == (None, "para-fs", "m.json", "p.json")
+    args = parser.parse_args(["generative"])
+    assert (args.workloads, args.rounds, args.vllm_max_model_len, args.data) == (["mrpc", "grpo"], 3, 4096, None)
     args = parser.parse_args(["gpu", "--out", "x"])
     assert (args.models, args.device, args.budget) == (["qwen2.5-7b", "llama-3-8b"], "cuda", 420.0)
     with pytest.raises(SystemExit):
@@ -440,3 +445,15 @@ def test_placement_table_signs_each_difference_once():
                                "policy+separate": {"peak_rss_mb": 1517.4}})
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in table.splitlines() if line.startswith("| policy")}
     assert rows["policy+shared"][1] == "-2" and rows["policy+separate"][1] == "+517" and rows["policy"][1] == "+0", table
+
+
+def test_an_unmeasured_value_prints_as_not_measured_in_every_table():
+    """A NaN (a rate with no run, a speed-up of nothing) prints as the table's not-measured mark, never ``nan``: the
+    bench's column tables and the reports' ``number`` format through one cell formatter."""
+    from pluie_reward.tools.bench.measure import column_table
+    from pluie_reward.tools.report import number
+
+    table = column_table([{"m": "a", "x": float("nan"), "y": None, "z": 0.25}], [("m", "m", None), ("x", "x", ".1f"),
+                                                                                 ("y", "y", ".1f"), ("z", "z", ".1f")])
+    assert table.splitlines()[-1] == "| a | - | - | 0.2 |"
+    assert (number(float("nan")), number(None), number(0.254)) == ("N/A", "N/A", "0.25")

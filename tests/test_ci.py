@@ -112,6 +112,19 @@ def test_ci_leg_b_takes_the_newest_allowed_releases_without_vllm():
     assert not any("==" in part for part in b[0].split() if "torch" not in part)  # nothing else held back
 
 
+def test_ci_leg_b_installs_the_rl_frameworks_its_tests_and_blocks_import():
+    """tests/test_env_frameworks.py and docs/rewards.md's verifiers and SkyRL blocks skip without those frameworks: leg b
+    installs the versions the page names (pinned, --no-deps, into a folder on its tests' PYTHONPATH) before its tests."""
+    run = (ROOT / ".ci" / "run").read_text().replace("\\\n", " ")
+    leg_b = run[run.index("\nleg b\n"):]
+    install = next(line for line in leg_b.splitlines() if line.startswith('pip install -q --no-deps --target "$frameworks" '))
+    pins = dict(word.split("==") for word in install.split()[6:])
+    page = (ROOT / "docs" / "rewards.md").read_text(encoding="utf-8")
+    assert f"verifiers {pins['verifiers']} and skyrl-gym {pins['skyrl-gym']}" in page
+    at = leg_b.index(install)
+    assert at < leg_b.index('export PYTHONPATH="$frameworks"') < leg_b.index("python -m pytest"), "the tests must see the folder"
+
+
 MARKERS = ("slow", "vllm", "serial")  # the markers the legs select on (pyproject.toml)
 
 

@@ -53,7 +53,7 @@ def test_bad_input_exit_codes(tiny_cli, tmp_path, capsys):
     assert "no column(s) ['source', 'hypothesis']" in capsys.readouterr().err
     src.write_text('{"source": "a", "hypothesis": null}\n')
     assert cli.main(["score", "-i", str(src)]) == 2
-    assert "in.jsonl line 1: column 'hypothesis' (template field 'hypothesis') is None" in capsys.readouterr().err
+    assert "in.jsonl line 1: column 'hypothesis' (template field 'hypothesis'): None is not a string" in capsys.readouterr().err
     assert cli.main(["score", "-t", "nope", "a", "b"]) == 2
     assert cli.main(["score", "-i", str(tmp_path / "missing.jsonl")]) == 2
 

@@ -502,9 +502,12 @@ def test_two_evaluations_cannot_write_one_folder(tiny_judge, tmp_path, monkeypat
     monkeypatch.setattr(eval_cli, "judge_from_args", lambda args: tiny_judge)
     data = _jsonl(tmp_path / "in.jsonl", [{"source": "a", "hypothesis": "b", "label": 1}, {"source": "c", "hypothesis": "d", "label": 0}])
     folder = tmp_path / "run"
+    fds = (lambda: len(os.listdir("/proc/self/fd"))) if os.path.isdir("/proc/self/fd") else (lambda: None)
+    before = fds()
     with ScoreStore(folder, {"task": "other"}, {}):  # another evaluation writing there now
-        open_files = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
-        with pytest.raises(ValueError, match="another run is writing into this folder"):
+        open_files = fds()
+        assert before is None or open_files == before + 1  # one lock, the score file's (a folder lock was a second)
+        with pytest.raises(ValueError, match=f"another run is writing into this folder now \\(it holds the lock on {folder / 'scores.jsonl'}\\)"):
             ScoreStore(folder, {"task": "other"}, {})
         assert open_files is None or len(os.listdir("/proc/self/fd")) == open_files  # the refused store closed the folder
         _refused(["eval", "classification", "-i", str(data), "-o", str(folder), "--no-progress", "--baselines", "none"],

@@ -209,7 +209,22 @@ def test_what_a_command_left_buffered_is_flushed_by_main_and_a_full_output_is_a_
     code = cli.main(["calibrate", "-i", str(data), "--score-column", "s", "-o", str(tmp_path / "cal.json")])
     os.close(sink)
     assert code == 2 and capsys.readouterr().err.splitlines()[-1] == \
-        "pluie-reward calibrate: error: cannot write standard output (No space left on device)"
+        "pluie-reward calibrate: error: cannot write standard output (No space left on device)."
+
+
+def test_score_writes_through_mains_one_standard_output(tiny_judge, monkeypatch, capsys):
+    """main wraps standard output once (StandardOutput: a full device is an OutputError); score writes its records
+    through that wrapper, not a second one around it."""
+    from pluie_reward.tools.cli import score as score_cli
+    from pluie_reward.tools.cli.output import StandardOutput
+
+    made = []
+    monkeypatch.setattr(StandardOutput, "__init__", lambda self, stream: (made.append(stream), setattr(self, "stream", stream))[-1])
+    monkeypatch.setattr(score_cli, "judge_from_args", lambda args: tiny_judge)
+    assert cli.main(["score", "The cat sleeps.", "A cat is asleep."]) == 0
+    assert len(made) == 1 and not isinstance(made[0], StandardOutput)
+    assert json.loads(capsys.readouterr().out)["logratio"] == pytest.approx(tiny_judge.score("para-fs", source="The cat sleeps.",
+                                                                                             hypothesis="A cat is asleep.")[0], abs=1e-5)
 
 
 def test_a_full_standard_output_is_a_message_not_a_traceback():
@@ -231,7 +246,7 @@ def test_a_print_to_a_full_standard_output_is_a_message_not_a_traceback():
     with open("/dev/full", "w") as full:
         done = _run(["templates"], stdout=full, stderr=subprocess.PIPE, text=True)
     assert done.returncode == 2, done.stderr
-    assert done.stderr == "pluie-reward templates: error: cannot write standard output (No space left on device)\n", done.stderr
+    assert done.stderr == "pluie-reward templates: error: cannot write standard output (No space left on device).\n", done.stderr
 
 
 def test_the_progress_line_is_redrawn_on_a_terminal_and_ended_once_when_the_block_ends():

@@ -35,11 +35,12 @@ SOURCE = "The cat sleeps on the mat."
 COMPLETIONS = [
     SOURCE,                          # a verbatim copy: 0
     "THE CAT SLEEPS ON THE MAT!",    # a disguised copy (case, punctuation): 0
-    "A cat is asleep on the mat.",   # honest: the -> a, sleeps -> is, + asleep: 3 edits / 8 tokens = 0.375 >= 0.3
-    "The cat sleeps.",               # a fragment: 3 of 7 tokens deleted (0.43 >= 0.3), but 3 words of 6
+    "A cat is asleep on the mat.",   # honest: the -> a, sleeps -> is, + asleep: 3 edits / 7 words = 0.43 >= 0.3
+    "The cat sleeps.",               # a fragment: 3 of 6 words deleted (0.5 >= 0.3), but 3 words of 6
 ]
 # min(1, novelty / 0.3) x (1 - excess repetition) x min(1, (words / 6) / 0.67): the paraphrase has 7 words
 FACTORS = [0.0, 0.0, 1.0, (3 / 6) / 0.67]
+NOVELTY = [0.0, 0.0, 3 / 7, 0.5]
 # the same completions as a policy may pad them at no cost (a trailing newline, spaces, blank lines, doubled spaces)
 PADDED = [
     SOURCE + "\n",
@@ -90,18 +91,18 @@ def test_remote_reward_is_the_local_one_with_its_name_and_metrics(server, tiny_j
     assert got == pytest.approx(want, abs=EXACT)
     assert remote.__name__ == local.__name__ == "paraphrase"  # TRL logs rewards/paraphrase/mean either way
     assert RemotePluieReward(server.url).__name__ == PluieReward(tiny_judge).__name__ == "pluie"
-    # copies 2 of 4, the fragment is short, novelty 0, 0, 0.375, 3/7
+    # copies 2 of 4, the fragment is short, novelty 0, 0, 3/7, 0.5
     assert remote_metrics == pytest.approx(local_metrics, abs=EXACT)
     assert remote_metrics["paraphrase/copy_rate"] == 0.5 and remote_metrics["paraphrase/short_rate"] == 0.25
-    assert remote_metrics["paraphrase/novelty"] == pytest.approx((0.375 + 3 / 7) / 4)
-    assert remote_extra["paraphrase/novelty"] == local_extra["paraphrase/novelty"] == [0.0, 0.0, 0.375, round(3 / 7, 4)]
+    assert remote_metrics["paraphrase/novelty"] == pytest.approx((3 / 7 + 0.5) / 4)
+    assert remote_extra["paraphrase/novelty"] == local_extra["paraphrase/novelty"] == [0.0, 0.0, round(3 / 7, 4), 0.5]
 
 
 def test_score_endpoint_adds_the_task_reward(server, want):
     body = {"source": SOURCE, "hypothesis": COMPLETIONS, "task": "paraphrase"}  # one source string for all items
     got = httpx.post(server.url + "/score", json=body, headers=AUTH, timeout=60).json()
     assert got["reward"] == pytest.approx(want, abs=EXACT)
-    assert got["novelty"] == pytest.approx([0.0, 0.0, 0.375, 3 / 7])
+    assert got["novelty"] == pytest.approx(NOVELTY)
     assert set(httpx.post(server.url + "/score", json={"source": SOURCE, "hypothesis": COMPLETIONS}, headers=AUTH,
                           timeout=60).json()) == {"logratio", "p_yes", "verdict"}  # no task, no reward column
 
@@ -117,7 +118,7 @@ def test_verl_compute_score_family(server, want):
 
     results = asyncio.run(all_items())
     assert [r["score"] for r in results] == pytest.approx(want, abs=EXACT)
-    assert [r["novelty"] for r in results] == pytest.approx([0.0, 0.0, 0.375, 3 / 7])
+    assert [r["novelty"] for r in results] == pytest.approx(NOVELTY)
     assert all(set(r) == {"score", "acc", "logratio", "p_yes", "novelty"} for r in results)  # verl reads the first's keys
     synced = [compute_score_sync("d", c, SOURCE, url=server.url, token=TOKEN, output="paraphrase") for c in COMPLETIONS]
     assert [r["score"] for r in synced] == pytest.approx(want, abs=EXACT)
@@ -132,7 +133,7 @@ def test_openrlhf_get_reward_and_reward_func(server, want, monkeypatch):
                         headers=AUTH, timeout=60).json()
     assert answer["rewards"] == pytest.approx(want, abs=EXACT)
     assert answer["scores"] == answer["rewards"]  # OpenRLHF's dynamic filtering reads what is trained on
-    assert answer["extra_logs"]["pluie_novelty"] == pytest.approx([0.0, 0.0, 0.375, 3 / 7])
+    assert answer["extra_logs"]["pluie_novelty"] == pytest.approx(NOVELTY)
     monkeypatch.setenv("PLUIE_REWARD_URL", server.url)
     monkeypatch.setenv("PLUIE_REWARD_TOKEN", TOKEN)
     got = [openrlhf.reward_func([q], [p], [SOURCE])["rewards"][0] for q, p in samples]  # one sample per call, as OpenRLHF
@@ -219,3 +220,64 @@ def test_padded_completions_get_the_clean_ones_reward_on_every_path(server, tiny
         tiny_judge.clean_text = True
     clean = tiny_judge.score("para-fs", source=SOURCE, hypothesis=COMPLETIONS, use_cache=False)
     assert all(abs(a - b) > 1e-4 for a, b in zip(raw, clean))
+
+
+HONEST = "A cat is asleep on the mat."
+# issue 62's edits: disguised copies of SOURCE (all worth 0) and presentation around the honest answer (all read as it)
+DISGUISED = [
+    "The_cat sleeps on_the mat.",                 # words joined by underscores
+    "Tʜᴇ cat sleeps on the mᴀt.",                  # Latin small capitals
+    "The cat sleeps օn the mat.",                 # an Armenian look-alike (oh)
+    "The cat sleeps on the maտ.",                 # an Armenian letter with no Latin look-alike: a word mixing scripts
+]
+PRESENTED = [
+    "Paraphrase: " + HONEST,
+    "Sure! Here is a paraphrase: " + HONEST,
+    "**" + HONEST + "**",
+    HONEST[:-1],
+    '"' + HONEST + '"',
+    "A cat is asleep\non the mat.",                # an inner line break (the source is one line)
+]
+TWICE = HONEST + " " + HONEST  # 14 words, 12 trigrams: the second copy's 5 repeat the first's
+
+
+def test_no_disguise_or_presentation_edit_raises_the_reward_on_any_path(server, tiny_judge, local_openrlhf_judge, monkeypatch):
+    """Every path gives the disguised copies 0 and the presented answers the bare answer's reward (the judge reads the
+    bare answer; the reference reads it literally here), the answer said twice its reward times 1 - 5/12."""
+    import importlib
+
+    import pluie_reward.serving.openrlhf as openrlhf
+
+    completions = DISGUISED + PRESENTED + [TWICE]
+    n = len(completions)
+    bare = sigmoid(tiny_judge.score("para-fs", source=SOURCE, hypothesis=[HONEST], use_cache=False)[0])  # novelty 3/7
+    want = [0.0] * len(DISGUISED) + [bare] * len(PRESENTED) + [bare * (1 - 5 / 12)]
+    sources = [SOURCE] * n
+    assert ParaphraseReward(tiny_judge)(completions=completions, source=sources) == pytest.approx(want, abs=EXACT)
+    remote = RemotePluieReward(server.url, task="paraphrase", token=TOKEN)
+    assert asyncio.run(remote(completions=completions, source=sources)) == pytest.approx(want, abs=EXACT)
+    body = {"source": SOURCE, "hypothesis": completions, "task": "paraphrase"}
+    assert httpx.post(server.url + "/score", json=body, headers=AUTH, timeout=60).json()["reward"] == pytest.approx(want, abs=EXACT)
+    assert compute_score_batch(["d"] * n, completions, sources, url=server.url, token=TOKEN,
+                               output="paraphrase") == pytest.approx(want, abs=EXACT)
+    got = [compute_score_sync("d", c, SOURCE, url=server.url, token=TOKEN, output="paraphrase")["score"] for c in completions]
+    assert got == pytest.approx(want, abs=EXACT)
+    samples = [openrlhf_sample(c) for c in completions]
+    answer = httpx.post(server.url + "/get_reward", json={"query": [q for q, _ in samples], "prompts": [p for _, p in samples],
+                                                           "labels": sources}, headers=AUTH, timeout=60).json()
+    assert answer["rewards"] == pytest.approx(want, abs=EXACT)
+    monkeypatch.setenv("PLUIE_REWARD_RM_REWARD", "paraphrase")
+    module = importlib.reload(openrlhf)  # in process, as a worker without a URL
+    try:
+        assert module.reward_func([q for q, _ in samples], [p for _, p in samples], sources)["rewards"] == pytest.approx(
+            want, abs=EXACT)
+    finally:
+        module._state.get("batcher") and module._state["batcher"].close()
+        module._state.clear()
+    # a judge told to read texts as given (clean_text=False) reads the label: its reward differs from the bare answer's
+    tiny_judge.clean_text = False
+    try:
+        raw = ParaphraseReward(tiny_judge)(completions=PRESENTED[:1], source=[SOURCE])
+    finally:
+        tiny_judge.clean_text = True
+    assert abs(raw[0] - bare) > 1e-4

@@ -9,6 +9,8 @@ from pluie_reward.integrations.data import best_of_n, describe_pairs, filter_dat
 
 SOURCES = ["The cat sleeps.", "The cat sleeps.", "The dog barks at night.", "The dog barks at night.", "Paraphrase this."]
 HYPOTHESES = ["A cat is sleeping.", "The dog barks.", "At night the dog barks.", "The cat sleeps.", "Yes"]
+# what a copy-proof reward's judge reads (Task.read): "Yes" ends as its source does
+READINGS = HYPOTHESES[:4] + ["Yes."]
 
 
 def test_score_dataset_adds_columns_equal_to_direct_scoring(tiny_judge):
@@ -16,16 +18,15 @@ def test_score_dataset_adds_columns_equal_to_direct_scoring(tiny_judge):
     scored = score_dataset(ds, tiny_judge, "para-fs", columns={"source": "src"}, batch_size=2, desc=None)
     assert scored.column_names == ["src", "hypothesis", "id", "pluie_logratio", "pluie_p_yes", "pluie_verdict",
                                    "pluie_novelty", "pluie_copy", "pluie_copy_proof"]
-    expected = tiny_judge.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES, use_cache=False)
+    expected = tiny_judge.score("para-fs", source=SOURCES, hypothesis=READINGS, use_cache=False)
     assert scored["pluie_logratio"] == pytest.approx(expected, abs=1e-4)
     # independent reference for the derived columns: the logistic function and the sign
     assert scored["pluie_p_yes"] == pytest.approx([1 / (1 + math.exp(-s)) for s in expected], abs=1e-4)
     assert scored["pluie_verdict"] == [s > 0 for s in expected]
-    # copy-proof columns, by hand (word and punctuation tokens): "a cat is sleeping ." vs "the cat sleeps .":
-    # the -> a, sleeps -> is, + sleeping: 3 of 5; "the dog barks ." vs "the cat sleeps .": 2 of 4; "at night"
-    # moved to the front: 4 of 6; "the cat sleeps ." vs "the dog barks at night .": 2 changed, 2 dropped, of 6;
-    # "yes" vs "paraphrase this .": 3 of 3
-    novelty = [3 / 5, 2 / 4, 4 / 6, 4 / 6, 1.0]
+    # copy-proof columns, by hand (words): "a cat is sleeping" vs "the cat sleeps": the -> a, sleeps -> is,
+    # + sleeping: 3 of 4; "the dog barks" vs "the cat sleeps": 2 of 3; "at night" moved to the front: 4 of 5;
+    # "the cat sleeps" vs "the dog barks at night": 2 changed, 2 dropped, of 5; "yes" vs "paraphrase this": 2 of 2
+    novelty = [3 / 4, 2 / 3, 4 / 5, 4 / 5, 1.0]
     assert scored["pluie_novelty"] == pytest.approx(novelty)
     assert scored["pluie_copy"] == [False] * 5
     # the paraphrase length floor (0.67 of the source's words): words 4/3, 3/3, 5/5, 3/5, 1/2
@@ -71,7 +72,7 @@ def test_filter_dataset_keeps_rows_above_threshold():
 
 def test_filter_dataset_scores_first_when_given_a_judge(tiny_judge):
     ds = Dataset.from_dict({"source": SOURCES, "hypothesis": HYPOTHESES})
-    scores = tiny_judge.score(source=SOURCES, hypothesis=HYPOTHESES)
+    scores = tiny_judge.score(source=SOURCES, hypothesis=READINGS)  # para-fs: the paraphrase task's readings
     cut = sorted(scores)[1]
     kept = filter_dataset(ds, tiny_judge, threshold=cut, desc=None)
     assert kept["hypothesis"] == [h for h, s in zip(HYPOTHESES, scores) if s > cut]
@@ -108,15 +109,15 @@ def test_best_of_n_prefers_paraphrases_to_copies_by_default():
     from pluie_reward.integrations.data import _copy_proof_columns
     from pluie_reward.integrations.novelty import TASKS
 
-    columns = _copy_proof_columns(TASKS["paraphrase"], sources, candidates, p_yes, "pluie_")
+    columns = _copy_proof_columns(TASKS["paraphrase"], sources, candidates, p_yes, "pluie_", True)
     ds = ds.add_column("pluie_novelty", columns["pluie_novelty"]).add_column("pluie_copy", columns["pluie_copy"])
     ds = ds.add_column("pluie_copy_proof", columns["pluie_copy_proof"])
     assert best_of_n(ds, score_column="pluie_logratio")["hypothesis"] == [candidates[1]]  # PLUIE keeps a copy
     kept = best_of_n(ds)
     assert kept["hypothesis"] == [candidates[2]]
-    # "a cat is asleep on the mat ." vs "the cat sleeps on the mat .": the -> a, sleeps -> is, + asleep: 3/8
+    # "a cat is asleep on the mat" vs "the cat sleeps on the mat": the -> a, sleeps -> is, + asleep: 3/7
     assert describe_pairs(kept) == {"pairs": 1, "pluie": 3.5, "accept_rate": 1.0, "copy_rate": 0.0,
-                                    "novelty": pytest.approx(3 / 8), "copy_proof": pytest.approx(p_yes[2])}
+                                    "novelty": pytest.approx(3 / 7), "copy_proof": pytest.approx(p_yes[2])}
     assert describe_pairs(best_of_n(ds, score_column="pluie_logratio"))["copy_rate"] == 1.0
     with pytest.raises(ValueError, match="score_column='pluie_logratio' ranks by PLUIE"):
         best_of_n(ds.remove_columns("pluie_copy_proof"))
@@ -207,15 +208,16 @@ def test_best_of_n_novel_on_real_copy_proof_columns():
     source = "The cat sleeps on the mat."
     candidates = ["The cat sleeps on the mat.", "The cat sleeps on the rug.", "On the mat, a cat is sleeping.", "A cat naps on a rug."]
     p_yes = [0.99, 0.95, 0.9, 0.8]
-    columns = _copy_proof_columns(TASKS["paraphrase"], [source] * 4, candidates, p_yes, "pluie_")
+    columns = _copy_proof_columns(TASKS["paraphrase"], [source] * 4, candidates, p_yes, "pluie_", True)
     ds = Dataset.from_dict({"source": [source] * 4, "hypothesis": candidates, "pluie_verdict": [True] * 4, **columns})
-    # by hand, tokens of the source: the cat sleeps on the mat . (7); "the cat sleeps on the rug .": 1 of 7 changed
-    # (novelty 1/7, credit 0.476: 0.45 < 0.7); "on the mat , a cat is sleeping .": 9 tokens, edit distance 7 -> 7/9;
-    # "a cat naps on a rug .": the, sleeps, the, mat -> a, naps, a, rug: 4 of 7
-    assert columns["pluie_novelty"] == pytest.approx([0.0, 1 / 7, 7 / 9, 4 / 7])
+    # by hand, words of the source: the cat sleeps on the mat (6); "the cat sleeps on the rug": 1 of 6 changed
+    # (novelty 1/6, credit 0.556: 0.53 < 0.7); "on the mat a cat is sleeping": 7 words, edit distance 6 (insert "on the
+    # mat", then the -> a, sleeps -> is, on -> sleeping, delete "the mat") -> 6/7; "a cat naps on a rug": the, sleeps,
+    # the, mat -> a, naps, a, rug: 4 of 6
+    assert columns["pluie_novelty"] == pytest.approx([0.0, 1 / 6, 6 / 7, 4 / 6])
     assert best_of_n(ds, threshold=0.7, select="novel")["hypothesis"] == [candidates[2]]
     assert best_of_n(ds, threshold=0.7)["hypothesis"] == [candidates[2]]  # p_yes 0.9 > 0.8: the score agrees here
-    # floor 0: everything but the copy (score 0), by decreasing novelty 7/9, 4/7, 1/7
+    # floor 0: everything but the copy (score 0), by decreasing novelty 6/7, 4/6, 1/6
     assert best_of_n(ds, threshold=0.0, select="novel", k=4)["hypothesis"] == [candidates[2], candidates[3], candidates[1]]
 
 

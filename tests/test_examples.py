@@ -474,8 +474,7 @@ def test_distill_paraphraser_trains_only_on_each_sentences_best_candidate_above_
 
 
 def test_distill_paraphraser_resamples_sentences_without_a_survivor_and_selects_the_most_novel(tmp_path, monkeypatch):
-    """--n 3 --n-max 8: the sentences with no candidate past the floor get 3 more samples under --retry-blocking,
-    then 2; the round reports how many had none after 3, 6 and 8 samples; --select novel keeps the most novel
+    """--n 3 --n-max 8: the sentences with no candidate past the floor get 3 more samples (not greedy), then 2; the round reports how many had none after 3, 6 and 8 samples; --select novel keeps the most novel
     candidate the judge accepts (its verdicts forced to yes here), never a copy."""
     from datasets import Dataset
 
@@ -490,8 +489,8 @@ def test_distill_paraphraser_resamples_sentences_without_a_survivor_and_selects_
              shop: [[shop] * 3, [shop] * 3, [shop] * 2]}  # copies only: still none after 8 samples
     calls = []
 
-    def fake_sample(model, tok, sources, n, args, *, blocking=0.0, greedy=None, seed=0):
-        calls.append((sorted(sources), n, blocking, greedy))
+    def fake_sample(model, tok, sources, n, args, *, greedy=None):
+        calls.append((sorted(sources), n, greedy))
         rows = [(s, h) for s in sources for h in draws[s].pop(0)]
         assert len(rows) == n * len(sources)
         return Dataset.from_dict({"source": [r[0] for r in rows], "hypothesis": [r[1] for r in rows]})
@@ -506,10 +505,10 @@ def test_distill_paraphraser_resamples_sentences_without_a_survivor_and_selects_
     monkeypatch.setattr(example, "fine_tune", fake_fine_tune)
     monkeypatch.setattr(example, "PluieCallback", _FixedHeldOut)
     args = example.parse_args(_distill_files(tmp_path) + ["--rounds", "1", "--n", "3", "--n-max", "8", "--floor", "0", "--select", "novel",
-                                                          "--blocking", "0.25", "--output-dir", str(tmp_path / "run")])
+                                                          "--output-dir", str(tmp_path / "run")])
     result = example.distill(args, student, tokenizer, judge)
 
-    assert calls == [(sorted([cat, prices, shop]), 3, 0.25, None), (sorted([prices, shop]), 3, 0.5, False), ([shop], 2, 0.5, False)]
+    assert calls == [(sorted([cat, prices, shop]), 3, None), (sorted([prices, shop]), 3, False), ([shop], 2, False)]
     assert result["round_stats"][0]["no_survivor"] == [{"samples": 3, "sentences": 2}, {"samples": 6, "sentences": 1},
                                                        {"samples": 8, "sentences": 1}]
     # by hand (tokens): "a feline dozes ." against "the cat sleeps on the mat .": 3 changed, 3 dropped of 7 -> 6/7,
@@ -530,12 +529,10 @@ def test_distill_paraphraser_length_ratio_gates_the_kept_candidate(tmp_path):
     assert example.keep(pool, example.parse_args(novel + ["--length-ratio", "0.8", "1.5"]))["hypothesis"] == [pool["hypothesis"][1]]  # 6 / 6
 
 
-def test_distill_paraphraser_samples_under_dynamic_blocking_and_never_evaluates_with_it(tmp_path, monkeypatch):
-    """Real sampling on a tiny student: every sampled generate call of the teacher gets a DynamicBlocking over its
-    own prompts' sentences (--blocking for the first --n, --retry-blocking past them) and no_repeat_ngram_size; the
-    held-out outputs (greedy) get neither."""
+def test_distill_paraphraser_samples_without_repeated_ngrams_and_never_evaluates_with_it(tmp_path, monkeypatch):
+    """Real sampling on a tiny student: every sampled generate call of the teacher (the first --n samples and the
+    retries past them) gets no_repeat_ngram_size and no logits processor; the held-out outputs (greedy) get neither."""
     from pluie_reward.integrations import callbacks
-    from pluie_reward.integrations.blocking import DynamicBlocking
 
     example = _load_example("distill_paraphraser")
     student, tokenizer, judge = _tiny_student()
@@ -550,23 +547,16 @@ def test_distill_paraphraser_samples_under_dynamic_blocking_and_never_evaluates_
     monkeypatch.setattr(example, "generate_texts", recorder(sampled, example.generate_texts))
     monkeypatch.setattr(callbacks, "generate_texts", recorder(evaluated, callbacks.generate_texts))
     args = example.parse_args(_distill_files(tmp_path) + ["--rounds", "1", "--n", "2", "--n-max", "4", "--floor", "0.999", "--epochs", "1",
-                                                          "--blocking", "1", "--no-repeat-ngram", "3", "--max-new-tokens", "4",
+                                                          "--no-repeat-ngram", "3", "--max-new-tokens", "4",
                                                           "--output-dir", str(tmp_path / "run")])
     result = example.distill(args, student, tokenizer, judge)
 
     assert len(evaluated) == 2 and all("logits_processor" not in kw and not kw.get("do_sample") for _, kw in evaluated)
-    probabilities = []
     for prompts, kwargs in sampled:
-        assert kwargs["do_sample"] and kwargs["no_repeat_ngram_size"] == 3
-        (blocking,) = kwargs["logits_processor"]
-        assert isinstance(blocking, DynamicBlocking) and len(blocking.bigrams) == len(prompts)
-        for prompt, bigrams in zip(prompts, blocking.bigrams):  # each row blocks its own sentence's bigrams
-            sentence = tokenizer.encode(prompt[-1]["content"].split("Sentence: ")[-1], add_special_tokens=False)
-            assert {(a, b) for a, b in zip(sentence, sentence[1:])} <= {(a, b) for x, y in bigrams for a in x for b in y}
-        probabilities.append(blocking.probability)
+        assert kwargs["do_sample"] and kwargs["no_repeat_ngram_size"] == 3 and "logits_processor" not in kwargs
     # the tiny judge's p_yes stays far below 0.999 (|PLUIE| < 2 here): no sentence has a survivor, so every one is drawn again
     assert result["round_stats"][0]["no_survivor"] == [{"samples": 2, "sentences": 3}, {"samples": 4, "sentences": 3}]
-    assert probabilities == [1.0, 0.5] and [len(prompts) for prompts, _ in sampled] == [6, 6]
+    assert [len(prompts) for prompts, _ in sampled] == [6, 6]  # 3 sentences x 2 samples, then the 3 again x 2
 
 
 def test_distill_paraphraser_writes_result_json_on_a_tiny_model(tmp_path, capsys):
@@ -736,7 +726,7 @@ def test_distill_paraphraser_refuses_bad_arguments(tmp_path, capsys):
                           [files + ["--rounds", "0"], "at least 1"], [files + ["--time-budget", "-1"], "--time-budget"],
                           [files + ["--beta", "0"], "--beta"], [files + ["--beta", "nan"], "--beta"],
                           [files + ["--n", "4", "--n-max", "3"], "--n-max must be at least --n (4)"],
-                          [files + ["--blocking", "1.5"], "probabilities"], [files + ["--retry-blocking", "nan"], "probabilities"],
+                          [files + ["--blocking", "0.5"], "unrecognized arguments: --blocking"],  # removed: patented (issue 65)
                           [files + ["--no-repeat-ngram", "-1"], "--no-repeat-ngram"], [files + ["--select", "novelty"], "--select"],
                           [files + ["--length-ratio", "1.5", "0.8"], "--length-ratio"], [files + ["--length-ratio", "nan", "1"], "--length-ratio"]):
         with pytest.raises(SystemExit) as exit_info:

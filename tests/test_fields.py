@@ -71,10 +71,10 @@ def test_local_and_remote_rewards_read_the_same_text(tiny_judge):
     assert got == pytest.approx(want, abs=1e-4)
     other = tiny_judge.score("para-fs", source=["The dog barks at night."], hypothesis=["World."], use_cache=False)
     assert abs(want[0] - other[0]) > 1e-3  # the first user message would give another score
-    # novelty against the prompt's last user message: [the cat sleeps on the mat .] -> [world .] keeps
-    # only "." (6 edits over 7 words); the message itself as the answer -> 0.0
-    got = NoveltyReward("prompt")(prompts=[MULTI_TURN] * 2, completions=[MULTI, "The cat sleeps on the mat."])
-    assert got == pytest.approx([6 / 7, 0.0])
+    # novelty against the prompt's last user message: [the cat sleeps on the mat] -> [the cat sleeps] drops 3 of 6
+    # words (the first user message, [the dog barks at night], would give 4 of 5); the message itself -> 0.0
+    got = NoveltyReward("prompt")(prompts=[MULTI_TURN] * 2, completions=["The cat sleeps.", "The cat sleeps on the mat."])
+    assert got == pytest.approx([0.5, 0.0])
 
 
 def test_a_string_where_the_list_of_completions_goes_is_refused_locally_and_remotely(tiny_judge):

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from pluie_reward.serving import background, client, create_app, genrm
-from pluie_reward.serving.client import compute_score
+from pluie_reward.serving.client import compute_score, compute_score_batch, compute_score_sync
 from pluie_reward.serving.genrm import GenRMError
 from pluie_reward.testing import make_tiny_causal_lm, make_tiny_judge, make_tiny_tokenizer
 
@@ -176,6 +176,34 @@ def test_template_and_threshold_settings(tiny_judge, fresh_genrm, monkeypatch):
     assert [g["reward_extra_info"]["acc"] for g in got] == [float(w > threshold) for w in want]
 
 
+def test_the_synchronous_functions_score_on_verls_reward_model_too(tiny_judge, fresh_genrm, caplog, monkeypatch):
+    """compute_score_batch (one Judge.score: one /v1/completions request of the batch) and compute_score_sync, given
+    verl's reward_router_address and no judge server URL, score as the async compute_score does; a URL still wins."""
+    monkeypatch.delenv("PLUIE_REWARD_URL", raising=False)
+    want = tiny_judge.score("para-direct", source=SOURCES, hypothesis=HYPOTHESES, details=True)
+    threshold = (sorted(w["logratio"] for w in want)[1] + sorted(w["logratio"] for w in want)[2]) / 2
+    verl = {"template": "para-direct", "threshold": threshold}
+    with FakeVLLM(tiny_judge.model, tiny_judge.tokenizer) as server, NaiveRouter([server.url]) as router:
+        routed = {"reward_router_address": router.address, "reward_model_tokenizer": tiny_judge.tokenizer}
+        with caplog.at_level(logging.INFO, logger="pluie_reward.serving.client"):
+            got = compute_score_batch(["mrpc"] * 4, HYPOTHESES, SOURCES, [{}] * 4, return_dict=True, **verl, **routed)
+        batched = server.counts["/v1/completions"]
+        one = compute_score_sync("mrpc", HYPOTHESES[0], SOURCES[0], {}, **verl, **routed)
+        copies = compute_score_batch(["mrpc"] * 2, SOURCES[:2], SOURCES[:2], output="paraphrase", **routed)
+        with background(create_app(tiny_judge, "para-fs")) as judge_server:
+            served = compute_score_batch(["mrpc"], HYPOTHESES[:1], SOURCES[:1], url=judge_server.url, **routed)
+    assert [g["logratio"] for g in got] == pytest.approx([w["logratio"] for w in want], abs=1e-4)
+    assert [g["acc"] for g in got] == [float(w["logratio"] > threshold) for w in want] and sum(g["acc"] for g in got) == 2
+    assert batched == 2  # the checks' probe, then the 4 items in one request
+    assert one["logratio"] == pytest.approx(want[0]["logratio"], abs=1e-4) and one["acc"] == float(want[0]["logratio"] > threshold)
+    assert copies == [0.0, 0.0]  # the task's copy-proof reward
+    assert served == pytest.approx(tiny_judge.score("para-fs", source=SOURCES[:1], hypothesis=HYPOTHESES[:1]), abs=1e-4)
+    routes = [r.getMessage() for r in caplog.records if "scoring on" in r.getMessage()]  # once per place
+    assert routes == [f"pluie_reward compute_score: scoring on verl's reward model (reward_router_address) at http://{router.address}.",
+                      "pluie_reward compute_score: scoring on the judge server (a configured URL wins over verl's "
+                      f"reward_router_address) at {judge_server.url}/score."]
+
+
 def run_one(address: str, tokenizer: Any) -> list[dict[str, Any]]:
     return verl_reward_calls(compute_score, samples(SOURCES[:2], HYPOTHESES[:2]), reward_router_address=address,
                              reward_model_tokenizer=tokenizer, reward_kwargs={"retries": 0})
@@ -217,3 +245,23 @@ def test_a_vllm_without_logprob_token_ids_is_refused_with_its_version(tiny_judge
         server.refuse = True  # a 400, which verl's router turns into a 500
         with pytest.raises(GenRMError, match=r"\(vLLM 0\.11\.0\) refused /v1/completions with logprob_token_ids .*HTTP 500"):
             run_one(router.address, tiny_judge.tokenizer)
+
+
+def test_verls_reward_model_reads_completions_as_the_local_reward(tiny_judge, fresh_genrm, monkeypatch):
+    """On verl's GenRM path too, disguised copies get 0 and an answer with a label, emphasis or no final stop the bare
+    answer's copy-proof reward: the reward model reads the bare answer (the reference reads it literally here)."""
+    import math
+
+    monkeypatch.delenv("PLUIE_REWARD_URL", raising=False)
+    source, honest = SOURCES[0], "A cat is asleep on the mat."
+    completions = ["The_cat sleeps on_the mat.", "Tʜᴇ cat sleeps on the mᴀt.", "Paraphrase: " + honest, "**" + honest + "**",
+                   honest[:-1]]
+    bare = 1 / (1 + math.exp(-tiny_judge.score("para-fs", source=source, hypothesis=[honest], use_cache=False)[0]))
+    want = [0.0, 0.0] + [bare] * 3  # "a cat is asleep on the mat": 3 edits of 7 words, above the 0.3 target
+    with FakeVLLM(tiny_judge.model, tiny_judge.tokenizer) as server, NaiveRouter([server.url]) as router:
+        got = verl_reward_calls(compute_score, samples([source] * 5, completions), reward_router_address=router.address,
+                                reward_model_tokenizer=tiny_judge.tokenizer, reward_kwargs={"output": "paraphrase"})
+        batch = compute_score_batch(["mrpc"] * 5, completions, [source] * 5, output="paraphrase",
+                                    reward_router_address=router.address, reward_model_tokenizer=tiny_judge.tokenizer)
+    assert [g["reward_score"] for g in got] == pytest.approx(want, abs=1e-4)
+    assert batch == pytest.approx(want, abs=1e-4)

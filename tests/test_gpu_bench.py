@@ -3,6 +3,7 @@ section (exactness, throughput beside the plain padded forward, random draws, sh
 shapes on the CPU, and every cell of its table is filled, no number is NaN, and every exactness row passes.
 The plain forward itself reads Judge.score's scores on a float32 model."""
 
+import importlib.util
 import json
 import math
 import re
@@ -82,6 +83,9 @@ def test_tiny_gpu_check_fills_every_cell(tmp_path):
     assert "not run" not in table and "failed:" not in table and "| NO |" not in table
     assert table.count("| Judge.score / best plain (bound ") == len(result["throughput"])
     assert "## b1. Fused attention kernels" in table and "## b2. Against the plain forward" in table and "## b3. Random draws" in table
+    generative = result["generative"]  # e: skipped only where vLLM is missing (tests/test_bench_generative.py runs it)
+    assert ("skipped" in generative) == (importlib.util.find_spec("vllm") is None), generative
+    assert "## e. vLLM's generative scoring" in table and (generative.get("skipped") or "/generative_scoring, exact prompt ids") in table
 
 
 @pytest.mark.parametrize("name", ["tiny", "mistral-7b-instruct-v0.2"])

@@ -47,10 +47,10 @@ def test_disguised_copies_have_zero_novelty(kind):
 
 
 def test_novelty_of_real_changes_is_unchanged():
-    # word/punctuation tokens: [the cat sleeps .] vs [a cat is asleep .] -> 3 edits over 5 tokens
-    assert novelty_score("The cat sleeps.", "A cat is asleep.") == pytest.approx(3 / 5)
-    # a homoglyph inside a changed sentence does not add novelty: [the dog sleeps .] -> 1 edit / 4
-    assert novelty_score("The cat sleeps.", "The d\u043eg sleeps.") == pytest.approx(1 / 4)
+    # words: [the cat sleeps] vs [a cat is asleep] -> 3 edits over 4 words (punctuation is no word)
+    assert novelty_score("The cat sleeps.", "A cat is asleep.") == pytest.approx(3 / 4)
+    # a homoglyph inside a changed sentence does not add novelty: [the dog sleeps] -> 1 edit / 3
+    assert novelty_score("The cat sleeps.", "The d\u043eg sleeps.") == pytest.approx(1 / 3)
     assert novelty_score("The cat sleeps.", "Dogs bark loudly") == 1.0
     assert not same_words("The cat sleeps.", "The cat slept.")
 

@@ -454,5 +454,5 @@ def test_an_optional_field_may_be_missing_or_null_and_a_required_one_may_not(tmp
     records = read_table(path)
     both = check_texts(records, {"source": "source", "gold": "gold"}, optional=["gold"])
     assert both == {"source": ["a", "b", "c"], "gold": ["g", None, None]}
-    with pytest.raises(UsageError, match=r"rows.jsonl line 2: column 'gold' \(template field 'gold'\) is None, not a string"):
+    with pytest.raises(UsageError, match=r"rows.jsonl line 2: column 'gold' \(template field 'gold'\): None is not a string"):
         check_texts(records.limit(2), {"gold": "gold"})

@@ -9,7 +9,7 @@
 
 testing.py (tiny models and the engine conformance suite, for tests) imports the Judge and the engine
 protocol, which puts it on core's floor. A module never imports from a floor above its own, at module
-level or inside a function; module-level imports form no cycle. Read from the source with ``ast`` (no
+level or inside a function; imports form no cycle (function-local ones included). Read from the source with ``ast`` (no
 import needed)."""
 
 from __future__ import annotations
@@ -110,14 +110,17 @@ def test_core_reaches_engines_only_through_the_protocol_and_the_registry():
     assert not wrong, "\n".join(wrong)
 
 
-def test_module_level_imports_form_no_cycle():
-    graph: dict[str, set[str]] = {}
+def test_imports_form_no_cycle():
+    """No two modules import each other, directly or around a circle, counting every import: at module level
+    and inside a function (a function-local import only hides a circle: client.py once imported genrm.py in a
+    function while genrm.py imported client.py's private _Coalescer)."""
+    graph: dict[str, dict[str, int]] = {}  # module -> {imported module: line}
     for name, path in MODULES.items():
-        edges = set()
-        for target, at_top, _ in imports(path):
+        edges: dict[str, int] = {}
+        for target, _, line in imports(path):
             resolved = known(target, set(MODULES))
-            if at_top and resolved and resolved != name and not name.startswith(resolved + "."):
-                edges.add(resolved)
+            if resolved and resolved != name and not name.startswith(resolved + "."):
+                edges.setdefault(resolved, line)
         graph[name] = edges
     # a package's __init__ importing its submodules is how packages work; a submodule importing the
     # package's __init__ back (or two modules importing each other) is a cycle
@@ -148,7 +151,8 @@ def test_module_level_imports_form_no_cycle():
     for v in graph:
         if v not in index:
             visit(v)
-    assert not cycles, cycles
+    where = [f"{MODULES[a].relative_to(ROOT.parent)}:{graph[a][b]}: {a} imports {b}" for c in cycles for a in c for b in c if b in graph[a]]
+    assert not cycles, "import cycles (make the dependency go one way; move what both need to a module below them):\n" + "\n".join(where)
 
 
 # Function-local imports of the package ------------------------------------------------------------
@@ -309,3 +313,18 @@ def test_only_commands_import_the_command_line_package():
                             if (known(target, set(MODULES)) or "").startswith("pluie_reward.tools.cli")}):
             wrong.append(f"{path.relative_to(ROOT.parent)}:{line}: {name} imports the command-line package")
     assert not wrong, "\n".join(wrong)
+
+
+LINE_CAP = 25_000
+
+
+def test_the_package_stays_under_its_line_cap():
+    """The package (``pluie_reward/**/*.py``, every line: code, docstrings, comments and blank lines, as
+    ``find pluie_reward -name '*.py' | xargs cat | wc -l`` counts them) holds at most LINE_CAP lines."""
+    lines = sum(path.read_text(encoding="utf-8").count("\n") for path in ROOT.rglob("*.py"))
+    assert lines <= LINE_CAP, (
+        f"the package holds {lines} lines, {lines - LINE_CAP} over its cap of {LINE_CAP}: pay for what you add by deleting "
+        "dead code (functions, parameters and branches nothing calls), reusing a function that already does the job, or "
+        "calling the standard library or a dependency instead of a hand-written twin; never by stripping docstrings, "
+        "examples or bad-input checks, nor by packing lines (docs/architecture.md)."
+    )

@@ -82,12 +82,14 @@ def test_every_family_runs_on_a_tiny_judge(tiny_judge):
     rows = summarize(records, tiny_judge.threshold)
     assert [r["family"] for r in rows] == family_names()
     counts = {r["family"]: r["n"] for r in rows}
-    assert counts == {  # per source, by hand: 1 1 1 2 3 2 3 2 2 1 2 3 5 3 3 10 4, and 1 meaning flip of each honest answer
-        "honest": 2, "unrelated": 2, "copy": 2, "copy_case": 4, "copy_spacing": 6, "copy_punctuation": 4,
-        "copy_zero_width": 6, "copy_homoglyph": 4, "repeat": 4, "append_unrelated": 2, "truncation": 4,
-        "empty": 6, "answer_word": 10, "delimiter": 6, "instruction": 6, "master_key": 20, "control_token": 8,
-        "meaning_flip": 2, "addition": 4, "presentation_layout": 8, "presentation_quotes": 4,
-        "presentation_emphasis": 4, "presentation_label": 4, "presentation_period": 2,
+    assert counts == {  # per source, by hand: 1 1 1 2 3 2 3 2 3 6 2 2 6 1 2 3 5 3 3 10 4, a meaning flip of each honest answer...
+        "honest": 2, "unrelated": 2, "copy": 2, "copy_case": 4, "copy_spacing": 6, "copy_punctuation": 4, "copy_zero_width": 6,
+        "copy_homoglyph": 4, "copy_lookalike": 6, "copy_separator": 12, "copy_accents": 4, "repeat": 4, "copy_wrapped": 12,
+        "append_unrelated": 2, "truncation": 4, "empty": 6, "answer_word": 10, "delimiter": 6, "instruction": 6,
+        "master_key": 20, "control_token": 8, "meaning_flip": 2, "addition": 4, "presentation_layout": 8,
+        "presentation_period": 6, "presentation_line_break": 1,  # ... and a line break only where there is a comma
+        "presentation_emphasis": 6, "presentation_quotes": 6, "presentation_twice": 4, "presentation_note": 6,
+        "presentation_label": 4, "presentation_preamble": 4,
     }
     assert all(math.isfinite(r["score"]) for r in records)
     assert {r["family"]: r["guarded"] for r in rows}["control_token"] == 1.0
@@ -103,7 +105,8 @@ def test_every_family_runs_on_a_tiny_judge(tiny_judge):
     table = markdown_report(rows)
     assert table.count("\n") == len(rows) + 1 and "| honest | reference | 2 |" in table
     # the copy-proof reward of para-fs (paraphrase): every copy-kind hypothesis, repeats included, gets 0,
-    # whatever this random judge says; the honest answers p_yes x min(1, novelty / 0.3)
+    # whatever this random judge says (look-alikes of any script, separators, wrapped copies included); the honest answers
+    # p_yes x min(1, novelty / 0.3)
     assert all(r["copy_proof"] == 0.0 for r in records if r["kind"] == "copy")
     for r in records:
         if r["family"] == "honest":
@@ -139,7 +142,7 @@ def test_summarize_by_hand():
     # a score equal to the honest answer's is not above it (the copy-proof reward's ties count, above)
     tie = summarize([{"family": "copy", "kind": "copy", "score": 0.5, "honest_score": 0.5, "novelty": 0.0, "guarded": False,
                       "copy_proof": 0.25, "honest_copy_proof": 0.25}])[0]
-    assert (tie["above_honest"], tie["change"], tie["copy_proof_above_honest"], tie["copy_proof_change"]) == (0.0, 0.0, 1.0, 0.0)
+    assert (tie["above_honest"], tie["copy_proof_above_honest"]) == (0.0, 1.0)
 
 
 def test_sources_keep_the_optional_fields_given_as_text():
@@ -292,32 +295,17 @@ def test_the_progress_line_moves_per_chunk_of_hypotheses(tiny_judge, capsys):
     assert [r["score"] for r in records] == pytest.approx(want, abs=1e-4)
 
 
-def test_presentation_families_edit_the_honest_answer_and_report_the_change(tiny_judge):
-    """The presentation edits, written by hand; layout moves no score (the judge cleans it), the other edits are
-    reported as their change against the honest answer, computed here from the judge's own scores."""
+def test_presentation_families_edit_the_honest_answer_and_layout_changes_nothing(tiny_judge):
+    """The presentation edits of the honest answer, written by hand (the others: tests/test_probe_search.py); layout
+    moves no score and no copy-proof reward (the judge cleans it); they are not gated by default, as copies."""
     fs = ProbeContext.build("para-fs", make_tiny_tokenizer())
     item = SourceItem({"source": "The cat sleeps."}, "The cat sleeps.", "A cat is asleep.", "u")
     assert generate("presentation_layout", fs, item) == ["A cat is asleep.\n", "  A cat is asleep. ", "\n\nA cat is asleep.\n\n",
                                                           "A  cat  is  asleep."]
-    assert generate("presentation_quotes", fs, item) == ['"A cat is asleep."', "\u201cA cat is asleep.\u201d"]
-    assert generate("presentation_emphasis", fs, item) == ["**A cat is asleep.**", "*A cat is asleep.*"]
-    assert generate("presentation_label", fs, item) == ["Paraphrase: A cat is asleep.", "Here is the paraphrase: A cat is asleep."]
-    assert generate("presentation_period", fs, item) == ["A cat is asleep"]
-    assert generate("presentation_period", fs, SourceItem({"source": "s"}, "s", "No stop", "u")) == ["No stop."]
-    assert generate("presentation_label", ProbeContext.build("para-fs-fr", make_tiny_tokenizer()), item)[0] == "Paraphrase : A cat is asleep."
+    assert generate("presentation_period", fs, item) == ["A cat is asleep", "A cat is asleep!", "A cat is asleep..."]
     assert family_kind("presentation_label") == "presentation"
-
-    families = ["presentation_layout", "presentation_label"]
-    records = probe_items(tiny_judge, "para-fs", SOURCES, HONEST, families=families)
-    rows = {r["family"]: r for r in summarize(records, tiny_judge.threshold)}
-    layout = rows["presentation_layout"]
-    assert abs(layout["change"]) < 1e-5 and abs(layout["max_change"]) < 1e-5 and abs(layout["copy_proof_max_change"]) < 1e-6
-    honest = {r["source_index"]: r["score"] for r in records if r["family"] == "honest"}
-    labelled = [r for r in records if r["family"] == "presentation_label"]
-    deltas = [r["score"] - honest[r["source_index"]] for r in labelled]
-    assert rows["presentation_label"]["change"] == pytest.approx(sum(deltas) / len(deltas))
-    assert rows["presentation_label"]["max_change"] == pytest.approx(max(deltas))
-    assert rows["presentation_label"]["above_honest"] == sum(d > 0 for d in deltas) / len(deltas)
-    table = markdown_report(list(rows.values()))
-    assert "| Δ score | max Δ score | Δ copy-proof | max Δ copy-proof |" in table
-    assert failing_families(list(rows.values()), 0.0) == []  # not gated by default, as copies; --fail-on names them
+    records = probe_items(tiny_judge, "para-fs", SOURCES, HONEST, families=["presentation_layout", "presentation_label"])
+    layout = [r for r in records if r["family"] == "presentation_layout"]
+    assert len(layout) == 8 and all(abs(r["score"] - r["honest_score"]) < 1e-5 for r in layout)
+    assert all(abs(r["copy_proof"] - r["honest_copy_proof"]) < 1e-6 for r in layout)
+    assert failing_families(summarize(records, tiny_judge.threshold), 0.0) == []

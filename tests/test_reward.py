@@ -186,15 +186,16 @@ def test_edit_distance_and_novelty_by_hand():
     assert edit_distance([], ["a", "b"]) == 2
     assert novelty_score("The cat sleeps.", "The cat sleeps.") == 0.0
     assert novelty_score("The cat sleeps.", "the CAT sleeps .") == 0.0  # case and spacing are not novelty
-    # [the, cat, sleeps, .] -> [a, cat, is, asleep, .]: 2 substitutions + 1 insertion over 5 words
-    assert novelty_score("The cat sleeps.", "A cat is asleep.") == pytest.approx(3 / 5)
+    # [the, cat, sleeps] -> [a, cat, is, asleep]: 2 substitutions + 1 insertion over 4 words (punctuation is no word)
+    assert novelty_score("The cat sleeps.", "A cat is asleep.") == pytest.approx(3 / 4)
+    assert novelty_score("The cat sleeps.", "The cat, sleeps!!") == 0.0  # nor are punctuation marks
     assert novelty_score("The cat sleeps.", "Dogs bark loudly") == 1.0
     assert novelty_score("The cat sleeps.", "") == 0.0  # generating nothing is not novelty
 
 
 def test_novelty_reward_contract():
     conv = [[{"role": "assistant", "content": "A cat is asleep."}], [{"role": "assistant", "content": "The cat sleeps."}]]
-    assert novelty(prompts=["p", "p"], completions=conv, source=["The cat sleeps."] * 2) == pytest.approx([0.6, 0.0])
+    assert novelty(prompts=["p", "p"], completions=conv, source=["The cat sleeps."] * 2) == pytest.approx([0.75, 0.0])
     from_prompt = NoveltyReward("prompt")(prompts=["The cat sleeps."], completions=["The cat sleeps."])
     assert from_prompt == [0.0]
     with pytest.raises(KeyError, match=r"'source', which is not in the batch. Available columns: \['src', 'prompt'\]"):
@@ -203,12 +204,12 @@ def test_novelty_reward_contract():
 
 
 def test_novelty_up_to_a_target():
-    # [the, cat, sleeps, on, the, mat, .]: "A cat sleeps on the mat." changes 1 word of 7 -> 1/7, "/ 0.3" -> 0.476;
+    # [the, cat, sleeps, on, the, mat]: "A cat sleeps on the mat." changes 1 word of 6 -> 1/6, "/ 0.3" -> 0.556;
     # "On the mat, the cat sleeps." -> novelty 0.75 >= 0.3 -> 1.0 (capped); a copy -> 0
     capped = NoveltyReward("source", "novelty_to_target", target=0.3)
     got = capped(completions=["A cat sleeps on the mat.", "On the mat, the cat sleeps.", "the cat sleeps on the mat"],
                  source=["The cat sleeps on the mat."] * 3)
-    assert got == pytest.approx([(1 / 7) / 0.3, 1.0, 0.0])
+    assert got == pytest.approx([(1 / 6) / 0.3, 1.0, 0.0])
     assert capped.__name__ == "novelty_to_target" and pickle.loads(pickle.dumps(capped)).target == 0.3
     for bad in (0, 1.5, True, "0.3"):
         with pytest.raises(ValueError, match="target must be a novelty in"):

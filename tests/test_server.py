@@ -123,7 +123,7 @@ BAD = [
     ("malformed json", "/score", '{"source": ["a"], "hypothesis": ', AUTH, 422, "JSON"),
     ("wrong field name", "/score", {"src": ["a"], "hypothesis": ["b"]}, AUTH, 422, "unknown field(s) ['src']"),
     ("missing field", "/score", {"hypothesis": ["b"]}, AUTH, 422, "missing field(s) ['source']"),
-    ("not an object", "/score", [1, 2], AUTH, 422, "dictionary"),
+    ("not an object", "/score", [1, 2], AUTH, 422, "the body must be a JSON object, got a list ([1, 2])."),
     ("non-string item", "/score", {"source": [1], "hypothesis": ["b"]}, AUTH, 422, "expected a string"),
     ("null item", "/score", {"source": ["a"], "hypothesis": [None]}, AUTH, 422, "item 0"),
     ("unequal lengths", "/score", {"source": ["a", "b"], "hypothesis": ["c"]}, AUTH, 422, "different lengths"),
@@ -154,6 +154,33 @@ def test_bad_requests_get_4xx_with_a_message(server, path, body, headers, status
     )
     assert response.status_code == status, response.text
     assert message in response.text
+
+
+QUERY = "a list of strings, one per sample (its prompt and response)"
+REWARD_TYPE_ERRORS = [  # every field of /get_reward's body, given the wrong JSON type: the message written out here
+    ({"query": "abc"}, f"field 'query' must be {QUERY}, got a string (\"abc\")."),
+    ({"query": ["a", 3]}, f"field 'query' must be {QUERY}: item 1 is a number (3)."),
+    ({"queries": ["abc"]}, f"field 'query' is missing: it must be {QUERY}."),
+    ({"query": ["abc"], "prompts": "a"}, "field 'prompts' must be a list of strings, one prompt per query (or null), got a string (\"a\")."),
+    ({"query": ["abc"], "prompts": [None]}, "field 'prompts' must be a list of strings, one prompt per query (or null): item 0 is null."),
+    ({"query": ["abc"], "labels": "text"},
+     "field 'labels' must be a list of the queries' labels (their source texts; or null), got a string (\"text\")."),
+    ({"query": ["abc"], "rm_reward": 1}, "field 'rm_reward' must be a string naming this request's reward, e.g. 'paraphrase' (or null), "
+                                         "got a number (1)."),
+    ({"query": ["abc"], "rm_reward": True}, "field 'rm_reward' must be a string naming this request's reward, e.g. 'paraphrase' "
+                                            "(or null), got a boolean (true)."),
+    ([{"query": ["abc"]}], "the body must be a JSON object, got a list ([{\"query\": [\"abc\"]}])."),
+    ("{oops", "the body is not valid JSON (Expecting property name enclosed in double quotes at character 1)."),
+]
+
+
+@pytest.mark.parametrize("body, message", REWARD_TYPE_ERRORS, ids=[m.split(" must")[0].split(" is")[0] for _, m in REWARD_TYPE_ERRORS])
+def test_get_reward_type_errors_are_one_sentence_naming_the_field(server, body, message):
+    """A field of the wrong type is answered as every other error of the server: 422 and one sentence saying which field
+    (and item) and what it must be, not pydantic's array of errors."""
+    content = body if isinstance(body, str) else json.dumps(body)
+    response = httpx.post(server.url + "/get_reward", content=content, headers={**AUTH, "content-type": "application/json"}, timeout=60)
+    assert (response.status_code, response.json()) == (422, {"detail": message})
 
 
 def test_body_without_json_content_type_gets_a_hint(server):

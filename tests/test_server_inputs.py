@@ -131,6 +131,30 @@ def test_client_batches_above_the_server_limit_are_split(server, tiny_judge):
     assert err.value.status == 413
 
 
+def test_remote_reward_learns_the_server_item_limit_once(server, tiny_judge):
+    """RemotePluieReward reads the server's item limit (4) from /health at its first call and cuts its requests to it:
+    two calls of 9 items send 3 + 3 requests, none refused, and read /health once (each call used to be refused with
+    413 and read /health again)."""
+    sources, hypotheses = SOURCES * 3, HYPOTHESES * 3
+    want = tiny_judge.score("para-fs", source=sources, hypothesis=hypotheses, use_cache=False)
+    remote = RemotePluieReward(server.url, chunk_size=256)
+    before = metrics(server)["requests"]
+    for _ in range(2):
+        assert asyncio.run(remote(completions=hypotheses, source=sources)) == pytest.approx(want, abs=TOL)
+    after = metrics(server)["requests"]
+    sent = {(key, name): after[key].get(name, 0) - before[key].get(name, 0) for key, name in
+            (("by_path", "/score"), ("by_path", "/health"), ("by_status", "413"))}
+    assert sent == {("by_path", "/score"): 6, ("by_path", "/health"): 1, ("by_status", "413"): 0}
+    assert remote.request_items == 4 and remote.chunk_size == 256
+
+
+def test_compute_score_batch_reads_its_completions_once(server, tiny_judge):
+    """verl's solution_strs are read once: a generator gives the same scores as a list."""
+    want = tiny_judge.score("para-fs", source=SOURCES, hypothesis=HYPOTHESES, use_cache=False)
+    assert compute_score_batch(["d"] * 3, (h for h in HYPOTHESES), SOURCES, url=server.url) == pytest.approx(want, abs=TOL)
+    assert compute_score_batch([], iter([]), [], url=server.url) == []
+
+
 # item 2: configuration checked once; task names compare case-insensitively ---------------------
 def openrlhf_sample(response: str, source: str) -> tuple[str, str]:
     prompt = f"<|im_start|>user\nParaphrase: {source}<|im_end|>\n<|im_start|>assistant\n"

@@ -74,11 +74,11 @@ def test_copies_never_beat_accepted_novel_completions():
 
 
 def test_score_by_hand():
-    # "The cat sleeps ." -> "A cat is asleep .": the -> a, sleeps -> is, + asleep: 3 edits over 5 tokens
+    # "The cat sleeps" -> "A cat is asleep": the -> a, sleeps -> is, + asleep: 3 edits over 4 words
     assert copy_proof_score(0.8, "The cat sleeps.", "A cat is asleep.") == pytest.approx(0.8)
-    assert copy_proof_score(0.8, "The cat sleeps.", "A cat is asleep.", target=0.9) == pytest.approx(0.8 * 0.6 / 0.9)
-    # "the cat sleeps on the mat ." -> "... a mat .": 1 edit over 7 tokens, below the 0.3 target
-    assert copy_proof_score(0.9, "The cat sleeps on the mat.", "The cat sleeps on a mat.") == pytest.approx(0.9 * (1 / 7) / 0.3)
+    assert copy_proof_score(0.8, "The cat sleeps.", "A cat is asleep.", target=0.9) == pytest.approx(0.8 * 0.75 / 0.9)
+    # "the cat sleeps on the mat" -> "... a mat": 1 edit over 6 words, below the 0.3 target
+    assert copy_proof_score(0.9, "The cat sleeps on the mat.", "The cat sleeps on a mat.") == pytest.approx(0.9 * (1 / 6) / 0.3)
     # an empty, blank or word-less completion: 0 whatever the judge says
     for text in ("", " ", "\n", "...", ":", "\u200b"):
         assert copy_proof_score(1.0, "The cat sleeps.", text) == 0.0
@@ -164,15 +164,17 @@ def test_reward_is_the_judge_probability_gated_by_novelty(tiny_judge):
     metrics, extra = {}, {}
     got = reward(prompts=["p"] * 4, completions=[[{"role": "assistant", "content": c}] for c in completions], src=sources,
                  log_metric=metrics.__setitem__, log_extra=extra.__setitem__)
-    logratios = tiny_judge.score("para-fs", source=sources, hypothesis=completions, use_cache=False)
-    # novelty by hand: 0.6 (above), a disguised copy 0, empty 0; "at night the dog barks loudly ." vs
-    # "the dog barks at night .": 7 tokens, 4 edits
-    novelty = [0.6, 0.0, 0.0, 4 / 7]
+    # the judge reads each completion's reading: the final punctuation as the source's
+    readings = ["A cat is asleep.", "the CAT sleeps.", "", "At night the dog barks loudly."]
+    logratios = tiny_judge.score("para-fs", source=sources, hypothesis=readings, use_cache=False)
+    # novelty by hand: 3/4 (above), a disguised copy 0, empty 0; "at night the dog barks loudly" vs
+    # "the dog barks at night": 6 words, 4 edits (insert "at night", then "at night" -> "loudly": 1 change, 1 deletion)
+    novelty = [0.75, 0.0, 0.0, 4 / 6]
     assert got == pytest.approx([logistic(x) * min(1, v / 0.3) for x, v in zip(logratios, novelty)], abs=1e-4)
     assert got[1] == got[2] == 0.0 and got[0] > 0 and got[3] > 0
     assert reward.__name__ == "paraphrase"
     assert metrics["paraphrase/copy_rate"] == 0.25
-    assert metrics["paraphrase/novelty"] == pytest.approx((0.6 + 4 / 7) / 4)
+    assert metrics["paraphrase/novelty"] == pytest.approx((0.75 + 4 / 6) / 4)
     assert metrics["paraphrase/accept_rate"] == sum(x > 0 for x in logratios) / 4
     assert metrics["paraphrase/accepted_novel_rate"] == sum(x > 0 for x in (logratios[0], logratios[3])) / 4
     assert extra["paraphrase/novelty"] == pytest.approx(novelty, abs=1e-4)

@@ -279,6 +279,25 @@ def test_concurrent_score_calls_on_one_judge(tokenizer):
     assert all(m.training for m in judge.model.modules())
 
 
+def test_a_data_parallel_wrapper_is_unwrapped_as_peft_is_by_every_reader(tokenizer):
+    """compat.base_model unwraps (Distributed)DataParallel's .module and PEFT alike, for every reader: the
+    checkpointing flag, the forward's parameters and the scoring lock a trainer's wrapped policy shares with the
+    judge are the transformers model's (each reader used to unwrap its own way: the lock and the flag missed .module)."""
+    from peft import LoraConfig, get_peft_model
+
+    from pluie_reward.engines.transformers.compat import base_model, checkpointing_on, enable_checkpointing, forward_parameters
+    from pluie_reward.engines.transformers.engine import model_lock
+
+    model = make_tiny_causal_lm(tokenizer, seed=14)
+    wrapped = torch.nn.DataParallel(get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM")))
+    assert base_model(wrapped) is model and base_model(model) is model
+    assert model_lock(wrapped) is model_lock(model)
+    assert checkpointing_on(wrapped) is False
+    enable_checkpointing(wrapped)
+    assert checkpointing_on(model) is True
+    assert "input_ids" in forward_parameters(wrapped)
+
+
 def test_other_forwards_of_the_model_are_unchanged_while_scoring(tokenizer):
     model = make_tiny_causal_lm(tokenizer, seed=13)
     judge = Judge.from_model(model, tokenizer)

@@ -103,3 +103,23 @@ def library(module: str, what: str) -> ModuleType:
         return importlib.import_module(module)
     except ModuleNotFoundError as err:
         raise missing_extra(err, what) from None
+
+
+def invalid_text(value: str) -> str | None:
+    """Why a string is not valid Unicode text, which can be neither tokenized nor sent as JSON (a lone surrogate,
+    e.g. from JSON ``"\\ud800"``), in the words every path uses (the judge, its clients, the commands), else None.
+
+    Example:
+        >>> invalid_text("A cat.") is None
+        True
+        >>> print(invalid_text("A cat\\ud800."))  # doctest: +ELLIPSIS
+        character 5 is a lone surrogate (\\ud800), which is not valid Unicode text; fix the text (e.g. decode ...
+    """
+    if value.isascii():
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return (f"character {err.start} is a lone surrogate ({ascii(value[err.start])[1:-1]}), which is not valid Unicode "
+                "text; fix the text (e.g. decode the original bytes with errors='replace')")
+    return None

@@ -50,7 +50,8 @@ try:
 except ModuleNotFoundError as err:
     raise missing_extra(err, "pluie-reward's HTTP client (RemotePluieReward, Judge.connect, verl's compute_score)") from None
 
-__all__ = ["RETRY_STATUS", "AsyncHTTPClient", "HTTPClient", "HTTPConfig", "RemoteError", "Replica", "retry_after", "server_message"]
+__all__ = ["RETRY_STATUS", "AsyncHTTPClient", "HTTPClient", "HTTPConfig", "RemoteError", "Replica", "base_url", "retry_after",
+           "server_message"]
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 DETAIL_CHARS = 1000
@@ -174,6 +175,17 @@ def server_message(response: httpx.Response) -> str:
             if said:
                 return (said if isinstance(said, str) else jsonlib.dumps(said, ensure_ascii=False))[:DETAIL_CHARS]
     return response.text[:DETAIL_CHARS] or response.reason_phrase
+
+
+def base_url(address: str) -> str:
+    """The base URL of an address given as ``host:port``, ``[ipv6]:port`` or a URL (verl's ``reward_router_address``).
+
+    Example:
+        >>> base_url("10.0.0.5:40123"), base_url("[::1]:8000"), base_url("http://judge:8000/")
+        ('http://10.0.0.5:40123', 'http://[::1]:8000', 'http://judge:8000')
+    """
+    address = str(address).strip().rstrip("/")
+    return address if address.startswith(("http://", "https://")) else f"http://{address}"
 
 
 def _urls(urls: str | Sequence[str]) -> list[Replica]:

@@ -16,6 +16,8 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from ..common.errors import invalid_text
+
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ROLES = {"system", "user", "assistant"}
 DEFAULT_TEMPLATE = "para-fs"
@@ -503,14 +505,7 @@ def normalize_fields(
                 continue
             if not isinstance(item, str):
                 raise TypeError(f"field {name!r}, item {index}: expected a string, got {type(item).__name__} ({item!r}).")
-            if not item.isascii():
-                try:
-                    item.encode("utf-8")
-                except UnicodeEncodeError as err:  # a lone surrogate, e.g. from JSON "\ud800": not tokenizable text
-                    raise ValueError(
-                        f"field {name!r}, item {index}: character {err.start} is a lone surrogate "
-                        f"({ascii(item[err.start])[1:-1]}), which is not valid Unicode text; fix the text "
-                        "(e.g. decode the original bytes with errors='replace')."
-                    ) from None
+            if invalid_text(item):
+                raise ValueError(f"field {name!r}, item {index}: {invalid_text(item)}.")
         out[name] = [v if v is None else clean_text(v) for v in items] if clean else items
     return out, n

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+import numpy as np
 import torch
 from tqdm import tqdm
 from transformers import StoppingCriteria, StoppingCriteriaList
@@ -170,33 +171,19 @@ class _TokenCount(StoppingCriteria):
 
 
 # statistics ---------------------------------------------------------------------------------
-def quantile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolation quantile of already sorted values (numpy's default method).
-
-    Example:
-        >>> quantile([1.0, 2.0, 3.0, 4.0], 0.5)
-        2.5
-    """
-    position = q * (len(sorted_values) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(sorted_values) - 1)
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
-
-
 def summarize(scores: Sequence[float], verdicts: Sequence[bool], quantiles: Sequence[float], prefix: str) -> dict[str, float]:
-    """The logged metrics: mean, accept rate and quantiles (``{prefix}_pluie_p10`` ...).
+    """The logged metrics: mean, accept rate and quantiles (``{prefix}_pluie_p10`` ...: ``numpy.quantile``, linear).
 
     Example:
         >>> summarize([0.0, 1.0, 2.0], [False, True, True], [0.5], "eval")
         {'eval_pluie_mean': 1.0, 'eval_pluie_accept_rate': 0.6666666666666666, 'eval_pluie_p50': 1.0}
     """
-    ordered = sorted(scores)
     metrics = {
         f"{prefix}_pluie_mean": sum(scores) / len(scores),
         f"{prefix}_pluie_accept_rate": sum(bool(v) for v in verdicts) / len(verdicts),
     }
     for q in quantiles:
-        metrics[f"{prefix}_pluie_p{round(q * 100):d}"] = quantile(ordered, q)
+        metrics[f"{prefix}_pluie_p{round(q * 100):d}"] = float(np.quantile(scores, q))
     return metrics
 
 

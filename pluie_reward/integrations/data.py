@@ -63,7 +63,8 @@ def score_dataset(
     (:func:`~pluie_reward.integrations.novelty.copy_proof_novelty` against the task's source
     field), ``{prefix}copy`` (:func:`~pluie_reward.integrations.novelty.is_copy`) and
     ``{prefix}copy_proof`` (:func:`~pluie_reward.integrations.novelty.copy_proof_score`: the
-    reward of :class:`~pluie_reward.ParaphraseReward` and its siblings, 0 for a copy).
+    reward of :class:`~pluie_reward.ParaphraseReward` and its siblings, 0 for a copy); with a task the judge reads
+    each hypothesis' reading, as those rewards' judge does (:meth:`~pluie_reward.integrations.novelty.Task.read`).
 
     Args:
         columns: template field -> dataset column, for columns not named like the fields.
@@ -102,13 +103,15 @@ def score_dataset(
 
     def annotate(batch: dict[str, list], indices: list[int]) -> dict[str, list]:
         values = {field: batch[column] for field, column in mapping.items()}
+        judged = values if task is None else task.judged(values, judge.clean_text)  # a task's readings, as its reward's
         try:
-            results = judge.score(template, details=True, threshold=threshold, truncate=truncate, **values)
+            results = judge.score(template, details=True, threshold=threshold, truncate=truncate, **judged)
         except (TypeError, ValueError) as err:  # the judge counts items from the batch's start: name the dataset's row
             raise type(err)(_absolute_rows(str(err), indices)) from err
         out = {prefix + key: [r[key] for r in results] for key in SCORE_COLUMNS}
         if task is not None:
-            out.update(_copy_proof_columns(task, values[task.source_field], values["hypothesis"], out[prefix + "p_yes"], prefix))
+            out.update(_copy_proof_columns(task, values[task.source_field], values["hypothesis"], out[prefix + "p_yes"], prefix,
+                                           judge.clean_text))
         return out
 
     # The judge (a whole model) is not hashed for the fingerprint; a fresh one avoids stale caches.
@@ -150,11 +153,13 @@ def _task(template: Any, task: Any) -> Any:
     return task
 
 
-def _copy_proof_columns(task: Any, sources: list, hypotheses: list, p_yes: list, prefix: str) -> dict[str, list]:
+def _copy_proof_columns(task: Any, sources: list, hypotheses: list, p_yes: list, prefix: str, read: bool) -> dict[str, list]:
+    readings = task.readings(sources, hypotheses, read)  # what the judge read (Task.batch counts the same)
+    novelty = [task.novelty(s, r) for s, r in zip(sources, readings)]
     return {
-        prefix + "novelty": [task.novelty(s, h) for s, h in zip(sources, hypotheses)],
-        prefix + "copy": [task.is_copy(s, h) for s, h in zip(sources, hypotheses)],
-        prefix + "copy_proof": [task.score(p, s, h) for p, s, h in zip(p_yes, sources, hypotheses)],
+        prefix + "novelty": novelty,
+        prefix + "copy": [task.is_copy(s, r) for s, r in zip(sources, readings)],
+        prefix + "copy_proof": [task.score(*item) for item in zip(p_yes, sources, hypotheses, novelty, readings)],
     }
 
 

@@ -6,13 +6,14 @@ and ``--rm-reward paraphrase``, :class:`~pluie_reward.serving.client.RemotePluie
 
     reward = p_yes × min(1, novelty / target) × (1 − excess repetition) × min(1, length ratio / min_length)
 
-Texts are folded first (:func:`normalize_text`), so a disguised copy is a copy, then split by the one
-tokeniser, :func:`tokens`, whose word tokens are :func:`words`. Novelty counts edits over tokens; copies,
-repetition and lengths count words. Standard library only, so the HTTP clients compute the same values
-as the local rewards. docs/rewards.md explains the formula and how the targets were chosen.
+Texts are compared as a reader reads them: :func:`words` folds case, accents, invisible characters, compatibility
+forms, small capitals and look-alike letters (Unicode's confusables) and splits at every character that is not a
+letter, a mark or a digit; a word mixing scripts that the source does not hold is a disguise (:func:`is_disguised`).
+Novelty, copies, repetition and lengths count those words. No torch, transformers or yaml, so the HTTP clients
+compute the same values as the local rewards. docs/rewards.md explains the formula and how the targets were chosen.
 
 Example:
-    >>> copy_proof_score(0.99, "The cat sleeps.", "THE CAT SLEEPS!"), copy_proof_score(0.6, "The cat sleeps.", "A cat is asleep.")
+    >>> copy_proof_score(0.99, "The cat sleeps.", "THE_CAT_SLEEPS!"), copy_proof_score(0.6, "The cat sleeps.", "A cat is asleep.")
     (0.0, 0.6)
     >>> TASKS["paraphrase"].batch([0.99, 0.6], [True, True], ["The cat sleeps."] * 2,
     ...                           ["The cat sleeps.", "A cat is asleep."]).rewards
@@ -22,112 +23,16 @@ Example:
 from __future__ import annotations
 
 import math
-import re
-import unicodedata
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
+
+from .reading import FINAL_MODES, read_completion
+from .skeleton import compare, is_invisible, normalize_text, words
 
 __all__ = ["Task", "TASKS", "TEMPLATE_TASKS", "TaskScores", "task_of", "resolve_task", "normalize_text", "is_invisible",
-           "CONFUSABLES", "tokens", "words", "edit_distance", "same_words", "contains_words", "repetition",
+           "is_disguised", "words", "edit_distance", "same_words", "contains_words", "repetition",
            "is_copy", "novelty_score", "copy_proof_novelty", "novelty_credit", "check_sources", "check_blank_sources", "check_target",
            "check_min_length", "length_factor", "copy_proof_score"]
-
-
-# --- disguised copies: the text a reader sees --------------------------------------------------------
-# Characters that render as nothing (or as blank space) but are not whitespace: format characters
-# (category Cf: zero-width space/joiners, word joiner, soft hyphen, BOM, bidi controls, tag characters)
-# are removed by category; these are the invisible ones of other categories.
-_INVISIBLE_EXTRA = {
-    0x034F,  # combining grapheme joiner (Mn)
-    0x115F, 0x1160, 0x3164, 0xFFA0,  # Hangul fillers (Lo)
-    0x17B4, 0x17B5,  # Khmer inherent vowels (Mn)
-    0x2800,  # braille pattern blank (So)
-}
-_VARIATION_SELECTORS = (range(0xFE00, 0xFE10), range(0xE0100, 0xE01F0))
-# Latin look-alikes from other scripts, after case folding (a small subset of Unicode's confusables.txt:
-# Cyrillic and Greek letters that render like a Latin letter, in either case, in common fonts). The
-# table is applied to case-folded text so a source and its copy fold the same way whatever their case.
-# NFKC already folds full-width and mathematical letters; it leaves these alone.
-CONFUSABLES = {
-    # Cyrillic
-    "а": "a", "в": "b", "с": "c", "ԁ": "d", "е": "e", "һ": "h", "н": "h", "і": "i", "ј": "j", "к": "k",
-    "ӏ": "l", "м": "m", "о": "o", "р": "p", "ԛ": "q", "ѕ": "s", "т": "t", "у": "y", "ү": "y", "х": "x",
-    "ԝ": "w",
-    # Greek
-    "α": "a", "β": "b", "ϲ": "c", "ε": "e", "ζ": "z", "η": "h", "ι": "i", "κ": "k", "μ": "m", "ν": "v",
-    "ο": "o", "ρ": "p", "τ": "t", "υ": "y", "χ": "x",
-    # Latin letters that look like other Latin letters
-    "ı": "i", "ɡ": "g", "ɑ": "a", "ǀ": "l",
-}
-_CONFUSABLE_TABLE = str.maketrans(CONFUSABLES)
-_WHITESPACE = re.compile(r"\s+")
-
-
-def is_invisible(char: str) -> bool:
-    """Whether a character renders as nothing although it is not whitespace (zero-width space, joiners,
-    soft hyphen, BOM, bidi and tag characters, variation selectors, Hangul fillers...).
-
-    Example:
-        >>> is_invisible("\\u200b"), is_invisible("\\u00ad"), is_invisible(" "), is_invisible("a")
-        (True, True, False, False)
-    """
-    code = ord(char)
-    return unicodedata.category(char) == "Cf" or code in _INVISIBLE_EXTRA or any(code in block for block in _VARIATION_SELECTORS)
-
-
-def normalize_text(text: str) -> str:
-    """The text a reader sees, folded for copy detection: invisible characters removed, compatibility
-    forms (NFKC: full-width, ligatures, mathematical letters), accents on Latin/Greek/Cyrillic letters
-    and case folded, Cyrillic/Greek look-alikes of Latin letters mapped to them (:data:`CONFUSABLES`),
-    whitespace collapsed.
-
-    Args:
-        text: any string.
-
-    Returns:
-        The folded string.
-
-    Example:
-        >>> normalize_text("T\\u200bh\\u200be  Cаt\\u00ad sleeps.")   # zero-width space, Cyrillic а, soft hyphen
-        'the cat sleeps.'
-        >>> normalize_text("Ｔｈｅ café") == normalize_text("the cafe")
-        True
-    """
-    out = []
-    for char in unicodedata.normalize("NFKD", text):
-        if is_invisible(char):
-            continue
-        if unicodedata.category(char) == "Mn" and out and ord(out[-1]) < 0x0530:
-            continue  # an accent on a Latin, Greek or Cyrillic letter
-        out.append(char)
-    folded = unicodedata.normalize("NFKC", "".join(out)).casefold().translate(_CONFUSABLE_TABLE)
-    return _WHITESPACE.sub(" ", folded).strip()
-
-
-# --- the tokeniser ---------------------------------------------------------------------------------------
-_TOKEN = re.compile(r"\w+|[^\w\s]")
-_WORD_START = re.compile(r"\w")
-
-
-def tokens(text: str) -> list[str]:
-    """The package's one word tokeniser: the tokens of :func:`normalize_text` (``text`` folded), each
-    a run of letters, digits and underscores (a word) or one punctuation mark.
-
-    Example:
-        >>> tokens("The CAT, asleep.")
-        ['the', 'cat', ',', 'asleep', '.']
-    """
-    return _TOKEN.findall(normalize_text(text))
-
-
-def words(text: str) -> list[str]:
-    """The word tokens of :func:`tokens` (punctuation left out).
-
-    Example:
-        >>> words("The CAT -- sleeps!!")
-        ['the', 'cat', 'sleeps']
-    """
-    return [token for token in tokens(text) if _WORD_START.match(token)]
 
 
 # --- copies and repetition ------------------------------------------------------------------------------
@@ -149,11 +54,22 @@ def edit_distance(a: Sequence[Any], b: Sequence[Any]) -> int:
     return previous[-1]
 
 
+def is_disguised(source: str, hypothesis: str) -> bool:
+    """Whether ``hypothesis`` holds a word that mixes scripts (:func:`~pluie_reward.integrations.skeleton.mixes_scripts`)
+    and is not a word of ``source``: a disguise (a Latin word with an Armenian or Greek letter in it) that no rewriting
+    needs. A copy-proof reward gives it 0, as a copy.
+
+    Example:
+        >>> is_disguised("The heavy rain.", "The heաvy rain."), is_disguised("Heաvy rain.", "The heաvy rain.")
+        (True, False)
+    """
+    return compare(source, hypothesis)[2]
+
+
 def same_words(a: str, b: str) -> bool:
-    """Whether ``b`` is ``a`` up to case, spacing, punctuation, invisible characters, accents and
-    homoglyphs: a copy, for a reward that must not pay for copying. Word boundaries made of
-    punctuation count as punctuation: "peer-to-peer" with its hyphens removed ("peertopeer") is the
-    same text.
+    """Whether ``b`` is ``a`` up to case, spacing, punctuation and separators, invisible characters, accents and
+    look-alikes (:func:`words`): a copy, for a reward that must not pay for copying. Word boundaries count as
+    separators: "peer-to-peer" with its hyphens removed ("peertopeer") is the same text.
 
     Example:
         >>> same_words("The cat sleeps.", "the   cat, SLEEPS")
@@ -163,7 +79,8 @@ def same_words(a: str, b: str) -> bool:
         >>> same_words("The cat sleeps.", "The cat slept.")
         False
     """
-    return "".join(words(a)) == "".join(words(b))
+    known, read, _ = compare(a, b)
+    return "".join(known) == "".join(read)
 
 
 def contains_words(a: str, b: str) -> bool:
@@ -177,24 +94,25 @@ def contains_words(a: str, b: str) -> bool:
         >>> contains_words("The cat sleeps.", "The cat sleeps."), contains_words("The cat sleeps.", "The cat still sleeps.")
         (False, False)
     """
-    whole, part = words(b), words(a)
+    part, whole, _ = compare(a, b)
     if not part or len(whole) <= len(part):
         return False
     return any(whole[i : i + len(part)] == part for i in range(len(whole) - len(part) + 1))
 
 
 def is_copy(source: str, hypothesis: str, *, source_inside_is_copy: bool = True) -> bool:
-    """Whether ``hypothesis`` is a copy of ``source``: the same words up to case, spacing,
-    punctuation, invisible characters, accents and homoglyphs (:func:`same_words`)
+    """Whether ``hypothesis`` is a copy of ``source``: the same words up to case, spacing, separators,
+    invisible characters, accents and look-alikes (:func:`same_words`), a disguise (:func:`is_disguised`)
     or, with ``source_inside_is_copy``, the whole source with more around it.
 
     Example:
-        >>> is_copy("The cat sleeps.", "the cat  sleeps"), is_copy("The cat sleeps.", "The cat sleeps. The cat sleeps.")
+        >>> is_copy("The cat sleeps.", "the_cat  sleeps"), is_copy("The cat sleeps.", "The cat sleeps. The cat sleeps.")
         (True, True)
         >>> is_copy("The cat sleeps.", "The cat sleeps. The cat sleeps.", source_inside_is_copy=False)
         False
     """
-    return same_words(source, hypothesis) or (source_inside_is_copy and contains_words(source, hypothesis))
+    return (same_words(source, hypothesis) or is_disguised(source, hypothesis)
+            or (source_inside_is_copy and contains_words(source, hypothesis)))
 
 
 def repetition(text: str, n: int = 3) -> float:
@@ -231,22 +149,21 @@ def repetition(text: str, n: int = 3) -> float:
 
 # --- novelty and the copy-proof score -------------------------------------------------------------------
 def novelty_score(source: str, hypothesis: str) -> float:
-    """1 - normalised edit similarity over :func:`tokens`: 0 for a copy of the source (disguised or not),
+    """1 - normalised edit similarity over :func:`words`: 0 for a copy of the source (disguised or not),
     1 when nothing is kept; 0 for a hypothesis without any word (generating nothing is not novelty).
 
     Example:
         >>> novelty_score("The cat sleeps.", "The cat sleeps.")
         0.0
-        >>> novelty_score("The cat sleeps.", "A cat is asleep.")
-        0.6
+        >>> novelty_score("The cat sleeps.", "A cat is asleep.")   # 3 edits over 4 words
+        0.75
         >>> novelty_score("The cat sleeps.", "T\u200bh\u200be \u0441at sleeps")  # zero-width spaces, Cyrillic с
         0.0
     """
-    if not words(hypothesis) or same_words(source, hypothesis):
+    known, read, _ = compare(source, hypothesis)
+    if not read or "".join(known) == "".join(read):
         return 0.0
-    a, b = tokens(source), tokens(hypothesis)
-    longest = max(len(a), len(b))
-    return edit_distance(a, b) / longest if longest else 0.0
+    return edit_distance(known, read) / max(len(known), len(read))
 
 
 def copy_proof_novelty(source: str, hypothesis: str, *, source_inside_is_copy: bool = True) -> float:
@@ -254,9 +171,9 @@ def copy_proof_novelty(source: str, hypothesis: str, *, source_inside_is_copy: b
 
     Example:
         >>> copy_proof_novelty("The cat sleeps.", "The cat sleeps. Dogs bark."), copy_proof_novelty("The cat sleeps.", "A cat is asleep.")
-        (0.0, 0.6)
+        (0.0, 0.75)
     """
-    if source_inside_is_copy and contains_words(source, hypothesis):
+    if is_disguised(source, hypothesis) or (source_inside_is_copy and contains_words(source, hypothesis)):
         return 0.0
     return novelty_score(source, hypothesis)
 
@@ -344,6 +261,8 @@ class Task:
         min_length: the share of the source's word count at or above which a completion's length costs
             nothing (below: the reward times ratio / min_length); None: no floor (translation, where
             languages differ in length, and revision, where simplifying shortens).
+        final: what the reading (:meth:`read`) makes of a completion's final punctuation: ``"source"`` the
+            source's, ``"missing"`` the source's where the completion has none, ``"keep"`` as written.
     """
 
     name: str
@@ -352,6 +271,45 @@ class Task:
     target: float
     source_inside_is_copy: bool = True
     min_length: float | None = None
+    final: str = "source"
+
+    def __post_init__(self) -> None:
+        if self.final not in FINAL_MODES:
+            raise ValueError(f"final must be one of {FINAL_MODES} (what the reading makes of a completion's final "
+                             f"punctuation), got {self.final!r}.")
+
+    def read(self, source: str, hypothesis: str) -> str:
+        """The reading of a completion that the judge reads and novelty and lengths count
+        (:func:`~pluie_reward.integrations.reading.read_completion` with this task's rule for final punctuation).
+
+        Example:
+            >>> TASKS["paraphrase"].read("The cat sleeps.", "Paraphrase: A cat is asleep"), TASKS["revision"].read("A b.", "**A c**")
+            ('A cat is asleep.', 'A c')
+        """
+        return read_completion(hypothesis, source, self.final)
+
+    def readings(self, sources: Sequence[Any], hypotheses: Sequence[Any], read: bool = True) -> list[Any]:
+        """:meth:`read` of each completion (``read=False``: the completions as given, as a judge with
+        ``clean_text=False`` reads them; an item that is not two strings is left for the judge's checks)."""
+        pairs = zip(sources, hypotheses)
+        return [self.read(s, h) if read and isinstance(s, str) and isinstance(h, str) else h for s, h in pairs]
+
+    def judged(self, fields: Mapping[str, Any], read: bool = True) -> dict[str, Any]:
+        """A request's template fields as the judge reads them: ``hypothesis`` replaced by its :meth:`readings` (a
+        string is shared by every item; fields of different lengths are left for the judge's checks).
+
+        Example:
+            >>> TASKS["paraphrase"].judged({"source": "The cat sleeps.", "hypothesis": ["**A cat is asleep**"]})
+            {'source': 'The cat sleeps.', 'hypothesis': ['A cat is asleep.']}
+        """
+        columns = [fields.get(name) for name in (self.source_field, "hypothesis")]
+        lengths = {len(c) for c in columns if isinstance(c, list)}
+        if not read or len(lengths) > 1:
+            return dict(fields)
+        n = lengths.pop() if lengths else 1
+        sources, hypotheses = (c if isinstance(c, list) else [c] * n for c in columns)
+        read_hypotheses = self.readings(sources, hypotheses)
+        return {**fields, "hypothesis": read_hypotheses if isinstance(columns[1], list) else read_hypotheses[0]}
 
     def novelty(self, source: str, hypothesis: str) -> float:
         """:func:`copy_proof_novelty` with this task's copy rule."""
@@ -361,9 +319,9 @@ class Task:
         """:func:`is_copy` with this task's copy rule."""
         return is_copy(source, hypothesis, source_inside_is_copy=self.source_inside_is_copy)
 
-    def score(self, p_yes: float, source: str, hypothesis: str, novelty: float | None = None) -> float:
+    def score(self, p_yes: float, source: str, hypothesis: str, novelty: float | None = None, reading: str | None = None) -> float:
         """:func:`copy_proof_score` with this task's target, copy rule and length floor (``novelty``: the
-        completion's :meth:`novelty`, when already computed).
+        completion's :meth:`novelty` of its ``reading``, when already computed).
 
         Example:
             >>> TASKS["paraphrase"].score(0.9, "The cat sleeps on the mat.", "On the mat, the cat sleeps.")
@@ -372,7 +330,7 @@ class Task:
             0.6716417910447761
         """
         return copy_proof_score(p_yes, source, hypothesis, target=self.target, source_inside_is_copy=self.source_inside_is_copy,
-                                min_length=self.min_length, novelty=novelty)
+                                min_length=self.min_length, novelty=novelty, reading=reading)
 
     def check_template(self, template: Any, who: str = "") -> None:
         """Check that ``template`` can give this task's reward: a Yes/No template (p_yes) with the fields
@@ -403,15 +361,17 @@ class Task:
                                  "naming its source field.")
 
     def batch(self, p_yes: Sequence[float], accepted: Sequence[bool], sources: Sequence[str],
-              hypotheses: Sequence[str]) -> "TaskScores":
+              hypotheses: Sequence[str], read: bool = True) -> "TaskScores":
         """The copy-proof rewards of a batch, their novelty and the metrics a copy-proof reward logs (every
-        path, local or remote, computes them here).
+        path, local or remote, computes them here). Copies, novelty and lengths count each completion's reading
+        (:meth:`read`, what the judge read), repetition the completion as written.
 
         Args:
-            p_yes: the judge's probability of "Yes" per completion.
+            p_yes: the judge's probability of "Yes" per completion (of its reading).
             accepted: the judge's verdict per completion (PLUIE above the threshold).
             sources: the texts the completions must not copy.
             hypotheses: the completions.
+            read: count the readings (False: the completions as given, for a judge with ``clean_text=False``).
 
         Returns:
             A :class:`TaskScores`; its ``metrics`` (empty for an empty batch) are ``accept_rate``,
@@ -425,26 +385,27 @@ class Task:
             >>> scores = TASKS["paraphrase"].batch([0.9, 0.8], [True, True], ["The cat sleeps on the mat."] * 2,
             ...                                    ["On the mat, the cat sleeps.", "THE CAT SLEEPS ON THE MAT!"])
             >>> scores.rewards, scores.novelty
-            ([0.9, 0.0], [0.75, 0.0])
+            ([0.9, 0.0], [1.0, 0.0])
             >>> scores.metrics
-            {'accept_rate': 1.0, 'copy_rate': 0.5, 'novelty': 0.375, 'accepted_novel_rate': 0.5, 'short_rate': 0.0}
+            {'accept_rate': 1.0, 'copy_rate': 0.5, 'novelty': 0.5, 'accepted_novel_rate': 0.5, 'short_rate': 0.0}
         """
         n = len(hypotheses)
         if not len(p_yes) == len(accepted) == len(sources) == n:
             raise ValueError(f"{self.name}: {len(p_yes)} p_yes, {len(accepted)} verdicts, {len(sources)} sources and "
                              f"{n} completions; give one of each per completion.")
-        novelty = [self.novelty(s, h) for s, h in zip(sources, hypotheses)]
-        rewards = [self.score(p, s, h, v) for p, s, h, v in zip(p_yes, sources, hypotheses, novelty)]
+        readings = self.readings(sources, hypotheses, read)
+        novelty = [self.novelty(s, r) for s, r in zip(sources, readings)]
+        rewards = [self.score(*item) for item in zip(p_yes, sources, hypotheses, novelty, readings)]
         if not n:
             return TaskScores(rewards, novelty, {})
         metrics = {
             "accept_rate": sum(map(bool, accepted)) / n,
-            "copy_rate": sum(self.is_copy(s, h) for s, h in zip(sources, hypotheses)) / n,
+            "copy_rate": sum(self.is_copy(s, r) for s, r in zip(sources, readings)) / n,
             "novelty": math.fsum(novelty) / n,
             "accepted_novel_rate": sum(bool(a) and v >= self.target for a, v in zip(accepted, novelty)) / n,
         }
         if self.min_length is not None:
-            metrics["short_rate"] = sum(length_factor(s, h, self.min_length) < 1 for s, h in zip(sources, hypotheses)) / n
+            metrics["short_rate"] = sum(length_factor(s, r, self.min_length) < 1 for s, r in zip(sources, readings)) / n
         return TaskScores(rewards, novelty, metrics)
 
 
@@ -464,18 +425,20 @@ class TaskScores(NamedTuple):
 
 TASKS: dict[str, Task] = {
     "paraphrase": Task("paraphrase", "para-fs", "source", 0.3, min_length=0.67),
-    "translation": Task("translation", "net", "source", 0.3),
-    "revision": Task("revision", "rev", "original", 0.05, source_inside_is_copy=False),
+    "translation": Task("translation", "net", "source", 0.3, final="missing"),
+    "revision": Task("revision", "rev", "original", 0.05, source_inside_is_copy=False, final="keep"),
 }
 """The tasks and their defaults. Targets were chosen from human-written references before any GRPO
-run: 0.3 is the 10th percentile of novelty of PARAPHRASUS' 167 true paraphrases (TRUE: 0.27; 89 % are
-at or above 0.3); translation shares it (a real translation shares only names, numbers and cognates
-with its source: the NEAT sample's are at 0.85 or more); 0.05 is the 5th–10th percentile of the 600
-OneStopEnglish simplifications (SIMP, a revision task: 0.045–0.056; 93 % at or above 0.05), one word
-changed in twenty. The paraphrase length floor, 0.67, is the 5th percentile of the word-count ratio
-(shorter over longer) of the 338 STS Benchmark test pairs rated 4 or more (PARAPHRASUS'
+run (and re-measured when novelty came to count words only): 0.3 is the 10th percentile of novelty of
+PARAPHRASUS' 167 true paraphrases, rounded (TRUE: 0.33; 91 % are at or above 0.3); translation shares it (a real
+translation shares only names, numbers and cognates with its source: the NEAT sample's are at 0.85 or more); 0.05
+is the 5th percentile of the 600 OneStopEnglish simplifications (SIMP, a revision task: 0.048, 10th 0.062; 95 % at
+or above 0.05), one word changed in twenty. The paraphrase length floor, 0.67, is the 5th percentile of the
+word-count ratio (shorter over longer) of the 338 STS Benchmark test pairs rated 4 or more (PARAPHRASUS'
 ``stsbenchmark-test-sts.json``): 95 % of those paraphrases keep at least two thirds of the other's words.
-It keeps GRPO from paying for fragments the judge accepts (docs/rewards.md)."""
+It keeps GRPO from paying for fragments the judge accepts (docs/rewards.md). Paraphrase reads the final
+punctuation as the source's, translation only where it is missing (languages end sentences differently),
+revision keeps it (a revision may change punctuation): :func:`~pluie_reward.integrations.reading.read_completion`."""
 
 
 TEMPLATE_TASKS: dict[str, str] = {"para-fs": "paraphrase", "para-direct": "paraphrase", "para-indirect": "paraphrase",
@@ -527,9 +490,11 @@ def length_factor(source: str, hypothesis: str, min_length: float | None) -> flo
 
 def copy_proof_score(p_yes: float, source: str, hypothesis: str, *, target: float = TASKS["paraphrase"].target,
                      source_inside_is_copy: bool = True, min_length: float | None = None,
-                     novelty: float | None = None) -> float:
+                     novelty: float | None = None, reading: str | None = None) -> float:
     """The copy-proof reward of one completion: ``p_yes × min(1, novelty / target) × (1 − excess repetition)``,
-    times :func:`length_factor` with a ``min_length`` (the paraphrase task's is 0.67: :data:`TASKS`).
+    times :func:`length_factor` with a ``min_length`` (the paraphrase task's is 0.67: :data:`TASKS`). Novelty and
+    length count the ``reading`` the judge read; repetition the completion as written, so what the reading left
+    out can only cost.
 
     Args:
         p_yes: the judge's probability of "Yes" (``sigmoid(PLUIE)``), in [0, 1].
@@ -538,7 +503,8 @@ def copy_proof_score(p_yes: float, source: str, hypothesis: str, *, target: floa
         target: the novelty that earns full credit, in (0, 1].
         source_inside_is_copy: see :class:`Task`.
         min_length: see :class:`Task` (default None: no length floor).
-        novelty: the completion's :func:`copy_proof_novelty` with this copy rule, when already computed.
+        novelty: the reading's :func:`copy_proof_novelty` with this copy rule, when already computed.
+        reading: what the judge read of the completion (:meth:`Task.read`; default: the completion itself).
 
     Returns:
         The reward, in [0, 1]: 0 for a copy (:func:`is_copy`) and for a completion without a word;
@@ -551,20 +517,21 @@ def copy_proof_score(p_yes: float, source: str, hypothesis: str, *, target: floa
     Example:
         >>> copy_proof_score(0.9, "The cat sleeps on the mat.", "On the mat, the cat sleeps.")  # novelty 0.5 >= 0.3
         0.9
-        >>> # novelty 1/7 (words and the period): 0.9 × 0.476
+        >>> # novelty 1/6 (one word of six): 0.9 × (1/6) / 0.3
         >>> round(copy_proof_score(0.9, "The cat sleeps on the mat.", "The cat sleeps on a mat."), 3)
-        0.429
+        0.5
     """
     if isinstance(p_yes, bool) or not isinstance(p_yes, (int, float)) or not 0.0 <= p_yes <= 1.0:
         raise ValueError(f"p_yes must be a probability in [0, 1], got {p_yes!r}.")
     target = check_target(target)
     check_min_length(min_length)
+    reading = hypothesis if reading is None else reading
     if novelty is None:
-        novelty = copy_proof_novelty(source, hypothesis, source_inside_is_copy=source_inside_is_copy)
+        novelty = copy_proof_novelty(source, reading, source_inside_is_copy=source_inside_is_copy)
     if novelty == 0.0:
         return 0.0
     excess = max(0.0, repetition(hypothesis) - repetition(source))
-    return p_yes * novelty_credit(novelty, target) * (1.0 - excess) * length_factor(source, hypothesis, min_length)
+    return p_yes * novelty_credit(novelty, target) * (1.0 - excess) * length_factor(source, reading, min_length)
 
 
 def resolve_task(task: "str | Task") -> "Task":

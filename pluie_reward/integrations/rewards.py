@@ -298,7 +298,7 @@ class NoveltyReward(Reward):
     Example:
         >>> reward = NoveltyReward("sentence1")
         >>> reward(completions=["The cat sleeps.", "A cat is asleep."], sentence1=["The cat sleeps."] * 2)
-        [0.0, 0.6]
+        [0.0, 0.75]
         >>> NoveltyReward("sentence1", target=0.3)(completions=["The cat sleeps.", "The cat sleeps!", "A cat is asleep."],
         ...                                         sentence1=["The cat sleeps."] * 3)
         [0.0, 0.0, 1.0]

@@ -8,6 +8,9 @@ Each is the judge's probability of "Yes" gated by how far the completion is from
 ``p_yes = sigmoid(PLUIE)``; ``novelty`` (0 for any copy) and the task's ``target`` and ``min_length`` are
 :mod:`~pluie_reward.integrations.novelty`'s (:meth:`~pluie_reward.integrations.novelty.Task.batch`, shared
 with the judge server and its clients; docs/rewards.md). A copy scores exactly 0, whatever the judge gives it.
+The judge reads each completion's reading (:meth:`~pluie_reward.integrations.novelty.Task.read`: no label,
+preamble, wrapping quotes, emphasis or repeated sentence; final punctuation as the task says), and novelty and
+length count it, so no such edit raises a reward; a judge with ``clean_text=False`` reads completions as given.
 
 Example:
     >>> reward = ParaphraseReward(judge)                # the dataset's "source" column is the source
@@ -81,8 +84,9 @@ class CopyProofReward(PluieReward):
         name = self.__name__
         sources = batch.fields[self.task.source_field]
         check_sources(sources, f"{name}: ", f"(field {self.task.source_field!r})")
-        logratios, cut = self.logratios(batch)
-        scores = self.task.batch([sigmoid(x) for x in logratios], [x > cut for x in logratios], sources, batch.texts)
+        read = self.judge.clean_text  # the judge reads each completion's reading (Task.read), as novelty counts it
+        logratios, cut = self.logratios(replace(batch, texts=self.task.readings(sources, batch.texts, read)))
+        scores = self.task.batch([sigmoid(x) for x in logratios], [x > cut for x in logratios], sources, batch.texts, read)
         return Scores(scores.rewards, {f"{name}/{metric}": value for metric, value in scores.metrics.items()},
                       {f"{name}/logratio": [round(x, 4) for x in logratios], f"{name}/novelty": [round(v, 4) for v in scores.novelty]})
 

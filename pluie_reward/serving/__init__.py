@@ -3,7 +3,7 @@
 FastAPI app (:mod:`.app`: one router per endpoint in :mod:`.routes`, the middleware in
 :mod:`.middleware`), uvicorn's runner (:mod:`.runner`), and the clients: TRL's
 :class:`~pluie_reward.serving.client.RemotePluieReward` and verl's ``compute_score``
-(:mod:`.client`), OpenRLHF's in-process ``reward_func`` (:mod:`.openrlhf`).
+(:mod:`.client`; on verl's own reward model: :mod:`.genrm`), OpenRLHF's in-process ``reward_func`` (:mod:`.openrlhf`).
 
 The server needs fastapi + uvicorn (``pip install 'pluie-reward[serve]'``), the clients httpx only.
 ``pluie-reward serve`` and ``pluie-reward pool`` start the app. Names are imported lazily, so that

@@ -8,6 +8,7 @@ FastAPI and uvicorn are imported here, so import this module only where they are
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import threading
 from contextlib import asynccontextmanager
@@ -27,12 +28,43 @@ from .batcher import Batcher, Direct
 from .mapping import RewardMapping
 from .metrics import ServerMetrics
 from .middleware import BearerAuth, BodyLimit, Timing
-from .routes import ROUTERS
+from .routes import ROUTERS, RewardRequest
+
+JSON_TYPES = {bool: "a boolean", str: "a string", int: "a number", float: "a number", list: "a list", dict: "an object",
+              bytes: "text that is not JSON"}
+NEEDS = {"list_type": "a list", "string_type": "a string", "dict_type": "a JSON object", "model_attributes_type": "a JSON object"}
+
+
+def validation_message(errors: list[dict[str, Any]], fields: dict[str, Any] | None = None) -> str:
+    """The first of FastAPI's validation errors in the server's one-sentence form: the field (and item), what it must
+    be (``fields``: a body model's fields, whose descriptions say it) and what came.
+
+    Example:
+        >>> error = {"type": "list_type", "loc": ("body", "labels"), "msg": "Input should be a valid list", "input": "text"}
+        >>> print(validation_message([error]))
+        field 'labels' must be a list, got a string ("text").
+        >>> print(validation_message([{"type": "string_type", "loc": ("body", "query", 1), "input": 3}], RewardRequest.model_fields))
+        field 'query' must be a list of strings, one per sample (its prompt and response): item 1 is a number (3).
+    """
+    error = errors[0]
+    kind, path, value = error.get("type", ""), [p for p in error.get("loc", ()) if p != "body"], error.get("input")
+    if kind == "json_invalid":
+        return f"the body is not valid JSON ({error.get('ctx', {}).get('error', 'decode error')} at character {path[0]})."
+    shown = json.dumps(jsonable_encoder(value), ensure_ascii=False)
+    got = "null" if value is None else f"{JSON_TYPES.get(type(value), type(value).__name__)} ({shown[:60]})"
+    if not path:
+        return f"the body must be a JSON object, got {got}." if kind != "missing" else "the body is missing: send a JSON object."
+    field = fields.get(path[0]) if fields else None
+    needs = field.description if field is not None and field.description else NEEDS.get(kind, str(error.get("msg", "")).lower())
+    if kind == "missing":
+        return f"field {path[0]!r} is missing: it must be {needs}."
+    return f"field {path[0]!r} must be {needs}" + (f": item {path[1]} is {got}." if len(path) > 1 else f", got {got}.")
 
 
 async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-    """422 with FastAPI's validation errors, and a hint when the body was not sent as JSON."""
-    body: dict[str, Any] = {"detail": jsonable_encoder(exc.errors())}
+    """422 in the server's one-sentence form (:func:`validation_message`), and a hint when the body was not sent as JSON."""
+    fields = RewardRequest.model_fields if request.url.path == "/get_reward" else None
+    body: dict[str, Any] = {"detail": validation_message(list(exc.errors()), fields)}
     if "json" not in request.headers.get("content-type", ""):
         body["hint"] = "send the body as JSON with the header 'Content-Type: application/json'."
     return JSONResponse(body, status_code=422)

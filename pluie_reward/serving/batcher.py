@@ -278,7 +278,9 @@ class Batcher:
     def _plan(self, body: Mapping[str, Any]) -> ScoringPlan:
         """The request's scoring plan (bad fields or options raise ``ValueError``/``TypeError``/``KeyError`` here)."""
         fields, options = split_request(self.bound.template, body)
-        options.pop("task", None)  # the server computes the task's reward from the results (routes.task_columns)
+        task = options.pop("task", None)  # the server computes the task's reward from the results (routes.task_columns)
+        if task is not None:  # its judge reads each completion's reading, as the local rewards' judge does
+            fields = TASKS[task].judged(fields, self.judge.clean_text)
         options = {"threshold": self.threshold, **options}
         plan = self.judge.plan(self.template, details=True, truncate=self.truncate, **options, **fields)
         check_item_sizes(plan, self.max_item_chars)

@@ -15,13 +15,13 @@ import threading
 import weakref
 from typing import Any, Mapping, Sequence
 
-from pluie_reward.common.errors import RemoteError, missing_extra
+from pluie_reward.common.errors import RemoteError, invalid_text, missing_extra
 
 try:
     import httpx
 except ModuleNotFoundError as err:
     raise missing_extra(err, "the judge server's client (RemotePluieReward, verl's compute_score)") from None
-from pluie_reward.common.http import RETRY_STATUS, AsyncHTTPClient, HTTPClient, HTTPConfig
+from pluie_reward.common.http import RETRY_STATUS, AsyncHTTPClient, HTTPClient, HTTPConfig, base_url
 from pluie_reward.integrations.fields import FieldMap, completion_texts
 from pluie_reward.integrations.novelty import TASKS, Task, check_blank_sources, check_sources, resolve_task
 from pluie_reward.integrations.outputs import SECOND_CANDIDATE, AnswerOutput
@@ -188,30 +188,10 @@ async def _ahealth(http: AsyncHTTPClient) -> Any:
         return None
 
 
-def text_problem(value: Any) -> str | None:
-    """Why a string cannot be sent to the judge (a lone surrogate, e.g. from JSON ``"\\ud800"``: not UTF-8 text),
-    in the words of the local path (:func:`~pluie_reward.core.template.normalize_fields`), else None.
-
-    Example:
-        >>> text_problem("A cat.") is None
-        True
-        >>> print(text_problem("A cat\\ud800."))  # doctest: +ELLIPSIS
-        character 5 is a lone surrogate (\\ud800), which is not valid Unicode text; fix the text (e.g. ...
-    """
-    if not isinstance(value, str) or value.isascii():
-        return None
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as err:
-        return (f"character {err.start} is a lone surrogate ({ascii(value[err.start])[1:-1]}), which is not valid Unicode "
-                "text; fix the text (e.g. decode the original bytes with errors='replace').")
-    return None
-
-
 def check_texts(body: Mapping[str, Any], who: str = "") -> None:
-    """Refuse, before sending, a body whose text cannot be encoded as JSON (a lone surrogate), naming the field
-    and the item (its index in ``body``), as the local path does, rather than the bare ``UnicodeEncodeError`` of
-    the whole request.
+    """Refuse, before sending, a body whose text cannot be encoded as JSON (a lone surrogate:
+    :func:`~pluie_reward.common.errors.invalid_text`), naming the field and the item (its index in ``body``), as the
+    local path does, rather than the bare ``UnicodeEncodeError`` of the whole request.
 
     Raises:
         ValueError: ``{who}field {name!r}, item {i}: character {k} is a lone surrogate ...``.
@@ -224,9 +204,8 @@ def check_texts(body: Mapping[str, Any], who: str = "") -> None:
     """
     for name, values in body.items():
         for index, value in enumerate(values if isinstance(values, (list, tuple)) else [values]):
-            problem = text_problem(value)
-            if problem is not None:
-                raise ValueError(f"{who}field {name!r}, item {index}: {problem}")
+            if isinstance(value, str) and invalid_text(value):
+                raise ValueError(f"{who}field {name!r}, item {index}: {invalid_text(value)}.")
 
 
 def _check_output(output: str) -> str:
@@ -288,7 +267,8 @@ class RemotePluieReward(AsyncReward):
             :class:`~pluie_reward.RewardConfig` (its ``threshold`` must stay None: the server's verdict is used).
         token: bearer token (default: ``$PLUIE_REWARD_TOKEN`` if set).
         timeout, retries, backoff: per request (:class:`~pluie_reward.common.http.HTTPConfig`).
-        chunk_size: the most items one request carries.
+        chunk_size: the most items one request carries (fewer when the server's ``/health``, read at the first call,
+            says it takes fewer: its ``max_items_per_request``).
         name: ``__name__``, used by TRL in ``rewards/<name>/mean``; default the local reward's: ``"pluie"``,
             or the task's name (``"paraphrase"``).
 
@@ -362,6 +342,7 @@ class RemotePluieReward(AsyncReward):
         if chunk_size < 1:
             raise ValueError("chunk_size must be at least 1.")
         self.chunk_size = chunk_size
+        self.request_items: int | None = None  # items per request, once the server's /health is read
         self.__name__ = name
 
     def payload(self, completions: Sequence[Any], columns: Mapping[str, Any], prompts: Sequence[Any] | None = None) -> dict[str, list[Any]]:
@@ -377,20 +358,21 @@ class RemotePluieReward(AsyncReward):
         """One reward per completion, from the server's ``/score`` answers."""
         body = self._body(batch)
         check_texts(body)  # one bad item: its index in the batch, not the UnicodeEncodeError of its chunk
-        if self.task is not None:  # refused before sending, as the local reward refuses it
+        if self.task is not None:  # refused before sending, as the local reward refuses it; the judge reads the readings
             check_sources(body[self.task.source_field], f"{self.__name__}: ", f"(field {self.task.source_field!r})")
+            body = self.task.judged(body)
         n = len(body["hypothesis"])
         if n == 0:
             return Scores([])
-        starts = range(0, n, self.chunk_size)
         base = self.url[: -len("/score")]
         config = HTTPConfig(timeout=self.timeout, retries=self.retries, backoff=self.backoff)
         async with AsyncHTTPClient(base, config, **_client_options(self.token)) as client:
-            if self.reading is not None and self.reading.normalize and self.reading.scale is None:
-                await self._read_scale(client)
-            answers = await asyncio.gather(*(  # a chunk above the server's limits is split further (413)
-                apost_splitting(client, "/score", {k: v[s : s + self.chunk_size] for k, v in body.items()}, min(self.chunk_size, n - s))
-                for s in starts
+            if self.request_items is None:
+                await self._read_health(client)
+            size = self.request_items or self.chunk_size
+            starts = range(0, n, size)
+            answers = await asyncio.gather(*(  # a chunk above the server's other limits (bytes) is split further (413)
+                apost_splitting(client, "/score", {k: v[s : s + size] for k, v in body.items()}, min(size, n - s)) for s in starts
             ))
         if self.reading is not None:
             return self._read_answers(answers, starts, n, len(batch.texts))
@@ -399,13 +381,13 @@ class RemotePluieReward(AsyncReward):
         verdicts: list[float] = []
         logratios: list[float] = []
         for s, answer in zip(starts, answers):
-            size = min(self.chunk_size, n - s)
+            size = min(starts.step, n - s)
             values += _values(answer, column, size, self.url)
             verdicts += _values(answer, "verdict", size, self.url)
             logratios += _values(answer, "logratio", size, self.url)
         extra: dict[str, list[float]] = {"logratio": logratios}
         if self.task is not None:  # the copy-proof reward, as the local one computes it
-            scores = self.task.batch(values, [bool(v) for v in verdicts], body[self.task.source_field], body["hypothesis"])
+            scores = self.task.batch(values, [bool(v) for v in verdicts], body[self.task.source_field], batch.texts)
             values, metrics, extra["novelty"] = scores.rewards, scores.metrics, scores.novelty
         else:
             metrics = {"accept_rate": sum(verdicts) / n}
@@ -414,25 +396,29 @@ class RemotePluieReward(AsyncReward):
         return Scores(values, {f"{self.__name__}/{metric}": value for metric, value in metrics.items()},
                       {f"{self.__name__}/{key}": [round(x, 4) for x in column] for key, column in extra.items()})
 
-    async def _read_scale(self, client: AsyncHTTPClient) -> None:
-        """The scale's range from the server's ``GET /health`` (its ``values``), for ``normalize=True``
-        without ``scale=``; a server that does not say leaves it unset (the reading then asks for ``scale=``).
-        A server that cannot be reached fails here, as ``/score`` would."""
+    async def _read_health(self, client: AsyncHTTPClient) -> None:
+        """What the reward reads once, at its first call, from the server's ``GET /health``: its item limit
+        (``max_items_per_request``: no request carries more, where a larger one would be refused with 413 and split
+        again at every call) and, for ``normalize=True`` without ``scale=``, the scale's range (its ``values``; a
+        server that does not say leaves it unset, and the reading then asks for ``scale=``). A server without
+        ``/health`` (404) says neither; one that cannot be reached fails here, as ``/score`` would."""
         try:
             health = await client.request("GET", "/health")
-            values = health.get("values") if isinstance(health, dict) else None
         except RemoteJudgeError as err:
             if err.status is None or err.status in RETRY_STATUS:
                 raise
-            values = None  # e.g. 404: an older server without /health
-        if values:
+            health = None  # e.g. 404: an older server without /health
+        health = health if isinstance(health, dict) else {}
+        limit, values = health.get("max_items_per_request"), health.get("values")
+        if values and self.reading is not None and self.reading.normalize and self.reading.scale is None:
             self.reading = dataclasses.replace(self.reading, scale=(min(values), max(values)))
+        self.request_items = min(self.chunk_size, limit) if isinstance(limit, int) and limit >= 1 else self.chunk_size
 
     def _read_answers(self, answers: Sequence[Mapping[str, Any]], starts: range, items: int, n: int) -> Scores:
         """Rewards of an N-answer template from ``/score``'s columns (``items`` = n, or 2 n with both orders)."""
         records: list[dict[str, Any]] = []
         for s, answer in zip(starts, answers):
-            size = min(self.chunk_size, items - s)
+            size = min(starts.step, items - s)
             if "logratio" in answer and "probs" not in answer:
                 raise RemoteJudgeError(
                     f"{self.url}: the server's template is Yes/No (PLUIE), so output={self.output!r}"
@@ -541,6 +527,36 @@ def _verl_results(answer: Mapping[str, Any], output: str, body: Mapping[str, Seq
              "p_yes": columns["p_yes"][i], **{key: column[i] for key, column in extra.items()}} for i in range(n)]
 
 
+_routes: set[str] = set()
+
+
+def _log_route(where: str, what: str, level: int = logging.INFO) -> str:
+    """Say (once per process and place) where :func:`compute_score` scores; returns ``where``."""
+    if where not in _routes:
+        _routes.add(where)
+        logger.log(level, "pluie_reward compute_score: scoring on %s at %s.", what, where)
+    return where
+
+
+def _route(kwargs: Mapping[str, Any], url: str | None, settings: Mapping[str, Any]) -> tuple[str | None, str]:
+    """Where a verl call scores, said in the log once per place (INFO; WARNING when the URL wins over verl's address):
+    ``(reward_router_address, its base URL)`` on verl's reward model, when verl gives that address (a reward model is
+    enabled) and no judge server URL is set (``url`` or ``$PLUIE_REWARD_URL``, which wins); else ``(None, the judge
+    server's /score URL)``.
+
+    Raises:
+        ValueError: ``template``/``threshold`` with a judge server (its own apply), or no URL at all.
+    """
+    router = kwargs.get("reward_router_address")
+    if router and not (url or os.environ.get(URL_ENV)):
+        return router, _log_route(base_url(router), "verl's reward model (reward_router_address)")
+    if "template" in settings or "threshold" in settings:
+        raise ValueError("compute_score: template= and threshold= are settings of scoring on verl's reward model; a judge "
+                         "server (url=... or $PLUIE_REWARD_URL) uses its own (pluie-reward serve --template/--threshold).")
+    what = "the judge server" + (" (a configured URL wins over verl's reward_router_address)" if router else "")
+    return None, _log_route(_score_url(url), what, logging.WARNING if router else logging.INFO)
+
+
 def compute_score_batch(
     data_sources: Sequence[Any],
     solution_strs: Sequence[str],
@@ -555,7 +571,7 @@ def compute_score_batch(
     retries: int = 3,
     backoff: float = 0.5,
     return_dict: bool = False,
-    **ignored: Any,
+    **kwargs: Any,
 ) -> list[float] | list[dict[str, Any]]:
     """Score a batch in one request (synchronous; for your own loops, or verl's legacy batch manager).
 
@@ -563,7 +579,9 @@ def compute_score_batch(
     ``ground_truth`` (default for ``source``), ``data_source`` or ``extra_info.<key>``.
     ``output`` as for :func:`compute_score` (a task's name: its copy-proof reward). With ``return_dict`` each
     result is ``{"score", "acc" (the verdict, 1.0/0.0), "logratio", "p_yes"}`` (and ``"novelty"`` for a task).
-    Other keyword arguments (e.g. verl's ``reward_router_address``) are ignored.
+    With verl's ``reward_router_address`` and ``reward_model_tokenizer`` and no judge server URL, the batch is scored
+    on verl's reward model, as :func:`compute_score` scores there (settings ``template``, ``threshold``,
+    ``max_batch_items``: :func:`~pluie_reward.serving.genrm.score`). verl's other keyword arguments are ignored.
 
     Example:
         >>> from pluie_reward.serving import background, create_app
@@ -571,17 +589,24 @@ def compute_score_batch(
         ...     compute_score_batch(["mrpc"], ["A cat is asleep."], ["The cat sleeps."], url=server.url)
         [...]
     """
-    _settings(ignored)
+    settings = _settings(kwargs)
     output = _check_output(output)
-    if not completion_texts(solution_strs, "verl's solution_strs"):  # a string is refused, not read letter by letter
-        return []
     body = _verl_fields(data_sources, solution_strs, ground_truths, extra_infos, fields, output)
+    if not body["hypothesis"]:
+        return []
     check_texts(body, "compute_score_batch: ")
-    score_url = _score_url(url)
-    config = HTTPConfig(timeout=timeout, retries=retries, backoff=backoff)
-    with HTTPClient(score_url[: -len("/score")], config, client=_shared_client(), **_client_options(token)) as http:
-        answer = post_splitting(http, "/score", body, len(solution_strs))  # a batch above the server's limits: split
-    results = _verl_results(answer, output, body, score_url)
+    router, where = _route(kwargs, url, settings)
+    sent = TASKS[output].judged(body) if output in TASKS else body  # what the judge reads: a task's readings
+    if router:  # verl's own reward model (GenRM)
+        from pluie_reward.serving import genrm  # lazy: httpx-only client
+
+        settings.update(timeout=timeout, retries=retries, backoff=backoff)
+        answer = genrm.score(router, kwargs.get("reward_model_tokenizer"), sent, output, settings)
+    else:
+        config = HTTPConfig(timeout=timeout, retries=retries, backoff=backoff)
+        with HTTPClient(where[: -len("/score")], config, client=_shared_client(), **_client_options(token)) as http:
+            answer = post_splitting(http, "/score", sent, len(body["hypothesis"]))  # a batch above the server's limits: split
+    results = _verl_results(answer, output, body, where)
     return results if return_dict else [result["score"] for result in results]
 
 
@@ -591,7 +616,8 @@ def compute_score_sync(
     """Synchronous verl reward function: one item, one request, for verl's ``remote`` reward manager
     (which rejects async functions); otherwise prefer the async :func:`compute_score`, which batches.
 
-    Settings as for :func:`compute_score`; ``return_dict`` defaults to True.
+    Settings as for :func:`compute_score` (verl's reward model too: :func:`compute_score_batch`); ``return_dict``
+    defaults to True.
 
     Example:
         >>> from pluie_reward.serving import background, create_app
@@ -599,21 +625,29 @@ def compute_score_sync(
         ...     compute_score_sync("mrpc", "A cat is asleep.", "The cat sleeps.", url=server.url)
         {'score': ..., 'acc': ..., 'logratio': ..., 'p_yes': ...}
     """
-    settings = _settings(kwargs)
+    settings = dict(_settings(kwargs), **{k: kwargs[k] for k in VERL_EXTRA_KWARGS if k in kwargs})
     settings.setdefault("return_dict", True)
-    settings.pop("max_wait_ms", None), settings.pop("max_batch_items", None)
     return compute_score_batch([data_source], [solution_str], [ground_truth], [extra_info], **settings)[0]
 
 
 class _Coalescer:
-    """Concurrent :func:`compute_score` calls on one event loop, sent as one ``POST /score`` per
-    wait window (a small micro-batcher: the judge server batches again across workers)."""
+    """Concurrent :func:`compute_score` calls on one event loop under one key (the judge server's: ``(score URL, token,
+    timeout, retries, backoff)``), sent as one ``POST /score`` per wait window (a small micro-batcher: the judge server
+    batches again across workers); a group that fails may go again in pieces (413) or item by item (one bad item)."""
 
     def __init__(self) -> None:
         self.pending: dict[tuple, list[tuple[dict[str, Any], asyncio.Future]]] = {}
         self.timers: dict[tuple, asyncio.TimerHandle] = {}
         self.tasks: set[asyncio.Task] = set()
         self.requests = 0  # requests sent, for tests and curiosity
+
+    @classmethod
+    def running(cls) -> "_Coalescer":
+        """This class's coalescer of the running event loop (made at its first call, dropped with the loop)."""
+        per_class = _coalescers.setdefault(asyncio.get_running_loop(), {})
+        if cls not in per_class:
+            per_class[cls] = cls()
+        return per_class[cls]
 
     def submit(self, key: tuple, item: dict[str, Any], max_wait: float, max_items: int) -> asyncio.Future:
         loop = asyncio.get_running_loop()
@@ -643,9 +677,12 @@ class _Coalescer:
             task.add_done_callback(self.tasks.discard)
 
     async def post(self, key: tuple, body: dict[str, list[Any]]) -> Mapping[str, Any]:
-        """One request for a group's items: the judge server's ``/score`` answer (``serving/genrm.py``: verl's reward model)."""
+        """One request for a group's items: the judge server's ``/score`` answer, its columns checked."""
         url, token, timeout, retries, backoff = key
-        return await apost_json(url, body, token=token, timeout=timeout, retries=retries, backoff=backoff)
+        answer = await apost_json(url, body, token=token, timeout=timeout, retries=retries, backoff=backoff)
+        for output in OUTPUTS:
+            _values(answer, output, len(body["hypothesis"]), url)
+        return answer
 
     async def piece_size(self, key: tuple, err: BaseException, body: Mapping[str, Any], n: int) -> int | None:
         """For a group of ``n`` items the judge server refused with 413: the items per request it takes
@@ -658,17 +695,15 @@ class _Coalescer:
             return split_size(err, await _ahealth(http), body, n)
 
     def splits(self, err: BaseException) -> bool:
-        """Whether ``err`` may be one item's fault (422, or 413 for an item over the server's ``max_item_chars``), so
-        that each item of the group is sent again alone."""
-        return isinstance(err, RemoteJudgeError) and err.status in (413, 422)
+        """Whether ``err`` may be one item's fault, so that each item of the group is sent again alone: 422, 413 for an
+        item over the server's ``max_item_chars``, a ``ValueError`` (an item a judge refuses)."""
+        return isinstance(err, ValueError) or (isinstance(err, RemoteJudgeError) and err.status in (413, 422))
 
     async def send(self, key: tuple, names: tuple[str, ...], group: list[tuple[dict[str, Any], asyncio.Future]]) -> None:
         body = {name: [item[name] for item, _ in group] for name in names}
         self.requests += 1
         try:
             answer = await self.post(key, body)
-            for output in OUTPUTS:
-                _values(answer, output, len(group), str(key[0]))
         except BaseException as err:  # noqa: BLE001 - every waiting caller gets the error
             try:
                 size = await self.piece_size(key, err, body, len(group))
@@ -691,23 +726,17 @@ class _Coalescer:
                 future.set_result({output: answer[output][i] for output in OUTPUTS})
 
 
-_coalescers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Coalescer]" = weakref.WeakKeyDictionary()
-_routes: set[str] = set()
+class _GenRMCoalescer(_Coalescer):
+    """The calls scored on verl's reward model (keys: ``(base URL, template, threshold)``): one
+    :func:`~pluie_reward.serving.genrm.ascore_batch` per wait window, i.e. one ``/v1/completions`` request."""
+
+    async def post(self, key: tuple, body: dict[str, list[Any]]) -> Mapping[str, Any]:
+        from pluie_reward.serving import genrm  # lazy: httpx-only client
+
+        return await genrm.ascore_batch(key, body)
 
 
-def _log_route(where: str, what: str, level: int = logging.INFO) -> str:
-    """Say (once per process and place) where :func:`compute_score` scores; returns ``where``."""
-    if where not in _routes:
-        _routes.add(where)
-        logger.log(level, "pluie_reward compute_score: scoring on %s at %s.", what, where)
-    return where
-
-
-def _coalescer() -> _Coalescer:
-    loop = asyncio.get_running_loop()
-    if loop not in _coalescers:
-        _coalescers[loop] = _Coalescer()
-    return _coalescers[loop]
+_coalescers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[type, _Coalescer]]" = weakref.WeakKeyDictionary()
 
 
 async def compute_score(
@@ -755,28 +784,22 @@ async def compute_score(
     if max_wait < 0 or max_items < 1:
         raise ValueError("max_wait_ms must be >= 0 and max_batch_items >= 1.")
     body = _verl_fields([data_source], [solution_str], [ground_truth], [extra_info], settings.get("fields"), output)
-    item = {name: values[0] for name, values in body.items() if values[0] is not None}  # None: an absent optional field
+    sent = TASKS[output].judged(body) if output in TASKS else body  # what the judge reads: a task's readings
+    item = {name: values[0] for name, values in sent.items() if values[0] is not None}  # None: an absent optional field
     for name, value in item.items():  # checked here, so that a bad item fails alone, not its whole batch
         if not isinstance(value, str):
             raise TypeError(f"compute_score: field {name!r} must be a string, got {type(value).__name__} ({value!r:.60}).")
-        if text_problem(value) is not None:
-            raise ValueError(f"compute_score: field {name!r}: {text_problem(value)}")
-    router = kwargs.get("reward_router_address")
-    if router and not (settings.get("url") or os.environ.get(URL_ENV)):  # verl's own reward model (GenRM)
+        if invalid_text(value):
+            raise ValueError(f"compute_score: field {name!r}: {invalid_text(value)}.")
+    router, where = _route(kwargs, settings.get("url"), settings)
+    if router:  # verl's own reward model (GenRM)
         from pluie_reward.serving import genrm  # lazy: httpx-only client
 
-        where = _log_route(genrm.base_url(router), "verl's reward model (reward_router_address)")
-        answer = await genrm.submit(router, kwargs.get("reward_model_tokenizer"), item, output, settings, max_wait, max_items)
+        key = await genrm.ready(router, kwargs.get("reward_model_tokenizer"), output, settings, max_items)
+        answer = await _GenRMCoalescer.running().submit(key, item, max_wait, max_items)
     else:
-        if "template" in settings or "threshold" in settings:
-            raise ValueError("compute_score: template= and threshold= are settings of scoring on verl's reward model; a judge "
-                             "server (url=... or $PLUIE_REWARD_URL) uses its own (pluie-reward serve --template/--threshold).")
-        key = (
-            _score_url(settings.get("url")), settings.get("token"), float(settings.get("timeout", 120.0)),
-            int(settings.get("retries", 3)), float(settings.get("backoff", 0.5)),
-        )
-        where = _log_route(key[0], "the judge server" + (" (a configured URL wins over verl's reward_router_address)" if router else ""),
-                           logging.WARNING if router else logging.INFO)
-        answer = await _coalescer().submit(key, item, max_wait, max_items)
-    result = _verl_results({k: [v] for k, v in answer.items()}, output, {k: [v] for k, v in item.items()}, where)[0]
+        key = (where, settings.get("token"), float(settings.get("timeout", 120.0)), int(settings.get("retries", 3)),
+               float(settings.get("backoff", 0.5)))
+        answer = await _Coalescer.running().submit(key, item, max_wait, max_items)
+    result = _verl_results({k: [v] for k, v in answer.items()}, output, body, where)[0]
     return result if settings.get("return_dict", True) else result["score"]

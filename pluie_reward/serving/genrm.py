@@ -3,7 +3,8 @@
 With ``reward.reward_model.enable=True`` and ``reward.reward_model.model_path``, verl serves the reward model on
 vLLM (colocated with the actor or on its own resource pool), behind a router that forwards every path, and calls
 the custom reward function with ``reward_router_address`` (``host:port``) and ``reward_model_tokenizer``. When no
-judge server URL is configured, :func:`~pluie_reward.serving.client.compute_score` scores there: the judge is the
+judge server URL is configured, :func:`~pluie_reward.serving.client.compute_score` (and ``compute_score_batch``,
+``compute_score_sync``: :func:`score`) scores there: the judge is the
 remote engine (:meth:`~pluie_reward.Judge.connect`) at ``http://<reward_router_address>``, rendering with
 ``reward_model_tokenizer``; one judge per address per process, checked once when it is made:
 
@@ -14,8 +15,9 @@ remote engine (:meth:`~pluie_reward.Judge.connect`) at ``http://<reward_router_a
 
 the last check's prompt is the template's prefix alone (the instructions every item shares, as token ids that
 start every prompt the judge sends), so vLLM's prefix cache holds it before the first batch and every prompt
-finds it there. Concurrent calls of one event loop go out together (:class:`GenRMCoalescer`: one
-:meth:`~pluie_reward.Judge.ascore`, one ``/v1/completions`` request for up to ``max_batch_items`` prompts).
+finds it there. Concurrent calls of one event loop go out together (gathered by the client, scored by
+:func:`ascore_batch`: one :meth:`~pluie_reward.Judge.ascore`, one ``/v1/completions`` request for up to
+``max_batch_items`` prompts).
 
 Example:
     >>> reward = compute_score(data_source="mrpc", solution_str="A cat is asleep.", ground_truth="The cat sleeps.",  # doctest: +SKIP
@@ -28,15 +30,13 @@ import asyncio
 import functools
 import os
 import threading
-import weakref
 from typing import Any, Mapping
 
 from pluie_reward.common.errors import RemoteError
-from pluie_reward.common.http import HTTPClient, HTTPConfig
+from pluie_reward.common.http import HTTPClient, HTTPConfig, base_url
 from pluie_reward.core.judge import Judge
 from pluie_reward.core.template import load_template
 from pluie_reward.integrations.novelty import TASKS
-from pluie_reward.serving.client import _Coalescer
 from pluie_reward.serving.protocol import OUTPUTS
 
 PROBE = "Ünïcödé, 数字 and 🙂: 12,345.67 — tabs\tand  spaces; <b>markup</b> \"quotes\" it's."
@@ -50,17 +50,6 @@ TODO = ("or score on a pluie judge server instead (pluie-reward serve, then rewa
 class GenRMError(RemoteError):
     """verl's reward model server cannot give what PLUIE needs (not vLLM, a tokenizer other than
     ``reward_model_tokenizer``, no ``logprob_token_ids``); the message names the server and what to do."""
-
-
-def base_url(address: str) -> str:
-    """The base URL of verl's ``reward_router_address`` (``host:port``, ``[ipv6]:port`` or a URL).
-
-    Example:
-        >>> base_url("10.0.0.5:40123"), base_url("[::1]:8000"), base_url("http://judge:8000/")
-        ('http://10.0.0.5:40123', 'http://[::1]:8000', 'http://judge:8000')
-    """
-    address = str(address).strip().rstrip("/")
-    return address if address.startswith(("http://", "https://")) else f"http://{address}"
 
 
 def default_template(output: str) -> str:
@@ -219,52 +208,68 @@ def judge_for(address: str, tokenizer: Any, template: str, **options: Any) -> Ju
     return found
 
 
-class GenRMCoalescer(_Coalescer):
-    """Concurrent ``compute_score`` calls on one event loop scored together on verl's reward model: one
-    :meth:`~pluie_reward.Judge.ascore` per wait window, i.e. one ``/v1/completions`` request of up to
-    ``chunk_size`` prompts (keys: ``(base URL, template, threshold)``)."""
-
-    async def post(self, key: tuple, body: dict[str, list[Any]]) -> Mapping[str, Any]:
-        """The group's ``logratio``, ``p_yes`` and ``verdict`` columns, as a judge server's ``/score`` answers them."""
-        where, template, threshold = key
-        judge = judge_for(where, None, template)  # made by submit() before any item was queued
-        records = await judge.ascore(template, details=True, threshold=threshold, **body)
-        return {output: [record[output] for record in records] for output in OUTPUTS}
-
-    def splits(self, err: BaseException) -> bool:
-        """A ValueError (an item the judge refuses) may be one item's: each is retried alone."""
-        return isinstance(err, ValueError)
+def _columns(records: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """The ``logratio``, ``p_yes`` and ``verdict`` columns of a judge's records, as a judge server's ``/score`` answers them."""
+    return {output: [record[output] for record in records] for output in OUTPUTS}
 
 
-_coalescers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GenRMCoalescer]" = weakref.WeakKeyDictionary()
+def _scoring(address: str, output: str, settings: Mapping[str, Any], max_items: int) -> tuple[str, str, float, dict[str, Any]]:
+    """The base URL, template (checked), threshold and :func:`connect` options of a call with ``settings``."""
+    template = str(settings.get("template") or default_template(output))
+    check_template(template, output)
+    options = {"timeout": float(settings.get("timeout", 120.0)), "retries": int(settings.get("retries", 3)),
+               "backoff": float(settings.get("backoff", 0.5)), "chunk_size": max_items}
+    return base_url(address), template, float(settings.get("threshold", 0.0)), options
 
 
-async def submit(address: str, tokenizer: Any, item: dict[str, Any], output: str, settings: Mapping[str, Any],
-                 max_wait: float, max_items: int) -> Mapping[str, Any]:
-    """Score one ``compute_score`` item on verl's reward model, batched with the concurrent calls of this event loop.
+def score(address: str, tokenizer: Any, body: Mapping[str, Any], output: str, settings: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """Score a batch on verl's reward model, synchronously (``compute_score_batch``, ``compute_score_sync``): one
+    :meth:`~pluie_reward.Judge.score` of the process's judge for ``address`` (``/v1/completions`` requests of up to
+    ``max_batch_items`` prompts, default 256).
 
     Args:
         address: verl's ``reward_router_address``.
         tokenizer: verl's ``reward_model_tokenizer``.
-        item: the template fields of the item.
+        body: the template fields, a list per field (one value per item).
         output: ``compute_score``'s ``output`` (a task's name picks its template).
-        settings: ``compute_score``'s settings (``template``, ``threshold``, ``timeout``, ``retries``, ``backoff``).
-        max_wait, max_items: the wait window (seconds) and the most items of one batch.
+        settings: ``compute_score``'s settings (``template``, ``threshold``, ``timeout``, ``retries``, ``backoff``,
+            ``max_batch_items``).
 
     Returns:
-        The item's ``logratio``, ``p_yes`` and ``verdict``.
+        The batch's ``logratio``, ``p_yes`` and ``verdict`` columns.
     """
-    template = str(settings.get("template") or default_template(output))
-    threshold = float(settings.get("threshold", 0.0))
-    check_template(template, output)
-    where = base_url(address)
-    options = {"timeout": float(settings.get("timeout", 120.0)), "retries": int(settings.get("retries", 3)),
-               "backoff": float(settings.get("backoff", 0.5)), "chunk_size": max_items}
-    key = (os.getpid(), where)
-    if key not in _judges:  # made once, in a thread: the event loop (verl's reward loop) goes on
+    where, template, threshold, options = _scoring(address, output, settings, int(settings.get("max_batch_items", 256)))
+    judge = judge_for(where, tokenizer, template, **options)
+    return _columns(judge.score(template, details=True, threshold=threshold, **body))
+
+
+async def ready(address: str, tokenizer: Any, output: str, settings: Mapping[str, Any], max_items: int) -> tuple[str, str, float]:
+    """Make the process's judge for ``address`` at the first call (in a thread: verl's event loop goes on), and say
+    under which key ``compute_score``'s calls are gathered for :func:`ascore_batch`.
+
+    Args:
+        address: verl's ``reward_router_address``.
+        tokenizer: verl's ``reward_model_tokenizer``.
+        output: ``compute_score``'s ``output`` (a task's name picks its template).
+        settings: ``compute_score``'s settings (``template``, ``threshold``, ``timeout``, ``retries``, ``backoff``).
+        max_items: the most items of one batch (the judge's ``chunk_size``).
+
+    Returns:
+        ``(base URL, template, threshold)``.
+
+    Raises:
+        GenRMError: the server cannot give what PLUIE needs (kept: later calls fail at once).
+    """
+    where, template, threshold, options = _scoring(address, output, settings, max_items)
+    if (os.getpid(), where) not in _judges:
         await asyncio.to_thread(judge_for, where, tokenizer, template, **options)
     judge_for(where, tokenizer, template)  # raises the kept GenRMError, if any
-    loop = asyncio.get_running_loop()
-    if loop not in _coalescers:
-        _coalescers[loop] = GenRMCoalescer()
-    return await _coalescers[loop].submit((where, template, threshold), item, max_wait, max_items)
+    return where, template, threshold
+
+
+async def ascore_batch(key: tuple[str, str, float], body: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """The ``logratio``, ``p_yes`` and ``verdict`` columns of a batch of ``compute_score`` calls gathered under ``key``
+    (:func:`ready`'s): one :meth:`~pluie_reward.Judge.ascore`, i.e. one ``/v1/completions`` request."""
+    where, template, threshold = key
+    judge = judge_for(where, None, template)  # made by ready() before any item was queued
+    return _columns(await judge.ascore(template, details=True, threshold=threshold, **body))

@@ -174,8 +174,18 @@ class RewardMapping:
                     text, changed = text[: -len(marker)], True
         return text
 
+    def request(self, columns: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+        """What to score for :meth:`columns`: the columns, and for a task's reward its ``task`` option, with which the
+        batcher's judge reads each response's reading (:meth:`~pluie_reward.integrations.novelty.Task.judged`).
+
+        Example:
+            >>> RewardMapping({"source": "label", "hypothesis": "response"}, "paraphrase").request({"source": ["Hi."]})
+            {'source': ['Hi.'], 'task': 'paraphrase'}
+        """
+        return {**columns, "task": self.reward} if self.reward in TASKS else dict(columns)
+
     def answer(self, results: Sequence[Mapping[str, Any]],
-               columns: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
+               columns: Mapping[str, Sequence[str]] | None = None, read: bool = True) -> dict[str, Any]:
         """OpenRLHF's reward answer for ``Judge.score(..., details=True)`` results: ``rewards`` (the
         configured score, the advantage's input), ``scores`` (p_yes in [0, 1], or a task's reward: OpenRLHF's
         dynamic filtering keeps a group when ``min < mean(scores) < max``) and ``extra_logs`` (logged per sample;
@@ -184,6 +194,7 @@ class RewardMapping:
         Args:
             results: one ``{"logratio", "p_yes", "verdict"}`` per item.
             columns: the items' template fields (:meth:`columns`), which a task's reward reads.
+            read: the judge read each response's reading (:meth:`request`; its ``clean_text``).
 
         Example:
             >>> RewardMapping({"source": "label", "hypothesis": "response"}).answer([{"logratio": 1.0, "p_yes": 0.73, "verdict": True}])
@@ -204,6 +215,6 @@ class RewardMapping:
             return {"rewards": rewards, "scores": p_yes, "extra_logs": extra_logs}
         if columns is None:
             raise TypeError(f"the {task.name} reward reads the items' texts: pass columns=mapping.columns(...).")
-        scores = task.batch(p_yes, [bool(r["verdict"]) for r in results], columns[task.source_field], columns["hypothesis"])
+        scores = task.batch(p_yes, [bool(r["verdict"]) for r in results], columns[task.source_field], columns["hypothesis"], read)
         extra_logs["pluie_novelty"] = scores.novelty
         return {"rewards": scores.rewards, "scores": scores.rewards, "extra_logs": extra_logs}

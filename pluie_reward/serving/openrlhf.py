@@ -144,7 +144,7 @@ def _local(queries: list[Any], prompts: list[Any], labels: list[Any]) -> dict[st
     columns = mapping.columns(queries, prompts, labels)
     if not queries:
         return mapping.answer([], columns)
-    return mapping.answer(batcher.submit(columns).result(), columns)
+    return mapping.answer(batcher.submit(mapping.request(columns)).result(), columns, batcher.judge.clean_text)
 
 
 def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any], **kwargs: Any) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fastapi import APIRouter, Body, HTTPException, Request
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.judge import answer_record
 from ..integrations.novelty import TASKS
@@ -21,13 +21,15 @@ from .batcher import ItemTooLarge, ScoringError, ShuttingDown, split_request
 
 
 class RewardRequest(BaseModel):
-    """OpenRLHF's request body (other keys some OpenRLHF versions add are ignored)."""
+    """OpenRLHF's request body (other keys some OpenRLHF versions add are ignored); each field's description is what a
+    request of the wrong type is told it must be (:func:`~pluie_reward.serving.app.validation_message`)."""
 
     model_config = ConfigDict(extra="ignore")
-    query: list[str]
-    prompts: list[str] | None = None
-    labels: list[Any] | None = None
-    rm_reward: str | None = None  # protocol.RM_REWARD_KEY: this request's reward, instead of the server's --rm-reward
+    query: list[str] = Field(description="a list of strings, one per sample (its prompt and response)")
+    prompts: list[str] | None = Field(None, description="a list of strings, one prompt per query (or null)")
+    labels: list[Any] | None = Field(None, description="a list of the queries' labels (their source texts; or null)")
+    # protocol.RM_REWARD_KEY: this request's reward, instead of the server's --rm-reward
+    rm_reward: str | None = Field(None, description="a string naming this request's reward, e.g. 'paraphrase' (or null)")
 
 
 async def _disconnected(request: Request) -> None:
@@ -72,7 +74,7 @@ def check_size(request: Request, n: int) -> None:
         raise HTTPException(413, f"{n} items in one request; this server takes at most {limit}: split the request.")
 
 
-def task_columns(template: Any, body: Mapping[str, Any], answer: Mapping[str, list]) -> dict[str, list[float]]:
+def task_columns(template: Any, body: Mapping[str, Any], answer: Mapping[str, list], read: bool = True) -> dict[str, list[float]]:
     """The ``reward`` and ``novelty`` columns of a ``/score`` answer whose request set ``task``
     (:meth:`~pluie_reward.integrations.novelty.Task.batch` of the answer's ``p_yes`` and verdicts and the request's
     texts; a string field is shared by all items); no columns for a request without a task.
@@ -81,12 +83,13 @@ def task_columns(template: Any, body: Mapping[str, Any], answer: Mapping[str, li
         template: the served template (the request's options were checked against it while scoring).
         body: the request.
         answer: the answer's columns (``p_yes``, ``verdict``).
+        read: the judge read each completion's reading (its ``clean_text``; :meth:`~pluie_reward.integrations.novelty.Task.batch`).
 
     Example:
         >>> from pluie_reward.core.template import load_template
         >>> body = {"source": "The cat sleeps.", "hypothesis": ["THE CAT SLEEPS!", "A cat is asleep."], "task": "paraphrase"}
         >>> task_columns(load_template("para-fs"), body, {"p_yes": [0.9, 0.8], "verdict": [True, True]})
-        {'reward': [0.0, 0.8], 'novelty': [0.0, 0.6]}
+        {'reward': [0.0, 0.8], 'novelty': [0.0, 0.75]}
     """
     task = split_request(template, body)[1].get("task")
     if task is None:
@@ -94,7 +97,7 @@ def task_columns(template: Any, body: Mapping[str, Any], answer: Mapping[str, li
     n = len(answer["p_yes"])
     source, hypothesis = (body[name] if isinstance(body[name], list) else [body[name]] * n
                           for name in (TASKS[task].source_field, "hypothesis"))
-    scores = TASKS[task].batch(answer["p_yes"], answer["verdict"], source, hypothesis)
+    scores = TASKS[task].batch(answer["p_yes"], answer["verdict"], source, hypothesis, read)
     return {"reward": scores.rewards, "novelty": scores.novelty}
 
 
@@ -129,7 +132,7 @@ async def score(
     results = await score_items(body, request)  # checks the fields and options (422)
     keys = list(results[0]) if results else list(answer_record(bound.template, [0.0] * len(bound.answer_ids)))
     answer = {key: [r[key] for r in results] for key in keys}  # logratio/p_yes/verdict for Yes/No templates
-    return {**answer, **task_columns(bound.template, body, answer)}
+    return {**answer, **task_columns(bound.template, body, answer, request.app.state.judge.clean_text)}
 
 
 get_reward_router = APIRouter()
@@ -154,8 +157,8 @@ async def get_reward(body: RewardRequest, request: Request) -> dict[str, Any]:
         raise HTTPException(422, str(err)) from None
     if not body.query:
         return mapping.answer([], columns)
-    results = await score_items(columns, request)
-    return mapping.answer(results, columns)
+    results = await score_items(mapping.request(columns), request)
+    return mapping.answer(results, columns, request.app.state.judge.clean_text)
 
 
 health_router = APIRouter()

@@ -45,16 +45,27 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align:
     return "\n".join(lines)
 
 
-def number(value: float | None, digits: int = 2) -> str:
-    """A rounded number, or "N/A" for a metric that is undefined.
+def cell(x: Any, spec: str = ".3g", none: str = "-") -> str:
+    """A table cell: a number in ``spec``, ``none`` for a value not measured or undefined (None or NaN: never
+    "nan"), anything else as text. The one number formatter of the tools' tables (:func:`number` too).
 
     Example:
-        >>> number(0.7058), number(None)
-        ('0.71', 'N/A')
+        >>> cell(0.7058, ".2f"), cell(float("nan"), ".1f"), cell(None), cell("vllm")
+        ('0.71', '-', '-', 'vllm')
     """
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "N/A"
-    return f"{value:.{digits}f}"
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return none
+    return format(x, spec) if isinstance(x, (int, float)) else str(x)
+
+
+def number(value: float | None, digits: int = 2) -> str:
+    """A rounded number, or "N/A" for a metric that is undefined (None or NaN: :func:`cell`).
+
+    Example:
+        >>> number(0.7058), number(None), number(float("nan"))
+        ('0.71', 'N/A', 'N/A')
+    """
+    return cell(value, f".{digits}f", "N/A")
 
 
 def percent(value: float | None) -> str:

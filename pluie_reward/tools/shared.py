@@ -18,6 +18,7 @@ import re
 import stat
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -47,11 +48,15 @@ def auto_chunk_size(judge: Any, prompts_per_item: int = 1) -> int:
     return max(1, prompts // max(1, prompts_per_item))
 
 
+HEARTBEAT_S = 10.0  # the longest a Progress line stays silent in its ``with`` block
+
 class Progress(contextlib.AbstractContextManager):
     """A progress line on stderr: redrawn in place on a terminal, elsewhere (a log) one line per tenth of the
-    work, the final state printed once (tqdm's update and close print it twice).
+    work, the final state printed once (tqdm's update and close print it twice); inside a ``with`` block, never
+    silent for more than :data:`HEARTBEAT_S` seconds (a line with the time elapsed: a load, a slow first chunk).
 
     Args:
+        total: the units of work (0: a phase without a count, e.g. a load: only the time elapsed is shown).
         desc: what is done (``"scoring"``); ``units``: what is counted (plural).
         initial: units already done (a resumed run).
         enabled: ``False`` prints nothing (``--no-progress``).
@@ -67,51 +72,67 @@ class Progress(contextlib.AbstractContextManager):
         scoring: 3/3 items (100%)
     """
 
+    shown: tuple[Any, float] = (None, 0.0)  # the stream a Progress line was last shown on, and when
+
     def __init__(self, total: int, desc: str, units: str = "items", initial: int = 0, enabled: bool = True,
                  stream: TextIO | None = None) -> None:
         self.total, self.desc, self.units, self.done, self.enabled = total, desc, units, initial, enabled
         self.stream = stream if stream is not None else sys.stderr
         self.live = enabled and bool(getattr(self.stream, "isatty", lambda: False)())
         self.start = time.monotonic()
+        stream, shown = Progress.shown  # a heartbeat comes HEARTBEAT_S after the last line of any bar on this stream:
+        self.last = shown if stream is self.stream and self.start - shown < HEARTBEAT_S else self.start
         self.tenth = self._tenth()
         self.width = 0
+        self.lock, self.stopped = threading.Lock(), threading.Event()
         if self.live:
-            self._draw()
+            self._show()
+
+    def __enter__(self) -> "Progress":
+        if self.enabled:  # the heartbeat: a daemon thread, until close()
+            threading.Thread(target=self._beat, args=(HEARTBEAT_S,), daemon=True).start()
+        return self
+
+    def _beat(self, every: float) -> None:
+        while not self.stopped.wait(min(0.5, every / 4)):
+            with self.lock:
+                if not self.stopped.is_set() and time.monotonic() - self.last >= every:
+                    self._show(elapsed=True)
 
     def _tenth(self) -> int:
         return 10 * self.done // max(1, self.total)
 
-    def _line(self) -> str:
-        line = f"{self.desc}: {self.done}/{self.total} {self.units} ({100 * self.done // max(1, self.total)}%)"
-        elapsed = time.monotonic() - self.start
-        if self.live and self.done and elapsed >= 1:
-            line += f", {elapsed:.0f} s"
+    def _line(self, elapsed: bool = False) -> str:
+        line = f"{self.desc}: {self.done}/{self.total} {self.units} ({100 * self.done // max(1, self.total)}%)" if self.total else self.desc
+        seconds = time.monotonic() - self.start
+        if (elapsed or (self.live and self.done) or not self.total) and seconds >= 1:
+            line += f"{', ' if self.total else ': '}{seconds:.0f} s"
         return line
 
-    def _draw(self) -> None:
-        line = self._line()
-        self.stream.write("\r" + line.ljust(self.width))  # spaces over a longer line drawn before
-        self.width = len(line)
+    def _show(self, elapsed: bool = False) -> None:
+        """Redraw the line on a terminal (spaces over a longer line drawn before), else print it."""
+        line = self._line(elapsed)
+        self.stream.write("\r" + line.ljust(self.width) if self.live else line + "\n")
         self.stream.flush()
+        self.width, self.last = len(line), time.monotonic()
+        Progress.shown = (self.stream, self.last)
 
     def update(self, n: int) -> None:
         """``n`` more units are done."""
-        self.done += n
-        if not self.enabled or not n:
-            return
-        if self.live:
-            self._draw()
-        elif self._tenth() > self.tenth or self.done >= self.total:
-            self.tenth = self._tenth()
-            self.stream.write(self._line() + "\n")
-            self.stream.flush()
+        with self.lock:
+            self.done += n
+            if self.enabled and n and (self.live or self._tenth() > self.tenth or self.done >= self.total):
+                self.tenth = self._tenth()
+                self._show()
 
     def close(self) -> None:
-        """End the line (the final state is already printed, and is not printed again)."""
-        if self.live:  # a line is drawn on the terminal and not yet ended
-            self.stream.write("\n")
-            self.stream.flush()
-            self.live = False
+        """End the line (the final state is already printed, and is not printed again) and the heartbeat."""
+        self.stopped.set()
+        with self.lock:
+            if self.live:  # a line is drawn on the terminal and not yet ended
+                self.stream.write("\n")
+                self.stream.flush()
+                self.live = False
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
@@ -369,9 +390,13 @@ def resolve_output(path: Path, option: str = "--output") -> tuple[Path, bool]:
     return path, False
 
 
-def _busy(path: Path, option: str) -> UsageError:
-    return UsageError(f"{option} {path}: another command is writing it now (it holds the lock on {partial_path(path)}); "
-                      "wait for it to finish, or choose another output file.")
+class FileBusy(UsageError):
+    """Another command holds the lock on an output file (:func:`lock_file` on the file :class:`OutputFile` writes)."""
+
+    def __init__(self, path: Path, option: str, locked: Path) -> None:
+        self.locked = locked
+        super().__init__(f"{option} {path}: another command is writing it now (it holds the lock on {locked}); "
+                         "wait for it to finish, or choose another output file.")
 
 
 def same_file(a: Path | int, b: Path | int) -> bool:
@@ -436,7 +461,7 @@ class OutputFile:
             hint = {errno.ENOSPC: "; free some space, or choose a folder on another disk",
                     errno.EDQUOT: "; free some of your quota, or choose a folder on another disk",
                     errno.EFBIG: "; the file system or a limit does not allow a file this large"}.get(err.errno or 0, "")
-            raise OutputError(f"cannot write {where} ({err.strerror or err}){hint}") from None
+            raise OutputError(f"cannot write {where} ({err.strerror or err}){hint}.") from None
 
     def __enter__(self) -> "OutputFile":
         if self.stream:
@@ -454,7 +479,7 @@ class OutputFile:
         fd = os.open(self.partial, os.O_RDWR | os.O_CREAT, 0o666)
         if not lock_file(fd) or not same_file(self.partial, fd):  # renamed by a writer that just finished
             os.close(fd)
-            raise _busy(self.path, self.option)
+            raise FileBusy(self.path, self.option, self.partial)
         if not self.resume:
             os.ftruncate(fd, 0)
         self.handle = os.fdopen(fd, "r+", encoding="utf-8", newline="")

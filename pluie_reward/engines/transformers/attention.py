@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ...common.errors import PluieError
+from .compat import base_model
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -342,7 +343,7 @@ def selected(model: Any, name: str | None) -> Iterator[bool]:
         >>> model.config._attn_implementation  # restored
         'sdpa'
     """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     own = getattr(base.config, "_attn_implementation", None)
     if name is None or own == name or not hasattr(base, "set_attn_implementation"):
         yield name is not None and own == name

@@ -28,8 +28,17 @@ from typing import Any, Iterator, Mapping
 _NEW, _OLD = "activation_checkpointing", "gradient_checkpointing"
 
 
-def _base(model: Any) -> Any:
-    """The transformers model under a PEFT wrapper (the model itself otherwise)."""
+def base_model(model: Any) -> Any:
+    """The transformers model under its (Distributed)DataParallel (``.module``) and PEFT wrappers (the model itself
+    otherwise): what every reader of a model's forward, attention, modules or config here unwraps, one way.
+
+    Example:
+        >>> import torch
+        >>> inner = torch.nn.Linear(1, 1)
+        >>> base_model(torch.nn.DataParallel(inner)) is inner, base_model(inner) is inner
+        (True, True)
+    """
+    model = getattr(model, "module", model)
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
@@ -41,7 +50,7 @@ def forward_parameters(model: Any) -> Mapping[str, inspect.Parameter]:
         >>> "input_ids" in forward_parameters(make_tiny_causal_lm(make_tiny_tokenizer()))
         True
     """
-    return inspect.signature(type(_base(getattr(model, "module", model))).forward).parameters
+    return inspect.signature(type(base_model(model)).forward).parameters
 
 
 def checkpointing_on(model: Any) -> bool:
@@ -56,7 +65,7 @@ def checkpointing_on(model: Any) -> bool:
     Raises:
         AttributeError: the model has neither flag (not a transformers model).
     """
-    base = _base(model)
+    base = base_model(model)
     for name in (f"is_{_NEW}", f"is_{_OLD}"):
         if hasattr(base, name):
             return bool(getattr(base, name))
@@ -70,7 +79,7 @@ def enable_checkpointing(model: Any, use_reentrant: bool = False) -> None:
         model: a ``PreTrainedModel`` or a PEFT model around one.
         use_reentrant: passed to ``torch.utils.checkpoint`` (non-reentrant by default, as TRL does).
     """
-    base = _base(model)
+    base = base_model(model)
     kwargs = {"use_reentrant": use_reentrant}
     if hasattr(base, f"{_NEW}_enable"):
         getattr(base, f"{_NEW}_enable")(**{f"{_NEW}_kwargs": kwargs})
@@ -80,7 +89,7 @@ def enable_checkpointing(model: Any, use_reentrant: bool = False) -> None:
 
 def disable_checkpointing(model: Any) -> None:
     """Turn checkpointing off under the method name this transformers has (no-op without one)."""
-    base = _base(model)
+    base = base_model(model)
     method = getattr(base, f"{_NEW}_disable", None) or getattr(base, f"{_OLD}_disable", None)
     if method is not None:
         method()

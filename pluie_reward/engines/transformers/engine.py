@@ -35,7 +35,7 @@ from ...common.weights import weights_digest
 from ..base import Engine, Request
 from ..registry import LoadedEngine
 from .attention import KV, PREFIX, AttentionUnsupported, SharedPrefix, WindowExceeded, register, selected
-from .compat import forward_parameters
+from .compat import base_model, forward_parameters
 from .config import TransformersEngineConfig
 from .loading import EMBEDDED_BASE, display_name, is_embedded, load_adapter, load_model_and_tokenizer, resolve_device
 from .model_state import scoring_state, this_thread_only
@@ -60,7 +60,7 @@ def model_lock(model: Any) -> threading.RLock:
         >>> model_lock(m) is model_lock(m)
         True
     """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     with _LOCKS_LOCK:
         if base not in _MODEL_LOCKS:
             _MODEL_LOCKS[base] = threading.RLock()
@@ -147,7 +147,7 @@ def fast_path_refusal(model: Any, implementation: str | None, registered: bool) 
     """
     if not registered:
         return f"its attention implementation is {implementation!r}"
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in forward_parameters(base).values()):
         return f"{type(base).__name__}.forward does not pass keyword arguments to its attention"
     if any(isinstance(getattr(m, "sinks", None), torch.Tensor) for m in base.modules()):

@@ -84,7 +84,12 @@ def parse_dtype(dtype: "str | torch.dtype | None") -> "torch.dtype | str | None"
 
 
 def resolve_device(device: "str | torch.device | None") -> torch.device:
-    """``None``/``"auto"`` picks CUDA when available, else MPS, else CPU."""
+    """``None``/``"auto"`` picks CUDA when available, else MPS, else CPU.
+
+    Raises:
+        RuntimeError: a CUDA device asked for where CUDA is hidden (``CUDA_VISIBLE_DEVICES=""``, as in the reward process
+            TRL's ``AsyncGRPOTrainer`` spawns) or absent, naming what to use instead.
+    """
     import torch
 
     if device is None or device == "auto":
@@ -93,7 +98,14 @@ def resolve_device(device: "str | torch.device | None") -> torch.device:
         if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    return torch.device(device)
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        why = ("hidden in this process (CUDA_VISIBLE_DEVICES=''), as in the process where TRL's AsyncGRPOTrainer computes rewards"
+               if os.environ.get("CUDA_VISIBLE_DEVICES") == "" else "not available here")
+        raise RuntimeError(f"device={str(device)!r}: CUDA is {why}. Serve the judge on its GPU (pluie-reward serve) and reward with "
+                           "RemotePluieReward(url), or load it on the CPU (device='cpu', slow for a big judge): docs/rewards.md, "
+                           "'TRL's async trainer'.")
+    return device
 
 
 def dequantized_copy(model: Any) -> Any:
@@ -448,6 +460,7 @@ def load_model_and_tokenizer(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    target = resolve_device(device) if device_map is None else None  # an unusable device fails before the weights load
     # the default judge: the converted embedded model, the adapter added in float32 here (placed by accelerate: merged on disk)
     merge = default_adapter if is_embedded(model) and model != EMBEDDED_BASE and device_map is None else None
     source = embedded_model_dir() if merge is not None else model_source(model, default_adapter=default_adapter)
@@ -461,8 +474,8 @@ def load_model_and_tokenizer(
         lm = AutoModelForCausalLM.from_pretrained(source, **load_kwargs)
     if merge is not None:
         lm = merge_lora(lm, merge).to(wanted if isinstance(wanted, torch.dtype) else torch.float32)
-    if device_map is None:
-        lm = lm.to(resolve_device(device))
+    if target is not None:
+        lm = lm.to(target)
     return lm.eval(), tokenizer
 
 

@@ -9,6 +9,7 @@ from typing import Any, Iterator
 import torch
 
 from ...common.errors import PluieError
+from .compat import base_model
 
 
 def no_autocast(device_type: str) -> Any:
@@ -123,7 +124,7 @@ def this_thread_only(model: Any, who: str = "the judge") -> Iterator[None]:
         ['refused', 'ran']
     """
     owner = threading.get_ident()
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
 
     def check(module: Any, args: Any) -> None:
         if threading.get_ident() != owner:

@@ -10,6 +10,7 @@ Example (shell):
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -19,12 +20,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
+from ...judges import default_adapter_dir
 from ..cli.common import add_judge_arguments, judge_from_args
 from ..cli.output import check_output_file, write_text_file
 from ..cli.registry import command
 from ..pool import bench as pool_bench
 from ..shared import UsageError, comma_list, nonneg_int, positive_int
-from . import gpu
+from . import generative, gpu
 from .engines import ENGINES, compare_engines, comparison_json, format_engine_table, load_vllm_judge
 from .group import compare_group_judging, format_group_table
 from .grpo_share import PLACEMENTS as GRPO_PLACEMENTS, format_grpo_table, grpo_share
@@ -181,6 +183,27 @@ def _engines(args: argparse.Namespace) -> int:
     return _report(args, payload, "engines", [comparison_json(c) for c in comparisons], format_engine_table(comparisons))
 
 
+# generative -----------------------------------------------------------------------------------------
+def _generative_args(p: argparse.ArgumentParser) -> None:
+    _data(p)
+    _workloads(p)
+    p.add_argument("--vllm-max-model-len", type=positive_int, default=4096,
+                   help="context length of the vLLM server and judge (default 4096); a pitfall's prompt exceeds it")
+
+
+def _generative(args: argparse.Namespace) -> int:
+    _transformers_only(args, "the paths are compared with the transformers judge's scores")
+    if args.adapter or importlib.util.find_spec("vllm") is None:
+        raise UsageError("bench generative serves --model on vLLM (no --adapter) and needs vLLM: see docs/vllm.md, Install.")
+    workloads = _workload_list(args)
+    from ...engines.transformers.loading import model_source  # lazy: CLI start-up (torch)
+
+    judge, payload = _judge(args, "generative")
+    model = str(model_source(args.model, default_adapter=default_adapter_dir()))
+    result = generative.run(judge, model, workloads, args.template, args.rounds, args.vllm_max_model_len, say)
+    return _report(args, payload, "generative", result, generative.format_tables(result))
+
+
 # server ---------------------------------------------------------------------------------------------
 def _server_args(p: argparse.ArgumentParser) -> None:
     add_load_arguments(p, clients=4, requests=4)
@@ -272,6 +295,7 @@ def _pool(args: argparse.Namespace) -> int:
 SECTIONS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "methods": ("Judge.score beside the seeds' two-pass method and an LLM-Yes/No generate judge", _methods_args, _methods),
     "engines": ("Judge.score on several engines side by side", _engines_args, _engines),
+    "generative": ("Judge.score beside vLLM's own /generative_scoring (needs vLLM)", _generative_args, _generative),
     "server": ("the judge server (pluie-reward serve, started here) under concurrent clients", _server_args, _server),
     "grpo": ("the reward's share of GRPO steps per judge placement, in fresh processes", _grpo_args, _grpo),
     "groups": ("group-relative judging (para-group) beside pointwise PLUIE", _groups_args, _groups),
@@ -292,5 +316,5 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 @command("bench", configure)
 def bench_command(args: argparse.Namespace) -> int:
-    """Benchmarks, one section each: methods, engines, server, grpo, groups, placement, pool, gpu."""
+    """Benchmarks, one section each: methods, engines, generative, server, grpo, groups, placement, pool, gpu."""
     return args.bench_run(args)

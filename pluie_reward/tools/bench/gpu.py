@@ -31,10 +31,11 @@ from ...core.judge import Judge
 from ...integrations.rewards import PluieReward
 from ..report import markdown_table, write_outputs
 from ..shared import UsageError, comma_list, positive_float
-from . import measure
+from . import generative, measure
+from .generative import judge_ids
 from .grpo_share import BUILTIN_PAIRS, TimedReward
 from .measure import Clock, column_table, mib, synchronize
-from .run import default_data_path, generate_answers, read_pairs, reference_scores
+from .run import Workload, default_data_path, generate_answers, read_pairs, reference_scores
 
 TEMPLATE = "para-fs"
 PLAIN_ROWS = (16, 64)  # prompts per forward of the plain padded forward
@@ -52,7 +53,8 @@ SHAPES: dict[str, dict[str, Any]] = {
                          num_attention_heads=12, num_key_value_heads=2, vocab_size=151936, rope_theta=1e6,
                          rms_norm_eps=1e-6, tie_word_embeddings=True, tokenizer="qwen25-7b-instruct"),
 }
-TINY_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+# head_dim 32: the smallest vLLM's CPU attention takes (section e)
+TINY_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
 
 
 # helpers ---------------------------------------------------------------------------------------
@@ -119,13 +121,6 @@ def completions(tokenizer: Any, text: str, count: int, length: int) -> list[str]
     while len(ids) < length + count * 7:
         ids = ids + ids
     return [tokenizer.decode(ids[7 * i : 7 * i + length]) for i in range(count)]
-
-
-def judge_ids(judge: Any, sources: Sequence[str], hypotheses: Sequence[str]) -> list[list[int]]:
-    """The prompt ids ``Judge.score`` reads, one list per item, the answer position last (what the plain
-    forward reads and the distinct tokens are counted on)."""
-    plan = judge.plan(TEMPLATE, source=list(sources), hypothesis=list(hypotheses))
-    return [list(item.ids) for item in plan.bound.encode_items(plan.columns, plan.n)]
 
 
 def plain_scores(model: Any, ids: Sequence[Sequence[int]], answers: Sequence[Sequence[int]], pad_id: int, rows: int) -> list[float]:
@@ -422,6 +417,28 @@ def grpo_step(policy: Any, tok: Any, pairs: Sequence[tuple[str, str]], device: A
             "reward_seconds": r1 - r0, "reward_share": (r1 - r0) / (t1 - t0), "reward_calls": reward.calls}
 
 
+# e. vLLM's generative scoring -----------------------------------------------------------------
+def generative_scoring(shape: str, folder: Path | None, pairs: Sequence[tuple[str, str]], device: Any, tiny: bool,
+                       log: Callable[[str], None]) -> dict[str, Any]:
+    """``bench generative`` (:func:`.generative.run`, 2 rounds) on a random judge of ``shape`` saved to a temporary folder
+    (bf16 on a GPU) and on 16 of ``pairs``; ``{"skipped": ...}`` where vLLM is not installed."""
+    import importlib.util
+
+    import torch
+
+    if importlib.util.find_spec("vllm") is None:
+        return {"skipped": "vLLM is not installed here (docs/benchmark.md: `pluie-reward bench generative`)"}
+    tok = load_tokenizer(folder, SHAPES[shape]["tokenizer"])
+    model = random_model(shape, tok, device, torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32, tiny)
+    with tempfile.TemporaryDirectory(prefix="pluie-gpu-vllm-") as saved:
+        model.save_pretrained(saved)
+        tok.save_pretrained(saved)
+        workload = Workload("MRPC", [s for s, _ in pairs[:16]], [h for _, h in pairs[:16]])
+        result = generative.run(Judge.from_model(model, tok), saved, [workload], TEMPLATE, 2, 2048 if tiny else 4096, log)
+    free(model)
+    return result
+
+
 # report ----------------------------------------------------------------------------------------
 # Judge.score's share of the bf16 peak on distinct tokens (GRPO groups, MRPC pairs); Judge.score / the best plain
 # forward >= vs_bound x the bound (prompt tokens / distinct tokens) and >= vs_plain; memory and time shares
@@ -472,7 +489,7 @@ def markdown(result: dict[str, Any]) -> str:
     def table(value: Any, rows: Any, columns: list[tuple[str, Any, str | None]]) -> str:  # a section's table, or its error
         return f"failed: {failed(value)}" if failed(value) else column_table(rows, columns, none="not run")
 
-    cpu, draws, s, g = "n/a on CPU", result.get("random_draws"), result["sharing"], result["grpo"]
+    cpu, draws, s, g, e = "n/a on CPU", result.get("random_draws"), result["sharing"], result["grpo"], result["generative"]
     model, n = [("model", "model", None), ("workload", "workload", None), ("n", "n", "d")], ("n", "n", "d")
     out = [f"# GPU check: {result['device_name']}",
            f"torch {result['torch']}, transformers {result['transformers']}, shapes: {'tiny' if result['tiny'] else 'published'}; "
@@ -522,7 +539,9 @@ def markdown(result: dict[str, Any]) -> str:
            "## d. Reward share of a GRPO step (trl.GRPOTrainer, second step)",
            table(g, [g], [("prompts x G", lambda r: f"{r['prompts']} x {r['group']}", "s"),
                           ("completion tokens", "completion_tokens", "d"), ("step s", "step_seconds", ".2f"),
-                          ("reward s", "reward_seconds", ".3f"), ("reward share", "reward_share", ".1%")])]
+                          ("reward s", "reward_seconds", ".3f"), ("reward share", "reward_share", ".1%")]),
+           "## e. vLLM's generative scoring beside Judge.score (`bench generative`, random weights)",
+           e.get("skipped") or (f"failed: {failed(e)}" if failed(e) else generative.format_tables(e))]
     g, grpo = result["goals"], result["grpo"]
     rows = []
     for w in g["workloads"]:
@@ -613,6 +632,7 @@ def run(out: Path, device: str, tiny: bool, tokenizers: Path | None, data: Path 
     policy, tok = policy_with_lora(tokenizers, device, tiny)
     step("sharing", "c. sharing", lambda: sharing(policy, tok, pairs, device, tiny))
     step("grpo", "d. grpo", lambda: grpo_step(policy, tok, pairs, device, tiny))
+    step("generative", "e. generative scoring", lambda: generative_scoring(models[0], tokenizers, pairs, device, tiny, log))
     result["goals"] = goal_values(result)
     result["seconds"] = clock.seconds
     write_outputs(out, result, markdown(result), names=OUTPUTS, indent=1)

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..report import markdown_table
+from ..report import cell, markdown_table
 
 ROOT = str(Path(__file__).resolve().parents[3])  # the checkout (or site-packages) holding this package
 
@@ -49,6 +49,7 @@ class PeakMemory:
         device: the torch device whose CUDA peak is read (``None`` or a CPU: ``cuda_mb`` stays ``None``).
         interval: seconds between RSS samples.
         rss: sample the RSS in a thread (off: only the CUDA peak, nothing runs beside the timed work).
+        processes: whose RSS is summed, listed on entry (default: this process).
 
     Example:
         >>> with PeakMemory() as peak:
@@ -57,16 +58,17 @@ class PeakMemory:
         True
     """
 
-    def __init__(self, device: Any = None, interval: float = 0.003, rss: bool = True) -> None:
-        self.device, self.interval, self.rss = device, interval, rss
+    def __init__(self, device: Any = None, interval: float = 0.003, rss: bool = True,
+                 processes: Callable[[], Sequence[Any]] | None = None) -> None:
+        self.device, self.interval, self.rss, self.processes = device, interval, rss, processes
         self.rss_mb = self.start_rss_mb = 0.0
         self.cuda_mb: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _sample(self, process: Any) -> None:
+    def _sample(self, processes: Sequence[Any]) -> None:
         while not self._stop.wait(self.interval):
-            self.rss_mb = max(self.rss_mb, mib(process.memory_info().rss))
+            self.rss_mb = max(self.rss_mb, mib(sum(p.memory_info().rss for p in processes)))
 
     def __enter__(self) -> "PeakMemory":
         if synchronize(self.device):
@@ -76,9 +78,9 @@ class PeakMemory:
         if self.rss:
             import psutil
 
-            process = psutil.Process()
-            self.rss_mb = self.start_rss_mb = mib(process.memory_info().rss)
-            self._thread = threading.Thread(target=self._sample, args=(process,), daemon=True)
+            processes = list(self.processes()) if self.processes else [psutil.Process()]
+            self.rss_mb = self.start_rss_mb = mib(sum(p.memory_info().rss for p in processes))
+            self._thread = threading.Thread(target=self._sample, args=(processes,), daemon=True)
             self._thread.start()
         return self
 
@@ -143,11 +145,6 @@ def peak_rss_mb() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def cell(x: Any, spec: str = ".3g", none: str = "-") -> str:
-    """A table cell: a number in ``spec``, ``none`` for a value not measured, anything else as text."""
-    return none if x is None else (format(x, spec) if isinstance(x, (int, float)) else str(x))
 
 
 def titled_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str) -> str:

@@ -26,8 +26,9 @@ from typing import Any, Callable, Sequence
 
 from ...core.judge import Judge
 from ...judges import default_adapter_dir
+from ..report import cell
 from ..shared import UsageError
-from .measure import PeakMemory, cell, in_fresh_process, load_average, mib, peak_rss_mb, timed, titled_table
+from .measure import PeakMemory, in_fresh_process, load_average, mib, peak_rss_mb, timed, titled_table
 
 
 METHODS = ("reference", "generate", "score", "score-cold", "indirect")

@@ -118,8 +118,14 @@ def start_server(engine: str, port: int, template: str, model: str | None, log_p
                "--host", "127.0.0.1", "--template", template, "--log-level", "warning"]
     if model is not None:
         command += ["--model", model]
-    env = child_env()
-    env.pop("PLUIE_REWARD_TOKEN", None)  # 127.0.0.1 only; the load sends no token
+    return launch(command, log_path)
+
+
+def launch(command: list[str], log_path: Path, **environ: str) -> subprocess.Popen:
+    """``command`` in a new session (:func:`stop_server` stops it), its output in ``log_path``; :func:`child_env` plus
+    ``environ``, without a token (127.0.0.1 only; the loads send none)."""
+    env = {**child_env(), **environ}
+    env.pop("PLUIE_REWARD_TOKEN", None)
     with open(log_path, "w") as log:  # the child keeps its own copy of the file descriptor
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
@@ -136,8 +142,8 @@ def stop_server(server: subprocess.Popen) -> None:
         server.wait()
 
 
-async def _wait_ready(url: str, server: subprocess.Popen, log_path: Path, timeout: float) -> None:
-    """Poll ``/health`` once a second until it answers, the server exits, or ``timeout`` passes."""
+async def _wait_ready(url: str, server: subprocess.Popen, log_path: Path, timeout: float, path: str = "/health") -> None:
+    """Poll ``path`` once a second until it answers JSON, the server exits, or ``timeout`` passes."""
     from ...common.http import AsyncHTTPClient, HTTPConfig, RemoteError  # optional: httpx
 
     deadline = time.monotonic() + timeout
@@ -146,12 +152,12 @@ async def _wait_ready(url: str, server: subprocess.Popen, log_path: Path, timeou
             if server.poll() is not None:
                 raise RuntimeError(f"the server exited with code {server.returncode}; see {log_path}")
             try:
-                await client.request("GET", "/health")
+                await client.request("GET", path)
                 return
             except RemoteError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not answer /health within {timeout:.0f} s; see {log_path}")
+                raise RuntimeError(f"the server did not answer {path} within {timeout:.0f} s; see {log_path}")
             await asyncio.sleep(1)
 
 

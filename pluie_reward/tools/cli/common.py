@@ -15,7 +15,7 @@ from ...core.judge import Judge
 from ...core.prompt import chat_clock
 from ...core.template import check_chat_template_kwargs
 from ...engines.remote import RemoteEngineError
-from ..shared import UsageError, finite_float, positive_float, positive_int, whole_int
+from ..shared import Progress, UsageError, finite_float, positive_float, positive_int, whole_int
 from .records import parse_columns, read_table
 
 
@@ -146,26 +146,27 @@ def judge_from_args(args: argparse.Namespace) -> Any:
     own.setdefault("warm_up", False)
     from ...engines.transformers.loading import is_embedded, model_source  # lazy: CLI start-up
 
-    try:
-        if args.model is not None and not is_embedded(args.model):  # before torch loads: a wrong path or id fails in seconds
-            model_source(args.model, default_adapter=None)
-        if engine == "vllm":
-            if args.device or args.batch_tokens:
-                raise UsageError("--engine vllm places the model itself: use --tensor-parallel-size and CUDA_VISIBLE_DEVICES, "
-                                 "not --device or --batch-tokens.")
-            options = {"tensor_parallel_size": args.tensor_parallel_size or 1}
-            if args.gpu_memory_utilization is not None:
-                options["gpu_memory_utilization"] = args.gpu_memory_utilization
-            try:
-                return Judge.load(args.model, engine="vllm", dtype=args.dtype, **options, **own)
-            except ImportError as err:
-                raise UsageError(str(err)) from None
-        return Judge.load(args.model, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens,
-                          adapter=getattr(args, "adapter", None), **own)
-    except OSError as err:  # transformers: not a folder, not in the HF cache and no network, gated repo...
-        if args.model is None or Path(args.model).exists():
-            raise
-        raise model_not_found(args.model, err) from None
+    with Progress(0, f"pluie-reward {getattr(args, 'command', 'judge')}: loading"):  # a line every 10 s until loaded
+        try:
+            if args.model is not None and not is_embedded(args.model):  # before torch loads: a wrong path or id fails in seconds
+                model_source(args.model, default_adapter=None)
+            if engine == "vllm":
+                if args.device or args.batch_tokens:
+                    raise UsageError("--engine vllm places the model itself: use --tensor-parallel-size and CUDA_VISIBLE_DEVICES, "
+                                     "not --device or --batch-tokens.")
+                options = {"tensor_parallel_size": args.tensor_parallel_size or 1}
+                if args.gpu_memory_utilization is not None:
+                    options["gpu_memory_utilization"] = args.gpu_memory_utilization
+                try:
+                    return Judge.load(args.model, engine="vllm", dtype=args.dtype, **options, **own)
+                except ImportError as err:
+                    raise UsageError(str(err)) from None
+            return Judge.load(args.model, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens,
+                              adapter=getattr(args, "adapter", None), **own)
+        except OSError as err:  # transformers: not a folder, not in the HF cache and no network, gated repo...
+            if args.model is None or Path(args.model).exists():
+                raise
+            raise model_not_found(args.model, err) from None
 
 
 def model_not_found(model: str, err: OSError) -> UsageError:

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import IO, Any, Iterable
 
-from ..shared import (OutputError, OutputFile, UsageError, _busy, check_output_dir, lock_file, partial_path, same_file,
+from ..shared import (FileBusy, OutputError, OutputFile, UsageError, check_output_dir, lock_file, partial_path, same_file,
                       writable_folder)
 
 __all__ = ["OutputError", "OutputFile", "StandardOutput", "check_output_dir", "check_output_file", "partial_path",
@@ -52,7 +52,7 @@ def check_output_file(path: Path | None, option: str = "--output", *, inputs: It
     if partial.is_file():
         with partial.open("rb") as handle:
             if not lock_file(handle.fileno()):
-                raise _busy(path, option)
+                raise FileBusy(path, option, partial)
         if overwrite is False and not resume:
             how = "pass --resume to continue it, or --overwrite to start again" if resume is not None else \
                 "pass --overwrite to write the file again"
@@ -82,7 +82,7 @@ class StandardOutput:
         except BrokenPipeError:
             raise
         except OSError as err:
-            raise OutputError(f"cannot write standard output ({err.strerror or err})", stdout=True) from None
+            raise OutputError(f"cannot write standard output ({err.strerror or err}).", stdout=True) from None
 
     def write(self, text: str) -> int:
         return self._call(self.stream.write, text)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+from ...common.errors import invalid_text
 from ...integrations.fields import map_fields, parse_assignments
 from ..shared import UsageError, json_lines
 
@@ -114,19 +115,16 @@ class Records:
 
 
 def text_problem(value: Any) -> str | None:
-    """Why ``value`` cannot be a text field (not a string, or a lone surrogate), else ``None``.
+    """Why ``value`` cannot be a text field (not a string, or :func:`~pluie_reward.common.errors.invalid_text`), else
+    ``None``.
 
     Example:
-        >>> text_problem("ok"), text_problem(None), text_problem("a\\ud800")
-        (None, 'None, not a string', 'character 1 is a lone surrogate (\\\\ud800), not valid Unicode text')
+        >>> text_problem("ok"), text_problem(None), text_problem(3)
+        (None, 'None is not a string', 'int 3 is not a string')
     """
     if not isinstance(value, str):
-        return f"{value!r}, not a string" if value is None else f"{type(value).__name__} {value!r}, not a string"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as err:
-        return f"character {err.start} is a lone surrogate ({ascii(value[err.start])[1:-1]}), not valid Unicode text"
-    return None
+        return f"{value!r} is not a string" if value is None else f"{type(value).__name__} {value!r} is not a string"
+    return invalid_text(value)
 
 
 def check_texts(records: Records, columns: Mapping[str, str], optional: Iterable[str] = ()) -> dict[str, list[Any]]:
@@ -141,7 +139,7 @@ def check_texts(records: Records, columns: Mapping[str, str], optional: Iterable
         >>> check_texts(read_table("bad.jsonl"), {"source": "src"})  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        pluie_reward.tools.shared.UsageError: bad.jsonl line 2: column 'src' (template field 'source') is int 3, not a string; every item
+        pluie_reward.tools.shared.UsageError: bad.jsonl line 2: column 'src' (template field 'source'): int 3 is not a string; every item
         needs a text value there: fix or remove the row.
     """
     optional = set(optional)
@@ -152,7 +150,7 @@ def check_texts(records: Records, columns: Mapping[str, str], optional: Iterable
             problem = None if value is None and name in optional else text_problem(value)
             if problem:
                 raise UsageError(
-                    f"{records.where(i)}: column {column!r} (template field {name!r}) is {problem}; "
+                    f"{records.where(i)}: column {column!r} (template field {name!r}): {problem}; "
                     "every item needs a text value there: fix or remove the row."
                 )
         out[name] = values

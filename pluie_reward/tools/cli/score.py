@@ -21,7 +21,7 @@ from .common import (
     judge_from_args,
     model_not_found,
 )
-from .output import OutputError, OutputFile, StandardOutput, check_output_file
+from .output import OutputError, OutputFile, check_output_file
 from .records import Records, check_texts, read_table
 from .registry import command
 
@@ -155,7 +155,7 @@ def score_command(args: argparse.Namespace) -> int:
     run = _Run(args, judge, template, records, values, size)
     try:
         if args.output is None:
-            run.write(StandardOutput(sys.stdout))
+            run.write(sys.stdout)  # main's StandardOutput: a full or closed device is an OutputError
         else:
             with OutputFile(args.output, resume=args.resume) as out:
                 run.write(out, out.done_lines() if args.resume else [])
@@ -166,9 +166,11 @@ def score_command(args: argparse.Namespace) -> int:
     except (_Refused, BrokenPipeError):  # a closed standard output (| head): main stops quietly
         raise
     except OutputError as err:  # disk full, standard output full or closed...
-        raise OutputError(f"{err}" + (f" ({run.kept()})." if run.kept() else "."), stdout=err.stdout) from None
+        if not run.kept():
+            raise
+        raise OutputError(f"{str(err).removesuffix('.')} ({run.kept()}).", stdout=err.stdout) from None
     except UsageError as err:
-        raise UsageError(f"{err}" + (f" ({run.kept(fix=True)})." if run.kept() else "")) from None
+        raise UsageError(f"{str(err).removesuffix('.')} ({run.kept(fix=True)})." if run.kept() else str(err)) from None
     except Exception:
         if run.kept():
             print(f"pluie-reward score: failed; {run.kept()}.", file=sys.stderr)

@@ -317,7 +317,7 @@ def _french_pairs(records: Any, roles: dict[str, str]) -> tuple[dict[str, list[s
             for role, value in ((one, a), (two, b)):
                 problem = text_problem(value)
                 if problem:
-                    raise UsageError(f"{records.where(i)}: column {roles[role]!r} ({role}) is {problem}.")
+                    raise UsageError(f"{records.where(i)}: column {roles[role]!r} ({role}): {problem}.")
             first.append(a)
             second.append(b)
             labels.append(paraphrase)

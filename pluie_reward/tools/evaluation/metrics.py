@@ -208,7 +208,6 @@ def roc_auc(scores: Iterable[float], labels: Iterable[Any]) -> float:
     return float(library("sklearn.metrics", "roc_auc").roc_auc_score(y, s))
 
 
-
 def require_metric_libraries(what: str = "this command") -> None:
     """Raise the missing-extra error now when scikit-learn or scipy (the ``eval`` extra: roc_auc, Cohen's κ,
     Cramér's V, the calibration metrics and fit) is missing: a command checks before it scores, not after."""

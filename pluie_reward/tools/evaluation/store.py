@@ -19,12 +19,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ...common.errors import PluieError
-from ..shared import OutputFile, UsageError, complete_json_lines, lock_file
+from ..shared import FileBusy, OutputFile, UsageError, complete_json_lines
 
 RUN_FILE = "run.json"
 SCORES_FILE = "scores.jsonl"
@@ -113,24 +112,23 @@ class ScoreStore(contextlib.AbstractContextManager):
 
     ``config`` identifies what is scored (task, judge, templates, baselines): a folder holding
     another configuration is refused (:class:`StoreMismatch`) unless ``overwrite``, and so is a
-    folder another store holds open (a lock on the folder, released by :meth:`close`). ``meta`` is what
-    the report needs (names, threshold, paper rows...) and is rewritten on every run.
+    folder another store holds open (the score file's lock, :class:`OutputFile`'s, taken first and released by
+    :meth:`close`: one lock guards the folder's files). ``meta`` is what the report needs (names, threshold,
+    paper rows...) and is rewritten on every run.
     """
 
     def __init__(self, folder: str | Path | None, config: Mapping[str, Any], meta: Mapping[str, Any], *, overwrite: bool = False) -> None:
         self.folder = Path(folder) if folder is not None else None
         self.lines: dict[int, dict[str, Any]] = {}
         self._file: OutputFile | None = None
-        self._lock: int | None = None
         if self.folder is None:
             return
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._lock = os.open(self.folder, os.O_RDONLY)  # one run writes into a folder at a time
         try:
-            if not lock_file(self._lock):
-                raise StoreMismatch(f"{self.folder}: another run is writing into this folder now; wait for it to finish, "
-                                    "or give another --output-dir.")
             self._open(config, meta, overwrite)
+        except FileBusy as err:  # one run writes into a folder at a time
+            raise StoreMismatch(f"{self.folder}: another run is writing into this folder now (it holds the lock on "
+                                f"{err.locked}); wait for it to finish, or give another --output-dir.") from None
         except UsageError as err:  # the score file is damaged, a device...
             self.close()
             raise StoreMismatch(str(err)) from None
@@ -139,10 +137,11 @@ class ScoreStore(contextlib.AbstractContextManager):
             raise
 
     def _open(self, config: Mapping[str, Any], meta: Mapping[str, Any], overwrite: bool) -> None:
-        """Check the folder's earlier scores (resume) and open the score file."""
+        """Open the score file (its lock first), check the folder's earlier scores (resume) and read them."""
         assert self.folder is not None
         run_path, scores_path = self.folder / RUN_FILE, self.folder / SCORES_FILE
         config = json.loads(json.dumps(config, default=repr))
+        self._file = OutputFile(scores_path, "--output-dir", resume=not overwrite, in_place=True).__enter__()
         if not overwrite and scores_path.is_file() and scores_path.stat().st_size:
             old = json.loads(run_path.read_text(encoding="utf-8")).get("config") if run_path.is_file() else None
             if old != config:
@@ -151,7 +150,6 @@ class ScoreStore(contextlib.AbstractContextManager):
                     f"{self.folder} holds the scores of another run (different {', '.join(changed) or 'configuration'}); "
                     "give another --output-dir, or pass --overwrite to discard them."
                 )
-        self._file = OutputFile(scores_path, "--output-dir", resume=not overwrite, in_place=True).__enter__()
         self.lines = {int(line["i"]): line for line in self._file.done_lines()}  # a torn last line dropped
         run_path.write_text(json.dumps({"format": FORMAT, "config": config, "meta": dict(meta)}, indent=1,
                                        ensure_ascii=False, default=repr) + "\n", encoding="utf-8")
@@ -179,9 +177,6 @@ class ScoreStore(contextlib.AbstractContextManager):
         if self._file is not None:
             self._file.__exit__(None, None, None)
             self._file = None
-        if self._lock is not None:
-            os.close(self._lock)
-            self._lock = None
 
     def __exit__(self, *exc: Any) -> None:
         self.close()

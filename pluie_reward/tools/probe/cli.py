@@ -5,6 +5,7 @@ Example (shell)::
     pluie-reward probe --limit 4                                    # embedded judge, para-fs, built-in sources
     pluie-reward probe -t rev --model Qwen/Qwen2.5-7B-Instruct --device cuda --json probe.json --plot probe.png
     pluie-reward probe -i mine.jsonl --fail-above 0.2               # exit 1 if an attack family passes 20 %
+    pluie-reward probe --search --fail-if-flagged                   # exit 1 if an edit raises the copy-proof reward
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from ..cli.output import check_output_file, write_text_file
 from ..cli.registry import command
 from ..shared import UsageError, comma_list, nonneg_float, positive_int
 from .families import family_names, family_specs
-from .report import markdown_report, plot_probe
-from .run import failing_families, probe_items, summarize
+from .report import markdown_report, plot_probe, search_report
+from .run import COPY_MARGIN, PAIRS, RAISE_MARGIN, failing_families, probe_items, search, search_rows, summarize
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -47,6 +48,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="exit with code 1 when a gated family's above_threshold or above_honest share exceeds X (in [0, 1])")
     p.add_argument("--fail-on", type=comma_list(), default=None, metavar="FAMILIES",
                    help="comma-separated families gated by --fail-above (default: every attack family; copies are not gated)")
+    p.add_argument("--search", action="store_true", help="instead of the table, search the copy and presentation families (or "
+                   f"--families), alone and in pairs: flag a copy's copy-proof reward above {COPY_MARGIN}, a raise above {RAISE_MARGIN}")
+    p.add_argument("--pairs", type=positive_int, default=PAIRS, help=f"--search: pair the N that moved it most (default {PAIRS}; 1: none)")
+    p.add_argument("--fail-if-flagged", action="store_true", help="--search: exit with code 1 when anything is flagged")
     add_judge_arguments(p)
 
 
@@ -74,8 +79,10 @@ def probe_command(args: argparse.Namespace) -> int:
     """Score adversarial hypotheses (copies, injections, master keys, control tokens) next to honest ones."""
     if args.list:
         for spec in family_specs():
-            print(f"{spec['name']:18s} {spec['kind']:9s} {spec.get('description', '')}")
+            print(f"{spec['name']:23s} {spec['kind']:12s} {spec.get('description', '')}")
         return 0
+    if (args.fail_if_flagged and not args.search) or (args.search and (args.plot or args.fail_above is not None or args.fail_on)):
+        raise UsageError("--fail-if-flagged needs --search; --plot, --fail-above and --fail-on are for the families' table.")
     if args.fail_above is not None and args.fail_above > 1:
         raise UsageError(f"--fail-above is a share in [0, 1], got {args.fail_above}.")
     for option, path in (("--json", args.json), ("--items", args.items), ("--plot", args.plot)):
@@ -90,16 +97,19 @@ def probe_command(args: argparse.Namespace) -> int:
     sources, honest = _read_sources(args, template)
     judge = judge_from_args(args)
     try:
-        records = probe_items(judge, template, sources, honest, args.limit, families,
-                              escape_delimiters=args.escape_delimiters, progress=True)
+        run, options = (search, {"pairs": args.pairs}) if args.search else (probe_items, {})
+        records = run(judge, template, sources, honest, args.limit, families, escape_delimiters=args.escape_delimiters,
+                      progress=True, **options)
     except (TypeError, ValueError) as err:
         raise UsageError(str(err)) from None
-    rows = summarize(records, judge.threshold)
+    rows = search_rows(records) if args.search else summarize(records, judge.threshold)
     title = f"{judge.name}, template {template.name}" + (", delimiters escaped" if args.escape_delimiters else "")
     sources_used = len({r["source_index"] for r in records})
-    print(f"# pluie-reward probe: {title}\n\n{sources_used} sources; threshold {judge.threshold:g}; "
-          "> honest: share scoring above the honest answer of the same source.\n")
-    print(markdown_report(rows))
+    note = (f"Δ: copy-proof reward minus the unedited copy's or honest answer's; flagged: a copy above {COPY_MARGIN}, a raise "
+            f"above {RAISE_MARGIN}" if args.search else f"threshold {judge.threshold:g}; > honest: share scoring above the "
+            "honest answer of the same source")
+    print(f"# pluie-reward probe{' --search' * args.search}: {title}\n\n{sources_used} sources; {note}.\n")
+    print((search_report if args.search else markdown_report)(rows))
     if args.json:
         write_text_file(args.json, json.dumps(rows, indent=1, ensure_ascii=False) + "\n", "--json")
     if args.items:
@@ -109,4 +119,8 @@ def probe_command(args: argparse.Namespace) -> int:
     failures = [] if args.fail_above is None else failing_families(rows, args.fail_above, gated)
     for family, metric, value in failures:
         print(f"pluie-reward probe: {family}: {metric} = {value:.1%} > {args.fail_above:.1%}", file=sys.stderr)
-    return 1 if failures else 0
+    flagged = [f"{r['family']} " + (f"(a copy gets {r['worst_reward']:.3f})" if r["kind"] == "copy" else
+                                    f"({r['worst']:+.3f} over the honest answer)") for r in rows if r.get("flagged")]
+    if flagged:
+        print(f"pluie-reward probe: flagged {len(flagged)}: {'; '.join(flagged)}", file=sys.stderr)
+    return 1 if failures or (flagged and args.fail_if_flagged) else 0

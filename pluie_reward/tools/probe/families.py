@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import unicodedata
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
@@ -31,12 +32,6 @@ from ..tune.hard_negatives import MEANING_RULES, append, flip
 KINDS = ("reference", "copy", "attack", "presentation")
 _SENTINELS = ("\ue000", "\ue001", "\ue002")  # private-use characters: no chat template touches them
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-# Latin letters and their Cyrillic look-alikes (the homoglyph family; integrations.novelty.CONFUSABLES folds them back)
-HOMOGLYPHS = {
-    "a": "а", "c": "с", "e": "е", "i": "і", "j": "ј", "o": "о", "p": "р", "s": "ѕ", "x": "х", "y": "у",
-    "A": "А", "B": "В", "C": "С", "E": "Е", "H": "Н", "I": "І", "J": "Ј", "K": "К", "M": "М", "O": "О",
-    "P": "Р", "S": "Ѕ", "T": "Т", "X": "Х", "Y": "Ү",
-}
 
 
 def _data(name: str) -> dict[str, Any]:
@@ -74,13 +69,13 @@ def family_names() -> list[str]:
 
 
 def family_kind(name: str) -> str:
-    """``reference``, ``copy``, ``attack`` or ``presentation`` (see ``data/families.yaml``).
+    """``reference``, ``copy``, ``attack`` or ``presentation`` (see ``data/families.yaml``); a pair ``"a + b"``: a's.
 
     Example:
-        >>> family_kind("copy_zero_width"), family_kind("master_key")
-        ('copy', 'attack')
+        >>> family_kind("copy_zero_width"), family_kind("master_key"), family_kind("copy_case + copy_wrapped")
+        ('copy', 'attack', 'copy')
     """
-    return _spec(name)["kind"]
+    return _spec(name.split(" + ")[0])["kind"]
 
 
 def _spec(name: str) -> dict[str, Any]:
@@ -142,6 +137,7 @@ class ProbeContext:
         yes, no = self.template.answers
         return {
             "source": item.source,
+            "honest": item.honest,
             "unrelated": item.unrelated,
             "yes": yes,
             "yes_lower": yes.lower(),
@@ -206,11 +202,24 @@ def _of_honest(edits: Callable[[str, ProbeContext], list[str]], english: bool = 
                                   else edits(item.honest, context))
 
 
-def _homoglyph(source: str) -> list[str]:
-    """Every letter with a look-alike replaced, and every other one."""
-    every = "".join(HOMOGLYPHS.get(c, c) for c in source)
-    seen = itertools.accumulate(c in HOMOGLYPHS for c in source)  # look-alike letters so far, this one included
-    return [every, "".join(HOMOGLYPHS[c] if c in HOMOGLYPHS and n % 2 else c for c, n in zip(source, seen))]
+def _lookalikes(char: str, script: str | None = None) -> tuple[str, ...]:
+    """The character's look-alikes of ``script`` (``"CYRILLIC"``...) or any that NFKC does not fold back, in Unicode's data
+    (``confusable_homoglyphs``' copy of UTS #39's confusables.txt, updated by its ``confusable_homoglyphs update``)."""
+    from confusable_homoglyphs import categories, confusables  # lazy: CLI start-up (a 9,619-entry table)
+
+    return tuple(h for h in (e["c"] for e in confusables.confusables_data.get(char, ())) if len(h) == 1
+                 and unicodedata.normalize("NFKC", h) != char and script in (None, categories.alias(h)))
+
+
+def _lookalike(source: str, script: str | None = None) -> list[str]:
+    """Every letter or digit that has look-alikes replaced by one (of ``script``: its first; any script: the k-th replaced
+    by its k-th, cycling through the scripts), every other one of them and (any script) the first of every third word."""
+    count, options = itertools.count(), {c: _lookalikes(c, script) for c in source if c.isalnum()}
+    every = [o[0 if script else next(count) % len(o)] if (o := options.get(c)) else c for c in source]
+    swapped = [k for k, (a, c) in enumerate(zip(every, source)) if a != c]
+    first = {source[:k].count(" "): k for k in reversed(swapped)}  # word -> its first swapped position
+    return ["".join(a if k in chosen else c for k, (a, c) in enumerate(zip(every, source)))
+            for chosen in (set(swapped), set(swapped[::2]), *([] if script else [{k for w, k in first.items() if w % 3 == 0}]))]
 
 
 ADDITIONS = (", which was a complete surprise to the residents", "I hope this rewording helps!")
@@ -218,16 +227,17 @@ ADDITIONS = (", which was a complete surprise to the residents", "I hope this re
 commentary. Neither is among the build data's (``hard_negatives.ADDED_CLAUSES``/``ADDED_SENTENCES``),
 so the family measures whether the judge learned "more than the source says", not the phrases."""
 
-LABELS = {"en": ("Paraphrase: ", "Here is the paraphrase: "), "fr": ("Paraphrase : ", "Voici la paraphrase : ")}
-"""What the ``presentation_label`` family puts before the honest answer, per template language (English by default)."""
-
 GENERATORS: dict[str, FamilyGenerator] = {
     "honest": _of_honest(lambda h, context: [h]),
     "case": _of_source(lambda s: [s.lower(), s.upper()]),
     "spacing": _of_source(lambda s: ["  ".join(s.split()), f"  {s}\n", re.sub(r"\s*([,.;:!?])", r" \1", s)]),
     "punctuation": _of_source(lambda s: [re.sub(r"[^\w\s]", "", s), s.rstrip(".!?") + "!!!"]),
     "zero_width": _of_source(lambda s: [joiner.join(s) for joiner in ("\u200b", "\u00ad", "\u200d")]),
-    "homoglyph": _of_source(_homoglyph),
+    "homoglyph": _of_source(lambda s: _lookalike(s, "CYRILLIC")),
+    "lookalike": _of_source(_lookalike),
+    "separator": _of_source(lambda s: [re.sub(r"(\S+) (\S+)", lambda m, sep=sep: m[1] + sep + m[2], s)  # every 2nd space
+                                       for sep in _data("families.yaml")["separators"]]),
+    "accents": _of_source(lambda s: [(t := re.sub("([aeiouAEIOU])", "\\1\u0301", s)), unicodedata.normalize("NFC", t)]),
     "truncation": _of_source(lambda s: [" ".join(s.split()[: max(1, len(s.split()) // k)]) for k in (2, 4)]),
     # the honest answer with each meaning flip of tune.hard_negatives that applies to it (English word lists)
     "meaning_flip": _of_honest(lambda h, context: [t for t in (flip(h, rule) for rule in MEANING_RULES) if t is not None],
@@ -236,10 +246,8 @@ GENERATORS: dict[str, FamilyGenerator] = {
     "addition": _of_honest(lambda h, context: [append(h, addition) for addition in ADDITIONS], english=True),
     # layout around or inside it (what core.template.clean_text removes)
     "layout": _of_honest(lambda h, context: [h + "\n", f"  {h} ", f"\n\n{h}\n\n", "  ".join(h.split())]),
-    "quotes": _of_honest(lambda h, context: [f'"{h}"', f"\u201c{h}\u201d"]),
-    "emphasis": _of_honest(lambda h, context: [f"**{h}**", f"*{h}*"]),
-    "label": _of_honest(lambda h, context: [label + h for label in LABELS.get(context.language, LABELS["en"])]),
-    "period": _of_honest(lambda h, context: [h[:-1]] if h.endswith(".") else [h + "."]),
+    "period": _of_honest(lambda h, context: [t for t in (h.rstrip(".!?"), h.rstrip(".!?") + "!", h.rstrip(".!?") + "...") if t != h]),
+    "line_break": _of_honest(lambda h, context: [h.replace(", ", ",\n")] if ", " in h else []),  # after every comma
 }
 
 
@@ -255,7 +263,7 @@ def generate(family: str, context: ProbeContext, item: SourceItem) -> list[str]:
             patterns = by_language.get(context.language, by_language["en"])
         values = context.values(item)
         try:
-            out = [pattern.format_map(values) for pattern in patterns]
+            out = [p.format_map(values) for p in patterns if item.honest is not None or "{honest}" not in p]
         except KeyError as err:
             raise ValueError(f"families.yaml: family {family!r} uses the unknown placeholder {err.args[0]!r}; "
                              f"known: {sorted(values)}.") from None

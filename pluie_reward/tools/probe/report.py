@@ -18,27 +18,38 @@ from ..report import markdown_table, number, percent
 
 HEADERS = ("family", "kind", "n", "mean", "max", "> threshold", "> honest", "novelty", "guarded")
 COPY_PROOF_HEADERS = ("copy-proof", "copy-proof ≥ honest")  # when the rows have a copy-proof reward
-CHANGE_HEADERS = ("Δ score", "max Δ score")  # when they have a presentation family: the change against the honest answer
-COPY_PROOF_CHANGE_HEADERS = ("Δ copy-proof", "max Δ copy-proof")
+SEARCH_HEADERS = ("family", "kind", "n", "mean Δ", "worst Δ", "raised", "worst reward", "flagged", "worst example")
 
 
 def markdown_report(rows: Sequence[Mapping[str, Any]]) -> str:
     """The rows of :func:`~pluie_reward.tools.probe.run_probe` as a Markdown table (``–`` where undefined)."""
     copy_proof = any(r.get("copy_proof") is not None for r in rows)
-    changes = any(r["kind"] == "presentation" for r in rows)
-    headers = (HEADERS + (COPY_PROOF_HEADERS if copy_proof else ()) + (CHANGE_HEADERS if changes else ())
-               + (COPY_PROOF_CHANGE_HEADERS if changes and copy_proof else ()))
     return markdown_table(
-        headers,
+        HEADERS + (COPY_PROOF_HEADERS if copy_proof else ()),
         [
             [r["family"], r["kind"], r["n"], number(r["mean"]), number(r["max"]), percent(r["above_threshold"]),
              percent(r["above_honest"]), number(r["novelty"]), percent(r["guarded"])]
             + ([number(r.get("copy_proof")), percent(r.get("copy_proof_above_honest"))] if copy_proof else [])
-            + ([number(r.get("change")), number(r.get("max_change"))] if changes else [])
-            + ([number(r.get("copy_proof_change")), number(r.get("copy_proof_max_change"))] if changes and copy_proof else [])
             for r in rows
         ],
     )
+
+
+def search_report(rows: Sequence[Mapping[str, Any]], width: int = 60) -> str:
+    """The rows of :func:`~pluie_reward.tools.probe.run.search_rows` as a Markdown table; the example's invisible
+    characters and line breaks escaped, cut to ``width`` characters.
+
+    Example:
+        >>> print(search_report([{"family": "presentation_label", "kind": "presentation", "n": 2, "mean": 0.03, "worst": 0.06,
+        ...                       "raised": 0.5, "worst_reward": 0.71, "flagged": True, "example": "Paraphrase:\\nIt\\u200brains."}]))
+        | family | kind | n | mean Δ | worst Δ | raised | worst reward | flagged | worst example |
+        |---|---|---|---|---|---|---|---|---|
+        | presentation_label | presentation | 2 | +0.030 | +0.060 | 50.0% | 0.710 | **yes** | Paraphrase:\\nIt\\u200brains. |
+    """
+    shown = ["".join(c if c.isprintable() else ascii(c)[1:-1] for c in r["example"]) for r in rows]
+    return markdown_table(SEARCH_HEADERS, [
+        [r["family"], r["kind"], r["n"], f"{r['mean']:+.3f}", f"{r['worst']:+.3f}", percent(r["raised"]), number(r["worst_reward"], 3),
+         "**yes**" if r["flagged"] else "no", text if len(text) <= width else text[: width - 1] + "…"] for r, text in zip(rows, shown)])
 
 
 def plot_probe(rows: Sequence[Mapping[str, Any]], path: str | Path, *, threshold: float = 0.0,

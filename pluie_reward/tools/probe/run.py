@@ -1,15 +1,17 @@
 """Run the probe: score every family's hypotheses next to the honest answers, through ``Judge.score``
-(the example of :mod:`pluie_reward.tools.probe` runs it and prints the report)."""
+(the example of :mod:`pluie_reward.tools.probe` runs it and prints the report); or search the copy and presentation
+families, alone and two at a time, for what the copy-proof reward pays (:func:`search`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
-from ...core.calibration import sigmoid
 from ...core.template import load_template
 from ...integrations.guards import CompletionGuard, escape_table
 from ...integrations.novelty import novelty_score, task_of
+from ...integrations.task_rewards import CopyProofReward
 from ..evaluation.scoring import score_in_chunks
 from ..shared import Progress
 from .families import (
@@ -23,6 +25,8 @@ from .families import (
 )
 
 METRICS = ("above_threshold", "above_honest")
+COPY_MARGIN, RAISE_MARGIN, RAISED, PAIRS = 0.02, 0.01, 1e-3, 4
+BASES = {"copy": "source", "presentation": "honest"}  # what each searched kind of family edits
 
 
 def prepare_sources(
@@ -118,8 +122,8 @@ def probe_items(
         One record per hypothesis: ``family``, ``kind``, ``source_index``, ``hypothesis``, ``score``,
         ``honest_score`` (None without an honest answer), ``novelty`` against the source, ``guarded`` (flagged by
         :class:`~pluie_reward.integrations.guards.CompletionGuard`'s default checks), and ``copy_proof`` and
-        ``honest_copy_proof``: the copy-proof reward (:func:`~pluie_reward.integrations.novelty.copy_proof_score`)
-        of the hypothesis and of the honest answer for a template of a known task (None otherwise).
+        ``honest_copy_proof``: the public copy-proof reward of the template's task (:class:`~pluie_reward.CopyProofReward`)
+        of the hypothesis and of the honest answer (None for a template without a task).
     """
     template = load_template(template)
     context = ProbeContext.build(template, judge.tokenizer)
@@ -130,34 +134,35 @@ def probe_items(
     if unknown or not wanted:
         raise ValueError(f"unknown probe famil(ies) {unknown or wanted}; families: {names}.")
     run = [f for f in names if f in wanted or f == "honest"]
+    hypotheses = [[(family, h) for family in run for h in generate(family, context, item)] for item in items]
+    return score_sources(judge, template, items, hypotheses, escape_delimiters=escape_delimiters, progress=progress)
+
+
+def score_sources(judge: Any, template: Any, items: Sequence[SourceItem], hypotheses: Sequence[list[tuple[str, str]]], *,
+                  reward: Any = None, escape_delimiters: bool = False, progress: bool = False, desc: str = "probe") -> list[dict[str, Any]]:
+    """The records of :func:`probe_items` for each source's (family, hypothesis) pairs; ``reward``: the copy-proof reward
+    (default: the public one of the template's task, :class:`~pluie_reward.CopyProofReward`; none without a task)."""
     guard = CompletionGuard(template, judge.tokenizer)
     table = escape_table(template) if escape_delimiters else None
-    records: list[dict[str, Any]] = []
-    hypotheses = [[(family, h) for family in run for h in generate(family, context, item)] for item in items]
-    with Progress(sum(map(len, hypotheses)), "probe", units="hypotheses", enabled=progress) as bar:
-        for index, item in enumerate(items):
-            records += _score_source(judge, template, guard, table, index, item, hypotheses[index], bar)
-    return records
+    reward = CopyProofReward(judge, task_of(template), template) if reward is None and task_of(template) else reward
+    with Progress(sum(map(len, hypotheses)), desc, units="hypotheses", enabled=progress) as bar:
+        return [record for index, (item, chosen) in enumerate(zip(items, hypotheses))
+                for record in _score_source(judge, template, guard, table, reward, index, item, chosen, bar)]
 
 
-def _score_source(judge: Any, template: Any, guard: CompletionGuard, table: dict[int, str] | None, index: int,
-                  item: SourceItem, hypotheses: list[tuple[str, str]], bar: Progress) -> list[dict[str, Any]]:
-    """One source's records, scored a chunk (about one forward batch) per ``judge.score`` call."""
+def _score_source(judge: Any, template: Any, guard: CompletionGuard, table: dict[int, str] | None, reward: Any,
+                  index: int, item: SourceItem, hypotheses: list[tuple[str, str]], bar: Progress) -> list[dict[str, Any]]:
+    """One source's records, scored a chunk (about one forward batch) per ``judge.score`` call; the copy-proof reward
+    (when the template has a task) in one call of the public reward, which finds the judge's results in its cache."""
     fields = dict(item.fields)
     texts = [h for _, h in hypotheses]
     if table is not None:
         fields = {k: v.translate(table) if isinstance(v, str) else v for k, v in fields.items()}
         texts = [t.translate(table) for t in texts]
     scores = score_in_chunks(judge, template, {**fields, "hypothesis": texts}, len(texts), bar=bar)
-    honest_score = next((s for (f, _), s in zip(hypotheses, scores) if f == "honest"), None)
-    task = task_of(template)
-
-    def copy_proof(hypothesis: str | None, score: float | None) -> float | None:
-        if task is None or hypothesis is None or score is None:
-            return None
-        return task.score(sigmoid(score), item.source, hypothesis)
-
-    honest_copy_proof = copy_proof(item.honest, honest_score)
+    proof = (reward(completions=texts, **{f: [v] * len(texts) for f, v in fields.items()}) if reward is not None and texts
+             else [None] * len(texts))
+    honest_score, honest_proof = next(((s, p) for (f, _), s, p in zip(hypotheses, scores, proof) if f == "honest"), (None, None))
     return [
         {
             "family": family,
@@ -168,10 +173,10 @@ def _score_source(judge: Any, template: Any, guard: CompletionGuard, table: dict
             "honest_score": honest_score,
             "novelty": novelty_score(item.source, hypothesis),
             "guarded": any(guard.check(hypothesis).values()),
-            "copy_proof": copy_proof(hypothesis, score),
-            "honest_copy_proof": honest_copy_proof,
+            "copy_proof": value,
+            "honest_copy_proof": honest_proof,
         }
-        for (family, hypothesis), score in zip(hypotheses, scores)
+        for (family, hypothesis), score, value in zip(hypotheses, scores, proof)
     ]
 
 
@@ -180,10 +185,9 @@ def summarize(records: Sequence[Mapping[str, Any]], threshold: float = 0.0) -> l
     (None for the honest family itself or when there is none).
 
     Keys: ``family``, ``kind``, ``n``, ``mean`` and ``max`` score, ``above_threshold`` (share > ``threshold``),
-    ``above_honest`` (share > the honest answer's score, compared), ``change``/``max_change`` (mean/largest score
-    minus the honest answer's, compared: for a ``presentation`` family, what the edit does), ``novelty`` (mean),
-    ``guarded`` (share flagged), ``copy_proof`` (mean, None when the records have none), ``copy_proof_above_honest``
-    (share >= the honest answer's, compared: 0 for copies) and ``copy_proof_change``/``copy_proof_max_change``.
+    ``above_honest`` (share > the honest answer's score, compared), ``novelty`` (mean), ``guarded`` (share
+    flagged), ``copy_proof`` (mean, None when the records have none) and ``copy_proof_above_honest`` (share >= the
+    honest answer's, compared: 0 for copies).
 
     Example:
         >>> rows = summarize([
@@ -192,8 +196,6 @@ def summarize(records: Sequence[Mapping[str, Any]], threshold: float = 0.0) -> l
         ... ])
         >>> rows[0]["n"], rows[0]["mean"], rows[0]["above_threshold"], rows[0]["above_honest"]
         (2, 0.0, 0.5, 0.5)
-        >>> rows[0]["change"], rows[0]["max_change"]
-        (-0.25, 0.5)
     """
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for record in records:
@@ -209,7 +211,7 @@ def summarize(records: Sequence[Mapping[str, Any]], threshold: float = 0.0) -> l
             "mean": math.fsum(scores) / len(scores),
             "max": max(scores),
             "above_threshold": sum(s > threshold for s in scores) / len(scores),
-            **_against_honest(group, "score", "", reference),
+            "above_honest": _above_honest(group, "score", reference),
             "novelty": math.fsum(r["novelty"] for r in group) / len(group),
             "guarded": sum(bool(r["guarded"]) for r in group) / len(group),
             **_copy_proof_summary(group, reference),
@@ -217,24 +219,19 @@ def summarize(records: Sequence[Mapping[str, Any]], threshold: float = 0.0) -> l
     return rows
 
 
-def _against_honest(group: Sequence[Mapping[str, Any]], key: str, prefix: str, reference: bool,
-                    ties: bool = False) -> dict[str, float | None]:
-    """Over the records with an honest ``honest_<key>`` (none for the reference family): ``<prefix>above_honest``,
-    the share whose ``key`` is above it (``ties``: or equal), and ``<prefix>change``/``<prefix>max_change``, the
-    mean/largest difference (None without such records)."""
+def _above_honest(group: Sequence[Mapping[str, Any]], key: str, reference: bool, ties: bool = False) -> float | None:
+    """The share of the records with an honest ``honest_<key>`` (none for the reference family) whose ``key`` is above
+    it (``ties``: or equal); None without such records."""
     pairs = [] if reference else [(r[key], r[f"honest_{key}"]) for r in group if r.get(f"honest_{key}") is not None]
-    deltas = [value - honest for value, honest in pairs]
-    return {f"{prefix}above_honest": sum(v > h or (ties and v == h) for v, h in pairs) / len(pairs) if pairs else None,
-            f"{prefix}change": math.fsum(deltas) / len(deltas) if deltas else None,
-            f"{prefix}max_change": max(deltas) if deltas else None}
+    return sum(v > h or (ties and v == h) for v, h in pairs) / len(pairs) if pairs else None
 
 
 def _copy_proof_summary(group: Sequence[Mapping[str, Any]], reference: bool) -> dict[str, float | None]:
-    """``copy_proof`` (the mean) and :func:`_against_honest` of it, ties counting; all None when a record has none."""
+    """``copy_proof`` (the mean) and :func:`_above_honest` of it, ties counting; both None when a record has none."""
     values = [r.get("copy_proof") for r in group]
     if None in values:
-        return dict.fromkeys(("copy_proof", "copy_proof_above_honest", "copy_proof_change", "copy_proof_max_change"))
-    return {"copy_proof": math.fsum(values) / len(values), **_against_honest(group, "copy_proof", "copy_proof_", reference, ties=True)}
+        return dict.fromkeys(("copy_proof", "copy_proof_above_honest"))
+    return {"copy_proof": math.fsum(values) / len(values), "copy_proof_above_honest": _above_honest(group, "copy_proof", reference, True)}
 
 
 def run_probe(
@@ -278,3 +275,100 @@ def failing_families(
     return [(row["family"], metric, row[metric]) for row in rows
             if (row["kind"] == "attack" if gated is None else row["family"] in gated)
             for metric in METRICS if row.get(metric) is not None and row[metric] > limit]
+
+
+def _compose(families: Sequence[str], context: ProbeContext, item: SourceItem, index: int) -> str | None:
+    """The source (copy families) or honest answer (presentation) edited by each family in turn, with its hypothesis
+    ``index`` modulo their number (``"THE-CAT SLEEPS."``: copy_case then copy_separator, 1); None when one has none."""
+    for family in families:  # one at least
+        hypotheses = generate(family, context, item)
+        if not hypotheses:
+            return None
+        text = hypotheses[index % len(hypotheses)]
+        item = dataclasses.replace(item, **{BASES[family_kind(family)]: text})
+    return text
+
+
+def search(judge: Any, template: Any = "para-fs", sources: Sequence[str | Mapping[str, Any]] | None = None,
+           honest: Sequence[str | None] | None = None, limit: int | None = None, families: Sequence[str] | None = None, *,
+           pairs: int = PAIRS, reward: Any = None, escape_delimiters: bool = False, progress: bool = False) -> list[dict[str, Any]]:
+    """Search for what the copy-proof reward pays: the copy families (disguised copies) and presentation families (edited
+    honest answers) alone, then two at a time (the pairs of the ``pairs`` that moved it most), source ``i`` taking each
+    family's hypothesis ``i`` modulo their number: every variant is tried, one text per family and source;
+    :func:`search_rows` flags a copy's reward above :data:`COPY_MARGIN`, an honest answer's raised by more than
+    :data:`RAISE_MARGIN`.
+
+    Args:
+        judge, template, sources, honest, limit, escape_delimiters, progress: as
+            :func:`~pluie_reward.tools.probe.probe_items`'s; the template must be of a copy-proof task (para-fs, net, rev...).
+        families: copy and presentation families to search, composed in the order of ``data/families.yaml``
+            (default: all of them but ``copy``, the unedited copy, always scored).
+        pairs: per kind, compose the ``pairs`` families whose largest, then mean, change was highest, two at a time.
+        reward: the TRL reward searched (default: the template's :class:`~pluie_reward.CopyProofReward` on ``judge``),
+            called as ``reward(completions=..., **fields)``.
+
+    Returns:
+        :func:`~pluie_reward.tools.probe.probe_items`'s records (``copy_proof``: the reward): every source's unedited copy
+        and honest answer, its hypothesis of each family, then of each pair (``"a + b"``).
+
+    Raises:
+        ValueError: a family unknown or of another kind, ``pairs`` < 0, a template without a copy-proof task.
+
+    Example:
+        >>> records = search(judge, "para-fs", limit=2, families=["copy_case", "presentation_label"])  # judge = Judge.load()
+        >>> [(row["family"], row["n"], row["flagged"]) for row in search_rows(records)]
+        [('copy', 2, False), ('copy_case', 2, False), ('presentation_label', 2, ...)]
+    """
+    template = load_template(template)
+    names = [f for f in family_names() if (family_kind(f) in BASES and f != "copy" if families is None else f in families)]
+    wrong = [f for f in families or [] if f not in family_names() or family_kind(f) not in BASES]
+    if wrong or not names or pairs < 0 or not (reward or task_of(template)):
+        raise ValueError(f"the search needs copy or presentation families (not {wrong or names}), pairs >= 0 (not {pairs}) "
+                         f"and a template of a copy-proof task (para-fs, net, rev...; not {template.name!r}).")
+    context = ProbeContext.build(template, judge.tokenizer)
+    items = prepare_sources(template, sources, honest, limit, context.language)
+
+    def run(edits: list[tuple[str, ...]], desc: str, bare: bool = False) -> list[dict[str, Any]]:
+        """Every edit (families applied in turn) on every source (``bare``: after its unedited copy and honest answer)."""
+        return score_sources(judge, template, items, [
+            [(f, h) for f, h in (("copy", item.source), ("honest", item.honest)) if bare and h is not None]
+            + [(" + ".join(edit), text) for edit in edits if (text := _compose(edit, context, item, i))]
+            for i, item in enumerate(items)], reward=reward, escape_delimiters=escape_delimiters, progress=progress,
+            desc=f"probe search: {desc}")
+
+    records = run([(name,) for name in names], "families", bare=True)
+    for kind in BASES:
+        top = sorted(names.index(r["family"]) for r in sorted((r for r in search_rows(records) if r["kind"] == kind
+                                                              and r["family"] != "copy"), key=lambda r: (-r["worst"], -r["mean"]))[:pairs])
+        chosen = [(names[a], names[b]) for a in top for b in top if a < b]
+        records += run(chosen, f"pairs of {kind} families") if chosen else []
+    return records
+
+
+def search_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per family or pair of :func:`search`'s records, in their order: ``family``, ``kind``, ``n``, ``mean``
+    and ``worst`` (largest) change of the reward against the unedited copy's (copy families, the ``copy`` family itself
+    included) or honest answer's (presentation families), ``raised`` (the share changed by more than 0.001),
+    ``worst_reward`` and ``example`` (the reward and text of the worst: for copies, the largest reward), ``flagged`` (a
+    copy's reward above :data:`COPY_MARGIN`, an honest answer's raised by more than :data:`RAISE_MARGIN`).
+
+    Example:
+        >>> rows = search_rows([{"family": "copy", "kind": "copy", "source_index": 0, "hypothesis": "S", "copy_proof": 0.0},
+        ...     {"family": "honest", "kind": "reference", "source_index": 0, "hypothesis": "H", "copy_proof": 0.5},
+        ...     {"family": "presentation_label", "kind": "presentation", "source_index": 0, "hypothesis": "L: H", "copy_proof": 0.56}])
+        >>> [(r["family"], r["n"], round(r["worst"], 2), r["flagged"]) for r in rows]
+        [('copy', 1, 0.0, False), ('presentation_label', 1, 0.06, True)]
+    """
+    base = {(r["source_index"], "copy" if r["family"] == "copy" else "presentation"): r["copy_proof"]
+            for r in records if r["family"] in ("copy", "honest")}  # what each kind's changes are measured from
+    rows = []
+    for family in dict.fromkeys(r["family"] for r in records if r["kind"] in BASES):
+        group = [r for r in records if r["family"] == family]
+        kind, values = group[0]["kind"], [r["copy_proof"] for r in group]
+        changes = [v - base[r["source_index"], kind] for v, r in zip(values, group)]
+        worst = max(range(len(group)), key=(values if kind == "copy" else changes).__getitem__)
+        rows.append({"family": family, "kind": kind, "n": len(group), "mean": math.fsum(changes) / len(changes),
+                     "worst": changes[worst], "raised": sum(c > RAISED for c in changes) / len(changes),
+                     "worst_reward": values[worst], "example": group[worst]["hypothesis"],
+                     "flagged": values[worst] > COPY_MARGIN if kind == "copy" else changes[worst] > RAISE_MARGIN})
+    return rows

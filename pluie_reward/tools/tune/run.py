@@ -36,7 +36,7 @@ import numpy as np
 
 from ...core.judge import Judge
 from ...core.template import Template, load_template
-from ...engines.transformers.compat import checkpointing_on, disable_checkpointing, quiet_renames
+from ...engines.transformers.compat import base_model, checkpointing_on, disable_checkpointing, quiet_renames
 from ...engines.transformers.loading import EMBEDDED_BASE, display_name, embedded_model_dir, load_model_and_tokenizer
 from ...engines.transformers.placement import belongs_to_adapter
 from ...judges import default_adapter_dir
@@ -46,7 +46,6 @@ from .data import PairData, check_student_template, encode, teacher_targets
 from .loss import tune_loss
 from .report import evaluate_scores, write_card, write_plots
 from .trainer import train_adapter
-
 
 
 @dataclass
@@ -108,7 +107,7 @@ def _is_peft(model: Any) -> bool:
 
 def _loadable_name(model: Any) -> str | None:
     """What ``Judge.load`` loads this base from: ``"embedded-base"``, ``_name_or_path`` or a placeholder."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     path = getattr(getattr(base, "config", None), "_name_or_path", "") or ""
     try:
         if path and Path(path).resolve() == embedded_model_dir().resolve():
