@@ -457,3 +457,23 @@ def test_an_unmeasured_value_prints_as_not_measured_in_every_table():
                                                                                  ("y", "y", ".1f"), ("z", "z", ".1f")])
     assert table.splitlines()[-1] == "| a | - | - | 0.2 |"
     assert (number(float("nan")), number(None), number(0.254)) == ("N/A", "N/A", "0.25")
+
+
+def test_placement_memory_is_never_silent_while_a_fresh_process_runs(monkeypatch, capsys):
+    """`bench placement` was silent ~40 s per fresh process (load 7): a line as each starts, then one every
+    HEARTBEAT_S until it ends; without a log, nothing."""
+    import time
+
+    from pluie_reward.tools import shared
+    from pluie_reward.tools.bench import run
+
+    monkeypatch.setattr(shared, "HEARTBEAT_S", 0.2)
+    monkeypatch.setattr(run, "in_fresh_process", lambda child, kind: time.sleep(0.7) or {"peak_rss_mb": 1.0})
+    said = []
+    memory = run.placement_memory(["policy", "policy+shared"], log=said.append)
+    assert memory == {"policy": {"peak_rss_mb": 1.0}, "policy+shared": {"peak_rss_mb": 1.0}}
+    assert [line.split(",")[0] for line in said] == ["placement memory 1/2: policy", "placement memory 2/2: policy+shared"]
+    beats = capsys.readouterr().err.splitlines()
+    assert beats.count("placement memory 1/2: policy") >= 2 and beats.count("placement memory 2/2: policy+shared") >= 2, beats
+    run.placement_memory(["policy"])
+    assert capsys.readouterr().err == ""

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 from ...core.judge import Judge
 from ...judges import default_adapter_dir
 from ..report import cell
-from ..shared import UsageError
+from ..shared import Progress, UsageError
 from .measure import PeakMemory, in_fresh_process, load_average, mib, peak_rss_mb, timed, titled_table
 
 
@@ -507,15 +507,22 @@ def placement_child(kind: str, pairs: int = 16) -> dict[str, float]:
     return out
 
 
-def placement_memory(kinds: Sequence[str] = PLACEMENTS, log: Callable[[str], None] = lambda text: None) -> dict[str, dict[str, float]]:
-    """Peak memory of each placement, each in a fresh subprocess (``log``: a line as each starts).
+def placement_memory(kinds: Sequence[str] = PLACEMENTS, log: Callable[[str], None] | None = None) -> dict[str, dict[str, float]]:
+    """Peak memory of each placement, each in a fresh subprocess (``log``: a line as each starts, then a line on
+    stderr every 10 s until it ends; ``None``: silent).
 
     Example:
         >>> placement_memory()["policy+shared"]["peak_rss_mb"]  # trains the 135M model in 3 subprocesses  # doctest: +SKIP
         1210.5
     """
-    return {kind: log(f"placement memory {number}/{len(kinds)}: {kind}, in a fresh process (loads the model, one policy step) ...")
-            or in_fresh_process(placement_child, kind) for number, kind in enumerate(kinds, 1)}
+    memory = {}
+    for number, kind in enumerate(kinds, 1):
+        what = f"placement memory {number}/{len(kinds)}: {kind}"
+        if log is not None:
+            log(f"{what}, in a fresh process (loads the model, one policy step) ...")
+        with Progress(0, what, enabled=log is not None):
+            memory[kind] = in_fresh_process(placement_child, kind)
+    return memory
 
 
 def format_placements(memory: dict[str, dict[str, float]]) -> str:
