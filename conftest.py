@@ -93,6 +93,17 @@ def _no_files_left_in_the_checkout():
         assert not left, f"the tests left {left} in the checkout ({_ROOT}): write them under tmp_path"
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A doctest whose examples are all ``+SKIP`` is reported under its own name and place (pytest names only its
+    own doctest module: "all tests skipped by +SKIP option")."""
+    report = (yield).get_result()
+    dtest = getattr(item, "dtest", None)
+    if dtest is not None and report.skipped and isinstance(report.longrepr, tuple) and "+SKIP" in report.longrepr[2]:
+        report.longrepr = (dtest.filename, (dtest.lineno or 0) + 1, f"doctest {dtest.name}: every example is marked +SKIP "
+                           "(each says why: a long load, a GPU, a server...)")
+
+
 @pytest.fixture(autouse=True)
 def _doctest_objects(request):
     """A temporary working directory and fresh tiny objects for the names a doctest's examples

@@ -62,6 +62,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # examples/paraphrase_
 
 from paraphrase_common import HELD_OUT_FILE, TARGET, TRAIN_FILE, chat, held_out_metrics, print_held_out, read_data, say  # noqa: E402
 
+from pluie_reward.common.threads import fit_threads  # noqa: E402
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module docstring); bad values exit with status 2 and one line."""
@@ -103,7 +105,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output-dir", type=Path, default=Path("runs/distill_paraphraser"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--time-budget", type=float, default=35.0, help="minutes for the whole run, evaluations included (0: no limit)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's, one per core)")
     args = parser.parse_args(argv)
     optional = [v for v in (args.sentences, args.max_held_out) if v is not None]
     if min([args.rounds, args.n, args.batch_size, args.max_new_tokens, *optional]) < 1:
@@ -125,10 +127,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     parse_args()  # --help and bad arguments are answered here, before torch, TRL and PEFT load (main parses again)
+    fit_threads()  # before torch loads: sleeping threads, as many as cores are free (a shared CPU does not collapse them)
 
 import torch  # noqa: E402  (the heavy imports come after the early parse above)
 from datasets import Dataset, concatenate_datasets  # noqa: E402
-from grpo_paraphrase import TimeBudget, load_policy_and_judge  # noqa: E402
+from grpo_paraphrase import TimeBudget, checkpointing_arguments, load_policy_and_judge  # noqa: E402
 from transformers import PrinterCallback, set_seed  # noqa: E402
 from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer  # noqa: E402
 
@@ -149,7 +152,7 @@ def sample_candidates(model: Any, tokenizer: Any, sources: list[str], n: int, ar
     ones are drawn with ``--no-repeat-ngram``; the greedy answers never are."""
     greedy = sources if (args.objective == "dpo" if greedy is None else greedy) else []
     repeated = [s for s in sources for _ in range(n - 1 if greedy else n)]
-    settings = {"batch_size": SAMPLE_BATCH, "max_new_tokens": args.max_new_tokens}
+    settings = {"batch_size": SAMPLE_BATCH, "max_new_tokens": args.max_new_tokens, "progress": "sampling candidates"}
     texts = generate_texts(model, tokenizer, [chat(s) for s in greedy], **settings) if greedy else []
     sampling = dict(settings, do_sample=True, temperature=args.temperature, top_p=1.0, top_k=0)
     if args.no_repeat_ngram:
@@ -191,7 +194,7 @@ def sample_and_judge(model: Any, tokenizer: Any, sources: list[str], args: argpa
         chunk = sample_candidates(model, tokenizer, todo, n, args, greedy=False if retry else None)
         drawn += n
         if chunk.num_rows:
-            pools.append(score_dataset(chunk, judge, TEMPLATE, desc=f"round {round_}: judging candidates"))
+            pools.append(score_dataset(chunk, judge, TEMPLATE, desc=f"round {round_}: judging candidates", batch_size=16))
         found = set(keep(concatenate_datasets(pools), args)["source"]) if pools else set()
         todo = [s for s in todo if s not in found]
         none_after[drawn] = len(todo)
@@ -243,7 +246,7 @@ def fine_tune(student: Any, tokenizer: Any, rows: Dataset, args: argparse.Namesp
         per_device_train_batch_size=args.batch_size, learning_rate=args.learning_rate, lr_scheduler_type="linear",
         logging_steps=5, save_strategy="no", report_to=[], seed=args.seed + round_, max_length=1024,
         use_cpu=not on_gpu, bf16=on_gpu and torch.cuda.is_bf16_supported(), disable_tqdm=True,
-        gradient_checkpointing=False,  # a 135M student needs no memory saved (as in the GRPO example)
+        **checkpointing_arguments(False),  # a 135M student needs no memory saved (as in the GRPO example)
     )
     prompts = [chat(s) for s in rows["source"]]
     if args.objective == "dpo":

@@ -31,6 +31,8 @@ import sys
 import tempfile
 from typing import Sequence
 
+from pluie_reward.common.threads import fit_threads
+
 INSTRUCTION = "Paraphrase the following sentence. Reply with the paraphrase only.\n\n{}"
 METRICS = ("guard/answer_word_rate", "guard/delimiter_rate", "guard/control_token_rate", "guard/flagged_rate", "paraphrase/accept_rate",
            "paraphrase/copy_rate")
@@ -52,6 +54,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     parse_args()  # --help and bad arguments are answered here, before torch, TRL and PEFT load (main parses again)
+    fit_threads()  # before torch loads: sleeping threads, as many as cores are free (a shared CPU does not collapse them)
 
 import torch  # noqa: E402  (the heavy imports come after the early parse above)
 from datasets import Dataset  # noqa: E402
@@ -60,6 +63,7 @@ from transformers import TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from pluie_reward import Judge, ParaphraseReward, load_trainable_embedded  # noqa: E402
+from pluie_reward.engines.transformers.compat import quiet_renames, training_arguments  # noqa: E402
 from pluie_reward.integrations.guards import GuardedReward, GuardReward  # noqa: E402
 from pluie_reward.tools.probe import builtin_sample  # noqa: E402
 
@@ -86,7 +90,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print("loading the policy and its judge (the embedded SmolLM2-135M-Instruct; its first use converts it, ~30 s)...",
           file=sys.stderr, flush=True)
     policy, tokenizer = load_trainable_embedded()
-    policy = get_peft_model(policy, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    with quiet_renames():  # PEFT reads a checkpointing flag under its old name (a FutureWarning about its call)
+        policy = get_peft_model(policy, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
     judge = Judge.from_peft(policy, tokenizer)  # the base weights, adapter disabled while scoring
     paraphrase = GuardedReward(
         ParaphraseReward(judge, template="para-fs", fields={"source": "source"}),
@@ -111,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         use_cpu=not on_gpu,
         bf16=on_gpu and torch.cuda.is_bf16_supported(),
         disable_tqdm=True,
+        **training_arguments(False),  # a 135M policy needs no memory saved; the names this transformers has (no FutureWarning)
     )
     trainer = GRPOTrainer(
         model=policy,
@@ -122,7 +128,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     print(f"GRPO: {args.max_steps} step(s) of {args.num_generations} completions per prompt; each step samples, judges "
           "and trains before its line (a minute or more on a CPU)...", file=sys.stderr, flush=True)
-    trainer.train()
+    with quiet_renames():  # TRL reads a checkpointing flag under its old name at each generation
+        trainer.train()
     last = [log for log in trainer.state.log_history if "rewards/paraphrase/mean" in log][-1]
     print("\nlast step's metrics:")
     for key in sorted(last):

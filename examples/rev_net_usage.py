@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import argparse
 
-from pluie_reward import Judge, PluieReward
+from pluie_reward.common.threads import fit_threads
+
+fit_threads()  # before torch loads (with Judge): sleeping threads, as many as cores are free
+from pluie_reward import Judge, PluieReward  # noqa: E402
 
 
 def main() -> None:

@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from pluie_reward.common.threads import fit_threads
+
 PROMPT = "Paraphrase the following sentence. Answer with the paraphrase only.\n\n{source}"
 
 # hand-written (source, paraphrase) pairs: the default training data
@@ -117,11 +119,13 @@ def chat(source: str) -> list[dict[str, str]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    fit_threads()  # before torch loads: sleeping threads, as many as cores are free (a shared CPU does not collapse them)
     from datasets import Dataset
     from transformers import EarlyStoppingCallback, set_seed
     from trl import SFTConfig, SFTTrainer
 
     from pluie_reward import Judge
+    from pluie_reward.engines.transformers.compat import quiet_renames, training_arguments
     from pluie_reward.integrations.callbacks import PluieCallback
     from pluie_reward.testing import make_tiny_judge
 
@@ -132,7 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.lora:
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+        with quiet_renames():  # PEFT reads a checkpointing flag under its old name (a FutureWarning about its call)
+            model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
     if args.shared_judge:
         judge: Any = Judge(model, tokenizer, disable_adapters=True, name="shared-base")
     elif args.judge == "tiny":
@@ -172,6 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         use_cpu=True,
         bf16=False,
         seed=args.seed,
+        **training_arguments(False),  # a 135M policy needs no memory saved; the names this transformers has (no FutureWarning)
     )
     trainer = SFTTrainer(
         model=model, args=config, train_dataset=train, eval_dataset=dev, processing_class=tokenizer,

@@ -27,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+from pluie_reward.common.threads import fit_threads
 from pluie_reward.tools.shared import comma_list
 
 
@@ -44,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=comma_list(["distill", "labels"], unique=True), default="distill,labels",
                         help="comma-separated: distill, labels")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest on a busy shared CPU)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's, one per core)")
     args = parser.parse_args(argv)
+    fit_threads()  # before torch loads: sleeping threads, as many as cores are free (a shared CPU does not collapse them)
     if args.threads:
         import torch
 

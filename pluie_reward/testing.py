@@ -58,9 +58,11 @@ def make_tiny_tokenizer(chat: bool = True, corpus: Iterable[str] = (), vocab_siz
     return tokenizer
 
 
-def make_tiny_causal_lm(tokenizer: Any, seed: int = 0, layers: int = 2, hidden: int = 64, init_range: float = 0.3) -> Any:
+def make_tiny_causal_lm(tokenizer: Any, seed: int = 0, layers: int = 2, hidden: int = 64, init_range: float = 0.3,
+                        tie: bool = False) -> Any:
     """A random Llama-architecture causal LM sized to ``tokenizer``; ``init_range`` is large enough
-    that Yes/No log-ratios vary by several nats between prompts (tests can tell them apart).
+    that Yes/No log-ratios vary by several nats between prompts (tests can tell them apart); ``tie``: its output
+    embeddings are its input embeddings (as SmolLM2's).
 
     Example:
         >>> model = make_tiny_causal_lm(make_tiny_tokenizer())
@@ -81,7 +83,7 @@ def make_tiny_causal_lm(tokenizer: Any, seed: int = 0, layers: int = 2, hidden: 
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=tokenizer.bos_token_id,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie,
     )
     torch.manual_seed(seed)
     return LlamaForCausalLM(config).eval()

@@ -19,8 +19,19 @@ SHARED = Path(os.environ.get("PLUIE_SHARED") or Path(__file__).resolve().parents
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+# What each folder of ../shared holds and where it comes from: a skipped test's message says it.
+WHAT = {
+    "data/paraphrasus": "the PARAPHRASUS benchmark's JSON files (Michail et al., COLING 2025; the datasets_no_results folder of "
+                        "https://github.com/impresso/paraphrasus; docs/evaluation.md, The PARAPHRASUS data)",
+    "tokenizers": "real tokenizers (no weights) of judge families: Mistral-7B-Instruct-v0.2, Llama-3-8B-Instruct, Qwen2.5-7B-"
+                  "Instruct, Qwen3-8B, gpt-oss-20b, as their publishers give them on the Hugging Face Hub (one folder each)",
+    "seeds": "the papers as text (ParaPLUIE and PARAPHRASUS, COLING 2025; *-PLUIE, 2026), whose numbers the tests check",
+}
+
+
 def shared_path(relative: str) -> Path:
-    """``../shared/<relative>``, or skip the calling test (or doctest) when it is missing.
+    """``../shared/<relative>``, or skip the calling test (or doctest) when it is missing, saying what the missing data
+    is and where it comes from (:data:`WHAT`).
 
     Args:
         relative: a path inside ``../shared``, e.g. ``"seeds/star-pluie_2026.txt"``.
@@ -34,5 +45,6 @@ def shared_path(relative: str) -> Path:
     """
     path = SHARED / relative
     if not path.exists():
-        pytest.skip(f"{path} is missing: this test reads ../shared beside the checkout (or $PLUIE_SHARED)")
+        what = next((text for folder, text in WHAT.items() if relative.startswith(folder)), "data kept beside the checkout")
+        pytest.skip(f"{path} is missing ({what}): this test reads it from ../shared beside the checkout, or from $PLUIE_SHARED")
     return path

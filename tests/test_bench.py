@@ -1,5 +1,6 @@
 """Smoke test of the benchmark (2 pairs, tiny random judge) and its parts; no timed assertions."""
 
+import json
 import math
 import re
 from pathlib import Path
@@ -130,6 +131,25 @@ def test_benchmark_runs_on_two_pairs(tiny_judge):
     assert "(1) seed reference" in table and "(3) Judge.score" in table
     assert any("max |(3) - (1)|" in line for line in bench.agreement_lines([result]))
     assert "INDIRECT cost" in table
+
+
+def test_bench_runs_on_built_in_pairs_in_a_fresh_clone_and_says_where_mrpc_comes_from(tmp_path, monkeypatch, capsys):
+    """Without --data and without PARAPHRASUS beside the checkout, the sections read the package's 120 pairs (the default
+    judge's held-out set, read here independently of the bench) and say where the MRPC pairs they would rather use are."""
+    import argparse
+
+    from pluie_reward.judges import default_adapter_dir
+    from pluie_reward.tools.bench import cli as bench_cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PARAPHRASUS_DIR", raising=False)
+    args = argparse.Namespace(data=None, json=None, workloads=["mrpc", "grpo"], pairs=64, sources=8, per_source=8)
+    workloads = bench_cli._workload_list(args)
+    said = capsys.readouterr().err
+    assert "120 built-in pairs" in said and "--data" in said and "github.com/impresso/paraphrasus" in said, said
+    rows = [json.loads(line) for line in (default_adapter_dir() / "scores.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert workloads[0].sources == [r["source"] for r in rows[:64]] and workloads[0].hypotheses == [r["hypothesis"] for r in rows[:64]]
+    assert workloads[0].description == "64 built-in pairs" and len(workloads[1]) == 64
 
 
 def test_bench_command_is_registered_and_reports_bad_input(tmp_path, capsys):
@@ -417,6 +437,16 @@ def test_in_fresh_process_returns_the_childs_json_and_reports_its_failure():
         in_fresh_process(os.path.join, "a", 1)
 
 
+def test_placement_table_signs_each_difference_once():
+    """`bench placement` printed "+-2" for a placement 2 MB below the policy alone (measurement noise)."""
+    from pluie_reward.tools.bench.run import format_placements
+
+    table = format_placements({"policy": {"peak_rss_mb": 1000.0}, "policy+shared": {"peak_rss_mb": 998.0},
+                               "policy+separate": {"peak_rss_mb": 1517.4}})
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in table.splitlines() if line.startswith("| policy")}
+    assert rows["policy+shared"][1] == "-2" and rows["policy+separate"][1] == "+517" and rows["policy"][1] == "+0", table
+
+
 def test_an_unmeasured_value_prints_as_not_measured_in_every_table():
     """A NaN (a rate with no run, a speed-up of nothing) prints as the table's not-measured mark, never ``nan``: the
     bench's column tables and the reports' ``number`` format through one cell formatter."""
@@ -427,3 +457,23 @@ def test_an_unmeasured_value_prints_as_not_measured_in_every_table():
                                                                                  ("y", "y", ".1f"), ("z", "z", ".1f")])
     assert table.splitlines()[-1] == "| a | - | - | 0.2 |"
     assert (number(float("nan")), number(None), number(0.254)) == ("N/A", "N/A", "0.25")
+
+
+def test_placement_memory_is_never_silent_while_a_fresh_process_runs(monkeypatch, capsys):
+    """`bench placement` was silent ~40 s per fresh process (load 7): a line as each starts, then one every
+    HEARTBEAT_S until it ends; without a log, nothing."""
+    import time
+
+    from pluie_reward.tools import shared
+    from pluie_reward.tools.bench import run
+
+    monkeypatch.setattr(shared, "HEARTBEAT_S", 0.2)
+    monkeypatch.setattr(run, "in_fresh_process", lambda child, kind: time.sleep(0.7) or {"peak_rss_mb": 1.0})
+    said = []
+    memory = run.placement_memory(["policy", "policy+shared"], log=said.append)
+    assert memory == {"policy": {"peak_rss_mb": 1.0}, "policy+shared": {"peak_rss_mb": 1.0}}
+    assert [line.split(",")[0] for line in said] == ["placement memory 1/2: policy", "placement memory 2/2: policy+shared"]
+    beats = capsys.readouterr().err.splitlines()
+    assert beats.count("placement memory 1/2: policy") >= 2 and beats.count("placement memory 2/2: policy+shared") >= 2, beats
+    run.placement_memory(["policy"])
+    assert capsys.readouterr().err == ""

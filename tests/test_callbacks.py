@@ -457,3 +457,38 @@ def test_a_callback_without_a_trainer_says_how_to_give_it(tiny_judge):
     callback = PluieCallback(tiny_judge, "para-fs", chat_items(SOURCES[:2]), max_new_tokens=3)
     with pytest.raises(RuntimeError, match="trainer=trainer.*attach"):
         callback.on_train_begin(None, None, None)
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_reloading_the_best_checkpoint_of_tied_embeddings_warns_of_no_missing_key(tok, tmp_path, caplog, declared):
+    """A checkpoint holds tied embeddings once; transformers' Trainer reloading the best one (load_best_model_at_end)
+    warned "There were missing keys ... ['lm_head.weight']" (docs/callbacks.md's block) unless the model says they are
+    saved once, as load_trainable_embedded's does (tied_saved_once); the reloaded model's embeddings are tied either way."""
+    from pluie_reward.engines.transformers.loading import tied_saved_once
+
+    model = make_tiny_causal_lm(tok, seed=2, tie=True)
+    model = tied_saved_once(model) if declared else model
+    args = training_args(tmp_path, max_steps=2, eval_strategy="steps", eval_steps=1, save_strategy="steps", save_steps=1,
+                         load_best_model_at_end=True, learning_rate=0.05, per_device_train_batch_size=5, logging_steps=100)
+    data = lm_dataset(tok)
+    Trainer(model=model, args=args, train_dataset=data, eval_dataset=data, processing_class=tok).train()
+    assert ("There were missing keys" in caplog.text) is not declared
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+
+
+def test_a_validation_pass_says_how_far_its_generation_is(tok, tiny_judge, capsys):
+    """The evaluation set's generation shows a bar on stderr (prompts done, tokens of the batch under way), so a
+    validation pass on a slow CPU is not a silent minute; progress=False keeps it quiet."""
+    model = make_tiny_causal_lm(tok, seed=2)
+    for progress in (True, False):
+        callback = PluieCallback(tiny_judge, "para-fs", chat_items(), max_new_tokens=5, min_new_tokens=5, batch_size=2,
+                                 progress=progress)
+        capsys.readouterr()
+        callback.evaluate(model, tok)
+        err = capsys.readouterr().err
+        if progress:
+            last = err.replace("\r", "\n").strip().splitlines()[-1]
+            assert last.startswith("PLUIE eval: generating: 100%") and f"{len(chat_items())}/{len(chat_items())}" in last, err
+            assert "token 5/5" in last, err  # the counter starts again with each batch of 2
+        else:
+            assert err == ""

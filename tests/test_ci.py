@@ -257,6 +257,22 @@ def test_ci_runs_every_test_reaching_shared_from_a_clone_alone():
             assert re.search(doctest_pattern, text, re.I), f"{module}: its doctests read ../shared but alone does not run them"
 
 
+
+def test_a_test_skipped_for_lack_of_shared_says_what_the_data_is_and_where_it_comes_from(monkeypatch, tmp_path):
+    """A clone alone skips the tests reading ../shared: each skip names the path, what it holds and where to get it, for
+    every path the tests and doctests ask for (found in their text)."""
+    import shared_files
+
+    monkeypatch.setattr(shared_files, "SHARED", tmp_path / "shared")
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        shared_files.shared_path("data/paraphrasus/ms-mrpc.json")
+    message = str(skipped.value)
+    assert str(tmp_path / "shared" / "data/paraphrasus/ms-mrpc.json") in message and "PARAPHRASUS benchmark" in message
+    assert "github.com/impresso/paraphrasus" in message and "$PLUIE_SHARED" in message
+    texts = [path.read_text(encoding="utf-8") for path in [*(ROOT / "tests").glob("*.py"), ROOT / "conftest.py"]]
+    asked = {m for text in texts for m in re.findall(r'shared_path\(f?"([^"{]+)', text)}
+    assert len(asked) >= 3 and all(any(a.startswith(folder) for folder in shared_files.WHAT) for a in asked), asked
+
 def test_every_requirement_has_an_upper_bound():
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -377,3 +393,17 @@ def test_module_level_imports_of_optional_dependencies_are_guarded():
                 if any(n.split(".")[0] in OPTIONAL_MODULES for n in names):
                     bare.append(str(path.relative_to(package)))
     assert sorted(set(bare)) == sorted(UNGUARDED), sorted(set(bare))
+
+
+def test_a_doctest_skipped_whole_is_reported_under_its_own_name():
+    """A doctest whose examples are all +SKIP is listed by `pytest -ra` under its name and line (conftest.py), not as
+    pytest's "all tests skipped by +SKIP option" at a line of pytest's own doctest module."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider", "-n", "0",
+                           "pluie_reward/engines/transformers/loading.py", "-k", "dequantized_copy"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    skipped = [line for line in done.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert len(skipped) == 1 and "loading.py:" in skipped[0], done.stdout[-2000:]
+    assert "doctest pluie_reward.engines.transformers.loading.dequantized_copy: every example is marked +SKIP" in skipped[0]

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("trl")
 pytest.importorskip("peft")
@@ -71,11 +74,16 @@ def test_grpo_paraphrase_writes_result_json_on_a_tiny_model(tmp_path, capsys):
                             LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
     judge = Judge.from_peft(policy, tokenizer)  # the base: training the adapter does not change it
     capsys.readouterr()
-    result = example.train(args, policy, tokenizer, judge)
+    with warnings.catch_warnings():  # nothing the user should act on: the checkpointing names as this transformers has them
+        warnings.simplefilter("error", FutureWarning)
+        result = example.train(args, policy, tokenizer, judge)
     said = [line.split("] ", 1)[1] for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
+    steps = [line for step in (1, 2) for line in (f"step {step}: sampling 4 completions (at most 4 tokens each)...",
+                                                   f"step {step}: judging 4 completions...",
+                                                   f"step {step}: policy forward and backward, pass 1/1 (4 completions)...")]
     assert said == [f"held-out: paraphrasing 2 sentence(s) greedily before training, judged by {judge.name}...",
                     "GRPO: 2 step(s); the first samples 4 completions, scores them with the judge and updates the policy...",
-                    "held-out: paraphrasing 2 sentence(s) greedily after training..."], said
+                    *steps, "held-out: paraphrasing 2 sentence(s) greedily after training..."], said
 
     assert json.loads((out / "result.json").read_text(encoding="utf-8")) == result
     assert (result["reward"], result["seed"], result["steps"]) == ("paraphrase", 3, 2)
@@ -102,8 +110,8 @@ def test_grpo_paraphrase_writes_result_json_on_a_tiny_model(tmp_path, capsys):
 
 def test_grpo_paraphrase_micro_batches_give_the_one_pass_gradient(tmp_path):
     """A step's completions go through the policy --micro-batch-size at a time (memory), sampled and judged at once:
-    the first step (same seed, same completions) has the gradient of one pass over all of them, up to float rounding;
-    a size that does not divide --batch-size is refused."""
+    the first step (same seed, same completions) has the gradient of one pass over all of them, up to float rounding,
+    and of TRL's own passes (--no-shared-prompt); a size that does not divide --batch-size is refused."""
     from peft import LoraConfig, get_peft_model
 
     from pluie_reward import Judge
@@ -121,20 +129,95 @@ def test_grpo_paraphrase_micro_batches_give_the_one_pass_gradient(tmp_path):
     assert example.parse_args(files + ["--num-generations", "2", "--batch-size", "6"]).micro_batch_size == 2
     tokenizer = make_tiny_tokenizer()
     norms, completions = {}, {}
-    for micro in (8, 2):  # one pass of 8; four passes of 2
+    # one pass of 8; four passes of 2; and TRL's own passes (every completion with its whole prompt: --no-shared-prompt)
+    for run, options in {8: ["--micro-batch-size", "8"], 2: ["--micro-batch-size", "2"], "trl": ["--no-shared-prompt"]}.items():
         policy = get_peft_model(make_tiny_causal_lm(tokenizer, seed=1),
                                 LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
-        out = tmp_path / f"micro-{micro}"
-        args = example.parse_args(common + ["--micro-batch-size", str(micro), "--output-dir", str(out)])
+        out = tmp_path / f"run-{run}"
+        args = example.parse_args(common + options + ["--output-dir", str(out)])
         example.train(args, policy, tokenizer, Judge.from_peft(policy, tokenizer))
         history = json.loads((out / "trainer_state.json").read_text())["log_history"]
-        norms[micro] = next(e["grad_norm"] for e in history if "grad_norm" in e)
-        completions[micro] = next(e["reward"] for e in history if "reward" in e)
+        norms[run] = next(e["grad_norm"] for e in history if "grad_norm" in e)
+        completions[run] = next(e["reward"] for e in history if "reward" in e)
     assert completions[8] == pytest.approx(completions[2], abs=1e-6)  # the same sampled completions, judged alike
-    assert norms[8] > 0 and norms[2] == pytest.approx(norms[8], rel=1e-4), norms
+    assert completions["trl"] == pytest.approx(completions[2], abs=1e-6)
+    assert norms[8] > 0 and norms[2] == pytest.approx(norms[8], rel=1e-4) and norms["trl"] == pytest.approx(norms[8], rel=1e-4), norms
     with pytest.raises(SystemExit) as exit_info:
         example.parse_args(common + ["--micro-batch-size", "3"])
     assert exit_info.value.code == 2
+
+
+
+def _shared_prompt_rows(tokenizer, prompts, completions):
+    """Left-padded prompts then right-padded completions, as TRL concatenates them: (ids, mask, completion width)."""
+    width, keep = max(map(len, prompts)), max(map(len, completions))
+    ids = torch.full((len(prompts), width + keep), tokenizer.pad_token_id)
+    mask = torch.zeros_like(ids)
+    for row, (prompt, completion) in enumerate(zip(prompts, completions)):
+        ids[row, width - len(prompt):width], mask[row, width - len(prompt):width] = torch.tensor(prompt), 1
+        ids[row, width:width + len(completion)], mask[row, width:width + len(completion)] = torch.tensor(completion), 1
+    return ids, mask, keep
+
+
+def test_shared_prompt_passes_give_trl_s_log_probabilities_entropies_and_gradients(tmp_path):
+    """Each distinct prompt run once (examples/shared_prompt.py) against TRL's own _get_per_token_logps_and_entropies
+    on the same trainer: prompts of two lengths (left padding), completions of four, temperature 0.7."""
+    from datasets import Dataset
+    from peft import LoraConfig, get_peft_model
+    from trl import GRPOConfig, GRPOTrainer
+
+    from pluie_reward.engines.transformers.compat import training_arguments
+    from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
+
+    shared = _load_example("shared_prompt")
+    tokenizer = make_tiny_tokenizer()
+    policy = get_peft_model(make_tiny_causal_lm(tokenizer, seed=1),
+                            LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    for name, parameter in policy.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(parameter, std=0.1)  # the adapter moves the logits: its gradient is not trivial
+    config = GRPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=4, max_completion_length=4,
+                        use_cpu=True, bf16=False, report_to=[], temperature=0.7, **training_arguments(False))
+    trainer = shared.SharedPromptGRPOTrainer(model=policy, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                                             args=config, train_dataset=Dataset.from_dict({"prompt": ["a b", "c d"]}),
+                                             processing_class=tokenizer)
+    ids, mask, keep = _shared_prompt_rows(tokenizer, [[5, 6, 7, 8, 9]] * 2 + [[11, 12, 13]] * 2,
+                                          [[20, 21, 22], [23, 24], [25, 26, 27, 28], [29]])
+    policy.train()
+    results = []
+    for method in (GRPOTrainer._get_per_token_logps_and_entropies, shared.SharedPromptGRPOTrainer._get_per_token_logps_and_entropies):
+        policy.zero_grad()
+        logps, entropies, _ = method(trainer, policy, ids, mask, keep, compute_entropy=True)
+        (logps * torch.arange(1.0, 5.0).unsqueeze(1)).sum().backward()  # a different weight per row
+        results.append((logps.detach(), entropies.detach(), torch.cat([p.grad.flatten() for p in policy.parameters() if p.grad is not None])))
+    (trl_logps, trl_entropies, trl_grad), (logps, entropies, grad) = results
+    assert (trl_logps != 0).sum() == mask[:, -keep:].sum()  # every completion token is scored, padding is 0
+    assert torch.allclose(logps, trl_logps, atol=1e-4) and torch.allclose(entropies, trl_entropies, atol=1e-4)
+    assert trl_grad.norm() > 1 and torch.allclose(grad, trl_grad, atol=1e-4, rtol=1e-4)
+
+
+def test_shared_prompt_sampling_draws_the_same_tokens_and_says_how_far_it_is():
+    """Prefilling each distinct prompt once (a GRPO group's rows share theirs) samples the same tokens from the same
+    seed as generate on every row; the progress criterion says each token drawn (every=0) and never stops."""
+    from peft import LoraConfig, get_peft_model
+
+    from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
+
+    shared = _load_example("shared_prompt")
+    tokenizer = make_tiny_tokenizer()
+    policy = get_peft_model(make_tiny_causal_lm(tokenizer, seed=1),
+                            LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    ids, mask, _ = _shared_prompt_rows(tokenizer, [[5, 6, 7, 8, 9]] * 3 + [[11, 12, 13]] * 3, [[]] * 6)
+    settings = {"max_new_tokens": 6, "do_sample": True, "temperature": 1.0, "top_k": 0, "pad_token_id": tokenizer.pad_token_id,
+                "min_new_tokens": 6}
+    torch.manual_seed(4)
+    plain = policy.generate(input_ids=ids, attention_mask=mask, **settings)
+    lines = []
+    torch.manual_seed(4)
+    prefilled = shared.prefilled_generate(policy, ids, mask, progress=shared.TokenProgress(lines.append, "sampling", 6, every=0),
+                                          **settings)
+    assert torch.equal(prefilled, plain) and len(set(map(tuple, plain[:3, -6:].tolist()))) > 1  # sampled: rows differ
+    assert lines == [f"sampling: token {k}/6" for k in range(1, 7)]
 
 
 def test_grpo_paraphrase_reports_without_matplotlib(tmp_path, capsys, monkeypatch):
@@ -191,9 +274,10 @@ def test_grpo_paraphrase_doctests():
     """The example's doctests (the examples folder is not among pytest's doctest paths)."""
     import doctest
 
-    for name in ("grpo_paraphrase", "paraphrase_common"):
-        result = doctest.testmod(_load_example(name))
-        assert result.attempted > 0 and result.failed == 0, name
+    example = _load_example("grpo_paraphrase")  # it imports the modules beside it (doctest finds theirs in sys.modules)
+    for module in (example, sys.modules["paraphrase_common"], sys.modules["shared_prompt"]):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, module.__name__
 
 
 def test_grpo_paraphrase_metrics_count_copies_and_novel_accepted_outputs():
@@ -291,6 +375,31 @@ def test_every_example_answers_help_without_importing_torch(name):
     imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
 
+
+
+# arguments each example's parser accepts (it runs until torch is imported), in an empty working folder
+RUN_ARGS = {"grpo_paraphrase": ["--max-steps", "1"], "distill_paraphraser": ["--rounds", "1"], "tune_small_judge": ["--threads", "1"]}
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("*.py") if "__main__" in p.read_text(encoding="utf-8")))
+def test_every_example_makes_waiting_threads_sleep_before_torch_loads(name, tmp_path):
+    """OpenMP reads OMP_WAIT_POLICY and OMP_NUM_THREADS when torch loads: each example sets them before (sleeping threads,
+    one per free core: spinning ones made steps 3-5x slower on a shared CPU) and keeps the user's own values. A stand-in
+    torch package records what it sees, then stops."""
+    fake = tmp_path / "site" / "torch"
+    fake.mkdir(parents=True)
+    seen = tmp_path / "seen"
+    (fake / "__init__.py").write_text(f"import os\nopen({str(seen)!r}, 'w').write(os.environ.get('OMP_WAIT_POLICY', 'unset') + ' ' + "
+                                      "os.environ.get('OMP_NUM_THREADS', 'unset'))\nraise SystemExit(0)\n", encoding="utf-8")
+    for user in ({}, {"OMP_WAIT_POLICY": "ACTIVE", "OMP_NUM_THREADS": "3"}):
+        env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+        env["PYTHONPATH"] = os.pathsep.join([str(fake.parent), str(EXAMPLES.parent), env.get("PYTHONPATH", "")])
+        done = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), *RUN_ARGS.get(name, [])], capture_output=True,
+                              text=True, timeout=120, env={**env, **user}, cwd=tmp_path)
+        assert done.returncode == 0 and seen.is_file(), done.stderr[-3000:]
+        policy, threads = seen.read_text().split()
+        assert (policy, threads) == ("ACTIVE", "3") if user else policy == "PASSIVE" and 1 <= int(threads) <= os.cpu_count(), name
+        seen.unlink()
 
 def _tiny_student():
     from peft import LoraConfig, get_peft_model
@@ -464,7 +573,9 @@ def test_distill_paraphraser_writes_result_json_on_a_tiny_model(tmp_path, capsys
     args = example.parse_args(_distill_files(tmp_path) + ["--rounds", "2", "--n", "4", "--floor", "0", "--epochs", "1",
                                                           "--max-new-tokens", "6", "--output-dir", str(tmp_path / "run"), "--seed", "3"])
     capsys.readouterr()
-    result = example.distill(args, student, tokenizer, judge)
+    with warnings.catch_warnings():  # nothing the user should act on: the checkpointing names as this transformers has them
+        warnings.simplefilter("error", FutureWarning)
+        result = example.distill(args, student, tokenizer, judge)
     # each long step says what it does on stderr before it starts (issue 55: no silent step)
     said = [line.split("] ", 1)[1].split(":")[0] for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
     assert said == ["held-out", "round 1", "round 1", "round 2", "round 2", "held-out"]

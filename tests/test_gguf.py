@@ -87,10 +87,12 @@ def test_a_gguf_file_is_a_judge_in_one_line(tmp_path, monkeypatch, capfd):
     capfd.readouterr()
     judge = Judge.load(str(path))  # the one line: converted once, cached, scored like any model
     said = capfd.readouterr().err
-    # the conversion says what it does in one line of its own; transformers' bars (de-quantizing, writing shards,
-    # loading weights) are not shown
-    assert said.splitlines() == [f"pluie-reward: converting tiny.gguf to a transformers model (once) into {tmp_path}/cache/tiny-"
-                                 f"{path.stat().st_size}"], said
+    # the conversion says what it does in one line of its own, then how far it is (transformers' de-quantization bar);
+    # its other bars (writing shards, loading weights) are not shown
+    lines = said.replace("\r", "\n").splitlines()
+    assert lines[0] == f"pluie-reward: converting tiny.gguf to a transformers model (once) into {tmp_path}/cache/tiny-{path.stat().st_size}"
+    assert all(line.startswith("Converting and de-quantizing GGUF tensors") for line in lines[1:] if line.strip()), said
+    assert any("100%" in line for line in lines[1:]), said
     assert judge.name == str(path)
     pairs = {"source": ["The cat sleeps on the mat.", "Prices rose."], "hypothesis": ["A cat is asleep.", "Dogs bark."]}
     got = judge.score("para-direct", **pairs)
@@ -111,8 +113,10 @@ def test_a_gguf_file_is_a_judge_in_one_line(tmp_path, monkeypatch, capfd):
 
 
 def test_the_default_judges_first_use_says_so_in_one_line(tmp_path, monkeypatch, capfd):
-    """The embedded judge's first use (its GGUF converted, the shipped adapter merged) prints one line of its own and
-    none of transformers' bars; later uses print nothing. Here on the tiny GGUF and a LoRA adapter made for it."""
+    """The embedded judge's first use (its GGUF converted; for the vLLM engine, the shipped adapter merged into a copy)
+    prints one line of its own and then transformers' de-quantization bar alone; later uses print nothing. The
+    transformers engine's default judge keeps one copy of the weights and adds the adapter at each load: PEFT's merge.
+    Here on the tiny GGUF and a LoRA adapter made for it."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
@@ -126,9 +130,22 @@ def test_the_default_judges_first_use_says_so_in_one_line(tmp_path, monkeypatch,
     monkeypatch.setattr(loading, "embedded_gguf_path", lambda: path)
     monkeypatch.setenv("PLUIE_REWARD_CACHE", str(tmp_path / "cache"))
     capfd.readouterr()
-    folder = loading.default_model_dir(adapter)
-    said = capfd.readouterr().err
-    assert said.splitlines() == [f"pluie-reward: converting the embedded judge (once, ~30 s) into {tmp_path}/cache"], said
+    model, _ = loading.load_model_and_tokenizer(None, default_adapter=adapter)  # what Judge.load() does
+    said = capfd.readouterr().err.replace("\r", "\n").splitlines()
+    assert said[0] == f"pluie-reward: converting the embedded judge (once, ~30 s) into {tmp_path}/cache", said
+    assert all(line.startswith("Converting and de-quantizing GGUF tensors") for line in said[1:] if line.strip()), said
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [f"tiny-{path.stat().st_size}"]  # one copy of the weights
+    import torch
+    from peft import PeftModel
+
+    base = AutoModelForCausalLM.from_pretrained(tmp_path / "cache" / f"tiny-{path.stat().st_size}")
+    merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload().state_dict()
+    assert all(torch.equal(value, merged[name]) for name, value in model.state_dict().items())  # PEFT's merge, bit for bit
+    name, converted = "model.layers.0.self_attn.q_proj.weight", tmp_path / "cache" / f"tiny-{path.stat().st_size}"
+    assert not torch.equal(model.state_dict()[name], AutoModelForCausalLM.from_pretrained(converted).state_dict()[name])  # moved
+    capfd.readouterr()
+    folder = loading.default_model_dir(adapter)  # the vLLM engine's folder: merged once, beside the converted model
+    assert capfd.readouterr().err.startswith("pluie-reward: merging the adapter tiny-adapter into")
     assert (folder / "config.json").is_file() and folder.name.startswith(f"tiny-{path.stat().st_size}+tiny-adapter-")
     assert loading.default_model_dir(adapter) == folder and loading.default_model_dir(None).is_dir()
     assert capfd.readouterr().err == ""

@@ -137,6 +137,13 @@ def test_a_mistyped_option_prints_the_commands_usage_and_the_closest_option(no_j
         assert "usage: pluie-reward [-h]" not in err
 
 
+
+def test_a_mistyped_command_gets_the_closest_command(no_judge, capsys):
+    """A mistyped command or bench section is refused (exit 2) with the closest name, as a mistyped option is."""
+    _fails(["scor", "a", "b"], capsys, "invalid choice: 'scor'", "(did you mean score?)")
+    _fails(["bench", "methds"], capsys, "usage: pluie-reward bench", "invalid choice: 'methds'", "(did you mean methods?)")
+    assert "did you mean" not in _fails(["xyzzy"], capsys, "invalid choice: 'xyzzy'")  # nothing close: no guess
+
 def test_chunk_size_must_be_positive_before_loading(no_judge, tmp_path, capsys):
     data = _jsonl(tmp_path / "in.jsonl", [{"source": "a", "hypothesis": "b", "label": 1}])
     for value in ("-1", "0"):

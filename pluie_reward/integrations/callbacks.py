@@ -25,6 +25,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
+from tqdm import tqdm
+from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.trainer_callback import TrainerCallback
 
 from ..common.weights import weights_digest
@@ -96,12 +98,15 @@ def generate_texts(
     *,
     batch_size: int = 8,
     max_prompt_length: int | None = None,
+    progress: str | None = None,
     **generation_kwargs: Any,
 ) -> list[str]:
     """Generate one answer per prompt with ``model`` (decoder-only or encoder-decoder, PEFT or not).
 
     Decoder-only models get left-padded batches and only the new tokens are decoded; encoder-decoder
     models decode the decoder output. The model's training flags and ``use_cache`` are restored.
+    ``progress``: a progress bar on stderr with this description (prompts done, and the tokens of the batch
+    under way); ``None``: silent.
 
     Example:
         >>> generate_texts(model, tokenizer, [[{"role": "user", "content": "Paraphrase: hi"}]], max_new_tokens=20)
@@ -119,8 +124,15 @@ def generate_texts(
     settings.update(generation_kwargs)
     device = next(model.parameters()).device
     outputs: list[str] = []
-    with generation_state(model):
+    bar = tqdm(total=len(texts), desc=progress, unit="prompt", disable=progress is None, file=sys.stderr,
+               mininterval=1 if sys.stderr.isatty() else 10)  # a log gets a line every 10 s, not every token
+    criteria = list(settings.pop("stopping_criteria", None) or [])
+    with generation_state(model), bar:
         for start in range(0, len(texts), batch_size):
+            # with a progress bar, a criterion that never stops shows the tokens drawn in the batch under way
+            counter = [_TokenCount(bar, settings["max_new_tokens"])] if progress is not None else []
+            if criteria or counter:
+                settings["stopping_criteria"] = StoppingCriteriaList(criteria + counter)
             rows = []
             for text, is_chat in zip(texts[start : start + batch_size], chat[start : start + batch_size]):
                 # the chat template already holds the special tokens (BOS etc.)
@@ -141,7 +153,21 @@ def generate_texts(
                 sequences = sequences.sequences
             new_tokens = sequences if encoder_decoder else sequences[:, width:]
             outputs.extend(t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+            bar.update(len(rows))
     return outputs
+
+
+class _TokenCount(StoppingCriteria):
+    """Never stops a ``generate``: shows on ``bar`` how many tokens of the batch under way are drawn."""
+
+    def __init__(self, bar: Any, limit: int) -> None:
+        self.bar, self.limit, self.seen = bar, limit, 0
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        self.seen += 1
+        self.bar.set_postfix_str(f"token {self.seen}/{self.limit}", refresh=False)
+        self.bar.update(0)  # drawn when the bar's interval has passed
+        return torch.zeros(input_ids.size(0), dtype=torch.bool, device=input_ids.device)
 
 
 # statistics ---------------------------------------------------------------------------------
@@ -184,6 +210,7 @@ class PluieCallback(TrainerCallback):
         quantiles: quantiles to log (0.1 -> ``eval_pluie_p10``). ``metric_prefix``: ``"eval"``.
         tokenizer: the generator's tokenizer (default: the trainer's ``processing_class``).
         write_table: write ``{output_dir}/pluie/step-XXXXXX.jsonl`` and a wandb table when a run is active.
+        progress: a progress bar on stderr while the evaluation set is generated (prompts done, tokens of the batch).
         alarm, alarm_views: a :class:`~pluie_reward.integrations.alarm.HackAlarm` fed at each run with the
             generations' PLUIE and each view (name -> a TRL-style reward on the generations and the items'
             columns); its metrics are logged as ``<prefix>_alarm_*``.
@@ -223,6 +250,7 @@ class PluieCallback(TrainerCallback):
         metric_prefix: str = "eval",
         tokenizer: Any = None,
         write_table: bool = True,
+        progress: bool = True,
         fields: Mapping[str, str] | None = None,
         alarm: Any = None,
         alarm_views: Mapping[str, Any] | None = None,
@@ -269,7 +297,7 @@ class PluieCallback(TrainerCallback):
         self.quantiles = tuple(quantiles)
         self.metric_prefix = metric_prefix
         self.tokenizer = tokenizer
-        self.write_table = write_table
+        self.write_table, self.progress = write_table, progress
         self.generation_kwargs = generation_kwargs
         self.trainer: Any = None  # the transformers Trainer, see attach()
         self.history: list[dict[str, Any]] = []  # one entry per run: step, metrics, table path
@@ -472,7 +500,8 @@ class PluieCallback(TrainerCallback):
             return []
         items = [self.items[i] for i in indices]
         generations = generate_texts(model, tokenizer, [row[self.prompt_field] for row in items], batch_size=self.batch_size,
-                                     max_prompt_length=self.max_prompt_length, **self.generation_kwargs)
+                                     max_prompt_length=self.max_prompt_length, **self.generation_kwargs,
+                                     progress=f"PLUIE {self.metric_prefix}: generating" if self.progress else None)
         fields = self._fields(items)
         results = self.judge.score(self.template, details=True, threshold=self.threshold, **fields, **{self.hypothesis_field: generations})
         records = []

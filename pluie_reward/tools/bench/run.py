@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ...core.judge import Judge
+from ...judges import default_adapter_dir
 from ..report import cell
-from ..shared import UsageError
+from ..shared import Progress, UsageError
 from .measure import PeakMemory, in_fresh_process, load_average, mib, peak_rss_mb, timed, titled_table
 
 
@@ -85,11 +86,24 @@ def read_pairs(path: Path) -> list[tuple[str, str]]:
         raise UsageError(f"{path}: expected a JSON object {{id: {{'sentence1': ..., 'sentence2': ...}}}}.") from None
 
 
-def mrpc_workload(pairs: Sequence[tuple[str, str]], n: int = 64) -> Workload:
-    """The first ``n`` pairs as they are (workload (a))."""
+def builtin_pairs() -> list[tuple[str, str]]:
+    """The benchmark's pairs when no MRPC file is given or found: the package's 120 held-out pairs of the default
+    judge (``judges/smollm2-pluie/scores.jsonl``: STS, SNLI and simplification pairs, each source's licence in its
+    ``data.json``), 12 words a sentence on average.
+
+    Example:
+        >>> len(builtin_pairs()), builtin_pairs()[0]
+        (120, ('A person is slicing an onion.', 'A person cuts ginger.'))
+    """
+    lines = (default_adapter_dir() / "scores.jsonl").read_text(encoding="utf-8").splitlines()
+    return [(row["source"], row["hypothesis"]) for row in map(json.loads, filter(str.strip, lines))]
+
+
+def mrpc_workload(pairs: Sequence[tuple[str, str]], n: int = 64, label: str = "MRPC") -> Workload:
+    """The first ``n`` pairs as they are (workload (a); ``label``: where the pairs come from)."""
     if len(pairs) < n:
-        raise UsageError(f"the data file has {len(pairs)} pairs; the mrpc workload needs {n}.")
-    return Workload("mrpc", [s for s, _ in pairs[:n]], [h for _, h in pairs[:n]], f"{n} MRPC pairs")
+        raise UsageError(f"the data has {len(pairs)} pairs; the mrpc workload needs {n}.")
+    return Workload("mrpc", [s for s, _ in pairs[:n]], [h for _, h in pairs[:n]], f"{n} {label} pairs")
 
 
 def edit_variants(source: str, partner: str, others: Sequence[str], k: int, seed: int = 0) -> list[str]:
@@ -493,14 +507,22 @@ def placement_child(kind: str, pairs: int = 16) -> dict[str, float]:
     return out
 
 
-def placement_memory(kinds: Sequence[str] = PLACEMENTS) -> dict[str, dict[str, float]]:
-    """Peak memory of each placement, each in a fresh subprocess.
+def placement_memory(kinds: Sequence[str] = PLACEMENTS, log: Callable[[str], None] | None = None) -> dict[str, dict[str, float]]:
+    """Peak memory of each placement, each in a fresh subprocess (``log``: a line as each starts, then a line on
+    stderr every 10 s until it ends; ``None``: silent).
 
     Example:
         >>> placement_memory()["policy+shared"]["peak_rss_mb"]  # trains the 135M model in 3 subprocesses  # doctest: +SKIP
         1210.5
     """
-    return {kind: in_fresh_process(placement_child, kind) for kind in kinds}
+    memory = {}
+    for number, kind in enumerate(kinds, 1):
+        what = f"placement memory {number}/{len(kinds)}: {kind}"
+        if log is not None:
+            log(f"{what}, in a fresh process (loads the model, one policy step) ...")
+        with Progress(0, what, enabled=log is not None):
+            memory[kind] = in_fresh_process(placement_child, kind)
+    return memory
 
 
 def format_placements(memory: dict[str, dict[str, float]]) -> str:
@@ -509,5 +531,5 @@ def format_placements(memory: dict[str, dict[str, float]]) -> str:
     return titled_table(
         "Judge placement, peak memory of a fresh process (one LoRA policy step, then 16 pairs scored):",
         ["placement", "peak RSS MB", "over policy alone", "CUDA max MB"],
-        [[kind, f"{m['peak_rss_mb']:.0f}", f"+{m['peak_rss_mb'] - base:.0f}" if base is not None else "-",
+        [[kind, f"{m['peak_rss_mb']:.0f}", f"{m['peak_rss_mb'] - base:+.0f}" if base is not None else "-",
           cell(m.get("cuda_max_mb"), ".0f")] for kind, m in memory.items()], "lrrr")

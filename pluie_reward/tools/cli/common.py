@@ -144,8 +144,12 @@ def judge_from_args(args: argparse.Namespace) -> Any:
     print(f"pluie-reward {getattr(args, 'command', 'judge')}: loading {what}...", file=sys.stderr, flush=True)
     # no warm-up here: the command's first call pays those costs on its own template (`serve` warms up on it)
     own.setdefault("warm_up", False)
+    from ...engines.transformers.loading import is_embedded, model_source  # lazy: CLI start-up
+
     with Progress(0, f"pluie-reward {getattr(args, 'command', 'judge')}: loading"):  # a line every 10 s until loaded
         try:
+            if args.model is not None and not is_embedded(args.model):  # before torch loads: a wrong path or id fails in seconds
+                model_source(args.model, default_adapter=None)
             if engine == "vllm":
                 if args.device or args.batch_tokens:
                     raise UsageError("--engine vllm places the model itself: use --tensor-parallel-size and CUDA_VISIBLE_DEVICES, "
@@ -171,8 +175,10 @@ def model_not_found(model: str, err: OSError) -> UsageError:
     Example:
         >>> print(model_not_found("./missing", OSError("Repo id must use alphanumeric chars")))
         --model ./missing: no such file or folder; give a local model folder, a .gguf file or a Hugging Face id.
+        >>> print(model_not_found("judge.gguf", FileNotFoundError("GGUF file 'judge.gguf' does not exist.")))
+        --model judge.gguf: no such file or folder; give a local model folder, a .gguf file or a Hugging Face id.
     """
-    if model.startswith(("/", "./", "../", "~")) or "\\" in model:
+    if model.startswith(("/", "./", "../", "~")) or "\\" in model or model.endswith(".gguf"):
         return UsageError(f"--model {model}: no such file or folder; give a local model folder, a .gguf file or a Hugging Face id.")
     if isinstance(err, ModelNotFoundError):  # the loader's own check: its message says what to do
         return UsageError(f"--model {err}")

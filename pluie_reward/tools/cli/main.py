@@ -6,9 +6,11 @@ import argparse
 import difflib
 import importlib
 import os
+import re
 import sys
 from typing import Any, Sequence
 
+from ...common.threads import fit_threads
 from ..shared import UsageError
 from .output import StandardOutput
 from .registry import COMMANDS
@@ -58,7 +60,23 @@ class CommandParser(argparse.ArgumentParser):
         2
         >>> print(err.getvalue().splitlines()[-1])
         tool score: error: unrecognized arguments: --ouptut x (did you mean --output?)
+        >>> with contextlib.redirect_stderr(err):
+        ...     try:
+        ...         parser.parse_args(["scor"])
+        ...     except SystemExit as done:
+        ...         print(done.code)
+        2
+        >>> print(err.getvalue().splitlines()[-1])  # doctest: +ELLIPSIS
+        tool: error: argument command: invalid choice: 'scor' (choose from ...score...) (did you mean score?)
     """
+
+    def error(self, message: str) -> Any:
+        """argparse's refusal, with the closest command when a command's name is mistyped."""
+        wrong = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if wrong:
+            close = difflib.get_close_matches(wrong.group(1), [c.strip(" '") for c in wrong.group(2).split(",")], n=1)
+            message += f" (did you mean {close[0]}?)" if close else ""
+        super().error(message)
 
     def add_subparsers(self, **kwargs: Any) -> Any:
         self.has_commands = True
@@ -93,10 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argparse's refusals of an option included; 130 after Ctrl-C; 141 when the reader of standard output
     left, e.g. ``| head``: quietly, as a Unix tool that SIGPIPE stops, never 0, which would say that
     everything was written)."""
-    # Waiting OpenMP threads sleep instead of spinning (torch reads it when first imported, in the command): on a CPU
-    # that other processes share, spinning made a forward pass of the default judge ~20x slower (11.5 s against
-    # 0.5 s for 27 tokens, 2 cores at load 11; not measured on idle cores). OMP_WAIT_POLICY=ACTIVE spins as before.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    fit_threads()  # before torch loads (in the command): sleeping threads, one per free core
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

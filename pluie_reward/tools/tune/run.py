@@ -36,7 +36,7 @@ import numpy as np
 
 from ...core.judge import Judge
 from ...core.template import Template, load_template
-from ...engines.transformers.compat import base_model, checkpointing_on, disable_checkpointing
+from ...engines.transformers.compat import base_model, checkpointing_on, disable_checkpointing, quiet_renames
 from ...engines.transformers.loading import EMBEDDED_BASE, display_name, embedded_model_dir, load_model_and_tokenizer
 from ...engines.transformers.placement import belongs_to_adapter
 from ...judges import default_adapter_dir
@@ -316,7 +316,8 @@ def trainable_adapter(model: Any, config: TuneConfig) -> Iterator[Any]:
         model.set_adapter(name)  # only this adapter trainable (peft/peft_model.py: PeftModel.set_adapter)
         peft_model = model
     else:
-        peft_model = get_peft_model(model, config.lora_config(), adapter_name=name)
+        with quiet_renames():
+            peft_model = get_peft_model(model, config.lora_config(), adapter_name=name)
     try:
         yield peft_model
     finally:
