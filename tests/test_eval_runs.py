@@ -484,3 +484,17 @@ def test_results_of_a_run_with_no_scored_item_say_so(task):
     results = classification_results if task == "classification" else preference_results
     with pytest.raises(ValueError, match=r"^no scored items yet\.$"):
         results(meta, [])
+
+
+@pytest.mark.parametrize("specs, message", [
+    (["translation"], "--column expects ROLE=COLUMN, got 'translation'."),
+    (["=mistral"], "--column expects ROLE=COLUMN with a role name, got '=mistral'."),
+    (["judge=mistral"], "--column: 'judge' is not a role of the net preset; roles: ['nile', 'translation', 'rating']."),
+    (["translation="], "--column translation=: give a column name."),
+    (["translation=mistral", "translation=llama"], "--column translation is given twice (translation=mistral and translation=llama)"),
+])
+def test_a_preset_refuses_a_bad_column_option_in_one_line(specs, message, capsys):
+    argv = ["eval", "net", str(DATA / "neat_sample.csv"), "--no-progress"]
+    assert cli.main(argv + [arg for spec in specs for arg in ("--column", spec)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1

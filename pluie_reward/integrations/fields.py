@@ -168,10 +168,10 @@ def mapping_hint(setting: str, field_name: str, what: str = "column") -> str:
     return f"{setting}={{{field_name!r}: '<{what}>'}}"
 
 
-def parse_assignments(specs: Iterable[str], setting: str = "--column") -> dict[str, str]:
+def parse_assignments(specs: Iterable[str], setting: str = "--column", key: str = "FIELD") -> dict[str, str]:
     """Repeated ``FIELD=COLUMN`` command-line values as a dict; a field given twice is an error (not
     "the last one wins"). ``FIELD=`` (nothing after ``=``) maps the field to ``""``: :func:`map_fields`
-    then leaves that optional field out.
+    then leaves that optional field out. ``key``: what the setting's messages call a field (``"ROLE"``).
 
     Example:
         >>> parse_assignments(["source=s1", "hypothesis = s2", "gold="])
@@ -180,10 +180,10 @@ def parse_assignments(specs: Iterable[str], setting: str = "--column") -> dict[s
     mapping: dict[str, str] = {}
     for spec in specs:
         if "=" not in spec:
-            raise ValueError(f"{setting} expects FIELD=COLUMN, got {spec!r}.")
+            raise ValueError(f"{setting} expects {key}=COLUMN, got {spec!r}.")
         name, column = (part.strip() for part in spec.split("=", 1))
         if not name:
-            raise ValueError(f"{setting} expects FIELD=COLUMN with a field name, got {spec!r}.")
+            raise ValueError(f"{setting} expects {key}=COLUMN with a {key.lower()} name, got {spec!r}.")
         if name in mapping:
             raise ValueError(f"{setting} {name} is given twice ({name}={mapping[name]} and {name}={column}); give it once.")
         mapping[name] = column

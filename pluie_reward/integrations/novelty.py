@@ -408,6 +408,27 @@ class Task:
             metrics["short_rate"] = sum(length_factor(s, r, self.min_length) < 1 for s, r in zip(sources, readings)) / n
         return TaskScores(rewards, novelty, metrics)
 
+    def answer_scores(self, answer: Mapping[str, Sequence[Any]], fields: Mapping[str, Any], read: bool = True) -> "TaskScores":
+        """:meth:`batch` of a judge's ``/score`` columns and the request's fields: every remote path's copy-proof reward.
+
+        Args:
+            answer: the judge's columns ``p_yes`` and ``verdict``.
+            fields: this task's :attr:`source_field` and ``hypothesis`` (the completions as written); a string is shared.
+            read: as for :meth:`batch`.
+
+        Returns:
+            :meth:`batch`'s :class:`TaskScores`.
+
+        Example:
+            >>> fields = {"source": "The cat sleeps.", "hypothesis": ["THE CAT SLEEPS!", "A cat is asleep."]}
+            >>> TASKS["paraphrase"].answer_scores({"p_yes": [0.9, 0.8], "verdict": [True, True]}, fields)[:2]
+            ([0.0, 0.8], [0.0, 0.75])
+        """
+        n = len(answer["p_yes"])
+        sources, hypotheses = ([fields[name]] * n if isinstance(fields[name], str) else fields[name]
+                               for name in (self.source_field, "hypothesis"))
+        return self.batch(answer["p_yes"], answer["verdict"], sources, hypotheses, read)
+
 
 class TaskScores(NamedTuple):
     """A batch's copy-proof scores (:meth:`Task.batch`).

@@ -278,7 +278,7 @@ class Batcher:
     def _plan(self, body: Mapping[str, Any]) -> ScoringPlan:
         """The request's scoring plan (bad fields or options raise ``ValueError``/``TypeError``/``KeyError`` here)."""
         fields, options = split_request(self.bound.template, body)
-        task = options.pop("task", None)  # the server computes the task's reward from the results (routes.task_columns)
+        task = options.pop("task", None)  # the server computes the task's reward from the results (routes.score, Task.answer_scores)
         if task is not None:  # its judge reads each completion's reading, as the local rewards' judge does
             fields = TASKS[task].judged(fields, self.judge.clean_text)
         options = {"threshold": self.threshold, **options}

@@ -387,7 +387,7 @@ class RemotePluieReward(AsyncReward):
             logratios += _values(answer, "logratio", size, self.url)
         extra: dict[str, list[float]] = {"logratio": logratios}
         if self.task is not None:  # the copy-proof reward, as the local one computes it
-            scores = self.task.batch(values, [bool(v) for v in verdicts], body[self.task.source_field], batch.texts)
+            scores = self.task.answer_scores({"p_yes": values, "verdict": verdicts}, {**body, "hypothesis": batch.texts})
             values, metrics, extra["novelty"] = scores.rewards, scores.metrics, scores.novelty
         else:
             metrics = {"accept_rate": sum(verdicts) / n}
@@ -517,9 +517,7 @@ def _verl_results(answer: Mapping[str, Any], output: str, body: Mapping[str, Seq
     n = len(body["hypothesis"])
     columns = {column: _values(answer, column, n, url) for column in OUTPUTS}
     if output in TASKS:
-        task = TASKS[output]
-        accepted = [bool(v) for v in columns["verdict"]]
-        scores = task.batch(columns["p_yes"], accepted, body[task.source_field], body["hypothesis"])
+        scores = TASKS[output].answer_scores(columns, body)
         values, extra = scores.rewards, {"novelty": scores.novelty}
     else:
         values, extra = columns[output], {}

@@ -215,6 +215,6 @@ class RewardMapping:
             return {"rewards": rewards, "scores": p_yes, "extra_logs": extra_logs}
         if columns is None:
             raise TypeError(f"the {task.name} reward reads the items' texts: pass columns=mapping.columns(...).")
-        scores = task.batch(p_yes, [bool(r["verdict"]) for r in results], columns[task.source_field], columns["hypothesis"], read)
+        scores = task.answer_scores({"p_yes": p_yes, "verdict": extra_logs["pluie_verdict"]}, columns, read)
         extra_logs["pluie_novelty"] = scores.novelty
         return {"rewards": scores.rewards, "scores": scores.rewards, "extra_logs": extra_logs}

@@ -74,33 +74,6 @@ def check_size(request: Request, n: int) -> None:
         raise HTTPException(413, f"{n} items in one request; this server takes at most {limit}: split the request.")
 
 
-def task_columns(template: Any, body: Mapping[str, Any], answer: Mapping[str, list], read: bool = True) -> dict[str, list[float]]:
-    """The ``reward`` and ``novelty`` columns of a ``/score`` answer whose request set ``task``
-    (:meth:`~pluie_reward.integrations.novelty.Task.batch` of the answer's ``p_yes`` and verdicts and the request's
-    texts; a string field is shared by all items); no columns for a request without a task.
-
-    Args:
-        template: the served template (the request's options were checked against it while scoring).
-        body: the request.
-        answer: the answer's columns (``p_yes``, ``verdict``).
-        read: the judge read each completion's reading (its ``clean_text``; :meth:`~pluie_reward.integrations.novelty.Task.batch`).
-
-    Example:
-        >>> from pluie_reward.core.template import load_template
-        >>> body = {"source": "The cat sleeps.", "hypothesis": ["THE CAT SLEEPS!", "A cat is asleep."], "task": "paraphrase"}
-        >>> task_columns(load_template("para-fs"), body, {"p_yes": [0.9, 0.8], "verdict": [True, True]})
-        {'reward': [0.0, 0.8], 'novelty': [0.0, 0.75]}
-    """
-    task = split_request(template, body)[1].get("task")
-    if task is None:
-        return {}
-    n = len(answer["p_yes"])
-    source, hypothesis = (body[name] if isinstance(body[name], list) else [body[name]] * n
-                          for name in (TASKS[task].source_field, "hypothesis"))
-    scores = TASKS[task].batch(answer["p_yes"], answer["verdict"], source, hypothesis, read)
-    return {"reward": scores.rewards, "novelty": scores.novelty}
-
-
 def public_name(name: str) -> str:
     """The judge's name as shown without a token: a Hub id as is, a local path reduced to its last
     component (``/models/qwen-7b`` -> ``qwen-7b``), so ``/health`` does not reveal the filesystem.
@@ -132,7 +105,11 @@ async def score(
     results = await score_items(body, request)  # checks the fields and options (422)
     keys = list(results[0]) if results else list(answer_record(bound.template, [0.0] * len(bound.answer_ids)))
     answer = {key: [r[key] for r in results] for key in keys}  # logratio/p_yes/verdict for Yes/No templates
-    return {**answer, **task_columns(bound.template, body, answer, request.app.state.judge.clean_text)}
+    task = split_request(bound.template, body)[1].get("task")
+    if task is None:
+        return answer
+    scores = TASKS[task].answer_scores(answer, body, request.app.state.judge.clean_text)
+    return {**answer, "reward": scores.rewards, "novelty": scores.novelty}
 
 
 get_reward_router = APIRouter()

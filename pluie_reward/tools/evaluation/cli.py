@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...core.template import load_template
+from ...integrations.fields import parse_assignments
 from ...integrations.outputs import SECOND_CANDIDATE
 from ..cli.common import add_judge_arguments, field_columns, judge_from_args
 from ..cli.output import check_output_dir
@@ -289,10 +290,7 @@ def _preference(args: argparse.Namespace) -> int:
 # presets ----------------------------------------------------------------------------------------
 def _roles(args: argparse.Namespace, preset: Any) -> dict[str, str]:
     roles = dict(preset.roles)
-    for spec in args.column:
-        if "=" not in spec:
-            raise UsageError(f"--column expects ROLE=COLUMN, got {spec!r}.")
-        role, column = spec.split("=", 1)
+    for role, column in parse_assignments(args.column, "--column", "ROLE").items():
         if role not in roles:
             raise UsageError(f"--column: {role!r} is not a role of the {preset.name} preset; roles: {list(roles)}.")
         if not column:
