@@ -251,18 +251,14 @@ def test_bench_sections_parse_with_their_defaults():
         parser.parse_args([])  # a section is required
 
 
-def test_percentile_matches_numpy_linear_interpolation():
-    import numpy as np
-
-    # by hand: sorted [0.07, 0.31, 0.5, 1.2, 2.5, 3.3, 9.0]; q at position 6q between its neighbours
-    values = [0.31, 2.5, 0.07, 1.2, 9.0, 3.3, 0.5]
-    assert server_load.percentile(values, 0.5) == 1.2 and server_load.percentile(values, 1.0) == 9.0
-    assert server_load.percentile(values, 0.9) == pytest.approx(3.3 + 0.4 * (9.0 - 3.3), abs=1e-10)  # position 5.4
-    assert server_load.percentile(values, 0.25) == pytest.approx(0.31 + 0.5 * (0.5 - 0.31), abs=1e-10)  # position 1.5
-    for q in (0.0, 0.5, 0.9, 0.99, 1.0):
-        assert server_load.percentile(values, q) == pytest.approx(float(np.percentile(values, 100 * q)))
+def test_server_load_latency_percentiles_are_linear_interpolations():
+    # by hand: sorted [0.07, 0.31, 0.5, 1.2, 2.5, 3.3, 9.0]; quantile q at position 6q between its neighbours
+    latencies = [0.31, 2.5, 0.07, 1.2, 9.0, 3.3, 0.5]
+    load = server_load.ServerLoad("transformers", clients=1, requests=7, items=8, wall_seconds=7.0, latencies=latencies)
+    assert load.p50 == 1.2 and load.p99 == pytest.approx(3.3 + 0.94 * (9.0 - 3.3), abs=1e-10)  # p99 at position 5.94
     load = server_load.ServerLoad("transformers", clients=2, requests=2, items=8, wall_seconds=4.0, latencies=[1.0, 2.0, 3.0, 4.0])
-    assert load.items_per_second == 8.0 and load.p50 == 2.5
+    assert load.items_per_second == 8.0 and load.p50 == 2.5 and load.p99 == pytest.approx(3.97, abs=1e-10)
+    assert math.isnan(server_load.ServerLoad("vllm", 1, 1, 1).p99)  # nothing answered
 
 
 class _FixedJudge:

@@ -69,18 +69,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile (in [0, 1]) of ``values`` (at least one): ``numpy.quantile``, rounded to 10 decimals.
-
-    Example:
-        >>> percentile([1.0, 2.0, 3.0, 4.0], 0.5), percentile([1.0, 2.0, 3.0, 4.0], 0.99)
-        (2.5, 3.97)
-    """
-    import numpy as np  # here, not at module level: bench.cli imports this module at `pluie-reward --help`
-
-    return round(float(np.quantile(np.asarray(values, dtype=float), q)), 10)
-
-
 @dataclass
 class ServerLoad:
     """One engine's server under load."""
@@ -101,11 +89,15 @@ class ServerLoad:
 
     @property
     def p50(self) -> float:
-        return percentile(self.latencies, 0.5) if self.latencies else float("nan")
+        import numpy as np  # here, not at module level: bench.cli imports this module at `pluie-reward --help`
+
+        return float(np.quantile(self.latencies, 0.5)) if self.latencies else float("nan")
 
     @property
     def p99(self) -> float:
-        return percentile(self.latencies, 0.99) if self.latencies else float("nan")
+        import numpy as np  # lazy: CLI start-up
+
+        return float(np.quantile(self.latencies, 0.99)) if self.latencies else float("nan")
 
     def as_json(self) -> dict[str, Any]:
         """The fields with items/s, p50 and p99: what ``--json`` holds per load."""
