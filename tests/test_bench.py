@@ -186,9 +186,6 @@ from pluie_reward.tools.bench import engines as bench_engines, grpo_share, serve
     (["server", "--clients", "-1"], "--clients: must be a whole number >= 1"),
     (["server", "--clients", "64", "--requests", "20"], "keep it <= 1000"),
     (["server", "--clients", "2", "--items", "0"], "--items: must be a whole number >= 1"),
-    (["groups", "--group-orders", "1,x"], "--group-orders: expected comma-separated whole numbers"),
-    (["groups", "--group-orders", "1,8"], "--group-orders: each from 1 to --group-size (4)"),
-    (["groups", "--group-size", "17"], "--group-size must be from 2 to 16"),
     (["grpo", "--placements", "shared,remote"], "--placements: choose a comma-separated list from shared, separate, vllm"),
     (["grpo", "--model", "x"], "unrecognized arguments: --model"),  # it trains the embedded demo model with its own judges
     (["gpu", "--out", "x", "--models", "gpt-5"], "--models: choose a comma-separated list from"),
@@ -239,8 +236,6 @@ def test_bench_sections_parse_with_their_defaults():
     assert (args.engines, args.clients, args.requests, args.items) == (["transformers"], 3, 4, 8)
     args = parser.parse_args(["grpo", "--steps", "2"])
     assert (args.placements, args.steps) == (["shared", "separate"], 2)
-    args = parser.parse_args(["groups"])
-    assert (args.groups, args.group_size, args.group_orders) == (12, 4, [1, 2, 4])
     args = parser.parse_args(["server", "--data", "m.json", "--json", "p.json"])
     assert (args.model, args.template, str(args.data), str(args.json)) == (None, "para-fs", "m.json", "p.json")
     args = parser.parse_args(["generative"])

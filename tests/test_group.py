@@ -127,35 +127,6 @@ def test_group_reward_splits_trl_groups_and_reads_each_output(judge):
         GroupPluieReward(judge)(prompts=["a", "b"], completions=["x", "y"], source=["s", "t"])
 
 
-def test_bench_compares_group_and_pointwise_on_the_same_groups(judge):
-    from pluie_reward.tools.bench.group import compare_group_judging, format_group_table, kendall_tau
-
-    pairs = [(f"Sentence number {i} is about topic {i}.", f"Topic {i} is what sentence {i} covers.") for i in range(6)]
-    result = compare_group_judging(judge, pairs, groups=3, size=3, orders=(1, 3))
-    pointwise, one, every = result["rows"]
-    assert pointwise["kendall_vs_pointwise"] == 1.0 and pointwise["top1_agreement"] == 1.0
-    assert result["bias"][3] == pytest.approx(0.0, abs=1e-9) and result["bias"][1] > 0
-    assert "Position bias left" in format_group_table(result)
-    assert kendall_tau([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / 3)
-
-
-def test_bench_group_table_formats_each_column():
-    from pluie_reward.tools.bench.group import format_group_table
-
-    rows = [{"method": "pointwise para-fs", "seconds_per_group": 0.125, "top1_paraphrase": 2 / 3, "top1_copy": 0.0,
-             "kendall_vs_pointwise": None, "top1_agreement": 1.0},
-            {"method": "para-group, 2 orders", "seconds_per_group": 1.5, "top1_paraphrase": 0.25, "top1_copy": 0.5,
-             "kendall_vs_pointwise": -0.333, "top1_agreement": 0.75}]
-    assert format_group_table({"rows": rows, "bias": {1: 0.25, 2: 0.0}, "groups": 2, "size": 3}) == (
-        "2 groups of 3:\n\n"
-        "| method | s/group | top-1 = human paraphrase | top-1 = copy | Kendall τ vs pointwise | same top-1 as pointwise |\n"
-        "|---|---:|---:|---:|---:|---:|\n"
-        "| pointwise para-fs | 0.12 | 67% | 0% | - | 100% |\n"
-        "| para-group, 2 orders | 1.50 | 25% | 50% | -0.33 | 75% |\n\n"
-        "Position bias left:\n\n"
-        "| orders | spread of log p(best), identical candidates |\n|---:|---:|\n| 1 | 0.250 |\n| 2 | 0.000 |\n")
-
-
 FOUR = CANDIDATES + ["The budget was approved by the committee."]
 
 

@@ -618,13 +618,12 @@ nonneg_int = _number_type(int, lambda v: v >= 0, "a whole number >= 0")  # a see
 port = _number_type(int, lambda v: 1 <= v <= 65535, "a port between 1 and 65535")  # a TCP port to listen on
 
 
-def comma_list(choices: Sequence[Any] | None = None, kind: Callable[[str], Any] = str,
+def comma_list(choices: Sequence[Any] | None = None,
                unique: bool = False, empty: bool = False) -> Callable[[str], list[Any]]:
-    """The ``type=`` of a comma-separated option: its non-empty items, each read by ``kind``.
+    """The ``type=`` of a comma-separated option: its non-empty items.
 
     Args:
-        choices: the allowed items (after ``kind``), or None for any.
-        kind: reads one item (``str``, ``int``, ...); a ``ValueError`` is a refusal.
+        choices: the allowed items, or None for any.
         unique: refuse an item given twice.
         empty: accept a list with no item (``--methods ""``: none).
 
@@ -637,11 +636,7 @@ def comma_list(choices: Sequence[Any] | None = None, kind: Callable[[str], Any] 
         argparse.ArgumentTypeError: choose a comma-separated list from mrpc, grpo; got 'mrpc,stsb'.
     """
     def check(text: str) -> list[Any]:
-        try:
-            items = [kind(t.strip()) for t in text.split(",") if t.strip()]
-        except (TypeError, ValueError):
-            what = {int: "whole numbers", float: "numbers"}.get(kind, "values")
-            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}.") from None
+        items = [t.strip() for t in text.split(",") if t.strip()]
         allowed = f" from {', '.join(map(str, choices))}" if choices is not None else ""
         unknown = choices is not None and not set(items) <= set(choices)
         if (not items and not empty) or unknown or (unique and len(set(items)) != len(items)):

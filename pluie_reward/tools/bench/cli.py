@@ -27,7 +27,6 @@ from ..cli.registry import command
 from ..shared import UsageError, comma_list, positive_int
 from . import generative, gpu
 from .engines import ENGINES, compare_engines, comparison_json, format_engine_table, load_vllm_judge
-from .group import compare_group_judging, format_group_table
 from .grpo_share import PLACEMENTS as GRPO_PLACEMENTS, format_grpo_table, grpo_share
 from .run import (DEFAULT_METHODS, METHODS, _DATA_NAME, agreement_lines, builtin_pairs, default_data_path, format_placements, format_table,
                   grpo_workload, machine_line, mrpc_workload, placement_memory, read_pairs, run_workload)
@@ -242,27 +241,6 @@ def _grpo(args: argparse.Namespace) -> int:
     return _report(args, payload, "grpo", rows, format_grpo_table(rows))
 
 
-# groups ---------------------------------------------------------------------------------------------
-def _groups_args(p: argparse.ArgumentParser) -> None:
-    _data(p)
-    p.add_argument("--groups", type=positive_int, default=12, help="GRPO-shaped groups (default 12)")
-    p.add_argument("--group-size", type=positive_int, default=4, help="candidates per group (2 to 16, default 4)")
-    p.add_argument("--group-orders", type=comma_list(kind=int), default="1,2,4", help="numbers of cyclic orders to compare (default 1,2,4)")
-
-
-def _groups(args: argparse.Namespace) -> int:
-    if not 2 <= args.group_size <= 16:
-        raise UsageError(f"--group-size must be from 2 to 16, got {args.group_size}.")
-    if not all(1 <= k <= args.group_size for k in args.group_orders):
-        raise UsageError(f"--group-orders: each from 1 to --group-size ({args.group_size}), got {args.group_orders}.")
-    pairs = _pairs(args)
-    judge, payload = _judge(args, "groups")
-    say(f"group-relative judging: {args.groups} groups of {args.group_size} ...")
-    compared = compare_group_judging(judge, pairs, groups=args.groups, size=args.group_size, orders=args.group_orders,
-                                     pointwise_template=args.template)
-    return _report(args, payload, "groups", compared, format_group_table(compared))
-
-
 # placement ------------------------------------------------------------------------------------------
 def _placement(args: argparse.Namespace) -> int:
     check_output_file(args.json, "--json")
@@ -278,7 +256,6 @@ SECTIONS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "generative": ("Judge.score beside vLLM's own /generative_scoring (needs vLLM)", _generative_args, _generative),
     "server": ("the judge server (pluie-reward serve, started here) under concurrent clients", _server_args, _server),
     "grpo": ("the reward's share of GRPO steps per judge placement, in fresh processes", _grpo_args, _grpo),
-    "groups": ("group-relative judging (para-group) beside pointwise PLUIE", _groups_args, _groups),
     "placement": ("peak memory of the judge placements, in fresh processes", _output, _placement),
     "gpu": ("the CUDA path against its goals (one prepared run on a lent GPU)", gpu.add_cli_args, gpu.run_args),
 }
@@ -295,5 +272,5 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 @command("bench", configure)
 def bench_command(args: argparse.Namespace) -> int:
-    """Benchmarks, one section each: methods, engines, generative, server, grpo, groups, placement, gpu."""
+    """Benchmarks, one section each: methods, engines, generative, server, grpo, placement, gpu."""
     return args.bench_run(args)
