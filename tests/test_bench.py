@@ -428,14 +428,16 @@ def test_in_fresh_process_returns_the_childs_json_and_reports_its_failure():
         in_fresh_process(os.path.join, "a", 1)
 
 
-def test_placement_table_signs_each_difference_once():
-    """`bench placement` printed "+-2" for a placement 2 MB below the policy alone (measurement noise)."""
-    from pluie_reward.tools.bench.run import format_placements
-
-    table = format_placements({"policy": {"peak_rss_mb": 1000.0}, "policy+shared": {"peak_rss_mb": 998.0},
-                               "policy+separate": {"peak_rss_mb": 1517.4}})
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in table.splitlines() if line.startswith("| policy")}
-    assert rows["policy+shared"][1] == "-2" and rows["policy+separate"][1] == "+517" and rows["policy"][1] == "+0", table
+def test_grpo_table_reports_each_placements_peak_memory():
+    """`bench grpo` reports each placement's peak memory (it replaced `bench placement`): the child's peak RSS, and
+    its CUDA max allocated where the child had CUDA ("-" without)."""
+    timings = {"steps": 2, "train_seconds": 10.0, "reward_seconds": 1.0, "judge_load_seconds": 0.5, "share": 0.1}
+    table = grpo_share.format_grpo_table([{"placement": "shared", **timings, "peak_rss_mb": 1124.4, "cuda_max_mb": None},
+                                          {"placement": "separate", **timings, "peak_rss_mb": 1627.0, "cuda_max_mb": 2048.6}])
+    header, _, *lines = table.split("\n\n")[1].splitlines()
+    assert [c.strip() for c in header.split("|")[-3:-1]] == ["peak RSS MB", "CUDA max MB"]
+    assert [[c.strip() for c in line.split("|")[1:-1]] for line in lines] == [
+        ["shared", "0.5", "10.0", "5.0", "1.00", "10.0%", "1124", "-"], ["separate", "0.5", "10.0", "5.0", "1.00", "10.0%", "1627", "2049"]]
 
 
 def test_an_unmeasured_value_prints_as_not_measured_in_every_table():
@@ -448,23 +450,3 @@ def test_an_unmeasured_value_prints_as_not_measured_in_every_table():
                                                                                  ("y", "y", ".1f"), ("z", "z", ".1f")])
     assert table.splitlines()[-1] == "| a | - | - | 0.2 |"
     assert (number(float("nan")), number(None), number(0.254)) == ("N/A", "N/A", "0.25")
-
-
-def test_placement_memory_is_never_silent_while_a_fresh_process_runs(monkeypatch, capsys):
-    """`bench placement` was silent ~40 s per fresh process (load 7): a line as each starts, then one every
-    HEARTBEAT_S until it ends; without a log, nothing."""
-    import time
-
-    from pluie_reward.tools import shared
-    from pluie_reward.tools.bench import run
-
-    monkeypatch.setattr(shared, "HEARTBEAT_S", 0.2)
-    monkeypatch.setattr(run, "in_fresh_process", lambda child, kind: time.sleep(0.7) or {"peak_rss_mb": 1.0})
-    said = []
-    memory = run.placement_memory(["policy", "policy+shared"], log=said.append)
-    assert memory == {"policy": {"peak_rss_mb": 1.0}, "policy+shared": {"peak_rss_mb": 1.0}}
-    assert [line.split(",")[0] for line in said] == ["placement memory 1/2: policy", "placement memory 2/2: policy+shared"]
-    beats = capsys.readouterr().err.splitlines()
-    assert beats.count("placement memory 1/2: policy") >= 2 and beats.count("placement memory 2/2: policy+shared") >= 2, beats
-    run.placement_memory(["policy"])
-    assert capsys.readouterr().err == ""

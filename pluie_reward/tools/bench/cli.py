@@ -28,8 +28,8 @@ from ..shared import UsageError, comma_list, positive_int
 from . import generative, gpu
 from .engines import ENGINES, compare_engines, comparison_json, format_engine_table, load_vllm_judge
 from .grpo_share import PLACEMENTS as GRPO_PLACEMENTS, format_grpo_table, grpo_share
-from .run import (DEFAULT_METHODS, METHODS, _DATA_NAME, agreement_lines, builtin_pairs, default_data_path, format_placements, format_table,
-                  grpo_workload, machine_line, mrpc_workload, placement_memory, read_pairs, run_workload)
+from .run import (DEFAULT_METHODS, METHODS, _DATA_NAME, agreement_lines, builtin_pairs, default_data_path, format_table,
+                  grpo_workload, machine_line, mrpc_workload, read_pairs, run_workload)
 from .measure import load_average
 from .server_load import add_load_arguments, check_load, format_server_table, server_load
 
@@ -241,22 +241,13 @@ def _grpo(args: argparse.Namespace) -> int:
     return _report(args, payload, "grpo", rows, format_grpo_table(rows))
 
 
-# placement ------------------------------------------------------------------------------------------
-def _placement(args: argparse.Namespace) -> int:
-    check_output_file(args.json, "--json")
-    payload = _header("placement", _machine())
-    memory = placement_memory(log=say)
-    return _report(args, payload, "placement", memory, format_placements(memory))
-
-
 # the command ----------------------------------------------------------------------------------------
 SECTIONS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "methods": ("Judge.score beside the seeds' two-pass method and an LLM-Yes/No generate judge", _methods_args, _methods),
     "engines": ("Judge.score on several engines side by side", _engines_args, _engines),
     "generative": ("Judge.score beside vLLM's own /generative_scoring (needs vLLM)", _generative_args, _generative),
     "server": ("the judge server (pluie-reward serve, started here) under concurrent clients", _server_args, _server),
-    "grpo": ("the reward's share of GRPO steps per judge placement, in fresh processes", _grpo_args, _grpo),
-    "placement": ("peak memory of the judge placements, in fresh processes", _output, _placement),
+    "grpo": ("the reward's share of GRPO steps and peak memory per judge placement, in fresh processes", _grpo_args, _grpo),
     "gpu": ("the CUDA path against its goals (one prepared run on a lent GPU)", gpu.add_cli_args, gpu.run_args),
 }
 
@@ -272,5 +263,5 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 @command("bench", configure)
 def bench_command(args: argparse.Namespace) -> int:
-    """Benchmarks, one section each: methods, engines, generative, server, grpo, placement, gpu."""
+    """Benchmarks, one section each: methods, engines, generative, server, grpo, gpu."""
     return args.bench_run(args)

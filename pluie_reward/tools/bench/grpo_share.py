@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from ...core.judge import Judge
 from ...integrations.rewards import PluieReward
-from .measure import Clock, in_fresh_process, timed, titled_table
+from .measure import Clock, cell, in_fresh_process, mib, peak_rss_mb, timed, titled_table
 
 PLACEMENTS = ("shared", "separate", "vllm")
 # the GPU check's pairs without --data; the GRPO placements' prompts are their first four sources
@@ -57,10 +57,11 @@ class TimedReward:
 
 
 def grpo_child(placement: str, steps: int, output_dir: str, threads: int | None = None) -> dict[str, Any]:
-    """Run ``steps`` GRPO steps with the judge ``placement`` in this (fresh) process; return the timings."""
-    if threads is not None:
-        import torch
+    """Run ``steps`` GRPO steps with the judge ``placement`` in this (fresh) process; return the timings and the
+    process's peak memory (RSS, and CUDA max allocated where CUDA is available)."""
+    import torch
 
+    if threads is not None:
         torch.set_num_threads(threads)
     from datasets import Dataset
     from peft import LoraConfig, get_peft_model
@@ -82,7 +83,8 @@ def grpo_child(placement: str, steps: int, output_dir: str, threads: int | None 
     train_seconds, _, _ = timed(None, trainer.train)
     judge.close()
     return {"placement": placement, "steps": steps, "train_seconds": train_seconds, "reward_seconds": reward.seconds,
-            "reward_calls": reward.calls, "judge_load_seconds": load_seconds, "share": reward.seconds / train_seconds}
+            "reward_calls": reward.calls, "judge_load_seconds": load_seconds, "share": reward.seconds / train_seconds,
+            "peak_rss_mb": peak_rss_mb(), "cuda_max_mb": mib(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else None}
 
 
 def grpo_share(placements: Sequence[str], steps: int, threads: int | None = None) -> list[dict[str, Any]]:
@@ -102,12 +104,14 @@ def grpo_share(placements: Sequence[str], steps: int, threads: int | None = None
 
 
 def format_grpo_table(rows: Sequence[dict[str, Any]]) -> str:
-    """GRPO timings as a Markdown table."""
+    """GRPO timings and each placement's peak memory as a Markdown table."""
     if not rows:
         return ""
     return titled_table(
         f"Reward share of GRPO steps (trl.GRPOTrainer, LoRA policy = embedded model, {rows[0]['steps']} steps of 2 prompts x 4 "
         "completions <= 24 tokens, CPU; reward = PluieReward para-fs, timed inside the reward callable):",
-        ["judge placement", "judge load s", "train s", "s per step", "reward s", "reward share of the step"],
+        ["judge placement", "judge load s", "train s", "s per step", "reward s", "reward share of the step", "peak RSS MB",
+         "CUDA max MB"],
         [[r["placement"], f"{r['judge_load_seconds']:.1f}", f"{r['train_seconds']:.1f}",
-          f"{r['train_seconds'] / r['steps']:.1f}", f"{r['reward_seconds']:.2f}", f"{r['share']:.1%}"] for r in rows], "lrrrrr")
+          f"{r['train_seconds'] / r['steps']:.1f}", f"{r['reward_seconds']:.2f}", f"{r['share']:.1%}", f"{r['peak_rss_mb']:.0f}",
+          cell(r.get("cuda_max_mb"), ".0f")] for r in rows], "lrrrrrrr")

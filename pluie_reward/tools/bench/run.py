@@ -27,8 +27,8 @@ from typing import Any, Callable, Sequence
 from ...core.judge import Judge
 from ...judges import default_adapter_dir
 from ..report import cell
-from ..shared import Progress, UsageError
-from .measure import PeakMemory, in_fresh_process, load_average, mib, peak_rss_mb, timed, titled_table
+from ..shared import UsageError
+from .measure import PeakMemory, load_average, timed, titled_table
 
 
 METHODS = ("reference", "generate", "score", "score-cold", "indirect")
@@ -474,62 +474,3 @@ def machine_line(judge: Any) -> str:
     return (f"judge {judge.name} ({judge.model.dtype}, {judge.engine.device}, batch_tokens={judge.engine.batch_tokens}, "
             f"attention {attention}); torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
             f"{platform.processor() or platform.machine()}; load average {load_average()}")
-
-
-# judge placement memory (fresh processes) -------------------------------------------------------
-PLACEMENTS = ("policy", "policy+separate", "policy+shared")
-
-
-def placement_child(kind: str, pairs: int = 16) -> dict[str, float]:
-    """One placement in this (fresh) process; its peak RSS (and CUDA max allocated). ``policy``: the embedded
-    model as a LoRA policy, one training step; ``policy+separate``: and a second copy as judge scoring ``pairs``
-    pairs; ``policy+shared``: the judge is ``Judge.from_peft(policy)`` (no second copy)."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-
-    from ...engines.transformers.loading import load_trainable_embedded  # lazy: CLI start-up (torch)
-
-    model, tokenizer = load_trainable_embedded()
-    policy = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
-    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=1e-4)
-    batch = tokenizer(["Paraphrase: the cat sat on the mat."] * 8, return_tensors="pt")
-    policy.train()
-    loss = policy(**batch, labels=batch["input_ids"]).loss
-    loss.backward()
-    optimizer.step()
-    if kind != "policy":
-        judge = Judge.load() if kind == "policy+separate" else Judge.from_peft(policy, tokenizer)
-        text = "The company said its third-quarter profit rose on strong demand for its products."
-        judge.score("para-fs", source=[text] * pairs, hypothesis=[f"{text} ({i})" for i in range(pairs)])
-    out = {"peak_rss_mb": peak_rss_mb()}
-    if torch.cuda.is_available():
-        out["cuda_max_mb"] = mib(torch.cuda.max_memory_allocated())
-    return out
-
-
-def placement_memory(kinds: Sequence[str] = PLACEMENTS, log: Callable[[str], None] | None = None) -> dict[str, dict[str, float]]:
-    """Peak memory of each placement, each in a fresh subprocess (``log``: a line as each starts, then a line on
-    stderr every 10 s until it ends; ``None``: silent).
-
-    Example:
-        >>> placement_memory()["policy+shared"]["peak_rss_mb"]  # trains the 135M model in 3 subprocesses  # doctest: +SKIP
-        1210.5
-    """
-    memory = {}
-    for number, kind in enumerate(kinds, 1):
-        what = f"placement memory {number}/{len(kinds)}: {kind}"
-        if log is not None:
-            log(f"{what}, in a fresh process (loads the model, one policy step) ...")
-        with Progress(0, what, enabled=log is not None):
-            memory[kind] = in_fresh_process(placement_child, kind)
-    return memory
-
-
-def format_placements(memory: dict[str, dict[str, float]]) -> str:
-    """The placements' peak memory as a titled Markdown table."""
-    base = memory.get("policy", {}).get("peak_rss_mb")
-    return titled_table(
-        "Judge placement, peak memory of a fresh process (one LoRA policy step, then 16 pairs scored):",
-        ["placement", "peak RSS MB", "over policy alone", "CUDA max MB"],
-        [[kind, f"{m['peak_rss_mb']:.0f}", f"{m['peak_rss_mb'] - base:+.0f}" if base is not None else "-",
-          cell(m.get("cuda_max_mb"), ".0f")] for kind, m in memory.items()], "lrrr")
