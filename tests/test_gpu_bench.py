@@ -97,7 +97,10 @@ def test_plain_forward_equals_judge_score(name):
     from conftest import shared_tokenizer
     from pluie_reward import Judge
     from pluie_reward.testing import make_tiny_causal_lm, make_tiny_tokenizer
-    from pluie_reward.tools.bench.gpu import BUILTIN_PAIRS, TEMPLATE, judge_ids, plain_scores
+    from pluie_reward.tools.bench.gpu import TEMPLATE, judge_ids, plain_scores
+    from pluie_reward.tools.bench.run import builtin_pairs
+
+    BUILTIN_PAIRS = builtin_pairs()[:8]
 
     tok = make_tiny_tokenizer() if name == "tiny" else shared_tokenizer(name)
     model = make_tiny_causal_lm(tok)

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
-    """A GitHub-flavoured Markdown table (``|`` inside cells is escaped).
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None, title: str | None = None) -> str:
+    """A GitHub-flavoured Markdown table (``|`` inside cells is escaped), after its ``title`` and a blank line if given.
 
     Args:
         headers: the column names.
         rows: the cells, one sequence per row.
         align: one letter per column, ``l`` (default) or ``r`` (numbers), e.g. ``"lrr"``.
+        title: a line above the table (the bench sections': what was measured, how).
 
     Returns:
         The table's lines joined by newlines.
@@ -42,7 +43,7 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align:
     rules = ["---:" if a == "r" else "---" for a in align]
     lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "|".join(rules) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
+    return "\n".join(([title, ""] if title else []) + lines)
 
 
 def cell(x: Any, spec: str = ".3g", none: str = "-") -> str:

@@ -618,14 +618,12 @@ nonneg_int = _number_type(int, lambda v: v >= 0, "a whole number >= 0")  # a see
 port = _number_type(int, lambda v: 1 <= v <= 65535, "a port between 1 and 65535")  # a TCP port to listen on
 
 
-def comma_list(choices: Sequence[Any] | None = None,
-               unique: bool = False, empty: bool = False) -> Callable[[str], list[Any]]:
+def comma_list(choices: Sequence[Any] | None = None, unique: bool = False) -> Callable[[str], list[Any]]:
     """The ``type=`` of a comma-separated option: its non-empty items.
 
     Args:
         choices: the allowed items, or None for any.
         unique: refuse an item given twice.
-        empty: accept a list with no item (``--methods ""``: none).
 
     Example:
         >>> comma_list()("mrpc, grpo,")
@@ -639,7 +637,7 @@ def comma_list(choices: Sequence[Any] | None = None,
         items = [t.strip() for t in text.split(",") if t.strip()]
         allowed = f" from {', '.join(map(str, choices))}" if choices is not None else ""
         unknown = choices is not None and not set(items) <= set(choices)
-        if (not items and not empty) or unknown or (unique and len(set(items)) != len(items)):
+        if not items or unknown or (unique and len(set(items)) != len(items)):
             repeats = " without repeats" if unique else ""
             raise argparse.ArgumentTypeError(f"choose a comma-separated list{allowed}{repeats}; got {text!r}.")
         return items

@@ -206,16 +206,10 @@ def _server_args(p: argparse.ArgumentParser) -> None:
                    help="one server per engine, in turn (default transformers)")
 
 
-def _load_pairs(args: argparse.Namespace) -> list[tuple[str, str]]:
-    """The pairs of a load, the load checked before and after the data is read."""
-    check_load(args.clients, args.requests, args.items, 10**9)
+def _server(args: argparse.Namespace) -> int:
+    check_load(args.clients, args.requests, args.items, 10**9)  # the load checked before and after the data is read
     pairs = _pairs(args)
     check_load(args.clients, args.requests, args.items, len(pairs))
-    return pairs
-
-
-def _server(args: argparse.Namespace) -> int:
-    pairs = _load_pairs(args)
     payload = _header("server", _machine())
     loads = []
     for engine in args.engines:

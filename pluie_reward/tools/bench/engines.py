@@ -14,7 +14,8 @@ from typing import Any, Callable, Sequence
 
 from ...core.judge import Judge
 from ..shared import UsageError
-from .measure import quiet_vllm_logs, timed, titled_table
+from ..report import markdown_table
+from .measure import quiet_vllm_logs, timed
 from .run import two_fields
 
 ENGINES = ("transformers", "vllm")
@@ -98,12 +99,12 @@ def format_engine_table(comparisons: Sequence[EngineComparison]) -> str:
         return ""
     names = list(comparisons[0].rates)
     base = names[0]
-    lines = [titled_table(
-        f"Engines side by side (Judge.score, steady state, median of rounds; ratio and max |diff| against {base}):",
+    title = f"Engines side by side (Judge.score, steady state, median of rounds; ratio and max |diff| against {base}):"
+    lines = [markdown_table(
         ["workload", "engine", "pairs/s", "per round", "ratio", "max abs diff"],
         [[c.workload, name, f"{c.pairs_per_second(name):.2f}", " ".join(f"{x:.2f}" for x in c.rates[name]),
           f"{c.ratio(name, base):.2f}", "-" if name == base else f"{c.max_diff(name):.1e}"]
-         for c in comparisons for name in names], "llrlrr")]
+         for c in comparisons for name in names], "llrlrr", title)]
     worst = max((c.max_diff(n) for c in comparisons for n in names[1:]), default=None)
     if worst is not None:
         verdict = "within" if worst <= MAX_DIFF else "OUTSIDE"

@@ -33,9 +33,9 @@ from ..report import markdown_table, write_outputs
 from ..shared import UsageError, comma_list, positive_float
 from . import generative, measure
 from .generative import judge_ids
-from .grpo_share import BUILTIN_PAIRS, TimedReward
+from .grpo_share import TimedReward
 from .measure import Clock, column_table, mib, synchronize
-from .run import Workload, default_data_path, generate_answers, read_pairs, reference_scores
+from .run import Workload, builtin_pairs, default_data_path, generate_answers, read_pairs, reference_scores
 
 TEMPLATE = "para-fs"
 PLAIN_ROWS = (16, 64)  # prompts per forward of the plain padded forward
@@ -607,7 +607,7 @@ def run(out: Path, device: str, tiny: bool, tokenizers: Path | None, data: Path 
         log(f"[gpu] {label} done ({clock.seconds:.0f} s)")
         return got
 
-    pairs = read_pairs(data) if data is not None else BUILTIN_PAIRS * 8
+    pairs = read_pairs(data) if data is not None else builtin_pairs()[:64]
     name = torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
     result: dict[str, Any] = {"device_name": name, "tiny": tiny, "torch": torch.__version__, "transformers": transformers.__version__,
                               "data": str(data) if data else "built-in pairs", "tokenizers": str(tokenizers) if tokenizers else None}

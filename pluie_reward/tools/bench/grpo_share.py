@@ -15,21 +15,11 @@ from typing import Any, Sequence
 
 from ...core.judge import Judge
 from ...integrations.rewards import PluieReward
-from .measure import Clock, cell, in_fresh_process, mib, peak_rss_mb, timed, titled_table
+from ..report import markdown_table
+from .measure import Clock, cell, in_fresh_process, mib, peak_rss_mb, timed
+from .run import builtin_pairs
 
 PLACEMENTS = ("shared", "separate", "vllm")
-# the GPU check's pairs without --data; the GRPO placements' prompts are their first four sources
-BUILTIN_PAIRS = [
-    ("The company said its third-quarter profit rose on strong demand.", "Strong demand lifted the firm's profit in the third quarter."),
-    ("The cat sleeps on the mat near the window.", "A cat is asleep on the mat by the window."),
-    ("Officials expect the new bridge to open next spring.", "The new bridge should open next spring, officials say."),
-    ("She sold her old car to a neighbour last week.", "Last week she sold her old car to a neighbour."),
-    ("The museum will stay closed until Monday.", "The museum will remain open until Monday."),
-    ("Heavy rain delayed the match by two hours.", "The match started two hours late because of heavy rain."),
-    ("The minister resigned after the report was published.", "After the report came out, the minister stepped down."),
-    ("Shares fell 3 percent in early trading.", "Shares rose 3 percent in early trading."),
-]
-SOURCES = [s for s, _ in BUILTIN_PAIRS[:4]]
 
 
 class TimedReward:
@@ -75,7 +65,8 @@ def grpo_child(placement: str, steps: int, output_dir: str, threads: int | None 
         raise ValueError(f"unknown placement {placement!r}; choose from {PLACEMENTS}.")
     load_seconds, judge, _ = timed(None, {"shared": lambda: Judge.from_peft(policy, tokenizer), "separate": Judge.load,
                                           "vllm": lambda: Judge.load(engine="vllm")}[placement])
-    ds = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Paraphrase: {s}"}] for s in SOURCES], "source": SOURCES})
+    sources = [s for s, _ in builtin_pairs()[:4]]  # the prompts: the first four built-in sources
+    ds = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Paraphrase: {s}"}] for s in sources], "source": sources})
     reward = TimedReward(PluieReward(judge, template="para-fs", fields={"source": "source"}))
     args = GRPOConfig(output_dir=output_dir, num_generations=4, per_device_train_batch_size=8, max_completion_length=24,
                       max_steps=steps, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True, bf16=False, seed=0)
@@ -107,11 +98,11 @@ def format_grpo_table(rows: Sequence[dict[str, Any]]) -> str:
     """GRPO timings and each placement's peak memory as a Markdown table."""
     if not rows:
         return ""
-    return titled_table(
-        f"Reward share of GRPO steps (trl.GRPOTrainer, LoRA policy = embedded model, {rows[0]['steps']} steps of 2 prompts x 4 "
-        "completions <= 24 tokens, CPU; reward = PluieReward para-fs, timed inside the reward callable):",
+    title = (f"Reward share of GRPO steps (trl.GRPOTrainer, LoRA policy = embedded model, {rows[0]['steps']} steps of 2 prompts x 4 "
+             "completions <= 24 tokens, CPU; reward = PluieReward para-fs, timed inside the reward callable):")
+    return markdown_table(
         ["judge placement", "judge load s", "train s", "s per step", "reward s", "reward share of the step", "peak RSS MB",
          "CUDA max MB"],
         [[r["placement"], f"{r['judge_load_seconds']:.1f}", f"{r['train_seconds']:.1f}",
           f"{r['train_seconds'] / r['steps']:.1f}", f"{r['reward_seconds']:.2f}", f"{r['share']:.1%}", f"{r['peak_rss_mb']:.0f}",
-          cell(r.get("cuda_max_mb"), ".0f")] for r in rows], "lrrrrrrr")
+          cell(r.get("cuda_max_mb"), ".0f")] for r in rows], "lrrrrrrr", title)

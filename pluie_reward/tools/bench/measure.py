@@ -147,20 +147,6 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def titled_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str) -> str:
-    """``title``, a blank line, then the Markdown table (:func:`~pluie_reward.tools.report.markdown_table`).
-
-    Example:
-        >>> print(titled_table("Speed:", ["engine", "pairs/s"], [["vllm", "5.69"]], "lr"))
-        Speed:
-        <BLANKLINE>
-        | engine | pairs/s |
-        |---|---:|
-        | vllm | 5.69 |
-    """
-    return f"{title}\n\n{markdown_table(headers, rows, align)}"
-
-
 def column_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, Any, str | None]], none: str = "-") -> str:
     """A Markdown table of dict rows, one ``(header, key or function of the row, format spec)`` per column (with a
     spec: right-aligned; ``"s"`` for text that reads as a number).

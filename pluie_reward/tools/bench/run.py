@@ -26,9 +26,9 @@ from typing import Any, Callable, Sequence
 
 from ...core.judge import Judge
 from ...judges import default_adapter_dir
-from ..report import cell
+from ..report import cell, markdown_table
 from ..shared import UsageError
-from .measure import PeakMemory, load_average, timed, titled_table
+from .measure import PeakMemory, load_average, timed
 
 
 METHODS = ("reference", "generate", "score", "score-cold", "indirect")
@@ -142,19 +142,13 @@ def edit_variants(source: str, partner: str, others: Sequence[str], k: int, seed
     return list(out)[:k]
 
 
-def variant_groups(pairs: Sequence[tuple[str, str]], groups: int, size: int, spare: int = 8) -> list[tuple[str, list[str]]]:
-    """``groups`` (source, its ``size`` :func:`edit_variants`, the partner first), words and sentences drawn from
-    the partners of the first ``groups + spare`` pairs."""
-    others = [h for _, h in pairs[: groups + spare]]
-    return [(source, edit_variants(source, partner, [o for o in others if o != partner], size, seed=i))
-            for i, (source, partner) in enumerate(pairs[:groups])]
-
-
 def grpo_workload(pairs: Sequence[tuple[str, str]], sources: int = 8, per_source: int = 8) -> Workload:
     """GRPO-shaped items: ``sources`` sources x ``per_source`` hypotheses each (workload (b))."""
     if len(pairs) < sources + 1:
         raise UsageError(f"the data file has {len(pairs)} pairs; the grpo workload needs {sources + 1}.")
-    data = variant_groups(pairs, sources, per_source)
+    others = [h for _, h in pairs[: sources + 8]]  # words and sentences of the edits: the first sources' partners, 8 more
+    data = [(source, edit_variants(source, partner, [o for o in others if o != partner], per_source, seed=i))
+            for i, (source, partner) in enumerate(pairs[:sources])]
     return Workload("grpo", [s for s, c in data for _ in c], [h for _, c in data for h in c],
                     f"{sources} sources x {per_source} hypotheses")
 
@@ -420,8 +414,8 @@ def run_workload(judge: Any, workload: Workload, template: str = "para-fs", meth
 # reporting -------------------------------------------------------------------------------------
 def format_table(result: WorkloadResult) -> str:
     """One workload's results as a Markdown table."""
-    table = titled_table(
-        f"workload {result.workload} ({result.description}; methods (1), (2), (4) on a sample, (3) on all {result.n})",
+    title = f"workload {result.workload} ({result.description}; methods (1), (2), (4) on a sample, (3) on all {result.n})"
+    table = markdown_table(
         ["method", "pairs timed", "seconds", "pairs/s (median of rounds)", "x vs (1)", "x vs (2)",
          "max abs diff vs (1)", "peak RSS MB (+during)", "CUDA max MB"],
         [[LABELS[method], m.pairs, f"{m.seconds:.1f}", f"{m.pairs_per_second:.2f}",
@@ -429,7 +423,7 @@ def format_table(result: WorkloadResult) -> str:
           cell(result.max_diff() if method == result.score_key() else None, ".1e"),
           f"{m.peak_rss_mb:.0f} (+{m.rss_increase_mb:.0f})", cell(m.peak_cuda_mb, ".0f")]
          for method, m in ((k, result.results[k]) for k in METHODS if k in result.results)],
-        "lrrrrrrrr")
+        "lrrrrrrrr", title)
     notes = []
     if "generate" in result.results:
         verdicts = result.results["generate"].verdicts.values()

@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..report import number
+from ..report import markdown_table, number
 from ..shared import UsageError, positive_int
-from .measure import Clock, child_env, titled_table
+from .measure import Clock, child_env
 
 MAX_CLIENTS = 64
 MAX_REQUESTS = 1000  # clients x requests per client
@@ -235,9 +235,9 @@ def format_server_table(loads: Sequence[ServerLoad]) -> str:
     if not loads:
         return ""
     first = loads[0]
-    return titled_table(
-        f"Judge server under load ({first.clients} concurrent clients x {first.requests} requests x {first.items} distinct pairs, "
-        "POST /score on 127.0.0.1; latency per request):",
+    title = (f"Judge server under load ({first.clients} concurrent clients x {first.requests} requests x {first.items} distinct pairs, "
+             "POST /score on 127.0.0.1; latency per request):")
+    return markdown_table(
         ["engine", "server start s", "items/s", "p50 latency s", "p99 latency s", "requests ok", "errors"],
         [[x.engine, f"{x.start_seconds:.0f}", number(x.items_per_second), number(x.p50), number(x.p99), len(x.latencies), x.errors]
-         for x in loads], "lrrrrrr")
+         for x in loads], "lrrrrrr", title)
