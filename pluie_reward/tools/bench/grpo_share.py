@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from ...core.judge import Judge
 from ...integrations.rewards import PluieReward
 from ..report import markdown_table
+from ..shared import Progress
 from .measure import Clock, cell, in_fresh_process, mib, peak_rss_mb, timed
 from .run import builtin_pairs
 
@@ -88,8 +89,9 @@ def grpo_share(placements: Sequence[str], steps: int, threads: int | None = None
     import tempfile
 
     out = []
-    for placement in placements:
-        with tempfile.TemporaryDirectory(prefix="pluie-bench-grpo-") as folder:
+    for placement in placements:  # the child's output is captured: a line with the time elapsed every 10 s meanwhile
+        with tempfile.TemporaryDirectory(prefix="pluie-bench-grpo-") as folder, \
+                Progress(0, f"bench grpo: judge {placement}, {steps} GRPO steps in a fresh process"):
             out.append(in_fresh_process(grpo_child, placement, steps, folder, threads))
     return out
 
