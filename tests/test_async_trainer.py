@@ -79,7 +79,9 @@ def spawned(reward_funcs, tokenizer, expect: int | None):
                 return got
         raise AssertionError(f"the child gave {len(got)} of {expect} rollouts in 10 minutes")
     finally:
-        if expect is None and rollouts._process is not None:  # TRL's stop() would wait forever on the failed child's event
+        # TRL's stop() sets an event the child's watcher thread sleeps on, and waits for that thread to wake: a child
+        # that failed or ended never does, and stop() would wait forever (as a CI run did): only a working child is stopped
+        if rollouts._process is not None and (expect is None or rollouts._failed_event.is_set() or not rollouts._process.is_alive()):
             rollouts._process.join(timeout=120)
             rollouts._process = None
         rollouts.stop()
