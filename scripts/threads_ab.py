@@ -2,9 +2,10 @@
 
 Each round runs every setting once, in turn, as a fresh process (so load from other work hits them alike), and
 records its wall time and the 1-minute load average before it started; the report gives each setting's median and
-its ratio to the best, and with ``--spinning`` adds the default with ``OMP_WAIT_POLICY=ACTIVE`` (what the examples
-did before they made waiting threads sleep). A goal of issue 63: the defaults within 1.2x of the best setting on a
-loaded machine (load >= 2 from other work), and no slower on an idle one.
+its ratio to the best. ``--spinning`` adds what the examples did before
+:func:`~pluie_reward.common.threads.fit_threads`: torch's own thread count (one per CPU), waiting threads spinning
+(``OMP_WAIT_POLICY=ACTIVE``). A goal of issue 63: the defaults within 1.2x of the best setting on a loaded machine
+(load >= 2 from other work), and no slower on an idle one.
 
     python scripts/threads_ab.py --rounds 2                      # both smoke runs, defaults against --threads 1 and 2
     python scripts/threads_ab.py --runs grpo --threads 1 --spinning --json out/threads.json
@@ -35,7 +36,8 @@ def settings(threads: list[int], spinning: bool) -> dict[str, tuple[list[str], d
     out = {"default": ([], {})}
     out.update({f"--threads {n}": (["--threads", str(n)], {}) for n in threads})
     if spinning:
-        out["default, spinning (OMP_WAIT_POLICY=ACTIVE)"] = ([], {"OMP_WAIT_POLICY": "ACTIVE"})
+        cpus = str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+        out[f"before fit_threads ({cpus} spinning threads)"] = ([], {"OMP_WAIT_POLICY": "ACTIVE", "OMP_NUM_THREADS": cpus})
     return out
 
 
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", default="grpo,distill", help="comma-separated: grpo, distill (default both)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="--threads values to compare (default 1 2)")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--spinning", action="store_true", help="also the default with spinning threads (OMP_WAIT_POLICY=ACTIVE)")
+    parser.add_argument("--spinning", action="store_true", help="also what the examples did before fit_threads: a spinning thread per CPU")
     parser.add_argument("--json", type=Path, default=None, help="also write every timing here")
     args = parser.parse_args(argv)
     runs = [r for r in args.runs.split(",") if r]

@@ -383,23 +383,29 @@ RUN_ARGS = {"grpo_paraphrase": ["--max-steps", "1"], "distill_paraphraser": ["--
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("*.py") if "__main__" in p.read_text(encoding="utf-8")))
 def test_every_example_makes_waiting_threads_sleep_before_torch_loads(name, tmp_path):
-    """OpenMP reads OMP_WAIT_POLICY and OMP_NUM_THREADS when torch loads: each example sets them before (sleeping threads,
-    one per free core: spinning ones made steps 3-5x slower on a shared CPU) and keeps the user's own values. A stand-in
-    torch package records what it sees, then stops."""
+    """OpenMP reads OMP_WAIT_POLICY and OMP_NUM_THREADS when torch loads: on a busy CPU (here a process spinning on each
+    core) each example sets them before (sleeping threads, one per free core: spinning ones made steps 3-5x slower on a
+    shared CPU) and keeps the user's own values. A stand-in torch package records what it sees, then stops."""
     fake = tmp_path / "site" / "torch"
     fake.mkdir(parents=True)
     seen = tmp_path / "seen"
     (fake / "__init__.py").write_text(f"import os\nopen({str(seen)!r}, 'w').write(os.environ.get('OMP_WAIT_POLICY', 'unset') + ' ' + "
                                       "os.environ.get('OMP_NUM_THREADS', 'unset'))\nraise SystemExit(0)\n", encoding="utf-8")
-    for user in ({}, {"OMP_WAIT_POLICY": "ACTIVE", "OMP_NUM_THREADS": "3"}):
-        env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
-        env["PYTHONPATH"] = os.pathsep.join([str(fake.parent), str(EXAMPLES.parent), env.get("PYTHONPATH", "")])
-        done = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), *RUN_ARGS.get(name, [])], capture_output=True,
-                              text=True, timeout=120, env={**env, **user}, cwd=tmp_path)
-        assert done.returncode == 0 and seen.is_file(), done.stderr[-3000:]
-        policy, threads = seen.read_text().split()
-        assert (policy, threads) == ("ACTIVE", "3") if user else policy == "PASSIVE" and 1 <= int(threads) <= os.cpu_count(), name
-        seen.unlink()
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        for user in ({}, {"OMP_WAIT_POLICY": "ACTIVE", "OMP_NUM_THREADS": "3"}):
+            env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+            env["PYTHONPATH"] = os.pathsep.join([str(fake.parent), str(EXAMPLES.parent), env.get("PYTHONPATH", "")])
+            done = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), *RUN_ARGS.get(name, [])], capture_output=True,
+                                  text=True, timeout=120, env={**env, **user}, cwd=tmp_path)
+            assert done.returncode == 0 and seen.is_file(), done.stderr[-3000:]
+            policy, threads = seen.read_text().split()
+            assert (policy, threads) == ("ACTIVE", "3") if user else policy == "PASSIVE" and 1 <= int(threads) <= os.cpu_count(), name
+            seen.unlink()
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
 
 def _tiny_student():
     from peft import LoraConfig, get_peft_model
