@@ -54,7 +54,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     parse_args()  # --help and bad arguments are answered here, before torch, TRL and PEFT load (main parses again)
-    fit_threads()  # before torch loads: sleeping threads, as many as cores are free (a shared CPU does not collapse them)
+    fit_threads()  # before torch loads: on a busy CPU, sleeping threads, one per free core (it does not collapse them)
 
 import torch  # noqa: E402  (the heavy imports come after the early parse above)
 from datasets import Dataset  # noqa: E402

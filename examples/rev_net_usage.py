@@ -13,7 +13,7 @@ import argparse
 
 from pluie_reward.common.threads import fit_threads
 
-fit_threads()  # before torch loads (with Judge): sleeping threads, as many as cores are free
+fit_threads()  # before torch loads (with Judge): on a busy CPU, sleeping threads, one per free core
 from pluie_reward import Judge, PluieReward  # noqa: E402
 
 

@@ -119,7 +119,7 @@ def chat(source: str) -> list[dict[str, str]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    fit_threads()  # before torch loads: sleeping threads, as many as cores are free (a shared CPU does not collapse them)
+    fit_threads()  # before torch loads: on a busy CPU, sleeping threads, one per free core (it does not collapse them)
     from datasets import Dataset
     from transformers import EarlyStoppingCallback, set_seed
     from trl import SFTConfig, SFTTrainer

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's, one per core)")
     args = parser.parse_args(argv)
-    fit_threads()  # before torch loads: sleeping threads, as many as cores are free (a shared CPU does not collapse them)
+    fit_threads()  # before torch loads: on a busy CPU, sleeping threads, one per free core (it does not collapse them)
     if args.threads:
         import torch
 

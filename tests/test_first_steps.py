@@ -56,7 +56,7 @@ def test_the_command_line_makes_waiting_threads_sleep_unless_told(monkeypatch, c
 
     from pluie_reward.common import threads
 
-    monkeypatch.setattr(threads, "busy_cores", lambda: 1.0)  # another process keeps a core busy
+    monkeypatch.setattr(threads, "busy_cores", lambda cpus: 1.0)  # another process keeps a core busy
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert cli.main(["templates"]) == 0
@@ -74,7 +74,7 @@ def test_torch_takes_a_thread_per_core_other_work_leaves_free(monkeypatch, busy,
     over half a core: the cores left free, sleeping (at least 1); idle: nothing set. A user's own values stay."""
     from pluie_reward.common import threads as module
 
-    monkeypatch.setattr(module, "busy_cores", lambda: busy)
+    monkeypatch.setattr(module, "busy_cores", lambda cpus: busy)
     monkeypatch.setattr(module.os, "sched_getaffinity", lambda pid: set(range(cpus)))
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
@@ -87,17 +87,19 @@ def test_torch_takes_a_thread_per_core_other_work_leaves_free(monkeypatch, busy,
 
 
 def test_busy_cores_reads_the_cpu_now_not_the_last_minute():
-    """A core kept busy by another process started half a second ago reads as busy (the 1-minute load average would
-    still read ~0.4 of it, and still count a command ended a minute ago)."""
-    from pluie_reward.common.threads import available_cpus, busy_cores
+    """Every core kept busy by processes started half a second ago reads as busy (the 1-minute load average would still
+    read ~0.4 of each, and still count a command ended a minute ago)."""
+    from pluie_reward.common.threads import busy_cores
 
-    if not Path("/proc/stat").is_file() or available_cpus() < 2:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if not Path("/proc/stat").is_file() or cpus < 2:
         pytest.skip("needs /proc/stat and 2 cores")
-    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cpus)]
     try:
         time.sleep(0.5)
-        readings = [busy_cores() for _ in range(3)]
+        readings = [busy_cores(cpus) for _ in range(3)]
     finally:
-        burner.kill()
-        burner.wait()
-    assert 0.7 <= max(readings) and min(readings) <= available_cpus(), readings
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert cpus - 0.6 <= max(readings) <= cpus + 1e-9, readings

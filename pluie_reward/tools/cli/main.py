@@ -111,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argparse's refusals of an option included; 130 after Ctrl-C; 141 when the reader of standard output
     left, e.g. ``| head``: quietly, as a Unix tool that SIGPIPE stops, never 0, which would say that
     everything was written)."""
-    fit_threads()  # before torch loads (in the command): sleeping threads, one per free core
+    fit_threads()  # before torch loads (in the command): on a busy CPU, sleeping threads, one per free core
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
