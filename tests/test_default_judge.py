@@ -133,3 +133,34 @@ def test_load_warms_the_embedded_judge_up():
     assert warm.engine.stats["prefix_passes"] == passes  # the first real call reused it
     assert got == pytest.approx(cold.score("para-fs", **fields), abs=1e-5)
     assert cold.engine.stats["prefix_passes"] == 1
+
+
+
+RACE = """
+import threading, torch
+from pluie_reward.engines.transformers.loading import load_model_and_tokenizer
+from pluie_reward.judges import default_adapter_dir
+alone = load_model_and_tokenizer(default_adapter=default_adapter_dir())[0].state_dict()
+loaded, errors = [None] * 3, []
+def load(i):
+    try:
+        loaded[i] = load_model_and_tokenizer(default_adapter=default_adapter_dir(), device="cpu")[0].state_dict()
+    except Exception as err:
+        errors.append(repr(err))
+threads = [threading.Thread(target=load, args=(i,)) for i in range(3)]
+[thread.start() for thread in threads]
+[thread.join() for thread in threads]
+same = all(s.keys() == alone.keys() and all(torch.equal(s[k], alone[k]) for k in alone) for s in loaded if s is not None)
+print("RESULT", errors[:1], same)
+"""
+
+
+def test_judges_loaded_at_once_in_threads_are_the_judge_loaded_alone():
+    """TRL's async trainer calls its rewards in threads, so two reward factories load their judges at once: transformers'
+    from_pretrained sets torch-wide state while it builds a model (the meta device), and three loads at once in a fresh
+    process failed ("Cannot copy out of meta tensor") in each of 3 tries before loads were serialised."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", RACE], capture_output=True, text=True, timeout=600)
+    assert "RESULT [] True" in done.stdout, (done.stdout + done.stderr)[-3000:]

