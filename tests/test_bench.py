@@ -344,7 +344,6 @@ def test_timed_reward_passes_arguments_and_adds_up_time():
     assert seen == {"source": ["x", "y"], "log_metric": print}
 
 
-
 def test_grpo_share_is_not_silent_while_a_child_trains(monkeypatch, capsys):
     """The child's output is captured: while it trains, a line with the time elapsed every HEARTBEAT_S, per placement."""
     import time
@@ -359,6 +358,7 @@ def test_grpo_share_is_not_silent_while_a_child_trains(monkeypatch, capsys):
         beats = [line for line in lines if line.startswith(f"bench grpo: judge {placement}, 2 GRPO steps in a fresh process")]
         assert len(beats) >= 3 and re.search(r": [12] s$", beats[-1]), lines  # the time elapsed, once past a second
     assert not capsys.readouterr().err  # no line after the children ended
+
 
 @pytest.mark.slow
 def test_server_load_starts_a_server_and_times_every_request():

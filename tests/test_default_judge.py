@@ -135,7 +135,6 @@ def test_load_warms_the_embedded_judge_up():
     assert cold.engine.stats["prefix_passes"] == 1
 
 
-
 RACE = """
 import threading, torch
 from pluie_reward.engines.transformers.loading import load_model_and_tokenizer
